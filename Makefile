@@ -1,0 +1,61 @@
+# Memory Console — everything a newcomer needs.
+# `make run` sets up (venv, install, migrate, demo data) then starts web + worker + beat.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+export DJANGO_SETTINGS_MODULE := config.settings
+
+.PHONY: setup run web worker beat test test-fast bench eval lint check demo clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+$(VENV)/.installed: requirements.txt | $(BIN)/python
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	touch $@
+
+setup: $(VENV)/.installed
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py ensure_roles
+	$(BIN)/python manage.py seed_demo --if-empty
+
+run: setup
+	@redis-cli -u $${REDIS_URL:-redis://127.0.0.1:6379/0} ping >/dev/null 2>&1 || redis-server --daemonize yes --port 6379 --save "" --appendonly no
+	@echo "Console: http://127.0.0.1:$(PORT)/  (log in as demo / demo-password)   API docs: /api/docs"
+	@trap 'kill 0' INT TERM EXIT; \
+	$(BIN)/celery -A config worker --loglevel=INFO --concurrency=2 & \
+	$(BIN)/celery -A config beat --loglevel=INFO --schedule .cache/celerybeat-schedule & \
+	$(BIN)/gunicorn config.wsgi --bind 127.0.0.1:$(PORT) --workers 2 --access-logfile - ; wait
+
+web: setup
+	$(BIN)/python manage.py runserver 127.0.0.1:$(PORT)
+
+worker: $(VENV)/.installed
+	$(BIN)/celery -A config worker --loglevel=INFO
+
+beat: $(VENV)/.installed
+	mkdir -p .cache && $(BIN)/celery -A config beat --loglevel=INFO --schedule .cache/celerybeat-schedule
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest -q
+
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -q -m "not integration and not browser"
+
+bench: $(VENV)/.installed
+	$(BIN)/python -m bench.run
+
+eval: $(VENV)/.installed
+	$(BIN)/python -m bench.eval
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/python manage.py makemigrations --check --dry-run
+
+check: lint
+	$(BIN)/python manage.py check
+
+clean:
+	rm -rf $(VENV) db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles test-artifacts

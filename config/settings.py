@@ -1,0 +1,170 @@
+"""Settings for Memory Console: one module, configured by environment variables.
+
+Every value a deployment may want to change is read here through a small typed
+helper; the defaults let a fresh clone run with only Redis on its usual port.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from celery.schedules import crontab
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def envbool(name: str, default: str = "False") -> bool:
+    return env(name, default).strip().lower() in {"1", "true", "yes", "on"}
+
+
+def envint(name: str, default: int) -> int:
+    return int(env(name, str(default)))
+
+
+def envfloat(name: str, default: float) -> float:
+    return float(env(name, str(default)))
+
+
+SECRET_KEY = env("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me")
+DEBUG = envbool("DJANGO_DEBUG", "True")
+ALLOWED_HOSTS = [h for h in env("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in env("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "memory",
+    "curation",
+    "tuning",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+            "builtins": ["template_partials.templatetags.partials"],
+        },
+    }
+]
+
+WSGI_APPLICATION = "config.wsgi.application"
+
+# SQLite is the source of truth. WAL lets the web process read while a worker
+# writes; IMMEDIATE takes the write lock at BEGIN so two writers queue on the
+# busy timeout instead of failing half-way with "database is locked".
+MEMORY_DB = env("MEMORY_DB", str(BASE_DIR / "db.sqlite3"))
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": MEMORY_DB,
+        "OPTIONS": {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": envint("SQLITE_BUSY_TIMEOUT", 20),
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
+        },
+        "TEST": {"NAME": env("MEMORY_TEST_DB", "") or None},
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "console:dashboard"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "zh-hans"
+LANGUAGES = [("zh-hans", "简体中文"), ("en", "English")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+TIME_ZONE = env("TIME_ZONE", "Asia/Shanghai")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
+}
+
+# --- Celery -----------------------------------------------------------------
+REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    # Edges decay by the clock, not by traffic: sweep every 6 hours (minute 7).
+    "memory-decay-edges": {"task": "memory.tasks.edges_decay_task", "schedule": crontab(minute=7, hour="*/6")},
+    # Vectors are a side channel: pick up anything left NULL every 3 minutes.
+    "memory-backfill-vectors": {"task": "memory.tasks.vectors_backfill_task", "schedule": crontab(minute="*/3")},
+}
+
+# --- Memory engine knobs (reference-spec §0.3 schema defaults) --------------
+WORKING_MEMORY_MESSAGES = envint("WORKING_MEMORY_MESSAGES", 40)
+SUMMARIZE_TRIGGER_MESSAGES = envint("SUMMARIZE_TRIGGER_MESSAGES", 48)
+SUMMARIZE_BATCH_MESSAGES = envint("SUMMARIZE_BATCH_MESSAGES", 16)
+FACT_EXTRACT_TRIGGER_MESSAGES = envint("FACT_EXTRACT_TRIGGER_MESSAGES", 32)
+FACT_EXTRACT_BATCH_MESSAGES = envint("FACT_EXTRACT_BATCH_MESSAGES", 12)
+FACT_RECALL_LIMIT = envint("FACT_RECALL_LIMIT", 6)
+RECALLED_EPISODE_LIMIT = envint("RECALLED_EPISODE_LIMIT", 2)
+RECENT_EPISODE_LIMIT = envint("RECENT_EPISODE_LIMIT", 2)
+EPISODE_CONTEXT_LIMIT = envint("EPISODE_CONTEXT_LIMIT", 3)
+PRIVATE_FACTS_IN_GROUP = envbool("PRIVATE_FACTS_IN_GROUP", "False")
+MESSAGE_MAX_CHARS = envint("MESSAGE_MAX_CHARS", 20000)
+
+# --- Model providers ----------------------------------------------------------
+LLM_BASE_URL = env("LLM_BASE_URL")
+LLM_MODEL = env("LLM_MODEL")
+LLM_API_KEY = env("LLM_API_KEY")
+LLM_TIMEOUT = envfloat("LLM_TIMEOUT", 60.0)
+EMBEDDING_PROVIDER = env("EMBEDDING_PROVIDER", "local")  # local | openai | none
+EMBEDDING_BASE_URL = env("EMBEDDING_BASE_URL")
+EMBEDDING_MODEL = env("EMBEDDING_MODEL")
+EMBEDDING_API_KEY = env("EMBEDDING_API_KEY")
+EMBEDDING_DIM = envint("EMBEDDING_DIM", 512)
+EMBEDDING_BATCH = min(envint("EMBEDDING_BATCH", 20), 20)  # provider hard limit
+EMBEDDING_THREADS = envint("EMBEDDING_THREADS", 1)
