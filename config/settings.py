@@ -168,3 +168,6 @@ EMBEDDING_API_KEY = env("EMBEDDING_API_KEY")
 EMBEDDING_DIM = envint("EMBEDDING_DIM", 512)
 EMBEDDING_BATCH = min(envint("EMBEDDING_BATCH", 20), 20)  # provider hard limit
 EMBEDDING_THREADS = envint("EMBEDDING_THREADS", 1)
+
+# Enqueue summarisation/extraction checks after each stored message (tests turn it off).
+MEMORY_ENQUEUE_TASKS = envbool("MEMORY_ENQUEUE_TASKS", "True")

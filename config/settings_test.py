@@ -6,3 +6,5 @@ from config.settings import *  # noqa: F401,F403
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 LANGUAGE_CODE = "zh-hans"
+MEMORY_ENQUEUE_TASKS = False
+EMBEDDING_PROVIDER = "none"  # tests that need vectors opt in

@@ -1,4 +1,15 @@
 from __future__ import annotations
 
+from django.urls import path
+
+from curation import views
+
 app_name = "curation"
-urlpatterns: list = []
+urlpatterns = [
+    path("facts/<int:pk>/<str:action>/", views.fact_action, name="fact_action"),
+    path("facts/bulk/", views.bulk_action, name="bulk_action"),
+    path("conflicts/", views.conflicts, name="conflicts"),
+    path("conflicts/keep/<int:pk>/", views.keep, name="keep"),
+    path("operations/", views.operations, name="operations"),
+    path("operations/<int:pk>/undo/", views.undo, name="undo"),
+]

@@ -143,7 +143,8 @@ class Fact(models.Model):
     slot = models.CharField(max_length=32, default="", blank=True)
     # NULL = valid; another fact's id = superseded by it; own id = manual invalidation.
     superseded_by = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False,
+        db_column="superseded_by",
     )
     source = models.CharField(max_length=120, default="", blank=True)  # where it was heard (extraction, api …)
 

@@ -1,4 +1,23 @@
 from __future__ import annotations
 
+from django.urls import path
+
+from memory import views
+
 app_name = "console"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.dashboard, name="dashboard"),
+    path("dashboard/workers/", views.worker_health, name="worker_health"),
+    path("streams/", views.streams, name="streams"),
+    path("streams/<int:pk>/", views.stream, name="stream"),
+    path("episodes/", views.episodes, name="episodes"),
+    path("facts/", views.facts, name="facts"),
+    path("facts/<int:pk>/", views.fact, name="fact"),
+    path("knowledge/", views.knowledge, name="knowledge"),
+    path("imports/", views.imports, name="imports"),
+    path("imports/<int:pk>/delete/", views.import_delete, name="import_delete"),
+    path("graph/", views.graph, name="graph"),
+    path("playground/", views.playground, name="playground"),
+    path("jobs/", views.jobs, name="jobs"),
+    path("jobs/<int:pk>/", views.job, name="job"),
+]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from memory.engine.extraction import EpisodeDraft, Extraction
+from memory.engine.extraction import MIN_DIALOGUE_CHARS, EpisodeDraft, Extraction
 
 __all__ = [
     "DialogueLine",
@@ -27,10 +27,6 @@ __all__ = [
     "clean_content",
     "usable_lines",
 ]
-
-# A batch whose rendered body is shorter than this is not worth a summary or
-# an extraction (reference-spec §3.14 MIN_DIALOGUE_CHARS, §3.15).
-MIN_DIALOGUE_CHARS = 40
 
 Emit = Callable[[str, dict[str, Any]], None]
 

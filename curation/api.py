@@ -1,0 +1,255 @@
+"""Curation routes of the bot API (mounted under ``/api/v1``).
+
+Pin, unpin, invalidate, restore and replace facts, resolve slot conflicts, read and undo
+the operation journal. Errors of ``curation.services`` map to HTTP statuses in
+``memory.api``: ``FactNotFoundError`` → 404, ``FactStateError`` → 409,
+``CurationInputError`` → 400.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from django.db import transaction
+from django.http import Http404, HttpRequest
+from ninja import Field, Query, Router, Schema
+from pydantic import StringConstraints
+
+from curation import services
+from curation.models import FactOperation
+from memory import selectors
+from memory import services as memory_services
+from memory.auth import api_user
+from memory.models import Fact, Person
+from memory.schemas import FACT_MAX_CHARS, MAX_EPOCH_MS, EpochMs, ErrorOut, Id, In
+
+router = Router(tags=["curation"])
+
+ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
+
+
+class AtIn(In):
+    at: EpochMs | None = None
+
+
+class ReplaceIn(In):
+    content: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=FACT_MAX_CHARS)]
+    at: EpochMs | None = None
+
+
+class ResolveIn(In):
+    keep_fact_id: Id
+    drop_fact_id: Id
+    at: EpochMs | None = None
+
+
+class OperationResult(Schema):
+    ok: bool
+    operation_id: int
+    fact_id: int | None = None
+    new_fact_id: int | None = None
+    conflict_with: list[int] = Field(default_factory=list)
+
+
+class ConflictMember(Schema):
+    id: int
+    kind: str
+    content: str
+    origin_kind: str
+    retention: float
+    strength: float
+    half_life_hours: float
+    updated_at: int
+
+
+class ConflictGroup(Schema):
+    person_id: int
+    person_name: str
+    slot: str
+    members: list[ConflictMember]
+
+
+class ConflictsOut(Schema):
+    at: int
+    groups: list[ConflictGroup]
+
+
+class OperationOut(Schema):
+    id: int
+    at: int
+    actor: str
+    op: str
+    person_id: int
+    fact_id: int
+    fact_content: str | None
+    related_fact_id: int | None
+    prev: dict[str, Any]
+    undone_by: int | None
+    undo_of: int | None
+    user: str
+
+
+class OperationsOut(Schema):
+    operations: list[OperationOut]
+
+
+def _at(value: int | None) -> int:
+    return memory_services.now_ms() if value is None else int(value)
+
+
+def _op_id(result: Any) -> int:
+    """The operation id out of whatever a curation service returns (id, row or result object)."""
+    if isinstance(result, int):
+        return result
+    for name in ("operation_id", "pk", "id"):
+        value = getattr(result, name, None)
+        if isinstance(value, int):
+            return value
+    if isinstance(result, dict):
+        return int(result.get("operation_id") or result.get("id") or 0)
+    return 0
+
+
+def _simple(op, fact_id: int, payload: AtIn | None, request: HttpRequest) -> dict[str, Any]:
+    at = _at(payload.at if payload else None)
+    with transaction.atomic():
+        result = op(fact_id=fact_id, user=api_user(request), at=at)
+    return {"ok": True, "operation_id": _op_id(result), "fact_id": fact_id}
+
+
+@router.post("/facts/{fact_id}/pin", response={200: OperationResult, **ERRORS}, summary="Pin a fact")
+def pin(request: HttpRequest, fact_id: Id, payload: AtIn | None = None):
+    """Keep a valid, active fact for good (strength 1, half-life 876 000 h). A frozen fact → 409."""
+    return _simple(services.pin_fact, fact_id, payload, request)
+
+
+@router.post("/facts/{fact_id}/unpin", response={200: OperationResult, **ERRORS}, summary="Unpin a fact")
+def unpin(request: HttpRequest, fact_id: Id, payload: AtIn | None = None):
+    return _simple(services.unpin_fact, fact_id, payload, request)
+
+
+@router.post("/facts/{fact_id}/invalidate", response={200: OperationResult, **ERRORS}, summary="Invalidate a fact")
+def invalidate(request: HttpRequest, fact_id: Id, payload: AtIn | None = None):
+    return _simple(services.invalidate_fact, fact_id, payload, request)
+
+
+@router.post("/facts/{fact_id}/restore", response={200: OperationResult, **ERRORS}, summary="Restore a fact")
+def restore(request: HttpRequest, fact_id: Id, payload: AtIn | None = None):
+    return _simple(services.restore_fact, fact_id, payload, request)
+
+
+@router.post("/facts/{fact_id}/replace", response={200: OperationResult, **ERRORS}, summary="Replace a fact's text")
+def replace(request: HttpRequest, fact_id: Id, payload: ReplaceIn):
+    """Supersede a valid fact by a new text (same kind, slot and origin); undoable."""
+    with transaction.atomic():
+        result = services.replace_fact(fact_id=fact_id, content=payload.content, user=api_user(request), at=_at(payload.at))
+    new_id = getattr(result, "fact_id", None) or getattr(result, "new_fact_id", None)
+    if isinstance(result, dict):
+        new_id = result.get("new_fact_id") or result.get("fact_id")
+    conflict_with = getattr(result, "conflict_with", None) or (result.get("conflict_with") if isinstance(result, dict) else None)
+    return {
+        "ok": True,
+        "operation_id": _op_id(result),
+        "fact_id": fact_id,
+        "new_fact_id": new_id,
+        "conflict_with": list(conflict_with or []),
+    }
+
+
+def _member(m: Any, now: int) -> dict[str, Any]:
+    from memory.schemas import fact_row
+
+    if isinstance(m, Fact):
+        row = fact_row(m, now)
+    elif isinstance(m, dict):
+        row = m
+    else:
+        row = {k: getattr(m, k, None) for k in ConflictMember.model_fields}
+    return {k: row.get(k) for k in ConflictMember.model_fields}
+
+
+@router.get("/conflicts", response={200: ConflictsOut, **ERRORS}, summary="Slot conflict groups")
+def conflicts(
+    request: HttpRequest,
+    person_id: Query[Annotated[int, Field(ge=1, le=2**63 - 1)] | None] = None,
+    at: Query[Annotated[int, Field(ge=0, le=MAX_EPOCH_MS)] | None] = None,
+):
+    """Groups of valid, active facts of one person sharing a non-empty slot (shown whole)."""
+    now = _at(at)
+    if person_id is not None and not Person.objects.filter(pk=person_id).exists():
+        raise Http404(f"person {person_id} does not exist")
+    groups = selectors.conflict_groups(person_id=person_id, now=now)
+    names = dict(Person.objects.values_list("id", "display_name"))
+    out = []
+    for g in groups:
+        get = g.get if isinstance(g, dict) else lambda k, d=None, g=g: getattr(g, k, d)
+        pid = get("person_id")
+        out.append(
+            {
+                "person_id": pid,
+                "person_name": get("person_name") or names.get(pid, "") or "",
+                "slot": get("slot", ""),
+                "members": [_member(m, now) for m in get("members", [])],
+            }
+        )
+    return {"at": now, "groups": out}
+
+
+@router.post("/conflicts/resolve", response={200: OperationResult, **ERRORS}, summary="Resolve a conflict")
+def resolve_conflict(request: HttpRequest, payload: ResolveIn):
+    """Keep one member of a slot conflict group and invalidate the other (one drop per call)."""
+    with transaction.atomic():
+        result = services.adjudicate(
+            keep_fact_id=payload.keep_fact_id,
+            drop_fact_id=payload.drop_fact_id,
+            user=api_user(request),
+            at=_at(payload.at),
+        )
+    return {"ok": True, "operation_id": _op_id(result), "fact_id": payload.drop_fact_id}
+
+
+@router.get("/operations", response={200: OperationsOut, **ERRORS}, summary="The operation journal")
+def operations(
+    request: HttpRequest,
+    person_id: Query[Annotated[int, Field(ge=1, le=2**63 - 1)] | None] = None,
+    fact_id: Query[Annotated[int, Field(ge=1, le=2**63 - 1)] | None] = None,
+    limit: Query[Annotated[int, Field(ge=1, le=200)]] = 50,
+):
+    """Newest first; `fact_id` matches the operation's fact or its related fact."""
+    rows = FactOperation.objects.order_by("-at", "-id")
+    if person_id is not None:
+        rows = rows.filter(person_id=person_id)
+    if fact_id is not None:
+        from django.db.models import Q
+
+        rows = rows.filter(Q(fact_id=fact_id) | Q(related_fact_id=fact_id))
+    rows = list(rows[:limit])
+    contents = dict(Fact.objects.filter(pk__in={r.fact_id for r in rows}).values_list("id", "content"))
+    return {
+        "operations": [
+            {
+                "id": r.pk,
+                "at": r.at,
+                "actor": r.actor,
+                "op": r.op,
+                "person_id": r.person_id,
+                "fact_id": r.fact_id,
+                "fact_content": contents.get(r.fact_id),
+                "related_fact_id": r.related_fact_id,
+                "prev": r.prev if isinstance(r.prev, dict) else {},
+                "undone_by": r.undone_by_id,
+                "undo_of": r.undo_of_id,
+                "user": r.user,
+            }
+            for r in rows
+        ]
+    }
+
+
+@router.post("/operations/{operation_id}/undo", response={200: OperationResult, **ERRORS}, summary="Undo an operation")
+def undo(request: HttpRequest, operation_id: Id, payload: AtIn | None = None):
+    """Restore what an operation changed, exactly. Undoing twice, or undoing an undo, is a 409."""
+    at = _at(payload.at if payload else None)
+    with transaction.atomic():
+        result = services.undo_operation(operation_id=operation_id, user=api_user(request), at=at)
+    op = FactOperation.objects.filter(undo_of_id=operation_id).order_by("-id").first()
+    return {"ok": True, "operation_id": _op_id(result) or (op.pk if op else 0), "fact_id": op.fact_id if op else None}

@@ -1,0 +1,244 @@
+"""Manual curation of facts, with one journal row per operation and undo.
+
+Every operation writes its ``fact_operations`` row, with ``prev`` = the values
+it overwrote, in the same transaction as the change. Undo writes ``prev``
+back exactly (bit-identical decay fields) and is itself journalled.
+Preconditions fail with typed errors the API and console map to 404/409/400.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from curation.models import FactOperation
+from memory import services
+from memory.engine import decay
+from memory.engine.similarity import exact_key, is_same_fact
+from memory.models import Fact
+
+ACTOR_MANUAL = "manual"
+DECAY_FIELDS = ("strength", "half_life_hours", "updated_at", "due_at", "active")
+
+
+class FactNotFoundError(LookupError):
+    """No such fact or operation (HTTP 404)."""
+
+
+class FactStateError(Exception):
+    """The row is not in a state this operation accepts (HTTP 409)."""
+
+
+class CurationInputError(ValueError):
+    """Invalid input (HTTP 400)."""
+
+
+def _fact(fact_id: int) -> Fact:
+    fact = Fact.objects.select_for_update().filter(pk=fact_id).first()
+    if fact is None:
+        raise FactNotFoundError(f"事实 #{fact_id} 不存在")
+    return fact
+
+
+def _log(*, op: str, fact: Fact, prev: dict[str, Any], at: int, user: str, related: int | None = None,
+         undo_of: int | None = None, actor: str = ACTOR_MANUAL) -> FactOperation:
+    return FactOperation.objects.create(
+        at=at, actor=actor, op=op, person_id=fact.person_id, fact_id=fact.pk, related_fact_id=related,
+        prev=prev, user=user, undo_of_id=undo_of,
+    )
+
+
+def _decay_snapshot(fact: Fact) -> dict[str, Any]:
+    return {
+        "strength": fact.strength, "half_life_hours": fact.half_life_hours, "updated_at": fact.updated_at,
+        "due_at": fact.due_at, "active": 1 if fact.active else 0,
+    }
+
+
+def _event(kind: str, payload: dict[str, Any], at: int) -> None:
+    services.emit_event(kind, payload, at=at, stage="curation")
+
+
+def invalidate_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOperation:
+    """Mark a valid fact invalid with the self-pointing sentinel (frozen facts allowed)."""
+    at = services.now_ms() if at is None else at
+    with transaction.atomic():
+        fact = _fact(fact_id)
+        if fact.superseded_by_id is not None:
+            raise FactStateError(f"事实 #{fact_id} 已经失效")
+        Fact.objects.filter(pk=fact.pk).update(superseded_by=fact.pk)
+        op = _log(op="invalidate", fact=fact, prev={"superseded_by": None}, at=at, user=user)
+        _event("memory_fact_invalidated", {"factId": fact.pk, "personId": fact.person_id, "operationId": op.pk}, at)
+    return op
+
+
+def restore_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOperation:
+    """Make an invalid fact (sentinel or supersede chain) valid again."""
+    at = services.now_ms() if at is None else at
+    with transaction.atomic():
+        fact = _fact(fact_id)
+        if fact.superseded_by_id is None:
+            raise FactStateError(f"事实 #{fact_id} 仍然有效，无需恢复")
+        Fact.objects.filter(pk=fact.pk).update(superseded_by=None)
+        op = _log(op="restore", fact=fact, prev={"superseded_by": fact.superseded_by_id}, at=at, user=user)
+        _event("memory_fact_restored", {"factId": fact.pk, "personId": fact.person_id, "operationId": op.pk}, at)
+    return op
+
+
+def pin_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOperation:
+    """Pin = strength 1 with a 876 000 h half-life: decay no longer visible on a human scale."""
+    at = services.now_ms() if at is None else at
+    with transaction.atomic():
+        fact = _fact(fact_id)
+        if fact.superseded_by_id is not None:
+            raise FactStateError(f"事实 #{fact_id} 已失效，不能永久保留")
+        if fact.pinned:
+            raise FactStateError(f"事实 #{fact_id} 已经是永久保留")
+        if not fact.active:
+            raise FactStateError(f"事实 #{fact_id} 已冻结，请先让它被想起或恢复后再永久保留")
+        prev = _decay_snapshot(fact)
+        Fact.objects.filter(pk=fact.pk).update(
+            strength=1.0, half_life_hours=decay.PIN_HALF_LIFE_HOURS, updated_at=at,
+            due_at=decay.freeze_due_at(1.0, at, decay.PIN_HALF_LIFE_HOURS), active=True,
+        )
+        op = _log(op="pin", fact=fact, prev=prev, at=at, user=user)
+        _event("memory_fact_pinned", {"factId": fact.pk, "personId": fact.person_id, "operationId": op.pk}, at)
+    return op
+
+
+def unpin_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOperation:
+    """Back to the half-life of the fact's kind, from now, keeping its strength."""
+    at = services.now_ms() if at is None else at
+    with transaction.atomic():
+        fact = _fact(fact_id)
+        if not fact.pinned:
+            raise FactStateError(f"事实 #{fact_id} 不是永久保留")
+        prev = _decay_snapshot(fact)
+        half_life = decay.half_life_for(fact.kind)
+        Fact.objects.filter(pk=fact.pk).update(
+            half_life_hours=half_life, updated_at=at, due_at=decay.freeze_due_at(fact.strength, at, half_life),
+            active=True,
+        )
+        op = _log(op="unpin", fact=fact, prev=prev, at=at, user=user)
+        _event("memory_fact_unpinned", {"factId": fact.pk, "personId": fact.person_id, "operationId": op.pk}, at)
+    return op
+
+
+def replace_fact(*, fact_id: int, content: str, user: str = "", at: int | None = None) -> services.FactWrite:
+    """改成: supersede a valid fact with new text (same person, kind, slot and origin)."""
+    at = services.now_ms() if at is None else at
+    text = (content or "").strip()
+    if not text:
+        raise CurationInputError("新的事实内容不能为空")
+    if len(text) > 2000:
+        raise CurationInputError("新的事实内容不能超过 2000 个字符")
+    with transaction.atomic():
+        fact = _fact(fact_id)
+        if fact.superseded_by_id is not None:
+            raise FactStateError(f"事实 #{fact_id} 已失效，不能改写")
+        if is_same_fact(text, fact.content):
+            raise CurationInputError("新内容与原事实意思相同，无需改写")
+        key = exact_key(text)
+        if Fact.objects.filter(person_id=fact.person_id, content_key=key, superseded_by__isnull=False).exists():
+            raise FactStateError("同样内容的事实已被标失效，请先恢复那条事实")
+        write = services.add_fact(
+            person_id=fact.person_id, content=text, kind=fact.kind, slot=fact.slot, supersedes=fact.pk,
+            origin_kind=fact.origin_kind, actor=ACTOR_MANUAL, source="manual", user=user, at=at,
+        )
+        if not write.fact_id or not write.superseded:
+            raise FactStateError(f"事实 #{fact_id} 无法被取代")
+        _event(
+            "memory_fact_replaced",
+            {"factId": fact.pk, "newFactId": write.fact_id, "personId": fact.person_id, "operationId": write.operation_id},
+            at,
+        )
+    return write
+
+
+def adjudicate(*, keep_fact_id: int, drop_fact_id: int, user: str = "", at: int | None = None) -> FactOperation:
+    """Resolve a slot conflict: keep one member, invalidate another (one drop per call)."""
+    at = services.now_ms() if at is None else at
+    if keep_fact_id == drop_fact_id:
+        raise CurationInputError("保留的和标失效的不能是同一条事实")
+    with transaction.atomic():
+        rows = Fact.objects.select_for_update().in_bulk([keep_fact_id, drop_fact_id])
+        missing = [i for i in (keep_fact_id, drop_fact_id) if i not in rows]
+        if missing:
+            raise FactNotFoundError("事实不存在：" + "、".join(f"#{i}" for i in missing))
+        keep, drop = rows[keep_fact_id], rows[drop_fact_id]
+        if keep.person_id != drop.person_id or not keep.slot or keep.slot != drop.slot:
+            raise CurationInputError("两条事实必须属于同一人物的同一个槽位")
+        for f in (keep, drop):
+            if f.superseded_by_id is not None or not f.active:
+                raise FactStateError(f"事实 #{f.pk} 不是活跃有效的冲突成员")
+        Fact.objects.filter(pk=drop.pk).update(superseded_by=drop.pk)
+        op = _log(op="adjudicate", fact=drop, prev={"superseded_by": None}, at=at, user=user, related=keep.pk)
+        _event(
+            "memory_conflict_resolved",
+            {"keepFactId": keep.pk, "dropFactId": drop.pk, "personId": drop.person_id, "operationId": op.pk},
+            at,
+        )
+    return op
+
+
+def undo_operation(*, operation_id: int, user: str = "", at: int | None = None) -> FactOperation:
+    """Write an operation's ``prev`` back exactly and journal the undo.
+
+    An undo cannot be undone and an operation cannot be undone twice. Undoing a
+    supersede/replace that created a new row self-invalidates that row (rows are
+    never deleted); a reinforced existing row is left as it is.
+    """
+    at = services.now_ms() if at is None else at
+    with transaction.atomic():
+        op = FactOperation.objects.select_for_update().filter(pk=operation_id).first()
+        if op is None:
+            raise FactNotFoundError(f"操作 #{operation_id} 不存在")
+        if op.op == FactOperation.Op.UNDO:
+            raise FactStateError("撤销条目本身不能再撤销")
+        if op.undone_by_id is not None:
+            raise FactStateError(f"操作 #{operation_id} 已经撤销过了")
+        fact = _fact(op.fact_id)
+        prev = op.prev or {}
+        if op.op in ("invalidate", "restore", "adjudicate"):
+            undo_prev: dict[str, Any] = {"superseded_by": fact.superseded_by_id}
+            Fact.objects.filter(pk=fact.pk).update(superseded_by=prev.get("superseded_by"))
+        elif op.op in ("pin", "unpin"):
+            undo_prev = _decay_snapshot(fact)
+            Fact.objects.filter(pk=fact.pk).update(**{k: prev[k] for k in DECAY_FIELDS})
+        elif op.op in ("supersede", "replace"):
+            undo_prev = {"superseded_by": fact.superseded_by_id}
+            Fact.objects.filter(pk=fact.pk).update(superseded_by=prev.get("superseded_by"))
+            if prev.get("new_row_created") and op.related_fact_id:
+                if Fact.objects.filter(pk=op.related_fact_id, superseded_by__isnull=True).update(
+                    superseded_by=op.related_fact_id
+                ):
+                    undo_prev["related_fact_invalidated"] = op.related_fact_id
+        else:
+            raise FactStateError(f"未知的操作类型 {op.op}")
+        undo = _log(
+            op="undo", fact=fact, prev=undo_prev, at=at, user=user, related=op.fact_id, undo_of=op.pk,
+        )
+        FactOperation.objects.filter(pk=op.pk).update(undone_by=undo)
+        _event(
+            "memory_operation_undone",
+            {"operationId": undo.pk, "undoOf": op.pk, "factId": fact.pk, "personId": fact.person_id},
+            at,
+        )
+    return undo
+
+
+def operation_log(
+    *, person_id: int | None = None, fact_id: int | None = None, actor: str | None = None, op: str | None = None,
+    limit: int = 50,
+):
+    """Operations newest first, with the fact they changed."""
+    rows = FactOperation.objects.select_related("fact").order_by("-at", "-id")
+    if person_id is not None:
+        rows = rows.filter(person_id=person_id)
+    if fact_id is not None:
+        rows = rows.filter(fact_id=fact_id)
+    if actor:
+        rows = rows.filter(actor=actor)
+    if op:
+        rows = rows.filter(op=op)
+    return rows[:limit]

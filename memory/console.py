@@ -1,0 +1,833 @@
+"""Read helpers of the console pages (what the views show, computed in bulk).
+
+Views stay short by delegating here: every function runs a fixed number of
+queries whatever the number of rows (the console tests pin the counts), and
+returns plain objects the templates render. Nothing here writes memory rows;
+searches go through ``memory.selectors`` / ``memory.recall`` / ``memory.lexical``
+and imports through ``memory.pipeline``.
+
+SVG drawings (decay curve, association graph) are computed here as coordinates;
+templates emit the elements, so every label is escaped by the template engine.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from django.db.models import Count, F, Q, QuerySet
+
+from memory import selectors, services
+from memory.engine import decay
+from memory.engine.scoring import blend_score, fused_relevance
+from memory.models import (
+    Episode,
+    EpisodeCue,
+    Fact,
+    ImportBatch,
+    Knowledge,
+    MemoryEdge,
+    MemoryNode,
+    Message,
+    Meta,
+    Person,
+    PipelineEvent,
+    Stream,
+)
+
+EXTRACT_CURSOR_KEY = "fact_extract_cursor"
+
+# --- dashboard -------------------------------------------------------------------
+
+
+def layer_counts() -> dict[str, int]:
+    """Row counts per layer (two aggregate queries plus one count per small table)."""
+    facts = Fact.objects.aggregate(
+        total=Count("id"),
+        active=Count("id", filter=Q(superseded_by__isnull=True, active=True)),
+        frozen=Count("id", filter=Q(superseded_by__isnull=True, active=False)),
+        invalid=Count("id", filter=Q(superseded_by__isnull=False)),
+        pinned=Count("id", filter=Q(half_life_hours__gte=decay.PIN_HALF_LIFE_HOURS)),
+    )
+    episodes = Episode.objects.aggregate(
+        total=Count("id"), placeholders=Count("id", filter=Q(kind=Episode.UNSUMMARIZED))
+    )
+    return {
+        "persons": Person.objects.count(),
+        "streams": Stream.objects.count(),
+        "messages": Message.objects.count(),
+        "episodes": episodes["total"],
+        "placeholders": episodes["placeholders"],
+        "facts": facts["total"],
+        "facts_active": facts["active"],
+        "facts_frozen": facts["frozen"],
+        "facts_invalid": facts["invalid"],
+        "facts_pinned": facts["pinned"],
+        "knowledge": Knowledge.objects.count(),
+        "nodes": MemoryNode.objects.count(),
+    }
+
+
+def extraction_cursors() -> dict[int, int]:
+    """``{stream_id: last extracted message id}`` from the meta row the extractor keeps."""
+    raw = services.meta_get(EXTRACT_CURSOR_KEY, {}) or {}
+    return {int(k): int(v) for k, v in raw.items() if str(k).isdigit()}
+
+
+def stream_queues() -> list[dict[str, Any]]:
+    """Per stream: messages waiting for summarisation and the extraction cursor lag.
+
+    Three queries: streams, pending counts (grouped), lag counts (one grouped query
+    whose WHERE has one ``stream = s AND id > cursor`` arm per stream with a cursor).
+    """
+    rows = list(Stream.objects.order_by("id"))
+    pending = selectors.pending_counts()
+    cursors = extraction_cursors()
+    lag_filter = Q(stream_id__in=[s.pk for s in rows if s.pk not in cursors])
+    for stream_id, last_id in cursors.items():
+        lag_filter |= Q(stream_id=stream_id, id__gt=last_id)
+    lag = dict(Message.objects.filter(lag_filter).values_list("stream_id").annotate(n=Count("id")).order_by())
+    return [
+        {
+            "stream": s,
+            "pending": pending.get(s.pk, 0),
+            "cursor": cursors.get(s.pk),
+            "lag": lag.get(s.pk, 0),
+        }
+        for s in rows
+    ]
+
+
+def vector_coverage() -> dict[str, dict[str, int]]:
+    """Facts and knowledge with / without a vector, and raw vectors still missing SQ8."""
+
+    def coverage(model: type[Fact] | type[Knowledge]) -> dict[str, int]:
+        return model.objects.aggregate(
+            total=Count("id"),
+            with_vector=Count("id", filter=Q(embedding__isnull=False)),
+            without=Count("id", filter=Q(embedding__isnull=True)),
+            sq8_pending=Count("id", filter=Q(embedding__isnull=False, embedding_q8__isnull=True)),
+        )
+
+    return {"facts": coverage(Fact), "knowledge": coverage(Knowledge)}
+
+
+def edge_stats() -> dict[str, Any]:
+    """Active and frozen edges, and the last ``edges_decayed`` event."""
+    counts = MemoryEdge.objects.aggregate(
+        active=Count("id", filter=Q(active=True)), frozen=Count("id", filter=Q(active=False))
+    )
+    counts["last_decay"] = PipelineEvent.objects.filter(kind="edges_decayed").order_by("-seq").first()
+    return counts
+
+
+def ping_workers(timeout: float = 0.5) -> dict[str, Any]:
+    """Ping the Celery workers; ``status`` is ``ok``, ``down`` or ``unknown`` (broker error).
+
+    The ping runs in a thread joined with a hard deadline: a broker that does not
+    answer must not hold a web request for its whole connection-retry loop.
+    """
+    outcome: dict[str, Any] = {"status": "unknown", "workers": [], "error": ""}
+
+    def run() -> None:
+        try:
+            from config.celery import app
+
+            replies = app.control.ping(timeout=timeout) or []
+            names = sorted(name for reply in replies for name in reply)
+            outcome.update(status="ok" if names else "down", workers=names)
+        except Exception as exc:  # any broker/transport error means "unknown"
+            outcome.update(status="unknown", error=str(exc)[:200])
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout + 1.5)
+    if thread.is_alive():
+        return {"status": "unknown", "workers": [], "error": "broker did not answer"}
+    return outcome
+
+
+# --- streams and episodes --------------------------------------------------------
+
+
+def stream_rows() -> list[Stream]:
+    """Streams with message, pending and episode counts (subquery counts, one query + pending)."""
+    from django.db.models import OuterRef, Subquery
+    from django.db.models.functions import Coalesce
+
+    def count_of(qs: QuerySet) -> Any:
+        return Coalesce(Subquery(qs.values("stream_id").annotate(n=Count("id")).values("n")[:1]), 0)
+
+    rows = list(
+        Stream.objects.annotate(
+            n_messages=count_of(Message.objects.filter(stream_id=OuterRef("pk")).order_by()),
+            n_episodes=count_of(Episode.objects.filter(stream_id=OuterRef("pk")).order_by()),
+            last_at=Subquery(
+                Message.objects.filter(stream_id=OuterRef("pk")).order_by("-id").values("created_at")[:1]
+            ),
+        ).order_by("id")
+    )
+    pending = selectors.pending_counts()
+    for row in rows:
+        row.pending = pending.get(row.pk, 0)
+    return rows
+
+
+def attach_cues(episodes: Iterable[Episode]) -> None:
+    """Set ``episode.cue_list`` for a page of episodes (one query)."""
+    episodes = list(episodes)
+    by_id: dict[int, list[str]] = defaultdict(list)
+    for episode_id, cue in EpisodeCue.objects.filter(episode__in=episodes).values_list("episode_id", "cue"):
+        by_id[episode_id].append(cue)
+    for ep in episodes:
+        ep.cue_list = by_id.get(ep.pk, [])
+
+
+def placeholder_reasons(episodes: Iterable[Episode]) -> None:
+    """Set ``episode.reason`` on unsummarised placeholders from their skip event (one query)."""
+    placeholders = [ep for ep in episodes if ep.is_placeholder]
+    if not placeholders:
+        return
+    stream_ids = {ep.stream_id for ep in placeholders}
+    events = PipelineEvent.objects.filter(kind="summary_batch_skipped", stream_id__in=stream_ids).order_by("seq")
+    reasons: dict[int, str] = {}
+    for event in events:
+        payload = event.payload or {}
+        episode_id = payload.get("episodeId") or payload.get("episode_id")
+        if episode_id:
+            reasons[int(episode_id)] = str(payload.get("error") or payload.get("reason") or "")
+    for ep in placeholders:
+        ep.reason = reasons.get(ep.pk) or ep.summary
+
+
+# --- facts -----------------------------------------------------------------------
+
+STATE_FILTERS: dict[str, Q] = {
+    "active": Q(superseded_by__isnull=True, active=True),
+    "frozen": Q(superseded_by__isnull=True, active=False),
+    "invalid": Q(superseded_by=F("id")),
+    "superseded": Q(superseded_by__isnull=False) & ~Q(superseded_by=F("id")),
+    "pinned": Q(half_life_hours__gte=decay.PIN_HALF_LIFE_HOURS),
+}
+
+
+def filter_facts(qs: QuerySet[Fact], data: dict[str, Any]) -> QuerySet[Fact]:
+    """Apply the fact-table filters (person, kind, slot, state, origin)."""
+    if data.get("person"):
+        qs = qs.filter(person=data["person"])
+    if data.get("kind"):
+        qs = qs.filter(kind=data["kind"])
+    if data.get("slot"):
+        qs = qs.filter(slot=data["slot"])
+    if data.get("state") in STATE_FILTERS:
+        qs = qs.filter(STATE_FILTERS[data["state"]])
+    if data.get("origin"):
+        qs = qs.filter(origin_kind=data["origin"])
+    return qs.defer("embedding", "embedding_q8", "tokens_v2")
+
+
+def fact_state(fact: Fact) -> str:
+    """``invalid`` (manually), ``superseded``, ``frozen`` or ``active`` — frozen is never "deleted"."""
+    if fact.superseded_by_id is not None:
+        return "invalid" if fact.superseded_by_id == fact.pk else "superseded"
+    return "active" if fact.active else "frozen"
+
+
+def conflicted_slots(person_ids: Iterable[int]) -> set[tuple[int, str]]:
+    """``(person, slot)`` pairs with ≥ 2 valid members among the given persons (one query)."""
+    person_ids = set(person_ids)
+    if not person_ids:
+        return set()
+    rows = (
+        Fact.objects.filter(person_id__in=person_ids, superseded_by__isnull=True, active=True)
+        .exclude(slot="")
+        .values_list("person_id", "slot")
+        .annotate(n=Count("id"))
+        .filter(n__gte=2)
+        .order_by()
+    )
+    return {(p, s) for p, s, _ in rows}
+
+
+@dataclass
+class ScoreBreakdown:
+    """Every term of a search hit's score, for display."""
+
+    bm25: float
+    relevance: float
+    retention: float
+    retention_weight: float
+    score: float
+    cosine: float | None = None
+    fused: float | None = None
+
+
+def decorate_facts(facts: Iterable[Fact], *, now: int, breakdown: dict[int, Any] | None = None) -> None:
+    """Set ``retention``, ``state``, ``conflicted`` and (for search hits) ``breakdown`` on facts."""
+    facts = list(facts)
+    conflicted = conflicted_slots(f.person_id for f in facts if f.slot)
+    for f in facts:
+        f.retention = decay.retention(f.strength, f.updated_at, f.half_life_hours, now)
+        f.state = fact_state(f)
+        f.conflicted = f.state == "active" and (f.person_id, f.slot) in conflicted
+        hit = (breakdown or {}).get(f.pk)
+        f.breakdown = hit
+
+
+def supersede_chain(fact: Fact, max_steps: int = 20) -> dict[str, list[Fact]]:
+    """Older facts this one replaced (``before``) and the newer ones that replaced it (``after``).
+
+    One query per step in each direction; chains are short (a slot changes a few times).
+    """
+    before: list[Fact] = []
+    ids = [fact.pk]
+    for _ in range(max_steps):
+        older = list(Fact.objects.filter(superseded_by_id__in=ids).exclude(pk__in=ids).order_by("-id"))
+        older = [f for f in older if f.pk != f.superseded_by_id and f not in before]
+        if not older:
+            break
+        before.extend(older)
+        ids = [f.pk for f in older]
+    after: list[Fact] = []
+    current = fact
+    for _ in range(max_steps):
+        if current.superseded_by_id in (None, current.pk):
+            break
+        nxt = Fact.objects.filter(pk=current.superseded_by_id).first()
+        if nxt is None or nxt in after:
+            break
+        after.append(nxt)
+        current = nxt
+    return {"before": before, "after": after}
+
+
+def fact_operations(fact_id: int) -> list[Any]:
+    from curation.models import FactOperation
+
+    return list(
+        FactOperation.objects.filter(Q(fact_id=fact_id) | Q(related_fact_id=fact_id)).order_by("-at", "-id")[:50]
+    )
+
+
+# --- decay curve as SVG ----------------------------------------------------------
+
+
+@dataclass
+class CurveSVG:
+    width: int
+    height: int
+    past: str  # polyline points
+    projected: str
+    freeze_y: float
+    revive_y: float
+    now_x: float
+    due_x: float | None
+    x_ticks: list[tuple[float, str]] = field(default_factory=list)
+    y_ticks: list[tuple[float, str]] = field(default_factory=list)
+    left: int = 44
+    right: int = 0
+    top: int = 12
+    bottom: int = 0
+
+
+def decay_curve_svg(fact: Fact, *, now: int, width: int = 680, height: int = 240) -> CurveSVG:
+    """The retention curve from the last strength change to past ``due_at``, as SVG coordinates.
+
+    Past (``updated_at`` → now) is solid, the projection (now → end) dashed; the
+    end is ``due_at`` plus a quarter of the span (a pinned fact: one year ahead).
+    """
+    import datetime as dt
+
+    start = min(fact.updated_at, now)
+    if fact.pinned:
+        end = now + 365 * 24 * decay.MS_PER_HOUR
+    else:
+        end = max(now, fact.due_at)
+        end = end + max((end - start) // 4, 24 * decay.MS_PER_HOUR)
+    left, right, top, bottom = 44, width - 12, 12, height - 28
+    span = max(1, end - start)
+
+    def x(t: int) -> float:
+        return round(left + (right - left) * (t - start) / span, 1)
+
+    def y(r: float) -> float:
+        return round(bottom - (bottom - top) * r, 1)
+
+    def points(samples: Sequence[tuple[int, float]]) -> str:
+        return " ".join(f"{x(t)},{y(r)}" for t, r in samples)
+
+    past = decay.decay_curve(fact.strength, fact.updated_at, fact.half_life_hours, start, now, 40)
+    projected = decay.decay_curve(fact.strength, fact.updated_at, fact.half_life_hours, now, end, 60)
+    ticks = []
+    for i in range(5):
+        t = start + span * i // 4
+        label = dt.datetime.fromtimestamp(t / 1000, tz=dt.UTC).strftime("%Y-%m-%d")
+        ticks.append((x(t), label))
+    return CurveSVG(
+        width=width,
+        height=height,
+        past=points(past),
+        projected=points(projected),
+        freeze_y=y(decay.FREEZE),
+        revive_y=y(decay.REVIVE),
+        now_x=x(now),
+        due_x=x(fact.due_at) if not fact.pinned and start <= fact.due_at <= end else None,
+        x_ticks=ticks,
+        y_ticks=[(y(v), f"{v:.1f}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)],
+        left=left,
+        right=right,
+        top=top,
+        bottom=bottom,
+    )
+
+
+# --- association graph -----------------------------------------------------------
+
+LAYER_COLOURS = {"fact": "#e0735a", "episode": "#e0a43a", "knowledge": "#8a9a3b"}
+
+
+@dataclass
+class NodeInfo:
+    """What the console shows of a memory node (the row it points at, resolved)."""
+
+    node_id: int
+    kind: str
+    ref_id: int
+    text: str = ""
+    label: str = ""
+    retention: float = 1.0
+    updated_at: int | None = None
+    hits: int | None = None
+    person: str = ""
+    state: str = "active"  # active | frozen | invalid | superseded | missing
+    degree: int = 0
+    x: float = 0.0
+    y: float = 0.0
+    r: float = 7.0
+    opacity: float = 1.0
+    role: str = ""  # seed | hit (spreading preview rings)
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.ref_id}"
+
+    @property
+    def colour(self) -> str:
+        return LAYER_COLOURS.get(self.kind, "#888")
+
+    @property
+    def short(self) -> str:
+        text = self.text or self.label
+        return text if len(text) <= 12 else text[:12] + "…"
+
+    @property
+    def exists(self) -> bool:
+        return self.state != "missing"
+
+
+def resolve_nodes(refs: Iterable[tuple[int, str, int]], *, now: int) -> dict[int, NodeInfo]:
+    """``{node_id: NodeInfo}`` for ``(node_id, kind, ref_id)`` triples: one query per layer."""
+    refs = list(refs)
+    by_kind: dict[str, list[int]] = defaultdict(list)
+    for _, kind, ref_id in refs:
+        by_kind[kind].append(ref_id)
+    facts = (
+        Fact.objects.select_related("person").defer("embedding", "embedding_q8", "tokens_v2").in_bulk(by_kind["fact"])
+        if by_kind["fact"] else {}
+    )
+    episodes = Episode.objects.in_bulk(by_kind["episode"]) if by_kind["episode"] else {}
+    knowledge = (
+        Knowledge.objects.defer("embedding", "embedding_q8", "tokens_v2").in_bulk(by_kind["knowledge"])
+        if by_kind["knowledge"] else {}
+    )
+    out: dict[int, NodeInfo] = {}
+    for node_id, kind, ref_id in refs:
+        info = NodeInfo(node_id=node_id, kind=kind, ref_id=ref_id)
+        if kind == "fact" and ref_id in facts:
+            f = facts[ref_id]
+            info.text, info.label = f.content, f.kind
+            info.retention = decay.retention(f.strength, f.updated_at, f.half_life_hours, now)
+            info.updated_at, info.hits, info.person = f.updated_at, f.hit_count, str(f.person)
+            info.state = fact_state(f)
+        elif kind == "episode" and ref_id in episodes:
+            e = episodes[ref_id]
+            info.text, info.label, info.updated_at = e.summary, e.kind, e.ended_at
+        elif kind == "knowledge" and ref_id in knowledge:
+            k = knowledge[ref_id]
+            info.text, info.label, info.updated_at, info.hits = k.content, k.source, k.created_at, k.hit_count
+        else:
+            info.text, info.state, info.retention = f"（{kind} #{ref_id} 已不存在）", "missing", 0.0
+        out[node_id] = info
+    return out
+
+
+@dataclass
+class EdgeInfo:
+    source: int
+    target: int
+    strength: float
+    retention: float
+    active: bool
+    x1: float = 0.0
+    y1: float = 0.0
+    x2: float = 0.0
+    y2: float = 0.0
+
+    @property
+    def width(self) -> float:
+        return round(1 + 3.4 * self.strength, 2)
+
+    @property
+    def opacity(self) -> float:
+        return round(0.28 + 0.5 * self.retention, 3)
+
+
+@dataclass
+class GraphView:
+    nodes: list[NodeInfo]
+    edges: list[EdgeInfo]
+    stats: dict[str, Any]
+    width: int = 900
+    height: int = 640
+
+    def mark(self, preview: SpreadPreview) -> None:
+        """Ring the seeds and hits of a spreading preview on the drawing."""
+        roles = {(s.kind, s.ref_id): "seed" for s in preview.seeds}
+        roles.update({(h.kind, h.ref_id): "hit" for h in preview.hits})
+        for node in self.nodes:
+            node.role = roles.get((node.kind, node.ref_id), "")
+
+
+def layout(n: int, edges: Sequence[tuple[int, int, float]], *, size: tuple[int, int], iterations: int = 80) -> np.ndarray:
+    """Deterministic Fruchterman–Reingold layout of ``n`` nodes (numpy, O(iterations · n²)).
+
+    Starts from a circle (node order = degree order) so the same graph always draws
+    the same way; springs are weighted by edge retention.
+    """
+    width, height = size
+    if n == 0:
+        return np.zeros((0, 2))
+    angles = np.linspace(0, 2 * math.pi, n, endpoint=False)
+    pos = np.column_stack([np.cos(angles), np.sin(angles)]) * 0.5
+    if n > 1:
+        k = math.sqrt(1.0 / n)
+        src = np.array([e[0] for e in edges], dtype=int)
+        dst = np.array([e[1] for e in edges], dtype=int)
+        weight = np.array([max(0.2, e[2]) for e in edges])
+        temperature = 0.1
+        for _ in range(iterations):
+            delta = pos[:, None, :] - pos[None, :, :]
+            dist = np.sqrt((delta**2).sum(-1)) + 1e-6
+            force = (delta / dist[..., None] * (k * k / dist)[..., None]).sum(1)
+            if len(src):
+                d = pos[src] - pos[dst]
+                dd = np.sqrt((d**2).sum(-1)) + 1e-6
+                pull = d * (dd / k * weight)[:, None]
+                np.add.at(force, src, -pull)
+                np.add.at(force, dst, pull)
+            force -= pos * 0.05 * n  # gravity keeps components on the canvas
+            length = np.sqrt((force**2).sum(-1)) + 1e-9
+            pos += force / length[:, None] * np.minimum(length, temperature)[:, None]
+            temperature *= 0.96
+    lo, hi = pos.min(0), pos.max(0)
+    span = np.where(hi - lo < 1e-9, 1.0, hi - lo)
+    margin = 40
+    pos = (pos - lo) / span
+    pos[:, 0] = margin + pos[:, 0] * (width - 2 * margin)
+    pos[:, 1] = margin + pos[:, 1] * (height - 2 * margin)
+    return pos
+
+
+def memory_graph(*, now: int, include_frozen: bool = False, limit: int = 200) -> GraphView:
+    """The densest ``limit`` nodes of the memory graph with their kept edges, laid out.
+
+    Queries: all edges (one), node rows of the kept nodes (one), one per layer to
+    resolve the rows, plus the node total and the spread-run count.
+    """
+    rows = list(MemoryEdge.objects.values_list("source_id", "target_id", "strength", "updated_at", "active"))
+    frozen = sum(1 for r in rows if not r[4])
+    kept = [r for r in rows if r[4] or include_frozen]
+    degree: dict[int, int] = defaultdict(int)
+    for s, t, *_ in kept:
+        degree[s] += 1
+        degree[t] += 1
+    ordered = sorted(degree, key=lambda nid: (-degree[nid], nid))
+    truncated = len(ordered) > limit
+    chosen = ordered[:limit]
+    index = {nid: i for i, nid in enumerate(chosen)}
+    kept = [r for r in kept if r[0] in index and r[1] in index]
+    node_total = MemoryNode.objects.count()
+    refs = MemoryNode.objects.filter(pk__in=chosen).values_list("id", "ref_kind", "ref_id")
+    infos = resolve_nodes(refs, now=now)
+    edges = [
+        EdgeInfo(s, t, strength, decay.retention(strength, updated_at, decay.EDGE_HALF_LIFE_HOURS, now), bool(active))
+        for s, t, strength, updated_at, active in kept
+    ]
+    view_w, view_h = 900, 640
+    pos = layout(len(chosen), [(index[e.source], index[e.target], e.retention) for e in edges], size=(view_w, view_h))
+    nodes = []
+    for nid in chosen:
+        info = infos.get(nid) or NodeInfo(node_id=nid, kind="fact", ref_id=0, state="missing")
+        info.degree = degree[nid]
+        info.x, info.y = (round(float(v), 1) for v in pos[index[nid]])
+        info.r = round(7 + 3.2 * math.sqrt(info.degree), 1)
+        info.opacity = 0.12 if info.state == "missing" else round(max(0.32, info.retention), 2)
+        nodes.append(info)
+    for e in edges:
+        e.x1, e.y1 = nodes[index[e.source]].x, nodes[index[e.source]].y
+        e.x2, e.y2 = nodes[index[e.target]].x, nodes[index[e.target]].y
+    stats = {
+        "node_total": node_total,
+        "edge_total": len(rows),
+        "active_edges": len(rows) - frozen,
+        "frozen_edges": frozen,
+        "isolated": node_total - len(degree),
+        "spread_runs": PipelineEvent.objects.filter(kind="memory_spread").count(),
+        "truncated": truncated,
+        "shown_nodes": len(nodes),
+        "shown_edges": len(edges),
+        "limit": limit,
+    }
+    return GraphView(nodes=nodes, edges=edges, stats=stats, width=view_w, height=view_h)
+
+
+def neighbours(kind: str, ref_id: int, *, now: int) -> list[dict[str, Any]]:
+    """Direct neighbours of a memory item, sorted by edge retention (frozen edges last)."""
+    node = MemoryNode.objects.filter(ref_kind=kind, ref_id=ref_id).first()
+    if node is None:
+        return []
+    edges = list(
+        MemoryEdge.objects.filter(Q(source=node) | Q(target=node)).values_list(
+            "source_id", "target_id", "strength", "updated_at", "active"
+        )
+    )
+    other = {(t if s == node.pk else s): (strength, updated_at, active) for s, t, strength, updated_at, active in edges}
+    refs = MemoryNode.objects.filter(pk__in=other).values_list("id", "ref_kind", "ref_id")
+    infos = resolve_nodes(refs, now=now)
+    out = []
+    for nid, (strength, updated_at, active) in other.items():
+        ret = decay.retention(strength, updated_at, decay.EDGE_HALF_LIFE_HOURS, now)
+        out.append({"node": infos.get(nid), "strength": strength, "retention": ret, "active": active})
+    out.sort(key=lambda row: (not row["active"], -row["retention"]))
+    return out
+
+
+def node_panel(kind: str, ref_id: int, *, now: int) -> dict[str, Any] | None:
+    node = MemoryNode.objects.filter(ref_kind=kind, ref_id=ref_id).values_list("id", "ref_kind", "ref_id").first()
+    if node is None:
+        info = NodeInfo(node_id=0, kind=kind, ref_id=ref_id)
+        info = resolve_nodes([(0, kind, ref_id)], now=now)[0]
+    else:
+        info = resolve_nodes([node], now=now)[node[0]]
+    return {"node": info, "neighbours": neighbours(kind, ref_id, now=now)}
+
+
+# --- searches --------------------------------------------------------------------
+
+#: The console searches facts of every person with ``stream_kind='desktop'``: the
+#: desktop is the owner's private surface where every origin is visible, so the
+#: search shows everything a bot could recall without using the ``'all'`` bypass
+#: (reserved for the extraction de-duplication list). ``events=False``: a console
+#: search is not a turn and writes no scope-block events.
+CONSOLE_STREAM_KIND = "desktop"
+SEARCH_LIMIT = 100
+
+
+def _overrides() -> dict[str, Any]:
+    from tuning.services import active_overrides
+
+    return dict(active_overrides())
+
+
+def _query_vector(text: str) -> Any:
+    """The query's embedding, or None when no embedder is configured or it fails (logged)."""
+    from memory.providers.config import get_embedder
+
+    try:
+        embedder = get_embedder()
+        return embedder.embed([text])[0] if embedder is not None else None
+    except Exception:  # the dense side channel is optional: failure only logs
+        import logging
+
+        logging.getLogger(__name__).warning("console_query_embedding_failed", exc_info=True)
+        return None
+
+
+def search_facts(*, query: str, now: int) -> list[ScoreBreakdown | Any]:
+    """FTS search over every person's valid facts, each hit with its full score breakdown.
+
+    When some hit has a vector, the query is embedded and the hits are re-ranked
+    with the fused relevance (``selectors.rank_recalled_facts``), so cosine and
+    fused relevance appear too.
+    """
+    overrides = _overrides()
+    hits = selectors.recall_facts_across_persons(
+        query=query, limit=SEARCH_LIMIT, now=now, stream_kind=CONSOLE_STREAM_KIND, overrides=overrides, events=False
+    )
+    if hits and Fact.objects.filter(pk__in=[h.id for h in hits], embedding_q8__isnull=False).exists():
+        vector = _query_vector(query)
+        if vector is not None:
+            hits = selectors.rank_recalled_facts(hits, vector, len(hits), overrides=overrides)
+    floor = float(overrides.get("retention_weight_floor", 0.35))
+    return [
+        _Hit(
+            id=h.id,
+            bm25=h.bm25,
+            relevance=h.lexical_relevance,
+            retention=h.retention,
+            retention_weight=floor + (1 - floor) * h.retention,
+            score=h.score,
+            cosine=h.cosine,
+            fused=h.relevance if h.cosine is not None else None,
+        )
+        for h in hits
+    ]
+
+
+@dataclass(frozen=True)
+class _Hit:
+    id: int
+    bm25: float | None
+    relevance: float
+    retention: float
+    retention_weight: float
+    score: float
+    cosine: float | None = None
+    fused: float | None = None
+
+
+def search_episodes(*, query: str, stream_id: int | None) -> list[Episode]:
+    """Cue search over one stream (``selectors.recall_episodes``) or all of them (stream None)."""
+    hits = selectors.recall_episodes(stream_id=stream_id, query=query, limit=50)
+    rows = Episode.objects.select_related("stream").annotate(n_messages=Count("messages")).in_bulk([h.id for h in hits])
+    out = []
+    for h in hits:
+        if h.id in rows:
+            ep = rows[h.id]
+            ep.score = h.score
+            out.append(ep)
+    attach_cues(out)
+    placeholder_reasons(out)
+    return out
+
+
+def inspect_messages(*, stream_id: int, query: str) -> list[Any]:
+    """The bot's ``inspect`` action (message search) exactly as a turn would run it."""
+    from memory import recall
+
+    return recall.inspect_messages(stream_id=stream_id, query=query, limit=20)
+
+
+def search_knowledge(*, query: str) -> list[Any]:
+    """The bot's ``consult`` path over knowledge (lexical + resident int8 vectors).
+
+    ``touch=False``: a console search is not a consultation, so hit counts stay as they are.
+    """
+    from memory import recall
+
+    return recall.consult_knowledge(query=query, limit=20, touch=False)
+
+
+# --- spreading preview -----------------------------------------------------------
+
+
+@dataclass
+class SpreadPreview:
+    seeds: list[Any]
+    hits: list[Any]
+    fell_back: bool
+    timed_out_graph: str | None
+    elapsed_ms: float
+    hops: int
+    alpha: float
+    query: str = ""
+
+
+def spread_preview(data: dict[str, Any], *, now: int) -> SpreadPreview:
+    """Spread from one node, or from the lexical hits of a free query (facts, cues, knowledge).
+
+    Read-only: no short-term activation, no events (a preview is not a recall).
+    """
+    query = data.get("q") or ""
+    if data.get("kind") and data.get("ref"):
+        seeds = [(data["kind"], int(data["ref"]), 1.0)]
+    else:
+        seeds = [("fact", h.id, h.score) for h in selectors.recall_facts_across_persons(
+            query=query, limit=4, now=now, stream_kind=CONSOLE_STREAM_KIND, events=False)]
+        seeds += [("episode", e.id, e.score) for e in selectors.recall_episodes(stream_id=None, query=query, limit=2)]
+        seeds += [("knowledge", k.id, k.score) for k in selectors.search_knowledge(query=query, limit=2)]
+    result = selectors.spread(
+        seeds=seeds, now=now, hops=data.get("hops") or 2, limit=data.get("limit") or 8,
+        alpha=data.get("alpha"), activation=None, events=False,
+    )
+    return SpreadPreview(
+        seeds=result.seeds, hits=result.hits, fell_back=result.fell_back, timed_out_graph=result.timed_out_graph,
+        elapsed_ms=result.elapsed_ms, hops=result.hops, alpha=result.alpha, query=query,
+    )
+
+
+# --- recall playground -----------------------------------------------------------
+
+
+def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
+    """What a turn would return for this text, with ``record=False``: nothing is written."""
+    from memory import recall
+
+    ctx = recall.prepare_turn(
+        stream_id=data["stream"].pk, speaker_id=data["speaker"].pk, text=data["text"],
+        impression=data.get("impression") or "", record=False,
+    )
+    limit = len([f for f in ctx.facts if not f.completed])
+    persons = Person.objects.in_bulk({f.person_id for f in ctx.pool} | set(ctx.present_person_ids))
+    floor = float(ctx.overrides.get("retention_weight_floor", 0.35))
+    pool = [
+        {
+            "fact": f,
+            "person": persons.get(f.person_id),
+            "retention_weight": floor + (1 - floor) * f.retention,
+            "in_prompt": i < limit,
+        }
+        for i, f in enumerate(ctx.pool)
+    ]
+    return {
+        "ctx": ctx,
+        "pool": pool,
+        "prompt": ctx.facts,
+        "completed": [f for f in ctx.facts if f.completed],
+        "present": [persons.get(pid) or pid for pid in ctx.present_person_ids],
+        "persons": persons,
+    }
+
+
+# --- imports ---------------------------------------------------------------------
+
+
+class ImportRefused(Exception):
+    """The import could not start (limits, or another import is running)."""
+
+
+def start_import(data: dict[str, Any], *, user: str) -> Any:
+    from memory import pipeline
+
+    try:
+        return pipeline.start_import(
+            text=data["text"], origin_name=data.get("origin_name") or "", kind=data["kind"], user=user
+        )
+    except (pipeline.ImportLimitError, pipeline.ImportBusyError) as exc:
+        raise ImportRefused(str(exc)) from exc
+
+
+def delete_batch_preview(batch_id: int) -> dict[str, Any]:
+    from memory import pipeline
+
+    return pipeline.delete_batch_preview(batch_id)
+
+
+def delete_batch(batch_id: int) -> int:
+    from memory import pipeline
+
+    return pipeline.delete_batch(batch_id)

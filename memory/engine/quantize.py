@@ -1,0 +1,299 @@
+"""SQ8 scalar quantisation of embedding vectors and int8 cosine similarity.
+
+Blob layout (little-endian, ``struct '<4sIf'`` header of 12 bytes):
+
+====== ==== ==========================================================
+offset size content
+====== ==== ==========================================================
+0      4    magic + format version ``b'YQ8\\x01'``
+4      4    dimension, uint32
+8      4    scale, float32 (``max|v| / 127``; 1.0 for the zero vector)
+12     dim  int8 payload, ``q_i = clamp(round_half_even(v_i / scale), -127, 127)``
+====== ==== ==========================================================
+
+``-128`` is never produced and is rejected on decode. Because every component of one
+vector shares one scale, the cosine of two SQ8 vectors equals the cosine of their int8
+payloads: the scales cancel. All cosine functions here therefore work on the integers.
+
+Raw embeddings are float32 little-endian bytes (``4 * dim``).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "MAGIC",
+    "HEADER",
+    "HEADER_SIZE",
+    "quantize",
+    "quantize_vector",
+    "pack_float32",
+    "unpack_float32",
+    "decode_q8",
+    "dequantize",
+    "quantized_dimension",
+    "embedding_dimension",
+    "cosine_q8",
+    "cosine_q8_many",
+    "Int8Matrix",
+]
+
+MAGIC: bytes = b"YQ8\x01"
+HEADER: struct.Struct = struct.Struct("<4sIf")
+HEADER_SIZE: int = HEADER.size  # 12
+_F32_LE = np.dtype("<f4")
+_CHUNK_ROWS = 2048
+
+BytesLike = bytes | bytearray | memoryview
+
+
+def unpack_float32(raw: BytesLike) -> np.ndarray:
+    """Decode little-endian float32 bytes into a float32 array (validated).
+
+    Raises ``ValueError`` if ``raw`` is empty, not a multiple of 4 bytes, or contains
+    NaN / ±inf.
+    """
+    data = bytes(raw)
+    if not data or len(data) % 4:
+        raise ValueError("float32 向量字节长度必须是 4 的正整数倍")
+    vec = np.frombuffer(data, dtype=_F32_LE).astype(np.float32)
+    if not np.isfinite(vec).all():
+        raise ValueError("float32 向量包含非有限值")
+    return vec
+
+
+def pack_float32(vec: np.ndarray | Sequence[float]) -> bytes:
+    """Encode a vector as little-endian float32 bytes (no validation beyond the cast)."""
+    return np.asarray(vec, dtype=_F32_LE).reshape(-1).tobytes()
+
+
+def _quantize_array(values: np.ndarray) -> bytes:
+    values64 = values.astype(np.float64)
+    peak = float(np.max(np.abs(values64))) if values64.size else 0.0
+    scale = peak / 127.0 if peak > 0.0 else 1.0
+    # np.rint rounds half to even, exactly like Python's round().
+    q = np.clip(np.rint(values64 / scale), -127, 127).astype(np.int8)
+    return HEADER.pack(MAGIC, int(values64.size), scale) + q.tobytes()
+
+
+def quantize(raw: BytesLike) -> bytes:
+    """Quantise little-endian float32 bytes to an SQ8 blob (``12 + dim`` bytes).
+
+    Raises ``ValueError`` for empty input, a length not divisible by 4, or non-finite values.
+    """
+    return _quantize_array(unpack_float32(raw))
+
+
+def quantize_vector(vec: np.ndarray | Sequence[float]) -> bytes:
+    """Quantise an in-memory vector (values are first rounded to float32, like the stored column)."""
+    return quantize(pack_float32(vec))
+
+
+def decode_q8(blob: BytesLike) -> tuple[int, float, np.ndarray]:
+    """Validate an SQ8 blob and return ``(dimension, scale, int8 payload)``.
+
+    Raises ``ValueError`` when the blob is shorter than the header, the magic/version is
+    unknown, the dimension is < 1, the scale is not a finite positive number, the payload
+    length differs from the dimension, or a payload byte is -128.
+    """
+    data = bytes(blob)
+    if len(data) < HEADER_SIZE:
+        raise ValueError("SQ8 数据短于格式头")
+    magic, dim, scale = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise ValueError("SQ8 格式标识或版本不受支持")
+    if dim < 1:
+        raise ValueError("SQ8 维度必须大于 0")
+    if not math.isfinite(scale) or scale <= 0.0:
+        raise ValueError("SQ8 缩放系数必须是有限正数")
+    payload = len(data) - HEADER_SIZE
+    if payload != dim:
+        raise ValueError(f"SQ8 载荷长度 {payload} 与声明维度 {dim} 不一致")
+    q = np.frombuffer(data, dtype=np.int8, offset=HEADER_SIZE)
+    if (q == -128).any():
+        raise ValueError("SQ8 载荷包含 -128")
+    return dim, scale, q
+
+
+def dequantize(blob: BytesLike) -> bytes:
+    """Little-endian float32 bytes ``q_i * scale`` of a validated SQ8 blob."""
+    _dim, scale, q = decode_q8(blob)
+    return (q.astype(np.float64) * scale).astype(_F32_LE).tobytes()
+
+
+def quantized_dimension(blob: BytesLike) -> int:
+    """Dimension of a validated SQ8 blob."""
+    return decode_q8(blob)[0]
+
+
+def embedding_dimension(raw: BytesLike) -> int:
+    """Number of float32 components of validated raw embedding bytes."""
+    return int(unpack_float32(raw).size)
+
+
+def _int_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a64 = a.astype(np.int64)
+    b64 = b.astype(np.int64)
+    norm_a = int(a64 @ a64)
+    norm_b = int(b64 @ b64)
+    if norm_a == 0 or norm_b == 0:
+        return 0.0
+    value = int(a64 @ b64) / math.sqrt(norm_a * norm_b)
+    return max(-1.0, min(1.0, value))
+
+
+def cosine_q8(a: BytesLike, b: BytesLike) -> float:
+    """Cosine of two SQ8 blobs, computed on the int8 integers (scales cancel).
+
+    Zero vector on either side → 0.0; result clamped to ``[-1, 1]``. Raises
+    ``ValueError`` for invalid blobs or differing dimensions ("维度不一致").
+    """
+    dim_a, _sa, qa = decode_q8(a)
+    dim_b, _sb, qb = decode_q8(b)
+    if dim_a != dim_b:
+        raise ValueError(f"SQ8 向量维度不一致：{dim_a} 与 {dim_b}")
+    return _int_cosine(qa, qb)
+
+
+def cosine_q8_many(query_q8: BytesLike, blobs: Sequence[BytesLike | None]) -> np.ndarray:
+    """Cosines of one SQ8 query against many SQ8 blobs (float64 array, one per blob).
+
+    An invalid query raises ``ValueError``. A blob that is ``None``, invalid, or of another
+    dimension yields ``NaN`` at its position, so callers can keep the lexical relevance
+    of that row only.
+    """
+    dim, _scale, q = decode_q8(query_q8)
+    q64 = q.astype(np.int64)
+    q_norm = int(q64 @ q64)
+    out = np.full(len(blobs), np.nan, dtype=np.float64)
+    for i, blob in enumerate(blobs):
+        if blob is None:
+            continue
+        try:
+            d, _s, row = decode_q8(blob)
+        except ValueError:
+            continue
+        if d != dim:
+            continue
+        if q_norm == 0:
+            out[i] = 0.0
+        else:
+            out[i] = _int_cosine(q, row)
+    return out
+
+
+@dataclass
+class Int8Matrix:
+    """A resident matrix of SQ8 payloads for brute-force cosine search.
+
+    ``ids`` (int64, n), ``matrix`` (int8, n × d) and ``norms`` (float32, n: Euclidean norm
+    of each int8 row). Per-row scales are not kept: cosine is scale-invariant, so the
+    int8 rows are searched directly. Rows are never de-quantised; :meth:`cosines`
+    converts chunks of ``~2048`` rows to float32 and multiplies with the query (the
+    int8 products and their sums stay exact in float32 for d ≤ 1024).
+    ``skipped`` lists ids whose blob was invalid or of another dimension at build time.
+    """
+
+    ids: np.ndarray
+    matrix: np.ndarray
+    norms: np.ndarray
+    skipped: tuple[int, ...] = field(default=())
+
+    @property
+    def dimension(self) -> int:
+        """Vector dimension (0 for an empty matrix built without a dimension)."""
+        return int(self.matrix.shape[1]) if self.matrix.ndim == 2 else 0
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    @classmethod
+    def from_blobs(cls, pairs: Iterable[tuple[int, BytesLike | None]], *, dimension: int | None = None) -> Int8Matrix:
+        """Build from ``(id, sq8_blob)`` pairs.
+
+        Rows whose blob is ``None``/invalid, or whose dimension differs from ``dimension``
+        (default: the first valid blob's), are skipped and listed in ``skipped``.
+        """
+        ids: list[int] = []
+        rows: list[np.ndarray] = []
+        skipped: list[int] = []
+        dim = dimension
+        for ident, blob in pairs:
+            if blob is None:
+                skipped.append(int(ident))
+                continue
+            try:
+                d, _scale, q = decode_q8(blob)
+            except ValueError:
+                skipped.append(int(ident))
+                continue
+            if dim is None:
+                dim = d
+            if d != dim:
+                skipped.append(int(ident))
+                continue
+            ids.append(int(ident))
+            rows.append(q)
+        width = dim or 0
+        matrix = np.vstack(rows) if rows else np.zeros((0, width), dtype=np.int8)
+        norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.int64).astype(np.float64)).astype(np.float32)
+        return cls(np.asarray(ids, dtype=np.int64), matrix, norms, tuple(skipped))
+
+    def _query_vector(self, query: BytesLike | np.ndarray | Sequence[float]) -> np.ndarray:
+        if isinstance(query, (bytes, bytearray, memoryview)):
+            _d, _s, q = decode_q8(query)
+            vec = q.astype(np.float32)
+        else:
+            vec = np.asarray(query, dtype=np.float32).reshape(-1)
+            if not np.isfinite(vec).all():
+                raise ValueError("查询向量包含非有限值")
+        if len(self) and vec.shape[0] != self.dimension:
+            raise ValueError(f"查询向量维度不一致：{vec.shape[0]} 与 {self.dimension}")
+        return vec
+
+    def cosines(self, query: BytesLike | np.ndarray | Sequence[float]) -> np.ndarray:
+        """Cosine of ``query`` (an SQ8 blob or a float vector) against every row (float64, n).
+
+        Zero rows or a zero query give 0.0; values are clamped to ``[-1, 1]``. Raises
+        ``ValueError`` for an invalid query or a dimension mismatch.
+        """
+        vec = self._query_vector(query)
+        n = len(self)
+        if n == 0:
+            return np.zeros(0, dtype=np.float64)
+        dots = np.empty(n, dtype=np.float32)
+        for start in range(0, n, _CHUNK_ROWS):
+            chunk = self.matrix[start : start + _CHUNK_ROWS].astype(np.float32)
+            np.dot(chunk, vec, out=dots[start : start + chunk.shape[0]])
+        q_norm = float(np.sqrt(np.dot(vec.astype(np.float64), vec.astype(np.float64))))
+        denom = self.norms.astype(np.float64) * q_norm
+        out = np.zeros(n, dtype=np.float64)
+        nonzero = denom > 0.0
+        out[nonzero] = dots[nonzero].astype(np.float64) / denom[nonzero]
+        np.clip(out, -1.0, 1.0, out=out)
+        return out
+
+    def top_k(self, query: BytesLike | np.ndarray | Sequence[float], k: int) -> list[tuple[int, float]]:
+        """The ``k`` rows most similar to ``query``: ``[(id, cosine), ...]`` best first.
+
+        Ties are broken by row position (insertion order). ``k < 1`` or an empty matrix → ``[]``.
+        """
+        if k < 1 or len(self) == 0:
+            return []
+        scores = self.cosines(query)
+        n = scores.shape[0]
+        if k < n:
+            part = np.argpartition(-scores, k - 1)[:k]
+            # include every row tied with the k-th score so the tie-break is positional
+            kth = scores[part].min()
+            candidates = np.flatnonzero(scores >= kth)
+        else:
+            candidates = np.arange(n)
+        order = candidates[np.lexsort((candidates, -scores[candidates]))][:k]
+        return [(int(self.ids[i]), float(scores[i])) for i in order]

@@ -1,0 +1,121 @@
+"""Tokenisation for the FTS5 indexes (``tokenize='unicode61'``).
+
+Index text = jieba words (precise mode) + CJK character bigrams, space-joined, so that
+unicode61 indexes each produced token (bigrams give recall for names jieba does not know).
+Queries go through :func:`match_query`, which quotes every term and joins them with
+``OR``: no FTS5 syntax (``*``, ``NEAR``, ``-``, ``AND``, parentheses, column filters)
+coming from user text can ever reach the FTS5 parser unquoted.
+
+jieba is imported once at module import; its logger is silenced and its dictionary
+cache is written to ``$JIEBA_CACHE`` or ``<tmp>/memory-console-jieba.cache``. The
+dictionary itself loads lazily on first use; call :func:`warm_up` at process start to
+pay that cost (1–3 s) up front.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Iterable
+
+import jieba
+
+__all__ = [
+    "STOP_CHARS",
+    "CJK_RE",
+    "is_cjk",
+    "warm_up",
+    "words",
+    "bigrams",
+    "index_tokens",
+    "query_terms",
+    "match_expression",
+    "match_query",
+]
+
+jieba.setLogLevel(60)
+logging.getLogger("jieba").setLevel(60)
+jieba.dt.cache_file = os.environ.get("JIEBA_CACHE") or os.path.join(tempfile.gettempdir(), "memory-console-jieba.cache")
+
+#: 48 single CJK characters dropped when jieba emits them as a one-character word.
+STOP_CHARS: frozenset[str] = frozenset(
+    "的了和是在我你他她它们也就都而及与着过把被给让从到对为以之其于啊呀吗呢吧哦嗯这那有个不很会要说一"
+)
+#: One CJK character: Extension A, Unified Ideographs, Compatibility Ideographs.
+CJK_RE = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_CJK_RUN_RE = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_WORD_CHAR_RE = re.compile(r"\w")
+
+
+def is_cjk(char: str) -> bool:
+    """True iff ``char`` (one character) lies in one of the three CJK ranges."""
+    return CJK_RE.fullmatch(char) is not None
+
+
+def warm_up() -> None:
+    """Load jieba's dictionary now (idempotent, thread-safe)."""
+    jieba.initialize()
+
+
+def words(text: str) -> list[str]:
+    """jieba precise-mode words of ``text``, stripped and lower-cased.
+
+    Dropped: empty tokens, tokens without any ``\\w`` character (punctuation, symbols,
+    whitespace) and single-character CJK tokens in :data:`STOP_CHARS`. Order is kept and
+    duplicates are kept (BM25 needs term frequency).
+    """
+    out: list[str] = []
+    if not text:
+        return out
+    for raw in jieba.cut(text, cut_all=False):
+        token = raw.strip().lower()
+        if not token or _WORD_CHAR_RE.search(token) is None:
+            continue
+        if len(token) == 1 and token in STOP_CHARS:
+            continue
+        out.append(token)
+    return out
+
+
+def bigrams(text: str) -> list[str]:
+    """Adjacent character pairs inside maximal runs of CJK characters.
+
+    Any non-CJK character (Latin, digits, spaces, full-width punctuation) ends a run;
+    runs of length 1 yield nothing; duplicates are kept.
+    """
+    out: list[str] = []
+    if not text:
+        return out
+    for match in _CJK_RUN_RE.finditer(text):
+        run = match.group()
+        out.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return out
+
+
+def index_tokens(text: str) -> str:
+    """Text to store in an FTS5 row: ``' '.join(words(text) + bigrams(text))`` (duplicates kept)."""
+    return " ".join(words(text) + bigrams(text))
+
+
+def query_terms(text: str) -> list[str]:
+    """The de-duplicated query terms of ``text`` (``words + bigrams``, first occurrence kept)."""
+    return list(dict.fromkeys(words(text) + bigrams(text)))
+
+
+def match_expression(terms: Iterable[str]) -> str:
+    """Quote every term (internal ``"`` doubled) and join with ``' OR '``; no terms → ``''``.
+
+    Terms are de-duplicated preserving order; empty strings are skipped.
+    """
+    quoted = ['"' + term.replace('"', '""') + '"' for term in dict.fromkeys(terms) if term]
+    return " OR ".join(quoted)
+
+
+def match_query(text: str) -> str:
+    """FTS5 ``MATCH`` expression for free user text: ``match_expression(query_terms(text))``.
+
+    ``''`` means "nothing to search" — callers must return no hits without querying.
+    """
+    return match_expression(query_terms(text))

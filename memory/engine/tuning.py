@@ -1,0 +1,166 @@
+"""Retrieval tuning: the whitelist of tunable parameters, their validation, and trace
+reconciliation. Pure — profile storage and the active-override state live in the
+``tuning`` app.
+
+Only these eight parameters can be tuned; the 0.4/0.6 dense fusion, FREEZE/REVIVE and
+the half-lives deliberately cannot.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .metrics import ndcg_at_k, recall_at_k
+from .scoring import apply_pool_percentile
+
+__all__ = [
+    "ParamSpec",
+    "WHITELIST",
+    "TuningError",
+    "validate_overrides",
+    "tuned_value",
+    "RECONCILE_SCORE_EPSILON",
+    "RECONCILE_MATCH",
+    "RECONCILE_MISMATCH",
+    "ReconcileResult",
+    "reconcile_trace_pool",
+    "apply_pool_percentile",
+    "ndcg_at_k",
+    "recall_at_k",
+]
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One tunable parameter: ``kind`` is ``'float'`` or ``'int'``; bounds are inclusive;
+    ``legacy`` is the value used when no override is active."""
+
+    kind: str
+    min: float
+    max: float
+    legacy: float | int
+    label: str
+
+
+WHITELIST: dict[str, ParamSpec] = {
+    "bm25_weight": ParamSpec("float", 0.1, 5.0, 1.0, "词面相关度权重"),
+    "retention_weight_floor": ParamSpec("float", 0.0, 1.0, 0.35, "留存度权重下限"),
+    "ppr_alpha": ParamSpec("float", 0.1, 0.99, 0.85, "PPR 回迁概率"),
+    "ppr_hops": ParamSpec("int", 1, 4, 2, "PPR 跳数"),
+    "pool_score_percentile": ParamSpec("float", 0.0, 0.9, 0.0, "候选池分数百分位"),
+    "fact_recall_limit": ParamSpec("int", 1, 50, 6, "进提示词的事实条数上限"),
+    "recalled_episode_limit": ParamSpec("int", 0, 30, 2, "情节召回条数"),
+    "recent_episode_limit": ParamSpec("int", 0, 30, 2, "近期情节条数"),
+}
+
+
+class TuningError(ValueError):
+    """An invalid override; ``param`` names the offending parameter (``None`` if not applicable)."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def validate_overrides(values: Mapping[str, object] | None) -> dict[str, float | int]:
+    """Validate parameter overrides and cast them to their declared type.
+
+    Rules (each failure raises :class:`TuningError` naming the parameter): the name must
+    be in :data:`WHITELIST` ("不在调优白名单"); the value must be a real number and not a
+    bool ("需要数值"); integer parameters need an integral value — ``3.0`` is rejected
+    ("需要整数"); the value must lie within the inclusive bounds ("越界"; NaN and ±inf
+    are out of range). Floats parameters accept ints. ``None``/empty → ``{}``.
+    """
+    if values is None:
+        return {}
+    if not isinstance(values, Mapping):
+        raise TuningError("调优参数必须是「名称 → 数值」的映射")
+    out: dict[str, float | int] = {}
+    for name, value in values.items():
+        spec = WHITELIST.get(name) if isinstance(name, str) else None
+        if spec is None:
+            raise TuningError(f"参数 {name} 不在调优白名单", param=str(name))
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TuningError(f"参数 {name} 需要数值", param=name)
+        if spec.kind == "int":
+            if not isinstance(value, numbers.Integral):
+                raise TuningError(f"参数 {name} 需要整数", param=name)
+            cast: float | int = int(value)
+        else:
+            cast = float(value)
+        if not (math.isfinite(cast) and spec.min <= cast <= spec.max):
+            raise TuningError(f"参数 {name} 越界：取值范围 [{spec.min}, {spec.max}]", param=name)
+        out[name] = cast
+    return out
+
+
+def tuned_value(
+    overrides: Mapping[str, float | int] | None, name: str, default: float | int | None = None
+) -> float | int:
+    """Effective value of ``name``: the override if present, else ``default``, else the spec's legacy value."""
+    if name not in WHITELIST:
+        raise TuningError(f"参数 {name} 不在调优白名单", param=name)
+    if overrides and name in overrides:
+        return overrides[name]
+    return WHITELIST[name].legacy if default is None else default
+
+
+RECONCILE_SCORE_EPSILON: float = 1e-12
+RECONCILE_MATCH: str = "match"
+RECONCILE_MISMATCH: str = "mismatch"
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    """Comparison of a replayed candidate pool with the pool recorded in a trace."""
+
+    status: str
+    missing: list[Hashable] = field(default_factory=list)
+    extra: list[Hashable] = field(default_factory=list)
+    order_changed: bool = False
+    max_score_delta: float | None = None
+
+    @property
+    def matched(self) -> bool:
+        """True iff ``status == 'match'``."""
+        return self.status == RECONCILE_MATCH
+
+
+def reconcile_trace_pool(
+    replay: Sequence[tuple[Hashable, float]],
+    trace: Sequence[tuple[Hashable, float]],
+) -> ReconcileResult:
+    """Compare a replayed pool with a recorded one (both ``[(id, score), ...]`` in rank order).
+
+    ``missing`` = trace ids absent from the replay (trace order); ``extra`` = replay ids
+    absent from the trace (replay order); ``max_score_delta`` = max |Δscore| over common
+    ids (``None`` if there are none); ``order_changed`` only when both id sets are equal but
+    the sequences differ. ``status`` is ``'match'`` iff the id sequences are identical and
+    ``max_score_delta`` is ``None`` or ``<= RECONCILE_SCORE_EPSILON``.
+    """
+    replay_ids = [ident for ident, _score in replay]
+    trace_ids = [ident for ident, _score in trace]
+    replay_scores: dict[Hashable, float] = {}
+    for ident, value in replay:
+        replay_scores.setdefault(ident, float(value))
+    trace_scores: dict[Hashable, float] = {}
+    for ident, value in trace:
+        trace_scores.setdefault(ident, float(value))
+    missing = [ident for ident in dict.fromkeys(trace_ids) if ident not in replay_scores]
+    extra = [ident for ident in dict.fromkeys(replay_ids) if ident not in trace_scores]
+    common = [ident for ident in replay_scores if ident in trace_scores]
+    max_delta = max((abs(replay_scores[i] - trace_scores[i]) for i in common), default=None)
+    same_sequence = replay_ids == trace_ids
+    order_changed = set(replay_ids) == set(trace_ids) and not same_sequence
+    close = max_delta is None or max_delta <= RECONCILE_SCORE_EPSILON
+    status = RECONCILE_MATCH if same_sequence and close else RECONCILE_MISMATCH
+    return ReconcileResult(
+        status=status,
+        missing=missing,
+        extra=extra,
+        order_changed=order_changed,
+        max_score_delta=max_delta,
+    )

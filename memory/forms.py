@@ -1,0 +1,112 @@
+"""Forms of the console: every query parameter and posted field is validated here."""
+from __future__ import annotations
+
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from memory.models import Person, Stream
+
+FACT_STATES = [
+    ("", _("全部状态")),
+    ("active", _("活跃")),
+    ("frozen", _("已冻结")),
+    ("invalid", _("已失效")),
+    ("superseded", _("已被取代")),
+    ("pinned", _("永久保留")),
+]
+ORIGINS = [("", _("全部来源")), ("legacy", "legacy"), ("direct", "direct"), ("group", "group")]
+NODE_KINDS = [("fact", _("事实")), ("episode", _("情节")), ("knowledge", _("知识"))]
+
+
+class FactFilterForm(forms.Form):
+    person = forms.ModelChoiceField(Person.objects.order_by("id"), required=False, empty_label=_("全部人物"))
+    kind = forms.CharField(required=False, max_length=32)
+    slot = forms.CharField(required=False, max_length=32)
+    state = forms.ChoiceField(choices=FACT_STATES, required=False)
+    origin = forms.ChoiceField(choices=ORIGINS, required=False)
+    q = forms.CharField(required=False, max_length=200, strip=True)
+
+
+class SearchForm(forms.Form):
+    q = forms.CharField(required=False, max_length=200, strip=True)
+
+
+class EpisodeSearchForm(forms.Form):
+    stream = forms.ModelChoiceField(Stream.objects.order_by("id"), required=False, empty_label=_("全部会话流"))
+    q = forms.CharField(required=False, max_length=200, strip=True)
+    placeholders = forms.BooleanField(required=False)
+
+
+class ReplaceForm(forms.Form):
+    content = forms.CharField(max_length=2000, strip=True, widget=forms.Textarea(attrs={"rows": 3}))
+
+
+class GraphForm(forms.Form):
+    include_frozen = forms.BooleanField(required=False)
+    limit = forms.IntegerField(required=False, min_value=10, max_value=1000)
+    node = forms.RegexField(regex=r"^(fact|episode|knowledge):\d+$", required=False)
+
+
+class SpreadForm(forms.Form):
+    kind = forms.ChoiceField(choices=NODE_KINDS, required=False)
+    ref = forms.IntegerField(required=False, min_value=1)
+    q = forms.CharField(required=False, max_length=200, strip=True)
+    hops = forms.IntegerField(required=False, min_value=1, max_value=3, initial=2)
+    alpha = forms.FloatField(required=False, min_value=0.05, max_value=0.95)
+    limit = forms.IntegerField(required=False, min_value=1, max_value=20, initial=8)
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if not data.get("q") and not (data.get("kind") and data.get("ref")):
+            raise forms.ValidationError(_("请选择一个节点，或输入一段文字作为起点。"))
+        return data
+
+
+class PlaygroundForm(forms.Form):
+    stream = forms.ModelChoiceField(Stream.objects.order_by("id"), empty_label=None)
+    speaker = forms.ModelChoiceField(Person.objects.order_by("id"), empty_label=None)
+    text = forms.CharField(max_length=2000, strip=True, widget=forms.Textarea(attrs={"rows": 3}))
+    impression = forms.CharField(required=False, max_length=2000, strip=True, widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class ImportForm(forms.Form):
+    MAX_CHARS = 200_000
+    MAX_UPLOAD_BYTES = 2_000 * 1024
+
+    origin_name = forms.CharField(required=False, max_length=255, strip=True)
+    text = forms.CharField(required=False, max_length=MAX_CHARS, widget=forms.Textarea(attrs={"rows": 8}))
+    upload = forms.FileField(required=False)
+
+    def clean(self) -> dict:
+        data = super().clean()
+        upload = data.get("upload")
+        if upload:
+            if upload.size > self.MAX_UPLOAD_BYTES:
+                raise forms.ValidationError(_("文件超过 2000 KB。"))
+            try:
+                data["text"] = upload.read().decode("utf-8-sig")
+            except UnicodeDecodeError as exc:
+                raise forms.ValidationError(_("文件不是 UTF-8 文本。")) from exc
+            if len(data["text"]) > self.MAX_CHARS:
+                raise forms.ValidationError(_("文本超过 200000 字。"))
+            data["kind"] = "upload"
+            data["origin_name"] = data.get("origin_name") or upload.name
+        else:
+            data["kind"] = "paste"
+        if not (data.get("text") or "").strip():
+            raise forms.ValidationError(_("请粘贴文本或上传一个文本文件。"))
+        return data
+
+
+class OperationFilterForm(forms.Form):
+    actor = forms.ChoiceField(required=False, choices=[])
+    op = forms.ChoiceField(required=False, choices=[])
+    person = forms.IntegerField(required=False, min_value=1)
+    fact = forms.IntegerField(required=False, min_value=1)
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        from curation.models import FactOperation
+
+        super().__init__(*args, **kwargs)
+        self.fields["actor"].choices = [("", _("全部操作者")), *FactOperation.Actor.choices]
+        self.fields["op"].choices = [("", _("全部操作")), *FactOperation.Op.choices]

@@ -1,0 +1,223 @@
+"""The lexical index: every FTS5-specific statement of the project lives here.
+
+Three contentless FTS5 tables (``facts_fts``, ``cues_fts``, ``knowledge_fts``)
+hold ``index_tokens`` of their row's text with ``rowid`` = the row's primary
+key. The writer of a row calls :func:`index_row` inside the same transaction
+(the seed makes rowid alignment the writer's job, not a trigger's).
+
+Query-term pruning: FTS5 computes ``bm25()`` for every row that matches any
+OR term, so a natural question full of common words ranks most of the table.
+On large tables the terms whose document frequency is above
+``PRUNE_DF_RATIO`` of the rows are dropped before building the MATCH string
+(read from the ``*_vocab`` fts5vocab tables). Such terms carry almost no IDF
+weight, so the top of the ranking barely moves; ``bench/`` reports the top-10
+agreement with the unpruned ranking. Small tables are never pruned, so the
+behaviour of a fresh store is exactly the reference behaviour.
+
+A deployment that outgrows one SQLite file would add a PostgreSQL backend
+behind these same functions.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from django.db import connection
+
+from memory.engine.tokenize import index_tokens, match_expression, query_terms
+
+TABLES = ("facts_fts", "cues_fts", "knowledge_fts")
+
+PRUNE_MIN_DOCS = 2000      # below this many rows every term is kept
+PRUNE_DF_RATIO = 0.01      # drop terms found in more than 1 % of the rows …
+PRUNE_KEEP_AT_LEAST = 2    # … but always keep the rarest few matching terms
+_DOC_COUNT_TTL = 5.0       # seconds a cached row count is trusted
+
+_doc_counts: dict[str, tuple[float, int]] = {}
+
+
+def _check(table: str) -> str:
+    if table not in TABLES:
+        raise ValueError(f"unknown FTS table {table!r}")
+    return table
+
+
+def index_row(table: str, rowid: int, text: str) -> str:
+    """Write the FTS row of ``rowid`` and return the tokens written."""
+    tokens = index_tokens(text)
+    with connection.cursor() as cur:
+        cur.execute(f"INSERT INTO {_check(table)}(rowid, tokens) VALUES (%s, %s)", [rowid, tokens])
+    _doc_counts.pop(table, None)
+    return tokens
+
+
+def index_rows(table: str, rows: Sequence[tuple[int, str]]) -> list[str]:
+    """Bulk form of :func:`index_row` (``rows`` = ``(rowid, text)``)."""
+    payload = [(rowid, index_tokens(text)) for rowid, text in rows]
+    with connection.cursor() as cur:
+        cur.executemany(f"INSERT INTO {_check(table)}(rowid, tokens) VALUES (%s, %s)", payload)
+    _doc_counts.pop(table, None)
+    return [tokens for _, tokens in payload]
+
+
+def delete_row(table: str, rowid: int, tokens: str) -> None:
+    """Remove a contentless FTS row: FTS5 needs the exact tokens that were indexed."""
+    name = _check(table)
+    with connection.cursor() as cur:
+        cur.execute(f"INSERT INTO {name}({name}, rowid, tokens) VALUES ('delete', %s, %s)", [rowid, tokens])
+    _doc_counts.pop(table, None)
+
+
+def document_count(table: str) -> int:
+    """Rows in the index (cached for a few seconds; it only steers pruning)."""
+    hit = _doc_counts.get(table)
+    now = time.monotonic()
+    if hit and now - hit[0] < _DOC_COUNT_TTL:
+        return hit[1]
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT count(*) FROM {_check(table)}_docsize")
+        count = int(cur.fetchone()[0])
+    _doc_counts[table] = (now, count)
+    return count
+
+
+def document_frequencies(table: str, terms: Sequence[str]) -> dict[str, int]:
+    """Rows containing each single-token term (phrase terms are absent from the result)."""
+    if not terms:
+        return {}
+    placeholders = ",".join(["%s"] * len(terms))
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT term, doc FROM {_check(table)}_vocab WHERE term IN ({placeholders})", list(terms))
+        return {term: int(doc) for term, doc in cur.fetchall()}
+
+
+def _is_single_token(term: str) -> bool:
+    return all(ch.isalnum() for ch in term)
+
+
+def prune_terms(table: str, terms: list[str]) -> list[str]:
+    """Drop query terms too common to change the ranking (see the module docstring)."""
+    total = document_count(table)
+    if total < PRUNE_MIN_DOCS or len(terms) <= PRUNE_KEEP_AT_LEAST:
+        return terms
+    df = document_frequencies(table, [t for t in terms if _is_single_token(t)])
+    limit = PRUNE_DF_RATIO * total
+    kept = [t for t in terms if not _is_single_token(t) or 0 < df.get(t, 0) <= limit]
+    if len(kept) >= PRUNE_KEEP_AT_LEAST:
+        return kept
+    matching = sorted((df[t], i, t) for i, t in enumerate(terms) if df.get(t, 0) > 0)
+    rarest = {t for _, _, t in matching[:PRUNE_KEEP_AT_LEAST]}
+    return [t for t in terms if t in rarest or (not _is_single_token(t))]
+
+
+def match_for(table: str, text: str, *, prune: bool = True) -> str:
+    """The MATCH expression for a user text ('' when it has no searchable term)."""
+    terms = query_terms(text)
+    if prune:
+        terms = prune_terms(table, terms)
+    return match_expression(terms)
+
+
+def fact_candidates(
+    match: str, *, person_ids: Sequence[int] | None, limit: int, include_invalid: bool = False
+) -> list[tuple]:
+    """Facts matching ``match`` ordered by bm25: ``(id, bm25, person_id, kind, content, slot,
+    origin_kind, strength, half_life_hours, updated_at, active, has_vector)``.
+
+    Superseded/invalidated facts are excluded unless ``include_invalid``; frozen facts are
+    kept (they stay lexically recallable).
+    """
+    if not match:
+        return []
+    where = ["facts_fts MATCH %s"]
+    params: list = [match]
+    if person_ids is not None:
+        if not person_ids:
+            return []
+        where.append(f"f.person_id IN ({','.join(['%s'] * len(person_ids))})")
+        params.extend(person_ids)
+    if not include_invalid:
+        where.append("f.superseded_by IS NULL")
+    params.append(limit)
+    sql = (
+        "SELECT f.id, bm25(facts_fts) AS b, f.person_id, f.kind, f.content, f.slot, f.origin_kind,"
+        " f.strength, f.half_life_hours, f.updated_at, f.active, f.embedding_q8 IS NOT NULL"
+        " FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid"
+        f" WHERE {' AND '.join(where)} ORDER BY b LIMIT %s"
+    )
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchall()
+
+
+def fact_bm25(match: str, fact_ids: Sequence[int]) -> dict[int, float]:
+    """Real bm25 of specific facts for ``match`` (facts that do not match are absent)."""
+    if not match or not fact_ids:
+        return {}
+    placeholders = ",".join(["%s"] * len(fact_ids))
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT rowid, bm25(facts_fts) FROM facts_fts WHERE facts_fts MATCH %s AND rowid IN ({placeholders})",
+            [match, *fact_ids],
+        )
+        return {int(r): float(b) for r, b in cur.fetchall()}
+
+
+def similar_fact_candidates(match: str, *, person_id: int, limit: int = 8) -> list[tuple[int, str]]:
+    """Valid facts (active or frozen) of one person for duplicate detection: ``(id, content)``."""
+    if not match:
+        return []
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT f.id, f.content FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid"
+            " WHERE facts_fts MATCH %s AND f.person_id = %s AND f.superseded_by IS NULL"
+            " ORDER BY bm25(facts_fts) LIMIT %s",
+            [match, person_id, limit],
+        )
+        return cur.fetchall()
+
+
+def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tuple[int, int, float]]:
+    """Cue hits ordered by bm25: ``(episode_id, cue_id, bm25)``; placeholders have no cues."""
+    if not match:
+        return []
+    params: list = [match]
+    where = "cues_fts MATCH %s AND e.kind <> 'unsummarized'"
+    if stream_id is not None:
+        where += " AND e.stream_id = %s"
+        params.append(stream_id)
+    params.append(limit)
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT c.episode_id, c.id, bm25(cues_fts) AS b FROM cues_fts"
+            " JOIN episode_cues c ON c.id = cues_fts.rowid JOIN episodes e ON e.id = c.episode_id"
+            f" WHERE {where} ORDER BY b LIMIT %s",
+            params,
+        )
+        return cur.fetchall()
+
+
+def knowledge_candidates(match: str, *, limit: int) -> list[tuple[int, float]]:
+    """Knowledge hits ordered by bm25: ``(id, bm25)``."""
+    if not match:
+        return []
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT rowid, bm25(knowledge_fts) AS b FROM knowledge_fts WHERE knowledge_fts MATCH %s"
+            " ORDER BY b LIMIT %s",
+            [match, limit],
+        )
+        return cur.fetchall()
+
+
+def knowledge_bm25(match: str, ids: Sequence[int]) -> dict[int, float]:
+    if not match or not ids:
+        return {}
+    placeholders = ",".join(["%s"] * len(ids))
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT rowid, bm25(knowledge_fts) FROM knowledge_fts"
+            f" WHERE knowledge_fts MATCH %s AND rowid IN ({placeholders})",
+            [match, *ids],
+        )
+        return {int(r): float(b) for r, b in cur.fetchall()}

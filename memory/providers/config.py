@@ -1,0 +1,132 @@
+"""Build the configured providers from Django settings (read lazily, per call).
+
+Settings (all optional, read with ``getattr(settings, NAME, default)``):
+
+* ``LLM_BASE_URL``, ``LLM_MODEL``, ``LLM_API_KEY``, ``LLM_TIMEOUT`` — a chat
+  model exists only when both the URL and the model are set; without one, the
+  summariser and extractor are the offline heuristics.
+* ``EMBEDDING_PROVIDER`` (``local`` | ``openai`` | ``none``), ``EMBEDDING_BASE_URL``,
+  ``EMBEDDING_MODEL``, ``EMBEDDING_API_KEY``, ``EMBEDDING_DIM``,
+  ``EMBEDDING_BATCH`` (≤ 20), ``EMBEDDING_THREADS``.
+
+Instances are cached per configuration, so a process keeps one HTTP
+connection pool per provider and a settings override yields a fresh object.
+Every returned object has a ``label`` ("llm:<model>", "heuristic", …).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from memory.providers import Extractor, Summariser
+from memory.providers.chat import OpenAIChatModel
+from memory.providers.embeddings import MAX_BATCH, Embedder
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["get_chat_model", "get_embedder", "get_extractor", "get_summariser", "reset_cache"]
+
+_cache: dict[tuple, Any] = {}
+_cache_lock = threading.Lock()
+
+
+def _setting(name: str, default: Any) -> Any:
+    from django.conf import settings
+
+    value = getattr(settings, name, default)
+    return default if value is None else value
+
+
+def _cached(key: tuple, build):
+    with _cache_lock:
+        if key not in _cache:
+            _cache[key] = build()
+        return _cache[key]
+
+
+def reset_cache() -> None:
+    """Forget built providers (tests; a settings change is picked up anyway)."""
+    with _cache_lock:
+        for obj in _cache.values():
+            close = getattr(obj, "close", None)
+            if callable(close):
+                close()
+        _cache.clear()
+
+
+def _chat_key() -> tuple | None:
+    base_url = str(_setting("LLM_BASE_URL", "")).strip()
+    model = str(_setting("LLM_MODEL", "")).strip()
+    if not base_url or not model:
+        return None
+    return ("chat", base_url, model, str(_setting("LLM_API_KEY", "")), float(_setting("LLM_TIMEOUT", 60.0)))
+
+
+def get_chat_model() -> OpenAIChatModel | None:
+    """The configured chat model, or None when LLM_BASE_URL / LLM_MODEL are unset."""
+    key = _chat_key()
+    if key is None:
+        return None
+    _, base_url, model, api_key, timeout = key
+    return _cached(key, lambda: OpenAIChatModel(base_url, model, api_key=api_key, timeout=timeout))
+
+
+def get_embedder() -> Embedder | None:
+    """OpenAIEmbedder when EMBEDDING_BASE_URL is set, else the local USE model; None for 'none'."""
+    provider = str(_setting("EMBEDDING_PROVIDER", "local")).strip().lower() or "local"
+    if provider == "none":
+        return None
+    base_url = str(_setting("EMBEDDING_BASE_URL", "")).strip()
+    if base_url:
+        model = str(_setting("EMBEDDING_MODEL", "")).strip()
+        if not model:
+            logger.error("embedding_misconfigured reason=EMBEDDING_MODEL is empty base_url=%s", base_url)
+            return None
+        api_key = str(_setting("EMBEDDING_API_KEY", ""))
+        dim = int(_setting("EMBEDDING_DIM", 1024))
+        batch = int(_setting("EMBEDDING_BATCH", MAX_BATCH))
+
+        def build_remote():
+            from memory.providers.embeddings import OpenAIEmbedder
+
+            return OpenAIEmbedder(base_url, model, api_key=api_key, dim=dim, batch=batch)
+
+        return _cached(("embed-openai", base_url, model, api_key, dim, batch), build_remote)
+    if provider == "openai":
+        logger.error("embedding_misconfigured reason=EMBEDDING_PROVIDER=openai without EMBEDDING_BASE_URL")
+        return None
+    threads = int(_setting("EMBEDDING_THREADS", 1))
+
+    def build_local():
+        from memory.providers.local import LocalUSEEmbedder
+
+        return LocalUSEEmbedder(threads=threads)
+
+    return _cached(("embed-local", threads), build_local)
+
+
+def get_summariser() -> Summariser:
+    """LLMSummariser over the configured chat model, else HeuristicSummariser."""
+    key = _chat_key()
+    if key is None:
+        from memory.providers.heuristic import HeuristicSummariser
+
+        return _cached(("summariser", "heuristic"), HeuristicSummariser)
+    from memory.providers.llm import LLMSummariser
+
+    chat = get_chat_model()
+    return _cached(("summariser", *key), lambda: LLMSummariser(chat))
+
+
+def get_extractor() -> Extractor:
+    """LLMExtractor over the configured chat model, else HeuristicExtractor."""
+    key = _chat_key()
+    if key is None:
+        from memory.providers.heuristic import HeuristicExtractor
+
+        return _cached(("extractor", "heuristic"), HeuristicExtractor)
+    from memory.providers.llm import LLMExtractor
+
+    chat = get_chat_model()
+    return _cached(("extractor", *key), lambda: LLMExtractor(chat))

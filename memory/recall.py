@@ -1,0 +1,440 @@
+"""The read path of a bot turn and the cognitive actions (recall, inspect, consult).
+
+A turn has two steps. :func:`prepare_turn` runs when a message arrives: it
+sweeps due facts, builds the lexical fact pool for the present persons (two
+queries: the current text and the conversation impression), the episodes and
+the working memory, and records the turn's retrieval trace — without touching
+any fact. :func:`confirm_turn` runs once the bot decides to reply: the query
+vector is taken, dense candidates join the pool, the pool is re-ranked with
+fused relevance and exactly the facts that enter the prompt are reinforced.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from memory import selectors, services
+from memory.engine import spreading
+from memory.engine.scope import fact_visible_in_stream
+from memory.engine.scoring import apply_pool_percentile
+from memory.models import Fact, Identity, Message, Stream, Turn
+from memory.selectors import RecalledEpisode, ScopedFact
+
+logger = logging.getLogger(__name__)
+
+OBSERVATION_LIMIT = 600
+ITEM_LIMIT = 80
+TRUNCATED = "…（已截断）"
+
+
+class TurnNotFound(LookupError):
+    pass
+
+
+class TurnStateError(Exception):
+    """The turn cannot take this step (e.g. it was already confirmed)."""
+
+
+def _overrides() -> Mapping[str, Any]:
+    from tuning.services import active_overrides
+
+    return active_overrides()
+
+
+def _limit(overrides: Mapping[str, Any], name: str, default: int) -> int:
+    return int(overrides.get(name, default))
+
+
+def _stream(stream_id: int) -> Stream:
+    try:
+        return Stream.objects.get(pk=stream_id)
+    except Stream.DoesNotExist:
+        raise services.NotFound(f"stream {stream_id} not found") from None
+
+
+def present_persons(*, stream_id: int, speaker_id: int, before_id: int) -> list[int]:
+    """The current speaker first, then the stream's recent speakers."""
+    return list(dict.fromkeys([speaker_id, *selectors.recent_speakers(stream_id=stream_id, before_id=before_id)]))
+
+
+def replay_turn_pool(
+    *,
+    person_ids: Sequence[int],
+    text: str,
+    impression: str,
+    now: int,
+    stream_kind: str,
+    overrides: Mapping[str, Any],
+    events: bool = False,
+    stats: dict[str, int] | None = None,
+) -> list[ScopedFact]:
+    """The lexical candidate pool of a turn — the same code path production runs.
+
+    ``recall_facts_in_scope`` for the current text, then for the impression;
+    union by id (first occurrence kept); stable sort by score (current-text
+    candidates first on ties); cut by the tuned pool percentile.
+    """
+    limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
+    pool: dict[int, ScopedFact] = {}
+    for query in (text, impression):
+        if not query or not query.strip():
+            continue
+        for fact in selectors.recall_facts_in_scope(
+            person_ids=person_ids, query=query, limit=limit, now=now, stream_kind=stream_kind,
+            return_candidates=True, overrides=overrides, events=events, stats=stats,
+        ):
+            pool.setdefault(fact.id, fact)
+    ordered = sorted(pool.values(), key=lambda f: f.score, reverse=True)
+    kept = apply_pool_percentile([f.score for f in ordered], float(overrides.get("pool_score_percentile", 0.0)))
+    return ordered[:kept]
+
+
+def _episodes(stream_id: int, text: str, overrides: Mapping[str, Any]) -> list[RecalledEpisode]:
+    recalled = selectors.recall_episodes(
+        stream_id=stream_id, query=text,
+        limit=_limit(overrides, "recalled_episode_limit", settings.RECALLED_EPISODE_LIMIT),
+    )
+    recent = selectors.recent_episodes(
+        stream_id=stream_id, limit=_limit(overrides, "recent_episode_limit", settings.RECENT_EPISODE_LIMIT)
+    )
+    merged: dict[int, RecalledEpisode] = {}
+    for episode in [*recalled, *recent]:
+        merged.setdefault(episode.id, episode)
+    return list(merged.values())[: settings.EPISODE_CONTEXT_LIMIT]
+
+
+@dataclass(frozen=True)
+class PromptFact:
+    fact: ScopedFact
+    conflict_slot: str = ""
+    completed: bool = False  # added only to show a conflict group whole; not recalled
+
+
+def complete_conflicts(facts: Sequence[ScopedFact], *, now: int) -> list[PromptFact]:
+    """Annotate slot conflicts and append every missing member of their groups.
+
+    Conflicting values are always shown side by side: the model must never see
+    only one side and take it as settled.
+    """
+    by_person: dict[int, list[int]] = {}
+    for f in facts:
+        by_person.setdefault(f.person_id, []).append(f.id)
+    groups: dict[int, tuple[str, list[tuple[int, str]]]] = {}
+    for person_id, ids in by_person.items():
+        groups.update(selectors.slot_conflicts(person_id=person_id, fact_ids=ids))
+    out = [PromptFact(f, conflict_slot=groups[f.id][0] if f.id in groups else "") for f in facts]
+    present = {f.id for f in facts}
+    missing = [m for _slot, members in {g[0]: g[1] for g in groups.values()}.items() for m, _c in members]
+    missing = [m for m in dict.fromkeys(missing) if m not in present]
+    if missing:
+        rows = Fact.objects.in_bulk(missing)
+        for fid in missing:
+            row = rows[fid]
+            from memory.engine import decay
+
+            ret = decay.retention(row.strength, row.updated_at, row.half_life_hours, now)
+            extra = ScopedFact(
+                id=row.id, person_id=row.person_id, kind=row.kind, content=row.content, slot=row.slot,
+                origin_kind=row.origin_kind, retention=ret, score=0.0, lexical_relevance=0.0, bm25=None,
+                half_life_hours=row.half_life_hours, active=row.active,
+            )
+            out.append(PromptFact(extra, conflict_slot=row.slot, completed=True))
+    return out
+
+
+@dataclass
+class TurnContext:
+    turn_id: int | None
+    stream: Stream
+    speaker_id: int
+    now: int
+    working_memory: list[Message]
+    present_person_ids: list[int]
+    pool: list[ScopedFact]
+    facts: list[PromptFact]
+    episodes: list[RecalledEpisode]
+    blocked: int = 0
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+
+def prepare_turn(
+    *,
+    stream_id: int,
+    speaker_id: int,
+    text: str,
+    impression: str = "",
+    watermark_message_id: int | None = None,
+    at: int | None = None,
+    record: bool = True,
+) -> TurnContext:
+    """Everything the bot needs to answer a message; read-only for facts.
+
+    With ``record=False`` (the console's playground) nothing at all is written:
+    no sweep, no events, no turn row.
+    """
+    now = services.now_ms() if at is None else at
+    stream = _stream(stream_id)
+    if record:
+        services.sweep(at=now)
+    overrides = _overrides()
+    watermark = watermark_message_id
+    before = watermark if watermark is not None else selectors.latest_message_id(stream_id=stream_id)
+    persons = present_persons(stream_id=stream_id, speaker_id=speaker_id, before_id=before)
+    stats: dict[str, int] = {}
+    pool = replay_turn_pool(
+        person_ids=persons, text=text, impression=impression, now=now, stream_kind=stream.kind,
+        overrides=overrides, events=record, stats=stats,
+    )
+    limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
+    facts = complete_conflicts(pool[:limit], now=now)
+    episodes = _episodes(stream_id, text, overrides)
+    working = selectors.working_memory(stream_id=stream_id, limit=settings.WORKING_MEMORY_MESSAGES, watermark=watermark)
+    turn_id = None
+    if record:
+        prompt_ids = [f.id for f in pool[:limit]]
+        with transaction.atomic():
+            turn = Turn.objects.create(
+                stream=stream, speaker_id=speaker_id, at=now, text=text, impression=impression,
+                watermark_message_id=watermark, stream_kind=stream.kind, present_person_ids=persons,
+                pool=[f.as_dict() for f in pool], prompt_fact_ids=[],
+            )
+            services.emit_event(
+                "memory_retrieval_trace",
+                {
+                    "turnId": turn.pk, "streamId": stream_id, "currentText": text,
+                    "conversationImpression": impression, "currentTextChars": len(text),
+                    "impressionChars": len(impression), "candidateCount": len(pool),
+                    "candidatePool": [{"factId": f.id, "score": f.score} for f in pool],
+                    "promptFactIds": prompt_ids, "presentPersonIds": persons, "streamKind": stream.kind,
+                },
+                at=now, stream_id=stream_id, turn_id=turn.pk, stage="turn",
+            )
+        turn_id = turn.pk
+    return TurnContext(
+        turn_id=turn_id, stream=stream, speaker_id=speaker_id, now=now, working_memory=working,
+        present_person_ids=persons, pool=pool, facts=facts, episodes=episodes, blocked=stats.get("blocked", 0),
+        overrides=overrides,
+    )
+
+
+def embed_query(text: str) -> Any:
+    """Query vector from the configured embedding provider, or None (disabled or failed)."""
+    from memory.providers.config import get_embedder
+
+    try:
+        embedder = get_embedder()
+        if embedder is None:
+            return None
+        return embedder.embed([text])[0]
+    except Exception:  # the vector is a side channel: lexical order stands
+        logger.warning("query embedding failed", exc_info=True)
+        return None
+
+
+def _pool_facts(turn: Turn) -> list[ScopedFact]:
+    out = []
+    for item in turn.pool:
+        out.append(
+            ScopedFact(
+                id=item["factId"], person_id=item["personId"], kind=item.get("kind", ""),
+                content=item.get("content", ""), slot=item.get("slot", ""), origin_kind=item.get("origin", "legacy"),
+                retention=item["retention"], score=item["score"], lexical_relevance=item["lexical"],
+                bm25=item.get("bm25"), half_life_hours=item["halfLife"], active=item.get("active", True),
+            )
+        )
+    return out
+
+
+@dataclass
+class ConfirmResult:
+    turn_id: int
+    facts: list[PromptFact]
+    conflict_members: list[PromptFact]
+    reinforced: list[int]
+    used_vector: bool
+
+
+def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = None) -> ConfirmResult:
+    """The reply is going out: dense channel, fused re-rank, reinforce exactly the prompt facts.
+
+    Confirming a turn twice raises :class:`TurnStateError`.
+    """
+    now = services.now_ms() if at is None else at
+    turn = Turn.objects.filter(pk=turn_id).first()
+    if turn is None:
+        raise TurnNotFound(f"turn {turn_id} not found")
+    if turn.confirmed_at is not None:
+        raise TurnStateError(f"turn {turn_id} was already confirmed")
+    overrides = _overrides()
+    limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
+    vector = query_embedding if query_embedding is not None else embed_query(turn.text)
+    pool = _pool_facts(turn)
+    if vector is not None:
+        dense = selectors.dense_fact_candidates(
+            person_ids=turn.present_person_ids, query_vector=vector, limit=limit, now=turn.at,
+            stream_kind=turn.stream_kind, overrides=overrides,
+        )
+        pool = selectors.merge_dense_candidates(pool, dense, query=turn.text)
+    # Facts invalidated since the turn was prepared must not enter the prompt.
+    still_valid = set(Fact.objects.filter(pk__in=[f.id for f in pool], superseded_by__isnull=True).values_list("id", flat=True))
+    pool = [f for f in pool if f.id in still_valid]
+    ranked = selectors.rank_recalled_facts(pool, vector, limit, overrides)
+    with transaction.atomic():
+        if Turn.objects.filter(pk=turn_id, confirmed_at__isnull=True).update(confirmed_at=now) != 1:
+            raise TurnStateError(f"turn {turn_id} was already confirmed")
+        reinforced = services.reinforce_recalled_facts(facts=ranked, at=now)
+        Turn.objects.filter(pk=turn_id).update(prompt_fact_ids=[f.id for f in ranked], reinforced_fact_ids=reinforced)
+        services.emit_event(
+            "memory_retrieval_confirmed",
+            {"turnId": turn_id, "promptFactIds": [f.id for f in ranked], "usedVector": vector is not None},
+            at=now, stream_id=turn.stream_id, turn_id=turn_id, stage="turn",
+        )
+    completed = complete_conflicts(ranked, now=turn.at)
+    return ConfirmResult(
+        turn_id=turn_id,
+        facts=[p for p in completed if not p.completed],
+        conflict_members=[p for p in completed if p.completed],
+        reinforced=reinforced,
+        used_vector=vector is not None,
+    )
+
+
+# --- cognitive actions ------------------------------------------------------------------------
+
+
+def _clip(text: str, limit: int = ITEM_LIMIT) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + TRUNCATED
+
+
+def _person_names(person_ids: Sequence[int]) -> dict[int, str]:
+    from memory.models import Person
+
+    names = {pid: name for pid, name in Person.objects.filter(pk__in=person_ids).values_list("id", "display_name")}
+    for pid, name in Identity.objects.filter(person_id__in=person_ids).values_list("person_id", "display_name"):
+        if not names.get(pid) and name:
+            names[pid] = name
+    return {pid: names.get(pid) or f"#{pid}" for pid in person_ids}
+
+
+@dataclass
+class RecallResult:
+    facts: list[ScopedFact]
+    episodes: list[RecalledEpisode]
+    spread: list[selectors.SpreadItem]
+    observation: str
+    blocked: dict[str, int]
+    fell_back: bool = False
+
+
+def cognitive_recall(
+    *,
+    stream_id: int,
+    speaker_id: int,
+    query: str,
+    cross_person: bool = False,
+    hops: int | None = None,
+    at: int | None = None,
+) -> RecallResult:
+    """The seed's ``recall`` action: facts and episodes, then association spreading.
+
+    No fact is reinforced. Spread hits pass the read-side filters (superseded
+    facts, facts not visible in this stream, episodes of other streams);
+    knowledge is never filtered. Seeds and visible hits are linked together
+    (edges grow only when items are lit together) and touched in the
+    short-term activation.
+    """
+    now = services.now_ms() if at is None else at
+    stream = _stream(stream_id)
+    overrides = _overrides()
+    if hops is None:
+        hops = int(overrides.get("ppr_hops", spreading.RECALL_HOPS))
+    persons = present_persons(
+        stream_id=stream_id, speaker_id=speaker_id, before_id=selectors.latest_message_id(stream_id=stream_id)
+    )
+    if cross_person and stream.kind != "group":
+        facts = selectors.recall_facts_across_persons(query=query, limit=5, now=now, stream_kind=stream.kind)
+    else:
+        facts = selectors.recall_facts_in_scope(person_ids=persons, query=query, limit=5, now=now, stream_kind=stream.kind)
+    episodes = selectors.recall_episodes(stream_id=stream_id, query=query, limit=3)
+    names = _person_names(list({f.person_id for f in facts}))
+    if not facts and not episodes:
+        observation = f"你想了一下，没有想起任何和「{query}」有关的事。"
+        return RecallResult([], [], [], observation, {})
+    lines = [f"关于「{query}」，你想起这些："]
+    lines += [f"- 你记得关于{names[f.person_id]}：{_clip(f.content)}" for f in facts]
+    lines += [f"- 你们聊过：{_clip(e.summary)}" for e in episodes]
+    seeds = [("fact", f.id, f.score) for f in facts] + [("episode", e.id, e.score) for e in episodes]
+    activation = selectors.short_term_activation()
+    spreading_result = selectors.spread(seeds=seeds, now=now, hops=hops, limit=spreading.SPREAD_LIMIT, activation=activation)
+    blocked = {"blockedEpisodes": 0, "blockedSuperseded": 0, "blockedScope": 0}
+    visible: list[selectors.SpreadItem] = []
+    fact_rows = Fact.objects.in_bulk([h.ref_id for h in spreading_result.hits if h.kind == "fact"])
+    from memory.models import Episode
+
+    episode_rows = Episode.objects.in_bulk([h.ref_id for h in spreading_result.hits if h.kind == "episode"])
+    for hit in spreading_result.hits:
+        if hit.kind == "fact" and hit.ref_id in fact_rows:
+            row = fact_rows[hit.ref_id]
+            if row.superseded_by_id is not None:
+                blocked["blockedSuperseded"] += 1
+                continue
+            if not fact_visible_in_stream(row.origin_kind, stream.kind, private_in_group=settings.PRIVATE_FACTS_IN_GROUP):
+                blocked["blockedScope"] += 1
+                continue
+        if hit.kind == "episode" and hit.ref_id in episode_rows and episode_rows[hit.ref_id].stream_id != stream_id:
+            blocked["blockedEpisodes"] += 1
+            continue
+        visible.append(hit)
+    if blocked["blockedScope"]:
+        services.emit_event("memory_fact_scope_blocked", {"streamKind": stream.kind, "blocked": blocked["blockedScope"]}, at=now)
+    if visible:
+        hit_names = _person_names([fact_rows[h.ref_id].person_id for h in visible if h.kind == "fact"])
+        lines.append("顺带想起来的：")
+        for h in visible:
+            if h.kind == "fact":
+                lines.append(f"- 还想到关于{hit_names[fact_rows[h.ref_id].person_id]}：{_clip(h.content)}")
+            elif h.kind == "episode":
+                lines.append(f"- 还想到你们聊过：{_clip(h.content)}")
+            else:
+                lines.append(f"- 还想到：{_clip(h.content)}")
+    adopted = [(k, i) for k, i, _ in seeds] + [(h.kind, h.ref_id) for h in visible]
+    services.link_together(refs=adopted, at=now)
+    activation.touch([s.node_id for s in spreading_result.seeds] + [h.node_id for h in visible], now)
+    services.emit_event(
+        "memory_spread",
+        {
+            "query": query, "seeds": len(seeds), "spread": len(visible), "hops": hops,
+            "blockedEpisodes": blocked["blockedEpisodes"], "blockedSuperseded": blocked["blockedSuperseded"],
+            "blockedRebuild": 0, "crossPerson": cross_person,
+        },
+        at=now, stream_id=stream_id,
+    )
+    observation = "\n".join(lines)
+    if len(observation) > OBSERVATION_LIMIT:
+        observation = observation[:OBSERVATION_LIMIT] + TRUNCATED
+    return RecallResult(facts, episodes, visible, observation, blocked, spreading_result.fell_back)
+
+
+def inspect_messages(
+    *, stream_id: int, query: str, before_message_id: int | None = None, limit: int = 6
+) -> list[Message]:
+    """The seed's ``inspect`` action: chat history before the watermark."""
+    _stream(stream_id)
+    return selectors.search_messages(stream_id=stream_id, query=query, before_id=before_message_id, limit=limit)
+
+
+def consult_knowledge(
+    *, query: str, limit: int = 5, at: int | None = None, query_embedding: Any = None, touch: bool = True
+) -> list[selectors.KnowledgeHit]:
+    """The seed's ``consult`` action: knowledge search, hits counted when shown."""
+    vector = query_embedding if query_embedding is not None else embed_query(query)
+    hits = selectors.search_knowledge(query=query, limit=limit, query_embedding=vector)
+    if touch and hits:
+        services.touch_knowledge(ids=[h.id for h in hits], at=at)
+    return hits

@@ -1,0 +1,392 @@
+"""Request and response schemas of the bot API (v1). Field names are the contract.
+
+All instants are integer epoch milliseconds. Every id is a positive 64-bit integer;
+bounds are part of the schema so out-of-range input is a 422, never a database error.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from ninja import Field, Schema
+from pydantic import ConfigDict, StringConstraints
+
+# --- scalar types ---------------------------------------------------------------
+
+MAX_ID = 2**63 - 1
+MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+FACT_MAX_CHARS = 2000
+KNOWLEDGE_MAX_CHARS = 20_000
+QUERY_MAX_CHARS = 2000
+IMPORT_MAX_CHARS = 200_000
+EMBEDDING_MAX_DIM = 4096
+
+Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+EpochMs = Annotated[int, Field(ge=0, le=MAX_EPOCH_MS, description="epoch milliseconds")]
+Platform = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64)]
+ExternalId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+DisplayName = Annotated[str, StringConstraints(strip_whitespace=True, max_length=200)]
+StreamKindName = Literal["direct", "group", "desktop"]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class In(Schema):
+    """Base of request bodies: unknown fields are rejected (a typo should not pass silently)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- refs -----------------------------------------------------------------------
+
+
+class StreamRef(In):
+    platform: Platform
+    kind: StreamKindName
+    external_id: ExternalId
+    name: DisplayName = ""
+
+
+class PersonRef(In):
+    platform: Platform
+    external_id: ExternalId
+    name: DisplayName = ""
+
+
+# --- errors ---------------------------------------------------------------------
+
+
+class FieldError(Schema):
+    field: str = Field(description="dotted path of the offending field, e.g. body.stream.kind")
+    message: str
+    type: str = ""
+
+
+class ErrorOut(Schema):
+    detail: str = Field(description="one sentence saying what went wrong")
+    errors: list[FieldError] = Field(default_factory=list)
+
+
+# --- messages -------------------------------------------------------------------
+
+
+class MessageIn(In):
+    stream: StreamRef
+    sender: PersonRef | None = Field(None, description="required when role is 'user'")
+    role: Literal["user", "assistant"]
+    content: str = Field(description="at most MESSAGE_MAX_CHARS characters (default 20000)")
+    external_message_id: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    at: EpochMs | None = None
+
+
+class MessagePatch(In):
+    content: str = Field(description="at most MESSAGE_MAX_CHARS characters (default 20000)")
+
+
+class MessageOut(Schema):
+    id: int
+    stream_id: int
+    person_id: int | None
+
+
+# --- turns ----------------------------------------------------------------------
+
+
+class TurnIn(In):
+    stream: StreamRef
+    speaker: PersonRef
+    text: Annotated[str, StringConstraints(max_length=20_000)]
+    impression: Annotated[str, StringConstraints(max_length=20_000)] = ""
+    watermark_message_id: Id | None = None
+    at: EpochMs | None = None
+
+
+class ConfirmIn(In):
+    query_embedding: Annotated[list[FiniteFloat], Field(min_length=1, max_length=EMBEDDING_MAX_DIM)] | None = None
+    at: EpochMs | None = None
+
+
+class WorkingMessageOut(Schema):
+    id: int
+    role: str
+    person_id: int | None
+    content: str
+    at: int
+
+
+class TurnFactOut(Schema):
+    id: int
+    person_id: int
+    kind: str
+    slot: str
+    content: str
+    retention: float
+    score: float
+    conflict_slot: str | None = Field(None, description="the slot whose conflict group this fact belongs to")
+
+
+class EpisodeOut(Schema):
+    id: int
+    summary: str
+    started_at: int
+    ended_at: int
+    score: float | None = None
+
+
+class TurnOut(Schema):
+    turn_id: int
+    stream_id: int
+    speaker_id: int
+    working_memory: list[WorkingMessageOut]
+    facts: list[TurnFactOut]
+    episodes: list[EpisodeOut]
+
+
+class ConfirmOut(Schema):
+    turn_id: int
+    facts: list[TurnFactOut]
+    reinforced: list[int]
+
+
+# --- actions --------------------------------------------------------------------
+
+
+class RecallIn(In):
+    stream: StreamRef
+    speaker: PersonRef
+    query: Annotated[str, StringConstraints(max_length=QUERY_MAX_CHARS)]
+    cross_person: bool = False
+    hops: Annotated[int, Field(ge=0, le=3)] | None = None
+    at: EpochMs | None = None
+
+
+class SpreadHitOut(Schema):
+    kind: str
+    id: int
+    content: str
+    score: float
+    hops: int
+
+
+class RecallOut(Schema):
+    stream_id: int
+    speaker_id: int
+    facts: list[TurnFactOut]
+    episodes: list[EpisodeOut]
+    spread: list[SpreadHitOut]
+    observation: str
+
+
+class InspectIn(In):
+    stream: StreamRef
+    query: Annotated[str, StringConstraints(max_length=QUERY_MAX_CHARS)]
+    before_message_id: Id | None = None
+    limit: Annotated[int, Field(ge=1, le=50)] = 6
+
+
+class InspectMessageOut(Schema):
+    id: int
+    role: str
+    person_id: int | None
+    content: str
+    at: int
+    score: float | None = None
+
+
+class InspectOut(Schema):
+    stream_id: int
+    messages: list[InspectMessageOut]
+
+
+class ConsultIn(In):
+    query: Annotated[str, StringConstraints(max_length=QUERY_MAX_CHARS)]
+    limit: Annotated[int, Field(ge=1, le=50)] = 5
+    at: EpochMs | None = None
+
+
+class KnowledgeHitOut(Schema):
+    id: int
+    content: str
+    score: float
+
+
+class ConsultOut(Schema):
+    knowledge: list[KnowledgeHitOut]
+
+
+# --- facts ----------------------------------------------------------------------
+
+
+class FactIn(In):
+    person: PersonRef
+    kind: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=32)]
+    slot: Annotated[str, StringConstraints(strip_whitespace=True, max_length=32)] = ""
+    content: Annotated[str, StringConstraints(max_length=FACT_MAX_CHARS)]
+    supersedes: Id | None = None
+    stream_kind: StreamKindName | None = Field(
+        None, description="where the fact was heard (group → group origin, else direct); absent → legacy"
+    )
+    at: EpochMs | None = None
+
+
+class FactWriteOut(Schema):
+    fact_id: int
+    person_id: int
+    created: bool
+    conflict_with: list[int]
+    superseded: int | None
+    origin_promoted: bool
+
+
+class FactRowOut(Schema):
+    id: int
+    kind: str
+    content: str
+    slot: str
+    origin_kind: str
+    strength: float
+    retention: float
+    half_life_hours: float
+    active: bool
+    invalid: bool
+    pinned: bool
+    superseded_by: int | None
+    due_at: int
+    hit_count: int
+    last_hit_at: int | None
+    updated_at: int
+    created_at: int
+
+
+class PersonFactsOut(Schema):
+    person_id: int
+    at: int
+    facts: list[FactRowOut]
+
+
+# --- knowledge ------------------------------------------------------------------
+
+
+class KnowledgeIn(In):
+    content: Annotated[str, StringConstraints(max_length=KNOWLEDGE_MAX_CHARS)]
+    source: Annotated[str, StringConstraints(strip_whitespace=True, max_length=64)] = "api"
+    at: EpochMs | None = None
+
+
+class KnowledgeOut(Schema):
+    id: int
+    created: bool
+
+
+class ImportIn(In):
+    text: str = Field(description=f"at most {IMPORT_MAX_CHARS} characters; split into chunks of ≤ 1200")
+    origin_name: Annotated[str, StringConstraints(strip_whitespace=True, max_length=255)] = ""
+    kind: Literal["paste", "upload"] = "paste"
+
+
+class ImportOut(Schema):
+    job_id: int
+    batch_id: int | None = None
+    status: str
+    progress: int = 0
+    total: int = 0
+    result: dict[str, Any] = Field(default_factory=dict)
+    error: str = ""
+
+
+# --- output adapters ----------------------------------------------------------------
+# The read path returns dataclasses (ScopedFact, KnowledgeHit …) or model rows; these
+# turn either into the dicts of the response schemas above.
+
+
+def _get(obj: Any, *names: str, default: Any = None) -> Any:
+    for name in names:
+        if isinstance(obj, dict):
+            if name in obj:
+                return obj[name]
+        elif hasattr(obj, name):
+            return getattr(obj, name)
+    return default
+
+
+def _float(value: Any) -> float:
+    return 0.0 if value is None else float(value)
+
+
+def working_message_out(m: Any) -> dict[str, Any]:
+    return {
+        "id": _get(m, "id", "pk"),
+        "role": _get(m, "role", default=""),
+        "person_id": _get(m, "person_id", "sender_person_id"),
+        "content": _get(m, "content", default=""),
+        "at": _get(m, "at", "created_at", default=0),
+    }
+
+
+def fact_out(f: Any) -> dict[str, Any]:
+    slot = _get(f, "slot", default="") or ""
+    return {
+        "id": _get(f, "id", "pk"),
+        "person_id": _get(f, "person_id"),
+        "kind": _get(f, "kind", default=""),
+        "slot": slot,
+        "content": _get(f, "content", default=""),
+        "retention": _float(_get(f, "retention")),
+        "score": _float(_get(f, "score")),
+        "conflict_slot": _get(f, "conflict_slot", default=None) or None,
+    }
+
+
+def episode_out(e: Any) -> dict[str, Any]:
+    score = _get(e, "score")
+    return {
+        "id": _get(e, "id", "pk"),
+        "summary": _get(e, "summary", default=""),
+        "started_at": _get(e, "started_at", default=0),
+        "ended_at": _get(e, "ended_at", default=0),
+        "score": None if score is None else float(score),
+    }
+
+
+def spread_hit_out(h: Any) -> dict[str, Any]:
+    return {
+        "kind": _get(h, "kind", "ref_kind", default=""),
+        "id": _get(h, "id", "ref_id", default=0),
+        "content": _get(h, "content", "text", default="") or "",
+        "score": _float(_get(h, "score")),
+        "hops": int(_get(h, "hops", default=0) or 0),
+    }
+
+
+def inspect_message_out(m: Any) -> dict[str, Any]:
+    out = working_message_out(m)
+    score = _get(m, "score")
+    out["score"] = None if score is None else float(score)
+    return out
+
+
+def knowledge_hit_out(h: Any) -> dict[str, Any]:
+    return {"id": _get(h, "id", "pk"), "content": _get(h, "content", default=""), "score": _float(_get(h, "score"))}
+
+
+def fact_row(fact: Any, now: int) -> dict[str, Any]:
+    """A fact row with its decay state at ``now`` (the console's and curation API's view)."""
+    from memory.engine import decay
+
+    return {
+        "id": fact.pk,
+        "kind": fact.kind,
+        "content": fact.content,
+        "slot": fact.slot,
+        "origin_kind": fact.origin_kind,
+        "strength": fact.strength,
+        "retention": decay.retention(fact.strength, fact.updated_at, fact.half_life_hours, now),
+        "half_life_hours": fact.half_life_hours,
+        "active": fact.active,
+        "invalid": fact.superseded_by_id is not None,
+        "pinned": decay.is_pinned(fact.half_life_hours),
+        "superseded_by": fact.superseded_by_id,
+        "due_at": fact.due_at,
+        "hit_count": fact.hit_count,
+        "last_hit_at": fact.last_hit_at,
+        "updated_at": fact.updated_at,
+        "created_at": fact.created_at,
+    }

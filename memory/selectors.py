@@ -1,0 +1,779 @@
+"""Reads of the memory layers: recall, search, conflicts and spreading.
+
+Selectors never change memory. The one exception the seed asks for is the
+``memory_fact_scope_blocked`` observation event, written only when
+``events=True`` (the console's playground passes ``False``).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.db import connection
+from django.db.models import Count
+
+from memory import lexical
+from memory.engine import decay
+from memory.engine.quantize import cosine_q8_many, quantize_vector
+from memory.engine.scope import SCOPE_ALL, fact_visible_in_stream
+from memory.engine.scoring import blend_score, fused_relevance
+from memory.engine.spreading import ConceptGraph, ShortTermActivation, SpreadResult
+from memory.engine.spreading import spread as engine_spread
+from memory.engine.tokenize import words
+from memory.models import Episode, Fact, Identity, Knowledge, MemoryNode, Message
+
+MESSAGE_QUERY_TERMS = 6
+MESSAGE_SCAN_LIMIT = 200
+
+
+def _overrides(overrides: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if overrides is not None:
+        return overrides
+    from tuning.services import active_overrides
+
+    return active_overrides()
+
+
+def _private_in_group(value: bool | None) -> bool:
+    return settings.PRIVATE_FACTS_IN_GROUP if value is None else value
+
+
+# --- L1 ----------------------------------------------------------------------------
+
+
+def working_memory(*, stream_id: int, limit: int = 40, watermark: int | None = None) -> list[Message]:
+    """Unarchived messages of a stream, newest ``limit`` by id, oldest first.
+
+    With a user-message ``watermark`` the user messages stored after it are left
+    out (assistant rows after it stay), fixing the turn's snapshot.
+    """
+    rows = Message.objects.filter(stream_id=stream_id, episode__isnull=True)
+    if watermark is not None:
+        rows = rows.exclude(role="user", id__gt=watermark)
+    return list(reversed(rows.order_by("-id")[:limit]))
+
+
+def pending_count(*, stream_id: int) -> int:
+    return Message.objects.filter(stream_id=stream_id, episode__isnull=True).count()
+
+
+def pending_counts() -> dict[int, int]:
+    rows = Message.objects.filter(episode__isnull=True).values("stream_id").annotate(n=Count("id"))
+    return {row["stream_id"]: row["n"] for row in rows}
+
+
+def oldest_pending(*, stream_id: int, n: int) -> list[Message]:
+    return list(Message.objects.filter(stream_id=stream_id, episode__isnull=True).order_by("id")[:n])
+
+
+def messages_after(*, stream_id: int, since_id: int, limit: int) -> list[Message]:
+    """Messages after a cursor regardless of ``episode_id`` (extraction has its own cursor)."""
+    return list(Message.objects.filter(stream_id=stream_id, id__gt=since_id).order_by("id")[:limit])
+
+
+def message_count_after(*, stream_id: int, since_id: int) -> int:
+    return Message.objects.filter(stream_id=stream_id, id__gt=since_id).count()
+
+
+def latest_message_id(*, stream_id: int) -> int:
+    return Message.objects.filter(stream_id=stream_id).order_by("-id").values_list("id", flat=True).first() or 0
+
+
+def recent_speakers(*, stream_id: int, before_id: int, scan_limit: int = 200) -> list[int]:
+    """Distinct senders among the newest ``scan_limit`` messages up to ``before_id``, most recent first."""
+    senders = (
+        Message.objects.filter(stream_id=stream_id, id__lte=before_id, sender_person__isnull=False)
+        .order_by("-id")
+        .values_list("sender_person_id", flat=True)[:scan_limit]
+    )
+    return list(dict.fromkeys(senders))
+
+
+def search_messages(*, stream_id: int, query: str, before_id: int | None = None, limit: int = 6) -> list[Message]:
+    """Message search without an FTS table: jieba words → LIKE prefilter (≤ 200 rows) → hit counts.
+
+    Rows are ranked by the number of distinct terms they contain (ties: newer
+    first) and the top ``limit`` are returned in chronological order.
+    """
+    terms = list(dict.fromkeys(words(query)))[:MESSAGE_QUERY_TERMS]
+    if not terms or limit < 1:
+        return []
+    where = ["stream_id = %s"]
+    params: list[Any] = [stream_id]
+    if before_id is not None:
+        where.append("id < %s")
+        params.append(before_id)
+    where.append("(" + " OR ".join(["content LIKE %s ESCAPE '\\'"] * len(terms)) + ")")
+    params.extend("%" + t.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for t in terms)
+    params.append(MESSAGE_SCAN_LIMIT)
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT id, content FROM messages WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT %s", params)
+        rows = cur.fetchall()
+    scored = []
+    for message_id, content in rows:
+        lowered = content.lower()
+        hits = sum(1 for t in terms if t in lowered)
+        if hits:
+            scored.append((hits, message_id))
+    scored.sort(key=lambda x: (-x[0], -x[1]))
+    chosen = sorted(mid for _, mid in scored[:limit])
+    by_id = Message.objects.select_related("sender_person").in_bulk(chosen)
+    return [by_id[i] for i in chosen]
+
+
+# --- L3 facts ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScopedFact:
+    id: int
+    person_id: int
+    kind: str
+    content: str
+    slot: str
+    origin_kind: str
+    retention: float
+    score: float
+    lexical_relevance: float
+    bm25: float | None
+    half_life_hours: float
+    active: bool
+    cosine: float | None = None
+    relevance: float | None = None  # fused relevance when a cosine was used
+    source: str = "lexical"  # lexical | dense
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "factId": self.id,
+            "personId": self.person_id,
+            "score": self.score,
+            "lexical": self.lexical_relevance,
+            "bm25": self.bm25,
+            "retention": self.retention,
+            "halfLife": self.half_life_hours,
+            "kind": self.kind,
+            "slot": self.slot,
+            "content": self.content,
+            "origin": self.origin_kind,
+            "active": self.active,
+            "cosine": self.cosine,
+            "source": self.source,
+        }
+
+
+def _visible_rows(rows: Sequence[tuple], stream_kind: str, private_in_group: bool) -> tuple[list[tuple], int]:
+    if stream_kind == SCOPE_ALL:
+        return list(rows), 0
+    kept = [r for r in rows if fact_visible_in_stream(r[6], stream_kind, private_in_group=private_in_group)]
+    return kept, len(rows) - len(kept)
+
+
+def _report_blocked(blocked: int, stream_kind: str, now: int, events: bool) -> None:
+    if blocked and events:
+        from memory.services import emit_event
+
+        emit_event("memory_fact_scope_blocked", {"streamKind": stream_kind, "blocked": blocked}, at=now)
+
+
+def _score_rows(rows: Iterable[tuple], now: int, overrides: Mapping[str, Any]) -> list[ScopedFact]:
+    facts = []
+    for fid, b, person_id, kind, content, slot, origin, strength, half_life, updated_at, active, _v in rows:
+        ret = decay.retention(strength, updated_at, half_life, now)
+        lex = decay.relevance_from_bm25(b)
+        facts.append(
+            ScopedFact(
+                id=fid, person_id=person_id, kind=kind, content=content, slot=slot, origin_kind=origin,
+                retention=ret, score=blend_score(lex, ret, overrides), lexical_relevance=lex, bm25=b,
+                half_life_hours=half_life, active=bool(active),
+            )
+        )
+    facts.sort(key=lambda f: f.score, reverse=True)  # stable: bm25 order breaks ties
+    return facts
+
+
+def _recall(
+    *, person_ids: Sequence[int] | None, query: str, limit: int, now: int, stream_kind: str,
+    private_in_group: bool | None, return_candidates: bool, overrides: Mapping[str, Any] | None, events: bool,
+    stats: dict[str, int] | None = None,
+) -> list[ScopedFact]:
+    if limit < 1:
+        return []
+    match = lexical.match_for("facts_fts", query)
+    if not match:
+        return []
+    rows = lexical.fact_candidates(match, person_ids=person_ids, limit=limit * 3)
+    rows, blocked = _visible_rows(rows, stream_kind, _private_in_group(private_in_group))
+    _report_blocked(blocked, stream_kind, now, events)
+    if stats is not None:
+        stats["blocked"] = stats.get("blocked", 0) + blocked
+    pool = _score_rows(rows, now, _overrides(overrides))
+    return pool if return_candidates else pool[:limit]
+
+
+def recall_facts_in_scope(
+    *,
+    person_ids: Sequence[int],
+    query: str,
+    limit: int = 6,
+    now: int,
+    stream_kind: str,
+    private_in_group: bool | None = None,
+    return_candidates: bool = False,
+    overrides: Mapping[str, Any] | None = None,
+    events: bool = True,
+    stats: dict[str, int] | None = None,
+) -> list[ScopedFact]:
+    """Lexical fact recall over the present persons; read-only.
+
+    One FTS query over ``person_id IN (...)`` (valid facts, frozen included),
+    ``LIMIT limit*3``; visibility filtered before scoring; ``score =
+    blend_score(relevance_from_bm25(bm25), retention)``; stable sort.
+    """
+    persons = list(dict.fromkeys(person_ids))
+    if not persons:
+        return []
+    return _recall(
+        person_ids=persons, query=query, limit=limit, now=now, stream_kind=stream_kind,
+        private_in_group=private_in_group, return_candidates=return_candidates, overrides=overrides, events=events,
+        stats=stats,
+    )
+
+
+def recall_facts_across_persons(
+    *,
+    query: str,
+    limit: int = 6,
+    now: int,
+    stream_kind: str,
+    private_in_group: bool | None = None,
+    return_candidates: bool = False,
+    overrides: Mapping[str, Any] | None = None,
+    events: bool = True,
+) -> list[ScopedFact]:
+    """Like :func:`recall_facts_in_scope` without the person filter."""
+    return _recall(
+        person_ids=None, query=query, limit=limit, now=now, stream_kind=stream_kind,
+        private_in_group=private_in_group, return_candidates=return_candidates, overrides=overrides, events=events,
+    )
+
+
+def top_facts(
+    *, person_id: int, limit: int = 8, now: int, stream_kind: str, private_in_group: bool | None = None
+) -> list[ScopedFact]:
+    """Strongest active valid facts of a person by current retention.
+
+    ``stream_kind='all'`` bypasses visibility; only the extraction de-dup list may use it.
+    """
+    rows = list(
+        Fact.objects.filter(person_id=person_id, active=True, superseded_by__isnull=True).values_list(
+            "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "half_life_hours", "updated_at"
+        )
+    )
+    if stream_kind != SCOPE_ALL:
+        pig = _private_in_group(private_in_group)
+        visible = [r for r in rows if fact_visible_in_stream(r[5], stream_kind, private_in_group=pig)]
+        _report_blocked(len(rows) - len(visible), stream_kind, now, True)
+        rows = visible
+    facts = []
+    for fid, pid, kind, content, slot, origin, strength, half_life, updated_at in rows:
+        ret = decay.retention(strength, updated_at, half_life, now)
+        facts.append(
+            ScopedFact(
+                id=fid, person_id=pid, kind=kind, content=content, slot=slot, origin_kind=origin, retention=ret,
+                score=ret, lexical_relevance=0.0, bm25=None, half_life_hours=half_life, active=True,
+            )
+        )
+    facts.sort(key=lambda f: f.score, reverse=True)
+    return facts[:limit]
+
+
+def _query_q8(query_vector: Any) -> bytes | None:
+    if query_vector is None:
+        return None
+    vec = np.asarray(query_vector, dtype=np.float32).ravel()
+    if vec.size == 0:
+        return None
+    return quantize_vector(vec)
+
+
+def dense_fact_candidates(
+    *,
+    person_ids: Sequence[int],
+    query_vector: Any,
+    limit: int,
+    now: int,
+    stream_kind: str,
+    private_in_group: bool | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> list[ScopedFact]:
+    """Dense channel: valid facts of the present persons ranked by SQ8 cosine (top ``limit*3``).
+
+    Facts are few per person, so their SQ8 blobs are read per call (no resident index).
+    ``lexical_relevance`` is 0 here; :func:`merge_dense_candidates` back-computes the real bm25.
+    """
+    q8 = _query_q8(query_vector)
+    persons = list(dict.fromkeys(person_ids))
+    if q8 is None or not persons or limit < 1:
+        return []
+    rows = list(
+        Fact.objects.filter(person_id__in=persons, superseded_by__isnull=True, embedding_q8__isnull=False).values_list(
+            "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "half_life_hours",
+            "updated_at", "active", "embedding_q8",
+        )
+    )
+    pig = _private_in_group(private_in_group)
+    rows = [r for r in rows if stream_kind == SCOPE_ALL or fact_visible_in_stream(r[5], stream_kind, private_in_group=pig)]
+    if not rows:
+        return []
+    cosines = cosine_q8_many(q8, [bytes(r[10]) for r in rows])
+    ranked = sorted(
+        ((c, r) for c, r in zip(cosines, rows, strict=True) if not np.isnan(c)), key=lambda x: -x[0]
+    )[: limit * 3]
+    ov = _overrides(overrides)
+    out = []
+    for cos, (fid, pid, kind, content, slot, origin, strength, half_life, updated_at, active, _blob) in ranked:
+        ret = decay.retention(strength, updated_at, half_life, now)
+        rel = fused_relevance(0.0, float(cos))
+        out.append(
+            ScopedFact(
+                id=fid, person_id=pid, kind=kind, content=content, slot=slot, origin_kind=origin, retention=ret,
+                score=blend_score(rel, ret, ov), lexical_relevance=0.0, bm25=None, half_life_hours=half_life,
+                active=bool(active), cosine=float(cos), relevance=rel, source="dense",
+            )
+        )
+    return out
+
+
+def merge_dense_candidates(
+    pool: Sequence[ScopedFact], dense: Sequence[ScopedFact], *, query: str
+) -> list[ScopedFact]:
+    """Union by id (lexical pool first); dense-only hits get their real bm25 for ``query``.
+
+    Facts that do not match lexically keep relevance 0 on the lexical side.
+    """
+    seen = {f.id for f in pool}
+    extra = [f for f in dense if f.id not in seen]
+    if not extra:
+        return list(pool)
+    bm = lexical.fact_bm25(lexical.match_for("facts_fts", query), [f.id for f in extra])
+    merged = list(pool)
+    for f in extra:
+        b = bm.get(f.id)
+        merged.append(replace(f, bm25=b, lexical_relevance=decay.relevance_from_bm25(b) if b is not None else 0.0))
+    return merged
+
+
+def rank_recalled_facts(
+    candidates: Sequence[ScopedFact],
+    query_vector: Any,
+    limit: int,
+    overrides: Mapping[str, Any] | None = None,
+) -> list[ScopedFact]:
+    """Fused re-rank of a merged pool; returns re-scored copies, top ``limit``.
+
+    ``relevance = 0.4·lexical + 0.6·(cos+1)/2`` when the query vector and the
+    fact's SQ8 vector both exist (cosine on int8), else the lexical relevance;
+    retention is applied after fusion so the dense channel cannot bypass the
+    forgetting curve. Without a query vector the lexical order stands.
+    """
+    if limit < 0:
+        raise ValueError("limit must be >= 0")
+    ov = _overrides(overrides)
+    q8 = _query_q8(query_vector)
+    cosines: dict[int, float] = {}
+    if q8 is not None and candidates:
+        blobs = dict(
+            Fact.objects.filter(id__in=[c.id for c in candidates], embedding_q8__isnull=False).values_list(
+                "id", "embedding_q8"
+            )
+        )
+        ids = list(blobs)
+        values = cosine_q8_many(q8, [bytes(blobs[i]) for i in ids])
+        cosines = {i: float(v) for i, v in zip(ids, values, strict=True) if not np.isnan(v)}
+    ranked = []
+    for c in candidates:
+        cos = cosines.get(c.id)
+        rel = fused_relevance(c.lexical_relevance, cos) if cos is not None else c.lexical_relevance
+        ranked.append(replace(c, cosine=cos, relevance=rel, score=blend_score(rel, c.retention, ov)))
+    ranked.sort(key=lambda f: f.score, reverse=True)
+    return ranked[:limit]
+
+
+# --- conflicts -----------------------------------------------------------------------------
+
+
+def slot_conflicts(*, person_id: int, fact_ids: Iterable[int]) -> dict[int, tuple[str, list[tuple[int, str]]]]:
+    """For each requested fact in a slot-conflict group: ``(slot, [(member id, content), ...])``.
+
+    Groups are active valid facts of the person sharing a non-empty slot, with
+    ≥ 2 members; the whole group is returned (members not requested included).
+    """
+    wanted = set(fact_ids)
+    rows = Fact.objects.filter(person_id=person_id, active=True, superseded_by__isnull=True).exclude(slot="")
+    groups: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for fid, slot, content in rows.order_by("id").values_list("id", "slot", "content"):
+        groups[slot].append((fid, content))
+    out = {}
+    for slot, members in groups.items():
+        if len(members) < 2:
+            continue
+        for fid, _ in members:
+            if fid in wanted:
+                out[fid] = (slot, members)
+    return out
+
+
+@dataclass(frozen=True)
+class ConflictGroup:
+    person_id: int
+    person_name: str
+    slot: str
+    members: list[dict[str, Any]]
+
+
+def conflict_groups(*, person_id: int | None = None, now: int) -> list[ConflictGroup]:
+    """Every (person, slot) with two or more active valid members, members by id."""
+    rows = Fact.objects.filter(active=True, superseded_by__isnull=True).exclude(slot="")
+    if person_id is not None:
+        rows = rows.filter(person_id=person_id)
+    pairs = rows.values("person_id", "slot").annotate(n=Count("id")).filter(n__gte=2)
+    keys = {(p["person_id"], p["slot"]) for p in pairs}
+    if not keys:
+        return []
+    members: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
+    persons = {pid for pid, _ in keys}
+    for f in rows.filter(person_id__in=persons).order_by("id").select_related("person"):
+        if (f.person_id, f.slot) in keys:
+            members[(f.person_id, f.slot)].append(
+                {
+                    "id": f.id, "kind": f.kind, "content": f.content, "origin_kind": f.origin_kind,
+                    "retention": decay.retention(f.strength, f.updated_at, f.half_life_hours, now),
+                    "strength": f.strength, "half_life_hours": f.half_life_hours, "updated_at": f.updated_at,
+                    "created_at": f.created_at, "source": f.source, "hit_count": f.hit_count,
+                }
+            )
+    names = dict(
+        Identity.objects.filter(person_id__in=persons).order_by("display_name").values_list("person_id", "display_name")
+    )
+    from memory.models import Person
+
+    for pid, name in Person.objects.filter(pk__in=persons).values_list("id", "display_name"):
+        names.setdefault(pid, name)
+        if name:
+            names[pid] = name
+    return [
+        ConflictGroup(person_id=pid, person_name=names.get(pid) or f"#{pid}", slot=slot, members=members[(pid, slot)])
+        for pid, slot in sorted(keys)
+    ]
+
+
+# --- L2 episodes -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecalledEpisode:
+    id: int
+    summary: str
+    kind: str
+    started_at: int
+    ended_at: int
+    score: float
+    stream_id: int = 0
+
+
+def recall_episodes(*, stream_id: int | None, query: str, limit: int = 3) -> list[RecalledEpisode]:
+    """Episodes of a stream whose cues match ``query`` (best cue per episode; summaries are not indexed)."""
+    if limit < 1:
+        return []
+    match = lexical.match_for("cues_fts", query)
+    hits = lexical.cue_candidates(match, stream_id=stream_id, limit=limit * 4)
+    best: dict[int, float] = {}
+    for episode_id, _cue, b in hits:
+        best.setdefault(episode_id, b)
+    chosen = list(best)[:limit]
+    episodes = Episode.objects.in_bulk(chosen)
+    return [
+        RecalledEpisode(
+            id=e.id, summary=e.summary, kind=e.kind, started_at=e.started_at, ended_at=e.ended_at,
+            score=decay.score(best[e.id], 1.0), stream_id=e.stream_id,
+        )
+        for e in (episodes[i] for i in chosen)
+    ]
+
+
+def recent_episodes(*, stream_id: int, limit: int = 4) -> list[RecalledEpisode]:
+    """Newest episodes of a stream by end time; placeholders excluded; score 1.0."""
+    if limit < 1:
+        return []
+    rows = Episode.objects.filter(stream_id=stream_id).exclude(kind=Episode.UNSUMMARIZED).order_by("-ended_at", "-id")
+    return [
+        RecalledEpisode(
+            id=e.id, summary=e.summary, kind=e.kind, started_at=e.started_at, ended_at=e.ended_at, score=1.0,
+            stream_id=e.stream_id,
+        )
+        for e in rows[:limit]
+    ]
+
+
+# --- knowledge -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KnowledgeHit:
+    id: int
+    content: str
+    score: float
+    lexical: float
+    cosine: float | None = None
+    source: str = ""
+
+
+def search_knowledge(*, query: str, limit: int = 5, query_embedding: Any = None) -> list[KnowledgeHit]:
+    """Knowledge search: FTS candidates ∪ nearest vectors of the resident int8 index.
+
+    Lexical relevance (``score(bm25, 1.0)``) is fused with the cosine when both
+    vectors exist; knowledge never decays, so retention is fixed at 1.
+    Read-only (hit counting is the caller's choice, see ``touch_knowledge``).
+    """
+    if limit < 1:
+        return []
+    match = lexical.match_for("knowledge_fts", query)
+    lex = {int(i): float(b) for i, b in lexical.knowledge_candidates(match, limit=limit * 3)}
+    q8 = _query_q8(query_embedding)
+    cos: dict[int, float] = {}
+    if q8 is not None:
+        from memory.vector_index import knowledge_index
+
+        for kid, c in knowledge_index().top_k(q8, limit * 3):
+            cos[int(kid)] = float(c)
+        missing = [i for i in lex if i not in cos]
+        if missing:
+            cos.update(knowledge_index().cosines_for(q8, missing))
+        dense_only = [i for i in cos if i not in lex]
+        lex.update(lexical.knowledge_bm25(match, dense_only))
+    if not lex and not cos:
+        return []
+    ids = list(dict.fromkeys([*lex, *cos]))
+    scored = []
+    for kid in ids:
+        b = lex.get(kid)
+        rel_lex = decay.score(b, 1.0) if b is not None else 0.0
+        c = cos.get(kid)
+        rel = fused_relevance(rel_lex, c) if c is not None else rel_lex
+        scored.append((rel, rel_lex, c, kid))
+    scored.sort(key=lambda x: -x[0])
+    top = scored[:limit]
+    rows = Knowledge.objects.in_bulk([kid for *_, kid in top])
+    return [
+        KnowledgeHit(id=kid, content=rows[kid].content, score=rel, lexical=rl, cosine=c, source=rows[kid].source)
+        for rel, rl, c, kid in top
+        if kid in rows
+    ]
+
+
+# --- association ------------------------------------------------------------------------------------
+
+_activation = ShortTermActivation()
+
+
+def short_term_activation() -> ShortTermActivation:
+    """The in-process short-term activation (10 min time constant, not persisted)."""
+    return _activation
+
+
+def _expand(frontier: set[int]) -> list[tuple[int, int, float]]:
+    if not frontier:
+        return []
+    ids = list(frontier)
+    marks = ",".join(["%s"] * len(ids))
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT source_id, target_id, strength FROM memory_edges WHERE active = 1 AND source_id IN ({marks})"
+            f" UNION ALL SELECT source_id, target_id, strength FROM memory_edges WHERE active = 1 AND target_id IN ({marks})",
+            ids + ids,
+        )
+        return cur.fetchall()
+
+
+def _node_refs(nodes: Iterable[int]) -> dict[int, tuple[str, int]]:
+    return {n: (k, r) for n, k, r in MemoryNode.objects.filter(pk__in=list(nodes)).values_list("id", "ref_kind", "ref_id")}
+
+
+def node_retentions(nodes: set[int], now: int) -> dict[int, float | None]:
+    """Fact: decayed retention if it exists and is active; episode/knowledge: 1.0 if it exists."""
+    refs = _node_refs(nodes)
+    by_kind: dict[str, dict[int, int]] = defaultdict(dict)
+    for node, (kind, ref) in refs.items():
+        by_kind[kind][ref] = node
+    out: dict[int, float | None] = {n: None for n in nodes}
+    if by_kind["fact"]:
+        for fid, s, u, h in Fact.objects.filter(pk__in=list(by_kind["fact"]), active=True).values_list(
+            "id", "strength", "updated_at", "half_life_hours"
+        ):
+            out[by_kind["fact"][fid]] = decay.retention(s, u, h, now)
+    for kind, model in (("episode", Episode), ("knowledge", Knowledge)):
+        if by_kind[kind]:
+            for rid in model.objects.filter(pk__in=list(by_kind[kind])).values_list("id", flat=True):
+                out[by_kind[kind][rid]] = 1.0
+    return out
+
+
+def node_texts(nodes: Iterable[int]) -> dict[int, tuple[str, int, str]]:
+    """Memory node → ``(kind, ref id, text)``; a missing row has empty text."""
+    refs = _node_refs(nodes)
+    ids: dict[str, list[int]] = defaultdict(list)
+    for kind, ref in refs.values():
+        ids[kind].append(ref)
+    texts = {
+        "fact": dict(Fact.objects.filter(pk__in=ids["fact"]).values_list("id", "content")),
+        "episode": dict(Episode.objects.filter(pk__in=ids["episode"]).values_list("id", "summary")),
+        "knowledge": dict(Knowledge.objects.filter(pk__in=ids["knowledge"]).values_list("id", "content")),
+    }
+    return {n: (k, r, texts[k].get(r, "")) for n, (k, r) in refs.items()}
+
+
+CONCEPT_NODE_LIMIT = 50  # memory nodes looked up per concept when mapping concept scores back
+
+
+def _nodes_containing(concepts: set[str]) -> dict[str, list[int]]:
+    """Registered memory nodes whose text contains each concept (found through the FTS indexes)."""
+    out: dict[str, list[int]] = {}
+    for concept in concepts:
+        match = lexical.match_for("facts_fts", concept, prune=False)
+        if not match:
+            continue
+        refs: list[tuple[str, int]] = []
+        refs += [("fact", r[0]) for r in lexical.fact_candidates(match, person_ids=None, limit=CONCEPT_NODE_LIMIT)]
+        refs += [("knowledge", int(i)) for i, _ in lexical.knowledge_candidates(match, limit=CONCEPT_NODE_LIMIT)]
+        refs += [("episode", e) for e, _c, _b in lexical.cue_candidates(match, stream_id=None, limit=CONCEPT_NODE_LIMIT)]
+        nodes = []
+        for kind, ref in dict.fromkeys(refs):
+            node = MemoryNode.objects.filter(ref_kind=kind, ref_id=ref).values_list("id", flat=True).first()
+            if node is not None:
+                nodes.append(node)
+        out[concept] = nodes
+    return out
+
+
+def _concept_graph(seed_texts: Mapping[int, str], hops: int) -> ConceptGraph | None:
+    """The part of the concept graph reachable from the seeds' concepts within ``hops``.
+
+    Concepts are looked up by the jieba words of the seed texts (an index lookup)
+    rather than by scanning every concept name; the engine then applies the
+    casefold-substring rule within this bounded part. Normalising out-weights
+    before bounding and re-normalising after it equals normalising the bounded
+    part only, so loading the bounded part is exact.
+    """
+    from memory.models import KnowledgeNode
+
+    text = " ".join(seed_texts.values()).casefold()
+    if not text.strip():
+        return None
+    seed_words = {w for w in words(text) if len(w) >= 2}
+    concepts = dict(KnowledgeNode.objects.filter(concept__in=seed_words).values_list("id", "concept"))
+    if not concepts:
+        return None
+    frontier = set(concepts)
+    edges: list[tuple[int, int, float]] = []
+    seen = set(frontier)
+    with connection.cursor() as cur:
+        for _ in range(hops):
+            if not frontier:
+                break
+            marks = ",".join(["%s"] * len(frontier))
+            ids = list(frontier)
+            cur.execute(
+                f"SELECT source_id, target_id, strength FROM knowledge_edges WHERE source_id IN ({marks})"
+                f" UNION ALL SELECT source_id, target_id, strength FROM knowledge_edges WHERE target_id IN ({marks})",
+                ids + ids,
+            )
+            level = cur.fetchall()
+            edges.extend(level)
+            nxt = {b for a, b, _ in level} | {a for a, b, _ in level}
+            frontier = nxt - seen
+            seen |= nxt
+    names = dict(KnowledgeNode.objects.filter(pk__in=seen).values_list("id", "concept"))
+    return ConceptGraph(
+        concepts=names, edges=list(dict.fromkeys(edges)), seed_texts=seed_texts, nodes_containing=_nodes_containing
+    )
+
+
+@dataclass(frozen=True)
+class SpreadItem:
+    node_id: int
+    kind: str
+    ref_id: int
+    content: str
+    score: float
+    hops: int
+
+
+@dataclass(frozen=True)
+class Spreading:
+    seeds: list[SpreadItem]
+    hits: list[SpreadItem]
+    fell_back: bool
+    timed_out_graph: str | None
+    elapsed_ms: float
+    hops: int
+    alpha: float
+
+
+def spread(
+    *,
+    seeds: Sequence[tuple[str, int, float]],
+    now: int,
+    hops: int | None = None,
+    limit: int = 4,
+    alpha: float | None = None,
+    activation: ShortTermActivation | None = None,
+    events: bool = True,
+    use_concepts: bool = True,
+    timeout_seconds: float | None = None,
+) -> Spreading:
+    """Association spreading from ``(kind, ref_id, relevance)`` seeds; read-only.
+
+    Personalised PageRank on the memory graph and on the concept graph, summed;
+    a PPR timeout falls back to fixed-hop spreading and writes
+    ``memory_ppr_timeout``. Hits below REVIVE retention are dropped.
+    """
+    from memory.engine import spreading as sp
+
+    ov = _overrides(None)
+    hops = int(ov.get("ppr_hops", sp.HOPS)) if hops is None else hops
+    alpha = float(ov.get("ppr_alpha", sp.PPR_ALPHA)) if alpha is None else alpha
+    weights: dict[int, float] = {}
+    for kind, ref, rel in seeds:
+        node = MemoryNode.objects.filter(ref_kind=kind, ref_id=ref).values_list("id", flat=True).first()
+        if node is not None:
+            weights[node] = max(weights.get(node, 0.0), float(rel))
+    seed_info = node_texts(weights)
+    concept = _concept_graph({n: t for n, (_k, _r, t) in seed_info.items()}, hops) if use_concepts and weights else None
+
+    def on_timeout(graph: str) -> None:
+        if events:
+            from memory.services import emit_event
+
+            emit_event("memory_ppr_timeout", {"graph": graph}, at=now)
+
+    factor: Callable[[int], float] | None = (lambda n: activation.factor(n, now)) if activation else None
+    result: SpreadResult = engine_spread(
+        weights, hops=hops, limit=limit, expand=_expand, retention_of=lambda ns: node_retentions(ns, now),
+        concept=concept, alpha=alpha, activation=factor, on_timeout=on_timeout,
+        **({"timeout_seconds": timeout_seconds} if timeout_seconds else {}),
+    )
+    texts = node_texts([h.node_id for h in result.hits])
+    hits = [
+        SpreadItem(h.node_id, texts[h.node_id][0], texts[h.node_id][1], texts[h.node_id][2], h.score, h.hops)
+        for h in result.hits
+        if h.node_id in texts
+    ]
+    seeds_out = [SpreadItem(n, k, r, t, weights[n], 0) for n, (k, r, t) in seed_info.items()]
+    return Spreading(
+        seeds=seeds_out, hits=hits, fell_back=result.fell_back, timed_out_graph=result.timed_out_graph,
+        elapsed_ms=result.elapsed_ms, hops=hops, alpha=alpha,
+    )

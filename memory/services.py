@@ -1,0 +1,636 @@
+"""Writes of the memory layers. Each public function is one transaction.
+
+Services take keyword-only arguments and the current time as ``at`` (epoch
+milliseconds; :func:`now_ms` when omitted) so replays and tests are exact.
+The FTS row of every new fact, cue and knowledge item is written here, in the
+transaction of its row.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+
+from memory import lexical
+from memory.engine import decay
+from memory.engine.quantize import pack_float32, quantize_vector
+from memory.engine.scope import upgraded_origin
+from memory.engine.similarity import exact_key, is_same_fact
+from memory.models import (
+    Episode,
+    EpisodeCue,
+    Fact,
+    Identity,
+    Knowledge,
+    MemoryNode,
+    Message,
+    Meta,
+    Person,
+    PipelineEvent,
+    Stream,
+    StreamKind,
+    VectorSpace,
+)
+
+logger = logging.getLogger(__name__)
+
+REF_KINDS = ("fact", "episode", "knowledge")
+
+
+class MemoryInputError(ValueError):
+    """Bad input from a caller (maps to HTTP 400/422)."""
+
+
+class NotFound(LookupError):
+    """A referenced row does not exist (maps to HTTP 404)."""
+
+
+def now_ms() -> int:
+    """The only clock read of the memory layer."""
+    return int(time.time() * 1000)
+
+
+def _at(at: int | None) -> int:
+    return now_ms() if at is None else int(at)
+
+
+# --- events and meta -----------------------------------------------------------
+
+
+def emit_event(
+    kind: str,
+    payload: dict[str, Any],
+    *,
+    at: int | None = None,
+    stream_id: int | None = None,
+    turn_id: int | None = None,
+    stage: str = "",
+) -> None:
+    """Append one observation event to the ledger (``pipeline_events``)."""
+    PipelineEvent.objects.create(
+        at=_at(at), stream_id=stream_id, turn_id=turn_id, stage=stage, kind=kind, payload=payload
+    )
+
+
+def meta_get(key: str, default: Any = None) -> Any:
+    """JSON value of a meta key; ``default`` when missing or not valid JSON."""
+    row = Meta.objects.filter(key=key).values_list("value", flat=True).first()
+    if row is None:
+        return default
+    try:
+        return json.loads(row)
+    except ValueError:
+        return default
+
+
+def meta_set(key: str, value: Any) -> None:
+    Meta.objects.update_or_create(key=key, defaults={"value": json.dumps(value, ensure_ascii=False)})
+
+
+# --- persons and streams ---------------------------------------------------------
+
+
+def resolve_person(*, platform: str, external_id: str, name: str = "", at: int | None = None) -> Person:
+    """The person behind a platform identity, created on first use.
+
+    A new non-empty ``name`` refreshes the identity's display name.
+    """
+    platform, external_id = platform.strip(), external_id.strip()
+    if not platform or not external_id:
+        raise MemoryInputError("person ref needs a platform and an external_id")
+    identity = Identity.objects.select_related("person").filter(platform=platform, external_id=external_id).first()
+    if identity is not None:
+        if name and identity.display_name != name:
+            Identity.objects.filter(pk=identity.pk).update(display_name=name)
+            if not identity.person.display_name:
+                Person.objects.filter(pk=identity.person_id).update(display_name=name)
+        return identity.person
+    try:
+        with transaction.atomic():
+            person = Person.objects.create(kind="user", display_name=name, first_seen_at=_at(at))
+            Identity.objects.create(person=person, platform=platform, external_id=external_id, display_name=name)
+            return person
+    except IntegrityError:  # created concurrently by another request
+        return Identity.objects.get(platform=platform, external_id=external_id).person
+
+
+def resolve_stream(*, platform: str, kind: str, external_id: str, name: str = "") -> Stream:
+    """The stream of a platform conversation, created on first use."""
+    if kind not in StreamKind.values:
+        raise MemoryInputError(f"stream kind must be one of {', '.join(StreamKind.values)}")
+    platform, external_id = platform.strip(), external_id.strip()
+    if not platform or not external_id:
+        raise MemoryInputError("stream ref needs a platform and an external_id")
+    stream = Stream.objects.filter(platform=platform, kind=kind, external_id=external_id).first()
+    if stream is not None:
+        if name and stream.display_name != name:
+            Stream.objects.filter(pk=stream.pk).update(display_name=name)
+            stream.display_name = name
+        return stream
+    try:
+        with transaction.atomic():
+            return Stream.objects.create(platform=platform, kind=kind, external_id=external_id, display_name=name)
+    except IntegrityError:
+        return Stream.objects.get(platform=platform, kind=kind, external_id=external_id)
+
+
+# --- L1 messages -----------------------------------------------------------------
+
+
+def _enqueue_stream_checks(stream_id: int) -> None:
+    if getattr(settings, "MEMORY_ENQUEUE_TASKS", True):
+        from memory.tasks import enqueue_stream_checks
+
+        enqueue_stream_checks(stream_id)
+
+
+def append_message(
+    *,
+    stream_id: int,
+    role: str,
+    content: str,
+    sender_person_id: int | None = None,
+    external_message_id: str | None = None,
+    at: int | None = None,
+) -> tuple[Message, bool]:
+    """Store one inbound or outbound message synchronously.
+
+    Posting the same ``(stream, external_message_id)`` again returns the stored
+    row and ``created=False``; nothing is duplicated. After commit the stream's
+    summarisation and extraction checks are enqueued.
+    """
+    if role not in ("user", "assistant"):
+        raise MemoryInputError("role must be 'user' or 'assistant'")
+    if role == "user" and sender_person_id is None:
+        raise MemoryInputError("a user message needs its sender")
+    if len(content) > settings.MESSAGE_MAX_CHARS:
+        raise MemoryInputError(f"content is longer than {settings.MESSAGE_MAX_CHARS} characters")
+    if external_message_id is not None:
+        existing = Message.objects.filter(stream_id=stream_id, external_message_id=external_message_id).first()
+        if existing is not None:
+            return existing, False
+    try:
+        with transaction.atomic():
+            message = Message.objects.create(
+                stream_id=stream_id,
+                role=role,
+                content=content,
+                sender_person_id=sender_person_id,
+                external_message_id=external_message_id,
+                created_at=_at(at),
+            )
+            transaction.on_commit(lambda: _enqueue_stream_checks(stream_id))
+    except IntegrityError:
+        existing = Message.objects.filter(stream_id=stream_id, external_message_id=external_message_id).first()
+        if existing is None:
+            raise
+        return existing, False
+    return message, True
+
+
+def update_message_content(*, message_id: int, content: str, stream_id: int | None = None) -> Message:
+    """Fill a placeholder body later; the row keeps its arrival timestamp."""
+    if len(content) > settings.MESSAGE_MAX_CHARS:
+        raise MemoryInputError(f"content is longer than {settings.MESSAGE_MAX_CHARS} characters")
+    rows = Message.objects.filter(pk=message_id)
+    if stream_id is not None:
+        rows = rows.filter(stream_id=stream_id)
+    if rows.update(content=content) != 1:
+        raise NotFound(f"message {message_id} not found")
+    return Message.objects.get(pk=message_id)
+
+
+# --- L2 episodes -----------------------------------------------------------------
+
+
+def add_episode(
+    *,
+    stream_id: int,
+    summary: str,
+    cues: Iterable[str],
+    started_at: int,
+    ended_at: int,
+    message_ids: Sequence[int],
+    kind: str = Episode.CONVERSATION,
+    source: str = "",
+    at: int | None = None,
+) -> Episode:
+    """One transaction: the episode, its cues and their FTS rows, and the batch archived.
+
+    There is never a state where the summary exists and its messages still look pending.
+    """
+    with transaction.atomic():
+        episode = Episode.objects.create(
+            stream_id=stream_id,
+            kind=kind,
+            summary=summary,
+            started_at=started_at,
+            ended_at=ended_at,
+            created_at=_at(at),
+            source=source,
+        )
+        for text in cues:
+            text = (text or "").strip()
+            if not text:
+                continue
+            cue = EpisodeCue.objects.create(episode=episode, cue=text)
+            lexical.index_row("cues_fts", cue.pk, text)
+        if message_ids:
+            Message.objects.filter(stream_id=stream_id, id__in=list(message_ids)).update(episode=episode)
+    return episode
+
+
+# --- L3 facts --------------------------------------------------------------------
+
+
+@dataclass
+class FactWrite:
+    fact_id: int
+    created: bool = False
+    conflict_with: list[int] = field(default_factory=list)
+    superseded: int = 0
+    origin_promoted: bool = False
+    operation_id: int = 0
+
+
+def _find_similar(person_id: int, content: str, key: str) -> Fact | None:
+    exact = Fact.objects.filter(person_id=person_id, content_key=key).first()
+    if exact is not None:
+        return exact
+    match = lexical.match_for("facts_fts", content)
+    for fact_id, other in lexical.similar_fact_candidates(match, person_id=person_id, limit=8):
+        if is_same_fact(content, other):
+            return Fact.objects.get(pk=fact_id)
+    return None
+
+
+def _apply_supersede(person_id: int, target: int, *, replaced_by: int) -> int:
+    """Guarded supersede: same person, not already superseded, not itself."""
+    if target == replaced_by:
+        return 0
+    updated = Fact.objects.filter(pk=target, person_id=person_id, superseded_by__isnull=True).update(
+        superseded_by=replaced_by
+    )
+    return target if updated == 1 else 0
+
+
+def _log_supersede(
+    *, actor: str, person_id: int, old_id: int, new_id: int, new_row_created: bool, at: int, user: str
+) -> int:
+    from curation.models import FactOperation
+
+    op = FactOperation.objects.create(
+        at=at,
+        actor=actor,
+        op="replace" if actor == "manual" else "supersede",
+        person_id=person_id,
+        fact_id=old_id,
+        related_fact_id=new_id,
+        prev={"superseded_by": None, "new_row_created": new_row_created},
+        user=user,
+    )
+    return op.pk
+
+
+def _conflicts_of(fact: Fact) -> list[int]:
+    if not fact.slot:
+        return []
+    return list(
+        Fact.objects.filter(person_id=fact.person_id, slot=fact.slot, active=True, superseded_by__isnull=True)
+        .exclude(pk=fact.pk)
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+
+
+def add_fact(
+    *,
+    person_id: int,
+    content: str,
+    kind: str = "未分类",
+    slot: str = "",
+    supersedes: int = 0,
+    origin_kind: str = "legacy",
+    actor: str = "auto",
+    source: str = "",
+    user: str = "",
+    at: int | None = None,
+) -> FactWrite:
+    """Remember a fact about a person (one transaction).
+
+    1. A similar fact of the same person (exact key, then FTS + char/bigram
+       Jaccard) is reinforced instead of duplicated; its origin may only be
+       promoted ``direct → group``.
+    2. Otherwise a new row is written with its FTS row; slot conflicts with
+       other active facts of the same slot are reported, never resolved.
+    3. An explicit ``supersedes`` is applied only when the target is the same
+       person's, not already superseded and not the fact itself; it is logged
+       in the operation journal and can be undone.
+    """
+    at = _at(at)
+    content = (content or "").strip()
+    key = exact_key(content)
+    if not content or not key:
+        return FactWrite(fact_id=0)
+    slot = (slot or "").strip()
+    supersedes = supersedes if isinstance(supersedes, int) and supersedes > 0 else 0
+    with transaction.atomic():
+        existing = _find_similar(person_id, content, key)
+        if existing is not None:
+            nxt = decay.reinforce(decay.retention(existing.strength, existing.updated_at, existing.half_life_hours, at))
+            promoted = upgraded_origin(existing.origin_kind, origin_kind)
+            Fact.objects.filter(pk=existing.pk).update(
+                strength=nxt,
+                updated_at=at,
+                due_at=decay.freeze_due_at(nxt, at, existing.half_life_hours),
+                active=True,
+                hit_count=existing.hit_count + 1,
+                origin_kind=promoted,
+            )
+            write = FactWrite(fact_id=existing.pk, origin_promoted=promoted != existing.origin_kind)
+            if supersedes:
+                write.superseded = _apply_supersede(person_id, supersedes, replaced_by=existing.pk)
+                if write.superseded:
+                    write.operation_id = _log_supersede(
+                        actor=actor, person_id=person_id, old_id=supersedes, new_id=existing.pk,
+                        new_row_created=False, at=at, user=user,
+                    )
+            return write
+        half_life = decay.half_life_for(kind)
+        fact = Fact.objects.create(
+            person_id=person_id,
+            kind=kind or "未分类",
+            content=content,
+            content_key=key,
+            strength=1.0,
+            half_life_hours=half_life,
+            updated_at=at,
+            created_at=at,
+            due_at=decay.freeze_due_at(1.0, at, half_life),
+            active=True,
+            slot=slot,
+            origin_kind=origin_kind,
+            source=source[:120],
+        )
+        lexical.index_row("facts_fts", fact.pk, content)
+        write = FactWrite(fact_id=fact.pk, created=True)
+        if supersedes:
+            write.superseded = _apply_supersede(person_id, supersedes, replaced_by=fact.pk)
+            if write.superseded:
+                write.operation_id = _log_supersede(
+                    actor=actor, person_id=person_id, old_id=supersedes, new_id=fact.pk,
+                    new_row_created=True, at=at, user=user,
+                )
+        write.conflict_with = _conflicts_of(fact)
+    return write
+
+
+def reinforce_recalled_facts(*, facts: Sequence[Any], at: int | None = None) -> list[int]:
+    """Reinforce exactly the facts that entered a prompt (one transaction).
+
+    Each fact's new strength is ``reinforce(retention at recall time)``; a frozen
+    fact becomes active again (any reinforcement lands above REVIVE).
+    """
+    at = _at(at)
+    ids: list[int] = []
+    with transaction.atomic():
+        for fact in facts:
+            nxt = decay.reinforce(fact.retention)
+            with connection.cursor() as cur:
+                cur.execute(
+                    "UPDATE facts SET strength = %s, updated_at = %s, due_at = %s, active = 1,"
+                    " hit_count = hit_count + 1, last_hit_at = %s WHERE id = %s AND person_id = %s",
+                    [nxt, at, decay.freeze_due_at(nxt, at, fact.half_life_hours), at, fact.id, fact.person_id],
+                )
+                if cur.rowcount:
+                    ids.append(fact.id)
+    return ids
+
+
+def sweep(*, at: int | None = None) -> int:
+    """Freeze active facts whose retention fell below FREEZE.
+
+    Reads only ``active = 1 AND due_at <= now`` through ``idx_facts_due``; rows
+    still a hair above the threshold (``due_at`` is truncated to the ms) are
+    left for a later sweep.
+    """
+    at = _at(at)
+    frozen: list[int] = []
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT id, strength, updated_at, half_life_hours FROM facts WHERE active = 1 AND due_at <= %s",
+                [at],
+            )
+            for fact_id, strength, updated_at, half_life in cur.fetchall():
+                state = decay.DecayState(strength, updated_at, half_life, True)
+                if not decay.evaluate(state, at).active:
+                    frozen.append(fact_id)
+            if frozen:
+                cur.execute(
+                    f"UPDATE facts SET active = 0 WHERE id IN ({','.join(['%s'] * len(frozen))})", frozen
+                )
+    return len(frozen)
+
+
+# --- knowledge ---------------------------------------------------------------------
+
+
+def add_knowledge(*, content: str, source: str, at: int | None = None, batch_id: int | None = None) -> int:
+    """Store a knowledge item (deduplicated by ``content_key``) and index it at once.
+
+    Returns the id of the new or the existing row; 0 for blank or punctuation-only content.
+    """
+    text = (content or "").strip()
+    key = exact_key(text)
+    if not text or not key:
+        return 0
+    existing = Knowledge.objects.filter(content_key=key).values_list("id", flat=True).first()
+    if existing is not None:
+        return existing
+    try:
+        with transaction.atomic():
+            item = Knowledge.objects.create(
+                content=text, content_key=key, source=source, created_at=_at(at), import_batch_id=batch_id
+            )
+            tokens = lexical.index_row("knowledge_fts", item.pk, text)
+            Knowledge.objects.filter(pk=item.pk).update(tokens_v2=tokens)
+    except IntegrityError:
+        return Knowledge.objects.get(content_key=key).pk
+    _note_concepts(text, at=_at(at))
+    return item.pk
+
+
+def _note_concepts(text: str, *, at: int) -> None:
+    """Grow the concept graph: keywords of a knowledge item co-occur pairwise."""
+    from memory.engine.tokenize import words
+    from memory.models import KnowledgeEdge, KnowledgeNode
+
+    concepts = []
+    for word in words(text):
+        if len(word) >= 2 and word not in concepts:
+            concepts.append(word)
+    concepts = concepts[:8]
+    if len(concepts) < 2:
+        return
+    with transaction.atomic():
+        ids = []
+        for concept in concepts:
+            node, _ = KnowledgeNode.objects.get_or_create(concept=concept, defaults={"created_at": at})
+            ids.append(node.pk)
+        with connection.cursor() as cur:
+            for i, a in enumerate(ids):
+                for b in ids[i + 1:]:
+                    low, high = min(a, b), max(a, b)
+                    cur.execute(
+                        "INSERT INTO knowledge_edges(source_id, target_id, strength, updated_at)"
+                        " VALUES (%s, %s, 1.0, %s) ON CONFLICT(source_id, target_id)"
+                        " DO UPDATE SET strength = strength + 1, updated_at = excluded.updated_at",
+                        [low, high, at],
+                    )
+
+
+def touch_knowledge(*, ids: Iterable[int], at: int | None = None) -> None:
+    unique = list(dict.fromkeys(ids))
+    if not unique:
+        return
+    at = _at(at)
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE knowledge SET hit_count = hit_count + 1, last_hit_at = %s"
+            f" WHERE id IN ({','.join(['%s'] * len(unique))})",
+            [at, *unique],
+        )
+
+
+# --- vectors ---------------------------------------------------------------------------
+
+
+def _vector_pair(vector: Any) -> tuple[bytes, bytes]:
+    vec = np.asarray(vector, dtype=np.float32).ravel()
+    q8 = quantize_vector(vec)  # validates (finite, non-empty) before anything is written
+    return pack_float32(vec), q8
+
+
+def store_fact_vector(*, fact_id: int, vector: Any) -> None:
+    """Write the raw float32 vector and its SQ8 form in one UPDATE."""
+    raw, q8 = _vector_pair(vector)
+    with connection.cursor() as cur:
+        cur.execute("UPDATE facts SET embedding = %s, embedding_q8 = %s WHERE id = %s", [raw, q8, fact_id])
+
+
+def store_knowledge_vector(*, knowledge_id: int, vector: Any) -> None:
+    """Write the raw float32 vector and its SQ8 form in one UPDATE (bumps the index revision)."""
+    raw, q8 = _vector_pair(vector)
+    with connection.cursor() as cur:
+        cur.execute("UPDATE knowledge SET embedding = %s, embedding_q8 = %s WHERE id = %s", [raw, q8, knowledge_id])
+
+
+VECTOR_TABLES = {"facts": "facts", "knowledge": "knowledge"}
+
+
+def reconcile_vector_space(
+    *, consumer: str, model: str, api_format: str, dim: int, recipe: str = "content", at: int | None = None
+) -> int:
+    """Register the embedding space of a consumer; a change clears its vectors.
+
+    First registration keeps existing vectors; an identical space returns 0; a
+    changed model/format/dimension/recipe clears every stored vector of that
+    table in one transaction (the backfill then recomputes them).
+    """
+    table = VECTOR_TABLES.get(consumer)
+    if table is None:
+        raise MemoryInputError(f"unknown vector consumer {consumer!r}")
+    at = _at(at)
+    with transaction.atomic():
+        current = VectorSpace.objects.filter(consumer=consumer).first()
+        wanted = {"model": model, "api_format": api_format, "dim": dim, "recipe": recipe}
+        if current is None:
+            VectorSpace.objects.create(consumer=consumer, updated_at=at, **wanted)
+            return 0
+        if all(getattr(current, k) == v for k, v in wanted.items()):
+            return 0
+        with connection.cursor() as cur:
+            cur.execute(
+                f"UPDATE {table} SET embedding = NULL, embedding_q8 = NULL"
+                " WHERE embedding IS NOT NULL OR embedding_q8 IS NOT NULL"
+            )
+            cleared = cur.rowcount
+        VectorSpace.objects.filter(consumer=consumer).update(updated_at=at, **wanted)
+    return cleared
+
+
+# --- association --------------------------------------------------------------------------
+
+
+def _node_ids(refs: Sequence[tuple[str, int]]) -> list[int]:
+    ids = []
+    for kind, ref_id in refs:
+        if kind not in REF_KINDS:
+            raise MemoryInputError(f"unknown memory layer {kind!r}")
+        node, _ = MemoryNode.objects.get_or_create(ref_kind=kind, ref_id=ref_id)
+        ids.append(node.pk)
+    return ids
+
+
+def link_together(*, refs: Iterable[tuple[str, int]], at: int | None = None) -> int:
+    """Reinforce the co-activation edge of every pair of items lit together.
+
+    Edges are stored once per pair (smaller node id first); a new edge starts at
+    0.35, an existing one is reinforced from its stored strength and re-activated.
+    Returns the number of pairs (n·(n−1)/2 of the distinct refs).
+    """
+    unique = list(dict.fromkeys((kind, int(ref)) for kind, ref in refs))
+    if len(unique) < 2:
+        return 0
+    at = _at(at)
+    with transaction.atomic():
+        nodes = _node_ids(unique)
+        pairs = 0
+        with connection.cursor() as cur:
+            for i, a in enumerate(nodes):
+                for b in nodes[i + 1:]:
+                    if a == b:
+                        continue
+                    low, high = min(a, b), max(a, b)
+                    cur.execute("SELECT strength FROM memory_edges WHERE source_id = %s AND target_id = %s", [low, high])
+                    row = cur.fetchone()
+                    if row is None:
+                        cur.execute(
+                            "INSERT INTO memory_edges(source_id, target_id, strength, updated_at, active)"
+                            " VALUES (%s, %s, %s, %s, 1)",
+                            [low, high, decay.BOOST, at],
+                        )
+                    else:
+                        cur.execute(
+                            "UPDATE memory_edges SET strength = %s, updated_at = %s, active = 1"
+                            " WHERE source_id = %s AND target_id = %s",
+                            [decay.reinforce(row[0]), at, low, high],
+                        )
+                    pairs += 1
+    return pairs
+
+
+def decay_edges(*, at: int | None = None) -> int:
+    """Freeze active edges whose retention (720 h half-life) fell below FREEZE; never deletes.
+
+    Set-based: one UPDATE evaluates ``strength · 2^(−hours/720) < 0.1`` in SQL,
+    which is equivalent to ``updated_at < now − 720·log2(strength/0.1)·H``.
+    """
+    at = _at(at)
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE memory_edges SET active = 0 WHERE active = 1 AND ("
+            " strength < %s OR (%s - updated_at) > %s * log2(strength / %s) * %s)",
+            [decay.FREEZE, at, decay.EDGE_HALF_LIFE_HOURS, decay.FREEZE, decay.MS_PER_HOUR],
+        )
+        frozen = cur.rowcount
+    emit_event("edges_decayed", {"frozen": frozen}, at=at)
+    return frozen

@@ -1,0 +1,77 @@
+"""The resident int8 knowledge vector index.
+
+All knowledge SQ8 vectors live in one int8 matrix per process. SQLite triggers
+bump ``meta['knowledge_vector_revision']`` whenever a knowledge SQ8 value is
+inserted, changed or deleted — by this process, another worker or a script —
+so each search first reads that counter (one indexed row) and the first search
+after a change rebuilds the matrix. Reading the SQ8 column of every row per
+query would cost a full scan of the overflow pages behind the float32 column.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+from django.db import connection
+
+from memory.engine.quantize import Int8Matrix
+
+REVISION_KEY = "knowledge_vector_revision"
+
+
+def current_revision() -> str:
+    with connection.cursor() as cur:
+        cur.execute("SELECT value FROM meta WHERE key = %s", [REVISION_KEY])
+        row = cur.fetchone()
+    return row[0] if row else "0"
+
+
+class KnowledgeVectorIndex:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._revision: str | None = None
+        self._matrix = Int8Matrix.from_blobs([])
+        self._positions: dict[int, int] = {}
+        self.rebuilds = 0
+
+    def _fresh(self) -> Int8Matrix:
+        revision = current_revision()
+        if revision != self._revision:
+            with self._lock:
+                if revision != self._revision:
+                    with connection.cursor() as cur:
+                        cur.execute("SELECT id, embedding_q8 FROM knowledge WHERE embedding_q8 IS NOT NULL ORDER BY id")
+                        pairs = [(i, bytes(b)) for i, b in cur.fetchall()]
+                    matrix = Int8Matrix.from_blobs(pairs)
+                    self._positions = {int(i): p for p, i in enumerate(matrix.ids)}
+                    self._matrix = matrix
+                    self._revision = revision
+                    self.rebuilds += 1
+        return self._matrix
+
+    def __len__(self) -> int:
+        return len(self._fresh())
+
+    def top_k(self, query: bytes | np.ndarray, k: int) -> list[tuple[int, float]]:
+        matrix = self._fresh()
+        if len(matrix) == 0:
+            return []
+        return matrix.top_k(query, k)
+
+    def cosines_for(self, query: bytes | np.ndarray, ids: Sequence[int]) -> dict[int, float]:
+        """Cosines of specific knowledge ids (ids without a vector are absent)."""
+        matrix = self._fresh()
+        rows = [self._positions[i] for i in ids if i in self._positions]
+        if not rows:
+            return {}
+        sub = Int8Matrix(matrix.ids[rows], matrix.matrix[rows], matrix.norms[rows], ())
+        return {int(i): float(c) for i, c in zip(sub.ids, sub.cosines(query), strict=True)}
+
+
+_index = KnowledgeVectorIndex()
+
+
+def knowledge_index() -> KnowledgeVectorIndex:
+    """The process-wide index (rebuilt lazily when the revision changes)."""
+    return _index

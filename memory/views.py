@@ -1,0 +1,325 @@
+"""Console pages of the memory layers: dashboard, streams, episodes, facts, knowledge,
+association graph, recall playground, imports and jobs.
+
+Every view is a short function: check permissions, validate a form, call a selector
+or service, render one template (or one of its partials for htmx). Nothing here
+writes memory rows directly; writes go through ``memory.services`` / ``memory.pipeline``.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.core.cache import cache
+from django.core.paginator import Paginator
+from django.db.models import Count, F, Max, Min, Q
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_GET, require_http_methods
+
+from memory import console, selectors, services
+from memory.engine import decay
+from memory.forms import (
+    EpisodeSearchForm,
+    FactFilterForm,
+    GraphForm,
+    ImportForm,
+    PlaygroundForm,
+    SearchForm,
+    SpreadForm,
+)
+from memory.models import (
+    Episode,
+    Fact,
+    ImportBatch,
+    Job,
+    Knowledge,
+    MemoryEdge,
+    MemoryNode,
+    Message,
+    Person,
+    PipelineEvent,
+    Stream,
+)
+
+log = logging.getLogger(__name__)
+
+VIEW = "memory.view_fact"
+PAGE_SIZE = 50
+#: Event kinds the dashboard lists under "recent events".
+DASHBOARD_EVENTS = [
+    "memory_fact_scope_blocked",
+    "memory_ppr_timeout",
+    "memory_extract_failed",
+    "summary_batch_skipped",
+    "fact_extract_batch_skipped",
+]
+
+
+def _partial(request: HttpRequest, template_name: str, partial: str) -> str:
+    return f"{template_name}#{partial}" if getattr(request, "htmx", False) else template_name
+
+
+# --- dashboard -------------------------------------------------------------------
+
+
+@login_required
+@permission_required(VIEW, raise_exception=True)
+@require_GET
+def dashboard(request: HttpRequest) -> HttpResponse:
+    now = services.now_ms()
+    context = {
+        "layers": console.layer_counts(),
+        "queues": console.stream_queues(),
+        "vectors": console.vector_coverage(),
+        "edges": console.edge_stats(),
+        "events": PipelineEvent.objects.filter(kind__in=DASHBOARD_EVENTS).order_by("-seq")[:20],
+        "now": now,
+    }
+    return render(request, "console/dashboard.html", context)
+
+
+@login_required
+@permission_required(VIEW, raise_exception=True)
+@require_GET
+def worker_health(request: HttpRequest) -> HttpResponse:
+    health = cache.get("console:worker-health")
+    if health is None:
+        health = console.ping_workers()
+        cache.set("console:worker-health", health, 15)
+    return render(request, _partial(request, "console/dashboard.html", "worker-health"), {"health": health})
+
+
+# --- streams and episodes --------------------------------------------------------
+
+
+@login_required
+@permission_required("memory.view_message", raise_exception=True)
+@require_GET
+def streams(request: HttpRequest) -> HttpResponse:
+    rows = console.stream_rows()
+    return render(request, "console/streams.html", {"streams": rows})
+
+
+@login_required
+@permission_required("memory.view_message", raise_exception=True)
+@require_GET
+def stream(request: HttpRequest, pk: int) -> HttpResponse:
+    obj = get_object_or_404(Stream, pk=pk)
+    form = SearchForm(request.GET)
+    hits = None
+    if form.is_valid() and form.cleaned_data["q"]:
+        hits = console.inspect_messages(stream_id=obj.pk, query=form.cleaned_data["q"])
+        if request.htmx:
+            return render(request, "console/stream.html#message-hits", {"hits": hits, "form": form, "stream": obj})
+    batches = Paginator(
+        Episode.objects.filter(stream=obj)
+        .annotate(n_messages=Count("messages"), first_id=Min("messages__id"), last_id=Max("messages__id"))
+        .order_by("-ended_at", "-id"),
+        20,
+    ).get_page(request.GET.get("page"))
+    context = {
+        "stream": obj,
+        "working": selectors.working_memory(stream_id=obj.pk, limit=40),
+        "batches": batches,
+        "form": form,
+        "hits": hits,
+    }
+    return render(request, "console/stream.html", context)
+
+
+@login_required
+@permission_required("memory.view_episode", raise_exception=True)
+@require_GET
+def episodes(request: HttpRequest) -> HttpResponse:
+    form = EpisodeSearchForm(request.GET)
+    form.is_valid()
+    data = getattr(form, "cleaned_data", {})
+    hits = None
+    if data.get("q"):
+        hits = console.search_episodes(query=data["q"], stream_id=data["stream"].pk if data.get("stream") else None)
+        page = None
+    else:
+        qs = Episode.objects.select_related("stream").annotate(n_messages=Count("messages")).order_by("-ended_at", "-id")
+        if data.get("stream"):
+            qs = qs.filter(stream=data["stream"])
+        if data.get("placeholders"):
+            qs = qs.filter(kind=Episode.UNSUMMARIZED)
+        page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+        console.attach_cues(page.object_list)
+    template = _partial(request, "console/episodes.html", "episode-results")
+    return render(request, template, {"form": form, "page": page, "hits": hits})
+
+
+# --- facts -----------------------------------------------------------------------
+
+
+@login_required
+@permission_required(VIEW, raise_exception=True)
+@require_GET
+def facts(request: HttpRequest) -> HttpResponse:
+    now = services.now_ms()
+    form = FactFilterForm(request.GET)
+    form.is_valid()
+    data = {k: v for k, v in getattr(form, "cleaned_data", {}).items() if v}
+    qs = console.filter_facts(Fact.objects.select_related("person"), data)
+    breakdown: dict[int, Any] = {}
+    if data.get("q"):
+        hits = console.search_facts(query=data["q"], now=now)
+        by_id = qs.in_bulk([h.id for h in hits])
+        rows = [by_id[h.id] for h in hits if h.id in by_id]
+        breakdown = {h.id: h for h in hits}
+        page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    else:
+        page = Paginator(qs.order_by("-updated_at", "-id"), PAGE_SIZE).get_page(request.GET.get("page"))
+    console.decorate_facts(page.object_list, now=now, breakdown=breakdown)
+    context = {
+        "form": form,
+        "page": page,
+        "kinds": Fact.objects.order_by("kind").values_list("kind", flat=True).distinct(),
+        "searching": bool(data.get("q")),
+        "next_url": request.get_full_path(),
+    }
+    return render(request, _partial(request, "console/facts.html", "fact-results"), context)
+
+
+@login_required
+@permission_required(VIEW, raise_exception=True)
+@require_GET
+def fact(request: HttpRequest, pk: int) -> HttpResponse:
+    now = services.now_ms()
+    obj = get_object_or_404(Fact.objects.select_related("person"), pk=pk)
+    console.decorate_facts([obj], now=now)
+    context = {
+        "fact": obj,
+        "curve": console.decay_curve_svg(obj, now=now),
+        "chain": console.supersede_chain(obj),
+        "operations": console.fact_operations(obj.pk),
+        "neighbours": console.neighbours("fact", obj.pk, now=now),
+        "now": now,
+        "next_url": request.get_full_path(),
+    }
+    return render(request, "console/fact.html", context)
+
+
+# --- knowledge and imports -------------------------------------------------------
+
+
+@login_required
+@permission_required("memory.view_knowledge", raise_exception=True)
+@require_GET
+def knowledge(request: HttpRequest) -> HttpResponse:
+    form = SearchForm(request.GET)
+    hits = None
+    page = None
+    if form.is_valid() and form.cleaned_data["q"]:
+        hits = console.search_knowledge(query=form.cleaned_data["q"])
+    else:
+        page = Paginator(
+            Knowledge.objects.select_related("import_batch").order_by("-id").defer("embedding", "embedding_q8", "tokens_v2"),
+            PAGE_SIZE,
+        ).get_page(request.GET.get("page"))
+    return render(request, _partial(request, "console/knowledge.html", "knowledge-results"),
+                  {"form": form, "hits": hits, "page": page})
+
+
+@login_required
+@permission_required("memory.import_knowledge", raise_exception=True)
+@require_http_methods(["GET", "POST"])
+def imports(request: HttpRequest) -> HttpResponse:
+    form = ImportForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            job = console.start_import(form.cleaned_data, user=request.user.get_username())
+        except console.ImportRefused as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, _("导入任务 #%(id)s 已开始。") % {"id": job.pk})
+            return redirect("console:imports")
+    batches = (
+        ImportBatch.objects.annotate(live=Count("knowledge")).filter(Q(live__gt=0) | Q(status="running"))
+        .order_by("-created_at", "-id")[:50]
+    )
+    jobs = Job.objects.filter(kind="import").order_by("-id")[:5]
+    status = 400 if request.method == "POST" else 200
+    return render(request, "console/imports.html", {"form": form, "batches": batches, "jobs": jobs}, status=status)
+
+
+@login_required
+@permission_required("memory.import_knowledge", raise_exception=True)
+@require_http_methods(["GET", "POST"])
+def import_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    batch = get_object_or_404(ImportBatch, pk=pk)
+    if request.method == "POST":
+        deleted = console.delete_batch(batch.pk)
+        messages.success(request, _("已删除导入批次 #%(id)s 的 %(n)s 条知识。") % {"id": batch.pk, "n": deleted})
+        return redirect("console:imports")
+    preview = console.delete_batch_preview(batch.pk)
+    return render(request, "console/import_delete.html", {"batch": batch, "preview": preview})
+
+
+# --- association -----------------------------------------------------------------
+
+
+@login_required
+@permission_required("memory.preview_association", raise_exception=True)
+@require_GET
+def graph(request: HttpRequest) -> HttpResponse:
+    now = services.now_ms()
+    form = GraphForm(request.GET)
+    data = form.cleaned_data if form.is_valid() else {}
+    view = console.memory_graph(
+        now=now, include_frozen=bool(data.get("include_frozen")), limit=data.get("limit") or 200,
+    )
+    selected = None
+    if data.get("node"):
+        kind, ref_id = data["node"].split(":")
+        selected = console.node_panel(kind, int(ref_id), now=now)
+    spread_form = SpreadForm(request.GET if ("q" in request.GET or "ref" in request.GET) else None)
+    preview = console.spread_preview(spread_form.cleaned_data, now=now) if spread_form.is_valid() else None
+    if preview:
+        view.mark(preview)
+    context = {"graph": view, "form": form, "selected": selected, "spread_form": spread_form, "preview": preview}
+    if request.htmx and request.htmx.target in ("node-panel", "spread-panel"):
+        return render(request, f"console/graph.html#{request.htmx.target}", context)
+    return render(request, "console/graph.html", context)
+
+
+# --- recall playground -----------------------------------------------------------
+
+
+@login_required
+@permission_required("memory.preview_recall", raise_exception=True)
+@require_GET
+def playground(request: HttpRequest) -> HttpResponse:
+    form = PlaygroundForm(request.GET if "text" in request.GET else None)
+    result = None
+    if form.is_valid():
+        result = console.preview_turn(form.cleaned_data)
+    return render(request, _partial(request, "console/playground.html", "playground-result"),
+                  {"form": form, "result": result})
+
+
+# --- jobs ------------------------------------------------------------------------
+
+
+@login_required
+@permission_required("memory.view_job", raise_exception=True)
+@require_GET
+def jobs(request: HttpRequest) -> HttpResponse:
+    rows = Job.objects.order_by("-id")[:50]
+    return render(request, "console/jobs.html", {"jobs": rows, "any_running": any(not j.finished for j in rows)})
+
+
+@login_required
+@permission_required("memory.view_job", raise_exception=True)
+@require_GET
+def job(request: HttpRequest, pk: int) -> HttpResponse:
+    obj = get_object_or_404(Job, pk=pk)
+    # A running card polls itself (hx-trigger "every 2s"); the finished card is
+    # rendered without the trigger, so swapping it in stops the polling.
+    return render(request, _partial(request, "console/jobs.html", "job-card"), {"job": obj})

@@ -1,0 +1,139 @@
+"""Auth, token command and the error envelope (422 naming the field, malformed JSON …)."""
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from memory.auth import hash_token
+from memory.models import ApiToken, Message, Stream
+
+from .conftest import T0, ApiClient, person, stream
+
+pytestmark = pytest.mark.django_db
+
+
+def test_no_token_is_401_with_json_body(anon):
+    r = anon.post("messages", {"stream": stream(), "role": "assistant", "content": "hi"})
+    assert r.status_code == 401
+    assert "Bearer" in r.json()["detail"]
+    assert not Message.objects.exists()
+
+
+def test_bad_token_is_401(db):
+    r = ApiClient("nope").post("messages", {"stream": stream(), "role": "assistant", "content": "hi"})
+    assert r.status_code == 401
+    assert r.json()["detail"]
+
+
+def test_wrong_scheme_is_401(token):
+    client = ApiClient(None)
+    client.headers = {"Authorization": f"Token {token}"}
+    assert client.get("persons/1/facts").status_code == 401
+
+
+def test_docs_and_schema_are_public(anon):
+    assert anon.client.get("/api/openapi.json").status_code == 200
+    assert anon.client.get("/api/docs").status_code == 200
+
+
+def test_create_api_token_prints_token_once_and_stores_only_hash(db):
+    out, err = io.StringIO(), io.StringIO()
+    call_command("create_api_token", "bot-a", stdout=out, stderr=err)
+    plain = out.getvalue().strip()
+    row = ApiToken.objects.get(name="bot-a")
+    assert row.token_hash == hash_token(plain) and plain not in row.token_hash
+    r = ApiClient(plain).post("messages", {"stream": stream(), "role": "assistant", "content": "hi", "at": T0})
+    assert r.status_code == 201
+
+
+def test_last_used_at_written_at_most_once_a_minute(api, token):
+    row = ApiToken.objects.get(token_hash=hash_token(token))
+    assert row.last_used_at is None
+    api.get("persons/999/facts")
+    first = ApiToken.objects.get(pk=row.pk).last_used_at
+    assert first is not None
+    api.get("persons/999/facts")
+    assert ApiToken.objects.get(pk=row.pk).last_used_at == first
+    old = timezone.now() - timedelta(minutes=2)
+    ApiToken.objects.filter(pk=row.pk).update(last_used_at=old)
+    api.get("persons/999/facts")
+    assert ApiToken.objects.get(pk=row.pk).last_used_at > old
+
+
+def test_malformed_json_is_422(api):
+    r = api.post("messages", raw=b'{"stream": ')
+    assert r.status_code == 422
+    assert "JSON" in r.json()["detail"]
+
+
+def test_invalid_utf8_and_nan_are_422(api):
+    assert api.post("messages", raw=b'{"content": "\xff"}').status_code == 422
+    r = api.post("turns/1/confirm", raw=b'{"query_embedding": [NaN]}')
+    assert r.status_code == 422
+
+
+def test_lone_surrogate_is_422_naming_field(api):
+    body = '{"stream": {"platform": "qq", "kind": "group", "external_id": "g"}, "role": "assistant", "content": "\\ud800"}'
+    before = Stream.objects.count()
+    r = api.post("messages", raw=body)
+    assert r.status_code == 422
+    assert "body.content" in r.json()["detail"]
+    assert Stream.objects.count() == before
+
+
+def test_missing_field_is_422_naming_it(api):
+    r = api.post("messages", {"stream": stream(), "role": "assistant"})
+    assert r.status_code == 422
+    body = r.json()
+    assert "body.content" in body["detail"]
+    assert body["errors"][0]["field"] == "body.content"
+
+
+def test_wrong_type_names_nested_field(api):
+    r = api.post("messages", {"stream": stream(kind="channel"), "role": "assistant", "content": "x"})
+    assert r.status_code == 422
+    assert "body.stream.kind" in r.json()["detail"]
+    r = api.post("messages", {"stream": stream(), "role": "assistant", "content": 5})
+    assert r.status_code == 422 and "body.content" in r.json()["detail"]
+
+
+def test_unknown_field_is_422(api):
+    r = api.post("messages", {"stream": stream(), "role": "assistant", "content": "x", "externl_message_id": "1"})
+    assert r.status_code == 422
+    assert "externl_message_id" in r.json()["detail"]
+
+
+def test_body_not_an_object_is_422(api):
+    assert api.post("messages", raw="[1, 2]").status_code == 422
+    assert api.post("messages", raw="null").status_code == 422
+    assert api.post("messages", raw="").status_code == 422
+
+
+def test_out_of_range_ids_and_at_are_422(api):
+    assert api.patch(f"messages/{2**70}", {"content": "x"}).status_code == 422
+    assert api.get("persons/0/facts").status_code == 422
+    r = api.post("messages", {"stream": stream(), "role": "assistant", "content": "x", "at": 10**30})
+    assert r.status_code == 422 and "body.at" in r.json()["detail"]
+    r = api.get("persons/1/facts", at="soon")
+    assert r.status_code == 422 and "query.at" in r.json()["detail"]
+
+
+def test_oversized_body_is_413(api, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    r = api.post("messages", {"stream": stream(), "role": "assistant", "content": "x" * 5000})
+    assert r.status_code == 413
+    assert "1000" in r.json()["detail"]
+
+
+def test_unknown_route_is_404_json(api):
+    r = api.get("nothing-here")
+    assert r.status_code == 404
+
+
+def test_person_ref_blank_external_id_is_422(api):
+    r = api.post("messages", {"stream": stream(), "sender": person(ext="  "), "role": "user", "content": "x"})
+    assert r.status_code == 422 and "body.sender.external_id" in r.json()["detail"]

@@ -1,0 +1,212 @@
+"""SQ8 — reference-spec §3.4 and scenarios §6.3 (22–29)."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memory.engine.quantize import (
+    HEADER_SIZE,
+    MAGIC,
+    Int8Matrix,
+    cosine_q8,
+    cosine_q8_many,
+    decode_q8,
+    dequantize,
+    embedding_dimension,
+    pack_float32,
+    quantize,
+    quantize_vector,
+    quantized_dimension,
+    unpack_float32,
+)
+
+
+def f32(*values: float) -> bytes:
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+def test_blob_length() -> None:  # 22
+    assert len(quantize(f32(*([0.5] * 1024)))) == 1036
+    assert len(f32(*([0.5] * 1024))) == 4096
+    assert len(quantize_vector([1, 2, 3])) == 15
+    assert HEADER_SIZE == 12 and MAGIC == b"YQ8\x01"
+
+
+def test_exact_bytes() -> None:  # 23
+    blob = quantize(f32(1.0, -0.5, 0.25))
+    assert blob[:12] == bytes.fromhex("59513801 03000000 0402013c")
+    assert list(np.frombuffer(blob[12:], dtype=np.int8)) == [127, -64, 32]
+    dim, scale, q = decode_q8(blob)
+    assert dim == 3 and scale == pytest.approx(1 / 127)
+
+
+def test_second_vector() -> None:  # 24
+    dim, scale, q = decode_q8(quantize(f32(3.5, -2.0, 0.0, 1.25, -0.5)))
+    assert q.tolist() == [127, -73, 0, 45, -18]
+    assert scale == pytest.approx(0.0275591, abs=1e-7)
+
+
+def test_ties_to_even() -> None:
+    # scale 1.0 (max 127): v/scale = 0.5, 1.5, 2.5, -63.5 round to 0, 2, 2, -64
+    _d, _s, q = decode_q8(quantize(f32(127.0, 0.5, 1.5, 2.5, -63.5)))
+    assert q.tolist() == [127, 0, 2, 2, -64]
+
+
+def test_zero_vector() -> None:  # 25
+    blob = quantize(f32(0.0, 0.0, 0.0))
+    dim, scale, q = decode_q8(blob)
+    assert scale == 1.0 and q.tolist() == [0, 0, 0]
+    assert cosine_q8(quantize(f32(1, 2, 3)), blob) == 0.0
+
+
+@pytest.mark.parametrize("values", [(0.3, -1.7, 2.2), (3.5, -2.0, 0.0, 1.25, -0.5)])
+def test_round_trip(values: tuple[float, ...]) -> None:  # 26
+    back = struct.unpack(f"<{len(values)}f", dequantize(quantize(f32(*values))))
+    tol = max(abs(v) for v in values) / 127 + 1e-6
+    for a, b in zip(values, back, strict=True):
+        assert abs(a - b) <= tol
+
+
+def test_cosine() -> None:  # 27
+    a = quantize(f32(1, 0, 0))
+    assert cosine_q8(a, a) == pytest.approx(1.0)
+    assert cosine_q8(a, quantize(f32(0, 1, 0))) == pytest.approx(0.0)
+    assert cosine_q8(a, quantize(f32(0.6, 0.8, 0))) == pytest.approx(95 / math.sqrt(95**2 + 127**2))
+    assert cosine_q8(a, quantize(f32(0.6, 0.8, 0))) == pytest.approx(0.598991, abs=1e-6)
+    with pytest.raises(ValueError, match="维度不一致"):
+        cosine_q8(a, quantize(f32(1, 0)))
+
+
+def test_cosine_uses_integers_without_wraparound() -> None:
+    v = np.full(512, 1.0, dtype=np.float32)
+    blob = quantize_vector(v)
+    assert cosine_q8(blob, blob) == 1.0
+    assert cosine_q8(blob, quantize_vector(-v)) == -1.0
+
+
+@pytest.mark.parametrize("raw", [b"", b"abc", f32(float("nan")), f32(1.0, float("inf")), f32(float("-inf"))])
+def test_quantize_rejects(raw: bytes) -> None:  # 28
+    with pytest.raises(ValueError):
+        quantize(raw)
+
+
+def test_decode_errors() -> None:  # 29
+    good = quantize(f32(1.0, -0.5, 0.25))
+    with pytest.raises(ValueError, match="短于格式头"):
+        dequantize(b"")
+    with pytest.raises(ValueError, match="格式标识"):
+        dequantize(b"BAD!" + good[4:])
+    with pytest.raises(ValueError, match="载荷长度"):
+        dequantize(good[:-1])
+    with pytest.raises(ValueError):
+        decode_q8(good[:-1] + b"\x80")
+    with pytest.raises(ValueError):
+        decode_q8(struct.pack("<4sIf", MAGIC, 0, 1.0))
+    for bad_scale in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            decode_q8(struct.pack("<4sIf", MAGIC, 1, bad_scale) + b"\x01")
+
+
+def test_dimensions_and_packing() -> None:
+    raw = f32(1.0, 2.0, 3.0)
+    assert embedding_dimension(raw) == 3
+    assert quantized_dimension(quantize(raw)) == 3
+    assert pack_float32([1.0, 2.0, 3.0]) == raw
+    assert unpack_float32(raw).tolist() == [1.0, 2.0, 3.0]
+    with pytest.raises(ValueError):
+        embedding_dimension(b"\x00\x00")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64))
+def test_decode_arbitrary_bytes_only_value_error(data: bytes) -> None:  # property (2)
+    for blob in (data, MAGIC + data):
+        try:
+            dim, scale, q = decode_q8(blob)
+        except ValueError:
+            continue
+        assert dim == len(q) and scale > 0 and math.isfinite(scale)
+        assert not (q == -128).any()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(allow_nan=False, min_value=-1e30, max_value=1e30), min_size=1, max_size=40))
+def test_quantize_round_trip_property(values: list[float]) -> None:
+    raw = f32(*values)
+    exact = unpack_float32(raw).astype(np.float64)
+    blob = quantize(raw)
+    dim, scale, q = decode_q8(blob)
+    assert dim == len(values)
+    assert int(q.min()) >= -127
+    back = np.frombuffer(dequantize(blob), dtype="<f4").astype(np.float64)
+    peak = float(np.abs(exact).max())
+    assert np.all(np.abs(back - exact) <= peak / 127 + peak * 1e-6 + 1e-37)
+
+
+def test_cosine_q8_many() -> None:
+    q = quantize(f32(1, 0, 0))
+    out = cosine_q8_many(q, [quantize(f32(1, 0, 0)), None, b"junk", quantize(f32(1, 0)), quantize(f32(0.6, 0.8, 0))])
+    assert out[0] == pytest.approx(1.0)
+    assert math.isnan(out[1]) and math.isnan(out[2]) and math.isnan(out[3])
+    assert out[4] == pytest.approx(0.598991, abs=1e-6)
+    with pytest.raises(ValueError):
+        cosine_q8_many(b"junk", [])
+
+
+def test_int8_matrix_matches_cosine_q8() -> None:
+    rng = np.random.default_rng(7)
+    vecs = rng.standard_normal((300, 64)).astype(np.float32)
+    vecs[5] = 0.0
+    blobs = [(1000 + i, quantize_vector(v)) for i, v in enumerate(vecs)]
+    matrix = Int8Matrix.from_blobs(blobs + [(1, b"bad"), (2, None), (3, quantize_vector([1.0, 2.0]))])
+    assert len(matrix) == 300 and matrix.dimension == 64
+    assert matrix.matrix.dtype == np.int8 and matrix.norms.dtype == np.float32
+    assert set(matrix.skipped) == {1, 2, 3}
+    query = quantize_vector(rng.standard_normal(64))
+    expected = sorted(((cosine_q8(query, b), i) for i, b in blobs), key=lambda x: -x[0])
+    top = matrix.top_k(query, 10)
+    assert [i for i, _ in top] == [i for _, i in expected[:10]]
+    for (_ident, cos), (exp_cos, _) in zip(top, expected[:10], strict=True):
+        assert cos == pytest.approx(exp_cos, abs=1e-6)
+    assert matrix.cosines(query)[5] == 0.0
+    # float query: scale-free cosine against the int8 rows
+    fq = rng.standard_normal(64).astype(np.float32)
+    ref = (matrix.matrix.astype(np.float64) @ fq.astype(np.float64)) / (
+        np.linalg.norm(matrix.matrix.astype(np.float64), axis=1) * np.linalg.norm(fq.astype(np.float64)) + 1e-300
+    )
+    assert np.allclose(matrix.cosines(fq), ref, atol=1e-6)
+    assert matrix.top_k(query, 0) == []
+    assert len(matrix.top_k(query, 1000)) == 300
+    with pytest.raises(ValueError):
+        matrix.top_k(quantize_vector([1.0, 2.0]), 3)
+
+
+def test_int8_matrix_empty_and_ties() -> None:
+    empty = Int8Matrix.from_blobs([])
+    assert len(empty) == 0 and empty.top_k(quantize_vector([1.0]), 3) == []
+    m = Int8Matrix.from_blobs([(i, quantize_vector([1.0, 0.0])) for i in (5, 3, 9)])
+    assert [i for i, _ in m.top_k([1.0, 0.0], 2)] == [5, 3]
+
+
+def test_int8_matrix_large_is_fast_enough() -> None:
+    import time
+
+    rng = np.random.default_rng(1)
+    n, d = 25_000, 512
+    mat = rng.integers(-127, 128, size=(n, d), dtype=np.int8)
+    m = Int8Matrix(
+        np.arange(n, dtype=np.int64),
+        mat,
+        np.sqrt(np.einsum("ij,ij->i", mat, mat, dtype=np.int64).astype(np.float64)).astype(np.float32),
+    )
+    q = rng.standard_normal(d).astype(np.float32)
+    m.top_k(q, 10)
+    started = time.perf_counter()
+    m.top_k(q, 10)
+    assert time.perf_counter() - started < 0.25  # generous: a few ms expected

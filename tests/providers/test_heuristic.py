@@ -1,0 +1,226 @@
+from __future__ import annotations
+
+import pytest
+
+from memory.engine.extraction import FACT_KINDS
+from memory.providers import DialogueLine, KnownFact, Participant
+from memory.providers.heuristic import HeuristicExtractor, HeuristicSummariser
+
+MING = Participant("u1001", "小明", 1)
+HONG = Participant("u1002", "小红", 2)
+PEOPLE = [MING, HONG]
+
+
+def said(text: str, who: Participant = MING) -> DialogueLine:
+    return DialogueLine("user", who.external_id, who.name, text)
+
+
+def bot(text: str) -> DialogueLine:
+    return DialogueLine("assistant", None, "小悦", text)
+
+
+def facts_of(*lines: DialogueLine, known=()):
+    return HeuristicExtractor().extract(list(lines), PEOPLE, list(known)).facts
+
+
+def only_fact(text: str, known=()):
+    (fact,) = facts_of(said(text), known=known)
+    return fact
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "slot", "content"),
+    [
+        ("我住在杭州西湖区附近，离公司挺近的", "身份", "居住地", "小明住在杭州西湖区附近"),
+        ("对了，我家住在成都", "身份", "居住地", "小明家住在成都"),
+        ("我下个月要搬到深圳了", "身份", "居住地", "小明下个月要搬到深圳了"),
+        ("其实我是一名前端工程师", "身份", "职业", "小明是一名前端工程师"),
+        ("我现在是产品经理", "身份", "职业", "小明现在是产品经理"),
+        ("我是做销售的", "身份", "职业", "小明是做销售的"),
+        ("我叫阿明", "身份", "昵称", "小明的名字是阿明"),
+        ("你们可以叫我明明", "身份", "昵称", "小明的昵称是明明"),
+        ("我的生日是3月15号", "日期", "生日", "小明的生日是3月15号"),
+        ("十月一日是我生日哦", "日期", "生日", "小明的生日是十月一日"),
+        ("我对花生过敏，吃了会起疹子", "身份", "", "小明对花生过敏"),
+        ("我最喜欢吃火锅了", "偏好", "", "小明最喜欢吃火锅了"),
+        ("我爱吃甜的", "偏好", "", "小明爱吃甜的"),
+        ("我不喜欢香菜", "偏好", "", "小明不喜欢香菜"),
+        ("我真的很讨厌下雨天", "偏好", "", "小明真的很讨厌下雨天"),
+        ("我手机号是 138-0013-8000，有事打给我", "身份", "手机号", "小明的手机号是13800138000"),
+        ("我妈是小学老师", "关系", "", "小明的妈妈是小学老师"),
+        ("我老婆下周来杭州看我", "关系", "", "小明的老婆下周来杭州看小明"),
+        ("我有两个孩子", "关系", "", "小明有两个孩子"),
+        ("我养了一只橘猫，叫咪咪", "关系", "", "小明养了一只橘猫"),
+        ("我最近在学日语", "习惯", "", "小明最近在学日语"),
+    ],
+)
+def test_each_rule_writes_a_third_person_fact(text, kind, slot, content):
+    fact = only_fact(text)
+
+    assert (fact.person_ref, fact.kind, fact.slot, fact.content) == ("u1001", kind, slot, content)
+    assert fact.kind in FACT_KINDS
+    assert fact.supersedes == 0
+    assert "我" not in fact.content
+
+
+def test_a_clause_without_subject_continues_the_speakers_sentence():
+    facts = facts_of(said("我住在杭州，也喜欢吃火锅，新工作是产品经理"))
+
+    assert [f.content for f in facts] == ["小明住在杭州", "小明也喜欢吃火锅", "小明的新工作是产品经理"]
+
+
+def test_the_subject_is_whoever_spoke():
+    (fact,) = facts_of(said("我不吃辣", HONG))
+
+    assert (fact.person_ref, fact.content) == ("u1002", "小红不吃辣")
+
+
+def test_moving_supersedes_the_known_residence():
+    known = [KnownFact(7, "u1001", "小明住在北京", "居住地"), KnownFact(9, "u1002", "小红住在上海", "居住地")]
+
+    fact = only_fact("我上个月搬到杭州了", known)
+
+    assert (fact.slot, fact.supersedes) == ("居住地", 7)
+
+
+def test_no_change_cue_means_no_supersedes():
+    known = [KnownFact(7, "u1001", "小明住在北京", "居住地")]
+
+    assert only_fact("我住在杭州", known).supersedes == 0
+
+
+def test_a_changed_preference_supersedes_the_fact_about_the_same_thing():
+    known = [KnownFact(3, "u1001", "小明喜欢香菜"), KnownFact(4, "u1001", "小明喜欢猫")]
+
+    fact = only_fact("我现在不喜欢香菜了", known)
+
+    assert (fact.kind, fact.supersedes) == ("偏好", 3)
+
+
+def test_a_changed_job_supersedes_only_the_same_persons_slot():
+    known = [KnownFact(5, "u1002", "小红是老师", "职业")]
+
+    assert only_fact("我现在换工作了，我是设计师", known).supersedes == 0
+
+
+def test_a_fact_already_known_is_not_repeated():
+    known = [KnownFact(7, "u1001", "小明住在杭州", "居住地")]
+
+    assert facts_of(said("我住在杭州"), known=known) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "小红住在上海",
+        "他不喜欢香菜",
+        "听说老王是律师",
+        "我朋友喜欢猫，也喜欢狗",
+        "我哥们住在北京",
+        "我在学校门口等你",
+        "我叫了外卖",
+        "我是学生会主席",
+        "你喜欢吃火锅吗？",
+        "我喜欢你",
+        "如果我住在海边就好了",
+        "哈哈",
+    ],
+)
+def test_no_fact_from_third_person_gossip_or_non_statements(text):
+    assert facts_of(said(text)) == []
+
+
+def test_no_fact_from_assistant_lines_or_unknown_speakers():
+    lines = [
+        bot("我住在云端，我喜欢猫"),
+        DialogueLine("user", None, "路人", "我住在杭州"),
+        DialogueLine("user", "u9999", "陌生人", "我是医生"),
+    ]
+
+    assert facts_of(*lines) == []
+
+
+def test_the_statement_half_of_a_question_sentence_is_kept():
+    assert [f.content for f in facts_of(said("我喜欢火锅，你呢？"))] == ["小明喜欢火锅"]
+
+
+def test_general_statements_become_knowledge():
+    extraction = HeuristicExtractor().extract(
+        [bot("火锅起源于重庆，是一种传统美食。"), said("我觉得杭州是一个好地方吗？"), said("北京是中国的首都")],
+        PEOPLE,
+        [],
+    )
+
+    assert extraction.facts == []
+    assert extraction.knowledge == ["火锅起源于重庆，是一种传统美食", "北京是中国的首都"]
+
+
+def test_first_person_sentences_are_not_knowledge():
+    assert HeuristicExtractor().extract([said("我家位于西湖边")], PEOPLE, []).knowledge == []
+
+
+def test_assistant_markup_is_ignored():
+    extraction = HeuristicExtractor().extract(
+        [bot("<think>地球是一种行星</think><say>好的</say>")], PEOPLE, []
+    )
+
+    assert extraction.knowledge == []
+
+
+CHAT = [
+    said("我下个月要搬到杭州了，新工作是产品经理。"),
+    said("哇，恭喜！杭州的房租贵吗？", HONG),
+    said("还行，我在西湖区附近找了个一居室，离公司很近。"),
+    bot("<think>用户在聊搬家</think>听起来不错，搬家需要我帮忙整理清单吗？"),
+    said("好的", HONG),
+    said("我周末想去吃火锅，你们谁一起？", HONG),
+    said("我对花生过敏，火锅蘸料要注意一下。"),
+]
+
+
+def test_summary_keeps_sentences_in_their_original_order():
+    draft = HeuristicSummariser().summarise(CHAT, PEOPLE)
+
+    assert draft is not None
+    assert 0 < len(draft.summary) <= 120
+    body = "".join(line.content for line in CHAT)
+    sentences = [s for s in draft.summary.replace("：", "。").split("。") if len(s) > 4]
+    positions = [body.find(s.split("，")[0]) for s in sentences]
+    assert all(p >= 0 for p in positions)
+    assert positions == sorted(positions)
+    assert draft.summary.startswith("小明：")
+    assert "小红：" in draft.summary
+    assert "think" not in draft.summary and "用户在聊" not in draft.summary
+
+
+def test_summary_has_three_to_six_distinct_cues():
+    draft = HeuristicSummariser().summarise(CHAT, PEOPLE)
+
+    assert 3 <= len(draft.cues) <= 6
+    assert len(set(draft.cues)) == len(draft.cues)
+    assert "杭州" in draft.cues
+    assert all(2 <= len(c) <= 8 for c in draft.cues)
+
+
+def test_summary_is_deterministic():
+    assert HeuristicSummariser().summarise(CHAT, PEOPLE) == HeuristicSummariser().summarise(CHAT, PEOPLE)
+
+
+def test_a_short_body_has_no_summary():
+    lines = [said("在吗"), said("好的"), bot("嗯嗯"), said("今天好热啊", HONG)]
+
+    assert HeuristicSummariser().summarise(lines, PEOPLE) is None
+
+
+def test_one_long_sentence_is_cut_to_fit():
+    line = said("今天" + "，".join(f"我们去了第{i}家店买了很多好吃的东西" for i in range(12)) + "。")
+
+    draft = HeuristicSummariser().summarise([line], PEOPLE)
+
+    assert draft is not None and len(draft.summary) <= 120
+    assert draft.summary.startswith("小明：今天")
+    assert draft.cues
+
+
+def test_labels():
+    assert HeuristicSummariser.label == HeuristicExtractor.label == "heuristic"
