@@ -12,15 +12,16 @@ from typing import Annotated, Any
 from django.db import transaction
 from django.http import Http404, HttpRequest
 from ninja import Field, Query, Router, Schema
+from ninja.errors import ValidationError
 from pydantic import StringConstraints
 
 from curation import services
-from curation.models import FactOperation
 from memory import selectors
 from memory import services as memory_services
 from memory.auth import api_user
+from memory.engine.similarity import exact_key
 from memory.models import Fact, Person
-from memory.schemas import FACT_MAX_CHARS, MAX_EPOCH_MS, EpochMs, ErrorOut, Id, In
+from memory.schemas import FACT_MAX_CHARS, MAX_EPOCH_MS, MAX_ID, EpochMs, ErrorOut, Id, In
 
 router = Router(tags=["curation"])
 
@@ -48,6 +49,7 @@ class OperationResult(Schema):
     fact_id: int | None = None
     new_fact_id: int | None = None
     conflict_with: list[int] = Field(default_factory=list)
+    undo_of: int | None = None
 
 
 class ConflictMember(Schema):
@@ -96,24 +98,11 @@ def _at(value: int | None) -> int:
     return memory_services.now_ms() if value is None else int(value)
 
 
-def _op_id(result: Any) -> int:
-    """The operation id out of whatever a curation service returns (id, row or result object)."""
-    if isinstance(result, int):
-        return result
-    for name in ("operation_id", "pk", "id"):
-        value = getattr(result, name, None)
-        if isinstance(value, int):
-            return value
-    if isinstance(result, dict):
-        return int(result.get("operation_id") or result.get("id") or 0)
-    return 0
-
-
 def _simple(op, fact_id: int, payload: AtIn | None, request: HttpRequest) -> dict[str, Any]:
     at = _at(payload.at if payload else None)
     with transaction.atomic():
-        result = op(fact_id=fact_id, user=api_user(request), at=at)
-    return {"ok": True, "operation_id": _op_id(result), "fact_id": fact_id}
+        operation = op(fact_id=fact_id, user=api_user(request), at=at)
+    return {"ok": True, "operation_id": operation.pk, "fact_id": fact_id}
 
 
 @router.post("/facts/{fact_id}/pin", response={200: OperationResult, **ERRORS}, summary="Pin a fact")
@@ -140,18 +129,18 @@ def restore(request: HttpRequest, fact_id: Id, payload: AtIn | None = None):
 @router.post("/facts/{fact_id}/replace", response={200: OperationResult, **ERRORS}, summary="Replace a fact's text")
 def replace(request: HttpRequest, fact_id: Id, payload: ReplaceIn):
     """Supersede a valid fact by a new text (same kind, slot and origin); undoable."""
+    if not exact_key(payload.content):
+        raise ValidationError(
+            [{"loc": ("body", "content"), "msg": "must contain at least one letter or digit", "type": "value_error"}]
+        )
     with transaction.atomic():
         result = services.replace_fact(fact_id=fact_id, content=payload.content, user=api_user(request), at=_at(payload.at))
-    new_id = getattr(result, "fact_id", None) or getattr(result, "new_fact_id", None)
-    if isinstance(result, dict):
-        new_id = result.get("new_fact_id") or result.get("fact_id")
-    conflict_with = getattr(result, "conflict_with", None) or (result.get("conflict_with") if isinstance(result, dict) else None)
     return {
         "ok": True,
-        "operation_id": _op_id(result),
+        "operation_id": result.operation_id,
         "fact_id": fact_id,
-        "new_fact_id": new_id,
-        "conflict_with": list(conflict_with or []),
+        "new_fact_id": result.fact_id,
+        "conflict_with": list(result.conflict_with or []),
     }
 
 
@@ -170,27 +159,19 @@ def _member(m: Any, now: int) -> dict[str, Any]:
 @router.get("/conflicts", response={200: ConflictsOut, **ERRORS}, summary="Slot conflict groups")
 def conflicts(
     request: HttpRequest,
-    person_id: Query[Annotated[int, Field(ge=1, le=2**63 - 1)] | None] = None,
-    at: Query[Annotated[int, Field(ge=0, le=MAX_EPOCH_MS)] | None] = None,
+    person_id: int | None = Query(None, ge=1, le=MAX_ID),
+    at: int | None = Query(None, ge=0, le=MAX_EPOCH_MS, description="epoch milliseconds (default now)"),
 ):
     """Groups of valid, active facts of one person sharing a non-empty slot (shown whole)."""
     now = _at(at)
     if person_id is not None and not Person.objects.filter(pk=person_id).exists():
         raise Http404(f"person {person_id} does not exist")
     groups = selectors.conflict_groups(person_id=person_id, now=now)
-    names = dict(Person.objects.values_list("id", "display_name"))
-    out = []
-    for g in groups:
-        get = g.get if isinstance(g, dict) else lambda k, d=None, g=g: getattr(g, k, d)
-        pid = get("person_id")
-        out.append(
-            {
-                "person_id": pid,
-                "person_name": get("person_name") or names.get(pid, "") or "",
-                "slot": get("slot", ""),
-                "members": [_member(m, now) for m in get("members", [])],
-            }
-        )
+    out = [
+        {"person_id": g.person_id, "person_name": g.person_name or "", "slot": g.slot,
+         "members": [_member(m, now) for m in g.members]}
+        for g in groups
+    ]
     return {"at": now, "groups": out}
 
 
@@ -204,26 +185,18 @@ def resolve_conflict(request: HttpRequest, payload: ResolveIn):
             user=api_user(request),
             at=_at(payload.at),
         )
-    return {"ok": True, "operation_id": _op_id(result), "fact_id": payload.drop_fact_id}
+    return {"ok": True, "operation_id": result.pk, "fact_id": payload.drop_fact_id}
 
 
 @router.get("/operations", response={200: OperationsOut, **ERRORS}, summary="The operation journal")
 def operations(
     request: HttpRequest,
-    person_id: Query[Annotated[int, Field(ge=1, le=2**63 - 1)] | None] = None,
-    fact_id: Query[Annotated[int, Field(ge=1, le=2**63 - 1)] | None] = None,
-    limit: Query[Annotated[int, Field(ge=1, le=200)]] = 50,
+    person_id: int | None = Query(None, ge=1, le=MAX_ID),
+    fact_id: int | None = Query(None, ge=1, le=MAX_ID),
+    limit: int = Query(50, ge=1, le=200),
 ):
-    """Newest first; `fact_id` matches the operation's fact or its related fact."""
-    rows = FactOperation.objects.order_by("-at", "-id")
-    if person_id is not None:
-        rows = rows.filter(person_id=person_id)
-    if fact_id is not None:
-        from django.db.models import Q
-
-        rows = rows.filter(Q(fact_id=fact_id) | Q(related_fact_id=fact_id))
-    rows = list(rows[:limit])
-    contents = dict(Fact.objects.filter(pk__in={r.fact_id for r in rows}).values_list("id", "content"))
+    """The operation journal, newest first (manual curation and automatic supersedes alike)."""
+    rows = services.operation_log(person_id=person_id, fact_id=fact_id, limit=limit)
     return {
         "operations": [
             {
@@ -233,7 +206,7 @@ def operations(
                 "op": r.op,
                 "person_id": r.person_id,
                 "fact_id": r.fact_id,
-                "fact_content": contents.get(r.fact_id),
+                "fact_content": r.fact.content,
                 "related_fact_id": r.related_fact_id,
                 "prev": r.prev if isinstance(r.prev, dict) else {},
                 "undone_by": r.undone_by_id,
@@ -251,5 +224,4 @@ def undo(request: HttpRequest, operation_id: Id, payload: AtIn | None = None):
     at = _at(payload.at if payload else None)
     with transaction.atomic():
         result = services.undo_operation(operation_id=operation_id, user=api_user(request), at=at)
-    op = FactOperation.objects.filter(undo_of_id=operation_id).order_by("-id").first()
-    return {"ok": True, "operation_id": _op_id(result) or (op.pk if op else 0), "fact_id": op.fact_id if op else None}
+    return {"ok": True, "operation_id": result.pk, "fact_id": result.fact_id, "undo_of": operation_id}

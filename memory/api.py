@@ -25,31 +25,22 @@ from ninja import NinjaAPI, Query, Router, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
-from memory import selectors, services
-
-# DEV-ONLY guards while the lead's modules land; replaced by plain imports before hand-off.
-try:
-    from memory import recall
-except ImportError:  # pragma: no cover
-    recall = None
-try:
-    from curation import services as curation_services
-    from curation.api import router as curation_router
-except ImportError:  # pragma: no cover
-    curation_services = curation_router = None
+from curation import services as curation_services
+from curation.api import router as curation_router
+from memory import pipeline, recall, services
 from memory.auth import BearerTokenAuth, api_user
-from memory.engine.similarity import exact_key
 from memory.engine.scope import origin_kind_for_stream
+from memory.engine.similarity import exact_key
 from memory.models import Fact, Job, Knowledge, Message, Person, Stream, Turn
 from memory.schemas import (
     IMPORT_MAX_CHARS,
+    MAX_EPOCH_MS,
     ConfirmIn,
     ConfirmOut,
     ConsultIn,
     ConsultOut,
     ErrorOut,
     FactIn,
-    FactRowOut,
     FactWriteOut,
     Id,
     ImportIn,
@@ -76,10 +67,7 @@ from memory.schemas import (
     spread_hit_out,
     working_message_out,
 )
-try:
-    from tuning.api import router as tuning_router
-except ImportError:  # pragma: no cover
-    tuning_router = None
+from tuning.api import router as tuning_router
 
 logger = logging.getLogger(__name__)
 
@@ -220,13 +208,14 @@ api.add_exception_handler(Http404, _on_not_found)
 api.add_exception_handler(ObjectDoesNotExist, _on_not_found)
 api.add_exception_handler(services.NotFound, _on_not_found)
 api.add_exception_handler(services.MemoryInputError, _status(422))
-if recall is not None:
-    api.add_exception_handler(recall.TurnNotFound, _on_not_found)
-    api.add_exception_handler(recall.TurnStateError, _status(409))
-if curation_services is not None:
-    api.add_exception_handler(curation_services.FactNotFoundError, _on_not_found)
-    api.add_exception_handler(curation_services.FactStateError, _status(409))
-    api.add_exception_handler(curation_services.CurationInputError, _status(400))
+api.add_exception_handler(recall.TurnNotFound, _on_not_found)
+api.add_exception_handler(recall.TurnStateError, _status(409))
+api.add_exception_handler(curation_services.FactNotFoundError, _on_not_found)
+api.add_exception_handler(curation_services.FactStateError, _status(409))
+api.add_exception_handler(curation_services.CurationInputError, _status(400))
+api.add_exception_handler(pipeline.ImportLimitError, _status(422))
+api.add_exception_handler(pipeline.ImportBusyError, _status(409))
+api.add_exception_handler(pipeline.ImportBatchNotFoundError, _on_not_found)
 api.add_exception_handler(ValueError, _status(400))
 api.add_exception_handler(OperationalError, _on_operational)
 api.add_exception_handler(DatabaseError, _on_unexpected)
@@ -350,7 +339,9 @@ def confirm_turn(request: HttpRequest, turn_id: Id, payload: ConfirmIn | None = 
     return {
         "turn_id": turn_id,
         "facts": [fact_out(f) for f in result.facts],
+        "conflict_members": [fact_out(f) for f in result.conflict_members],
         "reinforced": list(result.reinforced),
+        "used_vector": bool(result.used_vector),
     }
 
 
@@ -439,10 +430,13 @@ def post_fact(request: HttpRequest, payload: FactIn):
 
 
 @router.get("/persons/{person_id}/facts", response={200: PersonFactsOut, **ERRORS}, summary="A person's facts")
-def person_facts(request: HttpRequest, person_id: Id, include_invalid: bool = False, at: Query[int | None] = None):
+def person_facts(
+    request: HttpRequest,
+    person_id: Id,
+    include_invalid: bool = Query(False, description="also list invalidated and superseded facts"),
+    at: int | None = Query(None, ge=0, le=MAX_EPOCH_MS, description="epoch milliseconds (default now)"),
+):
     """Every fact of a person with its decay state at `at` (default now), ascending id."""
-    if at is not None and not 0 <= at <= 253_402_300_799_999:
-        raise ValidationError([{"loc": ("query", "at"), "msg": "must be epoch milliseconds", "type": "value_error"}])
     _require(Person, person_id, "person")
     now = _at(at)
     rows = Fact.objects.filter(person_id=person_id).defer("embedding", "embedding_q8", "tokens_v2").order_by("id")
@@ -492,9 +486,7 @@ def post_import(request: HttpRequest, payload: ImportIn):
         )
     if not payload.text.strip():
         raise ValidationError([{"loc": ("body", "text"), "msg": "must not be blank", "type": "value_error"}])
-    from memory.pipeline import start_import
-
-    job = start_import(text=payload.text, origin_name=payload.origin_name, kind=payload.kind, user=api_user(request))
+    job = pipeline.start_import(text=payload.text, origin_name=payload.origin_name, kind=payload.kind, user=api_user(request))
     return Status(202, _job_out(job))
 
 
@@ -506,8 +498,6 @@ def get_import(request: HttpRequest, job_id: Id):
     return _job_out(job)
 
 
-if curation_router is not None:
-    router.add_router("", curation_router)
-if tuning_router is not None:
-    router.add_router("/tuning", tuning_router)
+router.add_router("", curation_router)
+router.add_router("/tuning", tuning_router)
 api.add_router("/v1", router)

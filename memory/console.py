@@ -47,26 +47,26 @@ EXTRACT_CURSOR_KEY = "fact_extract_cursor"
 def layer_counts() -> dict[str, int]:
     """Row counts per layer (two aggregate queries plus one count per small table)."""
     facts = Fact.objects.aggregate(
-        total=Count("id"),
-        active=Count("id", filter=Q(superseded_by__isnull=True, active=True)),
-        frozen=Count("id", filter=Q(superseded_by__isnull=True, active=False)),
-        invalid=Count("id", filter=Q(superseded_by__isnull=False)),
-        pinned=Count("id", filter=Q(half_life_hours__gte=decay.PIN_HALF_LIFE_HOURS)),
+        n_total=Count("id"),
+        n_active=Count("id", filter=Q(superseded_by__isnull=True, active=True)),
+        n_frozen=Count("id", filter=Q(superseded_by__isnull=True, active=False)),
+        n_invalid=Count("id", filter=Q(superseded_by__isnull=False)),
+        n_pinned=Count("id", filter=Q(half_life_hours__gte=decay.PIN_HALF_LIFE_HOURS)),
     )
     episodes = Episode.objects.aggregate(
-        total=Count("id"), placeholders=Count("id", filter=Q(kind=Episode.UNSUMMARIZED))
+        n_total=Count("id"), n_placeholders=Count("id", filter=Q(kind=Episode.UNSUMMARIZED))
     )
     return {
         "persons": Person.objects.count(),
         "streams": Stream.objects.count(),
         "messages": Message.objects.count(),
-        "episodes": episodes["total"],
-        "placeholders": episodes["placeholders"],
-        "facts": facts["total"],
-        "facts_active": facts["active"],
-        "facts_frozen": facts["frozen"],
-        "facts_invalid": facts["invalid"],
-        "facts_pinned": facts["pinned"],
+        "episodes": episodes["n_total"],
+        "placeholders": episodes["n_placeholders"],
+        "facts": facts["n_total"],
+        "facts_active": facts["n_active"],
+        "facts_frozen": facts["n_frozen"],
+        "facts_invalid": facts["n_invalid"],
+        "facts_pinned": facts["n_pinned"],
         "knowledge": Knowledge.objects.count(),
         "nodes": MemoryNode.objects.count(),
     }
@@ -107,7 +107,7 @@ def vector_coverage() -> dict[str, dict[str, int]]:
 
     def coverage(model: type[Fact] | type[Knowledge]) -> dict[str, int]:
         return model.objects.aggregate(
-            total=Count("id"),
+            n_total=Count("id"),
             with_vector=Count("id", filter=Q(embedding__isnull=False)),
             without=Count("id", filter=Q(embedding__isnull=True)),
             sq8_pending=Count("id", filter=Q(embedding__isnull=False, embedding_q8__isnull=True)),
@@ -119,8 +119,9 @@ def vector_coverage() -> dict[str, dict[str, int]]:
 def edge_stats() -> dict[str, Any]:
     """Active and frozen edges, and the last ``edges_decayed`` event."""
     counts = MemoryEdge.objects.aggregate(
-        active=Count("id", filter=Q(active=True)), frozen=Count("id", filter=Q(active=False))
+        n_active=Count("id", filter=Q(active=True)), n_frozen=Count("id", filter=Q(active=False))
     )
+    counts = {"active": counts["n_active"], "frozen": counts["n_frozen"]}
     counts["last_decay"] = PipelineEvent.objects.filter(kind="edges_decayed").order_by("-seq").first()
     return counts
 
@@ -175,6 +176,16 @@ def stream_rows() -> list[Stream]:
     for row in rows:
         row.pending = pending.get(row.pk, 0)
     return rows
+
+
+def attach_senders(messages: Iterable[Message]) -> list[Message]:
+    """Set ``message.sender_name`` on a list of messages (one query for all senders)."""
+    messages = list(messages)
+    persons = Person.objects.in_bulk({m.sender_person_id for m in messages if m.sender_person_id})
+    for m in messages:
+        person = persons.get(m.sender_person_id)
+        m.sender_name = str(person) if person else ""
+    return messages
 
 
 def attach_cues(episodes: Iterable[Episode]) -> None:
@@ -735,6 +746,23 @@ def search_knowledge(*, query: str) -> list[Any]:
 # --- spreading preview -----------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class SpreadRow:
+    kind: str
+    ref_id: int
+    content: str
+    score: float
+    hops: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.ref_id}"
+
+
+def _spread_row(item: Any) -> SpreadRow:
+    return SpreadRow(kind=item.kind, ref_id=item.ref_id, content=item.content, score=item.score, hops=item.hops)
+
+
 @dataclass
 class SpreadPreview:
     seeds: list[Any]
@@ -765,7 +793,7 @@ def spread_preview(data: dict[str, Any], *, now: int) -> SpreadPreview:
         alpha=data.get("alpha"), activation=None, events=False,
     )
     return SpreadPreview(
-        seeds=result.seeds, hits=result.hits, fell_back=result.fell_back, timed_out_graph=result.timed_out_graph,
+        seeds=[_spread_row(s) for s in result.seeds], hits=[_spread_row(h) for h in result.hits], fell_back=result.fell_back, timed_out_graph=result.timed_out_graph,
         elapsed_ms=result.elapsed_ms, hops=result.hops, alpha=result.alpha, query=query,
     )
 

@@ -131,12 +131,16 @@ def fact_candidates(
         return []
     where = ["facts_fts MATCH %s"]
     params: list = [match]
+    valid = "" if include_invalid else " AND superseded_by IS NULL"
     if person_ids is not None:
         if not person_ids:
             return []
-        where.append(f"f.person_id IN ({','.join(['%s'] * len(person_ids))})")
+        # Restricting FTS5 to the persons' rowids makes it rank only their facts
+        # instead of every matching row of the table (same bm25: global stats).
+        marks = ",".join(["%s"] * len(person_ids))
+        where.append(f"facts_fts.rowid IN (SELECT id FROM facts WHERE person_id IN ({marks}){valid})")
         params.extend(person_ids)
-    if not include_invalid:
+    elif not include_invalid:
         where.append("f.superseded_by IS NULL")
     params.append(limit)
     sql = (

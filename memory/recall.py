@@ -129,7 +129,8 @@ def complete_conflicts(facts: Sequence[ScopedFact], *, now: int) -> list[PromptF
         groups.update(selectors.slot_conflicts(person_id=person_id, fact_ids=ids))
     out = [PromptFact(f, conflict_slot=groups[f.id][0] if f.id in groups else "") for f in facts]
     present = {f.id for f in facts}
-    missing = [m for _slot, members in {g[0]: g[1] for g in groups.values()}.items() for m, _c in members]
+    # Groups are per (person, slot): two persons may both have a 居住地 conflict.
+    missing = [m for _slot, members in groups.values() for m, _c in members]
     missing = [m for m in dict.fromkeys(missing) if m not in present]
     if missing:
         rows = Fact.objects.in_bulk(missing)

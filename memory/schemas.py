@@ -121,6 +121,7 @@ class TurnFactOut(Schema):
     retention: float
     score: float
     conflict_slot: str | None = Field(None, description="the slot whose conflict group this fact belongs to")
+    completed: bool = Field(False, description="added only to show a conflict group whole (not itself recalled)")
 
 
 class EpisodeOut(Schema):
@@ -142,8 +143,12 @@ class TurnOut(Schema):
 
 class ConfirmOut(Schema):
     turn_id: int
-    facts: list[TurnFactOut]
+    facts: list[TurnFactOut] = Field(description="the re-ranked prompt facts; exactly these are reinforced")
+    conflict_members: list[TurnFactOut] = Field(
+        description="members of the prompt facts' slot conflict groups missing from `facts`, to show them whole"
+    )
     reinforced: list[int]
+    used_vector: bool
 
 
 # --- actions --------------------------------------------------------------------
@@ -322,6 +327,12 @@ def working_message_out(m: Any) -> dict[str, Any]:
 
 
 def fact_out(f: Any) -> dict[str, Any]:
+    """A recalled fact; ``recall.PromptFact`` wrappers carry the conflict slot."""
+    conflict_slot = _get(f, "conflict_slot", default=None) or None
+    completed = bool(_get(f, "completed", default=False))
+    inner = _get(f, "fact", default=None)
+    if inner is not None and not isinstance(inner, str):
+        f = inner
     slot = _get(f, "slot", default="") or ""
     return {
         "id": _get(f, "id", "pk"),
@@ -331,7 +342,8 @@ def fact_out(f: Any) -> dict[str, Any]:
         "content": _get(f, "content", default=""),
         "retention": _float(_get(f, "retention")),
         "score": _float(_get(f, "score")),
-        "conflict_slot": _get(f, "conflict_slot", default=None) or None,
+        "conflict_slot": conflict_slot,
+        "completed": completed,
     }
 
 

@@ -6,6 +6,7 @@ Selectors never change memory. The one exception the seed asks for is the
 """
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -25,6 +26,8 @@ from memory.engine.spreading import ConceptGraph, ShortTermActivation, SpreadRes
 from memory.engine.spreading import spread as engine_spread
 from memory.engine.tokenize import words
 from memory.models import Episode, Fact, Identity, Knowledge, MemoryNode, Message
+
+logger = logging.getLogger(__name__)
 
 MESSAGE_QUERY_TERMS = 6
 MESSAGE_SCAN_LIMIT = 200
@@ -542,17 +545,23 @@ def search_knowledge(*, query: str, limit: int = 5, query_embedding: Any = None)
     if limit < 1:
         return []
     match = lexical.match_for("knowledge_fts", query)
+    if not match:  # no searchable term (empty, punctuation): nothing to look for, not even densely
+        return []
     lex = {int(i): float(b) for i, b in lexical.knowledge_candidates(match, limit=limit * 3)}
     q8 = _query_q8(query_embedding)
     cos: dict[int, float] = {}
     if q8 is not None:
         from memory.vector_index import knowledge_index
 
-        for kid, c in knowledge_index().top_k(q8, limit * 3):
-            cos[int(kid)] = float(c)
-        missing = [i for i in lex if i not in cos]
-        if missing:
-            cos.update(knowledge_index().cosines_for(q8, missing))
+        try:
+            for kid, c in knowledge_index().top_k(q8, limit * 3):
+                cos[int(kid)] = float(c)
+            missing = [i for i in lex if i not in cos]
+            if missing:
+                cos.update(knowledge_index().cosines_for(q8, missing))
+        except ValueError:  # query of another dimension than the stored vectors: lexical stands
+            logger.warning("knowledge vector search failed; lexical ranking kept", exc_info=True)
+            cos = {}
         dense_only = [i for i in cos if i not in lex]
         lex.update(lexical.knowledge_bm25(match, dense_only))
     if not lex and not cos:
@@ -567,7 +576,7 @@ def search_knowledge(*, query: str, limit: int = 5, query_embedding: Any = None)
         scored.append((rel, rel_lex, c, kid))
     scored.sort(key=lambda x: -x[0])
     top = scored[:limit]
-    rows = Knowledge.objects.in_bulk([kid for *_, kid in top])
+    rows = Knowledge.objects.only("id", "content", "source").in_bulk([kid for *_, kid in top])
     return [
         KnowledgeHit(id=kid, content=rows[kid].content, score=rel, lexical=rl, cosine=c, source=rows[kid].source)
         for rel, rl, c, kid in top
@@ -637,26 +646,32 @@ def node_texts(nodes: Iterable[int]) -> dict[int, tuple[str, int, str]]:
 
 
 CONCEPT_NODE_LIMIT = 50  # memory nodes looked up per concept when mapping concept scores back
+CONCEPT_MAP_LIMIT = 8    # only the best-ranked concepts are mapped back (the hit list holds 4)
 
 
 def _nodes_containing(concepts: set[str]) -> dict[str, list[int]]:
-    """Registered memory nodes whose text contains each concept (found through the FTS indexes)."""
-    out: dict[str, list[int]] = {}
+    """Registered memory nodes whose text contains each concept, found through the FTS indexes.
+
+    Bounded per concept (``CONCEPT_NODE_LIMIT`` best bm25 matches per layer) and
+    resolved to memory nodes with one query per layer.
+    """
+    refs: dict[str, list[tuple[str, int]]] = {}
     for concept in concepts:
         match = lexical.match_for("facts_fts", concept, prune=False)
         if not match:
             continue
-        refs: list[tuple[str, int]] = []
-        refs += [("fact", r[0]) for r in lexical.fact_candidates(match, person_ids=None, limit=CONCEPT_NODE_LIMIT)]
-        refs += [("knowledge", int(i)) for i, _ in lexical.knowledge_candidates(match, limit=CONCEPT_NODE_LIMIT)]
-        refs += [("episode", e) for e, _c, _b in lexical.cue_candidates(match, stream_id=None, limit=CONCEPT_NODE_LIMIT)]
-        nodes = []
-        for kind, ref in dict.fromkeys(refs):
-            node = MemoryNode.objects.filter(ref_kind=kind, ref_id=ref).values_list("id", flat=True).first()
-            if node is not None:
-                nodes.append(node)
-        out[concept] = nodes
-    return out
+        found = [("fact", r[0]) for r in lexical.fact_candidates(match, person_ids=None, limit=CONCEPT_NODE_LIMIT)]
+        found += [("knowledge", int(i)) for i, _ in lexical.knowledge_candidates(match, limit=CONCEPT_NODE_LIMIT)]
+        refs[concept] = found
+    wanted: dict[str, set[int]] = defaultdict(set)
+    for found in refs.values():
+        for kind, ref in found:
+            wanted[kind].add(ref)
+    node_of: dict[tuple[str, int], int] = {}
+    for kind, ids in wanted.items():
+        for node, ref in MemoryNode.objects.filter(ref_kind=kind, ref_id__in=list(ids)).values_list("id", "ref_id"):
+            node_of[(kind, ref)] = node
+    return {c: [node_of[r] for r in dict.fromkeys(found) if r in node_of] for c, found in refs.items()}
 
 
 def _concept_graph(seed_texts: Mapping[int, str], hops: int) -> ConceptGraph | None:
@@ -698,7 +713,8 @@ def _concept_graph(seed_texts: Mapping[int, str], hops: int) -> ConceptGraph | N
             seen |= nxt
     names = dict(KnowledgeNode.objects.filter(pk__in=seen).values_list("id", "concept"))
     return ConceptGraph(
-        concepts=names, edges=list(dict.fromkeys(edges)), seed_texts=seed_texts, nodes_containing=_nodes_containing
+        concepts=names, edges=list(dict.fromkeys(edges)), seed_texts=seed_texts, nodes_containing=_nodes_containing,
+        max_mapped=CONCEPT_MAP_LIMIT,
     )
 
 
@@ -747,8 +763,15 @@ def spread(
     hops = int(ov.get("ppr_hops", sp.HOPS)) if hops is None else hops
     alpha = float(ov.get("ppr_alpha", sp.PPR_ALPHA)) if alpha is None else alpha
     weights: dict[int, float] = {}
+    by_kind: dict[str, set[int]] = defaultdict(set)
+    for kind, ref, _rel in seeds:
+        by_kind[kind].add(int(ref))
+    node_of: dict[tuple[str, int], int] = {}
+    for kind, ids in by_kind.items():
+        for node, ref in MemoryNode.objects.filter(ref_kind=kind, ref_id__in=list(ids)).values_list("id", "ref_id"):
+            node_of[(kind, ref)] = node
     for kind, ref, rel in seeds:
-        node = MemoryNode.objects.filter(ref_kind=kind, ref_id=ref).values_list("id", flat=True).first()
+        node = node_of.get((kind, int(ref)))
         if node is not None:
             weights[node] = max(weights.get(node, 0.0), float(rel))
     seed_info = node_texts(weights)

@@ -10,12 +10,13 @@ query would cost a full scan of the overflow pages behind the float32 column.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 from django.db import connection
 
-from memory.engine.quantize import Int8Matrix
+from memory.engine.quantize import Int8Matrix, quantized_dimension
 
 REVISION_KEY = "knowledge_vector_revision"
 
@@ -25,6 +26,17 @@ def current_revision() -> str:
         cur.execute("SELECT value FROM meta WHERE key = %s", [REVISION_KEY])
         row = cur.fetchone()
     return row[0] if row else "0"
+
+
+def _majority_dimension(pairs: Sequence[tuple[int, bytes]]) -> int | None:
+    """The dimension most stored vectors have (a few stale rows of an old model must not win)."""
+    dims: Counter[int] = Counter()
+    for _id, blob in pairs:
+        try:
+            dims[quantized_dimension(blob)] += 1
+        except ValueError:
+            continue
+    return dims.most_common(1)[0][0] if dims else None
 
 
 class KnowledgeVectorIndex:
@@ -43,12 +55,24 @@ class KnowledgeVectorIndex:
                     with connection.cursor() as cur:
                         cur.execute("SELECT id, embedding_q8 FROM knowledge WHERE embedding_q8 IS NOT NULL ORDER BY id")
                         pairs = [(i, bytes(b)) for i, b in cur.fetchall()]
-                    matrix = Int8Matrix.from_blobs(pairs)
+                    matrix = Int8Matrix.from_blobs(pairs, dimension=_majority_dimension(pairs))
                     self._positions = {int(i): p for p, i in enumerate(matrix.ids)}
                     self._matrix = matrix
                     self._revision = revision
                     self.rebuilds += 1
         return self._matrix
+
+    def reset(self) -> None:
+        """Forget the resident matrix; the next search rebuilds it (tests, after a rollback).
+
+        The revision is a counter in ``meta``: a transaction that bumped it and then
+        rolled back lets a later write reach the same value again, so a process that
+        built its matrix inside that transaction must be reset.
+        """
+        with self._lock:
+            self._revision = None
+            self._matrix = Int8Matrix.from_blobs([])
+            self._positions = {}
 
     def __len__(self) -> int:
         return len(self._fresh())

@@ -91,7 +91,8 @@ def worker_health(request: HttpRequest) -> HttpResponse:
     if health is None:
         health = console.ping_workers()
         cache.set("console:worker-health", health, 15)
-    return render(request, _partial(request, "console/dashboard.html", "worker-health"), {"health": health})
+    template = "console/dashboard.html#worker-health" if request.htmx else "console/worker_health.html"
+    return render(request, template, {"health": health})
 
 
 # --- streams and episodes --------------------------------------------------------
@@ -113,7 +114,7 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
     form = SearchForm(request.GET)
     hits = None
     if form.is_valid() and form.cleaned_data["q"]:
-        hits = console.inspect_messages(stream_id=obj.pk, query=form.cleaned_data["q"])
+        hits = console.attach_senders(console.inspect_messages(stream_id=obj.pk, query=form.cleaned_data["q"]))
         if request.htmx:
             return render(request, "console/stream.html#message-hits", {"hits": hits, "form": form, "stream": obj})
     batches = Paginator(
@@ -124,7 +125,7 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
     ).get_page(request.GET.get("page"))
     context = {
         "stream": obj,
-        "working": selectors.working_memory(stream_id=obj.pk, limit=40),
+        "working": console.attach_senders(selectors.working_memory(stream_id=obj.pk, limit=40)),
         "batches": batches,
         "form": form,
         "hits": hits,
@@ -151,6 +152,7 @@ def episodes(request: HttpRequest) -> HttpResponse:
             qs = qs.filter(kind=Episode.UNSUMMARIZED)
         page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
         console.attach_cues(page.object_list)
+        console.placeholder_reasons(page.object_list)
     template = _partial(request, "console/episodes.html", "episode-results")
     return render(request, template, {"form": form, "page": page, "hits": hits})
 
@@ -284,8 +286,7 @@ def graph(request: HttpRequest) -> HttpResponse:
     if preview:
         view.mark(preview)
     context = {"graph": view, "form": form, "selected": selected, "spread_form": spread_form, "preview": preview}
-    if request.htmx and request.htmx.target in ("node-panel", "spread-panel"):
-        return render(request, f"console/graph.html#{request.htmx.target}", context)
+    # htmx picks #graph-area out of the page (hx-select): the rings of a preview are on the drawing.
     return render(request, "console/graph.html", context)
 
 
@@ -322,4 +323,5 @@ def job(request: HttpRequest, pk: int) -> HttpResponse:
     obj = get_object_or_404(Job, pk=pk)
     # A running card polls itself (hx-trigger "every 2s"); the finished card is
     # rendered without the trigger, so swapping it in stops the polling.
-    return render(request, _partial(request, "console/jobs.html", "job-card"), {"job": obj})
+    template = "console/jobs.html#job-card" if request.htmx else "console/job.html"
+    return render(request, template, {"job": obj})

@@ -15,9 +15,11 @@ Evaluating a parameter set, per trace:
    turn was served, a mismatch means the memory itself changed since (reinforcement,
    new or invalidated facts) or the code did — the mismatch count is the first number
    of every report because it says how far the replay can be trusted;
-3. **re-rank** the replay with :func:`memory.selectors.rank_recalled_facts` and the query
-   vector of the current text (configured embedder, cached per text; without one the
-   lexical order stands), cut at ``k`` = the evaluated ``fact_recall_limit``;
+3. **re-rank** the replay as the confirm step of production does (:func:`production_rank`:
+   dense candidates join when there is a query vector, then
+   :func:`memory.selectors.rank_recalled_facts`), with the query vector of the current text
+   (configured embedder, cached per text; without one the lexical order stands), cut at
+   ``k`` = the evaluated ``fact_recall_limit``;
 4. **score** nDCG@k against the prompt facts when the trace is scorable (it has prompt
    facts and its reply was confirmed); positives outside the top k are "displaced".
 
@@ -26,7 +28,7 @@ Reports group the rows into ``all`` / ``group`` / ``direct`` (desktop turns coun
 turn, the facts that moved into or out of the top k.
 
 Nothing here writes memory: no reinforcement, no hit counts, no events of the recall
-path (the replay passes ``events=False`` semantics through the recall module). The only
+path (the replay runs with ``events=False``). The only
 writes are the job row and one ``retrieval_eval_done`` / ``retrieval_compare_done`` event.
 """
 from __future__ import annotations
@@ -196,10 +198,25 @@ def _default_replay(**kwargs: Any) -> Sequence[Any]:
     return recall.replay_turn_pool(**kwargs)
 
 
-def _default_rank(candidates: Sequence[Any], query_vector: Any, limit: int, overrides: Mapping[str, Any]) -> list:
-    from memory.selectors import rank_recalled_facts
+def production_rank(
+    sample: TraceSample, replayed: Sequence[Any], vector: Any, limit: int, overrides: Mapping[str, Any]
+) -> list:
+    """The confirm step of production (``memory.recall.confirm_turn``) on a replayed pool:
+    with a query vector the dense candidates join the pool, facts no longer valid leave it,
+    then the fused re-rank cuts at ``limit``. Read-only (nothing is reinforced)."""
+    from memory import selectors
+    from memory.models import Fact
 
-    return rank_recalled_facts(candidates, query_vector, limit, overrides=overrides)
+    pool = list(replayed)
+    if vector is not None:
+        dense = selectors.dense_fact_candidates(
+            person_ids=list(sample.person_ids), query_vector=vector, limit=limit, now=sample.at,
+            stream_kind=sample.stream_kind, overrides=overrides,
+        )
+        pool = selectors.merge_dense_candidates(pool, dense, query=sample.text)
+    valid = set(Fact.objects.filter(pk__in=[f.id for f in pool], superseded_by__isnull=True).values_list("id", flat=True))
+    pool = [f for f in pool if f.id in valid]
+    return selectors.rank_recalled_facts(pool, vector, limit, overrides)
 
 
 def fact_limit(overrides: Mapping[str, Any]) -> int:
@@ -214,7 +231,7 @@ class Evaluator:
     overrides: dict[str, Any]
     vectors: QueryVectors
     replay: ReplayFn = _default_replay
-    rank: Callable[..., list] = _default_rank
+    rank: Callable[..., list] = production_rank
     k: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -234,7 +251,7 @@ class Evaluator:
             )
             rec = reconcile_trace_pool([(f.id, f.score) for f in replayed], list(sample.pool))
             vector = self.vectors(sample.text)
-            ranked = self.rank(replayed, vector, self.k, dict(self.overrides))
+            ranked = self.rank(sample, replayed, vector, self.k, dict(self.overrides))
         ranked_ids = [f.id for f in ranked][: self.k]
         positives = list(dict.fromkeys(sample.prompt_fact_ids))
         top = set(ranked_ids)

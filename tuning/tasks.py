@@ -20,3 +20,23 @@ def evaluate_task(job_id: int) -> bool:
 def compare_task(job_id: int) -> bool:
     """What-if comparison of two parameter sets on the same traces (job kind ``compare``)."""
     return evaluation.run_job(int(job_id))
+
+
+@shared_task(name="tuning.tasks.probe_overrides_task", ignore_result=True)
+def probe_overrides_task(job_id: int) -> bool:
+    """Record on a ``tuning_probe`` job which profile and overrides *this worker* sees.
+
+    Diagnostics (and the integration test): proves an applied profile reached the
+    worker processes without a restart.
+    """
+    import os
+
+    from memory.jobs import job_finish, job_start
+    from tuning import services
+
+    if not job_start(job_id=int(job_id)):
+        return False
+    return job_finish(
+        job_id=int(job_id),
+        result={"profile": services.cached_active_profile(), "overrides": services.active_overrides(), "pid": os.getpid()},
+    )

@@ -1,4 +1,20 @@
+"""Console pages of retrieval tuning, mounted at ``/tuning/``."""
 from __future__ import annotations
 
+from django.urls import path
+
+from tuning import views
+
 app_name = "tuning"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("draft/", views.draft, name="draft"),
+    path("apply/", views.apply, name="apply"),
+    path("rollback/", views.rollback, name="rollback"),
+    path("delete/", views.delete, name="delete"),
+    path("export/", views.export, name="export"),
+    path("compare/", views.compare, name="compare"),
+    path("jobs/<int:pk>/", views.job, name="job"),
+    path("jobs/<int:pk>/progress/", views.job_progress, name="job_progress"),
+    path("jobs/<int:pk>/report.json", views.job_json, name="job_json"),
+]

@@ -31,7 +31,7 @@ __all__ = ["PageRankTimeoutError", "personalized_pagerank", "VECTOR_MIN_EDGES"]
 
 N = TypeVar("N", bound=Hashable)
 
-#: Graphs with at least this many positive edges use the numpy path under ``method='auto'``.
+#: Graphs with at least this many edges use the numpy path under ``method='auto'``.
 VECTOR_MIN_EDGES: int = 256
 
 
@@ -81,32 +81,18 @@ def personalized_pagerank(
     order: dict[N, None] = {}
     for source, targets in adjacency.items():
         order[source] = None
-        for target in targets:
-            order[target] = None
-    for node in personalization:
-        order[node] = None
+        order.update(dict.fromkeys(targets))
+    order.update(dict.fromkeys(personalization))
     if not order:
         return {}
     nodes = list(order)
 
-    # Normalised transitions, validated.
-    transitions: dict[N, list[tuple[N, float]]] = {}
-    edge_count = 0
-    for node in nodes:
-        targets = adjacency.get(node)
-        kept: list[tuple[N, float]] = []
-        total = 0.0
-        if targets:
-            for target, raw in targets.items():
-                weight = float(raw)
-                if not math.isfinite(weight) or weight < 0.0:
-                    raise ValueError("PageRank 边权必须是有限非负数")
-                if weight == 0.0:
-                    continue
-                kept.append((target, weight))
-                total += weight
-        transitions[node] = [(t, w / total) for t, w in kept] if total > 0.0 else []
-        edge_count += len(kept)
+    raw_edges = sum(len(targets) for targets in adjacency.values())
+    use_numpy = method == "numpy" or (method == "auto" and raw_edges >= VECTOR_MIN_EDGES)
+    if use_numpy:
+        system: _Python | _Arrays = _build_arrays(nodes, adjacency)
+    else:
+        system = _build_python(nodes, adjacency)
 
     raw_personal: list[float] = []
     personal_total = 0.0
@@ -121,13 +107,79 @@ def personalized_pagerank(
     personal = [w / personal_total for w in raw_personal]
 
     now = clock if clock is not None else time.monotonic
-    use_numpy = method == "numpy" or (method == "auto" and edge_count >= VECTOR_MIN_EDGES)
-    if use_numpy:
-        ranks = _iterate_numpy(nodes, transitions, personal, alpha, max_iterations, tolerance, timeout_seconds, now)
+    if isinstance(system, _Arrays):
+        ranks = _iterate_numpy(system, personal, alpha, max_iterations, tolerance, timeout_seconds, now)
     else:
-        ranks = _iterate_python(nodes, transitions, personal, alpha, max_iterations, tolerance, timeout_seconds, now)
+        ranks = _iterate_python(system, personal, alpha, max_iterations, tolerance, timeout_seconds, now)
     total_rank = sum(ranks)
     return {node: value / total_rank for node, value in zip(nodes, ranks, strict=True)}
+
+
+_EDGE_ERROR = "PageRank 边权必须是有限非负数"
+
+
+class _Python:
+    """Per-source lists of ``(target index, probability)``; empty list = dangling."""
+
+    __slots__ = ("edges",)
+
+    def __init__(self, edges: list[list[tuple[int, float]]]) -> None:
+        self.edges = edges
+
+
+class _Arrays:
+    """Edge list as arrays (source, target, probability) plus the dangling mask."""
+
+    __slots__ = ("src", "dst", "prob", "dangling", "n")
+
+    def __init__(self, src: np.ndarray, dst: np.ndarray, prob: np.ndarray, dangling: np.ndarray, n: int) -> None:
+        self.src, self.dst, self.prob, self.dangling, self.n = src, dst, prob, dangling, n
+
+
+def _build_python(nodes: list[N], adjacency: Mapping[N, Mapping[N, float]]) -> _Python:
+    index = {node: i for i, node in enumerate(nodes)}
+    edges: list[list[tuple[int, float]]] = []
+    for node in nodes:
+        targets = adjacency.get(node)
+        kept: list[tuple[int, float]] = []
+        total = 0.0
+        if targets:
+            for target, raw in targets.items():
+                weight = float(raw)
+                if not math.isfinite(weight) or weight < 0.0:
+                    raise ValueError(_EDGE_ERROR)
+                if weight == 0.0:
+                    continue
+                kept.append((index[target], weight))
+                total += weight
+        edges.append([(t, w / total) for t, w in kept] if total > 0.0 else [])
+    return _Python(edges)
+
+
+def _build_arrays(nodes: list[N], adjacency: Mapping[N, Mapping[N, float]]) -> _Arrays:
+    index = {node: i for i, node in enumerate(nodes)}
+    lookup = index.__getitem__
+    n = len(nodes)
+    counts = np.zeros(n, dtype=np.intp)
+    dst_parts: list[int] = []
+    weight_parts: list[float] = []
+    for i, node in enumerate(nodes):
+        targets = adjacency.get(node)
+        if not targets:
+            continue
+        counts[i] = len(targets)
+        dst_parts.extend(map(lookup, targets))
+        weight_parts.extend(targets.values())
+    weights = np.asarray(weight_parts, dtype=np.float64)
+    if weights.size and not (np.isfinite(weights).all() and (weights >= 0.0).all()):
+        raise ValueError(_EDGE_ERROR)
+    keep = weights > 0.0
+    src = np.repeat(np.arange(n, dtype=np.intp), counts)[keep]
+    dst = np.asarray(dst_parts, dtype=np.intp)[keep]
+    weights = weights[keep]
+    totals = np.bincount(src, weights=weights, minlength=n)
+    prob = weights / totals[src] if src.size else weights
+    return _Arrays(src, dst, prob, totals <= 0.0, n)
 
 
 def _timeout() -> PageRankTimeoutError:
@@ -135,8 +187,7 @@ def _timeout() -> PageRankTimeoutError:
 
 
 def _iterate_python(
-    nodes: list[N],
-    transitions: dict[N, list[tuple[N, float]]],
+    system: _Python,
     personal: list[float],
     alpha: float,
     max_iterations: int,
@@ -144,10 +195,9 @@ def _iterate_python(
     timeout_seconds: float,
     clock: Callable[[], float],
 ) -> list[float]:
-    index = {node: i for i, node in enumerate(nodes)}
-    edges = [[(index[t], p) for t, p in transitions[node]] for node in nodes]
+    edges = system.edges
+    n = len(edges)
     dangling = [i for i, out in enumerate(edges) if not out]
-    n = len(nodes)
     ranks = list(personal)
     deadline = clock() + timeout_seconds
     for _ in range(max_iterations):
@@ -172,8 +222,7 @@ def _iterate_python(
 
 
 def _iterate_numpy(
-    nodes: list[N],
-    transitions: dict[N, list[tuple[N, float]]],
+    system: _Arrays,
     personal: list[float],
     alpha: float,
     max_iterations: int,
@@ -181,31 +230,14 @@ def _iterate_numpy(
     timeout_seconds: float,
     clock: Callable[[], float],
 ) -> list[float]:
-    index = {node: i for i, node in enumerate(nodes)}
-    n = len(nodes)
-    sources: list[int] = []
-    targets: list[int] = []
-    probs: list[float] = []
-    dangling_mask = np.zeros(n, dtype=bool)
-    for i, node in enumerate(nodes):
-        out = transitions[node]
-        if not out:
-            dangling_mask[i] = True
-            continue
-        for target, probability in out:
-            sources.append(i)
-            targets.append(index[target])
-            probs.append(probability)
-    src = np.asarray(sources, dtype=np.intp)
-    dst = np.asarray(targets, dtype=np.intp)
-    prob = np.asarray(probs, dtype=np.float64)
+    src, dst, prob, dangling, n = system.src, system.dst, system.prob, system.dangling, system.n
     p = np.asarray(personal, dtype=np.float64)
     ranks = p.copy()
     deadline = clock() + timeout_seconds
     for _ in range(max_iterations):
         if clock() >= deadline:
             raise _timeout()
-        dangling_mass = float(ranks[dangling_mask].sum())
+        dangling_mass = float(ranks[dangling].sum())
         base = (1.0 - alpha) + alpha * dangling_mass
         flow = np.bincount(dst, weights=(alpha * ranks[src]) * prob, minlength=n)
         updated = base * p + flow

@@ -77,6 +77,10 @@ def _quantize_array(values: np.ndarray) -> bytes:
     values64 = values.astype(np.float64)
     peak = float(np.max(np.abs(values64))) if values64.size else 0.0
     scale = peak / 127.0 if peak > 0.0 else 1.0
+    if np.float32(scale) == 0.0:
+        # max|v| < ~1.8e-43: the float32 header cannot hold the scale. Such a vector is
+        # numerically zero; store it as the zero vector rather than an undecodable blob.
+        scale, values64 = 1.0, np.zeros_like(values64)
     # np.rint rounds half to even, exactly like Python's round().
     q = np.clip(np.rint(values64 / scale), -127, 127).astype(np.int8)
     return HEADER.pack(MAGIC, int(values64.size), scale) + q.tobytes()
@@ -86,6 +90,8 @@ def quantize(raw: BytesLike) -> bytes:
     """Quantise little-endian float32 bytes to an SQ8 blob (``12 + dim`` bytes).
 
     Raises ``ValueError`` for empty input, a length not divisible by 4, or non-finite values.
+    A vector so small that its scale underflows float32 (max|v| < ~1.8e-43) is stored
+    as the zero vector, so every blob produced here decodes.
     """
     return _quantize_array(unpack_float32(raw))
 

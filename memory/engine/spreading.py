@@ -173,6 +173,7 @@ class ConceptGraph:
     seed_texts: Mapping[int, str]
     nodes_containing: Callable[[set[str]], Mapping[str, Sequence[int]]]
     extra_seeds: Sequence[tuple[str, float]] = ()
+    max_mapped: int | None = None  # map back only the best-ranked concepts (None = all)
 
 
 class _RetentionCache:
@@ -306,6 +307,8 @@ def _concept_spread(
         clock=clock,
     )
     reached = [cid for cid in ranks if cid not in weights and concepts[cid].strip()]
+    if concept.max_mapped is not None:
+        reached = sorted(reached, key=lambda cid: -ranks[cid])[: concept.max_mapped]
     if not reached:
         return {}, {}
     holders = concept.nodes_containing({concepts[cid] for cid in reached})

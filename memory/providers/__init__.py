@@ -7,6 +7,7 @@ This module holds the plain input types shared by the LLM and heuristic
 summarisers/extractors, and the dialogue cleaning both of them apply, so the
 "body shorter than 40 characters" contract means the same thing for each.
 """
+
 from __future__ import annotations
 
 import re

@@ -5,6 +5,7 @@ choice's text. Transient failures (429, 5xx, timeouts, connection errors) are
 retried with exponential backoff; everything else surfaces at once as a typed
 ``ProviderError`` so a worker can count it.
 """
+
 from __future__ import annotations
 
 import json
@@ -145,7 +146,9 @@ class JSONClient:
                 retry_after = _retry_after_seconds(response)
                 too_long = retry_after is not None and retry_after > MAX_RETRY_AFTER
                 if attempt < self.max_retries and not too_long:
-                    logger.warning("provider_rate_limited url=%s attempt=%d retry_after=%s", url, attempt + 1, retry_after)
+                    logger.warning(
+                        "provider_rate_limited url=%s attempt=%d retry_after=%s", url, attempt + 1, retry_after
+                    )
                     self._sleep_before_retry(attempt, retry_after)
                     attempt += 1
                     continue

@@ -13,6 +13,7 @@ Instances are cached per configuration, so a process keeps one HTTP
 connection pool per provider and a settings override yields a fresh object.
 Every returned object has a ``label`` ("llm:<model>", "heuristic", …).
 """
+
 from __future__ import annotations
 
 import logging

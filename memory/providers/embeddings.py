@@ -10,6 +10,7 @@ The contract every embedder keeps (reference-spec §3.5):
   of common providers ("batch size is invalid, it should not be larger than
   20"), and a bigger configured batch is clamped with a warning.
 """
+
 from __future__ import annotations
 
 import base64
@@ -149,7 +150,7 @@ class OpenAIEmbedder:
                     "embed_batch_failed model=%s size=%d first=%d error=%s", self.name, len(chunk), chunk[0], exc
                 )
                 continue
-            for i, vector in zip(chunk, vectors):
+            for i, vector in zip(chunk, vectors, strict=True):
                 out[i] = vector
         return out
 

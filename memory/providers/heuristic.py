@@ -12,6 +12,7 @@ model, and they are deliberately conservative.
   are never detected by name (jieba's ``nr`` tag is unreliable in chat), so
   gossip about third parties yields nothing.
 """
+
 from __future__ import annotations
 
 import math
@@ -107,9 +108,7 @@ class HeuristicSummariser:
     def __init__(self, max_chars: int = SUMMARY_MAX_CHARS) -> None:
         self.max_chars = max_chars
 
-    def summarise(
-        self, lines: Sequence[DialogueLine], participants: Sequence[Participant] = ()
-    ) -> EpisodeDraft | None:
+    def summarise(self, lines: Sequence[DialogueLine], participants: Sequence[Participant] = ()) -> EpisodeDraft | None:
         """Return a summary and 3–6 cues, or None when the body is under 40 characters."""
         names = {p.external_id: p.name for p in participants}
         items = usable_lines(lines, min_chars=4)  # lines of ≤ 3 characters say nothing
@@ -127,6 +126,8 @@ class HeuristicSummariser:
 
         chosen = self._choose(sentences, weights)
         summary = self._render(chosen)
+        if not summary:  # nothing but punctuation and emoji
+            return None
         cues = self._cues(plain, [s.text for s in chosen], weights, analyse)
         return EpisodeDraft(summary=summary, cues=cues or [summary])
 
@@ -248,7 +249,9 @@ _RESIDENCE_RE = re.compile(
 _PLACE_CUT_RE = re.compile(
     r"(?:已经|好几|快|有|了|啦|啊|呀|呢|吧|哦|嘛|这边|那边|那里|这里|的时候|住|去|来|以后|之后|工作|上班|读书|上学)"
 )
-_NAME_RE = re.compile(r"^(?:叫|的名字是|名字是|名字叫|的名字叫|的昵称是|昵称是|网名是|网名叫|的网名是)(?P<name>[^\s，。！？,.!?]{1,12})")
+_NAME_RE = re.compile(
+    r"^(?:叫|的名字是|名字是|名字叫|的名字叫|的昵称是|昵称是|网名是|网名叫|的网名是)(?P<name>[^\s，。！？,.!?]{1,12})"
+)
 _CALL_ME_RE = re.compile(r"(?:^|[你您大家们都可以就])叫我(?P<name>[^\s，。！？,.!?吧啊呀就]{1,8})")
 _ALLERGY_RE = re.compile(r"^(?:对)?(?P<what>[\u4e00-\u9fffA-Za-z]{1,10}?)过敏")
 _PREFERENCE_RE = re.compile(

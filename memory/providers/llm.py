@@ -5,6 +5,7 @@ with the engine's validators. A model failure propagates as ``ProviderError``
 (the worker counts it); an unusable reply returns ``None`` (also counted); a
 batch too short to be worth a call returns ``None`` without calling the model.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -61,7 +62,9 @@ SUMMARY_SYSTEM = """你是{bot}。下面是你和别人的一段聊天记录，�
 只输出一个 JSON 对象，不要输出任何其他文字：
 {{"summary": "回忆", "recall_cues": ["线索1", "线索2", "线索3"]}}"""
 
-KNOWN_FACTS_HEADER = "你已经记住的（每条以 [平台编号] #事实编号 开头；不要重复写这些；某条已经不成立时用 supersedes 取代它）："
+KNOWN_FACTS_HEADER = (
+    "你已经记住的（每条以 [平台编号] #事实编号 开头；不要重复写这些；某条已经不成立时用 supersedes 取代它）："
+)
 
 
 def render_participants(participants: Sequence[Participant]) -> str:
@@ -84,9 +87,7 @@ def render_known_facts(
     return "\n".join(out), frozenset(ids)
 
 
-def render_dialogue(
-    lines: Sequence[DialogueLine], participants: Sequence[Participant], bot_name: str
-) -> str:
+def render_dialogue(lines: Sequence[DialogueLine], participants: Sequence[Participant], bot_name: str) -> str:
     """``speaker：text`` lines; a user is ``[<external_id>] <name>`` (``某人`` if unknown)."""
     names = {p.external_id: p.name for p in participants}
     rendered = []
@@ -166,9 +167,7 @@ class LLMSummariser:
         self.temperature = temperature
         self.max_tokens = max_tokens
 
-    def summarise(
-        self, lines: Sequence[DialogueLine], participants: Sequence[Participant] = ()
-    ) -> EpisodeDraft | None:
+    def summarise(self, lines: Sequence[DialogueLine], participants: Sequence[Participant] = ()) -> EpisodeDraft | None:
         """EpisodeDraft, or None if the body is under 40 characters or the reply is unusable.
 
         Raises ProviderError when the model call fails.

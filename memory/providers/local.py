@@ -5,6 +5,7 @@ inside the wheel and runs on numpy alone; ``USE(threads=n).encode(texts)``
 returns an ``(N, 512)`` float32 array of unit vectors. Loading takes 1–2 s and
 ~100 MB, so the model is loaded once per process and shared.
 """
+
 from __future__ import annotations
 
 import logging
@@ -70,7 +71,7 @@ class LocalUSEEmbedder:
             except Exception:  # a local model bug must not take the caller down
                 logger.exception("embed_batch_failed model=%s size=%d first=%d", MODEL_NAME, len(chunk), chunk[0])
                 continue
-            for i, row in zip(chunk, matrix):
+            for i, row in zip(chunk, matrix, strict=True):
                 try:
                     out[i] = normalise(row, DIM)
                 except ValueError as exc:

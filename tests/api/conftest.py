@@ -35,9 +35,7 @@ class ApiClient:
         url = path if path.startswith("/") else f"/api/v1/{path}"
         data = raw if raw is not None else (json.dumps(body) if body is not None else None)
         fn = getattr(self.client, method)
-        if data is None:
-            return fn(url, headers=self.headers, **kw)
-        return fn(url, data=data, content_type="application/json", headers=self.headers, **kw)
+        return fn(url, data=data if data is not None else "", content_type="application/json", headers=self.headers, **kw)
 
     def get(self, path: str, **params: Any):
         return self.client.get(path if path.startswith("/") else f"/api/v1/{path}", params, headers=self.headers)

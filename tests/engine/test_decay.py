@@ -233,3 +233,20 @@ def test_engine_never_imports_django() -> None:
 
 def test_math_sanity_of_pin_constant() -> None:
     assert int(876000 * math.log2(10) * H) == 10_476_032_440_036
+
+
+def test_engine_import_loads_no_django() -> None:
+    """Importing every engine module in a fresh interpreter must not load django at all."""
+    import subprocess
+    import sys
+
+    modules = sorted(p.stem for p in ENGINE_DIR.glob("*.py") if p.stem != "__init__")
+    code = (
+        "import sys\n"
+        + "".join(f"import memory.engine.{m}\n" for m in modules)
+        + "bad = [m for m in sys.modules if m == 'django' or m.startswith('django.')]\n"
+        + "assert not bad, bad\n"
+    )
+    root = ENGINE_DIR.parent.parent
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -210,3 +210,11 @@ def test_int8_matrix_large_is_fast_enough() -> None:
     started = time.perf_counter()
     m.top_k(q, 10)
     assert time.perf_counter() - started < 0.25  # generous: a few ms expected
+
+
+def test_underflowing_scale_is_stored_as_zero_vector() -> None:
+    blob = quantize(f32(1e-45, -1e-45))
+    dim, scale, q = decode_q8(blob)
+    assert (dim, scale, q.tolist()) == (2, 1.0, [0, 0])
+    tiny = quantize(f32(1e-40, -5e-41))  # subnormal but representable scale
+    assert decode_q8(tiny)[2].tolist()[0] == 127

@@ -6,6 +6,7 @@ thread of this process. By default it answers like a well-behaved provider
 inputs per embeddings request); tests queue scripted replies with
 ``fake_openai.push(path, Reply(...))`` to make it misbehave.
 """
+
 from __future__ import annotations
 
 import base64
@@ -89,13 +90,16 @@ class FakeOpenAI:
 
     # -- default behaviour ---------------------------------------------------
     def _chat(self, request: Request) -> Reply:
-        return Reply(json={
-            "id": "chatcmpl-test",
-            "object": "chat.completion",
-            "model": request.json.get("model"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": self.chat_reply},
-                         "finish_reason": "stop"}],
-        })
+        return Reply(
+            json={
+                "id": "chatcmpl-test",
+                "object": "chat.completion",
+                "model": request.json.get("model"),
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": self.chat_reply}, "finish_reason": "stop"}
+                ],
+            }
+        )
 
     def _embeddings(self, request: Request) -> Reply:
         texts = request.json.get("input")

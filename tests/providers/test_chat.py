@@ -80,7 +80,9 @@ def test_a_timeout_is_retried_and_can_recover(fake_openai):
 
 
 def test_429_then_200_is_retried(fake_openai):
-    fake_openai.push("/chat/completions", Reply(429, json={"error": {"message": "slow down"}}, headers={"Retry-After": "0"}))
+    fake_openai.push(
+        "/chat/completions", Reply(429, json={"error": {"message": "slow down"}}, headers={"Retry-After": "0"})
+    )
     fake_openai.chat_reply = "after the limit"
 
     assert make_model(fake_openai).complete(MESSAGES) == "after the limit"

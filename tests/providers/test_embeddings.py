@@ -31,7 +31,7 @@ def test_it_embeds_position_aligned_unit_vectors(fake_openai):
 
     vectors = make_embedder(fake_openai).embed(inputs)
 
-    for text, vector in zip(inputs, vectors):
+    for text, vector in zip(inputs, vectors, strict=True):
         assert_unit_float32(vector, fake_openai.dim)
         np.testing.assert_allclose(vector, unit(text, fake_openai.dim), atol=1e-6)
     (request,) = fake_openai.calls("/embeddings")
@@ -168,16 +168,21 @@ def test_results_are_sorted_by_index(fake_openai):
 
     vectors = make_embedder(fake_openai).embed(inputs)
 
-    for text, vector in zip(inputs, vectors):
+    for text, vector in zip(inputs, vectors, strict=True):
         np.testing.assert_allclose(vector, unit(text, fake_openai.dim), atol=1e-6)
 
 
 def test_reversed_index_order_is_realigned(fake_openai):
     def reversed_reply(request):
         items = request.json["input"]
-        return Reply(json={"data": [
-            {"index": i, "embedding": [1.0 if j == i else 0.0 for j in range(8)]} for i in reversed(range(len(items)))
-        ]})
+        return Reply(
+            json={
+                "data": [
+                    {"index": i, "embedding": [1.0 if j == i else 0.0 for j in range(8)]}
+                    for i in reversed(range(len(items)))
+                ]
+            }
+        )
 
     fake_openai.push("/embeddings", reversed_reply)
 
@@ -192,7 +197,7 @@ def test_base64_encoding_is_requested_and_decoded(fake_openai):
     vectors = make_embedder(fake_openai, encoding_format="base64").embed(inputs)
 
     assert fake_openai.calls("/embeddings")[0].json["encoding_format"] == "base64"
-    for text, vector in zip(inputs, vectors):
+    for text, vector in zip(inputs, vectors, strict=True):
         np.testing.assert_allclose(vector, unit(text, fake_openai.dim), atol=1e-6)
 
 

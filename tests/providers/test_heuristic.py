@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from memory.engine.extraction import FACT_KINDS
@@ -160,9 +162,7 @@ def test_first_person_sentences_are_not_knowledge():
 
 
 def test_assistant_markup_is_ignored():
-    extraction = HeuristicExtractor().extract(
-        [bot("<think>地球是一种行星</think><say>好的</say>")], PEOPLE, []
-    )
+    extraction = HeuristicExtractor().extract([bot("<think>地球是一种行星</think><say>好的</say>")], PEOPLE, [])
 
     assert extraction.knowledge == []
 
@@ -178,15 +178,15 @@ CHAT = [
 ]
 
 
-def test_summary_keeps_sentences_in_their_original_order():
+def test_summary_keeps_whole_sentences_in_their_original_order():
     draft = HeuristicSummariser().summarise(CHAT, PEOPLE)
 
     assert draft is not None
     assert 0 < len(draft.summary) <= 120
+    kept = [re.sub(r"^[^：]{1,8}：", "", s) for s in re.findall(r"[^。！？]+[。！？]", draft.summary)]
     body = "".join(line.content for line in CHAT)
-    sentences = [s for s in draft.summary.replace("：", "。").split("。") if len(s) > 4]
-    positions = [body.find(s.split("，")[0]) for s in sentences]
-    assert all(p >= 0 for p in positions)
+    positions = [body.find(s) for s in kept]
+    assert len(kept) >= 3 and -1 not in positions
     assert positions == sorted(positions)
     assert draft.summary.startswith("小明：")
     assert "小红：" in draft.summary
@@ -208,6 +208,12 @@ def test_summary_is_deterministic():
 
 def test_a_short_body_has_no_summary():
     lines = [said("在吗"), said("好的"), bot("嗯嗯"), said("今天好热啊", HONG)]
+
+    assert HeuristicSummariser().summarise(lines, PEOPLE) is None
+
+
+def test_punctuation_alone_has_no_summary():
+    lines = [said("！！！！！！！！！！"), said("？？？？？？？？？？？？", HONG), said("。。。。。。。。。。。。。")]
 
     assert HeuristicSummariser().summarise(lines, PEOPLE) is None
 

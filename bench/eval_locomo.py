@@ -1,0 +1,371 @@
+"""LoCoMo retrieval quality: our turn recall next to bm25s, dense-only and plain FTS5, one run.
+
+Import (the real write path, one store for all conversations): per conversation one
+``direct`` stream and its two speakers as persons; every turn a message
+(``append_message``, ``created_at`` = session date + 1 min per turn index); every
+``observation`` item a fact of its speaker (``add_fact``, kind 事件, origin direct, at the
+end of its session) remembering its evidence dia_ids (a fact merged into an earlier
+similar one adds its ids to that fact); every ``session_summary`` an episode of its
+session (cues = its sentences); fact vectors from the local USE model in batches of 20
+(``store_fact_vector``).
+
+Queries: every question with at least one evidence id, ``now`` = one hour after the last
+session of its conversation. Retrieved facts count their evidence ids, retrieved raw
+turns their own id, episodes their session.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+
+from bench.common import KS, dia_ids, mean_rows, require_data, score_question
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+TOP = 10  # the pool limit and the deepest cut-off reported
+METHODS = {
+    "ours_lexical": "ours: lexical turn pool (FTS5 + blend score)",
+    "ours_lexical_dense": "ours: lexical + dense (USE), fused re-rank",
+    "dense_only": "dense only: USE cosine over the same facts",
+    "bm25s_facts": "bm25s over the same facts, same tokens",
+    "fts5_raw_turns": "plain FTS5 (unicode61) over raw turns",
+}
+DIAGNOSTICS = {
+    "diag_lexical_dense_no_forgetting": "ours lexical + dense with retention_weight_floor=1 (forgetting curve off)",
+    "diag_lexical_unpruned": "ours lexical with FTS5 query-term pruning off",
+}
+MINUTE_MS = 60_000
+HOUR_MS = 3_600_000
+
+
+def session_time_ms(text: str) -> int:
+    """``'1:56 pm on 8 May, 2023'`` → epoch ms (UTC)."""
+    value = datetime.strptime(" ".join(text.split()), "%I:%M %p on %d %B, %Y")
+    return int(value.replace(tzinfo=UTC).timestamp() * 1000)
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+", text or "") if s.strip()]
+
+
+def unicode61_terms(text: str) -> list[str]:
+    """What FTS5's default tokenizer would make of ``text`` (lower-cased ``\\w+`` runs)."""
+    return re.findall(r"\w+", text.lower())
+
+
+def fts_match(terms: Sequence[str]) -> str:
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in dict.fromkeys(terms) if t)
+
+
+@dataclass
+class Conversation:
+    sample_id: str
+    stream_id: int
+    person_ids: list[int]
+    now: int
+    turns: list[tuple[str, str]] = field(default_factory=list)  # (dia_id, text)
+    fact_ids: list[int] = field(default_factory=list)
+    fact_evidence: dict[int, set[str]] = field(default_factory=dict)
+    fact_text: dict[int, str] = field(default_factory=dict)
+    fact_vectors: np.ndarray | None = None
+    episode_session: dict[int, str] = field(default_factory=dict)
+    episode_cues: list[tuple[int, str]] = field(default_factory=list)
+    questions: list[dict] = field(default_factory=list)
+
+
+def load(conversations: int | None = None) -> list[dict]:
+    data = json.loads(require_data("locomo", "locomo10.json").read_text(encoding="utf-8"))
+    return data[:conversations] if conversations else data
+
+
+def import_conversation(raw: dict, embedder, *, max_questions: int | None = None) -> Conversation:
+    from django.db import transaction
+
+    from memory import services
+
+    conv = raw["conversation"]
+    sid = raw["sample_id"]
+    sessions = sorted(int(k.split("_")[1]) for k in conv if re.fullmatch(r"session_\d+", k) and conv[k])
+    times = {s: session_time_ms(conv[f"session_{s}_date_time"]) for s in sessions}
+    speakers = [conv["speaker_a"], conv["speaker_b"]]
+    with transaction.atomic():
+        persons = {
+            name: services.resolve_person(platform="locomo", external_id=f"{sid}:{name}", name=name, at=times[sessions[0]])
+            for name in speakers
+        }
+        stream = services.resolve_stream(platform="locomo", kind="direct", external_id=sid, name=f"{sid} {' & '.join(speakers)}")
+    last_end = 0
+    out = Conversation(sample_id=sid, stream_id=stream.pk, person_ids=[persons[n].pk for n in speakers], now=0)
+    for s in sessions:
+        turns = conv[f"session_{s}"]
+        start = times[s]
+        end = start + len(turns) * MINUTE_MS
+        last_end = max(last_end, end)
+        with transaction.atomic():
+            message_ids = []
+            for j, turn in enumerate(turns):
+                speaker = turn["speaker"]
+                if speaker not in persons:  # never happens in locomo10, but stay on the write path
+                    persons[speaker] = services.resolve_person(
+                        platform="locomo", external_id=f"{sid}:{speaker}", name=speaker, at=start
+                    )
+                message, _ = services.append_message(
+                    stream_id=stream.pk, role="user", content=turn["text"], sender_person_id=persons[speaker].pk,
+                    external_message_id=f"{sid}:{turn['dia_id']}:{j}", at=start + j * MINUTE_MS,
+                )
+                message_ids.append(message.pk)
+                out.turns.append((turn["dia_id"], turn["text"]))
+            for speaker, items in (raw["observation"].get(f"session_{s}_observation") or {}).items():
+                if speaker not in persons:
+                    continue
+                for item in items:
+                    text, evidence = item[0], item[1] if len(item) > 1 else []
+                    write = services.add_fact(
+                        person_id=persons[speaker].pk, content=text, kind="事件", origin_kind="direct",
+                        source=f"locomo:{sid}", at=end,
+                    )
+                    if not write.fact_id:
+                        continue
+                    if write.fact_id not in out.fact_evidence:
+                        out.fact_ids.append(write.fact_id)
+                        out.fact_text[write.fact_id] = text
+                        out.fact_evidence[write.fact_id] = set()
+                    out.fact_evidence[write.fact_id].update(dia_ids(evidence))
+            summary = raw["session_summary"].get(f"session_{s}_summary") or ""
+            if summary:
+                cues = sentences(summary)
+                episode = services.add_episode(
+                    stream_id=stream.pk, summary=summary, cues=cues, started_at=start, ended_at=end,
+                    message_ids=message_ids, source=f"locomo:{sid}", at=end,
+                )
+                out.episode_session[episode.pk] = str(s)
+                out.episode_cues.extend((episode.pk, c) for c in cues)
+    out.now = last_end + HOUR_MS
+    # fact vectors through the real service, 20 at a time
+    vectors = []
+    for start in range(0, len(out.fact_ids), 20):
+        chunk = out.fact_ids[start : start + 20]
+        embedded = embedder.embed([out.fact_text[f] for f in chunk])
+        with transaction.atomic():
+            for fid, vec in zip(chunk, embedded, strict=True):
+                if vec is None:
+                    raise RuntimeError(f"no vector for fact {fid}")
+                services.store_fact_vector(fact_id=fid, vector=vec)
+                vectors.append(np.asarray(vec, dtype=np.float32))
+    out.fact_vectors = np.vstack(vectors) if vectors else np.zeros((0, 512), dtype=np.float32)
+    questions = [q for q in raw["qa"] if dia_ids(q.get("evidence") or [])]
+    out.questions = questions[:max_questions] if max_questions else questions
+    return out
+
+
+class RawTurnIndex:
+    """Plain FTS5 over the raw English turns of one conversation (default unicode61 tokenizer)."""
+
+    def __init__(self, turns: Sequence[tuple[str, str]]):
+        self.db = sqlite3.connect(":memory:")
+        self.db.execute("CREATE VIRTUAL TABLE turns USING fts5(text)")
+        self.ids = [dia for dia, _ in turns]
+        self.db.executemany("INSERT INTO turns(rowid, text) VALUES (?, ?)", [(i + 1, t) for i, (_, t) in enumerate(turns)])
+
+    def search(self, query: str, k: int) -> list[str]:
+        match = fts_match(unicode61_terms(query))
+        if not match:
+            return []
+        rows = self.db.execute("SELECT rowid FROM turns WHERE turns MATCH ? ORDER BY bm25(turns) LIMIT ?", (match, k))
+        return [self.ids[r - 1] for (r,) in rows]
+
+
+class Bm25Units:
+    """bm25s over a list of texts with our tokens (jieba words + CJK bigrams, FTS5-style split)."""
+
+    def __init__(self, texts: Sequence[str]):
+        import bm25s
+
+        self.tokens = [fts_tokens(t) for t in texts]
+        self.model = bm25s.BM25()
+        self.model.index([t or [""] for t in self.tokens], show_progress=False)
+
+    def scores(self, query: str) -> np.ndarray:
+        from memory.engine.tokenize import query_terms
+
+        terms = [t for term in query_terms(query) for t in unicode61_terms(term)]
+        terms = list(dict.fromkeys(terms))
+        if not terms:
+            return np.zeros(len(self.tokens), dtype=np.float32)
+        return np.asarray(self.model.get_scores(terms), dtype=np.float32)
+
+    def top(self, query: str, k: int) -> list[int]:
+        s = self.scores(query)
+        order = np.argsort(-s, kind="stable")[:k]
+        return [int(i) for i in order if s[i] > 0]
+
+
+def fts_tokens(text: str) -> list[str]:
+    """``index_tokens`` as FTS5's unicode61 would store them."""
+    from memory.engine.tokenize import index_tokens
+
+    return unicode61_terms(index_tokens(text))
+
+
+def dense_top(matrix: np.ndarray, qvec: np.ndarray, k: int) -> list[int]:
+    if matrix.shape[0] == 0:
+        return []
+    sims = matrix @ qvec
+    return [int(i) for i in np.argsort(-sims, kind="stable")[:k]]
+
+
+def _max_per_group(scores: np.ndarray, groups: Sequence[int], k: int, *, positive_only: bool) -> list[int]:
+    best: dict[int, float] = {}
+    for s, g in zip(scores.tolist(), groups, strict=True):
+        if positive_only and s <= 0:
+            continue
+        if g not in best or s > best[g]:
+            best[g] = s
+    return [g for g, _ in sorted(best.items(), key=lambda x: -x[1])[:k]]
+
+
+def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[str], None] = print) -> dict:
+    from memory import lexical, selectors
+    from memory.recall import replay_turn_pool
+    from tuning.services import active_overrides
+
+    base = dict(active_overrides())
+    ov = {**base, "fact_recall_limit": TOP}
+    ov_no_forgetting = {**ov, "retention_weight_floor": 1.0}
+    per_method: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
+    episode_rows: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
+    ceilings: list[tuple[int, dict[str, float]]] = []
+    pool_sizes: list[int] = []
+    t_queries = 0.0
+    for conv in conversations:
+        raw_index = RawTurnIndex(conv.turns)
+        bm_facts = Bm25Units([conv.fact_text[f] for f in conv.fact_ids])
+        cue_episodes = [e for e, _ in conv.episode_cues]
+        bm_cues = Bm25Units([c for _, c in conv.episode_cues])
+        cue_vectors = np.vstack([v for v in embedder.embed([c for _, c in conv.episode_cues])]) if conv.episode_cues else None
+        qtexts = [q["question"] for q in conv.questions]
+        qvecs = [np.asarray(v, dtype=np.float32) for v in embedder.embed(qtexts)] if qtexts else []
+        existing_turns = {d for d, _ in conv.turns}
+        all_fact_ids = set().union(*conv.fact_evidence.values()) if conv.fact_evidence else set()
+        t0 = time.perf_counter()
+        for q, qvec in zip(conv.questions, qvecs, strict=True):
+            text = q["question"]
+            gold = set(dia_ids(q["evidence"]))
+            cat = int(q.get("category", 0))
+            ev = conv.fact_evidence
+
+            pool = replay_turn_pool(
+                person_ids=conv.person_ids, text=text, impression="", now=conv.now, stream_kind="direct", overrides=ov
+            )
+            pool_sizes.append(len(pool))
+            units: dict[str, list[set[str]]] = {"ours_lexical": [ev[f.id] for f in pool[:TOP]]}
+
+            dense = selectors.dense_fact_candidates(
+                person_ids=conv.person_ids, query_vector=qvec, limit=TOP, now=conv.now, stream_kind="direct", overrides=ov
+            )
+            merged = selectors.merge_dense_candidates(pool, dense, query=text)
+            ranked = selectors.rank_recalled_facts(merged, qvec, TOP, ov)
+            units["ours_lexical_dense"] = [ev[f.id] for f in ranked]
+
+            units["dense_only"] = [ev[conv.fact_ids[i]] for i in dense_top(conv.fact_vectors, qvec, TOP)]
+            units["bm25s_facts"] = [ev[conv.fact_ids[i]] for i in bm_facts.top(text, TOP)]
+            units["fts5_raw_turns"] = [{d} for d in raw_index.search(text, TOP)]
+
+            # diagnostics (same questions, one knob changed each)
+            dense_nf = selectors.dense_fact_candidates(
+                person_ids=conv.person_ids, query_vector=qvec, limit=TOP, now=conv.now, stream_kind="direct",
+                overrides=ov_no_forgetting,
+            )
+            pool_nf = replay_turn_pool(
+                person_ids=conv.person_ids, text=text, impression="", now=conv.now, stream_kind="direct",
+                overrides=ov_no_forgetting,
+            )
+            merged_nf = selectors.merge_dense_candidates(pool_nf, dense_nf, query=text)
+            units["diag_lexical_dense_no_forgetting"] = [
+                ev[f.id] for f in selectors.rank_recalled_facts(merged_nf, qvec, TOP, ov_no_forgetting)
+            ]
+            saved = lexical.PRUNE_MIN_DOCS
+            lexical.PRUNE_MIN_DOCS = 10**12
+            try:
+                pool_up = replay_turn_pool(
+                    person_ids=conv.person_ids, text=text, impression="", now=conv.now, stream_kind="direct",
+                    overrides=ov,
+                )
+            finally:
+                lexical.PRUNE_MIN_DOCS = saved
+            units["diag_lexical_unpruned"] = [ev[f.id] for f in pool_up[:TOP]]
+
+            for name, us in units.items():
+                per_method[name].append((cat, score_question(us, gold)))
+            ceilings.append(
+                (cat, {"facts": len(gold & all_fact_ids) / len(gold), "raw_turns": len(gold & existing_turns) / len(gold)})
+            )
+
+            # episodes at session level
+            gold_sessions = {g.split(":")[0][1:] for g in gold}
+            eps = selectors.recall_episodes(stream_id=conv.stream_id, query=text, limit=TOP)
+            ep_units = {"ours_episodes": [{conv.episode_session[e.id]} for e in eps]}
+            if conv.episode_cues:
+                ep_units["bm25s_cues"] = [
+                    {conv.episode_session[e]}
+                    for e in _max_per_group(bm_cues.scores(text), cue_episodes, TOP, positive_only=True)
+                ]
+                ep_units["dense_cues"] = [
+                    {conv.episode_session[e]}
+                    for e in _max_per_group(cue_vectors @ qvec, cue_episodes, TOP, positive_only=False)
+                ]
+            for name, us in ep_units.items():
+                episode_rows[name].append((cat, score_question(us, gold_sessions)))
+        t_queries += time.perf_counter() - t0
+        log(f"  locomo {conv.sample_id}: {len(conv.questions)} questions, {len(conv.fact_ids)} facts, {len(conv.turns)} turns")
+
+    def summarise(rows: list[tuple[int, dict[str, float]]]) -> dict:
+        by_cat = {
+            f"{c} {CATEGORIES[c]}": mean_rows([r for cat, r in rows if cat == c])
+            for c in CATEGORIES
+            if any(cat == c for cat, _ in rows)
+        }
+        return {"overall": mean_rows([r for _, r in rows]), "by_category": by_cat}
+
+    n_questions = len(ceilings)
+    return {
+        "conversations": [c.sample_id for c in conversations],
+        "questions": n_questions,
+        "facts": sum(len(c.fact_ids) for c in conversations),
+        "turns": sum(len(c.turns) for c in conversations),
+        "episodes": sum(len(c.episode_session) for c in conversations),
+        "mean_lexical_pool": round(float(np.mean(pool_sizes)), 2) if pool_sizes else 0.0,
+        "short_lexical_pools": sum(1 for p in pool_sizes if p < TOP),
+        "query_seconds": round(t_queries, 2),
+        "ks": list(KS),
+        "methods": {name: {"label": label, **summarise(per_method[name])} for name, label in METHODS.items()},
+        "diagnostics": {name: {"label": label, **summarise(per_method[name])} for name, label in DIAGNOSTICS.items()},
+        "ceiling": summarise(ceilings),
+        "episodes_session_level": {
+            name: {"label": label, **summarise(episode_rows[name])}
+            for name, label in (
+                ("ours_episodes", "ours: selectors.recall_episodes (FTS5 over cues)"),
+                ("bm25s_cues", "bm25s over the same cues (best cue per episode)"),
+                ("dense_cues", "dense only: USE over the same cues (best cue per episode)"),
+            )
+            if episode_rows.get(name)
+        },
+    }
+
+
+def run(*, conversations: int | None, max_questions: int | None, embedder, log: Callable[[str], None] = print) -> dict:
+    raw = load(conversations)
+    t0 = time.perf_counter()
+    imported = [import_conversation(r, embedder, max_questions=max_questions) for r in raw]
+    t_import = time.perf_counter() - t0
+    log(f"  locomo import: {len(imported)} conversations in {t_import:.1f}s")
+    result = evaluate(imported, embedder, log=log)
+    result["import_seconds"] = round(t_import, 2)
+    return result

@@ -1,0 +1,234 @@
+"""Console views of curation: fact actions, bulk actions, the conflict queue, the operation log.
+
+Every action is a POST with CSRF. A POST without ``confirmed=1`` renders a
+confirmation page (the no-JavaScript path); htmx sends ``confirmed=1`` after
+its ``hx-confirm`` dialog. A successful action redirects to ``next``
+(POST/redirect/GET); htmx follows the redirect and picks its region out of the
+page with ``hx-select``. Refusals of ``curation.services`` (404/409/400) are
+shown verbatim with that status: on the confirmation page, or for htmx as an
+out-of-band message with the main swap suppressed.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from django.views.decorators.http import require_GET, require_POST
+
+from curation import services
+from curation.models import FactOperation
+from memory import selectors
+from memory.forms import OperationFilterForm, ReplaceForm
+from memory.models import Fact, Person
+from memory.services import now_ms
+
+CURATE = "curation.curate_fact"
+
+#: action → (service, button label, confirmation text)
+ACTIONS: dict[str, tuple[Callable[..., Any], Any, Any]] = {
+    "pin": (services.pin_fact, gettext_lazy("永久保留"), gettext_lazy("永久保留后这条事实不再随时间淡忘；可以在操作流水里撤销。")),
+    "unpin": (services.unpin_fact, gettext_lazy("取消永久保留"), gettext_lazy("取消后这条事实重新按它的类型随时间淡忘。")),
+    "invalidate": (
+        services.invalidate_fact,
+        gettext_lazy("标失效"),
+        gettext_lazy("标失效后该事实不再进入召回与提示词，但保留记录，随时可以恢复。"),
+    ),
+    "restore": (services.restore_fact, gettext_lazy("恢复"), gettext_lazy("恢复后该事实重新参与召回。")),
+    "replace": (services.replace_fact, gettext_lazy("改成"), gettext_lazy("用新的说法取代这条事实；旧事实标为已被取代，可以撤销。")),
+}
+BULK_ACTIONS = ("invalidate", "pin")
+ERROR_STATUS: dict[type[Exception], int] = {
+    services.FactNotFoundError: 404,
+    services.FactStateError: 409,
+    services.CurationInputError: 400,
+}
+REFUSALS = tuple(ERROR_STATUS)
+
+
+def _next_url(request: HttpRequest, default: str) -> str:
+    url = request.POST.get("next") or request.GET.get("next") or ""
+    if url and url_has_allowed_host_and_scheme(url, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        return url
+    return default
+
+
+def _confirmed(request: HttpRequest) -> bool:
+    return request.POST.get("confirmed") == "1"
+
+
+def _refused(request: HttpRequest, exc: Exception, template: str, context: dict[str, Any]) -> HttpResponse:
+    """Show a refusal verbatim with its status (409 state, 400 input, 404 missing)."""
+    status = ERROR_STATUS.get(type(exc), 400)
+    text = _("操作被拒绝：%(reason)s") % {"reason": exc}
+    if request.htmx:
+        messages.error(request, text)
+        response = render(request, "console/_messages.html", {}, status=status)
+        response["HX-Reswap"] = "none"
+        return response
+    return render(request, template, {**context, "refusal": text}, status=status)
+
+
+# --- single fact actions -----------------------------------------------------------
+
+
+@login_required
+@permission_required(CURATE, raise_exception=True)
+@require_POST
+def fact_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    if action not in ACTIONS:
+        raise Http404(action)
+    fact = get_object_or_404(Fact.objects.select_related("person"), pk=pk)
+    service, label, explanation = ACTIONS[action]
+    form = ReplaceForm(request.POST or None, initial={"content": fact.content}) if action == "replace" else None
+    context = {"fact": fact, "action": action, "label": label, "explanation": explanation, "form": form,
+               "next": _next_url(request, reverse("console:fact", args=[pk]))}
+    if not _confirmed(request) or (form is not None and not form.is_valid()):
+        return render(request, "curation/confirm.html", context, status=400 if form is not None and form.errors else 200)
+    kwargs = {"content": form.cleaned_data["content"]} if form is not None else {}
+    try:
+        result = service(fact_id=pk, user=request.user.get_username(), **kwargs)
+    except REFUSALS as exc:
+        return _refused(request, exc, "curation/confirm.html", context)
+    messages.success(request, _success_text(action, pk, result))
+    return redirect(context["next"])
+
+
+def _success_text(action: str, pk: int, result: Any) -> str:
+    if action == "replace":
+        text = _("事实 #%(old)s 已取代为 #%(new)s。") % {"old": pk, "new": result.fact_id}
+        if result.conflict_with:
+            text += " " + _("新事实与 %(ids)s 处于同一槽位，请到冲突组裁决。") % {
+                "ids": "、".join(f"#{i}" for i in result.conflict_with)
+            }
+        return text
+    return _("事实 #%(id)s：%(label)s 已完成（操作 #%(op)s，可撤销）。") % {
+        "id": pk, "label": ACTIONS[action][1], "op": result.pk,
+    }
+
+
+@login_required
+@permission_required(CURATE, raise_exception=True)
+@require_POST
+def bulk_action(request: HttpRequest) -> HttpResponse:
+    action = request.POST.get("action", "")
+    ids = sorted({int(i) for i in request.POST.getlist("ids") if i.isdigit()})
+    next_url = _next_url(request, reverse("console:facts"))
+    if action not in BULK_ACTIONS or not ids:
+        messages.error(request, _("请先勾选事实，再选择批量操作。"))
+        return redirect(next_url)
+    facts = list(Fact.objects.filter(pk__in=ids).select_related("person").order_by("id"))
+    if not _confirmed(request):
+        context = {"facts": facts, "action": action, "label": ACTIONS[action][1],
+                   "explanation": ACTIONS[action][2], "next": next_url}
+        return render(request, "curation/bulk_confirm.html", context)
+    done, refused = [], []
+    for fact in facts:
+        try:
+            ACTIONS[action][0](fact_id=fact.pk, user=request.user.get_username())
+            done.append(fact.pk)
+        except REFUSALS as exc:
+            refused.append(f"#{fact.pk}：{exc}")
+    if done:
+        messages.success(request, _("%(label)s：%(n)s 条已完成。") % {"label": ACTIONS[action][1], "n": len(done)})
+    for text in refused:
+        messages.error(request, _("操作被拒绝：%(reason)s") % {"reason": text})
+    return redirect(next_url)
+
+
+# --- conflicts ---------------------------------------------------------------------
+
+
+@login_required
+@permission_required("memory.view_fact", raise_exception=True)
+@require_GET
+def conflicts(request: HttpRequest) -> HttpResponse:
+    person_id = request.GET.get("person")
+    person_id = int(person_id) if person_id and person_id.isdigit() else None
+    groups = selectors.conflict_groups(person_id=person_id, now=now_ms())
+    context = {
+        "groups": groups,
+        "persons": Person.objects.order_by("id"),
+        "person_id": person_id,
+        "next_url": request.get_full_path(),
+    }
+    template = "curation/conflicts.html#conflict-groups" if request.htmx else "curation/conflicts.html"
+    return render(request, template, context)
+
+
+@login_required
+@permission_required(CURATE, raise_exception=True)
+@require_POST
+def keep(request: HttpRequest, pk: int) -> HttpResponse:
+    """Keep fact ``pk`` and adjudicate every other member of its conflict group away."""
+    fact = get_object_or_404(Fact.objects.select_related("person"), pk=pk)
+    group = next(
+        (g for g in selectors.conflict_groups(person_id=fact.person_id, now=now_ms()) if g.slot == fact.slot), None
+    )
+    others = [m for m in (group.members if group else []) if m["id"] != pk]
+    context = {"fact": fact, "group": group, "others": others, "next": _next_url(request, reverse("curation:conflicts"))}
+    if not others:
+        return _refused(request, services.FactStateError(_("事实 #%(id)s 不在待裁决的冲突组里") % {"id": pk}),
+                        "curation/keep_confirm.html", context)
+    if not _confirmed(request):
+        return render(request, "curation/keep_confirm.html", context)
+    dropped = []
+    for member in others:
+        try:
+            services.adjudicate(keep_fact_id=pk, drop_fact_id=member["id"], user=request.user.get_username())
+        except REFUSALS as exc:
+            if dropped:
+                messages.warning(request, _("部分成员已经处理：%(ids)s。") % {"ids": "、".join(f"#{i}" for i in dropped)})
+            return _refused(request, exc, "curation/keep_confirm.html", context)
+        dropped.append(member["id"])
+    messages.success(request, _("已保留 #%(keep)s，标失效 %(ids)s；可在操作流水里撤销。") % {
+        "keep": pk, "ids": "、".join(f"#{i}" for i in dropped)})
+    return redirect(context["next"])
+
+
+# --- operations log ----------------------------------------------------------------
+
+
+@login_required
+@permission_required("curation.view_factoperation", raise_exception=True)
+@require_GET
+def operations(request: HttpRequest) -> HttpResponse:
+    form = OperationFilterForm(request.GET)
+    data = form.cleaned_data if form.is_valid() else {}
+    rows = FactOperation.objects.select_related("fact", "related_fact", "person").order_by("-at", "-id")
+    for field in ("actor", "op"):
+        if data.get(field):
+            rows = rows.filter(**{field: data[field]})
+    if data.get("person"):
+        rows = rows.filter(person_id=data["person"])
+    if data.get("fact"):
+        rows = rows.filter(fact_id=data["fact"])
+    page = Paginator(rows.defer("fact__embedding", "fact__embedding_q8", "related_fact__embedding",
+                                "related_fact__embedding_q8"), 50).get_page(request.GET.get("page"))
+    context = {"form": form, "page": page, "next_url": request.get_full_path()}
+    template = "curation/operations.html#operations-table" if request.htmx else "curation/operations.html"
+    return render(request, template, context)
+
+
+@login_required
+@permission_required("curation.undo_operation", raise_exception=True)
+@require_POST
+def undo(request: HttpRequest, pk: int) -> HttpResponse:
+    operation = get_object_or_404(FactOperation.objects.select_related("fact"), pk=pk)
+    context = {"operation": operation, "next": _next_url(request, reverse("curation:operations"))}
+    if not _confirmed(request):
+        return render(request, "curation/undo_confirm.html", context)
+    try:
+        undo_row = services.undo_operation(operation_id=pk, user=request.user.get_username())
+    except REFUSALS as exc:
+        return _refused(request, exc, "curation/undo_confirm.html", context)
+    messages.success(request, _("操作 #%(id)s 已撤销（撤销条目 #%(undo)s）。") % {"id": pk, "undo": undo_row.pk})
+    return redirect(context["next"])

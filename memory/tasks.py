@@ -1,0 +1,330 @@
+"""Celery tasks of the memory layer: thin adapters over :mod:`memory.pipeline` and services.
+
+A task takes ids, runs a pipeline function and owns only the retry policy and
+the per-stream exclusivity. Nothing here decides what is written.
+
+**At most one summarisation and one extraction in flight per stream.** A task
+holds a Redis lock (``memory:lock:<queue>:<stream>``) while it works; the lock
+expires on its own after the task's hard time limit, and its token starts with
+the worker's node name, so a worker restarted under the same name releases the
+locks its killed predecessor left behind (:func:`worker_startup`).
+``enqueue_stream_checks`` skips a stream whose lock is held — the holder
+re-checks the trigger after releasing it and re-enqueues itself while work
+remains — and a short-lived ``memory:queued:…`` marker keeps a burst of
+messages from queueing the same check many times.
+
+**Retries** are declarative and narrow: only broker/Redis connection errors,
+SQLite "database is locked" (``OperationalError``) and provider timeouts or
+rate limits are retried, with exponential backoff and jitter. Model failures
+of a batch are not retried here: the pipeline counts them and gives the batch
+up after the third.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import Any
+
+import redis
+from celery import shared_task
+from django.conf import settings
+from django.db import OperationalError
+from kombu.exceptions import OperationalError as BrokerError
+from redis.exceptions import LockError
+
+from memory import pipeline, services
+from memory.providers.chat import ProviderRateLimited, ProviderTimeout
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "edges_decay_task",
+    "enqueue_stream_check",
+    "enqueue_stream_checks",
+    "enqueue_vector_backfill",
+    "extract_stream_task",
+    "facts_sweep_task",
+    "import_knowledge_task",
+    "release_stale_locks",
+    "stream_checks_sweep_task",
+    "summarize_stream_task",
+    "vectors_backfill_task",
+    "worker_startup",
+]
+
+TRANSIENT = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    BrokerError,
+    OperationalError,
+    ProviderTimeout,
+    ProviderRateLimited,
+)
+RETRY = {
+    "autoretry_for": TRANSIENT,
+    "retry_backoff": True,
+    "retry_backoff_max": 300,
+    "retry_jitter": True,
+    "max_retries": 5,
+}
+
+STREAM_SOFT_LIMIT = 300
+STREAM_HARD_LIMIT = 330
+#: A lock outlives the task that holds it by a margin, never by much.
+STREAM_LOCK_TIMEOUT = STREAM_HARD_LIMIT + 30
+#: One task works through batches for at most this long, then re-enqueues itself.
+STREAM_STEP_BUDGET = 120.0
+#: After a counted model failure the batch is tried again this much later.
+FAILURE_RETRY_DELAY = 30
+QUEUED_TTL = 60
+VECTORS_SOFT_LIMIT = 600
+VECTORS_HARD_LIMIT = 660
+VECTORS_LOCK_TIMEOUT = VECTORS_HARD_LIMIT + 30
+#: Rows one backfill task embeds before handing over to a fresh task.
+VECTORS_ROWS_PER_TASK = 400
+
+LOCK_PREFIX = "memory:lock:"
+QUEUED_PREFIX = "memory:queued:"
+VECTORS = "vectors"
+
+_clients: dict[str, redis.Redis] = {}
+
+_CAS_DELETE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+
+
+def _redis() -> redis.Redis:
+    url = settings.REDIS_URL
+    client = _clients.get(url)
+    if client is None:
+        client = _clients[url] = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    return client
+
+
+def _lock_key(queue: str, stream_id: int | None = None) -> str:
+    return f"{LOCK_PREFIX}{queue}" if stream_id is None else f"{LOCK_PREFIX}{queue}:{stream_id}"
+
+
+def _queued_key(queue: str, stream_id: int | None = None) -> str:
+    return f"{QUEUED_PREFIX}{queue}" if stream_id is None else f"{QUEUED_PREFIX}{queue}:{stream_id}"
+
+
+def _node_name(hostname: str | None) -> str:
+    return hostname or f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _token(hostname: str | None) -> str:
+    return f"{_node_name(hostname)}|{uuid.uuid4().hex}"
+
+
+def _stream_task(queue: str) -> Any:
+    return summarize_stream_task if queue == pipeline.SUMMARIZE else extract_stream_task
+
+
+def _due(queue: str, stream_id: int) -> bool:
+    return pipeline.summarize_due(stream_id) if queue == pipeline.SUMMARIZE else pipeline.extract_due(stream_id)
+
+
+# --- enqueueing ------------------------------------------------------------------------------
+
+
+def enqueue_stream_check(queue: str, stream_id: int, *, countdown: int = 0, check_due: bool = True) -> bool:
+    """Enqueue one stream's summarisation or extraction task if it is due and not in flight.
+
+    Returns True when a task was sent. Never raises: a broker outage must not
+    fail the request that stored a message (the next message, the worker's
+    start-up sweep or a later check picks the work up).
+    """
+    try:
+        if check_due and not countdown and not _due(queue, stream_id):
+            return False
+        client = _redis()
+        if client.exists(_lock_key(queue, stream_id)):
+            return False  # the holder re-checks after it finishes
+        marker = _queued_key(queue, stream_id)
+        if not client.set(marker, "1", nx=True, ex=QUEUED_TTL + countdown):
+            return False  # already queued
+        try:
+            _stream_task(queue).apply_async((stream_id,), countdown=countdown or None)
+        except Exception:
+            client.delete(marker)
+            raise
+        return True
+    except (*TRANSIENT, LockError):
+        logger.warning("stream_check_enqueue_failed queue=%s stream=%s", queue, stream_id, exc_info=True)
+        return False
+
+
+def enqueue_stream_checks(stream_id: int) -> None:
+    """Called after a message commits: enqueue the stream's summarisation and extraction checks."""
+    for queue in (pipeline.SUMMARIZE, pipeline.EXTRACT):
+        enqueue_stream_check(queue, stream_id)
+
+
+def enqueue_vector_backfill() -> bool:
+    """Embed new rows soon: enqueue one backfill unless one is queued or running."""
+    try:
+        client = _redis()
+        if client.exists(_lock_key(VECTORS)):
+            return False  # the running backfill looks again after it finishes
+        if not client.set(_queued_key(VECTORS), "1", nx=True, ex=QUEUED_TTL):
+            return False
+        vectors_backfill_task.apply_async()
+        return True
+    except TRANSIENT:
+        logger.warning("vector_backfill_enqueue_failed", exc_info=True)
+        return False
+
+
+# --- stream work ------------------------------------------------------------------------------
+
+
+def _run_stream_queue(queue: str, stream_id: int, hostname: str | None) -> dict[str, Any]:
+    client = _redis()
+    client.delete(_queued_key(queue, stream_id))
+    lock = client.lock(_lock_key(queue, stream_id), timeout=STREAM_LOCK_TIMEOUT)
+    if not lock.acquire(blocking=False, token=_token(hostname)):
+        return {"status": "busy", "stream_id": stream_id}
+    step = pipeline.summarize_stream if queue == pipeline.SUMMARIZE else pipeline.extract_stream
+    deadline = time.monotonic() + STREAM_STEP_BUDGET
+    statuses: list[str] = []
+    try:
+        while True:
+            outcome = step(stream_id=stream_id)
+            statuses.append(outcome.status)
+            if not outcome.more or time.monotonic() >= deadline:
+                break
+    finally:
+        try:
+            lock.release()
+        except LockError:  # expired: the work is done and a newer holder may exist
+            logger.warning("stream_lock_expired queue=%s stream=%s", queue, stream_id)
+    # Re-check after releasing: a message stored while the lock was held skipped its own enqueue.
+    if outcome.status == "failed":
+        enqueue_stream_check(queue, stream_id, countdown=FAILURE_RETRY_DELAY)
+    else:
+        enqueue_stream_check(queue, stream_id)
+    return {"status": outcome.status, "stream_id": stream_id, "steps": statuses}
+
+
+# Safe to redeliver: the batch is recomputed from the messages still pending and the
+# episode, cues and archive marks are written in one transaction that first re-checks
+# that the batch is still pending, so a rerun after a crash redoes it exactly once.
+@shared_task(bind=True, acks_late=True, soft_time_limit=STREAM_SOFT_LIMIT, time_limit=STREAM_HARD_LIMIT, **RETRY)
+def summarize_stream_task(self: Any, stream_id: int) -> dict[str, Any]:
+    """Summarise a stream's due batches (:func:`memory.pipeline.summarize_stream`)."""
+    return _run_stream_queue(pipeline.SUMMARIZE, int(stream_id), self.request.hostname)
+
+
+# Safe to redeliver: the batch starts at the stored cursor, and facts, knowledge, edges
+# and the new cursor are written in one transaction that first re-reads the cursor;
+# facts and knowledge are deduplicated by content, so a rerun cannot double them.
+@shared_task(bind=True, acks_late=True, soft_time_limit=STREAM_SOFT_LIMIT, time_limit=STREAM_HARD_LIMIT, **RETRY)
+def extract_stream_task(self: Any, stream_id: int) -> dict[str, Any]:
+    """Extract facts and knowledge from a stream's due batches (:func:`memory.pipeline.extract_stream`)."""
+    return _run_stream_queue(pipeline.EXTRACT, int(stream_id), self.request.hostname)
+
+
+# Safe to redeliver: it only reads which streams are due and enqueues deduplicated checks.
+@shared_task(acks_late=True, soft_time_limit=60, time_limit=90, **RETRY)
+def stream_checks_sweep_task() -> int:
+    """Enqueue the checks of every stream whose summarisation or extraction is due."""
+    sent = 0
+    for queue, stream_id in pipeline.streams_due():
+        sent += enqueue_stream_check(queue, stream_id, check_due=False)
+    return sent
+
+
+# --- vectors, decay, sweep ------------------------------------------------------------------
+
+
+# Safe to redeliver: rows are selected by `embedding IS NULL`, so a rerun embeds only
+# what is still missing and rewrites nothing already stored.
+@shared_task(bind=True, acks_late=True, soft_time_limit=VECTORS_SOFT_LIMIT, time_limit=VECTORS_HARD_LIMIT, **RETRY)
+def vectors_backfill_task(self: Any) -> dict[str, Any]:
+    """Embed up to 400 rows whose vector is missing; re-enqueue while batches come back full."""
+    client = _redis()
+    client.delete(_queued_key(VECTORS))
+    lock = client.lock(_lock_key(VECTORS), timeout=VECTORS_LOCK_TIMEOUT)
+    if not lock.acquire(blocking=False, token=_token(self.request.hostname)):
+        return {"status": "busy"}
+    try:
+        result = pipeline.backfill_vectors(max_rows=VECTORS_ROWS_PER_TASK)
+    finally:
+        try:
+            lock.release()
+        except LockError:
+            logger.warning("vector_lock_expired")
+    if result.more or (result.enabled and not result.failed and pipeline.vectors_pending_after(result.last_ids)):
+        enqueue_vector_backfill()
+    return result.as_dict()
+
+
+# Safe to redeliver: retention is computed from stored timestamps, so a rerun at the
+# same time freezes nothing new (and edges are never deleted).
+@shared_task(acks_late=True, soft_time_limit=120, time_limit=150, **RETRY)
+def edges_decay_task() -> int:
+    """Freeze decayed association edges (event ``edges_decayed``)."""
+    return pipeline.edges_decay()
+
+
+# Safe to redeliver: freezing is decided from stored timestamps; a rerun freezes nothing new.
+@shared_task(acks_late=True, soft_time_limit=120, time_limit=150, **RETRY)
+def facts_sweep_task() -> int:
+    """Freeze facts whose retention fell below the threshold."""
+    return services.sweep()
+
+
+# --- import centre ------------------------------------------------------------------------------
+
+
+# Safe to redeliver: knowledge is deduplicated by content, so a rerun of a half-done
+# import re-finds its rows; a finished job returns its stored result. Not retried:
+# a failure marks the job and its batch failed for the operator to see.
+@shared_task(acks_late=True, soft_time_limit=1800, time_limit=1860)
+def import_knowledge_task(job_id: int, batch_id: int | None = None) -> dict[str, Any] | None:
+    """Run an import job (:func:`memory.pipeline.run_import`); a missing job is a no-op."""
+    return pipeline.run_import(job_id=int(job_id))
+
+
+# --- worker start-up ----------------------------------------------------------------------------
+
+
+def release_stale_locks(hostname: str) -> int:
+    """Delete the locks held under this worker's node name by its previous (dead) process.
+
+    Node names are unique among live workers, so a lock carrying this name but
+    taken before this start can only belong to a killed predecessor.
+    """
+    client = _redis()
+    released = 0
+    prefix = f"{hostname}|".encode()
+    for key in client.scan_iter(match=f"{LOCK_PREFIX}*", count=500):
+        value = client.get(key)
+        if value is not None and value.startswith(prefix):
+            released += int(client.eval(_CAS_DELETE, 1, key, value))
+    if released:
+        logger.warning("stale_locks_released worker=%s count=%d", hostname, released)
+    return released
+
+
+def worker_startup(hostname: str | None) -> None:
+    """What a worker does once it is ready to consume.
+
+    Releases its predecessor's locks and queued markers, then enqueues one
+    edge-decay sweep (edges kept decaying while no worker ran), one vector
+    backfill and one sweep of due streams (work left by a killed worker).
+    """
+    try:
+        client = _redis()
+        if hostname:
+            release_stale_locks(hostname)
+        for key in client.scan_iter(match=f"{QUEUED_PREFIX}*", count=500):
+            client.delete(key)
+        edges_decay_task.apply_async()
+        vectors_backfill_task.apply_async()
+        stream_checks_sweep_task.apply_async()
+    except Exception:  # start-up housekeeping must never stop the worker
+        logger.exception("worker_startup_failed worker=%s", hostname)

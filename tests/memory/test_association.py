@@ -1,0 +1,213 @@
+"""Association edges and the recall action's spreading filters — reference-spec §6.5 (41, 42, 44–49)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from memory import recall, services
+from memory.models import MemoryEdge, MemoryNode
+from tests.memory.conftest import NOW, H, events
+
+
+def _edge(a: tuple[str, int], b: tuple[str, int]) -> MemoryEdge | None:
+    na = MemoryNode.objects.get(ref_kind=a[0], ref_id=a[1]).pk
+    nb = MemoryNode.objects.get(ref_kind=b[0], ref_id=b[1]).pk
+    return MemoryEdge.objects.filter(source_id=min(na, nb), target_id=max(na, nb)).first()
+
+
+class TestLinkTogether:
+    def test_three_refs_make_three_edges(self, db):
+        assert services.link_together(refs=[("fact", 1), ("episode", 2), ("knowledge", 3)], at=NOW) == 3
+        assert MemoryEdge.objects.count() == 3
+        assert set(MemoryEdge.objects.values_list("strength", flat=True)) == {0.35}
+        assert all(e.source_id < e.target_id for e in MemoryEdge.objects.all())
+
+    def test_successive_reinforcement(self, db):
+        pair = [("fact", 1), ("fact", 2)]
+        expected = [0.35, 0.5775, 0.725375, 0.82149375]
+        for i, value in enumerate(expected):
+            services.link_together(refs=pair, at=NOW + i)
+            edge = _edge(*pair)
+            assert edge.strength == pytest.approx(value, abs=1e-12)
+            assert edge.updated_at == NOW + i
+        assert MemoryEdge.objects.count() == 1
+
+    def test_order_does_not_matter_and_duplicates_are_ignored(self, db):
+        services.link_together(refs=[("fact", 2), ("fact", 1)], at=NOW)
+        assert services.link_together(refs=[("fact", 1), ("fact", 1), ("fact", 2), ("fact", 2)], at=NOW) == 1
+        assert MemoryEdge.objects.count() == 1
+        assert _edge(("fact", 1), ("fact", 2)).strength == pytest.approx(0.5775)
+
+    def test_fewer_than_two_distinct_refs(self, db):
+        assert services.link_together(refs=[("fact", 1), ("fact", 1)], at=NOW) == 0
+        assert services.link_together(refs=[], at=NOW) == 0
+        assert MemoryNode.objects.count() == 0
+
+    def test_unknown_layer(self, db):
+        with pytest.raises(services.MemoryInputError):
+            services.link_together(refs=[("fact", 1), ("person", 2)], at=NOW)
+        assert MemoryNode.objects.count() == 0  # one transaction: nothing half-written
+
+    def test_reinforcement_uses_stored_strength_and_reactivates(self, db):
+        pair = [("fact", 1), ("fact", 2)]
+        services.link_together(refs=pair, at=0)
+        assert services.decay_edges(at=2000 * H) == 1
+        assert _edge(*pair).active is False
+        services.link_together(refs=pair, at=2000 * H)
+        edge = _edge(*pair)
+        assert edge.active is True and edge.strength == pytest.approx(0.5775)
+
+
+class TestDecayEdges:
+    BOUNDARY_H = 720 * math.log2(3.5)  # 1301.3 h for strength 0.35
+
+    def _edge_aged(self, hours: float, ref: int) -> None:
+        services.link_together(refs=[("fact", ref), ("fact", ref + 1)], at=NOW - round(hours * H))
+
+    def test_boundary(self, db):
+        assert self.BOUNDARY_H == pytest.approx(1301.3, abs=0.01)
+        self._edge_aged(2000, 10)
+        self._edge_aged(10, 20)
+        self._edge_aged(self.BOUNDARY_H - 24, 30)
+        self._edge_aged(self.BOUNDARY_H + 24, 40)
+        assert services.decay_edges(at=NOW) == 2
+        assert _edge(("fact", 10), ("fact", 11)).active is False
+        assert _edge(("fact", 20), ("fact", 21)).active is True
+        assert _edge(("fact", 30), ("fact", 31)).active is True
+        assert _edge(("fact", 40), ("fact", 41)).active is False
+        assert MemoryEdge.objects.count() == 4  # never deletes
+        assert services.decay_edges(at=NOW) == 0
+        assert events("edges_decayed")[0] == {"frozen": 2}
+
+    def test_strong_and_future_edges(self, db):
+        for _ in range(10):
+            services.link_together(refs=[("fact", 1), ("fact", 2)], at=NOW)
+        services.link_together(refs=[("fact", 3), ("fact", 4)], at=NOW + 1000 * H)  # future: no decay
+        assert services.decay_edges(at=NOW + 2000 * H) == 0
+
+
+class TestRecallSpreadVisibility:
+    """§6.5 44–49 through memory.recall.cognitive_recall (hops 2; the product default is 0)."""
+
+    @pytest.fixture
+    def seed(self, person):
+        return self._fact(person, "他喜欢手冲咖啡", "group")
+
+    @staticmethod
+    def _fact(person, content, origin):
+        return services.add_fact(person_id=person.pk, content=content, kind="偏好", origin_kind=origin, at=NOW).fact_id
+
+    @staticmethod
+    def _episode(stream, summary):
+        return services.add_episode(stream_id=stream.pk, summary=summary, cues=[], started_at=1000, ended_at=2000,
+                                    message_ids=[], at=NOW).pk
+
+    @staticmethod
+    def _recall(stream, person, hops=2, query="咖啡"):
+        return recall.cognitive_recall(stream_id=stream.pk, speaker_id=person.pk, query=query, hops=hops, at=NOW)
+
+    @staticmethod
+    def _hit_count(result):
+        return len(result.facts) + len(result.episodes) + len(result.spread)
+
+    def test_group_recall_hides_direct_origin_spread_hit(self, person, seed, group_stream, direct_stream):
+        hidden = self._fact(person, "他私下在学大提琴", "direct")
+        services.link_together(refs=[("fact", seed), ("fact", hidden)], at=NOW)
+        in_group = self._recall(group_stream, person)
+        assert "大提琴" not in in_group.observation
+        assert "顺带想起来的" not in in_group.observation
+        assert self._hit_count(in_group) == 1
+        in_direct = self._recall(direct_stream, person)
+        assert "大提琴" in in_direct.observation
+        assert "顺带想起来的" in in_direct.observation
+
+    def test_group_recall_shows_only_group_episodes(self, person, seed, group_stream, direct_stream):
+        direct_ep = self._episode(direct_stream, "私聊里聊过他的演唱会门票")
+        group_ep = self._episode(group_stream, "群里聊过周末烧烤")
+        services.link_together(refs=[("fact", seed), ("episode", direct_ep)], at=NOW)
+        services.link_together(refs=[("fact", seed), ("episode", group_ep)], at=NOW)
+        in_group = self._recall(group_stream, person)
+        assert "演唱会门票" not in in_group.observation and "周末烧烤" in in_group.observation
+        in_direct = self._recall(direct_stream, person)
+        assert "周末烧烤" not in in_direct.observation and "演唱会门票" in in_direct.observation
+
+    def test_blocked_hit_is_not_linked(self, person, seed, group_stream):
+        hidden = self._fact(person, "他私下在学大提琴", "direct")
+        visible_ep = self._episode(group_stream, "群里聊过周末烧烤")
+        services.link_together(refs=[("fact", seed), ("fact", hidden)], at=NOW - 1000)
+        services.link_together(refs=[("fact", seed), ("episode", visible_ep)], at=NOW - 1000)
+        hidden_node = MemoryNode.objects.get(ref_kind="fact", ref_id=hidden).pk
+        before = _edge(("fact", seed), ("fact", hidden))
+        touching = MemoryEdge.objects.filter(source_id=hidden_node).count() + MemoryEdge.objects.filter(
+            target_id=hidden_node).count()
+
+        result = self._recall(group_stream, person)
+        assert "周末烧烤" in result.observation
+        adopted = _edge(("fact", seed), ("episode", visible_ep))
+        assert adopted.updated_at == NOW and adopted.strength == pytest.approx(0.5775)
+        after = _edge(("fact", seed), ("fact", hidden))
+        assert (after.strength, after.updated_at) == (before.strength, before.updated_at)
+        assert MemoryEdge.objects.filter(source_id=hidden_node).count() + MemoryEdge.objects.filter(
+            target_id=hidden_node).count() == touching
+
+    def test_blocked_accounting(self, person, seed, group_stream, direct_stream):
+        hidden_fact = self._fact(person, "他私下在学大提琴", "direct")
+        hidden_ep = self._episode(direct_stream, "私聊里聊过他的演唱会门票")
+        services.link_together(refs=[("fact", seed), ("fact", hidden_fact)], at=NOW)
+        services.link_together(refs=[("fact", seed), ("episode", hidden_ep)], at=NOW)
+        result = self._recall(group_stream, person)
+        assert self._hit_count(result) == 1
+        assert events("memory_fact_scope_blocked") == [{"streamKind": "group", "blocked": 1}]
+        spread = events("memory_spread")
+        assert len(spread) == 1
+        assert (spread[0]["blockedEpisodes"], spread[0]["spread"], spread[0]["seeds"]) == (1, 0, 1)
+
+    def test_no_blocked_event_when_all_visible(self, person, seed, group_stream):
+        ep = self._episode(group_stream, "群里聊过周末烧烤")
+        services.link_together(refs=[("fact", seed), ("episode", ep)], at=NOW)
+        result = self._recall(group_stream, person)
+        assert "周末烧烤" in result.observation
+        assert events("memory_fact_scope_blocked") == []
+        spread = events("memory_spread")
+        assert (spread[0]["blockedEpisodes"], spread[0]["spread"]) == (0, 1)
+
+    def test_superseded_spread_hit_blocked_before_scope(self, person, seed, group_stream):
+        stale = self._fact(person, "他在星野公司上班", "direct")
+        services.add_fact(person_id=person.pk, content="他现在在云岚公司上班", origin_kind="direct", supersedes=stale,
+                          at=NOW)
+        services.link_together(refs=[("fact", seed), ("fact", stale)], at=NOW - 5)
+        result = self._recall(group_stream, person)
+        assert "星野" not in result.observation
+        assert events("memory_fact_scope_blocked") == []
+        spread = events("memory_spread")[0]
+        assert (spread["blockedSuperseded"], spread["spread"]) == (1, 0)
+        assert _edge(("fact", seed), ("fact", stale)).updated_at == NOW - 5
+
+    def test_knowledge_is_never_filtered(self, person, seed, group_stream):
+        kid = services.add_knowledge(content="手冲咖啡的水温通常在九十度上下", source="test", at=NOW)
+        services.link_together(refs=[("fact", seed), ("knowledge", kid)], at=NOW)
+        result = self._recall(group_stream, person)
+        assert "水温" in result.observation
+        assert self._hit_count(result) == 2
+
+    def test_hops_zero_observation_is_exact(self, person, seed, group_stream, direct_stream):
+        hidden_fact = self._fact(person, "他私下在学大提琴", "direct")
+        hidden_ep = self._episode(direct_stream, "私聊里聊过他的演唱会门票")
+        services.link_together(refs=[("fact", seed), ("fact", hidden_fact)], at=NOW)
+        services.link_together(refs=[("fact", seed), ("episode", hidden_ep)], at=NOW)
+        for result in (self._recall(group_stream, person, hops=0), self._recall(group_stream, person, hops=None)):
+            assert result.observation == "关于「咖啡」，你想起这些：\n- 你记得关于凌白：他喜欢手冲咖啡"
+            assert self._hit_count(result) == 1
+
+    def test_recall_does_not_reinforce_facts(self, person, seed, group_stream):
+        from memory.models import Fact
+
+        before = Fact.objects.values_list("strength", "updated_at", "hit_count").get(pk=seed)
+        self._recall(group_stream, person)
+        assert Fact.objects.values_list("strength", "updated_at", "hit_count").get(pk=seed) == before
+
+    def test_nothing_found(self, person, group_stream):
+        result = self._recall(group_stream, person, query="量子力学")
+        assert result.observation == "你想了一下，没有想起任何和「量子力学」有关的事。"
+        assert events("memory_spread") == []

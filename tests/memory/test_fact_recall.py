@@ -1,0 +1,220 @@
+"""FTS fact recall, duplicate detection and visibility scope through the store.
+
+reference-spec §6.2 (20, 21) and §6.6 (51–56), plus a property: no user text can
+reach the FTS5 parser as syntax.
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memory import selectors, services
+from memory.models import Fact
+from tests.memory.conftest import NOW, events, fact_row
+
+SIX_FACTS = [
+    "玩家不喜欢吃香菜",
+    "玩家习惯在深夜写代码",
+    "月璃今天穿了水母主题的连衣裙",
+    "玩家养了一只叫团子的猫",
+    "玩家的生日是三月七日",
+    "玩家最近在学 Rust",
+]
+
+
+def _recall(person_ids, query, stream_kind="direct", **kw):
+    return selectors.recall_facts_in_scope(person_ids=person_ids, query=query, now=NOW, stream_kind=stream_kind, **kw)
+
+
+@pytest.fixture
+def six(person):
+    return [services.add_fact(person_id=person.pk, content=c, kind="偏好", at=NOW).fact_id for c in SIX_FACTS]
+
+
+def _contents(person, query):
+    return [f.content for f in _recall([person.pk], query)]
+
+
+class TestFts5Recall:
+    def test_jieba_word(self, person, six):
+        assert _contents(person, "香菜")[0] == "玩家不喜欢吃香菜"
+
+    def test_custom_name_via_bigram(self, person, six):
+        result = _contents(person, "月璃")
+        assert result and "月璃" in result[0]
+
+    def test_compound_word(self, person, six):
+        result = _contents(person, "连衣裙")
+        assert result and "连衣裙" in result[0]
+
+    def test_normal_segmentation_first(self, person, six):
+        assert _contents(person, "深夜写代码")[0] == "玩家习惯在深夜写代码"
+        assert _contents(person, "猫")[0] == "玩家养了一只叫团子的猫"
+
+    def test_english(self, person, six):
+        result = _contents(person, "Rust")
+        assert result and "Rust" in result[0]
+        assert _contents(person, "rust")[0] == result[0]
+
+    def test_natural_question(self, person, six):
+        assert _contents(person, "我上次说的那个香菜是什么")[0] == "玩家不喜欢吃香菜"
+
+    def test_unrelated_query_is_empty(self, person, six):
+        assert _contents(person, "量子力学薛定谔") == []
+
+    @pytest.mark.parametrize("query", ["", "   ", "！？。，", "*", "()"])
+    def test_queries_without_terms_are_empty(self, person, six, query):
+        assert _recall([person.pk], query) == []
+
+    def test_scores_and_bm25_are_consistent(self, person, six):
+        from memory.engine import decay
+
+        hit = _recall([person.pk], "香菜")[0]
+        assert hit.bm25 < 0
+        assert hit.lexical_relevance == decay.relevance_from_bm25(hit.bm25)
+        assert hit.score == decay.score(hit.bm25, hit.retention)  # bit-identical with default overrides
+
+    def test_limit_and_return_candidates(self, person, six):
+        assert len(_recall([person.pk], "玩家", limit=2)) == 2
+        assert len(_recall([person.pk], "玩家", limit=2, return_candidates=True)) == 5  # pool = limit·3, 5 rows match
+        assert _recall([person.pk], "玩家", limit=0) == []
+
+    def test_empty_person_list(self, person, six):
+        assert _recall([], "香菜") == []
+
+
+class TestDuplicates:
+    def test_reordered_text_is_the_same_fact(self, person):
+        a = services.add_fact(person_id=person.pk, content="玩家不喜欢吃香菜", kind="偏好", at=NOW)
+        b = services.add_fact(person_id=person.pk, content="香菜玩家不喜欢吃", kind="偏好", at=NOW)
+        assert a.created is True
+        assert b.fact_id == a.fact_id and b.created is False
+        assert Fact.objects.filter(person=person).count() == 1
+
+    def test_opposite_order_is_not_merged(self, person):
+        services.add_fact(person_id=person.pk, content="玩家喜欢猫", kind="偏好", at=NOW)
+        services.add_fact(person_id=person.pk, content="猫喜欢玩家", kind="偏好", at=NOW)
+        assert Fact.objects.filter(person=person).count() == 2
+
+    def test_minor_variation_is_merged(self, person):
+        a = services.add_fact(person_id=person.pk, content="玩家习惯在深夜写代码", kind="习惯", at=NOW)
+        b = services.add_fact(person_id=person.pk, content="玩家习惯深夜写代码。", kind="习惯", at=NOW)
+        assert b.fact_id == a.fact_id
+        assert fact_row(a.fact_id).content == "玩家习惯在深夜写代码"  # the stored text is kept
+
+    def test_frozen_fact_is_still_a_duplicate(self, person):
+        a = services.add_fact(person_id=person.pk, content="他今天心情不好", kind="事件", at=NOW)
+        services.sweep(at=NOW + 100 * 86_400_000)
+        b = services.add_fact(person_id=person.pk, content="他今天心情很不好", kind="事件", at=NOW + 100 * 86_400_000)
+        # char Jaccard 6/7 ≥ 0.85, bigram 5/7 ≥ 0.55 → reinforced, not duplicated
+        assert b.fact_id == a.fact_id
+
+
+class TestScope:
+    @pytest.fixture
+    def direct_fact(self, person):
+        return services.add_fact(person_id=person.pk, content="他私下说喜欢咖啡", origin_kind="direct", at=NOW).fact_id
+
+    def test_direct_origin_hidden_in_group(self, person, direct_fact):
+        assert _recall([person.pk], "咖啡", "group") == []
+        assert selectors.recall_facts_across_persons(query="咖啡", now=NOW, stream_kind="group") == []
+        assert selectors.top_facts(person_id=person.pk, now=NOW, stream_kind="group") == []
+
+    def test_direct_origin_visible_with_private_in_group(self, person, direct_fact):
+        assert [f.id for f in _recall([person.pk], "咖啡", "group", private_in_group=True)] == [direct_fact]
+        assert [
+            f.id for f in selectors.recall_facts_across_persons(
+                query="咖啡", now=NOW, stream_kind="group", private_in_group=True
+            )
+        ] == [direct_fact]
+        assert [
+            f.id for f in selectors.top_facts(person_id=person.pk, now=NOW, stream_kind="group", private_in_group=True)
+        ] == [direct_fact]
+
+    def test_private_in_group_setting_is_the_default(self, person, direct_fact, settings):
+        settings.PRIVATE_FACTS_IN_GROUP = True
+        assert [f.id for f in _recall([person.pk], "咖啡", "group")] == [direct_fact]
+
+    @pytest.mark.parametrize("kind", ["direct", "desktop"])
+    def test_direct_origin_visible_in_direct_and_desktop(self, person, direct_fact, kind):
+        assert [f.id for f in _recall([person.pk], "咖啡", kind)] == [direct_fact]
+        assert [f.id for f in selectors.top_facts(person_id=person.pk, now=NOW, stream_kind=kind)] == [direct_fact]
+
+    def test_blocked_event_counts_the_hidden_rows(self, person):
+        for text in ("他私下喝了咖啡", "他在家煮咖啡", "他说咖啡太苦"):
+            services.add_fact(person_id=person.pk, content=text, origin_kind="direct", at=NOW)
+        services.add_fact(person_id=person.pk, content="他请群里的人喝了咖啡", origin_kind="group", at=NOW)
+        result = _recall([person.pk], "咖啡", "group")
+        assert [f.content for f in result] == ["他请群里的人喝了咖啡"]
+        assert events("memory_fact_scope_blocked") == [{"streamKind": "group", "blocked": 3}]
+
+    def test_no_event_when_nothing_is_blocked(self, person):
+        services.add_fact(person_id=person.pk, content="他请群里的人喝了咖啡", origin_kind="group", at=NOW)
+        assert len(_recall([person.pk], "咖啡", "group")) == 1
+        assert events("memory_fact_scope_blocked") == []
+
+    def test_playground_reads_write_no_event(self, person, direct_fact):
+        assert _recall([person.pk], "咖啡", "group", events=False) == []
+        assert events("memory_fact_scope_blocked") == []
+
+    def test_stream_kind_is_required(self, person):
+        with pytest.raises(TypeError):
+            selectors.recall_facts_in_scope(person_ids=[person.pk], query="咖啡", now=NOW)
+        with pytest.raises(TypeError):
+            selectors.recall_facts_across_persons(query="咖啡", now=NOW)
+        with pytest.raises(TypeError):
+            selectors.top_facts(person_id=person.pk, now=NOW)
+
+    def test_episodes_are_per_stream(self, person, group_stream):
+        services.add_episode(
+            stream_id=1, summary="聊了熬夜", cues=["他提到熬夜的时候"], started_at=1000, ended_at=2000,
+            message_ids=[], at=NOW,
+        )
+        assert selectors.recall_episodes(stream_id=group_stream.pk, query="熬夜") == []
+        assert len(selectors.recall_episodes(stream_id=1, query="熬夜")) == 1
+
+    def test_origin_only_upgrades_direct_to_group(self, person, other_person):
+        a = services.add_fact(person_id=person.pk, content="他喜欢喝冰美式", origin_kind="direct", at=NOW)
+        b = services.add_fact(person_id=person.pk, content="他喜欢喝冰美式", origin_kind="group", at=NOW)
+        assert b.fact_id == a.fact_id and b.origin_promoted is True
+        assert fact_row(a.fact_id).origin_kind == "group"
+
+        c = services.add_fact(person_id=other_person.pk, content="他喜欢喝冰美式", origin_kind="group", at=NOW)
+        d = services.add_fact(person_id=other_person.pk, content="他喜欢喝冰美式", origin_kind="direct", at=NOW)
+        assert d.fact_id == c.fact_id and d.origin_promoted is False
+        assert fact_row(c.fact_id).origin_kind == "group"
+
+    @pytest.mark.parametrize("kind", ["group", "direct", "desktop"])
+    def test_legacy_rows_visible_everywhere(self, person, kind):
+        texts = ["他喜欢咖啡", "他讨厌咖啡因", "他常去咖啡馆"]
+        for t in texts:
+            services.add_fact(person_id=person.pk, content=t, at=NOW)
+        in_scope = _recall([person.pk], "咖啡", kind)
+        across = selectors.recall_facts_across_persons(query="咖啡", now=NOW, stream_kind=kind)
+        assert [f.id for f in in_scope] == [f.id for f in across]
+        assert sorted(f.content for f in selectors.top_facts(person_id=person.pk, now=NOW, stream_kind=kind)) == sorted(
+            texts
+        )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=st.text(max_size=40))
+def test_arbitrary_unicode_queries_never_reach_the_parser(person, query):
+    if not Fact.objects.filter(person=person).exists():
+        for c in SIX_FACTS:
+            services.add_fact(person_id=person.pk, content=c, kind="偏好", at=NOW)
+    result = _recall([person.pk], query)
+    assert all(f.person_id == person.pk for f in result)
+    selectors.recall_facts_across_persons(query=query, now=NOW, stream_kind="group")
+    selectors.recall_episodes(stream_id=1, query=query)
+    selectors.search_knowledge(query=query)
+    selectors.search_messages(stream_id=1, query=query)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=st.sampled_from(['a*b NEAR c', '"', '""', 'AND OR NOT', '-x', 'tokens:香菜', '^猫', '(香菜', 'NEAR(a b)'])
+       | st.text(alphabet='"*()-:^+ NEARORANDOT香菜猫a', max_size=20))
+def test_fts_operators_are_always_quoted(person, query):
+    services.add_fact(person_id=person.pk, content="玩家不喜欢吃香菜", kind="偏好", at=NOW)
+    _recall([person.pk], query)

@@ -1,0 +1,255 @@
+"""Knowledge layer, the resident int8 vector index and the vector-space registry.
+
+reference-spec §3.13 / §6.10 (96–99, 101); the product adds the int8 index with
+its SQLite revision triggers and dense candidates (DESIGN.md §4).
+"""
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pytest
+from django.db import connection
+
+from memory import selectors, services
+from memory.models import Fact, Knowledge, VectorSpace
+from memory.vector_index import REVISION_KEY, current_revision, knowledge_index
+from tests.memory.conftest import NOW
+
+
+def _fts_rowids(query: str) -> list[int]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT rowid FROM knowledge_fts WHERE knowledge_fts MATCH %s", [query])
+        return [r[0] for r in cur.fetchall()]
+
+
+class TestAddKnowledge:
+    def test_rowid_alignment(self, db):
+        services.add_knowledge(content="幻影坦克可以伪装成树", source="test", at=NOW)
+        b = services.add_knowledge(content="光学迷彩让单位隐形", source="test", at=NOW)
+        hits = selectors.search_knowledge(query="光学迷彩")
+        assert [h.id for h in hits] == [b]
+        assert _fts_rowids('"光学"') == [b]
+
+    def test_dedupe_by_content_key(self, db):
+        a = services.add_knowledge(content="月球没有全球性磁场", source="x", at=NOW)
+        b = services.add_knowledge(content="  月球没有全球性磁场。 ", source="y", at=NOW + 1, batch_id=None)
+        assert a == b and Knowledge.objects.count() == 1
+        row = Knowledge.objects.get(pk=a)
+        assert (row.source, row.created_at) == ("x", NOW)
+
+    @pytest.mark.parametrize("content", ["", "   ", "！？", None])
+    def test_blank_content(self, db, content):
+        assert services.add_knowledge(content=content, source="x", at=NOW) == 0
+        assert Knowledge.objects.count() == 0
+
+    def test_fts_row_and_tokens_written_at_once(self, db):
+        kid = services.add_knowledge(content="幻影坦克可以伪装成树", source="x", at=NOW)
+        assert _fts_rowids('"幻影"') == [kid]
+        assert Knowledge.objects.get(pk=kid).tokens_v2
+
+    def test_touch_knowledge(self, db):
+        a = services.add_knowledge(content="光学迷彩让单位隐形", source="x", at=NOW)
+        b = services.add_knowledge(content="幻影坦克可以伪装成树", source="x", at=NOW)
+        services.touch_knowledge(ids=[a, b, a], at=NOW)
+        services.touch_knowledge(ids=[a], at=NOW + 1000)
+        services.touch_knowledge(ids=[], at=NOW + 2000)
+        services.touch_knowledge(ids=[999], at=NOW + 3000)
+        rows = dict(Knowledge.objects.values_list("id", "hit_count"))
+        assert rows == {a: 2, b: 1}
+        assert Knowledge.objects.get(pk=a).last_hit_at == NOW + 1000
+        assert Knowledge.objects.get(pk=b).last_hit_at == NOW
+
+
+class TestSearch:
+    def test_read_only(self, db):
+        kid = services.add_knowledge(content="光学迷彩让单位隐形", source="x", at=NOW)
+        selectors.search_knowledge(query="光学迷彩")
+        assert Knowledge.objects.get(pk=kid).hit_count == 0
+
+    @pytest.mark.parametrize("query", ["的了和", "", "！？。"])
+    def test_stop_only_and_empty_queries(self, db, query):
+        services.add_knowledge(content="光学迷彩让单位隐形", source="x", at=NOW)
+        assert selectors.search_knowledge(query=query, limit=5) == []
+        assert selectors.search_knowledge(query="光学", limit=0) == []
+
+    def test_empty_query_with_vector_finds_nothing(self, db):
+        kid = services.add_knowledge(content="光学迷彩让单位隐形", source="x", at=NOW)
+        services.store_knowledge_vector(knowledge_id=kid, vector=[1, 0, 0, 0])
+        assert selectors.search_knowledge(query="", query_embedding=[1, 0, 0, 0]) == []
+
+    def test_null_vector_keeps_lexical(self, db):
+        services.add_knowledge(content="光学迷彩让单位隐形", source="x", at=NOW)
+        hits = selectors.search_knowledge(query="光学迷彩", query_embedding=[1.0, 0.0, 0.0, 0.0])
+        assert len(hits) == 1 and hits[0].score > 0 and hits[0].cosine is None
+        assert hits[0].score == hits[0].lexical
+
+    def test_corrupt_vector_keeps_lexical(self, db):
+        kid = services.add_knowledge(content="光学迷彩让单位隐形", source="x", at=NOW)
+        plain = selectors.search_knowledge(query="光学迷彩")
+        with connection.cursor() as cur:
+            cur.execute("UPDATE knowledge SET embedding = %s, embedding_q8 = %s WHERE id = %s", [b"x", b"x", kid])
+        hits = selectors.search_knowledge(query="光学迷彩", query_embedding=[1.0, 0.0, 0.0, 0.0])
+        assert [(h.id, h.score) for h in hits] == [(plain[0].id, plain[0].score)]
+
+    def test_other_dimension_vector_keeps_lexical(self, db):
+        kid = services.add_knowledge(content="光学迷彩让单位隐形", source="x", at=NOW)
+        services.store_knowledge_vector(knowledge_id=kid, vector=[1.0, 0.0, 0.0])
+        hits = selectors.search_knowledge(query="光学迷彩", query_embedding=[1.0, 0.0, 0.0, 0.0])
+        assert len(hits) == 1 and hits[0].cosine is None
+
+    def test_stale_vectors_of_an_old_model_do_not_hide_the_current_ones(self, db):
+        stale = services.add_knowledge(content="光学迷彩让单位隐形", source="x", at=NOW)
+        a = services.add_knowledge(content="磁暴线圈需要大量电力", source="x", at=NOW)
+        b = services.add_knowledge(content="天启坦克装甲很厚", source="x", at=NOW)
+        services.store_knowledge_vector(knowledge_id=stale, vector=[1.0, 0.0, 0.0])
+        services.store_knowledge_vector(knowledge_id=a, vector=[1.0, 0.0, 0.0, 0.0])
+        services.store_knowledge_vector(knowledge_id=b, vector=[0.0, 1.0, 0.0, 0.0])
+        hits = selectors.search_knowledge(query="光学迷彩", query_embedding=[1.0, 0.0, 0.0, 0.0], limit=5)
+        by_id = {h.id: h for h in hits}
+        assert by_id[a].cosine == pytest.approx(1.0) and hits[0].id == a
+        assert by_id[stale].cosine is None and by_id[stale].lexical > 0
+
+    def test_fused_ranking_flips(self, db):
+        a = services.add_knowledge(content="光学迷彩 光学迷彩 光学迷彩让单位隐形", source="x", at=NOW)
+        b = services.add_knowledge(content="光学设备的保养方法和一些别的说明文字", source="x", at=NOW)
+        services.store_knowledge_vector(knowledge_id=a, vector=[-1.0, 0.0, 0.0, 0.0])
+        services.store_knowledge_vector(knowledge_id=b, vector=[1.0, 0.0, 0.0, 0.0])
+        plain = selectors.search_knowledge(query="光学迷彩")
+        assert [h.id for h in plain] == [a, b]
+        fused = selectors.search_knowledge(query="光学迷彩", query_embedding=[1.0, 0.0, 0.0, 0.0])
+        assert [h.id for h in fused] == [b, a]
+        for h in fused:
+            assert 0.0 <= h.score <= 1.0
+            assert h.score == pytest.approx(0.4 * h.lexical + 0.6 * (h.cosine + 1) / 2)
+        assert fused[0].cosine == pytest.approx(1.0) and fused[1].cosine == pytest.approx(-1.0)
+
+    def test_dense_candidate_without_lexical_match(self, db):
+        a = services.add_knowledge(content="光学迷彩让单位隐形", source="x", at=NOW)
+        b = services.add_knowledge(content="磁暴线圈需要大量电力", source="x", at=NOW)
+        services.store_knowledge_vector(knowledge_id=a, vector=[0.0, 1.0, 0.0, 0.0])
+        services.store_knowledge_vector(knowledge_id=b, vector=[1.0, 0.0, 0.0, 0.0])
+        hits = selectors.search_knowledge(query="光学迷彩", query_embedding=[1.0, 0.0, 0.0, 0.0], limit=5)
+        by_id = {h.id: h for h in hits}
+        assert set(by_id) == {a, b}
+        assert by_id[b].lexical == 0.0 and by_id[b].score == pytest.approx(0.6)
+        assert by_id[a].score == pytest.approx(0.4 * by_id[a].lexical + 0.3)
+
+
+def _revision() -> int:
+    return int(current_revision())
+
+
+class TestVectorIndexRevision:
+    def test_triggers_bump_on_insert_update_delete(self, db):
+        start = _revision()
+        kid = services.add_knowledge(content="光学迷彩让单位隐形", source="x", at=NOW)
+        assert _revision() == start  # insert without a vector: nothing to invalidate
+        services.store_knowledge_vector(knowledge_id=kid, vector=[1.0, 0.0, 0.0, 0.0])
+        assert _revision() == start + 1
+        services.store_knowledge_vector(knowledge_id=kid, vector=[1.0, 0.0, 0.0, 0.0])
+        assert _revision() == start + 1  # the same SQ8 value: no change
+        services.store_knowledge_vector(knowledge_id=kid, vector=[0.0, 1.0, 0.0, 0.0])
+        assert _revision() == start + 2
+        with connection.cursor() as cur:
+            cur.execute("UPDATE knowledge SET hit_count = 5 WHERE id = %s", [kid])
+        assert _revision() == start + 2  # other columns never bump
+        Knowledge.objects.create(content="x", content_key="x", created_at=NOW, embedding_q8=b"\x00")
+        assert _revision() == start + 3
+        Knowledge.objects.filter(pk=kid).delete()
+        assert _revision() == start + 4
+        Knowledge.objects.filter(content_key="x").update(embedding_q8=None)
+        assert _revision() == start + 5
+
+    def test_index_rebuilds_only_after_a_change(self, db):
+        kid = services.add_knowledge(content="光学迷彩让单位隐形", source="x", at=NOW)
+        services.store_knowledge_vector(knowledge_id=kid, vector=[1.0, 0.0, 0.0, 0.0])
+        index = knowledge_index()
+        assert [i for i, _ in index.top_k(np.array([1, 0, 0, 0], dtype=np.float32), 3)] == [kid]
+        rebuilds = index.rebuilds
+        index.top_k(np.array([1, 0, 0, 0], dtype=np.float32), 3)
+        assert index.rebuilds == rebuilds
+        other = services.add_knowledge(content="磁暴线圈需要大量电力", source="x", at=NOW)
+        services.store_knowledge_vector(knowledge_id=other, vector=[0.0, 1.0, 0.0, 0.0])
+        assert [i for i, _ in index.top_k(np.array([0, 1, 0, 0], dtype=np.float32), 1)] == [other]
+        assert index.rebuilds == rebuilds + 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_write_from_another_connection_invalidates_the_resident_index():
+    """A raw UPDATE through a separate sqlite3 connection (another process, a script) bumps the revision."""
+    a = services.add_knowledge(content="光学迷彩让单位隐形", source="x", at=NOW)
+    b = services.add_knowledge(content="光学设备的保养方法", source="x", at=NOW)
+    services.store_knowledge_vector(knowledge_id=a, vector=[1.0, 0.0, 0.0, 0.0])
+    services.store_knowledge_vector(knowledge_id=b, vector=[0.0, 1.0, 0.0, 0.0])
+    query = [1.0, 0.0, 0.0, 0.0]
+    assert selectors.search_knowledge(query="光学", query_embedding=query)[0].id == a
+    before = _revision()
+
+    from memory.engine.quantize import quantize_vector
+
+    settings_dict = connection.settings_dict
+    name = settings_dict["NAME"]
+    is_memory = connection.is_in_memory_db()
+    other = sqlite3.connect(name, uri=is_memory) if is_memory else sqlite3.connect(name)
+    try:
+        other.execute(
+            "UPDATE knowledge SET embedding_q8 = ? WHERE id = ?",
+            (quantize_vector(np.array([-1.0, 0.0, 0.0, 0.0], dtype=np.float32)), a),
+        )
+        other.commit()
+    finally:
+        other.close()
+    assert _revision() == before + 1
+    hits = selectors.search_knowledge(query="光学", query_embedding=query)
+    assert hits[0].id == b
+    assert {h.id: h.cosine for h in hits}[a] == pytest.approx(-1.0)
+
+
+class TestVectorSpace:
+    def _vectors(self, person):
+        fid = services.add_fact(person_id=person.pk, content="他喜欢喝冰美式", at=NOW).fact_id
+        kid = services.add_knowledge(content="光学迷彩让单位隐形", source="x", at=NOW)
+        services.store_fact_vector(fact_id=fid, vector=[1.0, 0.0, 0.0, 0.0])
+        services.store_knowledge_vector(knowledge_id=kid, vector=[1.0, 0.0, 0.0, 0.0])
+        return fid, kid
+
+    def test_first_registration_keeps_vectors(self, person):
+        fid, kid = self._vectors(person)
+        assert services.reconcile_vector_space(consumer="facts", model="m1", api_format="openai", dim=4, at=NOW) == 0
+        assert Fact.objects.get(pk=fid).embedding_q8 is not None
+        assert VectorSpace.objects.get(consumer="facts").model == "m1"
+
+    def test_identical_space_is_a_no_op(self, person):
+        fid, _ = self._vectors(person)
+        for _ in range(2):
+            assert services.reconcile_vector_space(consumer="facts", model="m1", api_format="openai", dim=4) == 0
+        assert Fact.objects.get(pk=fid).embedding is not None
+
+    @pytest.mark.parametrize("change", [{"model": "m2"}, {"dim": 8}, {"api_format": "local"}, {"recipe": "kind+content"}])
+    def test_change_clears_both_columns(self, person, change):
+        fid, kid = self._vectors(person)
+        services.reconcile_vector_space(consumer="facts", model="m1", api_format="openai", dim=4, at=NOW)
+        services.reconcile_vector_space(consumer="knowledge", model="m1", api_format="openai", dim=4, at=NOW)
+        wanted = {"model": "m1", "api_format": "openai", "dim": 4, **change}
+        assert services.reconcile_vector_space(consumer="facts", at=NOW + 1, **wanted) == 1
+        fact = Fact.objects.get(pk=fid)
+        assert fact.embedding is None and fact.embedding_q8 is None
+        assert Knowledge.objects.get(pk=kid).embedding_q8 is not None  # the other consumer is untouched
+        space = VectorSpace.objects.get(consumer="facts")
+        assert (space.updated_at, space.model, space.dim) == (NOW + 1, wanted["model"], wanted["dim"])
+        before = _revision()
+        assert services.reconcile_vector_space(consumer="knowledge", at=NOW + 2, **wanted) == 1
+        assert Knowledge.objects.get(pk=kid).embedding is None
+        assert _revision() == before + 1  # clearing knowledge vectors invalidates the resident index
+
+    def test_unknown_consumer(self, db):
+        with pytest.raises(services.MemoryInputError):
+            services.reconcile_vector_space(consumer="episodes", model="m", api_format="openai", dim=4)
+
+    def test_store_vector_validates_before_writing(self, person):
+        fid, _ = self._vectors(person)
+        for bad in ([], [float("nan"), 1.0], [float("inf")]):
+            with pytest.raises(ValueError):
+                services.store_fact_vector(fact_id=fid, vector=bad)
+        assert Fact.objects.get(pk=fid).embedding_q8 is not None

@@ -1,0 +1,109 @@
+"""A profile applied in the web process is seen by a real Celery worker within about a second.
+
+Starts ``celery worker`` on a private Redis database and queue against a file SQLite
+database, so it neither needs nor disturbs anything else running on the machine.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+REDIS_URL = os.environ.get("TUNING_IT_REDIS_URL", "redis://127.0.0.1:6379/14")
+
+WEB = r"""
+import json, sys, time, django
+django.setup()
+from memory.jobs import job_create
+from memory.models import Job
+from tuning import services, tasks
+
+QUEUE = sys.argv[1]
+
+def probe(timeout=20.0):
+    job = job_create(kind="tuning_probe")
+    tasks.probe_overrides_task.apply_async(args=[job.pk], queue=QUEUE)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        job.refresh_from_db()
+        if job.status == "done":
+            return job.result
+        time.sleep(0.02)
+    raise SystemExit("probe timed out")
+
+before = probe(60.0)  # also waits for the worker to come up
+services.save_profile("hops", {"ppr_hops": 3, "bm25_weight": 2})
+applied_at = time.time()
+services.apply_profile("hops")
+seen = None
+while time.time() - applied_at < 10:
+    result = probe()
+    if result["overrides"]:
+        seen = result
+        break
+print(json.dumps({"before": before, "seen": seen, "elapsed": time.time() - applied_at}), flush=True)
+"""
+
+
+def _redis_up() -> bool:
+    try:
+        import redis
+
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5).ping()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.mark.skipif(not _redis_up(), reason="needs a Redis server")
+def test_apply_reaches_a_celery_worker_within_a_second(tmp_path):
+    celery = shutil.which("celery", path=str(Path(sys.executable).parent)) or shutil.which("celery")
+    assert celery, "celery executable not found"
+    queue = f"tuning-it-{os.getpid()}"
+    env = dict(os.environ)
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.settings_test",
+            "MEMORY_DB": str(tmp_path / "worker.sqlite3"),
+            "REDIS_URL": REDIS_URL,
+            "PYTHONPATH": str(ROOT),
+            "MEMORY_ENQUEUE_TASKS": "False",
+            "EMBEDDING_PROVIDER": "none",
+        }
+    )
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "--skip-checks", "-v", "0"],
+        cwd=ROOT, env=env, check=True, timeout=180,
+    )
+    worker = subprocess.Popen(
+        [celery, "-A", "config", "worker", "-Q", queue, "--pool=solo", "--concurrency=1", "--without-gossip",
+         "--without-mingle", "--without-heartbeat", "--loglevel=WARNING", "-n", f"{queue}@%h"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        web = subprocess.run([sys.executable, "-c", WEB, queue], cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=120)
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+    assert web.returncode == 0, web.stderr[-3000:]
+    out = json.loads(web.stdout.strip().splitlines()[-1])
+    assert out["before"]["overrides"] == {} and out["before"]["profile"] == "default"
+    assert out["seen"] is not None, out
+    assert out["seen"]["profile"] == "hops"
+    assert out["seen"]["overrides"] == {"ppr_hops": 3, "bm25_weight": 2.0}
+    assert out["seen"]["pid"] != os.getpid()
+    assert out["elapsed"] <= 1.6, out

@@ -1,0 +1,213 @@
+"""Celery adapters: called directly (twice), enqueue-on-commit, locks and redelivery, against the real Redis."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memory import pipeline, services, tasks
+from memory.models import Episode, Fact, ImportBatch, Job, MemoryEdge, MemoryNode, PipelineEvent
+from tests.workers.conftest import T0, FakeEmbedder, make_person, make_stream, post_messages
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _offline_embeddings(monkeypatch):
+    """Tasks build their providers from settings; keep embeddings fast and deterministic."""
+    from memory.providers import config
+
+    monkeypatch.setattr(config, "get_embedder", lambda: FakeEmbedder())
+
+
+def test_messages_enqueue_the_stream_checks_after_commit(settings, redis_db, burst, django_capture_on_commit_callbacks):
+    settings.MEMORY_ENQUEUE_TASKS = True
+    stream = make_stream()
+    post_messages(stream, 47)
+    assert burst.calls == []  # callbacks of the test transaction never ran
+
+    with django_capture_on_commit_callbacks(execute=True):
+        post_messages(stream, 1, start=47)
+
+    assert sorted(burst.names()) == ["extract_stream_task", "summarize_stream_task"]
+    assert all(args == (stream.pk,) for _, args, _ in burst.calls)
+
+
+def test_a_burst_of_messages_queues_each_check_once(settings, redis_db, burst, django_capture_on_commit_callbacks):
+    settings.MEMORY_ENQUEUE_TASKS = True
+    stream = make_stream()
+    post_messages(stream, 48)
+
+    for _ in range(5):
+        tasks.enqueue_stream_checks(stream.pk)
+
+    assert sorted(burst.names()) == ["extract_stream_task", "summarize_stream_task"]
+
+
+def test_a_stream_that_is_not_due_is_not_queued(redis_db, burst):
+    stream = make_stream()
+    post_messages(stream, 10)
+    tasks.enqueue_stream_checks(stream.pk)
+    assert burst.calls == []
+
+
+def test_a_held_lock_skips_the_enqueue_and_the_task(redis_db, burst):
+    stream = make_stream()
+    post_messages(stream, 48)
+    redis_db.set(f"memory:lock:summarize:{stream.pk}", "other-worker|abc", ex=60)
+
+    tasks.enqueue_stream_check("summarize", stream.pk)
+    result = tasks.summarize_stream_task(stream.pk)
+
+    assert burst.calls == []
+    assert result["status"] == "busy" and not Episode.objects.exists()
+
+
+def test_summarize_task_twice_writes_one_episode_and_releases_its_lock(redis_db, burst):
+    stream = make_stream()
+    post_messages(stream, 48)
+
+    first = tasks.summarize_stream_task(stream.pk)
+    second = tasks.summarize_stream_task(stream.pk)
+
+    assert (first["status"], second["status"]) == ("idle", "idle") or first["steps"] == ["written"]
+    assert Episode.objects.count() == 1
+    assert not redis_db.keys("memory:lock:*")
+    assert burst.calls == []  # 32 pending: nothing left to re-enqueue
+
+
+def test_extract_task_twice_extracts_each_batch_once(redis_db, burst):
+    stream = make_stream("d1", kind="direct")
+    post_messages(stream, 40, speakers=[make_person("u1", "小明")])
+
+    tasks.extract_stream_task(stream.pk)
+    tasks.extract_stream_task(stream.pk)
+
+    # 40 after cursor 0 → one batch of 12 → 28 left, below the trigger of 32.
+    assert PipelineEvent.objects.filter(kind="memory_extract").count() == 1
+    assert Fact.objects.exists() and MemoryEdge.objects.exists()
+
+
+def test_a_failed_batch_is_retried_later(redis_db, burst, monkeypatch):
+    stream = make_stream()
+    post_messages(stream, 48)
+
+    class Broken:
+        label = "broken"
+
+        def summarise(self, lines, participants=()):
+            return None
+
+    from memory.providers import config
+
+    monkeypatch.setattr(config, "get_summariser", lambda: Broken())
+
+    result = tasks.summarize_stream_task(stream.pk)
+
+    assert result["status"] == "failed"
+    assert burst.names() == ["summarize_stream_task"]
+
+
+def test_redelivered_tasks_do_the_work_once(settings, redis_db, burst, django_capture_on_commit_callbacks):
+    """Every enqueued task runs twice, as after a crash before the ack."""
+    settings.MEMORY_ENQUEUE_TASKS = True
+    stream = make_stream("d1", kind="direct")
+    with django_capture_on_commit_callbacks(execute=True):
+        post_messages(stream, 80, speakers=[make_person("u1", "小明")])
+
+    for _ in range(10):
+        if not burst.calls:
+            break
+        with django_capture_on_commit_callbacks(execute=True):
+            burst.run(times=2)
+
+    # 80 → 64 → 48 → 32 pending; extraction 80 → 68 → 56 → 44 → 32 → 20 after the cursor.
+    assert Episode.objects.count() == 3
+    assert PipelineEvent.objects.filter(kind="memory_extract").count() == 5
+    assert not Fact.objects.filter(embedding__isnull=True).exists()
+    assert not redis_db.keys("memory:lock:*")
+
+
+def test_vectors_backfill_task_reenqueues_while_batches_are_full(redis_db, burst, monkeypatch):
+    monkeypatch.setattr(tasks, "VECTORS_ROWS_PER_TASK", 20)
+    person = make_person("u1", "小明")
+    for i in range(25):
+        services.add_knowledge(content=f"知识{i}号：" + "甲乙丙丁戊己庚辛壬癸"[i % 10] * (i + 1), source="t", at=T0)
+    services.add_fact(person_id=person.pk, content="小明住在杭州", at=T0)
+
+    first = tasks.vectors_backfill_task()
+    assert first["more"] and burst.names() == ["vectors_backfill_task"]
+    burst.run()
+    assert burst.calls == []
+    assert not Fact.objects.filter(embedding__isnull=True).exists()
+
+
+def test_vectors_backfill_task_twice_is_idempotent(redis_db, burst):
+    person = make_person("u1", "小明")
+    services.add_fact(person_id=person.pk, content="小明住在杭州", at=T0)
+    assert tasks.vectors_backfill_task()["facts"] == 1
+    assert tasks.vectors_backfill_task()["facts"] == 0
+    assert burst.calls == []
+
+
+def test_edges_decay_task_twice_freezes_once():
+    services.link_together(refs=[("fact", 1), ("fact", 2)], at=T0)
+    later = T0 + 60 * 24 * 3600 * 1000  # 60 days: past the 54.2-day freeze point of a fresh edge
+
+    assert pipeline.edges_decay(at=later) == 1
+    assert pipeline.edges_decay(at=later) == 0
+    assert [e["frozen"] for e in PipelineEvent.objects.filter(kind="edges_decayed").values_list("payload", flat=True)] \
+        == [1, 0]
+    assert tasks.edges_decay_task() == 0
+
+
+def test_import_task_twice_imports_once(redis_db):
+    job = pipeline.start_import(text="第一条。\n\n第二条。", origin_name="t")
+
+    first = tasks.import_knowledge_task(job.pk, job.params["batch_id"])
+    second = tasks.import_knowledge_task(job.pk, job.params["batch_id"])
+
+    assert first == second and first["added"] == 2
+    assert ImportBatch.objects.get().status == "done" and Job.objects.get().status == "done"
+    assert tasks.import_knowledge_task(99999, None) is None
+
+
+def test_worker_startup_releases_only_its_own_locks_and_enqueues_housekeeping(redis_db, burst):
+    redis_db.set("memory:lock:summarize:1", "celery@box|dead", ex=300)
+    redis_db.set("memory:lock:extract:1", "celery@other|alive", ex=300)
+    redis_db.set("memory:queued:summarize:2", "1", ex=60)
+
+    tasks.worker_startup("celery@box")
+
+    assert redis_db.keys("memory:lock:*") == [b"memory:lock:extract:1"]
+    assert not redis_db.keys("memory:queued:*")
+    assert sorted(burst.names()) == ["edges_decay_task", "stream_checks_sweep_task", "vectors_backfill_task"]
+    for _, args, kwargs in burst.calls:
+        json.dumps([args, kwargs])
+
+
+def test_the_sweep_enqueues_due_streams(redis_db, burst):
+    due, quiet = make_stream("g1"), make_stream("g2")
+    post_messages(due, 48)
+    post_messages(quiet, 5)
+
+    assert tasks.stream_checks_sweep_task() == 2
+
+    assert sorted(burst.names()) == ["extract_stream_task", "summarize_stream_task"]
+    assert {args for _, args, _ in burst.calls} == {(due.pk,)}
+
+
+def test_enqueueing_survives_a_redis_outage(settings, burst):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    stream = make_stream()
+    post_messages(stream, 48)
+    tasks.enqueue_stream_checks(stream.pk)  # logged, not raised
+    assert burst.calls == []
+
+
+def test_deleting_knowledge_of_a_batch_keeps_unrelated_nodes():
+    MemoryNode.objects.create(ref_kind="fact", ref_id=1)
+    job = pipeline.start_import(text="火星有两颗卫星。", origin_name="t")
+    pipeline.run_import(job_id=job.pk, embed=False)
+    pipeline.delete_batch(job.params["batch_id"])
+    assert MemoryNode.objects.filter(ref_kind="fact").count() == 1

@@ -1,0 +1,274 @@
+"""Retrieval tuning over the JSON API: ``/api/v1/tuning/...`` (mounted by :mod:`memory.api`).
+
+Parameter values are taken **as JSON decoded them** (``dict[str, Any]``, never coerced):
+``3`` is an integer and valid for ``ppr_hops``; ``3.0`` and ``1.5`` are floats and are
+refused for integer parameters ("需要整数"), ``true`` is refused everywhere ("需要数值").
+Integers are accepted for float parameters and stored as floats.
+
+A refused parameter set is a 400 whose ``errors[0].field`` is ``body.params.<name>``;
+an unknown profile is a 404. Evaluation and comparison run as background jobs: the
+POST answers 202 with a job id, ``GET /tuning/jobs/{id}`` reports progress and, when
+done, the report.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Field, Router, Schema, Status
+from pydantic import ConfigDict
+
+from memory.engine.tuning import WHITELIST
+from memory.models import Job
+from tuning import evaluation, services
+from tuning.services import ProfileError
+
+router = Router(tags=["tuning"])
+
+
+class _In(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorBody(Schema):
+    detail: str
+    errors: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ParamSpecOut(Schema):
+    kind: str
+    min: float
+    max: float
+    legacy: float | int
+    label: str
+    configured: int | None = Field(None, description="the configured value (limits only)")
+
+
+class ProfileOut(Schema):
+    name: str
+    params: dict[str, Any]
+    created_at: int | None
+    last_applied_at: int | None
+    active: bool
+    builtin: bool
+
+
+class ActiveOut(Schema):
+    profile: str
+    overrides: dict[str, Any]
+
+
+class StateOut(Schema):
+    whitelist: dict[str, ParamSpecOut]
+    active: ActiveOut
+    profiles: list[ProfileOut]
+
+
+class ProfileIn(_In):
+    name: str = Field(max_length=200)
+    params: dict[str, Any] = Field(description="parameter → JSON number; integer parameters need JSON integers")
+
+
+class ApplyIn(_In):
+    name: str = Field(max_length=200)
+
+
+class AppliedOut(Schema):
+    profile: str
+    params: dict[str, Any]
+    revision: int
+
+
+class DeletedOut(Schema):
+    deleted: bool
+    active: str
+    profiles: list[str]
+
+
+class ExportOut(Schema):
+    profile: str
+    params: dict[str, Any]
+    exported_at: str
+
+
+class TargetIn(_In):
+    profile: str | None = Field(None, max_length=200, description="a stored profile (or 'default')")
+    params: dict[str, Any] | None = Field(None, description="explicit parameters (used when no profile is given)")
+
+
+class EvaluateIn(TargetIn):
+    max_turns: int = Field(evaluation.DEFAULT_MAX_TURNS, ge=1, le=evaluation.MAX_TURNS_LIMIT)
+
+
+class CompareIn(_In):
+    a: TargetIn
+    b: TargetIn
+    max_turns: int = Field(evaluation.DEFAULT_MAX_TURNS, ge=1, le=evaluation.MAX_TURNS_LIMIT)
+
+
+class JobOut(Schema):
+    job_id: int
+    kind: str
+    status: str
+    progress: int
+    total: int
+    percent: int
+    error: str = ""
+    params: dict[str, Any] = Field(default_factory=dict)
+    result: dict[str, Any] = Field(default_factory=dict)
+
+
+ERRS = {400: ErrorBody, 404: ErrorBody}
+
+
+def _error(exc: ProfileError, prefix: str = "body") -> Status:
+    if exc.param in ("name", "profile"):
+        field = f"{prefix}.{exc.param}"
+    else:
+        field = f"{prefix}.params.{exc.param}" if exc.param else f"{prefix}.params"
+    return Status(exc.status, {"detail": str(exc), "errors": [{"field": field, "message": str(exc), "type": "tuning"}]})
+
+
+def whitelist_out() -> dict[str, dict[str, Any]]:
+    from django.conf import settings
+
+    configured = {
+        "fact_recall_limit": getattr(settings, "FACT_RECALL_LIMIT", None),
+        "recalled_episode_limit": getattr(settings, "RECALLED_EPISODE_LIMIT", None),
+        "recent_episode_limit": getattr(settings, "RECENT_EPISODE_LIMIT", None),
+    }
+    return {
+        name: {
+            "kind": spec.kind,
+            "min": spec.min,
+            "max": spec.max,
+            "legacy": spec.legacy,
+            "label": spec.label,
+            "configured": configured.get(name),
+        }
+        for name, spec in WHITELIST.items()
+    }
+
+
+def _profile_out(row: services.ProfileRow) -> dict[str, Any]:
+    return {
+        "name": row.name,
+        "params": row.params,
+        "created_at": row.created_at,
+        "last_applied_at": row.last_applied_at,
+        "active": row.active,
+        "builtin": row.builtin,
+    }
+
+
+def job_out(job: Job, *, with_result: bool = True) -> dict[str, Any]:
+    return {
+        "job_id": job.pk,
+        "kind": job.kind,
+        "status": job.status,
+        "progress": job.progress,
+        "total": job.total,
+        "percent": job.percent,
+        "error": job.error,
+        "params": job.params or {},
+        "result": (job.result or {}) if with_result else {},
+    }
+
+
+def _user(request: HttpRequest) -> str:
+    from memory.auth import api_user
+
+    return api_user(request)
+
+
+@router.get("", response=StateOut, summary="Whitelist, active profile and stored profiles")
+def get_state(request: HttpRequest):
+    active = services.active_profile_name()
+    return {
+        "whitelist": whitelist_out(),
+        "active": {"profile": active, "overrides": services.load_profile_params(active) or {}},
+        "profiles": [_profile_out(p) for p in services.list_profiles()],
+    }
+
+
+@router.post("/profiles", response={201: ProfileOut, **ERRS}, summary="Save (create or update) a profile")
+def post_profile(request: HttpRequest, payload: ProfileIn):
+    """Validates every parameter; an existing profile keeps `created_at` (UPSERT). Saving never applies."""
+    try:
+        row = services.save_profile(payload.name, payload.params)
+    except ProfileError as exc:
+        return _error(exc)
+    return Status(201, _profile_out(row))
+
+
+@router.delete("/profiles/{name}", response={200: DeletedOut, **ERRS}, summary="Delete a profile")
+def delete_profile(request: HttpRequest, name: str):
+    """Deleting the active profile falls back to `default`; an unknown name answers `deleted: false`."""
+    try:
+        deleted = services.delete_profile(name)
+    except ProfileError as exc:
+        return _error(exc, prefix="path")
+    return {
+        "deleted": deleted,
+        "active": services.active_profile_name(),
+        "profiles": [p.name for p in services.list_profiles()],
+    }
+
+
+@router.post("/apply", response={200: AppliedOut, **ERRS}, summary="Apply a profile in every process")
+def post_apply(request: HttpRequest, payload: ApplyIn):
+    """Takes effect in the web and worker processes within a second; survives restarts."""
+    try:
+        return services.apply_profile(payload.name)
+    except ProfileError as exc:
+        return _error(exc)
+
+
+@router.post("/rollback", response={200: AppliedOut}, summary="Roll back to the built-in default")
+def post_rollback(request: HttpRequest):
+    return services.rollback_to_default()
+
+
+@router.get("/export", response={200: ExportOut, **ERRS}, summary="Export a profile as JSON")
+def get_export(request: HttpRequest, name: str = ""):
+    """`name` blank = the active profile."""
+    try:
+        return services.export_profile(name.strip() or services.active_profile_name())
+    except ProfileError as exc:
+        return _error(exc, prefix="query")
+
+
+def _target(t: TargetIn | EvaluateIn) -> dict[str, Any]:
+    return evaluation.resolve_target(profile=t.profile, params=t.params)
+
+
+@router.post("/evaluate", response={202: JobOut, **ERRS}, summary="Evaluate a parameter set by trace replay")
+def post_evaluate(request: HttpRequest, payload: EvaluateIn):
+    """`profile` → its parameters; else `params`; neither → the active profile. Answers a job to poll."""
+    try:
+        target = _target(payload)
+    except ProfileError as exc:
+        return _error(exc)
+    job = evaluation.submit_evaluation(target, max_turns=payload.max_turns, user=_user(request))
+    job.refresh_from_db()
+    return Status(202, job_out(job))
+
+
+@router.post("/compare", response={202: JobOut, **ERRS}, summary="What-if: compare two parameter sets")
+def post_compare(request: HttpRequest, payload: CompareIn):
+    try:
+        a, b = _target(payload.a), _target(payload.b)
+    except ProfileError as exc:
+        return _error(exc)
+    a["label"], b["label"] = f"A · {a['label']}", f"B · {b['label']}"
+    job = evaluation.submit_comparison(a, b, max_turns=payload.max_turns, user=_user(request))
+    job.refresh_from_db()
+    return Status(202, job_out(job))
+
+
+@router.get("/jobs/{job_id}", response={200: JobOut, **ERRS}, summary="An evaluation or comparison job")
+def get_job(request: HttpRequest, job_id: int):
+    job = Job.objects.filter(pk=job_id, kind__in=("evaluate", "compare")).first()
+    if job is None:
+        return Status(404, {"detail": f"tuning job {job_id} does not exist", "errors": []})
+    return job_out(job)

@@ -1,0 +1,120 @@
+"""Forms of the tuning console: the draft parameter table and the comparison picker.
+
+Draft values arrive as text. They are parsed by the parameter's kind **before** the
+whitelist validation, so the console refuses exactly what the API refuses: an integer
+parameter needs an integer literal (``3``; ``3.0`` and ``1.5`` are refused with "需要整数"
+— Django's IntegerField would silently accept ``3.0``, which is why it is not used).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from memory.engine.tuning import WHITELIST
+from tuning import services
+from tuning.evaluation import DEFAULT_MAX_TURNS, MAX_TURNS_LIMIT
+
+INT_RE = re.compile(r"^[+-]?\d+$")
+FLOAT_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+DRAFT_ACTIONS = ("evaluate_draft", "evaluate_active", "save", "compare")
+
+
+def field_name(param: str) -> str:
+    return f"p_{param}"
+
+
+def parse_value(param: str, raw: str) -> int | float:
+    """Text → number of the parameter's kind; :class:`services.ProfileError` naming ``param``."""
+    spec = WHITELIST[param]
+    text = raw.strip()
+    if spec.kind == "int":
+        if INT_RE.match(text):
+            return int(text)
+        if FLOAT_RE.match(text):
+            raise services.ProfileError(f"参数 {param} 需要整数", param=param)
+    elif FLOAT_RE.match(text):
+        return float(text)
+    raise services.ProfileError(f"参数 {param} 需要数值", param=param)
+
+
+class DraftForm(forms.Form):
+    """One optional text field per whitelisted parameter (blank = not overridden)."""
+
+    action = forms.ChoiceField(choices=[(a, a) for a in DRAFT_ACTIONS], required=False)
+    name = forms.CharField(max_length=services.PROFILE_NAME_MAX, required=False, label=_("profile 名称"))
+    compare_with = forms.CharField(max_length=200, required=False)
+    max_turns = forms.IntegerField(min_value=1, max_value=MAX_TURNS_LIMIT, initial=DEFAULT_MAX_TURNS, required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param, spec in WHITELIST.items():
+            step = "1" if spec.kind == "int" else "0.05"
+            self.fields[field_name(param)] = forms.CharField(
+                required=False,
+                label=param,
+                widget=forms.NumberInput(
+                    attrs={"step": step, "min": spec.min, "max": spec.max, "placeholder": _("不改"), "class": "draft"}
+                ),
+            )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        raw: dict[str, Any] = {}
+        for param in WHITELIST:
+            text = (data.get(field_name(param)) or "").strip()
+            if not text:
+                continue
+            try:
+                raw[param] = parse_value(param, text)
+            except services.ProfileError as exc:
+                self.add_error(field_name(param), str(exc))
+        if not self.errors:
+            try:
+                data["params"] = services.validate_params(raw)
+            except services.ProfileError as exc:
+                self.add_error(field_name(exc.param) if exc.param in WHITELIST else None, str(exc))
+        if data.get("action") == "save" and not self.errors:
+            try:
+                data["name"] = services._clean_name(data.get("name"))
+            except services.ProfileError as exc:
+                self.add_error("name", str(exc))
+        data["max_turns"] = data.get("max_turns") or DEFAULT_MAX_TURNS
+        return data
+
+    def draft_rows(self) -> list[dict[str, Any]]:
+        """``[{param, spec, field}]`` in whitelist order, for the parameter table."""
+        return [{"param": p, "spec": s, "field": self[field_name(p)]} for p, s in WHITELIST.items()]
+
+
+def draft_initial(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Draft fields prefilled with the active overrides."""
+    return {field_name(k): v for k, v in overrides.items() if k in WHITELIST}
+
+
+class CompareForm(forms.Form):
+    """Two targets: ``@active``, or a profile name (``default`` included)."""
+
+    a = forms.CharField(max_length=200)
+    b = forms.CharField(max_length=200)
+    max_turns = forms.IntegerField(min_value=1, max_value=MAX_TURNS_LIMIT, initial=DEFAULT_MAX_TURNS, required=False)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        data["max_turns"] = data.get("max_turns") or DEFAULT_MAX_TURNS
+        return data
+
+
+ACTIVE_CHOICE = "@active"
+
+
+def target_for_choice(choice: str) -> dict[str, Any]:
+    """``@active`` → the active profile; anything else → that stored profile (or default)."""
+    from tuning.evaluation import resolve_target
+
+    if choice == ACTIVE_CHOICE:
+        return resolve_target()
+    return resolve_target(profile=choice)

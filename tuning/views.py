@@ -1,0 +1,285 @@
+"""Console pages of retrieval tuning (permission ``tuning.tune_retrieval``).
+
+* index: the active profile, the whitelist table with a draft column (evaluate draft /
+  evaluate active / save draft as profile / compare draft with …), stored profiles
+  (apply, export, delete), a comparison picker and the recent evaluation jobs;
+* job: progress (htmx polling) and, once done, the evaluation report or the comparison.
+
+Every write goes through :mod:`tuning.services` / :mod:`tuning.evaluation`.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_GET, require_POST
+
+from memory.models import Job, Turn
+from tuning import evaluation, services
+from tuning.forms import ACTIVE_CHOICE, CompareForm, DraftForm, draft_initial, target_for_choice
+from tuning.services import ProfileError
+
+PERM = "tuning.tune_retrieval"
+RECENT_JOBS = 10
+CONFIGURED = {
+    "fact_recall_limit": "FACT_RECALL_LIMIT",
+    "recalled_episode_limit": "RECALLED_EPISODE_LIMIT",
+    "recent_episode_limit": "RECENT_EPISODE_LIMIT",
+}
+GROUP_LABELS = {"all": "全部", "group": "群聊", "direct": "私聊"}
+
+
+def tuner_required(view):
+    return login_required(permission_required(PERM, raise_exception=True)(view))
+
+
+def _user(request: HttpRequest) -> str:
+    return request.user.get_username()
+
+
+def _param_rows(overrides: dict[str, Any], form: DraftForm) -> list[dict[str, Any]]:
+    rows = []
+    for row in form.draft_rows():
+        param, spec = row["param"], row["spec"]
+        configured = getattr(settings, CONFIGURED[param], None) if param in CONFIGURED else None
+        default = configured if configured is not None else spec.legacy
+        rows.append(
+            {
+                **row,
+                "overridden": param in overrides,
+                "current": overrides.get(param, default),
+                "default": default,
+                "from_config": param in CONFIGURED,
+            }
+        )
+    return rows
+
+
+def _index_context(request: HttpRequest, form: DraftForm | None = None) -> dict[str, Any]:
+    active = services.active_profile_name()
+    overrides = services.load_profile_params(active) or {}
+    form = form or DraftForm(initial={**draft_initial(overrides), "max_turns": evaluation.DEFAULT_MAX_TURNS})
+    profiles = services.list_profiles()
+    return {
+        "active": active,
+        "overrides": overrides,
+        "rows": _param_rows(overrides, form),
+        "form": form,
+        "profiles": profiles,
+        "compare_form": CompareForm(initial={"a": ACTIVE_CHOICE, "b": "", "max_turns": evaluation.DEFAULT_MAX_TURNS}),
+        "active_choice": ACTIVE_CHOICE,
+        "jobs": Job.objects.filter(kind__in=("evaluate", "compare")).order_by("-id")[:RECENT_JOBS],
+        "turn_count": Turn.objects.count(),
+        "scorable_count": Turn.objects.filter(confirmed_at__isnull=False).exclude(prompt_fact_ids=[]).count(),
+        "max_turns_limit": evaluation.MAX_TURNS_LIMIT,
+    }
+
+
+@tuner_required
+@require_GET
+def index(request: HttpRequest) -> HttpResponse:
+    return render(request, "tuning/index.html", _index_context(request))
+
+
+def _refused(request: HttpRequest, form: DraftForm) -> HttpResponse:
+    messages.error(request, _("草稿有误，未执行：") + "；".join(e for errs in form.errors.values() for e in errs))
+    return render(request, "tuning/index.html", _index_context(request, form), status=400)
+
+
+@tuner_required
+@require_POST
+def draft(request: HttpRequest) -> HttpResponse:
+    """One form, four buttons: evaluate draft, evaluate active, save as profile, compare."""
+    form = DraftForm(request.POST)
+    action = request.POST.get("action", "evaluate_draft")
+    if action == "evaluate_active":
+        job = evaluation.submit_evaluation(
+            evaluation.resolve_target(), max_turns=_max_turns(request), user=_user(request)
+        )
+        return redirect("tuning:job", job.pk)
+    if not form.is_valid():
+        return _refused(request, form)
+    params = form.cleaned_data["params"]
+    max_turns = form.cleaned_data["max_turns"]
+    try:
+        if action == "save":
+            row = services.save_profile(form.cleaned_data["name"], params)
+            messages.success(request, _("已保存 profile「%(name)s」（未应用）。") % {"name": row.name})
+            return redirect("tuning:index")
+        if action == "compare":
+            base = target_for_choice(form.cleaned_data.get("compare_with") or ACTIVE_CHOICE)
+            draft_target = evaluation.resolve_target(params=params)
+            base["label"], draft_target["label"] = f"A · {base['label']}", f"B · {draft_target['label']}"
+            job = evaluation.submit_comparison(base, draft_target, max_turns=max_turns, user=_user(request))
+            return redirect("tuning:job", job.pk)
+        job = evaluation.submit_evaluation(
+            evaluation.resolve_target(params=params), max_turns=max_turns, user=_user(request)
+        )
+    except ProfileError as exc:
+        messages.error(request, str(exc))
+        return render(request, "tuning/index.html", _index_context(request, form), status=exc.status)
+    return redirect("tuning:job", job.pk)
+
+
+def _max_turns(request: HttpRequest) -> int:
+    return evaluation.clamp_max_turns(request.POST.get("max_turns") or evaluation.DEFAULT_MAX_TURNS)
+
+
+@tuner_required
+@require_POST
+def apply(request: HttpRequest) -> HttpResponse:
+    try:
+        result = services.apply_profile(request.POST.get("name", ""))
+    except ProfileError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(
+            request,
+            _("已应用「%(name)s」：覆盖 %(n)d 项参数，所有进程一秒内生效。") % {"name": result["profile"], "n": len(result["params"])},
+        )
+    return redirect("tuning:index")
+
+
+@tuner_required
+@require_POST
+def rollback(request: HttpRequest) -> HttpResponse:
+    services.rollback_to_default()
+    messages.success(request, _("已回滚到 default（无覆盖）。"))
+    return redirect("tuning:index")
+
+
+@tuner_required
+@require_POST
+def delete(request: HttpRequest) -> HttpResponse:
+    name = request.POST.get("name", "")
+    try:
+        was_active = services.active_profile_name() == name.strip()
+        deleted = services.delete_profile(name)
+    except ProfileError as exc:
+        messages.error(request, str(exc))
+    else:
+        if not deleted:
+            messages.warning(request, _("profile「%(name)s」不存在。") % {"name": name})
+        elif was_active:
+            messages.success(request, _("已删除生效中的「%(name)s」，已回落到 default。") % {"name": name})
+        else:
+            messages.success(request, _("已删除 profile「%(name)s」。") % {"name": name})
+    return redirect("tuning:index")
+
+
+@tuner_required
+@require_GET
+def export(request: HttpRequest) -> HttpResponse:
+    name = request.GET.get("name", "").strip() or services.active_profile_name()
+    try:
+        data = services.export_profile(name)
+    except ProfileError as exc:
+        raise Http404(str(exc)) from exc
+    response = JsonResponse(data, json_dumps_params={"ensure_ascii": False, "indent": 2})
+    response["Content-Disposition"] = f"attachment; filename=\"retrieval-profile-{_ascii(name)}.json\""
+    return response
+
+
+def _ascii(name: str) -> str:
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in name)
+    return safe or "profile"
+
+
+@tuner_required
+@require_POST
+def compare(request: HttpRequest) -> HttpResponse:
+    form = CompareForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _("请选择要对比的两组参数。"))
+        return redirect("tuning:index")
+    try:
+        a = target_for_choice(form.cleaned_data["a"])
+        b = target_for_choice(form.cleaned_data["b"])
+    except ProfileError as exc:
+        messages.error(request, str(exc))
+        return redirect("tuning:index")
+    a["label"], b["label"] = f"A · {a['label']}", f"B · {b['label']}"
+    job = evaluation.submit_comparison(a, b, max_turns=form.cleaned_data["max_turns"], user=_user(request))
+    return redirect("tuning:job", job.pk)
+
+
+def _tuning_job(pk: int) -> Job:
+    return get_object_or_404(Job, pk=pk, kind__in=("evaluate", "compare"))
+
+
+def _report_context(job: Job, request: HttpRequest) -> dict[str, Any]:
+    result = job.result or {}
+    ctx: dict[str, Any] = {"job": job, "report": result, "group_labels": GROUP_LABELS}
+    if job.status != Job.Status.DONE or not result:
+        return ctx
+    if result.get("kind") == "compare":
+        only_changed = request.GET.get("changed") == "1"
+        turns = result.get("per_turn", [])
+        facts = result.get("facts", {})
+        rows = []
+        for t in turns:
+            if only_changed and not (t["moved_in"] or t["moved_out"] or t["order_changed"]):
+                continue
+            positives = set(t["positives"])
+            rows.append(
+                {
+                    **t,
+                    "moved_in_facts": [(f, facts.get(str(f), ""), f in positives) for f in t["moved_in"]],
+                    "moved_out_facts": [(f, facts.get(str(f), ""), f in positives) for f in t["moved_out"]],
+                }
+            )
+        ctx.update(
+            {
+                "rows": rows,
+                "only_changed": only_changed,
+                "sides": [("a", result["a"]), ("b", result["b"])],
+                "groups": [
+                    (g, GROUP_LABELS[g], result["a"]["groups"][g], result["b"]["groups"][g], result["ndcg_delta"][g])
+                    for g in evaluation.GROUPS
+                ],
+            }
+        )
+    else:
+        ctx["groups"] = [(g, GROUP_LABELS[g], result["groups"][g]) for g in evaluation.GROUPS]
+        ctx["rows"] = result.get("per_turn", [])
+    return ctx
+
+
+@tuner_required
+@require_GET
+def job(request: HttpRequest, pk: int) -> HttpResponse:
+    job = _tuning_job(pk)
+    template = "tuning/compare.html" if job.kind == "compare" else "tuning/report.html"
+    return render(request, template, _report_context(job, request))
+
+
+@tuner_required
+@require_GET
+def job_progress(request: HttpRequest, pk: int) -> HttpResponse:
+    """The progress fragment; once the job has finished, htmx reloads the whole page."""
+    job = _tuning_job(pk)
+    if job.finished and getattr(request, "htmx", False):
+        response = HttpResponse("")
+        response["HX-Redirect"] = reverse("tuning:job", args=[job.pk])
+        return response
+    return render(request, "tuning/_progress.html", {"job": job})
+
+
+@tuner_required
+@require_GET
+def job_json(request: HttpRequest, pk: int) -> HttpResponse:
+    """The raw report (for download / scripting)."""
+    job = _tuning_job(pk)
+    response = HttpResponse(
+        json.dumps(job.result or {}, ensure_ascii=False, indent=2), content_type="application/json; charset=utf-8"
+    )
+    response["Content-Disposition"] = f'attachment; filename="tuning-{job.kind}-{job.pk}.json"'
+    return response
+
