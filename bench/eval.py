@@ -34,8 +34,113 @@ START, END = "<!-- eval:start -->", "<!-- eval:end -->"
 TITLE = "Benchmarks"
 
 
+RATIO_KEYS = ("R@1", "R@3", "R@5", "R@10", "nDCG@5", "nDCG@10")
+
+
+def _metric_rows(methods: dict, keys: tuple[str, ...]) -> list[list[object]]:
+    return [[m["label"], *[m["overall"].get(k, 0.0) for k in keys]] for m in methods.values()]
+
+
+def _category_rows(methods: dict, key: str, group: str) -> tuple[list[str], list[list[object]]]:
+    groups = list(next(iter(methods.values()))[group])
+    header = ["method", *[f"{g} (n={next(iter(methods.values()))[group][g]['n']})" for g in groups]]
+    rows = [[m["label"], *[m[group][g].get(key, 0.0) for g in groups]] for m in methods.values()]
+    return header, rows
+
+
+def _as_method(ceiling: dict, key: str, group: str) -> dict:
+    return {
+        "overall": {"R@5": ceiling["overall"][key]},
+        group: {g: {"R@5": v[key], "n": v["n"]} for g, v in ceiling[group].items()},
+    }
+
+
+def _verdict(lo: dict) -> str:
+    m = lo["methods"]
+    ours = m["ours_lexical_dense"]["overall"]["R@5"]
+    bm = m["bm25s_facts"]["overall"]["R@5"]
+    dense = m["dense_only"]["overall"]["R@5"]
+    met = ours > bm and ours > dense
+    return (
+        f"**Issue target (LoCoMo, lexical + dense beats bm25s and dense-only at R@5): "
+        f"{'met' if met else 'NOT met'}** — ours {ours:.3f} vs bm25s {bm:.3f} "
+        f"({ours / bm if bm else float('inf'):.2f}×) and dense-only {dense:.3f} ({ours / dense if dense else float('inf'):.2f}×)."
+    )
+
+
 def render(results: dict) -> str:
-    return "TODO"
+    out = [
+        "## Retrieval quality (`make eval`)",
+        "",
+        f"Produced by `{results['command']}` on {results['generated_at']} in {results['seconds']} s "
+        f"(embedder `{results['embedder']}`, data read from `{results['data_dir']}`; machine-readable: "
+        "`bench/results/eval.json`). Every row of a table was measured in the same run on the same units.",
+        "",
+        "R@k = fraction of a question's gold evidence covered by the top-k retrieved units, averaged over "
+        "questions. nDCG@k uses binary gain: a unit gains 1 when it covers a gold item not covered by a "
+        "higher-ranked unit; the ideal is min(#gold, k) relevant units at the top.",
+    ]
+    lo = results.get("locomo")
+    if lo:
+        out += [
+            "",
+            f"### LoCoMo (English) — {len(lo['conversations'])} conversations, {lo['questions']} questions with evidence",
+            "",
+            f"Imported through the write path: {lo['turns']} turns as messages, {lo.get('observations', '?')} "
+            f"observations → {lo['facts']} fact rows (`add_fact`), {lo['episodes']} session summaries as episodes. "
+            "A fact unit covers the evidence ids of the observation(s) it holds; a raw turn covers its own id.",
+            "",
+            md_table(["method", *RATIO_KEYS], _metric_rows(lo["methods"], RATIO_KEYS)),
+            "",
+            _verdict(lo),
+            "",
+            "R@5 per question category:",
+            "",
+            md_table(*_category_rows({**lo["methods"], "ceiling": {"label": "ceiling: gold reachable at all",
+                                                                  **_as_method(lo["ceiling"], "facts", "by_category")}}, "R@5", "by_category")),
+            "",
+            "(The ceiling row is the share of gold ids that any fact cites — the most a fact-based method can "
+            f"reach; raw turns reach {lo['ceiling']['overall']['raw_turns']:.3f}.)",
+            "",
+            "Episodes, at session level (gold = sessions of the evidence ids):",
+            "",
+            md_table(["method", "R@1", "R@3", "R@5", "R@10"], _metric_rows(lo["episodes_session_level"], RATIO_KEYS[:4])),
+            "",
+            "Diagnostics (same run, one knob changed; not product settings):",
+            "",
+            md_table(["method", *RATIO_KEYS], _metric_rows(
+                {"ours_lexical": lo["methods"]["ours_lexical"], "ours_lexical_dense": lo["methods"]["ours_lexical_dense"],
+                 **lo["diagnostics"]}, RATIO_KEYS)),
+        ]
+    md = results.get("memdaily")
+    if md:
+        out += [
+            "",
+            f"### MemDaily (Chinese) — {md['haystacks']} haystacks, {md['trajectories']} trajectories, "
+            f"{md['messages']} messages, {md['questions']} questions",
+            "",
+            "Each haystack is one user (one person, one direct stream) holding one trajectory of each of the 26 "
+            "type files, so every question competes with ~25 other trajectories' messages. Gold = the messages "
+            "of `target_step_id`, compared by normalised text (the data set repeats sentences across "
+            f"trajectories). The offline extractor produced {md['facts']} facts from "
+            f"{md['messages_with_a_fact']} of {md['messages']} messages.",
+            "",
+            md_table(["method", "R@1", "R@3", "R@5", "R@10"], _metric_rows(md["methods"], RATIO_KEYS[:4])),
+            "",
+            "R@5 per question type:",
+            "",
+            md_table(*_category_rows({**md["methods"], "ceiling": {"label": "ceiling: gold that yielded a fact",
+                                                                  **_as_method(md["ceiling"], "facts", "by_type")}}, "R@5", "by_type")),
+        ]
+    out += ["", NOTES.strip()]
+    return "\n".join(out) + "\n"
+
+
+NOTES = """
+### What these numbers mean
+
+TODO
+"""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -38,6 +38,7 @@ METHODS = {
     "fts5_raw_turns": "plain FTS5 (unicode61) over raw turns",
 }
 DIAGNOSTICS = {
+    "diag_lexical_no_forgetting": "ours lexical with retention_weight_floor=1 (forgetting curve off)",
     "diag_lexical_dense_no_forgetting": "ours lexical + dense with retention_weight_floor=1 (forgetting curve off)",
     "diag_lexical_unpruned": "ours lexical with FTS5 query-term pruning off",
 }
@@ -78,6 +79,7 @@ class Conversation:
     episode_session: dict[int, str] = field(default_factory=dict)
     episode_cues: list[tuple[int, str]] = field(default_factory=list)
     questions: list[dict] = field(default_factory=list)
+    observations: int = 0
 
 
 def load(conversations: int | None = None) -> list[dict]:
@@ -126,6 +128,7 @@ def import_conversation(raw: dict, embedder, *, max_questions: int | None = None
                 if speaker not in persons:
                     continue
                 for item in items:
+                    out.observations += 1
                     text, evidence = item[0], item[1] if len(item) > 1 else []
                     write = services.add_fact(
                         person_id=persons[speaker].pk, content=text, kind="事件", origin_kind="direct",
@@ -278,18 +281,14 @@ def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[
             units["bm25s_facts"] = [ev[conv.fact_ids[i]] for i in bm_facts.top(text, TOP)]
             units["fts5_raw_turns"] = [{d} for d in raw_index.search(text, TOP)]
 
-            # diagnostics (same questions, one knob changed each)
-            dense_nf = selectors.dense_fact_candidates(
-                person_ids=conv.person_ids, query_vector=qvec, limit=TOP, now=conv.now, stream_kind="direct",
-                overrides=ov_no_forgetting,
-            )
-            pool_nf = replay_turn_pool(
-                person_ids=conv.person_ids, text=text, impression="", now=conv.now, stream_kind="direct",
-                overrides=ov_no_forgetting,
-            )
-            merged_nf = selectors.merge_dense_candidates(pool_nf, dense_nf, query=text)
+            # diagnostics (same questions, one knob changed each). The candidate sets do not depend on
+            # the retention weighting (FTS takes the best bm25 rows, the dense channel the best cosines),
+            # so re-ranking the same pools with the other overrides is exact.
+            units["diag_lexical_no_forgetting"] = [
+                ev[f.id] for f in selectors.rank_recalled_facts(pool, None, TOP, ov_no_forgetting)
+            ]
             units["diag_lexical_dense_no_forgetting"] = [
-                ev[f.id] for f in selectors.rank_recalled_facts(merged_nf, qvec, TOP, ov_no_forgetting)
+                ev[f.id] for f in selectors.rank_recalled_facts(merged, qvec, TOP, ov_no_forgetting)
             ]
             saved = lexical.PRUNE_MIN_DOCS
             lexical.PRUNE_MIN_DOCS = 10**12
@@ -338,6 +337,7 @@ def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[
     return {
         "conversations": [c.sample_id for c in conversations],
         "questions": n_questions,
+        "observations": sum(c.observations for c in conversations),
         "facts": sum(len(c.fact_ids) for c in conversations),
         "turns": sum(len(c.turns) for c in conversations),
         "episodes": sum(len(c.episode_session) for c in conversations),

@@ -10,13 +10,27 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import worker_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("memory_console")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+def _on_worker_init(**kwargs) -> None:
+    """Load jieba's dictionary and IDF table once, before the pool forks.
+
+    Every child would otherwise pay 1–3 s on its first task; loaded here, the
+    children share the parent's pages copy-on-write.
+    """
+    import jieba.analyse  # noqa: F401  (builds the default TF-IDF table at import)
+
+    from memory.engine import tokenize
+
+    tokenize.warm_up()
 
 
 @worker_ready.connect

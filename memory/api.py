@@ -17,6 +17,7 @@ import json
 import logging
 from typing import Any
 
+import pydantic
 from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.db import DatabaseError, OperationalError, transaction
@@ -217,6 +218,8 @@ api.add_exception_handler(pipeline.ImportLimitError, _status(422))
 api.add_exception_handler(pipeline.ImportBusyError, _status(409))
 api.add_exception_handler(pipeline.ImportBatchNotFoundError, _on_not_found)
 api.add_exception_handler(ValueError, _status(400))
+# a pydantic error escaping a view is a server bug (e.g. a response not matching its schema)
+api.add_exception_handler(pydantic.ValidationError, _on_unexpected)
 api.add_exception_handler(OperationalError, _on_operational)
 api.add_exception_handler(DatabaseError, _on_unexpected)
 api.add_exception_handler(Exception, _on_unexpected)

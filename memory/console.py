@@ -337,7 +337,7 @@ class CurveSVG:
     revive_y: float
     now_x: float
     due_x: float | None
-    x_ticks: list[tuple[float, str]] = field(default_factory=list)
+    x_ticks: list[tuple[float, str, str]] = field(default_factory=list)
     y_ticks: list[tuple[float, str]] = field(default_factory=list)
     left: int = 44
     right: int = 0
@@ -377,7 +377,7 @@ def decay_curve_svg(fact: Fact, *, now: int, width: int = 680, height: int = 240
     for i in range(5):
         t = start + span * i // 4
         label = dt.datetime.fromtimestamp(t / 1000, tz=dt.UTC).strftime("%Y-%m-%d")
-        ticks.append((x(t), label))
+        ticks.append((x(t), label, "start" if i == 0 else "end" if i == 4 else "middle"))
     return CurveSVG(
         width=width,
         height=height,
@@ -388,7 +388,7 @@ def decay_curve_svg(fact: Fact, *, now: int, width: int = 680, height: int = 240
         now_x=x(now),
         due_x=x(fact.due_at) if not fact.pinned and start <= fact.due_at <= end else None,
         x_ticks=ticks,
-        y_ticks=[(y(v), f"{v:.1f}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)],
+        y_ticks=[(y(v), f"{v:g}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)],
         left=left,
         right=right,
         top=top,
@@ -546,10 +546,10 @@ def layout(n: int, edges: Sequence[tuple[int, int, float]], *, size: tuple[int, 
             temperature *= 0.96
     lo, hi = pos.min(0), pos.max(0)
     span = np.where(hi - lo < 1e-9, 1.0, hi - lo)
-    margin = 40
+    margin_x, margin_y = 80, 30  # room for the labels under the nodes
     pos = (pos - lo) / span
-    pos[:, 0] = margin + pos[:, 0] * (width - 2 * margin)
-    pos[:, 1] = margin + pos[:, 1] * (height - 2 * margin)
+    pos[:, 0] = margin_x + pos[:, 0] * (width - 2 * margin_x)
+    pos[:, 1] = margin_y + pos[:, 1] * (height - 2 * margin_y - 16)
     return pos
 
 

@@ -225,3 +225,13 @@ def knowledge_bm25(match: str, ids: Sequence[int]) -> dict[int, float]:
             [match, *ids],
         )
         return {int(r): float(b) for r, b in cur.fetchall()}
+
+
+def rows_containing(table: str, match: str, *, limit: int) -> list[int]:
+    """Up to ``limit`` rowids matching ``match`` in rowid order (no ranking: FTS5 stops early)."""
+    if not match:
+        return []
+    name = _check(table)
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT rowid FROM {name} WHERE {name} MATCH %s LIMIT %s", [match, limit])
+        return [int(r[0]) for r in cur.fetchall()]

@@ -618,10 +618,13 @@ def reconcile_spaces(embedder: Any, consumers: Sequence[str] = ("facts", "knowle
 
 def _embed_rows(consumer: str, rows: Sequence[tuple[int, str]], embedder: Any) -> tuple[int, int]:
     """Embed one batch and store the vectors in one transaction; returns (stored, failed)."""
-    vectors = embedder.embed([content for _, content in rows])
+    vectors = list(embedder.embed([content for _, content in rows]))
+    if len(vectors) != len(rows):  # breaks the embedder contract: trust none of it
+        logger.warning("embed_batch_misaligned consumer=%s sent=%d got=%d", consumer, len(rows), len(vectors))
+        return 0, len(rows)
     stored = failed = 0
     with transaction.atomic():
-        for (row_id, _), vector in zip(rows, vectors):
+        for (row_id, _), vector in zip(rows, vectors, strict=True):
             if vector is None:
                 failed += 1
                 continue

@@ -26,7 +26,7 @@ Platform = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
 ExternalId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 DisplayName = Annotated[str, StringConstraints(strip_whitespace=True, max_length=200)]
 StreamKindName = Literal["direct", "group", "desktop"]
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+EmbeddingValue = Annotated[float, Field(allow_inf_nan=False, ge=-1e6, le=1e6)]
 
 
 class In(Schema):
@@ -100,7 +100,7 @@ class TurnIn(In):
 
 
 class ConfirmIn(In):
-    query_embedding: Annotated[list[FiniteFloat], Field(min_length=1, max_length=EMBEDDING_MAX_DIM)] | None = None
+    query_embedding: Annotated[list[EmbeddingValue], Field(min_length=1, max_length=EMBEDDING_MAX_DIM)] | None = None
     at: EpochMs | None = None
 
 

@@ -652,16 +652,18 @@ CONCEPT_MAP_LIMIT = 8    # only the best-ranked concepts are mapped back (the hi
 def _nodes_containing(concepts: set[str]) -> dict[str, list[int]]:
     """Registered memory nodes whose text contains each concept, found through the FTS indexes.
 
-    Bounded per concept (``CONCEPT_NODE_LIMIT`` best bm25 matches per layer) and
-    resolved to memory nodes with one query per layer.
+    Every holder of a concept receives the same share, so which holders are
+    taken does not matter for ranking: the first ``CONCEPT_NODE_LIMIT`` rows per
+    layer (FTS5 stops early without ranking), resolved to memory nodes with one
+    query per layer. Episodes are reached through the memory graph only.
     """
     refs: dict[str, list[tuple[str, int]]] = {}
     for concept in concepts:
         match = lexical.match_for("facts_fts", concept, prune=False)
         if not match:
             continue
-        found = [("fact", r[0]) for r in lexical.fact_candidates(match, person_ids=None, limit=CONCEPT_NODE_LIMIT)]
-        found += [("knowledge", int(i)) for i, _ in lexical.knowledge_candidates(match, limit=CONCEPT_NODE_LIMIT)]
+        found = [("fact", i) for i in lexical.rows_containing("facts_fts", match, limit=CONCEPT_NODE_LIMIT)]
+        found += [("knowledge", i) for i in lexical.rows_containing("knowledge_fts", match, limit=CONCEPT_NODE_LIMIT)]
         refs[concept] = found
     wanted: dict[str, set[int]] = defaultdict(set)
     for found in refs.values():

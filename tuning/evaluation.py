@@ -43,7 +43,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from memory.engine.metrics import ndcg_at_k
+from memory.engine.metrics import ndcg_at_k, recall_at_k
 from memory.engine.tuning import reconcile_trace_pool
 from tuning import services
 
@@ -271,6 +271,7 @@ class Evaluator:
             "replay_ids": [f.id for f in replayed],
             "ranked_ids": ranked_ids,
             "ndcg": ndcg_at_k(ranked_ids, positives, self.k) if scorable else None,
+            "positive_recall": recall_at_k(ranked_ids, positives, self.k) if scorable else None,
             "displaced_positive": [p for p in positives if p not in top] if scorable else [],
             "vector": vector is not None,
             "reconcile": {
@@ -279,6 +280,8 @@ class Evaluator:
                 "extra": list(rec.extra),
                 "order_changed": rec.order_changed,
                 "max_score_delta": rec.max_score_delta,
+                # same ids in the same order, only the scores moved (e.g. reinforcement since)
+                "drift_only": rec.status != "match" and [f.id for f in replayed] == [i for i, _ in sample.pool],
             },
         }
 
@@ -294,6 +297,7 @@ def _in_group(row: Mapping[str, Any], group: str) -> bool:
 
 def group_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """``sample_count, scorable_count, ndcg_mean`` (4 dp, scorable rows; None if none),
+    ``positive_recall_mean`` (share of the prompt facts inside the top k, 4 dp, scorable rows),
     ``recall_count_median`` (upper median), ``recall_count_mean`` (2 dp, all rows),
     ``displaced_positive_total`` (scorable rows), ``reconcile_mismatched``."""
     scorable = [r for r in rows if r["scorable"]]
@@ -303,6 +307,9 @@ def group_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "sample_count": n,
         "scorable_count": len(scorable),
         "ndcg_mean": round(sum(r["ndcg"] for r in scorable) / len(scorable), 4) if scorable else None,
+        "positive_recall_mean": (
+            round(sum(r["positive_recall"] for r in scorable) / len(scorable), 4) if scorable else None
+        ),
         "recall_count_median": counts[n // 2] if n else 0,
         "recall_count_mean": round(sum(counts) / n, 2) if n else 0.0,
         "displaced_positive_total": sum(len(r["displaced_positive"]) for r in scorable),
@@ -320,7 +327,8 @@ def _iso_now() -> str:
 
 def _summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     mismatched = sum(1 for r in rows if r["reconcile"]["status"] != "match")
-    return {"matched": len(rows) - mismatched, "mismatched": mismatched}
+    drift = sum(1 for r in rows if r["reconcile"].get("drift_only"))
+    return {"matched": len(rows) - mismatched, "mismatched": mismatched, "drift_only": drift}
 
 
 class _Throttle:

@@ -79,7 +79,7 @@ class DraftForm(forms.Form):
                 self.add_error(field_name(exc.param) if exc.param in WHITELIST else None, str(exc))
         if data.get("action") == "save" and not self.errors:
             try:
-                data["name"] = services._clean_name(data.get("name"))
+                data["name"] = services.clean_profile_name(data.get("name"))
             except services.ProfileError as exc:
                 self.add_error("name", str(exc))
         data["max_turns"] = data.get("max_turns") or DEFAULT_MAX_TURNS

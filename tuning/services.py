@@ -242,7 +242,7 @@ def validate_params(params: Any) -> dict[str, Any]:
         raise ProfileError(str(exc)) from exc
 
 
-def _clean_name(name: Any) -> str:
+def clean_profile_name(name: Any) -> str:
     if not isinstance(name, str) or not name.strip():
         raise ProfileError("profile 名称为空，不可保存", param="name")
     cleaned = name.strip()
@@ -333,7 +333,7 @@ def save_profile(name: Any, params: Any, *, at: int | None = None) -> ProfileRow
     """
     from tuning.models import RetrievalProfile
 
-    cleaned = _clean_name(name)
+    cleaned = clean_profile_name(name)
     values = validate_params(params)
     at = _now_ms() if at is None else at
     with transaction.atomic():

@@ -10,13 +10,13 @@ from celery import shared_task
 from tuning import evaluation
 
 
-@shared_task(name="tuning.tasks.evaluate_task", ignore_result=True, acks_late=True)
+@shared_task(name="tuning.tasks.evaluate_task", ignore_result=True)
 def evaluate_task(job_id: int) -> bool:
     """Evaluate one parameter set by trace replay (job kind ``evaluate``)."""
     return evaluation.run_job(int(job_id))
 
 
-@shared_task(name="tuning.tasks.compare_task", ignore_result=True, acks_late=True)
+@shared_task(name="tuning.tasks.compare_task", ignore_result=True)
 def compare_task(job_id: int) -> bool:
     """What-if comparison of two parameter sets on the same traces (job kind ``compare``)."""
     return evaluation.run_job(int(job_id))

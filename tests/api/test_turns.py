@@ -161,4 +161,7 @@ def test_confirm_validation(api, seeded):
     assert r.status_code == 422 and "body.query_embedding.0" in r.json()["detail"]
     assert api.post(f"turns/{tid}/confirm", {"query_embedding": []}).status_code == 422
     assert api.post(f"turns/{tid}/confirm", raw='{"query_embedding": [Infinity]}').status_code == 422
+    r = api.post(f"turns/{tid}/confirm", {"query_embedding": [1e308]})
+    assert r.status_code == 422 and "body.query_embedding.0" in r.json()["detail"]
+    assert api.post(f"turns/{tid}/confirm", {"unknown": 1}).status_code == 422
     assert Turn.objects.get(pk=tid).confirmed_at is None

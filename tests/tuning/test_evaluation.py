@@ -103,7 +103,7 @@ def test_e1_replay_covers_both_texts_and_reconciles_as_match(e1):
     assert e1["fa"] in ids and e1["fb"] in ids
     turn = record_turn(e1["s"], e1["a"], [e1["a"], e1["b"]], "咖啡 手冲", "爵士 咖啡", prompt=[e1["fb"]])
     report = evaluation.evaluate(evaluation.build_samples(), {})
-    assert report["reconcile"] == {"matched": 1, "mismatched": 0}
+    assert report["reconcile"] == {"matched": 1, "mismatched": 0, "drift_only": 0}
     row = report["per_turn"][0]
     assert row["turn_id"] == turn.pk and row["reconcile"]["status"] == "match"
     assert row["reconcile"]["max_score_delta"] == 0.0
@@ -116,7 +116,7 @@ def test_e1_extra_trace_id_is_one_mismatch(e1):
     pool.append({"factId": 99999, "score": 0.01})
     record_turn(e1["s"], e1["a"], [e1["a"], e1["b"]], "咖啡 手冲", "爵士 咖啡", pool=pool, prompt=[e1["fa"]])
     report = evaluation.evaluate(evaluation.build_samples(), {})
-    assert report["reconcile"] == {"matched": 0, "mismatched": 1}
+    assert report["reconcile"] == {"matched": 0, "mismatched": 1, "drift_only": 0}
     assert report["per_turn"][0]["reconcile"]["missing"] == [99999]
     assert report["groups"]["all"]["reconcile_mismatched"] == 1
 
@@ -138,7 +138,7 @@ def test_e2_no_traces():
     report = evaluation.evaluate([], {})
     assert report["sample_count"] == 0 and report["per_turn"] == []
     assert report["groups"]["all"] == {
-        "sample_count": 0, "scorable_count": 0, "ndcg_mean": None, "recall_count_median": 0,
+        "sample_count": 0, "scorable_count": 0, "ndcg_mean": None, "positive_recall_mean": None, "recall_count_median": 0,
         "recall_count_mean": 0.0, "displaced_positive_total": 0, "reconcile_mismatched": 0,
     }
 
@@ -210,6 +210,7 @@ def test_e4_grouped_means(e1):
     assert g["direct"]["ndcg_mean"] == 1.0 and g["direct"]["displaced_positive_total"] == 0
     assert (g["all"]["sample_count"], g["group"]["sample_count"], g["direct"]["sample_count"]) == (3, 2, 1)
     assert report["per_turn"][1]["displaced_positive"] == [outside]
+    assert g["all"]["positive_recall_mean"] == pytest.approx(round(2 / 3, 4)) and g["group"]["positive_recall_mean"] == 0.5
 
 
 def test_desktop_turns_count_only_in_all(e1):
@@ -221,7 +222,7 @@ def test_desktop_turns_count_only_in_all(e1):
 
 def test_recall_counts_upper_median_and_mean():
     rows = [
-        {"stream_kind": "group", "scorable": False, "recall_count": c, "displaced_positive": [],
+        {"stream_kind": "group", "scorable": False, "recall_count": c, "displaced_positive": [], "positive_recall": None,
          "reconcile": {"status": "match"}, "ndcg": None}
         for c in (1, 4, 2, 3)
     ]
@@ -269,6 +270,7 @@ def test_end_to_end_turns_from_the_recall_path_replay_and_leave_facts_alone(e1):
     row = evaluation.evaluate(evaluation.build_samples(), services.active_overrides())["per_turn"][0]
     rec = row["reconcile"]
     assert rec["status"] == "mismatch" and rec["missing"] == rec["extra"] == [] and not rec["order_changed"]
+    assert rec["drift_only"] is True
     assert 0 < rec["max_score_delta"] < 1e-3
     assert row["ranked_ids"] == turn.prompt_fact_ids and row["ndcg"] == 1.0
     assert fact_state() == before

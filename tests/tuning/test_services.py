@@ -268,7 +268,7 @@ def _env(db: Path) -> dict[str, str]:
     return env
 
 
-@pytest.mark.django_db(transaction=False)
+@pytest.mark.integration  # spawns processes
 def test_apply_in_one_process_is_seen_by_another_within_a_second(tmp_path):
     db = tmp_path / "live.sqlite3"
     env = _env(db)
@@ -296,3 +296,30 @@ def test_apply_in_one_process_is_seen_by_another_within_a_second(tmp_path):
     assert seen["overrides"] == {"ppr_hops": 3, "bm25_weight": 2.0}
     assert isinstance(seen["overrides"]["ppr_hops"], int)
     assert seen["seen_at"] - applied["applied_at"] <= 1.2
+
+
+# --- 83: an applied profile changes the production ranking (no explicit overrides passed) ---------
+
+
+def test_applied_profile_reaches_the_production_recall_path():
+    from memory import selectors
+    from memory import services as memory_services
+    from memory.engine.scoring import blend_score
+
+    t0 = 1_700_000_000_000
+    p = memory_services.resolve_person(platform="qq", external_id="a", name="阿青", at=t0)
+    memory_services.add_fact(person_id=p.pk, content="阿青喜欢手冲咖啡", at=t0)
+
+    def recalled():
+        (fact,) = selectors.recall_facts_in_scope(person_ids=[p.pk], query="咖啡", now=t0 + 1000, stream_kind="direct")
+        return fact
+
+    plain = recalled()
+    assert plain.score == blend_score(plain.lexical_relevance, plain.retention)
+    services.save_profile("sharp", {"bm25_weight": 2.0, "retention_weight_floor": 0.8})
+    services.apply_profile("sharp")
+    tuned = recalled()
+    expected = tuned.lexical_relevance**2 * (0.8 + 0.2 * tuned.retention)
+    assert tuned.score == pytest.approx(expected) and tuned.score != plain.score
+    services.rollback_to_default()
+    assert recalled().score == plain.score

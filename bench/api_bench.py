@@ -1,0 +1,432 @@
+"""HTTP API benchmark: the bot API under gunicorn, next to direct service calls.
+
+Starts ``gunicorn config.wsgi`` (2 sync workers, 127.0.0.1, a free port) on a copy of
+the scale database of ``bench.build_db`` (the original stays untouched), creates an
+API token and drives the API from this process with httpx:
+
+* ``POST /api/v1/messages`` — N messages (default 2000) from a few concurrent client
+  threads → requests/s (target ≥ 300) and latency;
+* ``POST /api/v1/turns`` and ``POST /api/v1/turns/{id}/confirm`` (with a 512-d query
+  embedding) — sequential → median / p95 (target: turns p95 ≤ 30 ms).
+
+After the server stops, the same work is timed as direct in-process calls
+(``resolve_stream``/``resolve_person``/``append_message``, ``prepare_turn``,
+``confirm_turn``) on the same database copy, and the API overhead is reported as a
+ratio. Task enqueueing is off in both (no Redis needed), DEBUG is off. Writes
+``bench/results/api.json`` and prints a table; stops by itself.
+
+    python -m bench.api_bench [--db bench/.cache/scale.sqlite3] [--messages 2000] [--turns 200]
+
+Without a scale database (``--db`` missing or absent) a small one is built through
+the services first.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+DEFAULT_DB = ROOT / "bench" / ".cache" / "scale.sqlite3"
+DIM = 512
+
+QUESTIONS = [
+    "你还记得我喜欢吃什么吗", "我住在哪个城市来着", "周末一起去爬山吗", "我养的猫叫什么名字", "最近工作好累啊",
+    "下周要去上海出差", "我的生日是几月几号", "你觉得火锅和烧烤哪个好吃", "我是做什么工作的", "昨天的考试考砸了",
+    "晚上一起看电影吧", "我不喜欢香菜你记得吗", "最近迷上了弹吉他", "我们聊过旅行的事吗", "有什么好玩的游戏推荐",
+]
+CHAT = ["今天天气不错", "晚上吃火锅吗", "我最近在学吉他", "周末去杭州玩了", "工作好累啊", "猫又把杯子打翻了",
+        "明天要考试", "刚看完一部电影", "你喜欢喝咖啡吗", "下周出差去上海"]
+
+
+def env_for(db: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        MEMORY_DB=str(db),
+        DJANGO_SETTINGS_MODULE="config.settings",
+        DJANGO_DEBUG="False",
+        MEMORY_ENQUEUE_TASKS="False",
+        EMBEDDING_PROVIDER="none",
+        LOG_LEVEL="WARNING",
+        PYTHONPATH=str(ROOT),
+    )
+    return env
+
+
+def stats(samples: list[float]) -> dict[str, float]:
+    s = sorted(samples)
+    return {
+        "median_ms": round(statistics.median(s), 3),
+        "p95_ms": round(s[min(len(s) - 1, int(0.95 * len(s)))], 3),
+        "mean_ms": round(statistics.fmean(s), 3),
+        "n": len(s),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- database ------------------------------------------------------------------------------
+
+
+def build_small_db(path: Path) -> dict:
+    """A small store written through the services (used when no scale database exists)."""
+    code = f"""
+import random, django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+import numpy as np
+from memory import services
+rng = random.Random(5)
+now = 1_800_000_000_000
+foods = ["火锅", "香菜", "咖啡", "烧烤", "奶茶", "寿司"]
+cities = ["杭州", "上海", "北京", "成都"]
+for i in range(200):
+    p = services.resolve_person(platform="bench", external_id=f"u{{i}}", name=f"用户{{i}}", at=now)
+    for j in range(5):
+        w = services.add_fact(person_id=p.pk, content=f"用户{{i}}喜欢{{rng.choice(foods)}}第{{j}}种吃法", kind="偏好", at=now)
+        v = np.random.default_rng(i * 10 + j).standard_normal({DIM}).astype("float32")
+        services.store_fact_vector(fact_id=w.fact_id, vector=v / np.linalg.norm(v))
+    services.add_fact(person_id=p.pk, content=f"用户{{i}}住在{{rng.choice(cities)}}", kind="身份", slot="居住地", at=now)
+for s in range(20):
+    st = services.resolve_stream(platform="bench", kind=["direct", "group"][s % 2], external_id=f"s{{s}}")
+    for m in range(50):
+        services.append_message(stream_id=st.pk, role="user", content=rng.choice({CHAT!r}),
+                                sender_person_id=rng.randrange(200) + 2, at=now - 1000 + m)
+print({{"persons": 200, "streams": 20, "now": now}})
+"""
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env_for(path), check=True)
+    return {"persons": 200, "streams": 20, "now": 1_800_000_000_000}
+
+
+def copy_db(src: Path, dst: Path) -> None:
+    for suffix in ("", "-wal"):
+        s = Path(f"{src}{suffix}")
+        if s.exists():
+            shutil.copyfile(s, f"{dst}{suffix}")
+
+
+def refs(db: Path, counts: dict) -> tuple[list[tuple[str, str]], list[str], int]:
+    """(stream kind, external id) pairs and person external ids present in the database."""
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        streams = con.execute("SELECT kind, external_id FROM streams WHERE platform = 'bench' ORDER BY id").fetchall()
+        persons = [r[0] for r in con.execute("SELECT external_id FROM identities WHERE platform = 'bench' ORDER BY id")]
+    finally:
+        con.close()
+    return streams, persons, int(counts.get("now") or 1_800_000_000_000)
+
+
+# --- the server ------------------------------------------------------------------------------
+
+
+class Server:
+    def __init__(self, db: Path, workers: int = 2):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{self.port}",
+             "--workers", str(workers), "--log-level", "warning"],
+            cwd=ROOT, env=env_for(db), start_new_session=True,
+        )
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gunicorn exited with {self.proc.returncode}")
+            try:
+                if httpx.get(f"{self.base}/api/openapi.json", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("gunicorn did not become ready")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # our own session: the master and its workers
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+# --- HTTP workload ---------------------------------------------------------------------------
+
+
+def http_ingest(base: str, token: str, streams, persons, n: int, threads: int, now: int, run: str) -> dict:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"}
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    per = [n // threads + (1 if i < n % threads else 0) for i in range(threads)]
+
+    def work(idx: int, count: int) -> None:
+        rng = random.Random(100 + idx)
+        mine: list[float] = []
+        with httpx.Client(base_url=base, headers=headers, timeout=30) as client:
+            for k in range(count):
+                kind, ext = rng.choice(streams)
+                body = {"stream": {"platform": "bench", "kind": kind, "external_id": ext},
+                        "sender": {"platform": "bench", "external_id": rng.choice(persons)},
+                        "role": "user", "content": rng.choice(CHAT), "external_message_id": f"{run}-{idx}-{k}",
+                        "at": now + k}
+                t = time.perf_counter()
+                r = client.post("/api/v1/messages", json=body)
+                mine.append((time.perf_counter() - t) * 1000)
+                if r.status_code != 201:
+                    with lock:
+                        errors.append(f"{r.status_code} {r.text[:200]}")
+        with lock:
+            latencies.extend(mine)
+
+    # warm-up: both workers import and connect
+    with httpx.Client(base_url=base, headers=headers, timeout=30) as client:
+        for k in range(20):
+            kind, ext = streams[k % len(streams)]
+            client.post("/api/v1/messages", json={"stream": {"platform": "bench", "kind": kind, "external_id": ext},
+                                                  "role": "assistant", "content": "warm-up", "at": now})
+    pool = [threading.Thread(target=work, args=(i, c)) for i, c in enumerate(per)]
+    t0 = time.perf_counter()
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    wall = time.perf_counter() - t0
+    return {"requests": n, "threads": threads, "seconds": round(wall, 3), "requests_per_s": round(n / wall, 1),
+            "latency": stats(latencies), "errors": len(errors), "first_errors": errors[:3]}
+
+
+def turn_inputs(streams, persons, n: int, now: int) -> list[dict]:
+    import numpy as np
+
+    rng = random.Random(42)
+    vecs = np.random.default_rng(42)
+    out = []
+    for i in range(n):
+        kind, ext = rng.choice(streams)
+        v = vecs.standard_normal(DIM).astype(np.float32)
+        v /= np.linalg.norm(v)
+        out.append({"stream": {"platform": "bench", "kind": kind, "external_id": ext},
+                    "speaker": {"platform": "bench", "external_id": rng.choice(persons)},
+                    "text": QUESTIONS[i % len(QUESTIONS)], "at": now + 10_000 + i,
+                    "embedding": [round(float(x), 6) for x in v]})
+    return out
+
+
+def http_turns(base: str, token: str, inputs: list[dict], warmup: int) -> dict:
+    import httpx
+
+    prep, conf, facts = [], [], []
+    errors: list[str] = []
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
+        for i, item in enumerate(inputs):
+            body = {k: item[k] for k in ("stream", "speaker", "text", "at")}
+            t = time.perf_counter()
+            r = client.post("/api/v1/turns", json=body)
+            dt = (time.perf_counter() - t) * 1000
+            if r.status_code != 200:
+                errors.append(f"turns {r.status_code} {r.text[:200]}")
+                continue
+            turn = r.json()
+            t = time.perf_counter()
+            c = client.post(f"/api/v1/turns/{turn['turn_id']}/confirm",
+                            json={"query_embedding": item["embedding"], "at": item["at"] + 500})
+            dc = (time.perf_counter() - t) * 1000
+            if c.status_code != 200:
+                errors.append(f"confirm {c.status_code} {c.text[:200]}")
+                continue
+            if i >= warmup:
+                prep.append(dt)
+                conf.append(dc)
+                facts.append(len(turn["facts"]))
+    return {"turns": stats(prep), "confirm": stats(conf), "mean_facts": round(statistics.fmean(facts), 2) if facts else 0,
+            "errors": len(errors), "first_errors": errors[:3]}
+
+
+# --- direct calls (same database, in this process) --------------------------------------------
+
+
+def setup_django(db: Path) -> None:
+    os.environ.update(env_for(db))
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+
+
+def direct_ingest(streams, persons, n: int, now: int) -> dict:
+    from django.db import transaction
+
+    from memory import services
+
+    rng = random.Random(7)
+    samples = []
+    for k in range(n):
+        kind, ext = rng.choice(streams)
+        t = time.perf_counter()
+        with transaction.atomic():
+            s = services.resolve_stream(platform="bench", kind=kind, external_id=ext)
+            p = services.resolve_person(platform="bench", external_id=rng.choice(persons), at=now)
+            services.append_message(stream_id=s.pk, role="user", content=rng.choice(CHAT), sender_person_id=p.pk,
+                                    external_message_id=f"direct-{k}", at=now + k)
+        samples.append((time.perf_counter() - t) * 1000)
+    out = stats(samples)
+    out["requests_per_s_single_thread"] = round(1000 / out["mean_ms"], 1)
+    return out
+
+
+def direct_turns(inputs: list[dict], warmup: int) -> dict:
+    from django.db import transaction
+
+    from memory import recall, services
+
+    prep, conf = [], []
+    for i, item in enumerate(inputs):
+        s, p = item["stream"], item["speaker"]
+        t = time.perf_counter()
+        with transaction.atomic():
+            stream = services.resolve_stream(platform=s["platform"], kind=s["kind"], external_id=s["external_id"])
+            speaker = services.resolve_person(platform=p["platform"], external_id=p["external_id"], at=item["at"])
+            ctx = recall.prepare_turn(stream_id=stream.pk, speaker_id=speaker.pk, text=item["text"], at=item["at"])
+        dt = (time.perf_counter() - t) * 1000
+        t = time.perf_counter()
+        with transaction.atomic():
+            recall.confirm_turn(turn_id=ctx.turn_id, query_embedding=item["embedding"], at=item["at"] + 500)
+        dc = (time.perf_counter() - t) * 1000
+        if i >= warmup:
+            prep.append(dt)
+            conf.append(dc)
+    return {"turns": stats(prep), "confirm": stats(conf)}
+
+
+# --- main ----------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", default=str(DEFAULT_DB), help="scale database of bench.build_db (copied, not modified)")
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", default=str(RESULTS / "api.json"))
+    args = parser.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="memory-api-bench-"))
+    db = tmp / "api-bench.sqlite3"
+    src = Path(args.db)
+    try:
+        if src.exists():
+            copy_db(src, db)
+            meta = src.with_suffix(".json")
+            counts = json.loads(meta.read_text()) if meta.exists() else {}
+            source = str(src)
+        else:
+            print(f"no database at {src}; building a small one through the services …", flush=True)
+            counts = build_small_db(db)
+            source = "small (built via services)"
+        streams, persons, now = refs(db, counts)
+        if not streams or not persons:
+            raise SystemExit(f"{src} has no 'bench' streams/identities (build it with python -m bench.build_db)")
+        now = now + 3_600_000  # later than anything in the store
+
+        setup_django(db)
+        from django.db import connection
+
+        from memory.auth import issue_token
+
+        _, token = issue_token("api-bench")
+        connection.close()
+        inputs = turn_inputs(streams, persons, args.turns, now)
+        warmup = min(10, args.turns // 10)
+
+        server = Server(db, workers=args.workers)
+        try:
+            server.wait_ready()
+            ingest = http_ingest(server.base, token, streams, persons, args.messages, args.threads, now, "http")
+            turns = http_turns(server.base, token, inputs, warmup)
+        finally:
+            server.stop()
+
+        direct_msg = direct_ingest(streams, persons, min(args.messages, 1000), now)
+        direct_inputs = turn_inputs(streams, persons, args.turns, now + 100_000)
+        direct = direct_turns(direct_inputs, warmup)
+        connection.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def ratio(a: float, b: float) -> float:
+        return round(a / b, 2) if b else 0.0
+
+    result = {
+        "database": source,
+        "counts": {k: counts.get(k) for k in ("persons", "facts", "knowledge", "messages", "episodes", "edges", "streams")},
+        "server": f"gunicorn config.wsgi, {args.workers} sync workers, DEBUG off, enqueue off",
+        "ingest": {"http": ingest, "direct": direct_msg},
+        "turns": {"http": turns["turns"], "direct": direct["turns"],
+                  "ratio_median": ratio(turns["turns"]["median_ms"], direct["turns"]["median_ms"]),
+                  "ratio_p95": ratio(turns["turns"]["p95_ms"], direct["turns"]["p95_ms"])},
+        "confirm": {"http": turns["confirm"], "direct": direct["confirm"],
+                    "ratio_median": ratio(turns["confirm"]["median_ms"], direct["confirm"]["median_ms"]),
+                    "ratio_p95": ratio(turns["confirm"]["p95_ms"], direct["confirm"]["p95_ms"])},
+        "mean_facts_per_turn": turns["mean_facts"],
+        "errors": {"ingest": ingest["first_errors"], "turns": turns["first_errors"]},
+        "targets": {"turns_p95_ms": 30, "ingest_requests_per_s": 300},
+        "targets_met": {"turns_p95": turns["turns"]["p95_ms"] <= 30, "ingest": ingest["requests_per_s"] >= 300},
+        "python": sys.version.split()[0],
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
+    print_table(result)
+    print(f"\nwritten to {out}")
+    return result
+
+
+def print_table(r: dict) -> None:
+    print(f"\nAPI benchmark on {r['database']}  ({r['server']})")
+    i = r["ingest"]
+    print(f"{'path':<30}{'HTTP':>28}{'direct':>22}{'ratio':>8}")
+    print(f"{'POST /messages (req/s)':<30}{i['http']['requests_per_s']:>20.1f} ({i['http']['threads']} thr)"
+          f"{i['direct']['requests_per_s_single_thread']:>16.1f} (1 thr){'':>8}")
+    print(f"{'POST /messages median/p95 ms':<30}{i['http']['latency']['median_ms']:>13.2f} / {i['http']['latency']['p95_ms']:<12.2f}"
+          f"{i['direct']['median_ms']:>9.2f} / {i['direct']['p95_ms']:<10.2f}"
+          f"{i['http']['latency']['median_ms'] / i['direct']['median_ms']:>6.2f}")
+    for key, label in (("turns", "POST /turns median/p95 ms"), ("confirm", "POST /confirm median/p95 ms")):
+        h, d = r[key]["http"], r[key]["direct"]
+        print(f"{label:<30}{h['median_ms']:>13.2f} / {h['p95_ms']:<12.2f}{d['median_ms']:>9.2f} / {d['p95_ms']:<10.2f}"
+              f"{r[key]['ratio_median']:>6.2f}")
+    print(f"targets met: {r['targets_met']}  (turns p95 ≤ 30 ms, ingest ≥ 300 req/s)")
+    if r["errors"]["ingest"] or r["errors"]["turns"]:
+        print("errors:", r["errors"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""A real ``celery -A config worker`` against the real Redis and a file-based SQLite database.
+
+Everything runs in separate processes, as in production: the worker
+subprocess, and a driver subprocess that posts messages through the HTTP API
+(its on-commit hooks enqueue the stream checks). This process only watches
+the database file through ``sqlite3`` and the worker's log.
+
+1. 60 messages → an episode with cues, facts with embeddings and association
+   edges appear.
+2. The worker is SIGKILLed while a summarisation transaction is open (the
+   summariser is slowed by ``MEMORY_TEST_SUMMARY_DELAY``): no half-written
+   episode exists, and after a restart under the same node name the batch is
+   summarised exactly once.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+REDIS_URL = "redis://127.0.0.1:6379/15"
+NODE = "it-worker@%h"
+
+
+def _celery() -> str:
+    local = Path(sys.executable).with_name("celery")
+    return str(local) if local.exists() else (shutil.which("celery") or "celery")
+
+
+@pytest.fixture(scope="module")
+def redis_15():
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.exceptions.ConnectionError:
+        pytest.skip("no Redis on 127.0.0.1:6379 (start it: redis-server --daemonize yes)")
+    client.flushdb()
+    yield client
+    client.flushdb()
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, redis_15) -> dict[str, str]:
+    tmp = tmp_path_factory.mktemp("worker")
+    values = dict(os.environ)
+    values.update(
+        DJANGO_SETTINGS_MODULE="config.settings",
+        MEMORY_DB=str(tmp / "memory.sqlite3"),
+        REDIS_URL=REDIS_URL,
+        MEMORY_ENQUEUE_TASKS="1",
+        EMBEDDING_PROVIDER="local",
+        LLM_BASE_URL="",
+        LLM_MODEL="",
+        PYTHONPATH=str(ROOT),
+        LOG_LEVEL="INFO",
+    )
+    values.pop("MEMORY_TEST_SUMMARY_DELAY", None)
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=values,
+                   check=True, timeout=60)
+    values["_TMP"] = str(tmp)
+    return values
+
+
+class Worker:
+    def __init__(self, env: dict[str, str], log: Path, **extra: str):
+        self.log = log
+        handle = open(log, "ab")
+        self.proc = subprocess.Popen(
+            [_celery(), "-A", "config", "worker", "-n", NODE, "--concurrency=2", "--loglevel=INFO",
+             "--without-mingle", "--without-gossip"],
+            cwd=ROOT, env={**env, **extra}, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        handle.close()
+
+    def wait_for_log(self, needle: str, timeout: float, *, after: int = 0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.log.read_text("utf-8", errors="replace")[after:]:
+                return True
+            if self.proc.poll() is not None:
+                return False
+            time.sleep(0.2)
+        return False
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def post(env: dict[str, str], *, stream: str, n: int, start: int = 0) -> list[int]:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.integration.driver", "post", "--stream", stream, "--n", str(n),
+         "--start", str(start)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def query(env: dict[str, str], sql: str, params: tuple = ()) -> list[tuple]:
+    with sqlite3.connect(env["MEMORY_DB"], timeout=30) as db:
+        return db.execute(sql, params).fetchall()
+
+
+def poll(check, timeout: float, interval: float = 0.3):
+    deadline = time.monotonic() + timeout
+    value = check()
+    while not value and time.monotonic() < deadline:
+        time.sleep(interval)
+        value = check()
+    return value
+
+
+def test_worker_builds_memory_and_survives_a_kill(env):
+    log = Path(env["_TMP"]) / "worker.log"
+    started: list[Worker] = []
+
+    def start(**extra: str) -> Worker:
+        started.append(Worker(env, log, **extra))
+        return started[-1]
+
+    worker = start()
+    try:
+        assert worker.wait_for_log("ready.", 30), log.read_text()[-3000:]
+
+        # --- 1. 60 messages through the API ---------------------------------------------------
+        ids = post(env, stream="it-1", n=60)
+        stream_id = query(env, "SELECT stream_id FROM messages WHERE id = ?", (ids[0],))[0][0]
+
+        def built():
+            episodes = query(env, "SELECT count(*) FROM episodes e WHERE e.stream_id = ? AND e.kind = 'conversation'"
+                                  " AND EXISTS (SELECT 1 FROM episode_cues c WHERE c.episode_id = e.id)",
+                             (stream_id,))[0][0]
+            embedded = query(env, "SELECT count(*) FROM facts WHERE embedding IS NOT NULL"
+                                  " AND embedding_q8 IS NOT NULL")[0][0]
+            edges = query(env, "SELECT count(*) FROM memory_edges")[0][0]
+            extracts = query(env, "SELECT count(*) FROM pipeline_events WHERE kind = 'memory_extract'")[0][0]
+            pending_vectors = query(env, "SELECT count(*) FROM facts WHERE embedding IS NULL")[0][0]
+            return (episodes == 1 and embedded > 0 and edges > 0 and extracts == 3 and pending_vectors == 0) and (
+                episodes, embedded, edges
+            )
+
+        assert poll(built, 45), (query(env, "SELECT kind, payload FROM pipeline_events"), log.read_text()[-3000:])
+        # 60 pending → one batch of 16 → 44 < 48; extraction 60 → 48 → 36 → 24 after the cursor.
+        assert query(env, "SELECT count(*) FROM messages WHERE episode_id IS NULL")[0][0] == 44
+        assert query(env, "SELECT min(id), max(id) FROM messages WHERE episode_id IS NOT NULL")[0] == (ids[0], ids[15])
+        cursor = json.loads(query(env, "SELECT value FROM meta WHERE key = 'fact_extract_cursor'")[0][0])
+        assert cursor == {str(stream_id): ids[35]}
+        worker.stop()
+
+        # --- 2. SIGKILL inside the summarisation transaction ---------------------------------
+        offset = len(log.read_text("utf-8", errors="replace"))
+        slow = start(MEMORY_TEST_SUMMARY_DELAY="30")
+        assert slow.wait_for_log("ready.", 30, after=offset)
+        more = post(env, stream="it-1", n=4, start=60)  # 48 pending → the second batch is due
+        assert slow.wait_for_log(f"summary_writing stream={stream_id}", 30, after=offset), log.read_text()[-3000:]
+        slow.kill()
+
+        assert query(env, "SELECT count(*) FROM episodes WHERE stream_id = ?", (stream_id,))[0][0] == 1
+        assert query(env, "SELECT count(*) FROM messages WHERE episode_id IS NULL")[0][0] == 48
+        assert query(env, "SELECT count(*) FROM episode_cues c LEFT JOIN episodes e ON e.id = c.episode_id"
+                          " WHERE e.id IS NULL")[0][0] == 0
+        assert query(env, "PRAGMA integrity_check")[0][0] == "ok"
+
+        # --- 3. restart under the same node name: the batch is completed, once ---------------
+        offset = len(log.read_text("utf-8", errors="replace"))
+        worker = start()
+        assert worker.wait_for_log("ready.", 30, after=offset)
+
+        def second_episode():
+            rows = query(env, "SELECT id, kind FROM episodes WHERE stream_id = ? ORDER BY id", (stream_id,))
+            return len(rows) >= 2 and rows
+
+        rows = poll(second_episode, 30)
+        assert rows and [kind for _, kind in rows] == ["conversation", "conversation"], log.read_text()[-3000:]
+        archived = query(env, "SELECT min(id), max(id), count(*) FROM messages WHERE episode_id = ?", (rows[1][0],))
+        assert archived[0] == (ids[16], ids[31], 16)
+        assert query(env, "SELECT count(*) FROM episode_cues WHERE episode_id = ?", (rows[1][0],))[0][0] > 0
+        time.sleep(1.0)  # a duplicate would show up now
+        assert query(env, "SELECT count(*) FROM episodes WHERE stream_id = ?", (stream_id,))[0][0] == 2
+        assert more[-1] > ids[-1]
+    finally:
+        for each in started:
+            each.stop()

@@ -1,0 +1,80 @@
+"""Migrations of the memory app: FTS tables, vocab tables, revision triggers, reversibility, the FTS5 check."""
+from __future__ import annotations
+
+import pytest
+from django.core import checks
+from django.core.management import call_command
+from django.db import connection
+
+import memory.checks
+from memory import selectors, services
+
+FTS = {"facts_fts", "cues_fts", "knowledge_fts"}
+VOCAB = {f"{t}_vocab" for t in FTS}
+TRIGGERS = {"knowledge_q8_insert", "knowledge_q8_update", "knowledge_q8_delete"}
+
+
+def _objects(kind: str) -> set[str]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT name FROM sqlite_master WHERE type = %s", [kind])
+        return {r[0] for r in cur.fetchall()}
+
+
+def test_fts_vocab_and_triggers_exist(db):
+    tables = _objects("table")
+    assert FTS <= tables
+    assert VOCAB <= tables
+    assert TRIGGERS <= _objects("trigger")
+    with connection.cursor() as cur:
+        cur.execute("SELECT sql FROM sqlite_master WHERE name = 'facts_fts'")
+        sql = cur.fetchone()[0]
+    assert "fts5" in sql and "content=''" in sql and "unicode61" in sql
+
+
+def test_seed_rows(db):
+    from memory.models import Person, Stream
+
+    assert Person.objects.get(pk=1).kind == "owner"
+    assert Stream.objects.get(pk=1).kind == "desktop"
+
+
+def test_vocab_reports_document_frequencies(person):
+    services.add_fact(person_id=person.pk, content="玩家不喜欢吃香菜", at=1)
+    services.add_fact(person_id=person.pk, content="他喜欢香菜和猫", at=1)
+    with connection.cursor() as cur:
+        cur.execute("SELECT doc FROM facts_fts_vocab WHERE term = '香菜'")
+        assert cur.fetchone()[0] == 2
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_memory_migrations_are_reversible():
+    call_command("migrate", "memory", "zero", verbosity=0)
+    tables = _objects("table")
+    assert not (FTS | VOCAB) & tables
+    assert not TRIGGERS & _objects("trigger")
+    assert "facts" not in tables
+    call_command("migrate", verbosity=0)
+    assert FTS | VOCAB <= _objects("table")
+    assert TRIGGERS <= _objects("trigger")
+    # the store works again after the round trip
+    person = services.resolve_person(platform="qq", external_id="mig", name="迁移", at=1)
+    fid = services.add_fact(person_id=person.pk, content="玩家不喜欢吃香菜", at=1).fact_id
+    hits = selectors.recall_facts_in_scope(person_ids=[person.pk], query="香菜", now=1, stream_kind="direct")
+    assert [h.id for h in hits] == [fid]
+    with connection.cursor() as cur:  # flush does not empty virtual tables
+        for table in FTS:
+            cur.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
+
+
+def test_system_check_reports_missing_fts5(monkeypatch):
+    assert [e for e in memory.checks.check_fts5() if e.id == "memory.E001"] == []
+    monkeypatch.setattr(memory.checks, "fts5_available", lambda: False)
+    errors = memory.checks.check_fts5()
+    assert [e.id for e in errors] == ["memory.E001"]
+    assert isinstance(errors[0], checks.Error)
+    registered = checks.run_checks(tags=[checks.Tags.database], databases=None, include_deployment_checks=False)
+    assert "memory.E001" in [e.id for e in registered]
+
+
+def test_fts5_is_available_here():
+    assert memory.checks.fts5_available() is True

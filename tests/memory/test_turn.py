@@ -1,0 +1,186 @@
+"""The read path of a bot turn: prepare (read-only) then confirm (dense channel, fused re-rank, reinforce)."""
+from __future__ import annotations
+
+import pytest
+from django.apps import apps
+
+from memory import recall, services
+from memory.engine import decay
+from memory.engine.scoring import blend_score, fused_relevance
+from memory.models import Fact, PipelineEvent, Turn
+from tests.memory.conftest import DAY, NOW, events, fact_row
+
+
+def _fact(person, content, **kw):
+    kw.setdefault("at", NOW)
+    kw.setdefault("kind", "偏好")
+    return services.add_fact(person_id=person.pk, content=content, **kw).fact_id
+
+
+def _snapshot(ids):
+    return {i: Fact.objects.values_list("strength", "updated_at", "hit_count", "active").get(pk=i) for i in ids}
+
+
+def _prepare(stream, person, text, **kw):
+    kw.setdefault("at", NOW + DAY)
+    return recall.prepare_turn(stream_id=stream.pk, speaker_id=person.pk, text=text, **kw)
+
+
+def test_prepare_is_read_only_for_facts_and_records_the_turn(person, direct_stream):
+    fid = _fact(person, "玩家不喜欢吃香菜")
+    other = _fact(person, "玩家养了一只猫")
+    before = _snapshot([fid, other])
+    ctx = _prepare(direct_stream, person, "香菜好吃吗")
+    assert [p.fact.id for p in ctx.facts] == [fid]
+    assert _snapshot([fid, other]) == before
+    turn = Turn.objects.get(pk=ctx.turn_id)
+    assert turn.prompt_fact_ids == [] and turn.confirmed_at is None
+    assert [p["factId"] for p in turn.pool] == [fid]
+    trace = events("memory_retrieval_trace")
+    assert len(trace) == 1
+    assert trace[0]["turnId"] == ctx.turn_id and trace[0]["candidateCount"] == 1
+    assert trace[0]["candidatePool"] == [{"factId": fid, "score": ctx.pool[0].score}]
+    assert PipelineEvent.objects.get(kind="memory_retrieval_trace").turn_id == ctx.turn_id
+
+
+def test_pool_merges_text_and_impression(person, other_person, group_stream):
+    services.append_message(stream_id=group_stream.pk, role="user", content="在吗", sender_person_id=other_person.pk,
+                            at=NOW)
+    a = _fact(person, "玩家不喜欢吃香菜", origin_kind="group")
+    b = _fact(other_person, "她养了一只猫", origin_kind="group")
+    ctx = _prepare(group_stream, person, "香菜", impression="大家在聊猫")
+    assert ctx.present_person_ids == [person.pk, other_person.pk]
+    assert {f.id for f in ctx.pool} == {a, b}
+    scores = [f.score for f in ctx.pool]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_pool_ties_keep_current_text_first(person, direct_stream):
+    a = _fact(person, "他喜欢苹果")
+    b = _fact(person, "他喜欢香蕉")
+    ctx = _prepare(direct_stream, person, "苹果", impression="香蕉")
+    assert [f.id for f in ctx.pool] == [a, b]
+    assert ctx.pool[0].score == ctx.pool[1].score
+
+
+def test_conflict_completion_appends_missing_members(person, other_person, group_stream):
+    services.append_message(stream_id=group_stream.pk, role="user", content="在吗", sender_person_id=other_person.pk,
+                            at=NOW)
+    chengdu = _fact(person, "他现在住在成都", slot="居住地", origin_kind="group")
+    hangzhou = _fact(person, "他现在住在杭州", slot="居住地", origin_kind="group")
+    beijing = _fact(other_person, "她住在北京的海淀", slot="居住地", origin_kind="group")
+    shanghai = _fact(other_person, "她住在上海的徐汇", slot="居住地", origin_kind="group")
+    ctx = _prepare(group_stream, person, "成都", impression="北京")
+    recalled = [p for p in ctx.facts if not p.completed]
+    completed = [p for p in ctx.facts if p.completed]
+    assert {p.fact.id for p in recalled} == {chengdu, beijing}
+    # both persons' groups are shown whole, even though they share the slot name
+    assert {p.fact.id for p in completed} == {hangzhou, shanghai}
+    assert all(p.conflict_slot == "居住地" for p in ctx.facts)
+
+
+def test_record_false_writes_nothing_at_all(person, direct_stream):
+    services.append_message(stream_id=direct_stream.pk, role="user", content="在吗", sender_person_id=person.pk, at=NOW)
+    _fact(person, "他今天心情不好", kind="事件", at=0)  # due for the sweep
+    _fact(person, "他私下说喜欢咖啡", origin_kind="direct")
+
+    def counts():
+        return {m._meta.db_table: m.objects.count() for m in apps.get_models()}
+
+    before = counts()
+    frozen_before = Fact.objects.filter(active=False).count()
+    ctx = recall.prepare_turn(stream_id=direct_stream.pk, speaker_id=person.pk, text="心情 咖啡", at=NOW,
+                              record=False)
+    assert ctx.turn_id is None and len(ctx.pool) == 2
+    assert counts() == before
+    assert Fact.objects.filter(active=False).count() == frozen_before
+
+
+def test_confirm_reinforces_exactly_the_prompt_facts(person, direct_stream, settings):
+    settings.FACT_RECALL_LIMIT = 2
+    ids = [_fact(person, t) for t in ("他喜欢咖啡", "他常去咖啡馆", "他讨厌咖啡因")]
+    untouched = _fact(person, "他养了一只猫")
+    ctx = _prepare(direct_stream, person, "咖啡")
+    assert len(ctx.pool) == 3
+    when = NOW + DAY + 1000
+    result = recall.confirm_turn(turn_id=ctx.turn_id, at=when)
+    prompt = [p.fact.id for p in result.facts]
+    assert len(prompt) == 2 and set(prompt) <= set(ids)
+    assert sorted(result.reinforced) == sorted(prompt)
+    assert result.used_vector is False
+    for fid in ids + [untouched]:
+        row = fact_row(fid)
+        if fid in prompt:
+            assert row.hit_count == 1 and row.updated_at == when
+            ret = decay.retention(1.0, NOW, 2160, NOW + DAY)
+            assert row.strength == pytest.approx(decay.reinforce(ret))
+        else:
+            assert row.hit_count == 0 and row.updated_at == NOW
+    turn = Turn.objects.get(pk=ctx.turn_id)
+    assert turn.prompt_fact_ids == prompt and turn.confirmed_at == when
+    assert events("memory_retrieval_confirmed")[0]["promptFactIds"] == prompt
+    with pytest.raises(recall.TurnStateError):
+        recall.confirm_turn(turn_id=ctx.turn_id, at=when + 1)
+    assert fact_row(prompt[0]).hit_count == 1
+
+
+def test_confirm_unknown_turn(db):
+    with pytest.raises(recall.TurnNotFound):
+        recall.confirm_turn(turn_id=424242)
+
+
+def test_confirm_skips_facts_invalidated_in_between(person, direct_stream):
+    from curation import services as curation
+
+    a = _fact(person, "他喜欢咖啡")
+    b = _fact(person, "他常去咖啡馆")
+    ctx = _prepare(direct_stream, person, "咖啡")
+    curation.invalidate_fact(fact_id=a, at=NOW + DAY)
+    result = recall.confirm_turn(turn_id=ctx.turn_id, at=NOW + DAY)
+    assert [p.fact.id for p in result.facts] == [b]
+    assert fact_row(a).hit_count == 0
+
+
+def test_dense_channel_adds_a_fact_without_lexical_match(person, direct_stream):
+    lexical = _fact(person, "他喜欢喝咖啡")
+    dense = _fact(person, "他每天早上都要来一杯浓缩", at=NOW - 30 * DAY)
+    services.store_fact_vector(fact_id=lexical, vector=[0.0, 1.0, 0.0, 0.0])
+    services.store_fact_vector(fact_id=dense, vector=[1.0, 0.0, 0.0, 0.0])
+    ctx = _prepare(direct_stream, person, "咖啡")
+    assert [f.id for f in ctx.pool] == [lexical]
+    result = recall.confirm_turn(turn_id=ctx.turn_id, query_embedding=[1.0, 0.0, 0.0, 0.0], at=NOW + DAY)
+    assert result.used_vector is True
+    by_id = {p.fact.id: p.fact for p in result.facts}
+    assert set(by_id) == {lexical, dense}
+    now = NOW + DAY
+    # retention is applied after fusion
+    d = by_id[dense]
+    assert d.lexical_relevance == 0.0 and d.cosine == pytest.approx(1.0)
+    ret_dense = decay.retention(1.0, NOW - 30 * DAY, 2160, now)
+    assert d.retention == pytest.approx(ret_dense)
+    assert d.score == pytest.approx(blend_score(fused_relevance(0.0, 1.0), ret_dense))
+    lx = by_id[lexical]
+    assert lx.cosine == pytest.approx(0.0)
+    assert lx.score == pytest.approx(blend_score(fused_relevance(lx.lexical_relevance, 0.0), lx.retention))
+    assert [p.fact.id for p in result.facts] == sorted(by_id, key=lambda i: -by_id[i].score)
+    assert sorted(result.reinforced) == sorted([lexical, dense])
+
+
+def test_dense_channel_respects_scope(person, group_stream):
+    services.append_message(stream_id=group_stream.pk, role="user", content="在吗", sender_person_id=person.pk, at=NOW)
+    hidden = _fact(person, "他私下在学大提琴", origin_kind="direct")
+    services.store_fact_vector(fact_id=hidden, vector=[1.0, 0.0, 0.0, 0.0])
+    ctx = _prepare(group_stream, person, "咖啡")
+    result = recall.confirm_turn(turn_id=ctx.turn_id, query_embedding=[1.0, 0.0, 0.0, 0.0], at=NOW + DAY)
+    assert result.facts == [] and result.reinforced == []
+
+
+def test_prepare_sweeps_due_facts(person, direct_stream):
+    fid = _fact(person, "他今天心情不好", kind="事件", at=0)
+    _prepare(direct_stream, person, "你好", at=NOW)
+    assert fact_row(fid).active is False
+
+
+def test_unknown_stream(person):
+    with pytest.raises(services.NotFound):
+        recall.prepare_turn(stream_id=9999, speaker_id=person.pk, text="x", at=NOW)
