@@ -137,7 +137,8 @@ class TestSearch:
 
 
 def _revision() -> int:
-    return int(current_revision())
+    """The counter part of the revision (``<counter>-<random token>``)."""
+    return int(current_revision().split("-")[0])
 
 
 class TestVectorIndexRevision:
@@ -257,3 +258,17 @@ class TestVectorSpace:
             with pytest.raises(ValueError):
                 services.store_fact_vector(fact_id=fid, vector=bad)
         assert Fact.objects.get(pk=fid).embedding_q8 is not None
+
+
+def test_revision_never_repeats_after_a_rollback(db):
+    """A rebuild inside a rolled-back transaction must not match the next real write."""
+    from django.db import transaction
+
+    kid = services.add_knowledge(content="回滚之后的修订号", source="test")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        services.store_knowledge_vector(knowledge_id=kid, vector=[1.0, 0.0, 0.0])
+        seen_inside = current_revision()
+        raise RuntimeError("roll back")
+    services.store_knowledge_vector(knowledge_id=kid, vector=[1.0, 0.0, 0.0])
+    assert current_revision() != seen_inside
+    assert current_revision().split("-")[0] == seen_inside.split("-")[0]
