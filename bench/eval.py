@@ -131,6 +131,11 @@ def render(results: dict) -> str:
             "",
             md_table(*_category_rows({**md["methods"], "ceiling": {"label": "ceiling: gold that yielded a fact",
                                                                   **_as_method(md["ceiling"], "facts", "by_type")}}, "R@5", "by_type")),
+            "",
+            "Diagnostic (same run, one knob changed; not a product setting):",
+            "",
+            md_table(["method", "R@1", "R@3", "R@5", "R@10"], _metric_rows(
+                {"ours_inspect": md["methods"]["ours_inspect"], **md.get("diagnostics", {})}, RATIO_KEYS[:4])),
         ]
     out += ["", NOTES.strip()]
     return "\n".join(out) + "\n"

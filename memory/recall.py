@@ -251,6 +251,37 @@ def _pool_facts(turn: Turn) -> list[ScopedFact]:
     return out
 
 
+def rank_for_prompt(
+    *,
+    pool: Sequence[ScopedFact],
+    query_vector: Any,
+    person_ids: Sequence[int],
+    text: str,
+    stream_kind: str,
+    now: int,
+    limit: int,
+    overrides: Mapping[str, Any],
+) -> list[ScopedFact]:
+    """The confirm step on a lexical pool, read-only (also used by trace-replay evaluation).
+
+    With a query vector the dense candidates of the same persons join the pool
+    (no percentile cut for them); facts invalidated since the pool was built
+    leave it; the fused re-rank keeps ``limit``.
+    """
+    pool = list(pool)
+    if query_vector is not None:
+        dense = selectors.dense_fact_candidates(
+            person_ids=person_ids, query_vector=query_vector, limit=limit, now=now, stream_kind=stream_kind,
+            overrides=overrides,
+        )
+        pool = selectors.merge_dense_candidates(pool, dense, query=text)
+    still_valid = set(
+        Fact.objects.filter(pk__in=[f.id for f in pool], superseded_by__isnull=True).values_list("id", flat=True)
+    )
+    pool = [f for f in pool if f.id in still_valid]
+    return selectors.rank_recalled_facts(pool, query_vector, limit, overrides)
+
+
 @dataclass
 class ConfirmResult:
     turn_id: int
@@ -274,17 +305,10 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     overrides = _overrides()
     limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
     vector = query_embedding if query_embedding is not None else embed_query(turn.text)
-    pool = _pool_facts(turn)
-    if vector is not None:
-        dense = selectors.dense_fact_candidates(
-            person_ids=turn.present_person_ids, query_vector=vector, limit=limit, now=turn.at,
-            stream_kind=turn.stream_kind, overrides=overrides,
-        )
-        pool = selectors.merge_dense_candidates(pool, dense, query=turn.text)
-    # Facts invalidated since the turn was prepared must not enter the prompt.
-    still_valid = set(Fact.objects.filter(pk__in=[f.id for f in pool], superseded_by__isnull=True).values_list("id", flat=True))
-    pool = [f for f in pool if f.id in still_valid]
-    ranked = selectors.rank_recalled_facts(pool, vector, limit, overrides)
+    ranked = rank_for_prompt(
+        pool=_pool_facts(turn), query_vector=vector, person_ids=turn.present_person_ids, text=turn.text,
+        stream_kind=turn.stream_kind, now=turn.at, limit=limit, overrides=overrides,
+    )
     with transaction.atomic():
         if Turn.objects.filter(pk=turn_id, confirmed_at__isnull=True).update(confirmed_at=now) != 1:
             raise TurnStateError(f"turn {turn_id} was already confirmed")

@@ -204,19 +204,12 @@ def production_rank(
     """The confirm step of production (``memory.recall.confirm_turn``) on a replayed pool:
     with a query vector the dense candidates join the pool, facts no longer valid leave it,
     then the fused re-rank cuts at ``limit``. Read-only (nothing is reinforced)."""
-    from memory import selectors
-    from memory.models import Fact
+    from memory.recall import rank_for_prompt
 
-    pool = list(replayed)
-    if vector is not None:
-        dense = selectors.dense_fact_candidates(
-            person_ids=list(sample.person_ids), query_vector=vector, limit=limit, now=sample.at,
-            stream_kind=sample.stream_kind, overrides=overrides,
-        )
-        pool = selectors.merge_dense_candidates(pool, dense, query=sample.text)
-    valid = set(Fact.objects.filter(pk__in=[f.id for f in pool], superseded_by__isnull=True).values_list("id", flat=True))
-    pool = [f for f in pool if f.id in valid]
-    return selectors.rank_recalled_facts(pool, vector, limit, overrides)
+    return rank_for_prompt(
+        pool=replayed, query_vector=vector, person_ids=list(sample.person_ids), text=sample.text,
+        stream_kind=sample.stream_kind, now=sample.at, limit=limit, overrides=overrides,
+    )
 
 
 def fact_limit(overrides: Mapping[str, Any]) -> int:
