@@ -608,41 +608,39 @@ def _expand(frontier: set[int]) -> list[tuple[int, int, float]]:
         return cur.fetchall()
 
 
-def _node_refs(nodes: Iterable[int]) -> dict[int, tuple[str, int]]:
-    return {n: (k, r) for n, k, r in MemoryNode.objects.filter(pk__in=list(nodes)).values_list("id", "ref_kind", "ref_id")}
+def _node_rows(nodes: Iterable[int], columns: str) -> list[tuple]:
+    """One query joining memory nodes to the rows they point at (missing rows give NULLs)."""
+    ids = list(nodes)
+    if not ids:
+        return []
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT n.id, n.ref_kind, n.ref_id, {columns} FROM memory_nodes n"
+            " LEFT JOIN facts f ON n.ref_kind = 'fact' AND f.id = n.ref_id"
+            " LEFT JOIN episodes e ON n.ref_kind = 'episode' AND e.id = n.ref_id"
+            " LEFT JOIN knowledge k ON n.ref_kind = 'knowledge' AND k.id = n.ref_id"
+            f" WHERE n.id IN ({','.join(['%s'] * len(ids))})",
+            ids,
+        )
+        return cur.fetchall()
 
 
 def node_retentions(nodes: set[int], now: int) -> dict[int, float | None]:
     """Fact: decayed retention if it exists and is active; episode/knowledge: 1.0 if it exists."""
-    refs = _node_refs(nodes)
-    by_kind: dict[str, dict[int, int]] = defaultdict(dict)
-    for node, (kind, ref) in refs.items():
-        by_kind[kind][ref] = node
     out: dict[int, float | None] = {n: None for n in nodes}
-    if by_kind["fact"]:
-        for fid, s, u, h in Fact.objects.filter(pk__in=list(by_kind["fact"]), active=True).values_list(
-            "id", "strength", "updated_at", "half_life_hours"
-        ):
-            out[by_kind["fact"][fid]] = decay.retention(s, u, h, now)
-    for kind, model in (("episode", Episode), ("knowledge", Knowledge)):
-        if by_kind[kind]:
-            for rid in model.objects.filter(pk__in=list(by_kind[kind])).values_list("id", flat=True):
-                out[by_kind[kind][rid]] = 1.0
+    rows = _node_rows(nodes, "f.strength, f.updated_at, f.half_life_hours, f.active, e.id, k.id")
+    for node, kind, _ref, strength, updated_at, half_life, active, episode, knowledge in rows:
+        if kind == "fact" and strength is not None and active:
+            out[node] = decay.retention(strength, updated_at, half_life, now)
+        elif (kind == "episode" and episode is not None) or (kind == "knowledge" and knowledge is not None):
+            out[node] = 1.0
     return out
 
 
 def node_texts(nodes: Iterable[int]) -> dict[int, tuple[str, int, str]]:
     """Memory node → ``(kind, ref id, text)``; a missing row has empty text."""
-    refs = _node_refs(nodes)
-    ids: dict[str, list[int]] = defaultdict(list)
-    for kind, ref in refs.values():
-        ids[kind].append(ref)
-    texts = {
-        "fact": dict(Fact.objects.filter(pk__in=ids["fact"]).values_list("id", "content")),
-        "episode": dict(Episode.objects.filter(pk__in=ids["episode"]).values_list("id", "summary")),
-        "knowledge": dict(Knowledge.objects.filter(pk__in=ids["knowledge"]).values_list("id", "content")),
-    }
-    return {n: (k, r, texts[k].get(r, "")) for n, (k, r) in refs.items()}
+    rows = _node_rows(nodes, "f.content, e.summary, k.content")
+    return {node: (kind, ref, fc or es or kc or "") for node, kind, ref, fc, es, kc in rows}
 
 
 CONCEPT_NODE_LIMIT = 50  # memory nodes looked up per concept when mapping concept scores back

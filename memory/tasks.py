@@ -86,6 +86,9 @@ VECTORS_LOCK_TIMEOUT = VECTORS_HARD_LIMIT + 30
 #: Rows one backfill task embeds before handing over to a fresh task.
 VECTORS_ROWS_PER_TASK = 400
 
+#: Outcomes after which running again at once cannot get further (a batch < 4 stays < 4).
+NO_PROGRESS = frozenset({"too_few", "disabled", "missing"})
+
 LOCK_PREFIX = "memory:lock:"
 QUEUED_PREFIX = "memory:queued:"
 VECTORS = "vectors"
@@ -158,9 +161,16 @@ def enqueue_stream_check(queue: str, stream_id: int, *, countdown: int = 0, chec
 
 
 def enqueue_stream_checks(stream_id: int) -> None:
-    """Called after a message commits: enqueue the stream's summarisation and extraction checks."""
+    """Called after a message commits: enqueue the stream's summarisation and extraction checks.
+
+    Never raises: the message is already stored, and the worker's start-up
+    sweep or the stream's next message picks up a check that could not be sent.
+    """
     for queue in (pipeline.SUMMARIZE, pipeline.EXTRACT):
-        enqueue_stream_check(queue, stream_id)
+        try:
+            enqueue_stream_check(queue, stream_id)
+        except Exception:
+            logger.exception("stream_check_enqueue_error queue=%s stream=%s", queue, stream_id)
 
 
 def enqueue_vector_backfill() -> bool:
@@ -204,7 +214,7 @@ def _run_stream_queue(queue: str, stream_id: int, hostname: str | None) -> dict[
     # Re-check after releasing: a message stored while the lock was held skipped its own enqueue.
     if outcome.status == "failed":
         enqueue_stream_check(queue, stream_id, countdown=FAILURE_RETRY_DELAY)
-    else:
+    elif outcome.status not in NO_PROGRESS:
         enqueue_stream_check(queue, stream_id)
     return {"status": outcome.status, "stream_id": stream_id, "steps": statuses}
 

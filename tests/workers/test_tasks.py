@@ -211,3 +211,12 @@ def test_deleting_knowledge_of_a_batch_keeps_unrelated_nodes():
     pipeline.run_import(job_id=job.pk, embed=False)
     pipeline.delete_batch(job.params["batch_id"])
     assert MemoryNode.objects.filter(ref_kind="fact").count() == 1
+
+
+def test_a_batch_too_small_to_summarise_is_not_requeued_forever(settings, redis_db, burst):
+    settings.SUMMARIZE_TRIGGER_MESSAGES = 3
+    stream = make_stream()
+    post_messages(stream, 3)
+
+    assert tasks.summarize_stream_task(stream.pk)["status"] == "too_few"
+    assert burst.calls == []

@@ -1,0 +1,259 @@
+"""Every console page renders its data; list pages run a fixed number of queries (no N+1).
+
+Query counts of a request by a group member always start with the same four:
+the session, the user, and the user's own and group permissions (read once and
+cached on the user for the rest of the request, templates included).
+"""
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from curation import services as curation
+from memory import services
+from tests.console.conftest import HOUR, NOW
+
+pytestmark = pytest.mark.django_db
+
+AUTH = 4  # session, user, user permissions, group permissions
+
+
+CITIES = ["北京", "上海", "广州", "深圳", "成都", "重庆", "西安", "南京", "武汉", "长沙"]
+ITEMS = ["茶叶", "围巾", "雨伞", "相机", "手表", "书包", "台灯"]
+
+
+def _more_rows(memory_set, n=8):
+    """Extra rows in every layer (distinct enough not to be merged as duplicates), so a
+    per-row query would change the counts."""
+    for i in range(n):
+        content = f"阿杰在{CITIES[i % 10]}买了{ITEMS[i // 10 % 7]}"
+        fid = services.add_fact(person_id=memory_set["bob"].pk, content=content, kind="事件",
+                                origin_kind="group", at=NOW - i * HOUR).fact_id
+        services.link_together(refs=[("fact", fid), ("fact", memory_set["facts"][0])], at=NOW - i * HOUR)
+        services.append_message(stream_id=memory_set["group"].pk, role="user", content=f"第{i}条群消息",
+                                sender_person_id=memory_set["bob"].pk, at=NOW - i * HOUR)
+
+
+def test_dashboard_shows_layers_queues_vectors_edges_and_events(operator, memory_set, frozen_now,
+                                                                django_assert_num_queries):
+    services.meta_set("fact_extract_cursor", {str(memory_set["direct"].pk): memory_set["messages"][1].pk})
+    services.emit_event("memory_ppr_timeout", {"graph": "memory"}, at=NOW)
+    services.decay_edges(at=NOW)
+    _more_rows(memory_set)
+    # AUTH + 7 layer counts (facts and episodes aggregated, persons, streams, messages,
+    # knowledge, nodes) + streams + pending counts + the cursor meta row + lag counts
+    # (one grouped query) + 2 vector coverage aggregates + edge aggregate + last decay
+    # event + recent events = AUTH + 16.
+    with django_assert_num_queries(AUTH + 16):
+        response = operator.get(reverse("console:dashboard"))
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "memory_ppr_timeout" in html
+    assert "最近一次衰减" in html and "还没有运行过" not in html
+    # The direct stream: cursor after the second of its 4 messages → lag 2; no cursor → every message.
+    queues = {q["stream"].pk: q for q in response.context["queues"]}
+    assert queues[memory_set["direct"].pk]["lag"] == 2
+    assert queues[memory_set["group"].pk]["lag"] == 9
+    assert queues[memory_set["direct"].pk]["pending"] == 2  # two of its messages were archived in the episode
+    assert response.context["layers"]["facts_frozen"] == 1
+
+
+def test_worker_health_is_unknown_without_a_broker_answer(operator, monkeypatch):
+    monkeypatch.setattr("memory.console.ping_workers", lambda timeout=0.5: {"status": "unknown", "workers": [],
+                                                                          "error": "boom"})
+    response = operator.get(reverse("console:worker_health"), headers={"HX-Request": "true"})
+    assert "未知" in response.content.decode() and "<html" not in response.content.decode()
+    page = operator.get(reverse("console:worker_health"))
+    assert "<html" in page.content.decode()
+
+
+def test_ping_workers_reports_unknown_on_broker_errors(monkeypatch):
+    from memory import console
+
+    def boom(timeout):
+        raise ConnectionError("no broker")
+
+    monkeypatch.setattr("config.celery.app.control.ping", boom)
+    assert console.ping_workers()["status"] == "unknown"
+    monkeypatch.setattr("config.celery.app.control.ping", lambda timeout: [{"celery@host": {"ok": "pong"}}])
+    assert console.ping_workers() == {"status": "ok", "workers": ["celery@host"], "error": ""}
+    monkeypatch.setattr("config.celery.app.control.ping", lambda timeout: [])
+    assert console.ping_workers()["status"] == "down"
+
+
+def test_streams_list(operator, memory_set, django_assert_num_queries):
+    _more_rows(memory_set)
+    # AUTH + streams with subquery counts + pending counts.
+    with django_assert_num_queries(AUTH + 2):
+        response = operator.get(reverse("console:streams"))
+    assert "小林私聊" in response.content.decode() and "读书群" in response.content.decode()
+
+
+def test_stream_page_shows_working_memory_batches_and_search(operator, memory_set, django_assert_num_queries):
+    url = reverse("console:stream", args=[memory_set["direct"].pk])
+    # AUTH + stream + batch count + working memory + their senders (one query) + batch page.
+    with django_assert_num_queries(AUTH + 5):
+        response = operator.get(url)
+    html = response.content.decode()
+    assert "我对花生过敏" in html  # pending → working memory
+    assert f"#{memory_set['episode'].pk}" in html  # the archived batch links its episode
+    hits = operator.get(url, {"q": "过敏"}, headers={"HX-Request": "true"})
+    assert "我对花生过敏" in hits.content.decode() and "<html" not in hits.content.decode()
+
+
+def test_episodes_list_and_cue_search(operator, memory_set, django_assert_num_queries):
+    placeholder = services.add_episode(
+        stream_id=memory_set["group"].pk, summary="这一批对话未能生成摘要：超时", cues=[], started_at=NOW - HOUR,
+        ended_at=NOW, message_ids=[], kind="unsummarized", at=NOW,
+    )
+    services.emit_event("summary_batch_skipped", {"episodeId": placeholder.pk, "reason": "模型超时"},
+                        stream_id=memory_set["group"].pk, at=NOW)
+    # AUTH + count + page (with message counts) + cues + skip events of the placeholders + stream options.
+    with django_assert_num_queries(AUTH + 5):
+        response = operator.get(reverse("console:episodes"))
+    html = response.content.decode()
+    assert "小林聊到住处和猫" in html and "未能总结的占位" in html and "模型超时" in html
+    found = operator.get(reverse("console:episodes"), {"q": "杭州"}).content.decode()
+    assert "小林聊到住处和猫" in found
+    assert "小林聊到住处和猫" not in operator.get(reverse("console:episodes"), {"q": "杭州", "stream": memory_set["group"].pk}).content.decode()
+
+
+def test_fact_list_filters_and_states(operator, memory_set, frozen_now, django_assert_num_queries):
+    _more_rows(memory_set)
+    f1, f2, f3, f4, f5 = memory_set["facts"]
+    curation.pin_fact(fact_id=f3, at=NOW)
+    curation.invalidate_fact(fact_id=f5, at=NOW)
+    # AUTH + count + page (person joined) + conflicted slots of the page + person options + kind options.
+    with django_assert_num_queries(AUTH + 5):
+        response = operator.get(reverse("console:facts"))
+    html = response.content.decode()
+    assert "小林住在杭州" in html and "已冻结" in html and "永久保留" in html and "已失效" in html
+    assert f'id="fact-row-{f1}" class="conflicted' in html
+
+    def ids(**params):
+        return {f.pk for f in operator.get(reverse("console:facts"), params).context["page"].object_list}
+
+    assert ids(state="frozen") == {f4}
+    assert ids(state="pinned") == {f3}
+    assert ids(state="invalid") == {f5}
+    assert ids(person=memory_set["alice"].pk) == {f1, f2, f3}
+    assert ids(slot="住址") == {f1, f2}
+    assert ids(kind="偏好") == {f3}
+    assert f4 in ids(origin="group") and f1 not in ids(origin="group")
+    assert ids(state="active", person=memory_set["alice"].pk) == {f1, f2, f3}
+
+
+def test_fact_list_paginates(operator, memory_set):
+    _more_rows(memory_set, n=60)
+    page1 = operator.get(reverse("console:facts")).context["page"]
+    assert len(page1.object_list) == 50 and page1.has_next()
+    page2 = operator.get(reverse("console:facts"), {"page": 2}).context["page"]
+    assert len(page2.object_list) == 15
+
+
+def test_fact_search_shows_every_score_term(operator, memory_set, frozen_now, django_assert_num_queries):
+    # AUTH + FTS match + "any vectors?" + rows of the hits + conflicted slots + person options + kinds.
+    with django_assert_num_queries(AUTH + 6):
+        response = operator.get(reverse("console:facts"), {"q": "住在哪里"})
+    html = response.content.decode()
+    assert "小林住在杭州" in html and "小林喜欢猫" not in html
+    for term in ("BM25", "相关度", "留存权重", "得分"):
+        assert term in html
+    assert "余弦" not in html  # no vectors yet
+
+
+def test_fact_search_adds_cosine_and_fused_when_vectors_exist(operator, memory_set, frozen_now, monkeypatch):
+    import numpy as np
+
+    vector = np.ones(8, dtype=np.float32) / np.sqrt(8)
+    for fid in memory_set["facts"]:
+        services.store_fact_vector(fact_id=fid, vector=vector)
+    monkeypatch.setattr("memory.console._query_vector", lambda text: vector)
+    html = operator.get(reverse("console:facts"), {"q": "住在哪里"}).content.decode()
+    assert "余弦" in html and "融合相关度" in html and "1.000" in html
+
+
+def test_fact_detail(operator, memory_set, frozen_now, django_assert_num_queries):
+    f1, f2 = memory_set["facts"][:2]
+    write = curation.replace_fact(fact_id=f2, content="小林住在苏州", at=NOW)
+    # AUTH + fact + conflicted slots + older facts in the chain (2 steps: one hit, one empty)
+    # + operations + node + edges + neighbour nodes + neighbour facts + neighbour episodes.
+    with django_assert_num_queries(AUTH + 10):
+        response = operator.get(reverse("console:fact", args=[f1]))
+    html = response.content.decode()
+    assert 'class="past"' in html and 'class="projected"' in html and "FREEZE 0.1" in html and "REVIVE 0.15" in html
+    assert 'class="due-at"' in html
+    assert "小林喜欢猫" in html  # a neighbour
+    chain = operator.get(reverse("console:fact", args=[f2])).content.decode()
+    assert f"#{write.fact_id}" in chain and "小林住在苏州" in chain and "人工取代" in chain
+
+
+def test_frozen_fact_is_shown_as_frozen_not_deleted(operator, memory_set, frozen_now):
+    html = operator.get(reverse("console:fact", args=[memory_set["facts"][3]])).content.decode()
+    assert "已冻结" in html and "删除" not in html
+
+
+def test_knowledge_list_and_search(operator, memory_set, django_assert_num_queries):
+    # AUTH + count + page (import batch joined).
+    with django_assert_num_queries(AUTH + 2):
+        response = operator.get(reverse("console:knowledge"))
+    assert "猫是肉食动物" in response.content.decode()
+    found = operator.get(reverse("console:knowledge"), {"q": "肉食"})
+    assert "猫是肉食动物" in found.content.decode()
+    assert services.Knowledge.objects.get(pk=memory_set["knowledge"][0]).hit_count == 0  # a console search is read-only
+
+
+def test_conflicts_queue(operator, memory_set, frozen_now, django_assert_num_queries):
+    _more_rows(memory_set)
+    # AUTH + conflicted pairs + their members + identities + persons (names) + person options.
+    with django_assert_num_queries(AUTH + 5):
+        response = operator.get(reverse("curation:conflicts"))
+    html = response.content.decode()
+    assert "小林住在杭州" in html and "小林住在上海" in html and "槽位 住址" in html and "保留这条" in html
+
+
+def test_operations_log_filters(reviewer, memory_set, frozen_now, django_assert_num_queries):
+    f1, f2, f3 = memory_set["facts"][:3]
+    pin = curation.pin_fact(fact_id=f3, user="op", at=NOW)
+    curation.invalidate_fact(fact_id=f1, user="op", at=NOW + 1)
+    curation.undo_operation(operation_id=pin.pk, user="rev", at=NOW + 2)
+    # AUTH + count + page (fact, related fact and person joined).
+    with django_assert_num_queries(AUTH + 2):
+        response = reviewer.get(reverse("curation:operations"))
+    html = response.content.decode()
+    assert "已撤销" in html and "撤销条目" in html and html.count('data-undo="') == 1
+
+    def ops(**params):
+        return [o.op for o in reviewer.get(reverse("curation:operations"), params).context["page"].object_list]
+
+    assert ops(op="pin") == ["pin"]
+    assert ops(fact=f1) == ["invalidate"]
+    assert ops(person=memory_set["bob"].pk) == []
+    assert ops(actor="manual") == ["undo", "invalidate", "pin"]
+
+
+def test_imports_page(staff, memory_set, django_assert_num_queries):
+    # AUTH + recent import jobs + batches with live counts.
+    with django_assert_num_queries(AUTH + 2):
+        response = staff.get(reverse("console:imports"))
+    assert response.status_code == 200
+
+
+def test_graph_page(staff, memory_set, frozen_now, django_assert_num_queries):
+    _more_rows(memory_set)
+    # AUTH + all edges + node total + kept nodes + facts + episodes + knowledge of those nodes + spread runs.
+    with django_assert_num_queries(AUTH + 7):
+        response = staff.get(reverse("console:graph"))
+    html = response.content.decode()
+    assert '<svg class="graph"' in html and "小林住在杭州" in html
+
+
+def test_jobs_page(staff, django_assert_num_queries):
+    from memory.models import Job
+
+    Job.objects.create(kind="import", status="running", progress=3, total=10)
+    Job.objects.create(kind="import", status="done", progress=10, total=10)
+    # AUTH + jobs.
+    with django_assert_num_queries(AUTH + 1):
+        response = staff.get(reverse("console:jobs"))
+    assert response.content.decode().count('hx-trigger="every 2s"') == 1
