@@ -53,18 +53,30 @@ CHAT = ["今天天气不错", "晚上吃火锅吗", "我最近在学吉他", "�
         "明天要考试", "刚看完一部电影", "你喜欢喝咖啡吗", "下周出差去上海"]
 
 
+SETTINGS_OVERRIDE: dict[str, str] = {}  # set by --persistent-connections: module name and its folder
+
+
 def env_for(db: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         MEMORY_DB=str(db),
-        DJANGO_SETTINGS_MODULE="config.settings",
+        DJANGO_SETTINGS_MODULE=SETTINGS_OVERRIDE.get("module", "config.settings"),
         DJANGO_DEBUG="False",
         MEMORY_ENQUEUE_TASKS="False",
         EMBEDDING_PROVIDER="none",
         LOG_LEVEL="WARNING",
-        PYTHONPATH=str(ROOT),
+        PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [SETTINGS_OVERRIDE.get("path")])]),
     )
     return env
+
+
+def persistent_connection_settings(folder: Path) -> None:
+    """A settings module = the real one + ``CONN_MAX_AGE = None`` (what-if for the settings)."""
+    (folder / "api_bench_settings.py").write_text(
+        'from config.settings import *  # noqa: F401,F403\n'
+        'DATABASES["default"]["CONN_MAX_AGE"] = None\n'
+    )
+    SETTINGS_OVERRIDE.update(module="api_bench_settings", path=str(folder))
 
 
 def stats(samples: list[float]) -> dict[str, float]:
@@ -275,7 +287,7 @@ def http_turns(base: str, token: str, inputs: list[dict], warmup: int) -> dict:
 
 def setup_django(db: Path) -> None:
     os.environ.update(env_for(db))
-    sys.path.insert(0, str(ROOT))
+    sys.path[:0] = os.environ["PYTHONPATH"].split(os.pathsep)
     import django
 
     django.setup()
@@ -337,9 +349,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default=str(RESULTS / "api.json"))
+    parser.add_argument("--persistent-connections", action="store_true",
+                        help="what-if: run with CONN_MAX_AGE = None if the settings do not set it")
     args = parser.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="memory-api-bench-"))
+    if args.persistent_connections:
+        persistent_connection_settings(tmp)
     db = tmp / "api-bench.sqlite3"
     src = Path(args.db)
     try:
@@ -358,7 +374,11 @@ def main(argv: list[str] | None = None) -> dict:
         now = now + 3_600_000  # later than anything in the store
 
         setup_django(db)
+        from django.conf import settings as dj_settings
         from django.db import connection
+
+        conn_max_age = dj_settings.DATABASES["default"].get("CONN_MAX_AGE", 0)
+        load_before = [round(x, 2) for x in os.getloadavg()]
 
         from memory.auth import issue_token
 
@@ -388,7 +408,11 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "database": source,
         "counts": {k: counts.get(k) for k in ("persons", "facts", "knowledge", "messages", "episodes", "edges", "streams")},
-        "server": f"gunicorn config.wsgi, {args.workers} sync workers, DEBUG off, enqueue off",
+        "server": f"gunicorn config.wsgi, {args.workers} sync workers, DEBUG off, enqueue off"
+                  + (", CONN_MAX_AGE=None (what-if)" if args.persistent_connections else ""),
+        "conn_max_age": conn_max_age,
+        "cpus": os.cpu_count(),
+        "load_average_before": load_before,
         "ingest": {"http": ingest, "direct": direct_msg},
         "turns": {"http": turns["turns"], "direct": direct["turns"],
                   "ratio_median": ratio(turns["turns"]["median_ms"], direct["turns"]["median_ms"]),
@@ -412,6 +436,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 def print_table(r: dict) -> None:
     print(f"\nAPI benchmark on {r['database']}  ({r['server']})")
+    print(f"{r['cpus']} CPUs, load average before the run {r['load_average_before']}")
     i = r["ingest"]
     print(f"{'path':<30}{'HTTP':>28}{'direct':>22}{'ratio':>8}")
     print(f"{'POST /messages (req/s)':<30}{i['http']['requests_per_s']:>20.1f} ({i['http']['threads']} thr)"

@@ -149,7 +149,7 @@ def mean_rows(rows: Sequence[dict[str, float]]) -> dict[str, float]:
 # --- report --------------------------------------------------------------------------------
 
 
-def replace_section(path: Path, start: str, end: str, body: str, *, title: str) -> None:
+def replace_section(path: Path, start: str, end: str, body: str, *, title: str, intro: str = "") -> None:
     """Write ``body`` between the ``start``/``end`` markers of ``path`` (created with ``title`` if absent).
 
     Everything outside the markers is left untouched.
@@ -158,7 +158,7 @@ def replace_section(path: Path, start: str, end: str, body: str, *, title: str) 
     if path.exists():
         text = path.read_text(encoding="utf-8")
     else:
-        text = f"# {title}\n"
+        text = f"# {title}\n" + (f"\n{intro.strip()}\n" if intro else "")
     if start in text and end in text and text.index(start) < text.index(end):
         head, rest = text.split(start, 1)
         _, tail = rest.split(end, 1)

@@ -247,6 +247,7 @@ def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[
     ceilings: list[tuple[int, dict[str, float]]] = []
     pool_sizes: list[int] = []
     t_queries = 0.0
+    pruning_active = lexical.document_count("facts_fts") >= lexical.PRUNE_MIN_DOCS
     for conv in conversations:
         raw_index = RawTurnIndex(conv.turns)
         bm_facts = Bm25Units([conv.fact_text[f] for f in conv.fact_ids])
@@ -290,16 +291,19 @@ def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[
             units["diag_lexical_dense_no_forgetting"] = [
                 ev[f.id] for f in selectors.rank_recalled_facts(merged, qvec, TOP, ov_no_forgetting)
             ]
-            saved = lexical.PRUNE_MIN_DOCS
-            lexical.PRUNE_MIN_DOCS = 10**12
-            try:
-                pool_up = replay_turn_pool(
-                    person_ids=conv.person_ids, text=text, impression="", now=conv.now, stream_kind="direct",
-                    overrides=ov,
-                )
-            finally:
-                lexical.PRUNE_MIN_DOCS = saved
-            units["diag_lexical_unpruned"] = [ev[f.id] for f in pool_up[:TOP]]
+            if pruning_active:
+                saved = lexical.PRUNE_MIN_DOCS
+                lexical.PRUNE_MIN_DOCS = 10**12
+                try:
+                    pool_up = replay_turn_pool(
+                        person_ids=conv.person_ids, text=text, impression="", now=conv.now, stream_kind="direct",
+                        overrides=ov,
+                    )
+                finally:
+                    lexical.PRUNE_MIN_DOCS = saved
+                units["diag_lexical_unpruned"] = [ev[f.id] for f in pool_up[:TOP]]
+            else:  # below the pruning threshold every term is kept: identical by construction
+                units["diag_lexical_unpruned"] = units["ours_lexical"]
 
             for name, us in units.items():
                 per_method[name].append((cat, score_question(us, gold)))
@@ -341,6 +345,7 @@ def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[
         "facts": sum(len(c.fact_ids) for c in conversations),
         "turns": sum(len(c.turns) for c in conversations),
         "episodes": sum(len(c.episode_session) for c in conversations),
+        "pruning_active": pruning_active,
         "mean_lexical_pool": round(float(np.mean(pool_sizes)), 2) if pool_sizes else 0.0,
         "short_lexical_pools": sum(1 for p in pool_sizes if p < TOP),
         "query_seconds": round(t_queries, 2),

@@ -141,6 +141,8 @@ CELERY_BEAT_SCHEDULE = {
     "memory-decay-edges": {"task": "memory.tasks.edges_decay_task", "schedule": crontab(minute=7, hour="*/6")},
     # Vectors are a side channel: pick up anything left NULL every 3 minutes.
     "memory-backfill-vectors": {"task": "memory.tasks.vectors_backfill_task", "schedule": crontab(minute="*/3")},
+    # Streams whose summarisation/extraction is due but was never enqueued (broker outage): every 5 minutes.
+    "memory-stream-checks": {"task": "memory.tasks.stream_checks_sweep_task", "schedule": crontab(minute="*/5")},
 }
 
 # --- Memory engine knobs (reference-spec §0.3 schema defaults) --------------
@@ -153,6 +155,7 @@ FACT_RECALL_LIMIT = envint("FACT_RECALL_LIMIT", 6)
 RECALLED_EPISODE_LIMIT = envint("RECALLED_EPISODE_LIMIT", 2)
 RECENT_EPISODE_LIMIT = envint("RECENT_EPISODE_LIMIT", 2)
 EPISODE_CONTEXT_LIMIT = envint("EPISODE_CONTEXT_LIMIT", 3)
+MEMORY_BOT_NAME = env("MEMORY_BOT_NAME", "")  # how the bot is called in summaries/extraction prompts
 PRIVATE_FACTS_IN_GROUP = envbool("PRIVATE_FACTS_IN_GROUP", "False")
 MESSAGE_MAX_CHARS = envint("MESSAGE_MAX_CHARS", 20000)
 

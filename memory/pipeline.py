@@ -109,7 +109,8 @@ def _error_text(exc: BaseException) -> str:
 
 
 def _bot_name() -> str:
-    return getattr(settings, "MEMORY_BOT_NAME", "") or "助手"
+    """The bot's name in rendered dialogue; empty lets each provider use its own default."""
+    return getattr(settings, "MEMORY_BOT_NAME", "") or ""
 
 
 @dataclass(frozen=True)
@@ -225,13 +226,6 @@ def _still_pending(stream_id: int, message_ids: Sequence[int]) -> bool:
     )
 
 
-def _enqueue_vectors() -> None:
-    if getattr(settings, "MEMORY_ENQUEUE_TASKS", True):
-        from memory.tasks import enqueue_vector_backfill
-
-        enqueue_vector_backfill()
-
-
 # --- summarisation (§3.15) -----------------------------------------------------------
 
 
@@ -272,8 +266,9 @@ def summarize_stream(*, stream_id: int, summariser: Any = None, at: int | None =
     ids = [m.pk for m in batch]
     participants = _participants(stream, batch)
     error = ""
+    lines = _dialogue(batch, participants)
     try:
-        draft = summariser.summarise(_dialogue(batch, participants), participants)
+        draft = summariser.summarise(lines, participants)
     except SoftTimeLimitExceeded:
         raise
     except Exception as exc:  # every model failure counts towards giving the batch up
@@ -441,9 +436,10 @@ def extract_stream(*, stream_id: int, extractor: Any = None, at: int | None = No
         services.emit_event(kind, payload, at=now, stream_id=stream_id, stage="extract")
 
     error = ""
+    known = _known_facts(participants, now)
+    lines = _dialogue(batch, participants)
     try:
-        known = _known_facts(participants, now)
-        extraction = extractor.extract(_dialogue(batch, participants), participants, known, emit=emit)
+        extraction = extractor.extract(lines, participants, known, emit=emit)
     except SoftTimeLimitExceeded:
         raise
     except Exception as exc:  # every model failure counts towards giving the batch up
@@ -468,8 +464,7 @@ def extract_stream(*, stream_id: int, extractor: Any = None, at: int | None = No
             {"streamId": stream_id, "messageCount": len(batch), "extracted": len(extraction.facts),
              "written": len(fact_ids), "knowledge": len(knowledge_ids), "edges": edges},
         )
-        if fact_ids or knowledge_ids:
-            transaction.on_commit(_enqueue_vectors)
+        # New facts and knowledge enqueue their embedding on commit (services.add_fact/add_knowledge).
     return BatchOutcome(
         "written", stream_id, messages=len(batch), fact_ids=tuple(fact_ids), knowledge_ids=tuple(knowledge_ids),
         edges=edges, more=extract_due(stream_id),
@@ -907,6 +902,8 @@ def run_import(
         if embed:
             vectors = backfill_vectors(embedder=embedder, only_ids={"knowledge": ids})
             embedded = vectors.knowledge
+            if vectors.cleared:  # a new embedding space: everything else needs its vector again
+                services.enqueue_vectors()
         added = Knowledge.objects.filter(import_batch_id=batch.pk).count()
         result = {"batch_id": batch.pk, "submitted": total, "added": added, "duplicated": total - added,
                   "embedded": embedded}

@@ -144,6 +144,14 @@ def resolve_stream(*, platform: str, kind: str, external_id: str, name: str = ""
 # --- L1 messages -----------------------------------------------------------------
 
 
+def enqueue_vectors() -> None:
+    """Ask the workers to embed rows still without a vector (after commit, when enabled)."""
+    if getattr(settings, "MEMORY_ENQUEUE_TASKS", True):
+        from memory.tasks import enqueue_vector_backfill
+
+        enqueue_vector_backfill()
+
+
 def _enqueue_stream_checks(stream_id: int) -> None:
     if getattr(settings, "MEMORY_ENQUEUE_TASKS", True):
         from memory.tasks import enqueue_stream_checks
@@ -380,6 +388,7 @@ def add_fact(
             source=source[:120],
         )
         lexical.index_row("facts_fts", fact.pk, content)
+        transaction.on_commit(enqueue_vectors)  # text first, vector soon after
         write = FactWrite(fact_id=fact.pk, created=True)
         if supersedes:
             write.superseded = _apply_supersede(person_id, supersedes, replaced_by=fact.pk)
@@ -462,6 +471,7 @@ def add_knowledge(*, content: str, source: str, at: int | None = None, batch_id:
             )
             tokens = lexical.index_row("knowledge_fts", item.pk, text)
             Knowledge.objects.filter(pk=item.pk).update(tokens_v2=tokens)
+            transaction.on_commit(enqueue_vectors)
     except IntegrityError:
         return Knowledge.objects.get(content_key=key).pk
     _note_concepts(text, at=_at(at))
@@ -471,7 +481,7 @@ def add_knowledge(*, content: str, source: str, at: int | None = None, batch_id:
 def _note_concepts(text: str, *, at: int) -> None:
     """Grow the concept graph: keywords of a knowledge item co-occur pairwise."""
     from memory.engine.tokenize import words
-    from memory.models import KnowledgeEdge, KnowledgeNode
+    from memory.models import KnowledgeNode
 
     concepts = []
     for word in words(text):

@@ -166,7 +166,17 @@ def enqueue_stream_checks(stream_id: int) -> None:
     Never raises: the message is already stored, and the worker's start-up
     sweep or the stream's next message picks up a check that could not be sent.
     """
-    for queue in (pipeline.SUMMARIZE, pipeline.EXTRACT):
+    queues = (pipeline.SUMMARIZE, pipeline.EXTRACT)
+    try:
+        # One round trip first: during a burst a check is queued or running for
+        # most messages, and those need no database query at all.
+        held = _redis().mget([_lock_key(q, stream_id) for q in queues] + [_queued_key(q, stream_id) for q in queues])
+    except TRANSIENT:
+        logger.warning("stream_check_enqueue_failed stream=%s", stream_id, exc_info=True)
+        return
+    for i, queue in enumerate(queues):
+        if held[i] is not None or held[i + len(queues)] is not None:
+            continue
         try:
             enqueue_stream_check(queue, stream_id)
         except Exception:
@@ -179,9 +189,14 @@ def enqueue_vector_backfill() -> bool:
         client = _redis()
         if client.exists(_lock_key(VECTORS)):
             return False  # the running backfill looks again after it finishes
-        if not client.set(_queued_key(VECTORS), "1", nx=True, ex=QUEUED_TTL):
+        marker = _queued_key(VECTORS)
+        if not client.set(marker, "1", nx=True, ex=QUEUED_TTL):
             return False
-        vectors_backfill_task.apply_async()
+        try:
+            vectors_backfill_task.apply_async()
+        except Exception:
+            client.delete(marker)
+            raise
         return True
     except TRANSIENT:
         logger.warning("vector_backfill_enqueue_failed", exc_info=True)

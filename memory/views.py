@@ -14,15 +14,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.cache import cache
 from django.core.paginator import Paginator
-from django.db.models import Count, F, Max, Min, Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.db.models import Count, Max, Min, Q
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods
+from django_htmx.http import trigger_client_event
 
 from memory import console, selectors, services
-from memory.engine import decay
 from memory.forms import (
     EpisodeSearchForm,
     FactFilterForm,
@@ -38,10 +37,6 @@ from memory.models import (
     ImportBatch,
     Job,
     Knowledge,
-    MemoryEdge,
-    MemoryNode,
-    Message,
-    Person,
     PipelineEvent,
     Stream,
 )
@@ -275,7 +270,7 @@ def graph(request: HttpRequest) -> HttpResponse:
     form = GraphForm(request.GET)
     data = form.cleaned_data if form.is_valid() else {}
     view = console.memory_graph(
-        now=now, include_frozen=bool(data.get("include_frozen")), limit=data.get("limit") or 200,
+        now=now, include_frozen=bool(data.get("include_frozen")), limit=data.get("max_nodes") or 200,
     )
     selected = None
     if data.get("node"):
@@ -323,5 +318,10 @@ def job(request: HttpRequest, pk: int) -> HttpResponse:
     obj = get_object_or_404(Job, pk=pk)
     # A running card polls itself (hx-trigger "every 2s"); the finished card is
     # rendered without the trigger, so swapping it in stops the polling.
-    template = "console/jobs.html#job-card" if request.htmx else "console/job.html"
-    return render(request, template, {"job": obj})
+    if not request.htmx:
+        return render(request, "console/job.html", {"job": obj})
+    response = render(request, "console/jobs.html#job-card", {"job": obj})
+    if obj.finished:
+        # The last poll: panels that depend on the job (the import batches) refresh themselves.
+        trigger_client_event(response, "jobFinished", {"id": obj.pk, "kind": obj.kind})
+    return response

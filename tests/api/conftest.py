@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from memory.auth import issue_token
+from memory.auth import clear_token_cache, issue_token
 
 T0 = 1_700_000_000_000  # a fixed "now" (epoch ms) for deterministic calls
 
@@ -16,6 +16,9 @@ T0 = 1_700_000_000_000  # a fixed "now" (epoch ms) for deterministic calls
 def _no_task_enqueueing(settings):
     settings.MEMORY_ENQUEUE_TASKS = False
     settings.MESSAGE_MAX_CHARS = 20000
+    clear_token_cache()
+    yield
+    clear_token_cache()
 
 
 @pytest.fixture

@@ -51,6 +51,8 @@ def test_create_api_token_prints_token_once_and_stores_only_hash(db):
 
 
 def test_last_used_at_written_at_most_once_a_minute(api, token):
+    from memory.auth import clear_token_cache
+
     row = ApiToken.objects.get(token_hash=hash_token(token))
     assert row.last_used_at is None
     api.get("persons/999/facts")
@@ -60,6 +62,7 @@ def test_last_used_at_written_at_most_once_a_minute(api, token):
     assert ApiToken.objects.get(pk=row.pk).last_used_at == first
     old = timezone.now() - timedelta(minutes=2)
     ApiToken.objects.filter(pk=row.pk).update(last_used_at=old)
+    clear_token_cache()  # a queryset update sends no signal; the cache would hide it for 10 s
     api.get("persons/999/facts")
     assert ApiToken.objects.get(pk=row.pk).last_used_at > old
 
@@ -137,3 +140,9 @@ def test_unknown_route_is_404_json(api):
 def test_person_ref_blank_external_id_is_422(api):
     r = api.post("messages", {"stream": stream(), "sender": person(ext="  "), "role": "user", "content": "x"})
     assert r.status_code == 422 and "body.sender.external_id" in r.json()["detail"]
+
+
+def test_deleted_token_is_refused_at_once_in_this_process(api, token):
+    assert api.get("persons/999/facts").status_code == 404  # cached as valid
+    ApiToken.objects.filter(token_hash=hash_token(token)).get().delete()
+    assert api.get("persons/999/facts").status_code == 401

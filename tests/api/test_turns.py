@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.models import Fact, Message, PipelineEvent, Turn
+from memory.models import Fact, Message, Person, PipelineEvent, Stream, Turn
 
 from .conftest import T0, person, stream
 
@@ -102,6 +102,13 @@ def test_watermark_fixes_snapshot(api, seeded):
 def test_watermark_unknown_is_404(api, seeded):
     r = turn(api, "早上", watermark_message_id=99999)
     assert r.status_code == 404 and "99999" in r.json()["detail"]
+    # a message of another stream is not a watermark here, and the new stream is not created
+    other = Message.objects.first().pk
+    streams, persons = Stream.objects.count(), Person.objects.count()
+    r = api.post("turns", {"stream": stream(ext="new"), "speaker": person(ext="new"), "text": "x",
+                           "watermark_message_id": other})
+    assert r.status_code == 404
+    assert (Stream.objects.count(), Person.objects.count()) == (streams, persons)
     assert not Turn.objects.exists()
 
 

@@ -28,7 +28,6 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand
-from django.db.models import Q
 from django.test.utils import override_settings
 from django.utils import timezone
 

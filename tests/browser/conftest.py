@@ -1,0 +1,94 @@
+"""Playwright against pytest-django's live server, with the system Chromium.
+
+Playwright's sync API keeps an event loop running in the test thread, which makes
+Django refuse ORM calls there ("async unsafe"); the tests only touch the ORM
+between browser steps, so the guard is lifted for this folder.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.console.conftest import _console_settings, frozen_now, memory_set  # noqa: F401  (shared fixtures)
+
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/browser/" in str(item.fspath):
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    if executable is None:
+        pytest.skip("the system Chromium is not installed (apt-get install chromium fonts-wqy-microhei)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def users(transactional_db):
+    """The three role users and a superuser, as ``seed_demo`` creates them."""
+    from django.contrib.auth.models import User
+
+    from memory.management.commands.ensure_roles import ensure_roles
+
+    groups = ensure_roles()
+    for name in ("operator", "reviewer", "staff"):
+        user = User.objects.create_user(name, password=f"{name}-password")
+        user.groups.add(groups[name])
+    User.objects.create_superuser("demo", "demo@example.com", "demo-password")
+
+
+@pytest.fixture
+def login(browser, live_server, users):
+    """``login('operator')`` → a logged-in page (Chinese locale) of a fresh browser context."""
+    contexts = []
+    errors: list[str] = []
+
+    def make(username: str, *, javascript: bool = True):
+        context = browser.new_context(locale="zh-CN", viewport={"width": 1400, "height": 900},
+                                      java_script_enabled=javascript)
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(10_000)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("dialog", lambda dialog: dialog.accept())  # hx-confirm dialogs
+        page.goto(f"{live_server.url}/accounts/login/")
+        page.fill("input[name=username]", username)
+        page.fill("input[name=password]", "demo-password" if username == "demo" else f"{username}-password")
+        page.click("form button.primary")
+        page.wait_for_url(f"{live_server.url}/")
+        return page
+
+    make.errors = errors
+    yield make
+    for context in contexts:
+        context.close()
+    assert not errors, errors
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)

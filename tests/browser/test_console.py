@@ -1,0 +1,147 @@
+"""The console in a real browser: roles, curation with undo, conflicts, spreading, jobs.
+
+Screenshots of the main pages land in ``test-artifacts/`` (ignored by git).
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from tests.browser.conftest import shot
+
+pytestmark = pytest.mark.browser
+
+NAV = {
+    "operator": {"总览", "事实", "冲突组"},
+    "reviewer": {"总览", "事实", "操作流水"},
+    "staff": {"总览", "导入中心", "联想网络", "召回演练", "检索调优"},
+    "demo": {"总览", "事实", "冲突组", "操作流水", "导入中心", "联想网络", "召回演练", "检索调优", "管理后台"},
+}
+HIDDEN = {"operator": {"操作流水", "联想网络"}, "reviewer": {"导入中心", "召回演练"}, "staff": {"操作流水"}, "demo": set()}
+
+
+def test_each_role_logs_in_and_sees_its_part_of_the_console(login, live_server, memory_set, frozen_now):
+    for username in ("operator", "reviewer", "staff", "demo"):
+        page = login(username)
+        links = set(page.locator("header nav a").all_inner_texts())
+        assert NAV[username] <= links, (username, links)
+        assert not (HIDDEN[username] & links), (username, links)
+        forbidden = page.goto(f"{live_server.url}{reverse('console:graph')}")
+        assert forbidden.status == (200 if username in ("staff", "demo") else 403)
+
+
+def _decay_fields(page) -> dict[str, str]:
+    return {name: page.inner_text(f'[data-field="{name}"]') for name in ("strength", "half_life", "updated_at", "due_at")}
+
+
+def test_pin_shows_a_chip_and_a_reviewer_undoes_it(login, live_server, memory_set, frozen_now):
+    fact_id = memory_set["facts"][2]
+    operator = login("operator")
+    operator.goto(f"{live_server.url}{reverse('console:fact', args=[fact_id])}")
+    before = _decay_fields(operator)
+
+    operator.goto(f"{live_server.url}{reverse('console:facts')}")
+    row = operator.locator(f"#fact-row-{fact_id}")
+    assert row.locator(".chip.pinned").count() == 0
+    row.locator('button[data-action="pin"]').click()  # hx-confirm → accepted → htmx swaps the row
+    operator.wait_for_selector(f"#fact-row-{fact_id} .chip.pinned")
+    assert "已完成" in operator.inner_text("#messages")
+    assert operator.url.endswith(reverse("console:facts"))  # no full navigation: htmx swapped the row
+    shot(operator, "facts-after-pin")
+
+    reviewer = login("reviewer")
+    reviewer.goto(f"{live_server.url}{reverse('curation:operations')}")
+    reviewer.locator("button[data-undo]").first.click()
+    reviewer.wait_for_selector("#operations-table .chip.undone")
+    assert reviewer.locator("#operations-table .chip.undo").count() == 1
+    shot(reviewer, "operations-after-undo")
+
+    operator.goto(f"{live_server.url}{reverse('console:fact', args=[fact_id])}")
+    assert operator.locator("#fact-summary .chip.pinned").count() == 0
+    assert _decay_fields(operator) == before
+
+
+def test_an_operator_resolves_a_conflict(login, live_server, memory_set, frozen_now):
+    from memory.models import Fact
+
+    f1, f2 = memory_set["facts"][:2]
+    page = login("operator")
+    page.goto(f"{live_server.url}{reverse('curation:conflicts')}")
+    assert page.locator(".conflict-group").count() == 1
+    shot(page, "conflicts")
+    page.click(f'button[data-keep="{f2}"]')
+    page.wait_for_selector("text=没有待裁决的冲突组")
+    assert "已保留" in page.inner_text("#messages")
+    assert Fact.objects.get(pk=f1).superseded_by_id == f1
+
+
+def test_a_spreading_preview_draws_the_graph(login, live_server, memory_set, frozen_now):
+    page = login("staff")
+    page.goto(f"{live_server.url}{reverse('console:graph')}")
+    assert page.locator("svg.graph circle.node").count() >= 4
+    page.fill('#spread-panel input[name="q"]', "猫")
+    page.click("#spread-panel button.primary")
+    page.wait_for_selector("#spread-result")
+    assert page.locator("svg.graph .ring-seed").count() >= 1
+    assert "顺带想起来的" in page.inner_text("#spread-result")
+    assert re.search(r"PPR 用时 [\d.]+ ms", page.inner_text("#spread-result"))
+    page.locator(f'svg.graph a[data-node="fact:{memory_set["facts"][2]}"]').click()
+    page.wait_for_selector("#node-panel >> text=从这里扩散")
+    shot(page, "graph-spreading")
+
+
+def test_an_import_job_progress_bar_completes(login, live_server, memory_set, frozen_now):
+    from memory import pipeline
+    from memory.models import Job
+
+    page = login("staff")
+    page.goto(f"{live_server.url}{reverse('console:imports')}")
+    page.fill('textarea[name="text"]', "柯基原本是牧牛犬。\n\n柴犬原产于日本。\n\n龙井茶是一种绿茶。")
+    page.fill('input[name="origin_name"]', "小知识")
+    page.click("form[enctype] button.primary")
+    job = Job.objects.get(kind="import")
+    card = page.locator(f"#job-{job.pk}")
+    assert card.get_attribute("hx-trigger") == "every 2s"
+    pipeline.run_import(job_id=job.pk, embed=False)  # what the worker does
+    page.wait_for_selector(f'#job-{job.pk}[data-status="done"]', timeout=8_000)
+    assert page.locator(f"#job-{job.pk} .progress").get_attribute("aria-valuenow") == "100"
+    assert page.locator(f"#job-{job.pk}").get_attribute("hx-trigger") is None  # polling stopped
+    page.wait_for_selector("#import-batches .chip.active")  # the batch list refreshed on jobFinished
+    shot(page, "imports-job-done")
+
+
+def test_curation_works_without_javascript(login, live_server, memory_set, frozen_now):
+    from memory.models import Fact
+
+    fact_id = memory_set["facts"][2]
+    page = login("operator", javascript=False)
+    page.goto(f"{live_server.url}{reverse('console:facts')}")
+    page.locator(f'#fact-row-{fact_id} button[data-action="invalidate"]').click()
+    page.wait_for_selector("text=标失效后该事实不再进入召回与提示词")  # the confirmation page
+    page.click("form button.primary")
+    page.wait_for_selector(f"#fact-row-{fact_id} .chip.invalid")
+    assert Fact.objects.get(pk=fact_id).manually_invalidated
+
+
+def test_screenshots_of_the_main_pages(login, live_server, memory_set, frozen_now):
+    page = login("demo")
+    pages = {
+        "dashboard": reverse("console:dashboard"),
+        "streams": reverse("console:streams"),
+        "stream": reverse("console:stream", args=[memory_set["direct"].pk]) + "?q=过敏",
+        "episodes": reverse("console:episodes"),
+        "facts-search": reverse("console:facts") + "?q=住在哪里",
+        "fact-detail": reverse("console:fact", args=[memory_set["facts"][0]]),
+        "knowledge": reverse("console:knowledge"),
+        "playground": reverse("console:playground")
+        + f"?stream={memory_set['direct'].pk}&speaker={memory_set['alice'].pk}&text=你住在哪里",
+        "jobs": reverse("console:jobs"),
+    }
+    for name, path in pages.items():
+        response = page.goto(f"{live_server.url}{path}")
+        assert response.status == 200, name
+        shot(page, name)
+    page.goto(f"{live_server.url}{reverse('console:dashboard')}")
+    page.wait_for_selector("#worker-health")  # loaded by htmx after the page

@@ -1,0 +1,121 @@
+"""Association graph, spreading preview and the recall playground (read-only)."""
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from memory import services
+from memory.models import Fact, MemoryEdge, PipelineEvent, Turn
+from tests.console.conftest import HOUR, NOW
+
+pytestmark = pytest.mark.django_db
+
+
+def test_frozen_edges_are_hidden_unless_asked(staff, memory_set, frozen_now):
+    MemoryEdge.objects.filter(pk=MemoryEdge.objects.order_by("id").first().pk).update(active=False)
+    default = staff.get(reverse("console:graph"))
+    assert default.context["graph"].stats["frozen_edges"] == 1
+    assert 'stroke-dasharray="5 4" class="frozen"' not in default.content.decode()
+    shown = staff.get(reverse("console:graph"), {"include_frozen": "on"})
+    assert 'stroke-dasharray="5 4" class="frozen"' in shown.content.decode()
+    assert len(shown.context["graph"].edges) == len(default.context["graph"].edges) + 1
+
+
+def test_frozen_fact_node_is_drawn_frozen_and_its_panel_says_so(staff, memory_set, frozen_now):
+    frozen = memory_set["facts"][3]
+    services.link_together(refs=[("fact", frozen), ("fact", memory_set["facts"][4])], at=NOW - HOUR)
+    html = staff.get(reverse("console:graph")).content.decode()
+    assert "node fact frozen" in html
+    panel = staff.get(reverse("console:graph"), {"node": f"fact:{frozen}"}).content.decode()
+    assert "这条事实已冻结" in panel and "已被删除" not in panel
+
+
+def test_densest_nodes_only_when_large(staff, memory_set, frozen_now):
+    for i in range(12):
+        fid = services.add_fact(person_id=memory_set["bob"].pk, content=f"阿杰收藏第{'一二三四五六七八九十甲乙'[i]}号藏品",
+                                kind="事件", at=NOW).fact_id
+        services.link_together(refs=[("fact", fid), ("fact", memory_set["facts"][4])], at=NOW)
+    response = staff.get(reverse("console:graph"), {"max_nodes": 10})
+    graph = response.context["graph"]
+    assert graph.stats["truncated"] and len(graph.nodes) == 10
+    assert "只显示连边最多的 10 个节点" in response.content.decode()
+
+
+def test_spreading_preview_from_a_node_lists_seeds_and_hits_apart(staff, memory_set, frozen_now):
+    f3 = memory_set["facts"][2]
+    response = staff.get(reverse("console:graph"), {"node": f"fact:{f3}", "kind": "fact", "ref": f3, "hops": 2})
+    html = response.content.decode()
+    preview = response.context["preview"]
+    assert [s.ref_id for s in preview.seeds] == [f3]
+    hit_keys = {h.key for h in preview.hits}
+    assert f"knowledge:{memory_set['knowledge'][0]}" in hit_keys and f"fact:{f3}" not in hit_keys
+    assert "起点" in html and "顺带想起来的" in html and "PPR 用时" in html and "跳 ·" in html
+    assert 'class="ring-seed"' in html or "ring-seed" in html
+    assert not PipelineEvent.objects.filter(kind="memory_spread").exists()  # a preview is not a recall
+
+
+def test_node_selection_survives_a_spreading_preview(staff, memory_set, frozen_now):
+    f3 = memory_set["facts"][2]
+    response = staff.get(reverse("console:graph"), {"q": "猫", "hops": 2, "limit": 8, "node": f"fact:{f3}"})
+    assert response.context["selected"]["node"].ref_id == f3 and response.context["preview"] is not None
+
+
+def test_spreading_preview_from_a_free_query_and_controls(staff, memory_set, frozen_now):
+    response = staff.get(reverse("console:graph"), {"q": "猫", "hops": 1, "alpha": 0.5})
+    preview = response.context["preview"]
+    assert preview.hops == 1 and preview.alpha == 0.5
+    assert {s.kind for s in preview.seeds} >= {"fact"}
+    bad = staff.get(reverse("console:graph"), {"q": "", "hops": 9})
+    assert bad.context["preview"] is None and "errorlist" in bad.content.decode()
+
+
+def test_spreading_preview_shows_the_fallback(staff, memory_set, frozen_now, monkeypatch):
+    from memory import selectors
+
+    def timed_out(**kwargs):
+        return selectors.Spreading(seeds=[], hits=[], fell_back=True, timed_out_graph="memory", elapsed_ms=101.0,
+                                   hops=2, alpha=0.85)
+
+    monkeypatch.setattr("memory.console.selectors.spread", timed_out)
+    html = staff.get(reverse("console:graph"), {"q": "猫"}).content.decode()
+    assert "PPR 超时（memory），已回退到固定跳数扩散" in html and "101.0 ms" in html
+
+
+def test_playground_shows_the_turn_without_writing_anything(staff, memory_set, frozen_now):
+    alice, direct = memory_set["alice"], memory_set["direct"]
+    facts_before = list(Fact.objects.order_by("id").values_list("strength", "updated_at", "active", "hit_count"))
+    events_before = PipelineEvent.objects.count()
+    response = staff.get(reverse("console:playground"), {"stream": direct.pk, "speaker": alice.pk, "text": "你住在哪里"})
+    html = response.content.decode()
+    assert "小林住在杭州" in html and "小林住在上海" in html
+    for term in ("BM25", "相关度", "留存权重", "得分", "进入提示词"):
+        assert term in html
+    assert Turn.objects.count() == 0
+    assert PipelineEvent.objects.count() == events_before
+    assert list(Fact.objects.order_by("id").values_list("strength", "updated_at", "active", "hit_count")) == facts_before
+
+
+def test_playground_counts_visibility_blocks_in_a_group(staff, memory_set, frozen_now):
+    bob, group = memory_set["bob"], memory_set["group"]
+    services.append_message(stream_id=group.pk, role="user", content="小林也在", sender_person_id=memory_set["alice"].pk,
+                            at=NOW - HOUR)
+    response = staff.get(reverse("console:playground"), {"stream": group.pk, "speaker": bob.pk, "text": "小林住在哪里"})
+    result = response.context["result"]
+    assert result["ctx"].blocked >= 1  # 小林's direct facts stay out of the group
+    assert all(row["fact"].origin_kind != "direct" for row in result["pool"])
+
+
+def test_playground_shows_conflict_completion(staff, memory_set, frozen_now):
+    alice, direct = memory_set["alice"], memory_set["direct"]
+    response = staff.get(reverse("console:playground"), {"stream": direct.pk, "speaker": alice.pk, "text": "杭州"})
+    html = response.content.decode()
+    assert "冲突补全" in html and "小林住在上海" in html  # the other member of the 住址 group
+    assert response.context["result"]["completed"]
+
+
+def test_playground_htmx_returns_the_result_fragment(staff, memory_set, frozen_now):
+    response = staff.get(reverse("console:playground"),
+                         {"stream": memory_set["direct"].pk, "speaker": memory_set["alice"].pk, "text": "猫"},
+                         headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="playground-result">') and "小林喜欢猫" in html
