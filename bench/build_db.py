@@ -161,7 +161,7 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512) -> dict[
         for s in range(n_streams):
             stream_id = s + 2
             members = [rng.randrange(n_persons) + 2 for _ in range(6)]
-            archived = int(per_stream * 0.8) // 8 * 8
+            archived = min(per_stream, (n_episodes // n_streams) * 8)  # episodes of 8 messages
             for j in range(per_stream):
                 mid += 1
                 at = now - (per_stream - j) * 60_000

@@ -244,8 +244,10 @@ def ppr_side_by_side(n: int) -> dict:
         for a, nbrs in adjacency.items():
             for b, w in nbrs.items():
                 graph.add_edge(a, b, weight=w)
-        ours = timed(lambda: personalized_pagerank(adjacency, seeds, timeout_seconds=60.0), max(3, n // 10))
-        theirs = timed(lambda: nx.pagerank(graph, alpha=0.85, personalization=seeds, tol=1e-9, max_iter=100), max(3, n // 10))
+        ours = timed(lambda a=adjacency, s=seeds: personalized_pagerank(a, s, timeout_seconds=60.0), max(3, n // 10))
+        theirs = timed(
+            lambda g=graph, s=seeds: nx.pagerank(g, alpha=0.85, personalization=s, tol=1e-9, max_iter=100), max(3, n // 10)
+        )
         r1 = personalized_pagerank(adjacency, seeds, timeout_seconds=60.0)
         r2 = nx.pagerank(graph, alpha=0.85, personalization=seeds, tol=1e-9, max_iter=100)
         top1 = sorted(r1, key=lambda k: -r1[k])[:10]
