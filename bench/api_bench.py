@@ -177,6 +177,22 @@ class Server:
             time.sleep(0.2)
         raise RuntimeError("gunicorn did not become ready")
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the master and its workers so far (Linux /proc)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            pid, ppid = int(entry.name), int(fields[1])
+            if pid == self.proc.pid or ppid == self.proc.pid:
+                total += (int(fields[11]) + int(fields[12])) / tick
+        return total
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)  # our own session: the master and its workers
@@ -190,9 +206,10 @@ class Server:
 # --- HTTP workload ---------------------------------------------------------------------------
 
 
-def http_ingest(base: str, token: str, streams, persons, n: int, threads: int, now: int, run: str) -> dict:
+def http_ingest(server: Server, token: str, streams, persons, n: int, threads: int, now: int, run: str) -> dict:
     import httpx
 
+    base = server.base
     headers = {"Authorization": f"Bearer {token}"}
     latencies: list[float] = []
     errors: list[str] = []
@@ -225,14 +242,19 @@ def http_ingest(base: str, token: str, streams, persons, n: int, threads: int, n
             client.post("/api/v1/messages", json={"stream": {"platform": "bench", "kind": kind, "external_id": ext},
                                                   "role": "assistant", "content": "warm-up", "at": now})
     pool = [threading.Thread(target=work, args=(i, c)) for i, c in enumerate(per)]
+    server_cpu0, client_cpu0 = server.cpu_seconds(), time.process_time()
     t0 = time.perf_counter()
     for th in pool:
         th.start()
     for th in pool:
         th.join()
     wall = time.perf_counter() - t0
+    server_cpu, client_cpu = server.cpu_seconds() - server_cpu0, time.process_time() - client_cpu0
     return {"requests": n, "threads": threads, "seconds": round(wall, 3), "requests_per_s": round(n / wall, 1),
-            "latency": stats(latencies), "errors": len(errors), "first_errors": errors[:3]}
+            "latency": stats(latencies), "errors": len(errors), "first_errors": errors[:3],
+            "server_cpu_ms_per_request": round(server_cpu / n * 1000, 3),
+            "client_cpu_ms_per_request": round(client_cpu / n * 1000, 3),
+            "server_cpu_bound_requests_per_s_per_core": round(n / server_cpu, 1) if server_cpu else None}
 
 
 def turn_inputs(streams, persons, n: int, now: int) -> list[dict]:
@@ -390,7 +412,7 @@ def main(argv: list[str] | None = None) -> dict:
         server = Server(db, workers=args.workers)
         try:
             server.wait_ready()
-            ingest = http_ingest(server.base, token, streams, persons, args.messages, args.threads, now, "http")
+            ingest = http_ingest(server, token, streams, persons, args.messages, args.threads, now, "http")
             turns = http_turns(server.base, token, inputs, warmup)
         finally:
             server.stop()
@@ -448,6 +470,9 @@ def print_table(r: dict) -> None:
         h, d = r[key]["http"], r[key]["direct"]
         print(f"{label:<30}{h['median_ms']:>13.2f} / {h['p95_ms']:<12.2f}{d['median_ms']:>9.2f} / {d['p95_ms']:<10.2f}"
               f"{r[key]['ratio_median']:>6.2f}")
+    print(f"POST /messages CPU per request: server {i['http']['server_cpu_ms_per_request']} ms "
+          f"(≈ {i['http']['server_cpu_bound_requests_per_s_per_core']} req/s per free core), "
+          f"client {i['http']['client_cpu_ms_per_request']} ms; direct {i['direct']['median_ms']} ms")
     print(f"targets met: {r['targets_met']}  (turns p95 ≤ 30 ms, ingest ≥ 300 req/s)")
     if r["errors"]["ingest"] or r["errors"]["turns"]:
         print("errors:", r["errors"])

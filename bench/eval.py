@@ -167,13 +167,14 @@ def notes(results: dict) -> str:
             "事件 fact (half-life 21 days) and the questions come after the last session, months later, so "
             "`blend_score` multiplies an old fact's relevance by as little as 0.35 while a fact from the last "
             "weeks keeps ~1. A chatbot turn wants that recency prior; LoCoMo asks about the whole history "
-            f"uniformly and punishes it. With the forgetting weight switched off (diagnostic rows) the same pools "
+            "uniformly and punishes it. The lexical relevance `r/(1+r)` of bm25 saturates for long English "
+            "questions, which likely leaves the retention factor to decide most of the order. "
+            f"With the forgetting weight switched off (diagnostic rows) the same pools "
             f"give lexical {lex_nf:.3f} and lexical + dense {nf:.3f} at R@5.",
             f"- **LoCoMo, English duplicates.** {lo.get('observations', '?')} observations became {lo['facts']} fact "
             "rows. `add_fact` merges a new fact into a \"similar\" one (character-set Jaccard ≥ 0.85 and CJK-bigram "
             "Jaccard ≥ 0.55); for English the character sets of two sentences are nearly the whole alphabet and "
-            "two empty bigram sets count as identical, so unrelated English facts are merged when the row "
-            "count is far below the observation count. A merged row keeps its first text, collects every "
+            "two empty bigram sets count as identical, so unrelated English facts are merged. A merged row keeps its first text, collects every "
             "merged observation's evidence and is reinforced (fresh `updated_at`) at each merge, which adds to "
             "the recency skew above. The evaluation reports it as it is; the write path needs a fix.",
             f"- **Raw turns beat facts.** Plain FTS5 over the raw turns reaches R@5 {raw:.3f}: the observations "

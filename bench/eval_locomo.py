@@ -16,6 +16,7 @@ turns their own id, episodes their session.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sqlite3
 import time
@@ -191,6 +192,7 @@ class Bm25Units:
     def __init__(self, texts: Sequence[str]):
         import bm25s
 
+        logging.getLogger("bm25s").setLevel(logging.WARNING)  # it sets itself to DEBUG on import
         self.tokens = [fts_tokens(t) for t in texts]
         self.model = bm25s.BM25()
         self.model.index([t or [""] for t in self.tokens], show_progress=False)

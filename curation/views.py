@@ -154,8 +154,10 @@ def conflicts(request: HttpRequest) -> HttpResponse:
     person_id = request.GET.get("person")
     person_id = int(person_id) if person_id and person_id.isdigit() else None
     groups = selectors.conflict_groups(person_id=person_id, now=memory_services.now_ms())
+    page = Paginator(groups, 10).get_page(request.GET.get("page"))
     context = {
-        "groups": groups,
+        "groups": page.object_list,
+        "page": page,
         "persons": Person.objects.order_by("id"),
         "person_id": person_id,
         "next_url": request.get_full_path(),

@@ -4,6 +4,12 @@ Two texts describe the same fact when their normalised forms are equal, or when 
 Jaccard index of their character sets is at least ``CHAR_THRESHOLD`` **and** the Jaccard
 index of their CJK bigram sets is at least ``BIGRAM_THRESHOLD`` (the bigram check
 rejects reorderings that flip the meaning, e.g. 玩家喜欢猫 / 猫喜欢玩家).
+
+Beyond the reference: the second set also holds the non-CJK *words* of each text
+(runs of letters and digits). The reference uses CJK bigrams only, so two English
+sentences — whose letter sets always overlap above 0.85 and whose (empty) bigram
+sets count as identical — were merged into one fact. Pure Chinese text has no
+such words, so its behaviour is exactly the reference's.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ BIGRAM_THRESHOLD: float = 0.55
 
 # Anything that is neither a word character nor CJK: punctuation, spaces, symbols.
 _DROP_RE = re.compile("[^\\w\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+# A run of word characters that are not CJK: an English word, a number, a code.
+_WORD_RE = re.compile("[^\\W\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 
 
 def exact_key(text: str) -> str:
@@ -32,12 +40,17 @@ def _jaccard(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a | b)
 
 
+def _units(text: str, normalised: str) -> set[str]:
+    """CJK bigrams of the normalised text plus the non-CJK words of the text."""
+    return set(bigrams(normalised)) | set(_WORD_RE.findall((text or "").lower()))
+
+
 def similarity(a: str, b: str) -> dict[str, float]:
     """Both Jaccard indices of the normalised texts: ``{'char': ..., 'bigram': ...}``."""
     na, nb = exact_key(a), exact_key(b)
     return {
         "char": _jaccard(set(na), set(nb)),
-        "bigram": _jaccard(set(bigrams(na)), set(bigrams(nb))),
+        "bigram": _jaccard(_units(a, na), _units(b, nb)),
     }
 
 
@@ -48,4 +61,4 @@ def is_same_fact(a: str, b: str) -> bool:
         return True
     if _jaccard(set(na), set(nb)) < CHAR_THRESHOLD:
         return False
-    return _jaccard(set(bigrams(na)), set(bigrams(nb))) >= BIGRAM_THRESHOLD
+    return _jaccard(_units(a, na), _units(b, nb)) >= BIGRAM_THRESHOLD

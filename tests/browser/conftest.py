@@ -2,7 +2,8 @@
 
 Playwright's sync API keeps an event loop running in the test thread, which makes
 Django refuse ORM calls there ("async unsafe"); the tests only touch the ORM
-between browser steps, so the guard is lifted for this folder.
+between browser steps, so the guard is lifted while the browser is up (one
+browser per test module, the variable restored afterwards).
 """
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ from pathlib import Path
 import pytest
 
 from tests.console.conftest import _console_settings, frozen_now, memory_set  # noqa: F401  (shared fixtures)
-
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM_ARGS = [
@@ -34,17 +33,25 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.browser)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
     executable = shutil.which("chromium") or shutil.which("chromium-browser")
     if executable is None:
         pytest.skip("the system Chromium is not installed (apt-get install chromium fonts-wqy-microhei)")
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield instance
-        instance.close()
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as p:
+            instance = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+            yield instance
+            instance.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 @pytest.fixture

@@ -110,3 +110,8 @@ def test_admin_lists_every_model_read_only(admin_client_, memory_set):
     fact_id = memory_set["facts"][0]
     change = admin_client_.get(f"/admin/memory/fact/{fact_id}/change/")
     assert change.status_code == 200 and b'type="submit" value="Save"' not in change.content
+
+
+def test_forbidden_pages_explain_the_roles(make_client):
+    response = make_client("operator").get(reverse("console:graph"))
+    assert response.status_code == 403 and "没有权限" in response.content.decode() and "staff" in response.content.decode()

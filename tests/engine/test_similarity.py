@@ -39,3 +39,14 @@ def test_equal_normalised_and_empty() -> None:
     assert is_same_fact("玩家喜欢猫！", "玩家喜欢猫")
     assert is_same_fact("", "！")
     assert similarity("", "") == {"char": 1.0, "bigram": 1.0}
+
+
+def test_english_sentences_compare_by_words_not_letters():
+    """Letter sets of any two English sentences overlap; the word set decides."""
+    assert not is_same_fact("Caroline went to a LGBTQ support group", "Melanie painted a sunset with her kids")
+    assert is_same_fact("Caroline went to the support group yesterday", "Caroline went to a support group yesterday")
+    assert is_same_fact("Caroline went to a support group.", "caroline went to a support group")
+
+
+def test_latin_words_inside_chinese_are_compared_too():
+    assert not is_same_fact("他喜欢写Rust代码", "他喜欢写Go代码")
