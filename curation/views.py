@@ -29,6 +29,7 @@ from curation.models import FactOperation
 from memory import selectors
 from memory import services as memory_services
 from memory.forms import OperationFilterForm, ReplaceForm
+from memory.views import wants_fragment
 from memory.models import Fact, Person
 
 CURATE = "curation.curate_fact"
@@ -162,7 +163,7 @@ def conflicts(request: HttpRequest) -> HttpResponse:
         "person_id": person_id,
         "next_url": request.get_full_path(),
     }
-    template = "curation/conflicts.html#conflict-groups" if request.htmx else "curation/conflicts.html"
+    template = "curation/conflicts.html#conflict-groups" if wants_fragment(request) else "curation/conflicts.html"
     return render(request, template, context)
 
 
@@ -216,7 +217,7 @@ def operations(request: HttpRequest) -> HttpResponse:
     page = Paginator(rows.defer("fact__embedding", "fact__embedding_q8", "related_fact__embedding",
                                 "related_fact__embedding_q8"), 50).get_page(request.GET.get("page"))
     context = {"form": form, "page": page, "next_url": request.get_full_path()}
-    template = "curation/operations.html#operations-table" if request.htmx else "curation/operations.html"
+    template = "curation/operations.html#operations-table" if wants_fragment(request) else "curation/operations.html"
     return render(request, template, context)
 
 

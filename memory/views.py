@@ -55,8 +55,15 @@ DASHBOARD_EVENTS = [
 ]
 
 
+def wants_fragment(request: HttpRequest) -> bool:
+    """An htmx request that swaps a region; a history restore (back button after a
+    cache miss) needs the whole page."""
+    htmx = getattr(request, "htmx", None)
+    return bool(htmx) and not htmx.history_restore_request
+
+
 def _partial(request: HttpRequest, template_name: str, partial: str) -> str:
-    return f"{template_name}#{partial}" if getattr(request, "htmx", False) else template_name
+    return f"{template_name}#{partial}" if wants_fragment(request) else template_name
 
 
 # --- dashboard -------------------------------------------------------------------
@@ -86,7 +93,7 @@ def worker_health(request: HttpRequest) -> HttpResponse:
     if health is None:
         health = console.ping_workers()
         cache.set("console:worker-health", health, 15)
-    template = "console/dashboard.html#worker-health" if request.htmx else "console/worker_health.html"
+    template = "console/dashboard.html#worker-health" if wants_fragment(request) else "console/worker_health.html"
     return render(request, template, {"health": health})
 
 
@@ -110,7 +117,7 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
     hits = None
     if form.is_valid() and form.cleaned_data["q"]:
         hits = console.attach_senders(console.inspect_messages(stream_id=obj.pk, query=form.cleaned_data["q"]))
-        if request.htmx:
+        if wants_fragment(request):
             return render(request, "console/stream.html#message-hits", {"hits": hits, "form": form, "stream": obj})
     batches = Paginator(
         Episode.objects.filter(stream=obj)
@@ -318,7 +325,7 @@ def job(request: HttpRequest, pk: int) -> HttpResponse:
     obj = get_object_or_404(Job, pk=pk)
     # A running card polls itself (hx-trigger "every 2s"); the finished card is
     # rendered without the trigger, so swapping it in stops the polling.
-    if not request.htmx:
+    if not wants_fragment(request):
         return render(request, "console/job.html", {"job": obj})
     response = render(request, "console/jobs.html#job-card", {"job": obj})
     if obj.finished:

@@ -259,3 +259,9 @@ def test_jobs_page(staff, django_assert_num_queries):
     with django_assert_num_queries(AUTH + 1):
         response = staff.get(reverse("console:jobs"))
     assert response.content.decode().count('hx-trigger="every 2s"') == 1
+
+
+def test_a_history_restore_gets_the_whole_page(operator, memory_set):
+    headers = {"HX-Request": "true", "HX-History-Restore-Request": "true"}
+    assert "<html" in operator.get(reverse("console:facts"), headers=headers).content.decode()
+    assert "<html" not in operator.get(reverse("console:facts"), headers={"HX-Request": "true"}).content.decode()
