@@ -121,23 +121,22 @@ def complete_conflicts(facts: Sequence[ScopedFact], *, now: int) -> list[PromptF
     Conflicting values are always shown side by side: the model must never see
     only one side and take it as settled.
     """
-    by_person: dict[int, list[int]] = {}
-    for f in facts:
-        by_person.setdefault(f.person_id, []).append(f.id)
-    groups: dict[int, tuple[str, list[tuple[int, str]]]] = {}
-    for person_id, ids in by_person.items():
-        groups.update(selectors.slot_conflicts(person_id=person_id, fact_ids=ids))
-    out = [PromptFact(f, conflict_slot=groups[f.id][0] if f.id in groups else "") for f in facts]
+    groups = selectors.conflict_members((f.person_id, f.slot) for f in facts if f.active)
+    out = [
+        PromptFact(f, conflict_slot=f.slot if (f.person_id, f.slot) in groups else "") for f in facts
+    ]
     present = {f.id for f in facts}
     # Groups are per (person, slot): two persons may both have a 居住地 conflict.
-    missing = [m for _slot, members in groups.values() for m, _c in members]
-    missing = [m for m in dict.fromkeys(missing) if m not in present]
+    missing = [m for members in groups.values() for m, _c in members if m not in present]
     if missing:
-        rows = Fact.objects.in_bulk(missing)
+        from memory.engine import decay
+
+        rows = Fact.objects.only(
+            "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "updated_at",
+            "half_life_hours", "active",
+        ).in_bulk(missing)
         for fid in missing:
             row = rows[fid]
-            from memory.engine import decay
-
             ret = decay.retention(row.strength, row.updated_at, row.half_life_hours, now)
             extra = ScopedFact(
                 id=row.id, person_id=row.person_id, kind=row.kind, content=row.content, slot=row.slot,

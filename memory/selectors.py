@@ -430,6 +430,29 @@ def slot_conflicts(*, person_id: int, fact_ids: Iterable[int]) -> dict[int, tupl
     return out
 
 
+def conflict_members(pairs: Iterable[tuple[int, str]]) -> dict[tuple[int, str], list[tuple[int, str]]]:
+    """Members (id, content) of the slot-conflict groups of the given (person, slot) pairs.
+
+    One query; only groups with two or more active valid members are returned.
+    """
+    wanted = {(p, slot) for p, slot in pairs if slot}
+    if not wanted:
+        return {}
+    clause = " OR ".join(["(person_id = %s AND slot = %s)"] * len(wanted))
+    params = [v for pair in sorted(wanted) for v in pair]
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT id, person_id, slot, content FROM facts WHERE active = 1 AND superseded_by IS NULL"
+            f" AND ({clause}) ORDER BY id",
+            params,
+        )
+        rows = cur.fetchall()
+    groups: dict[tuple[int, str], list[tuple[int, str]]] = defaultdict(list)
+    for fid, pid, slot, content in rows:
+        groups[(pid, slot)].append((fid, content))
+    return {key: members for key, members in groups.items() if len(members) >= 2}
+
+
 @dataclass(frozen=True)
 class ConflictGroup:
     person_id: int
