@@ -1,9 +1,17 @@
 """Playwright against pytest-django's live server, with the system Chromium.
 
-Playwright's sync API keeps an event loop running in the test thread, which makes
-Django refuse ORM calls there ("async unsafe"); the tests only touch the ORM
-between browser steps, so the guard is lifted while the browser is up (one
-browser per test module, the variable restored afterwards).
+Playwright's sync API keeps an event loop running in the test thread, which has
+two consequences for Django:
+
+* Django refuses ORM calls in a thread with a running loop ("async unsafe"); the
+  tests only touch the ORM between browser steps, so the guard is lifted while the
+  browser is up (one browser per test module, the variable restored afterwards).
+* ``django.db.connections`` is then context-local instead of thread-local, so the
+  test thread gets a second connection object (same shared-cache in-memory test
+  database) without the ``_test_serialized_contents`` that serialized rollback
+  needs; :func:`_serialized_contents_follow_the_loop` carries it over, otherwise the
+  flush after each test would re-run ``post_migrate`` and break later
+  serialized-rollback tests.
 """
 from __future__ import annotations
 
@@ -33,8 +41,15 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.browser)
 
 
+_SERIALIZED: dict[str, str | None] = {}
+
+
 @pytest.fixture(scope="module")
-def browser():
+def browser(django_db_setup, django_db_blocker):
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        _SERIALIZED["default"] = getattr(connections["default"], "_test_serialized_contents", None)
     executable = shutil.which("chromium") or shutil.which("chromium-browser")
     if executable is None:
         pytest.skip("the system Chromium is not installed (apt-get install chromium fonts-wqy-microhei)")
@@ -52,6 +67,19 @@ def browser():
             os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
         else:
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture(autouse=True)
+def _serialized_contents_follow_the_loop(request):
+    if "browser" not in request.fixturenames and "login" not in request.fixturenames:
+        return
+    request.getfixturevalue("browser")
+    from django.db import connections
+
+    contents = _SERIALIZED.get("default")
+    connection = connections["default"]
+    if contents is not None and not hasattr(connection, "_test_serialized_contents"):
+        connection._test_serialized_contents = contents
 
 
 @pytest.fixture

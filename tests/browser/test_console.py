@@ -11,7 +11,10 @@ from django.urls import reverse
 
 from tests.browser.conftest import shot
 
-pytestmark = pytest.mark.browser
+# serialized_rollback: the live server needs committed data, so every test flushes the
+# database; restoring the migrated rows (content types, the seed person and stream)
+# instead of re-running post_migrate keeps later serialized-rollback tests working.
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 NAV = {
     "operator": {"总览", "事实", "冲突组"},
