@@ -154,10 +154,10 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
 def conflicts(request: HttpRequest) -> HttpResponse:
     person_id = request.GET.get("person")
     person_id = int(person_id) if person_id and person_id.isdigit() else None
-    groups = selectors.conflict_groups(person_id=person_id, now=memory_services.now_ms())
-    page = Paginator(groups, 10).get_page(request.GET.get("page"))
+    page = Paginator(selectors.conflict_group_keys(person_id=person_id), 10).get_page(request.GET.get("page"))
+    groups = selectors.conflict_groups(keys=page.object_list, now=memory_services.now_ms())
     context = {
-        "groups": page.object_list,
+        "groups": groups,
         "page": page,
         "persons": Person.objects.order_by("id"),
         "person_id": person_id,
@@ -173,9 +173,8 @@ def conflicts(request: HttpRequest) -> HttpResponse:
 def keep(request: HttpRequest, pk: int) -> HttpResponse:
     """Keep fact ``pk`` and adjudicate every other member of its conflict group away."""
     fact = get_object_or_404(Fact.objects.select_related("person"), pk=pk)
-    group = next(
-        (g for g in selectors.conflict_groups(person_id=fact.person_id, now=memory_services.now_ms()) if g.slot == fact.slot), None
-    )
+    found = selectors.conflict_groups(keys=[(fact.person_id, fact.slot)], now=memory_services.now_ms())
+    group = found[0] if found else None
     others = [m for m in (group.members if group else []) if m["id"] != pk]
     context = {"fact": fact, "group": group, "others": others, "next": _next_url(request, reverse("curation:conflicts"))}
     if not others:

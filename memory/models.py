@@ -187,6 +187,7 @@ class ImportBatch(models.Model):
     class Meta:
         db_table = "import_batches"
         indexes = [models.Index(fields=["created_at"], name="idx_import_batches_created")]
+        permissions = [("import_knowledge", "Can import knowledge and delete import batches")]
 
     def __str__(self) -> str:
         return f"Import #{self.pk}"
@@ -272,6 +273,7 @@ class MemoryEdge(models.Model):
             models.Index(fields=["active", "source"], name="idx_memory_edges_source"),
             models.Index(fields=["active", "target"], name="idx_memory_edges_target"),
         ]
+        permissions = [("preview_association", "Can view the association graph and preview spreading")]
 
 
 class Meta(models.Model):
@@ -347,6 +349,7 @@ class Turn(models.Model):
     class Meta:
         db_table = "turns"
         indexes = [models.Index(fields=["stream", "at"], name="idx_turns_stream_at")]
+        permissions = [("preview_recall", "Can use the recall playground")]
 
     def __str__(self) -> str:
         return f"Turn #{self.pk}"

@@ -461,18 +461,30 @@ class ConflictGroup:
     members: list[dict[str, Any]]
 
 
-def conflict_groups(*, person_id: int | None = None, now: int) -> list[ConflictGroup]:
-    """Every (person, slot) with two or more active valid members, members by id."""
+def conflict_group_keys(*, person_id: int | None = None) -> list[tuple[int, str]]:
+    """(person, slot) of every group with two or more active valid members, in order."""
     rows = Fact.objects.filter(active=True, superseded_by__isnull=True).exclude(slot="")
     if person_id is not None:
         rows = rows.filter(person_id=person_id)
-    pairs = rows.values("person_id", "slot").annotate(n=Count("id")).filter(n__gte=2)
-    keys = {(p["person_id"], p["slot"]) for p in pairs}
+    pairs = rows.values("person_id", "slot").annotate(n=Count("id")).filter(n__gte=2).order_by("person_id", "slot")
+    return [(p["person_id"], p["slot"]) for p in pairs]
+
+
+def conflict_groups(
+    *, person_id: int | None = None, now: int, keys: Sequence[tuple[int, str]] | None = None
+) -> list[ConflictGroup]:
+    """Every (person, slot) with two or more active valid members, members by id.
+
+    ``keys`` restricts the result to those groups (a console page loads only its own).
+    """
+    keys = set(conflict_group_keys(person_id=person_id) if keys is None else keys)
     if not keys:
         return []
+    rows = Fact.objects.filter(active=True, superseded_by__isnull=True).exclude(slot="")
     members: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
     persons = {pid for pid, _ in keys}
-    for f in rows.filter(person_id__in=persons).order_by("id").select_related("person"):
+    slots = {slot for _, slot in keys}
+    for f in rows.filter(person_id__in=persons, slot__in=slots).order_by("id").defer("embedding", "embedding_q8"):
         if (f.person_id, f.slot) in keys:
             members[(f.person_id, f.slot)].append(
                 {
@@ -482,6 +494,7 @@ def conflict_groups(*, person_id: int | None = None, now: int) -> list[ConflictG
                     "created_at": f.created_at, "source": f.source, "hit_count": f.hit_count,
                 }
             )
+    keys = {k for k in keys if len(members[k]) >= 2}
     names = dict(
         Identity.objects.filter(person_id__in=persons).order_by("display_name").values_list("person_id", "display_name")
     )

@@ -1,9 +1,8 @@
 """Create the console roles (groups) and their permissions; safe to run any number of times.
 
-Three console permissions have no model of their own, so they are attached to the
-content type of the model they concern (``memory.MemoryEdge``, ``memory.Turn``,
-``memory.ImportBatch``) and created here with ``get_or_create`` — a rerun finds
-them and changes nothing. Each group's permissions are *set* (not added), so a
+Three console permissions are declared on the model they concern
+(``memory.MemoryEdge``, ``memory.Turn``, ``memory.ImportBatch`` Meta); they are also
+ensured here with ``get_or_create`` so the command works before post-migrate has run. Each group's permissions are *set* (not added), so a
 rerun also removes anything granted by hand to the group.
 """
 from __future__ import annotations
@@ -15,7 +14,7 @@ from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
 from django.core.management.base import BaseCommand
 
-#: (app_label, model, codename, name) of the permissions no model Meta declares.
+#: (app_label, model, codename, name) of the console permissions (also in the models' Meta).
 CONSOLE_PERMISSIONS: list[tuple[str, str, str, str]] = [
     ("memory", "memoryedge", "preview_association", "Can view the association graph and preview spreading"),
     ("memory", "turn", "preview_recall", "Can use the recall playground"),
