@@ -131,23 +131,12 @@ def fact_candidates(
         return []
     where = ["facts_fts MATCH %s"]
     params: list = [match]
-    valid = "" if include_invalid else " AND superseded_by IS NULL"
     if person_ids is not None:
         if not person_ids:
             return []
-        marks = ",".join(["%s"] * len(person_ids))
-        if _few_rows(person_ids, valid):
-            # Restricting FTS5 to a handful of rowids makes it score only those rows
-            # instead of every matching row of the table (same bm25: global stats).
-            # Each rowid costs a seek of the whole expression, so this only pays
-            # when the persons own few facts in a large table.
-            where.append(f"facts_fts.rowid IN (SELECT id FROM facts WHERE person_id IN ({marks}){valid})")
-        else:
-            where.append(f"f.person_id IN ({marks})")
-            if valid:
-                where.append("f.superseded_by IS NULL")
+        where.append(f"f.person_id IN ({','.join(['%s'] * len(person_ids))})")
         params.extend(person_ids)
-    elif not include_invalid:
+    if not include_invalid:
         where.append("f.superseded_by IS NULL")
     params.append(limit)
     sql = (
@@ -159,23 +148,6 @@ def fact_candidates(
     with connection.cursor() as cur:
         cur.execute(sql, params)
         return cur.fetchall()
-
-
-ROWID_SEEK_MAX_ROWS = 64    # persons' facts scored by rowid seeks at most …
-ROWID_SEEK_MIN_RATIO = 20   # … and only when the table is this many times larger
-
-
-def _few_rows(person_ids: Sequence[int], valid: str) -> bool:
-    total = document_count("facts_fts")
-    if total < ROWID_SEEK_MAX_ROWS * ROWID_SEEK_MIN_RATIO:
-        return False
-    with connection.cursor() as cur:
-        cur.execute(
-            f"SELECT count(*) FROM facts WHERE person_id IN ({','.join(['%s'] * len(person_ids))}){valid}",
-            list(person_ids),
-        )
-        rows = int(cur.fetchone()[0])
-    return rows <= ROWID_SEEK_MAX_ROWS and rows * ROWID_SEEK_MIN_RATIO <= total
 
 
 def fact_bm25(match: str, fact_ids: Sequence[int]) -> dict[int, float]:

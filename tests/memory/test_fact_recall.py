@@ -219,19 +219,3 @@ def test_fts_operators_are_always_quoted(person, query):
     services.add_fact(person_id=person.pk, content="玩家不喜欢吃香菜", kind="偏好", at=NOW)
     _recall([person.pk], query)
 
-
-def test_both_person_scoped_fts_strategies_rank_identically(db, monkeypatch):
-    """Rowid seeks and the join filter are two plans for one result (bm25 uses global stats)."""
-    from memory import lexical, services
-
-    people = [services.resolve_person(platform="t", external_id=f"p{i}", name=f"人{i}") for i in range(3)]
-    for i, person in enumerate(people):
-        for text in ("喜欢吃火锅", "住在成都", "养了一只猫", "周末去爬山", f"第{i}个秘密是香菜"):
-            services.add_fact(person_id=person.pk, content=f"{person.display_name}{text}", at=NOW)
-    match = lexical.match_for("facts_fts", "火锅 香菜 成都")
-    ids = [people[0].pk, people[2].pk]
-    monkeypatch.setattr(lexical, "_few_rows", lambda *a: True)
-    seek = lexical.fact_candidates(match, person_ids=ids, limit=10)
-    monkeypatch.setattr(lexical, "_few_rows", lambda *a: False)
-    join = lexical.fact_candidates(match, person_ids=ids, limit=10)
-    assert seek and seek == join
