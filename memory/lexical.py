@@ -30,7 +30,7 @@ TABLES = ("facts_fts", "cues_fts", "knowledge_fts")
 
 PRUNE_MIN_DOCS = 2000      # below this many rows every term is kept
 PRUNE_DF_RATIO = 0.01      # drop terms found in more than 1 % of the rows …
-PRUNE_KEEP_AT_LEAST = 2    # … but always keep the rarest few matching terms
+PRUNE_KEEP_AT_LEAST = 3    # … but always keep the rarest few matching terms
 _DOC_COUNT_TTL = 5.0       # seconds a cached row count is trusted
 
 _doc_counts: dict[str, tuple[float, int]] = {}
