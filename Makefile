@@ -23,6 +23,7 @@ setup: $(VENV)/.installed
 
 run: setup
 	@redis-cli -u $${REDIS_URL:-redis://127.0.0.1:6379/0} ping >/dev/null 2>&1 || redis-server --daemonize yes --port 6379 --save "" --appendonly no
+	@mkdir -p .cache
 	@echo "Console: http://127.0.0.1:$(PORT)/  (log in as demo / demo-password)   API docs: /api/docs"
 	@trap 'kill 0' INT TERM EXIT; \
 	$(BIN)/celery -A config worker --loglevel=INFO --concurrency=2 & \
