@@ -22,7 +22,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
-import pytest
 
 BATCH_ERROR = "batch size is invalid, it should not be larger than 20"
 
@@ -167,16 +166,3 @@ class FakeOpenAI:
                     pass  # the client gave up (timeout tests)
 
         return Handler
-
-
-@pytest.fixture(scope="session")
-def _fake_openai_server():
-    server = FakeOpenAI()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def fake_openai(_fake_openai_server: FakeOpenAI) -> FakeOpenAI:
-    _fake_openai_server.reset()
-    return _fake_openai_server

@@ -20,7 +20,6 @@ from celery.app.task import Task
 from memory import services
 from memory.engine.extraction import EpisodeDraft, ExtractedFact, Extraction
 from memory.models import Stream
-from tests.providers.conftest import FakeOpenAI
 
 T0 = 1_700_000_000_000
 REDIS_TEST_URL = "redis://127.0.0.1:6379/14"
@@ -176,16 +175,3 @@ class FakeEmbedder:
             v = rng.standard_normal(self.dim)
             out.append((v / np.linalg.norm(v)).astype(np.float32))
         return out
-
-
-@pytest.fixture(scope="session")
-def _fake_openai_server():
-    server = FakeOpenAI()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def fake_openai(_fake_openai_server: FakeOpenAI) -> FakeOpenAI:
-    _fake_openai_server.reset()
-    return _fake_openai_server
