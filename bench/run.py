@@ -150,6 +150,9 @@ def write_paths(counts: dict) -> dict:
     now = counts["now"]
     out: dict[str, dict] = {}
     with connection.cursor() as cur:
+        # exactly 1 % of the facts due (this runs on a copy of the scale database)
+        cur.execute("UPDATE facts SET due_at = %s WHERE id %% 100 <> 0", [now + 24 * 3_600_000])
+        cur.execute("UPDATE facts SET due_at = %s, active = 1 WHERE id %% 100 = 0", [now - 1000])
         cur.execute("SELECT count(*) FROM facts WHERE active = 1 AND due_at <= %s", [now])
         due = cur.fetchone()[0]
     t = time.perf_counter()

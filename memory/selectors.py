@@ -679,7 +679,7 @@ def node_texts(nodes: Iterable[int]) -> dict[int, tuple[str, int, str]]:
     return {node: (kind, ref, fc or es or kc or "") for node, kind, ref, fc, es, kc in rows}
 
 
-CONCEPT_NODE_LIMIT = 50  # memory nodes looked up per concept when mapping concept scores back
+CONCEPT_NODE_LIMIT = 16  # memory nodes looked up per concept and layer when mapping concept scores back
 CONCEPT_MAP_LIMIT = 8    # only the best-ranked concepts are mapped back (the hit list holds 4)
 
 
