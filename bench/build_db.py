@@ -184,7 +184,8 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512) -> dict[
             [(e, summ, a, b, b, st) for e, summ, a, b, st in episode_rows],
         )
         cur.executemany("INSERT INTO episode_cues(id, episode_id, cue) VALUES (%s,%s,%s)", cue_rows)
-        lexical.index_rows("cues_fts", [(c, t) for c, _e, t in cue_rows])
+        stream_of = {e: st for e, _s, _a, _b, st in episode_rows}
+        lexical.index_cues([(c, t, stream_of[e]) for c, e, t in cue_rows])
         cur.executemany(
             "INSERT INTO messages(id, role, content, created_at, episode_id, stream_id, sender_person_id)"
             " VALUES (%s,%s,%s,%s,%s,%s,%s)",

@@ -54,14 +54,21 @@ def timed(fn: Callable[[], object], n: int) -> dict[str, float]:
     }
 
 
+def schema_signature() -> str:
+    """Names of every migration: a cached database built before a new one is rebuilt."""
+    return ",".join(sorted(p.name for p in ROOT.glob("*/migrations/0*.py")))
+
+
 def ensure_db(path: Path, scale: float, rebuild: bool) -> dict:
     meta = path.with_suffix(".json")
-    if rebuild or not path.exists() or not meta.exists():
+    stale = not meta.exists() or json.loads(meta.read_text()).get("schema") != schema_signature()
+    if rebuild or not path.exists() or stale:
         out = subprocess.run(
             [sys.executable, "-m", "bench.build_db", "--out", str(path), "--scale", str(scale)],
             cwd=ROOT, check=True, capture_output=True, text=True,
         )
         counts = eval(out.stdout.strip().splitlines()[-1])  # the builder prints a dict literal
+        counts["schema"] = schema_signature()
         meta.write_text(json.dumps(counts))
     return json.loads(meta.read_text())
 
@@ -297,7 +304,7 @@ def part(name: str, counts: dict, n: int) -> dict:
 def render(results: dict) -> str:
     lines = ["<!-- speed:start -->", "## Speed (`make bench`)", "",
              f"Measured {results['when']} on this machine ({os.cpu_count()} cores); "
-             "scale database: " + ", ".join(f"{v:,} {k}" for k, v in results["scale"].items() if isinstance(v, int) and k != "now") + ".",
+             "scale database: " + ", ".join(f"{v:,} {k}" for k, v in results["scale"].items() if isinstance(v, int) and k not in ("now", "schema")) + ".",
              "", "### Read paths at scale (target p95 ≤ 10 ms)", "", "| path | median ms | p95 ms |", "| --- | ---: | ---: |"]
     for name, r in results["read"].items():
         if "median_ms" in r:

@@ -6,6 +6,7 @@ helper; the defaults let a fresh clone run with only Redis on its usual port.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 from celery.schedules import crontab
@@ -123,6 +124,8 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 # WhiteNoise serves static files from gunicorn too; finders let it serve them
 # straight from static/ and the apps without a collectstatic step.
 WHITENOISE_USE_FINDERS = True
+# Until `collectstatic` has run, STATIC_ROOT does not exist; the finders serve everything.
+warnings.filterwarnings("ignore", message="No directory at", module="whitenoise.base")
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 

@@ -43,21 +43,37 @@ def _check(table: str) -> str:
 
 
 def index_row(table: str, rowid: int, text: str) -> str:
-    """Write the FTS row of ``rowid`` and return the tokens written."""
-    tokens = index_tokens(text)
-    with connection.cursor() as cur:
-        cur.execute(f"INSERT INTO {_check(table)}(rowid, tokens) VALUES (%s, %s)", [rowid, tokens])
-    _doc_counts.pop(table, None)
-    return tokens
+    """Write the FTS row of ``rowid`` and return the tokens written (cues: :func:`index_cue`)."""
+    return index_rows(table, [(rowid, text)])[0]
 
 
 def index_rows(table: str, rows: Sequence[tuple[int, str]]) -> list[str]:
     """Bulk form of :func:`index_row` (``rows`` = ``(rowid, text)``)."""
+    if _check(table) == "cues_fts":
+        raise ValueError("cue rows carry their stream: use index_cue / index_cues")
     payload = [(rowid, index_tokens(text)) for rowid, text in rows]
     with connection.cursor() as cur:
-        cur.executemany(f"INSERT INTO {_check(table)}(rowid, tokens) VALUES (%s, %s)", payload)
+        cur.executemany(f"INSERT INTO {table}(rowid, tokens) VALUES (%s, %s)", payload)
     _doc_counts.pop(table, None)
     return [tokens for _, tokens in payload]
+
+
+def _stream_token(stream_id: int) -> str:
+    return f"s{int(stream_id)}"
+
+
+def index_cue(rowid: int, text: str, stream_id: int) -> str:
+    """Write the FTS row of an episode cue, with its stream in the (unweighted) ``stream`` column."""
+    return index_cues([(rowid, text, stream_id)])[0]
+
+
+def index_cues(rows: Sequence[tuple[int, str, int]]) -> list[str]:
+    """Bulk form of :func:`index_cue` (``rows`` = ``(rowid, text, stream_id)``)."""
+    payload = [(rowid, index_tokens(text), _stream_token(stream)) for rowid, text, stream in rows]
+    with connection.cursor() as cur:
+        cur.executemany("INSERT INTO cues_fts(rowid, tokens, stream) VALUES (%s, %s, %s)", payload)
+    _doc_counts.pop("cues_fts", None)
+    return [tokens for _, tokens, _ in payload]
 
 
 def delete_row(table: str, rowid: int, tokens: str) -> None:
@@ -178,10 +194,18 @@ def similar_fact_candidates(match: str, *, person_id: int, limit: int = 8) -> li
 
 
 def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tuple[int, int, float]]:
-    """Cue hits ordered by bm25: ``(episode_id, cue_id, bm25)``; placeholders have no cues."""
+    """Cue hits ordered by bm25: ``(episode_id, cue_id, bm25)``; placeholders have no cues.
+
+    The user terms are confined to the ``tokens`` column; a stream is selected with
+    ``stream : "s<id>"`` so FTS5 ranks only that stream's cues. The ``stream``
+    column has weight 0 in bm25.
+    """
     if not match:
         return []
-    params: list = [match]
+    expression = f"tokens : ({match})"
+    if stream_id is not None:
+        expression += f' AND stream : "{_stream_token(stream_id)}"'
+    params: list = [expression]
     where = "cues_fts MATCH %s AND e.kind <> 'unsummarized'"
     if stream_id is not None:
         where += " AND e.stream_id = %s"
@@ -189,7 +213,7 @@ def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tup
     params.append(limit)
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT c.episode_id, c.id, bm25(cues_fts) AS b FROM cues_fts"
+            "SELECT c.episode_id, c.id, bm25(cues_fts, 1.0, 0.0) AS b FROM cues_fts"
             " JOIN episode_cues c ON c.id = cues_fts.rowid JOIN episodes e ON e.id = c.episode_id"
             f" WHERE {where} ORDER BY b LIMIT %s",
             params,

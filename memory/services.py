@@ -249,7 +249,7 @@ def add_episode(
             if not text:
                 continue
             cue = EpisodeCue.objects.create(episode=episode, cue=text)
-            lexical.index_row("cues_fts", cue.pk, text)
+            lexical.index_cue(cue.pk, text, stream_id)
         if message_ids:
             Message.objects.filter(stream_id=stream_id, id__in=list(message_ids)).update(episode=episode)
     return episode
