@@ -125,7 +125,7 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 # straight from static/ and the apps without a collectstatic step.
 WHITENOISE_USE_FINDERS = True
 # Until `collectstatic` has run, STATIC_ROOT does not exist; the finders serve everything.
-warnings.filterwarnings("ignore", message="No directory at", module="whitenoise.base")
+warnings.filterwarnings("ignore", message="No directory at")
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 

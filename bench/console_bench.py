@@ -1,0 +1,115 @@
+"""Server time of the console's list pages at scale (target p95 ≤ 150 ms).
+
+Runs in-process with Django's test client (full middleware, templates and
+queries; no network) on a copy of the scale database from ``bench.build_db``,
+after adding curation operations and conflict groups so every page has rows.
+Writes ``bench/results/console.json`` and prints a table.
+
+    python -m bench.console_bench [--db bench/.cache/scale.sqlite3] [--n 40]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def prepare(db: Path) -> None:
+    os.environ["MEMORY_DB"] = str(db)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    os.environ["MEMORY_ENQUEUE_TASKS"] = "False"
+    os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "testserver,127.0.0.1,localhost")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def seed_curation(now: int) -> None:
+    """Operations and conflict groups on a copy: 2,000 operations, 300 extra conflicts."""
+    from curation import services as curation
+    from memory import services
+    from memory.models import Fact
+
+    rng = random.Random(3)
+    ids = list(Fact.objects.filter(active=True, superseded_by__isnull=True).values_list("id", flat=True)[:3000])
+    for i, fid in enumerate(rng.sample(ids, 1000)):
+        op = curation.invalidate_fact(fact_id=fid, at=now + i, user="bench") if i % 2 else curation.pin_fact(
+            fact_id=fid, at=now + i, user="bench")
+        if i % 5 == 0:
+            curation.undo_operation(operation_id=op.pk, at=now + i, user="bench")
+    for p in range(2, 302):
+        services.add_fact(person_id=p, content=f"bench住在冲突城市{p}号", kind="身份", slot="居住地", at=now)
+        services.add_fact(person_id=p, content=f"bench住在另一个城市{p}号", kind="身份", slot="居住地", at=now)
+
+
+def timed(client, url: str, n: int) -> dict:
+    client.get(url)
+    samples = []
+    for _ in range(n):
+        t = time.perf_counter()
+        response = client.get(url)
+        samples.append((time.perf_counter() - t) * 1000)
+        assert response.status_code == 200, (url, response.status_code)
+    samples.sort()
+    return {"median_ms": round(statistics.median(samples), 1), "p95_ms": round(samples[int(0.95 * (n - 1))], 1)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", default=str(ROOT / "bench" / ".cache" / "scale.sqlite3"))
+    parser.add_argument("--n", type=int, default=40)
+    args = parser.parse_args(argv)
+    if not Path(args.db).exists():
+        raise SystemExit(f"{args.db} is missing: run `python -m bench.build_db` (or `make bench`) first")
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "console.sqlite3"
+        shutil.copy(args.db, copy)
+        prepare(copy)
+        from django.contrib.auth.models import User
+        from django.test import Client
+
+        from memory.models import Message, Stream
+
+        now = 1_800_000_000_000
+        seed_curation(now)
+        User.objects.create_superuser("bench", password="bench-password")
+        client = Client()
+        client.login(username="bench", password="bench-password")
+        stream = Stream.objects.filter(kind="group").order_by("id").first()
+        speaker = Message.objects.filter(stream=stream, sender_person__isnull=False).values_list(
+            "sender_person_id", flat=True).first()
+        pages = {
+            "fact list": "/facts/",
+            "fact list, filtered (state=active, kind=偏好)": "/facts/?state=active&kind=%E5%81%8F%E5%A5%BD",
+            "fact search with score breakdown": "/facts/?q=%E4%BD%A0%E8%BF%98%E8%AE%B0%E5%BE%97%E6%88%91%E5%96%9C%E6%AC%A2%E5%90%83%E4%BB%80%E4%B9%88%E5%90%97",
+            "conflicts queue": "/curation/conflicts/",
+            "operations log": "/curation/operations/",
+            "association graph (200 nodes)": "/graph/?max_nodes=200",
+            "recall playground": f"/playground/?stream={stream.pk}&speaker={speaker}&text=%E6%88%91%E4%BD%8F%E5%9C%A8%E5%93%AA%E9%87%8C",
+            "dashboard": "/",
+        }
+        results = {name: timed(client, url, args.n) for name, url in pages.items()}
+    out = {"when": time.strftime("%Y-%m-%d %H:%M"), "target_p95_ms": 150, "pages": results}
+    (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)
+    (ROOT / "bench" / "results" / "console.json").write_text(json.dumps(out, ensure_ascii=False, indent=2))
+    print("| console page (scale DB) | median ms | p95 ms |\n| --- | ---: | ---: |")
+    for name, r in results.items():
+        print(f"| {name} | {r['median_ms']} | {r['p95_ms']} |")
+    return out
+
+
+if __name__ == "__main__":
+    main()
