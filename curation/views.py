@@ -28,9 +28,9 @@ from curation import services
 from curation.models import FactOperation
 from memory import selectors
 from memory import services as memory_services
-from memory.forms import OperationFilterForm, ReplaceForm
-from memory.views import wants_fragment
+from memory.forms import ConflictFilterForm, OperationFilterForm, ReplaceForm
 from memory.models import Fact, Person
+from memory.views import wants_fragment
 
 CURATE = "curation.curate_fact"
 
@@ -154,12 +154,17 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
 def conflicts(request: HttpRequest) -> HttpResponse:
     person_id = request.GET.get("person")
     person_id = int(person_id) if person_id and person_id.isdigit() else None
-    page = Paginator(selectors.conflict_group_keys(person_id=person_id), 10).get_page(request.GET.get("page"))
+    all_keys = selectors.conflict_group_keys()
+    keys = [k for k in all_keys if person_id is None or k[0] == person_id]
+    page = Paginator(keys, 10).get_page(request.GET.get("page"))
     groups = selectors.conflict_groups(keys=page.object_list, now=memory_services.now_ms())
     context = {
         "groups": groups,
         "page": page,
-        "persons": Person.objects.order_by("id"),
+        # only persons who have something to review (a large store has thousands of persons)
+        "filter_form": ConflictFilterForm(
+            request.GET, persons=Person.objects.filter(pk__in={pid for pid, _slot in all_keys}).order_by("id")
+        ),
         "person_id": person_id,
         "next_url": request.get_full_path(),
     }

@@ -103,12 +103,12 @@ def vector_coverage() -> dict[str, dict[str, int]]:
     """Facts and knowledge with / without a vector, and raw vectors still missing SQ8."""
 
     def coverage(model: type[Fact] | type[Knowledge]) -> dict[str, int]:
-        return model.objects.aggregate(
-            n_total=Count("id"),
-            with_vector=Count("id", filter=Q(embedding__isnull=False)),
-            without=Count("id", filter=Q(embedding__isnull=True)),
-            sq8_pending=Count("id", filter=Q(embedding__isnull=False, embedding_q8__isnull=True)),
-        )
+        # Three counts, each answered by an index (two of them partial): one aggregate
+        # with FILTERs would scan every row and its kilobytes of vector.
+        total = model.objects.count()
+        without = model.objects.filter(embedding__isnull=True).count()
+        pending = model.objects.filter(embedding__isnull=False, embedding_q8__isnull=True).count()
+        return {"n_total": total, "with_vector": total - without, "without": without, "sq8_pending": pending}
 
     return {"facts": coverage(Fact), "knowledge": coverage(Knowledge)}
 
@@ -575,18 +575,36 @@ def memory_graph(*, now: int, include_frozen: bool = False, limit: int = 200) ->
     Queries: all edges (one), node rows of the kept nodes (one), one per layer to
     resolve the rows, plus the node total and the spread-run count.
     """
-    rows = list(MemoryEdge.objects.values_list("source_id", "target_id", "strength", "updated_at", "active"))
-    frozen = sum(1 for r in rows if not r[4])
-    kept = [r for r in rows if r[4] or include_frozen]
-    degree: dict[int, int] = defaultdict(int)
-    for s, t, *_ in kept:
-        degree[s] += 1
-        degree[t] += 1
-    ordered = sorted(degree, key=lambda nid: (-degree[nid], nid))
-    truncated = len(ordered) > limit
-    chosen = ordered[:limit]
-    index = {nid: i for i, nid in enumerate(chosen)}
-    kept = [r for r in kept if r[0] in index and r[1] in index]
+    from django.db import connection
+
+    active_only = "" if include_frozen else " WHERE active = 1"
+    with connection.cursor() as cur:
+        cur.execute("SELECT COUNT(*), COALESCE(SUM(active = 0), 0) FROM memory_edges")
+        edge_total, frozen = cur.fetchone()
+        # Degrees are counted and ranked in SQL: the graph can hold far more edges than a page shows.
+        cur.execute(
+            f"WITH deg AS (SELECT node, COUNT(*) AS d FROM (SELECT source_id AS node FROM memory_edges{active_only}"
+            f" UNION ALL SELECT target_id FROM memory_edges{active_only}) GROUP BY node)"
+            " SELECT node, d, (SELECT COUNT(*) FROM deg) FROM deg ORDER BY d DESC, node LIMIT %s",
+            [limit + 1],
+        )
+        ranked = cur.fetchall()
+        connected = ranked[0][2] if ranked else 0
+        degree: dict[int, int] = {node: d for node, d, _n in ranked}
+        truncated = connected > limit
+        chosen = [node for node, _d, _n in ranked[:limit]]
+        index = {nid: i for i, nid in enumerate(chosen)}
+        kept: list[tuple] = []
+        if chosen:
+            marks = ",".join(["%s"] * len(chosen))
+            cur.execute(
+                "SELECT source_id, target_id, strength, updated_at, active FROM memory_edges"
+                f" WHERE source_id IN ({marks}) AND target_id IN ({marks})"
+                + ("" if include_frozen else " AND active = 1"),
+                chosen + chosen,
+            )
+            kept = cur.fetchall()
+    rows_total = edge_total
     node_total = MemoryNode.objects.count()
     refs = MemoryNode.objects.filter(pk__in=chosen).values_list("id", "ref_kind", "ref_id")
     infos = resolve_nodes(refs, now=now)
@@ -610,10 +628,10 @@ def memory_graph(*, now: int, include_frozen: bool = False, limit: int = 200) ->
         e.x2, e.y2 = nodes[index[e.target]].x, nodes[index[e.target]].y
     stats = {
         "node_total": node_total,
-        "edge_total": len(rows),
-        "active_edges": len(rows) - frozen,
+        "edge_total": rows_total,
+        "active_edges": rows_total - frozen,
         "frozen_edges": frozen,
-        "isolated": node_total - len(degree),
+        "isolated": node_total - connected,
         "spread_runs": PipelineEvent.objects.filter(kind="memory_spread").count(),
         "truncated": truncated,
         "shown_nodes": len(nodes),

@@ -155,6 +155,16 @@ class Fact(models.Model):
             models.Index(fields=["active", "due_at"], name="idx_facts_due"),
             models.Index(fields=["person", "active"], name="idx_facts_person_active"),
             models.Index(fields=["person", "slot"], name="idx_facts_person_slot"),
+            # the console's fact table: newest first, and its list of kinds
+            models.Index(fields=["-updated_at", "-id"], name="idx_facts_updated"),
+            models.Index(fields=["kind"], name="idx_facts_kind"),
+            # dashboard counts read these instead of scanning rows that carry 2 KB vectors
+            models.Index(fields=["active", "superseded_by", "half_life_hours"], name="idx_facts_state"),
+            models.Index(fields=["id"], condition=models.Q(embedding__isnull=True), name="idx_facts_no_vector"),
+            models.Index(
+                fields=["id"], condition=models.Q(embedding__isnull=False, embedding_q8__isnull=True),
+                name="idx_facts_q8_pending",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -209,7 +219,14 @@ class Knowledge(models.Model):
 
     class Meta:
         db_table = "knowledge"
-        indexes = [models.Index(fields=["import_batch"], name="idx_knowledge_import_batch")]
+        indexes = [
+            models.Index(fields=["import_batch"], name="idx_knowledge_import_batch"),
+            models.Index(fields=["id"], condition=models.Q(embedding__isnull=True), name="idx_knowledge_no_vector"),
+            models.Index(
+                fields=["id"], condition=models.Q(embedding__isnull=False, embedding_q8__isnull=True),
+                name="idx_knowledge_q8_pending",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"Knowledge #{self.pk}"

@@ -42,9 +42,10 @@ def test_dashboard_shows_layers_queues_vectors_edges_and_events(operator, memory
     _more_rows(memory_set)
     # AUTH + 7 layer counts (facts and episodes aggregated, persons, streams, messages,
     # knowledge, nodes) + streams + pending counts + the cursor meta row + lag counts
-    # (one grouped query) + 2 vector coverage aggregates + edge aggregate + last decay
-    # event + recent events = AUTH + 16.
-    with django_assert_num_queries(AUTH + 16):
+    # (one grouped query) + 2 × 3 vector coverage counts (total, without a vector, SQ8
+    # pending: each answered by an index) + edge aggregate + last decay event + recent
+    # events = AUTH + 20.
+    with django_assert_num_queries(AUTH + 20):
         response = operator.get(reverse("console:dashboard"))
     html = response.content.decode()
     assert response.status_code == 200
@@ -243,8 +244,9 @@ def test_imports_page(staff, memory_set, django_assert_num_queries):
 
 def test_graph_page(staff, memory_set, frozen_now, django_assert_num_queries):
     _more_rows(memory_set)
-    # AUTH + all edges + node total + kept nodes + facts + episodes + knowledge of those nodes + spread runs.
-    with django_assert_num_queries(AUTH + 7):
+    # AUTH + edge totals + degrees (SQL) + edges among the chosen nodes + node total + kept nodes
+    # + facts + episodes + knowledge of those nodes + spread runs.
+    with django_assert_num_queries(AUTH + 9):
         response = staff.get(reverse("console:graph"))
     html = response.content.decode()
     assert '<svg class="graph"' in html and "小林住在杭州" in html
