@@ -1,0 +1,92 @@
+"""Render the API, console and worker benchmark results into BENCHMARKS.md.
+
+Reads ``bench/results/{api,console,workers}.json`` (written by ``bench.api_bench``,
+``bench.console_bench`` and ``bench.worker_bench``) and rewrites the section
+between ``<!-- services:start -->`` and ``<!-- services:end -->``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+
+
+def _load(name: str) -> dict | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def render() -> str:
+    lines = ["<!-- services:start -->", "## Services at scale (`make bench`)", ""]
+    api = _load("api")
+    if api:
+        ing, turns, confirm = api["ingest"], api["turns"], api["confirm"]
+        lines += [
+            f"### Bot API — `python -m bench.api_bench` ({api['server']}, client in a second process on the same 2 cores)",
+            "",
+            "| path | HTTP | direct service call | HTTP / direct |",
+            "| --- | --- | --- | ---: |",
+            f"| POST /messages throughput (target ≥ 300 req/s) | {ing['http']['requests_per_s']} req/s ({ing['http']['threads']} client threads) "
+            f"| {ing['direct']['requests_per_s_single_thread']} req/s (1 thread) | — |",
+            f"| POST /messages median / p95 | {ing['http']['latency']['median_ms']} / {ing['http']['latency']['p95_ms']} ms "
+            f"| {ing['direct']['median_ms']} / {ing['direct']['p95_ms']} ms | {ing['http']['latency']['median_ms'] / ing['direct']['median_ms']:.1f} |",
+            f"| POST /turns median / p95 (target p95 ≤ 30 ms) | {turns['http']['median_ms']} / {turns['http']['p95_ms']} ms "
+            f"| {turns['direct']['median_ms']} / {turns['direct']['p95_ms']} ms | {turns['ratio_median']} |",
+            f"| POST /turns/{{id}}/confirm median / p95 | {confirm['http']['median_ms']} / {confirm['http']['p95_ms']} ms "
+            f"| {confirm['direct']['median_ms']} / {confirm['direct']['p95_ms']} ms | {confirm['ratio_median']} |",
+            "",
+            f"Targets met: {api.get('targets_met')}. Server CPU per ingested message: "
+            f"{ing['http']['server_cpu_ms_per_request']} ms.",
+            "",
+        ]
+    console = _load("console")
+    if console:
+        lines += [
+            "### Console — `python -m bench.console_bench` (server time in-process, target p95 ≤ 150 ms)",
+            "",
+            "| page | median ms | p95 ms |",
+            "| --- | ---: | ---: |",
+        ]
+        lines += [f"| {name} | {r['median_ms']} | {r['p95_ms']} |" for name, r in console["pages"].items()]
+        lines.append("")
+    workers = _load("workers")
+    if workers:
+        emb, inproc, worker = workers["embedding"], workers["in_process"], workers.get("worker") or {}
+        lines += [
+            "### Workers — `python -m bench.worker_bench` (offline providers)",
+            "",
+            f"- Local embedding model ({emb['model']}, batch {emb['batch']}, {emb['threads']} thread): "
+            f"**{emb['texts_per_s']} texts/s** (model load {emb['load_s']} s).",
+            f"- 1,000 messages → {inproc['episodes']} episodes, {inproc['facts']} facts with vectors, "
+            f"{inproc['edges']} edges: **{inproc['seconds']['total']} s** in-process "
+            f"(post {inproc['seconds']['post']}, summarise {inproc['seconds']['summarise']}, "
+            f"extract {inproc['seconds']['extract']}, embed {inproc['seconds']['embed']}).",
+        ]
+        if worker:
+            lines.append(
+                f"- The same through a real Celery worker ({worker['worker_processes']} processes, Redis): "
+                f"**{worker['seconds']['total']} s** from the first post until nothing is due and no vector is missing."
+            )
+        lines.append("")
+    lines.append("<!-- services:end -->")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    path = ROOT / "BENCHMARKS.md"
+    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    section = render()
+    if "<!-- services:start -->" in text:
+        head, rest = text.split("<!-- services:start -->", 1)
+        tail = rest.split("<!-- services:end -->", 1)[1] if "<!-- services:end -->" in rest else ""
+        text = head + section + tail
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    path.write_text(text)
+    print(section)
+
+
+if __name__ == "__main__":
+    main()
