@@ -680,7 +680,7 @@ def node_texts(nodes: Iterable[int]) -> dict[int, tuple[str, int, str]]:
 
 
 CONCEPT_NODE_LIMIT = 16  # memory nodes looked up per concept and layer when mapping concept scores back
-CONCEPT_MAP_LIMIT = 8    # only the best-ranked concepts are mapped back (the hit list holds 4)
+CONCEPT_MAP_MIN = 4  # at least this many best-ranked concepts are mapped back; more when more hits are asked
 
 
 def _nodes_containing(concepts: set[str]) -> dict[str, list[int]]:
@@ -710,7 +710,7 @@ def _nodes_containing(concepts: set[str]) -> dict[str, list[int]]:
     return {c: [node_of[r] for r in dict.fromkeys(found) if r in node_of] for c, found in refs.items()}
 
 
-def _concept_graph(seed_texts: Mapping[int, str], hops: int) -> ConceptGraph | None:
+def _concept_graph(seed_texts: Mapping[int, str], hops: int, limit: int) -> ConceptGraph | None:
     """The part of the concept graph reachable from the seeds' concepts within ``hops``.
 
     Concepts are looked up by the jieba words of the seed texts (an index lookup)
@@ -750,7 +750,7 @@ def _concept_graph(seed_texts: Mapping[int, str], hops: int) -> ConceptGraph | N
     names = dict(KnowledgeNode.objects.filter(pk__in=seen).values_list("id", "concept"))
     return ConceptGraph(
         concepts=names, edges=list(dict.fromkeys(edges)), seed_texts=seed_texts, nodes_containing=_nodes_containing,
-        max_mapped=CONCEPT_MAP_LIMIT,
+        max_mapped=max(CONCEPT_MAP_MIN, limit),
     )
 
 
@@ -811,7 +811,9 @@ def spread(
         if node is not None:
             weights[node] = max(weights.get(node, 0.0), float(rel))
     seed_info = node_texts(weights)
-    concept = _concept_graph({n: t for n, (_k, _r, t) in seed_info.items()}, hops) if use_concepts and weights else None
+    concept = (
+        _concept_graph({n: t for n, (_k, _r, t) in seed_info.items()}, hops, limit) if use_concepts and weights else None
+    )
 
     def on_timeout(graph: str) -> None:
         if events:
