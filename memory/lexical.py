@@ -19,6 +19,7 @@ behind these same functions.
 """
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 
@@ -34,6 +35,7 @@ PRUNE_KEEP_AT_LEAST = 3    # … but always keep the rarest few matching terms
 _DOC_COUNT_TTL = 5.0       # seconds a cached row count is trusted
 
 _doc_counts: dict[str, tuple[float, int]] = {}
+_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
 
 
 def _check(table: str) -> str:
@@ -124,6 +126,11 @@ def prune_terms(table: str, terms: list[str]) -> list[str]:
     matching = sorted((df[t], i, t) for i, t in enumerate(terms) if df.get(t, 0) > 0)
     rarest = {t for _, _, t in matching[:PRUNE_KEEP_AT_LEAST]}
     return [t for t in terms if t in rarest or (not _is_single_token(t))]
+
+
+def terms_of(match: str) -> list[str]:
+    """The terms of a MATCH expression built by :func:`match_for` (quotes undone)."""
+    return [t.replace('""', '"') for t in _QUOTED.findall(match)]
 
 
 def match_for(table: str, text: str, *, prune: bool = True) -> str:

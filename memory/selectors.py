@@ -599,7 +599,12 @@ def search_knowledge(*, query: str, limit: int = 5, query_embedding: Any = None)
             logger.warning("knowledge vector search failed; lexical ranking kept", exc_info=True)
             cos = {}
         dense_only = [i for i in cos if i not in lex]
-        lex.update(lexical.knowledge_bm25(match, dense_only))
+        if dense_only:
+            # Only a row containing a query term can match it: skip FTS seeks for the rest.
+            terms = [t.casefold() for t in lexical.terms_of(match)]
+            texts = Knowledge.objects.filter(pk__in=dense_only).values_list("id", "content")
+            plausible = [i for i, text in texts if any(t in text.casefold() for t in terms)]
+            lex.update(lexical.knowledge_bm25(match, plausible))
     if not lex and not cos:
         return []
     ids = list(dict.fromkeys([*lex, *cos]))
