@@ -715,47 +715,69 @@ def _nodes_containing(concepts: set[str]) -> dict[str, list[int]]:
     return {c: [node_of[r] for r in dict.fromkeys(found) if r in node_of] for c, found in refs.items()}
 
 
+class _ConceptCache:
+    """The concept graph, resident per process and reloaded when its meta revision changes.
+
+    ``services.add_knowledge`` bumps ``concept_graph_revision`` in the transaction that
+    grows the graph; a spread then costs one tiny query instead of loading edges hop by hop.
+    """
+
+    def __init__(self) -> None:
+        self.revision: str | None = None
+        self.ids: dict[str, int] = {}
+        self.names: dict[int, str] = {}
+        self.adjacency: dict[int, dict[int, float]] = {}
+
+    def fresh(self) -> _ConceptCache:
+        from memory.services import CONCEPT_GRAPH_REVISION
+
+        with connection.cursor() as cur:
+            cur.execute("SELECT value FROM meta WHERE key = %s", [CONCEPT_GRAPH_REVISION])
+            row = cur.fetchone()
+            revision = row[0] if row else "0"
+            if revision != self.revision:
+                cur.execute("SELECT id, concept FROM knowledge_nodes")
+                self.names = dict(cur.fetchall())
+                self.ids = {name.casefold(): cid for cid, name in self.names.items()}
+                adjacency: dict[int, dict[int, float]] = defaultdict(dict)
+                cur.execute("SELECT source_id, target_id, strength FROM knowledge_edges")
+                for a, b, w in cur.fetchall():
+                    adjacency[a][b] = max(adjacency[a].get(b, 0.0), w)
+                    adjacency[b][a] = max(adjacency[b].get(a, 0.0), w)
+                self.adjacency = dict(adjacency)
+                self.revision = revision
+        return self
+
+
+_concepts = _ConceptCache()
+
+
 def _concept_graph(seed_texts: Mapping[int, str], hops: int, limit: int) -> ConceptGraph | None:
     """The part of the concept graph reachable from the seeds' concepts within ``hops``.
 
-    Concepts are looked up by the jieba words of the seed texts (an index lookup)
-    rather than by scanning every concept name; the engine then applies the
-    casefold-substring rule within this bounded part. Normalising out-weights
-    before bounding and re-normalising after it equals normalising the bounded
-    part only, so loading the bounded part is exact.
+    Concepts are looked up by the jieba words of the seed texts rather than by
+    scanning every concept name; the engine then applies the casefold-substring
+    rule within this bounded part. Normalising out-weights before bounding and
+    re-normalising after it equals normalising the bounded part only, so handing
+    over the bounded part is exact.
     """
-    from memory.models import KnowledgeNode
-
     text = " ".join(seed_texts.values()).casefold()
     if not text.strip():
         return None
-    seed_words = {w for w in words(text) if len(w) >= 2}
-    concepts = dict(KnowledgeNode.objects.filter(concept__in=seed_words).values_list("id", "concept"))
-    if not concepts:
+    graph = _concepts.fresh()
+    start = {graph.ids[w] for w in words(text) if len(w) >= 2 and w in graph.ids}
+    if not start:
         return None
-    frontier = set(concepts)
-    edges: list[tuple[int, int, float]] = []
-    seen = set(frontier)
-    with connection.cursor() as cur:
-        for _ in range(hops):
-            if not frontier:
-                break
-            marks = ",".join(["%s"] * len(frontier))
-            ids = list(frontier)
-            cur.execute(
-                f"SELECT source_id, target_id, strength FROM knowledge_edges WHERE source_id IN ({marks})"
-                f" UNION ALL SELECT source_id, target_id, strength FROM knowledge_edges WHERE target_id IN ({marks})",
-                ids + ids,
-            )
-            level = cur.fetchall()
-            edges.extend(level)
-            nxt = {b for a, b, _ in level} | {a for a, b, _ in level}
-            frontier = nxt - seen
-            seen |= nxt
-    names = dict(KnowledgeNode.objects.filter(pk__in=seen).values_list("id", "concept"))
+    seen, frontier = set(start), set(start)
+    for _ in range(hops):
+        frontier = {n for node in frontier for n in graph.adjacency.get(node, {})} - seen
+        if not frontier:
+            break
+        seen |= frontier
+    edges = [(a, b, w) for a in seen for b, w in graph.adjacency.get(a, {}).items() if b in seen and a < b]
     return ConceptGraph(
-        concepts=names, edges=list(dict.fromkeys(edges)), seed_texts=seed_texts, nodes_containing=_nodes_containing,
-        max_mapped=max(CONCEPT_MAP_MIN, limit),
+        concepts={cid: graph.names[cid] for cid in seen}, edges=edges, seed_texts=seed_texts,
+        nodes_containing=_nodes_containing, max_mapped=max(CONCEPT_MAP_MIN, limit),
     )
 
 

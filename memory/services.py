@@ -528,6 +528,19 @@ def _note_concepts(text: str, *, at: int) -> None:
                         " DO UPDATE SET strength = strength + 1, updated_at = excluded.updated_at",
                         [low, high, at],
                     )
+            bump_revision(cur, CONCEPT_GRAPH_REVISION)
+
+
+CONCEPT_GRAPH_REVISION = "concept_graph_revision"
+
+
+def bump_revision(cur: Any, key: str) -> None:
+    """Set a meta revision to ``<counter + 1>-<random>`` (never equal to an earlier value)."""
+    cur.execute(
+        "INSERT INTO meta(key, value) VALUES (%s, '1-' || hex(randomblob(6))) ON CONFLICT(key) DO UPDATE"
+        " SET value = (CAST(value AS INTEGER) + 1) || '-' || hex(randomblob(6))",
+        [key],
+    )
 
 
 def touch_knowledge(*, ids: Iterable[int], at: int | None = None) -> None:
