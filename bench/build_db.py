@@ -1,6 +1,7 @@
 """Build a realistic memory database at scale (seeded, reproducible).
 
-Default scale (the engine issue's): 2,000 persons, 20,000 facts, 25,000 knowledge
+Text: template sentences mixed with real Chinese sentences of MemDaily (read from
+``../shared/data``; ``--templates-only`` without them). Default scale (the engine issue's): 2,000 persons, 20,000 facts, 25,000 knowledge
 items with 512-d vectors, 200,000 messages, 20,000 episodes (3 cues each) and
 100,000 association edges. Rows are written in bulk, but every FTS row is
 produced by the same tokeniser and lexical module the services use.
@@ -34,7 +35,34 @@ SCIENCE = ["月球", "太阳", "地球", "火星", "木星", "光合作用", "�
 VERBS = ["位于", "是一种", "起源于", "含有", "影响", "属于", "形成于", "被称为", "发明于", "分布在"]
 
 
-def fact_text(rng: random.Random, name: str) -> tuple[str, str, str]:
+class RealText:
+    """Chinese sentences of MemDaily (read from ../shared/data, never copied) for realistic vocabulary.
+
+    Template sentences alone give a narrow vocabulary in which every term is common,
+    which makes FTS5 rank far more rows than real chat text does.
+    """
+
+    def __init__(self, rng: random.Random) -> None:
+        import json
+
+        from bench.common import data_dir
+
+        self.rng = rng
+        sentences: list[str] = []
+        for path in sorted((data_dir() / "memdaily").glob("*.json")):
+            for trajectory in json.loads(path.read_text()):
+                sentences += [m["message"] for m in trajectory["message_list"]]
+        self.sentences = sorted(set(sentences))
+        if not self.sentences:
+            raise FileNotFoundError(f"no MemDaily sentences under {data_dir() / 'memdaily'}")
+
+    def sentence(self) -> str:
+        return self.rng.choice(self.sentences)
+
+
+def fact_text(rng: random.Random, name: str, real: RealText | None = None) -> tuple[str, str, str]:
+    if real is not None and rng.random() < 0.5:  # half the facts: real self-disclosures, third person
+        return real.sentence().replace("我", name, 1), "事件", ""
     roll = rng.random()
     if roll < 0.15:
         return f"{name}住在{rng.choice(CITIES)}", "身份", "居住地"
@@ -51,7 +79,9 @@ def fact_text(rng: random.Random, name: str) -> tuple[str, str, str]:
     return f"{name}下周要去{rng.choice(CITIES)}{rng.choice(EVENTS)}", "事件", ""
 
 
-def message_text(rng: random.Random) -> str:
+def message_text(rng: random.Random, real: RealText | None = None) -> str:
+    if real is not None and rng.random() < 0.7:
+        return real.sentence()
     parts = [rng.choice(FILLER), rng.choice(["我", "你", "我们", "他"]), rng.choice(["想", "去", "在", "觉得", "聊"]),
              rng.choice(TOPICS + FOODS + HOBBIES + CITIES), rng.choice(["吗", "了", "啊", "呢", "吧", ""])]
     if rng.random() < 0.5:
@@ -59,12 +89,14 @@ def message_text(rng: random.Random) -> str:
     return "".join(parts)
 
 
-def knowledge_text(rng: random.Random, i: int) -> str:
+def knowledge_text(rng: random.Random, i: int, real: RealText | None = None) -> str:
+    if real is not None and rng.random() < 0.6:
+        return f"{real.sentence()}{real.sentence()}（资料{i}）"
     a, b = rng.sample(SCIENCE, 2)
     return f"{a}{rng.choice(VERBS)}{b}相关的第{i}条资料，{rng.choice(FILLER)}{rng.choice(TOPICS)}"
 
 
-def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512) -> dict[str, int]:
+def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512, real_text: bool = True) -> dict[str, int]:
     os.environ["MEMORY_DB"] = str(out)
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     os.environ["MEMORY_ENQUEUE_TASKS"] = "False"
@@ -86,6 +118,12 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512) -> dict[
     call_command("migrate", verbosity=0)
     rng = random.Random(seed)
     nprng = np.random.default_rng(seed)
+    real = None
+    if real_text:
+        try:
+            real = RealText(rng)
+        except FileNotFoundError as exc:  # the shared data is optional here: templates still work
+            print(f"build_db: {exc}; using template sentences only", file=sys.stderr)
     n_persons, n_facts = int(2000 * scale), int(20000 * scale)
     n_knowledge, n_messages = int(25000 * scale), int(200000 * scale)
     n_episodes, n_edges = int(20000 * scale), int(100000 * scale)
@@ -113,7 +151,7 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512) -> dict[
         fid = 0
         while len(fact_rows) < n_facts:
             person = rng.randrange(n_persons) + 2
-            text, kind, slot = fact_text(rng, names[person - 2])
+            text, kind, slot = fact_text(rng, names[person - 2], real)
             key = exact_key(text)
             if (person, key) in seen:
                 continue
@@ -141,7 +179,7 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512) -> dict[
             [(pack_float32(v), quantize_vector(v), i + 1) for i, v in enumerate(fact_vecs)],
         )
         # knowledge with vectors
-        k_rows = [(i + 1, knowledge_text(rng, i + 1)) for i in range(n_knowledge)]
+        k_rows = [(i + 1, knowledge_text(rng, i + 1, real)) for i in range(n_knowledge)]
         k_vecs = nprng.standard_normal((n_knowledge, dim)).astype(np.float32)
         k_vecs /= np.linalg.norm(k_vecs, axis=1, keepdims=True)
         tokens = [index_tokens(t) for _, t in k_rows]
@@ -173,11 +211,13 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512) -> dict[
                         episode_rows.append((eid, f"大家聊了{topic}和{rng.choice(FOODS)}，{names[members[0] - 2]}提到{rng.choice(EVENTS)}", at, at + 8 * 60_000, stream_id))
                         for _ in range(3):
                             cid += 1
-                            cue_rows.append((cid, eid, f"聊到{rng.choice(TOPICS + FOODS + HOBBIES + EVENTS)}的时候"))
+                            cue = real.sentence()[:16] if real is not None and rng.random() < 0.6 else \
+                                f"聊到{rng.choice(TOPICS + FOODS + HOBBIES + EVENTS)}的时候"
+                            cue_rows.append((cid, eid, cue))
                     episode = eid
                 role = "assistant" if j % 3 == 2 else "user"
                 sender = None if role == "assistant" else rng.choice(members)
-                msg_rows.append((mid, role, message_text(rng), at, episode, stream_id, sender))
+                msg_rows.append((mid, role, message_text(rng, real), at, episode, stream_id, sender))
         cur.executemany(
             "INSERT INTO episodes(id, kind, summary, started_at, ended_at, created_at, stream_id, needs_rebuild, source)"
             " VALUES (%s,'conversation',%s,%s,%s,%s,%s,0,'bench')",
@@ -243,9 +283,10 @@ def main() -> None:
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / ".cache" / "scale.sqlite3"))
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--templates-only", action="store_true", help="do not mix in MemDaily sentences")
     args = parser.parse_args()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    print(build(Path(args.out), scale=args.scale, seed=args.seed))
+    print(build(Path(args.out), scale=args.scale, seed=args.seed, real_text=not args.templates_only))
 
 
 if __name__ == "__main__":
