@@ -168,6 +168,10 @@ EPISODE_CONTEXT_LIMIT = envint("EPISODE_CONTEXT_LIMIT", 3)
 MEMORY_BOT_NAME = env("MEMORY_BOT_NAME", "")  # how the bot is called in summaries/extraction prompts
 PRIVATE_FACTS_IN_GROUP = envbool("PRIVATE_FACTS_IN_GROUP", "False")
 MESSAGE_MAX_CHARS = envint("MESSAGE_MAX_CHARS", 20000)
+# Query terms found in more than this share of an index's rows are dropped before FTS5
+# ranks (tables of 2,000+ rows). Lower is faster; higher keeps the ranking closer to
+# unpruned bm25 (see BENCHMARKS.md for the measured trade-off).
+FTS_PRUNE_DF_RATIO = envfloat("FTS_PRUNE_DF_RATIO", 0.01)
 
 # --- Model providers ----------------------------------------------------------
 LLM_BASE_URL = env("LLM_BASE_URL")

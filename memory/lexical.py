@@ -30,7 +30,7 @@ from memory.engine.tokenize import index_tokens, match_expression, query_terms
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts")
 
 PRUNE_MIN_DOCS = 2000      # below this many rows every term is kept
-PRUNE_DF_RATIO = 0.01      # drop terms found in more than 1 % of the rows …
+PRUNE_DF_RATIO = 0.01      # drop terms found in more than 1 % of the rows (settings.FTS_PRUNE_DF_RATIO) …
 PRUNE_KEEP_AT_LEAST = 3    # … but always keep the rarest few matching terms
 _DOC_COUNT_TTL = 5.0       # seconds a cached row count is trusted
 
@@ -119,7 +119,9 @@ def prune_terms(table: str, terms: list[str]) -> list[str]:
     if total < PRUNE_MIN_DOCS or len(terms) <= PRUNE_KEEP_AT_LEAST:
         return terms
     df = document_frequencies(table, [t for t in terms if _is_single_token(t)])
-    limit = PRUNE_DF_RATIO * total
+    from django.conf import settings
+
+    limit = float(getattr(settings, "FTS_PRUNE_DF_RATIO", PRUNE_DF_RATIO)) * total
     kept = [t for t in terms if not _is_single_token(t) or 0 < df.get(t, 0) <= limit]
     if len(kept) >= PRUNE_KEEP_AT_LEAST:
         return kept
