@@ -49,7 +49,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.api_bench
 	$(BIN)/python -m bench.console_bench
-	$(BIN)/python -m bench.worker_bench
+	$(BIN)/python -m bench.worker_bench --worker
 	$(BIN)/python -m bench.report
 
 eval: $(VENV)/.installed
