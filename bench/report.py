@@ -75,16 +75,11 @@ def render() -> str:
 
 
 def main() -> None:
-    path = ROOT / "BENCHMARKS.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    from bench.common import BENCHMARKS_MD, replace_section
+
     section = render()
-    if "<!-- services:start -->" in text:
-        head, rest = text.split("<!-- services:start -->", 1)
-        tail = rest.split("<!-- services:end -->", 1)[1] if "<!-- services:end -->" in rest else ""
-        text = head + section + tail
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    path.write_text(text)
+    body = section.removeprefix("<!-- services:start -->").removesuffix("<!-- services:end -->").strip("\n")
+    replace_section(BENCHMARKS_MD, "<!-- services:start -->", "<!-- services:end -->", body, title="Benchmarks")
     print(section)
 
 

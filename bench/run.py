@@ -351,15 +351,10 @@ def render(results: dict) -> str:
 
 
 def write_markdown(section: str) -> None:
-    path = ROOT / "BENCHMARKS.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    if "<!-- speed:start -->" in text:
-        head, rest = text.split("<!-- speed:start -->", 1)
-        tail = rest.split("<!-- speed:end -->", 1)[1] if "<!-- speed:end -->" in rest else ""
-        text = head + section + tail
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    path.write_text(text)
+    from bench.common import BENCHMARKS_MD, replace_section
+
+    body = section.removeprefix("<!-- speed:start -->").removesuffix("<!-- speed:end -->").strip("\n")
+    replace_section(BENCHMARKS_MD, "<!-- speed:start -->", "<!-- speed:end -->", body, title="Benchmarks")
 
 
 def main() -> None:
