@@ -171,7 +171,7 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512, real_tex
             " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,'','bench')",
             fact_rows,
         )
-        lexical.index_rows("facts_fts", [(r[0], r[3]) for r in fact_rows])
+        lexical.index_facts([(r[0], r[3], r[1]) for r in fact_rows])
         fact_vecs = nprng.standard_normal((n_facts, dim)).astype(np.float32)
         fact_vecs /= np.linalg.norm(fact_vecs, axis=1, keepdims=True)
         cur.executemany(

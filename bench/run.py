@@ -330,7 +330,10 @@ def render(results: dict) -> str:
         pr = results["read"][key]
         lines.append(f"| {label} | {pr['top10_agreement']} | {pr['pruned_median_ms']} | {pr['unpruned_median_ms']} / "
                      f"{pr['unpruned_p95_ms']} | ×{pr['speedup']} |")
-    lines += ["", "### Writes and sweeps", ""]
+    lines += ["", "Person-scoped fact recall (the turn path) does not prune: the fact index's `person` column lets "
+              "FTS5 rank only the present persons' facts, so its candidates are those of unpruned bm25. Pruning "
+              "applies to queries over every person (console search, cross-person recall), knowledge and cues.",
+              "", "### Writes and sweeps", ""]
     for name, r in results["write"].items():
         lines.append(f"- {name}: " + ", ".join(f"{k} {v}" for k, v in r.items()))
     lines += ["", "### Side by side (same run, two sizes)", "", "| lexical search over facts | rows | FTS5 pruned p50/p95 | FTS5 unpruned p50/p95 | bm25s p50/p95 |", "| --- | ---: | --- | --- | --- |"]

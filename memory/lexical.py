@@ -51,13 +51,40 @@ def index_row(table: str, rowid: int, text: str) -> str:
 
 def index_rows(table: str, rows: Sequence[tuple[int, str]]) -> list[str]:
     """Bulk form of :func:`index_row` (``rows`` = ``(rowid, text)``)."""
-    if _check(table) == "cues_fts":
-        raise ValueError("cue rows carry their stream: use index_cue / index_cues")
+    if _check(table) in ("cues_fts", "facts_fts"):
+        raise ValueError("cue and fact rows carry their stream / person: use index_cue(s) / index_fact(s)")
     payload = [(rowid, index_tokens(text)) for rowid, text in rows]
     with connection.cursor() as cur:
         cur.executemany(f"INSERT INTO {table}(rowid, tokens) VALUES (%s, %s)", payload)
     _doc_counts.pop(table, None)
     return [tokens for _, tokens in payload]
+
+
+def _person_token(person_id: int) -> str:
+    return f"p{int(person_id)}"
+
+
+def index_fact(rowid: int, text: str, person_id: int) -> str:
+    """Write the FTS row of a fact, with its person in the (unweighted) ``person`` column."""
+    return index_facts([(rowid, text, person_id)])[0]
+
+
+def index_facts(rows: Sequence[tuple[int, str, int]]) -> list[str]:
+    """Bulk form of :func:`index_fact` (``rows`` = ``(rowid, text, person_id)``)."""
+    payload = [(rowid, index_tokens(text), _person_token(person)) for rowid, text, person in rows]
+    with connection.cursor() as cur:
+        cur.executemany("INSERT INTO facts_fts(rowid, tokens, person) VALUES (%s, %s, %s)", payload)
+    _doc_counts.pop("facts_fts", None)
+    return [tokens for _, tokens, _ in payload]
+
+
+def _fact_expression(match: str, person_ids: Sequence[int] | None) -> str:
+    """User terms confined to ``tokens``; persons selected through the ``person`` column."""
+    expression = f"tokens : ({match})"
+    if person_ids is not None:
+        persons = " OR ".join(f'"{_person_token(p)}"' for p in dict.fromkeys(person_ids))
+        expression += f" AND person : ({persons})"
+    return expression
 
 
 def _stream_token(stream_id: int) -> str:
@@ -154,18 +181,15 @@ def fact_candidates(
     """
     if not match:
         return []
+    if person_ids is not None and not person_ids:
+        return []
     where = ["facts_fts MATCH %s"]
-    params: list = [match]
-    if person_ids is not None:
-        if not person_ids:
-            return []
-        where.append(f"f.person_id IN ({','.join(['%s'] * len(person_ids))})")
-        params.extend(person_ids)
+    params: list = [_fact_expression(match, person_ids)]
     if not include_invalid:
         where.append("f.superseded_by IS NULL")
     params.append(limit)
     sql = (
-        "SELECT f.id, bm25(facts_fts) AS b, f.person_id, f.kind, f.content, f.slot, f.origin_kind,"
+        "SELECT f.id, bm25(facts_fts, 1.0, 0.0) AS b, f.person_id, f.kind, f.content, f.slot, f.origin_kind,"
         " f.strength, f.half_life_hours, f.updated_at, f.active, f.embedding_q8 IS NOT NULL"
         " FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid"
         f" WHERE {' AND '.join(where)} ORDER BY b LIMIT %s"
@@ -182,8 +206,8 @@ def fact_bm25(match: str, fact_ids: Sequence[int]) -> dict[int, float]:
     placeholders = ",".join(["%s"] * len(fact_ids))
     with connection.cursor() as cur:
         cur.execute(
-            f"SELECT rowid, bm25(facts_fts) FROM facts_fts WHERE facts_fts MATCH %s AND rowid IN ({placeholders})",
-            [match, *fact_ids],
+            f"SELECT rowid, bm25(facts_fts, 1.0, 0.0) FROM facts_fts WHERE facts_fts MATCH %s AND rowid IN ({placeholders})",
+            [_fact_expression(match, None), *fact_ids],
         )
         return {int(r): float(b) for r, b in cur.fetchall()}
 
@@ -195,9 +219,9 @@ def similar_fact_candidates(match: str, *, person_id: int, limit: int = 8) -> li
     with connection.cursor() as cur:
         cur.execute(
             "SELECT f.id, f.content FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid"
-            " WHERE facts_fts MATCH %s AND f.person_id = %s AND f.superseded_by IS NULL"
-            " ORDER BY bm25(facts_fts) LIMIT %s",
-            [match, person_id, limit],
+            " WHERE facts_fts MATCH %s AND f.superseded_by IS NULL"
+            " ORDER BY bm25(facts_fts, 1.0, 0.0) LIMIT %s",
+            [_fact_expression(match, [person_id]), limit],
         )
         return cur.fetchall()
 
@@ -261,6 +285,8 @@ def rows_containing(table: str, match: str, *, limit: int) -> list[int]:
     if not match:
         return []
     name = _check(table)
+    if name == "facts_fts":
+        match = _fact_expression(match, None)
     with connection.cursor() as cur:
         cur.execute(f"SELECT rowid FROM {name} WHERE {name} MATCH %s LIMIT %s", [match, limit])
         return [int(r[0]) for r in cur.fetchall()]

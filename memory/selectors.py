@@ -205,7 +205,9 @@ def _recall(
 ) -> list[ScopedFact]:
     if limit < 1:
         return []
-    match = lexical.match_for("facts_fts", query)
+    # Person-scoped queries rank only those persons' facts (the ``person`` column), so
+    # every term is kept; a query over all persons prunes terms that are too common.
+    match = lexical.match_for("facts_fts", query, prune=person_ids is None)
     if not match:
         return []
     rows = lexical.fact_candidates(match, person_ids=person_ids, limit=limit * 3)
@@ -362,7 +364,7 @@ def merge_dense_candidates(
     extra = [f for f in dense if f.id not in seen]
     if not extra:
         return list(pool)
-    bm = lexical.fact_bm25(lexical.match_for("facts_fts", query), [f.id for f in extra])
+    bm = lexical.fact_bm25(lexical.match_for("facts_fts", query, prune=False), [f.id for f in extra])
     merged = list(pool)
     for f in extra:
         b = bm.get(f.id)

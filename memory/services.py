@@ -295,7 +295,7 @@ def _find_similar(person_id: int, content: str, key: str) -> Fact | None:
     exact = Fact.objects.filter(person_id=person_id, content_key=key).first()
     if exact is not None:
         return exact
-    match = lexical.match_for("facts_fts", content)
+    match = lexical.match_for("facts_fts", content, prune=False)  # one person: cheap, keep every term
     for fact_id, other in lexical.similar_fact_candidates(match, person_id=person_id, limit=8):
         if is_same_fact(content, other):
             return Fact.objects.get(pk=fact_id)
@@ -410,7 +410,7 @@ def add_fact(
             origin_kind=origin_kind,
             source=source[:120],
         )
-        lexical.index_row("facts_fts", fact.pk, content)
+        lexical.index_fact(fact.pk, content, person_id)
         transaction.on_commit(enqueue_vectors)  # text first, vector soon after
         write = FactWrite(fact_id=fact.pk, created=True)
         if supersedes:
