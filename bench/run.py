@@ -330,9 +330,10 @@ def render(results: dict) -> str:
         pr = results["read"][key]
         lines.append(f"| {label} | {pr['top10_agreement']} | {pr['pruned_median_ms']} | {pr['unpruned_median_ms']} / "
                      f"{pr['unpruned_p95_ms']} | ×{pr['speedup']} |")
-    lines += ["", "Person-scoped fact recall (the turn path) does not prune: the fact index's `person` column lets "
-              "FTS5 rank only the present persons' facts, so its candidates are those of unpruned bm25. Pruning "
-              "applies to queries over every person (console search, cross-person recall), knowledge and cues.",
+    lines += ["", "The turn path does not prune: the fact index's `person` column and the cue index's `stream` "
+              "column let FTS5 rank only the present persons' facts and the stream's cues, so their candidates "
+              "are those of unpruned bm25. Pruning applies to queries over every person (console search, "
+              "cross-person recall), over all streams' cues, and to knowledge.",
               "", "### Writes and sweeps", ""]
     for name, r in results["write"].items():
         lines.append(f"- {name}: " + ", ".join(f"{k} {v}" for k, v in r.items()))

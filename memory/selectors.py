@@ -530,7 +530,8 @@ def recall_episodes(*, stream_id: int | None, query: str, limit: int = 3) -> lis
     """Episodes of a stream whose cues match ``query`` (best cue per episode; summaries are not indexed)."""
     if limit < 1:
         return []
-    match = lexical.match_for("cues_fts", query)
+    # One stream: the stream column bounds the work, so every query term is kept.
+    match = lexical.match_for("cues_fts", query, prune=stream_id is None)
     hits = lexical.cue_candidates(match, stream_id=stream_id, limit=limit * 4)
     best: dict[int, float] = {}
     for episode_id, _cue, b in hits:
