@@ -188,11 +188,10 @@ def notes(results: dict) -> str:
             "conversation). Neither side stems or drops stop words.",
             "- **Episodes.** `recall_episodes` (FTS5 over summary sentences as cues) matches bm25s over the same "
             "cues and beats dense-only on them at session level.",
-            "- **Pruning.** Query-term pruning only starts at 2,000 rows per FTS table; "
-            + ("the diagnostic row 'pruning off' shows what it changes on this store."
-               if lo.get("pruning_active") else
-               f"this store's fact table ({lo['facts']} rows) stayed below that, so pruning played no part "
-               "(the 'pruning off' row is identical by construction)."),
+            "- **No pruning on the turn path.** Person-scoped fact recall keeps every query term (the fact "
+            "index's person column bounds the work), so long English questions add many common words to bm25 "
+            "and `r/(1+r)` saturates; a tuning profile with `bm25_weight` 4 (diagnostic row) undoes most of it "
+            "without turning forgetting off.",
         ]
     md = results.get("memdaily")
     if md:

@@ -41,7 +41,7 @@ METHODS = {
 DIAGNOSTICS = {
     "diag_lexical_no_forgetting": "ours lexical with retention_weight_floor=1 (forgetting curve off)",
     "diag_lexical_dense_no_forgetting": "ours lexical + dense with retention_weight_floor=1 (forgetting curve off)",
-    "diag_lexical_unpruned": "ours lexical with FTS5 query-term pruning off",
+    "diag_lexical_dense_sharp": "ours lexical + dense with bm25_weight=4 (a tuning profile; forgetting on)",
 }
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
@@ -244,6 +244,7 @@ def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[
     base = dict(active_overrides())
     ov = {**base, "fact_recall_limit": TOP}
     ov_no_forgetting = {**ov, "retention_weight_floor": 1.0}
+    ov_sharp = {**ov, "bm25_weight": 4.0}  # relevance^4: undoes the saturation of r/(1+r) for long queries
     per_method: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
     episode_rows: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
     ceilings: list[tuple[int, dict[str, float]]] = []
@@ -290,22 +291,12 @@ def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[
             units["diag_lexical_no_forgetting"] = [
                 ev[f.id] for f in selectors.rank_recalled_facts(pool, None, TOP, ov_no_forgetting)
             ]
+            units["diag_lexical_dense_sharp"] = [
+                ev[f.id] for f in selectors.rank_recalled_facts(merged, qvec, TOP, ov_sharp)
+            ]
             units["diag_lexical_dense_no_forgetting"] = [
                 ev[f.id] for f in selectors.rank_recalled_facts(merged, qvec, TOP, ov_no_forgetting)
             ]
-            if pruning_active:
-                saved = lexical.PRUNE_MIN_DOCS
-                lexical.PRUNE_MIN_DOCS = 10**12
-                try:
-                    pool_up = replay_turn_pool(
-                        person_ids=conv.person_ids, text=text, impression="", now=conv.now, stream_kind="direct",
-                        overrides=ov,
-                    )
-                finally:
-                    lexical.PRUNE_MIN_DOCS = saved
-                units["diag_lexical_unpruned"] = [ev[f.id] for f in pool_up[:TOP]]
-            else:  # below the pruning threshold every term is kept: identical by construction
-                units["diag_lexical_unpruned"] = units["ours_lexical"]
 
             for name, us in units.items():
                 per_method[name].append((cat, score_question(us, gold)))
