@@ -190,8 +190,8 @@ def notes(results: dict) -> str:
             "cues and beats dense-only on them at session level.",
             "- **No pruning on the turn path.** Person-scoped fact recall keeps every query term (the fact "
             "index's person column bounds the work), so long English questions add many common words to bm25 "
-            "and `r/(1+r)` saturates; a tuning profile with `bm25_weight` 4 (diagnostic row) undoes most of it "
-            "without turning forgetting off.",
+            "and `r/(1+r)` saturates; the diagnostic row with a `bm25_weight` 4 tuning profile shows how much of "
+            "the gap that saturation explains while forgetting stays on.",
         ]
     md = results.get("memdaily")
     if md:
