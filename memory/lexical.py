@@ -2,12 +2,16 @@
 
 Three contentless FTS5 tables (``facts_fts``, ``cues_fts``, ``knowledge_fts``)
 hold ``index_tokens`` of their row's text with ``rowid`` = the row's primary
-key. The writer of a row calls :func:`index_row` inside the same transaction
-(the seed makes rowid alignment the writer's job, not a trigger's).
+key; facts and cues also carry an unweighted scope column (``person`` /
+``stream``) so person- and stream-scoped queries rank only their own rows.
+The writer of a row writes its FTS row (:func:`index_row`, :func:`index_fact`,
+:func:`index_cue`) inside the same transaction (the seed makes rowid alignment
+the writer's job, not a trigger's).
 
-Query-term pruning: FTS5 computes ``bm25()`` for every row that matches any
-OR term, so a natural question full of common words ranks most of the table.
-On large tables the terms whose document frequency is above
+Query-term pruning (queries over a whole table only — every person's facts,
+every stream's cues, knowledge): FTS5 computes ``bm25()`` for every row that
+matches any OR term, so a natural question full of common words ranks most of
+the table. On large tables the terms whose document frequency is above
 ``PRUNE_DF_RATIO`` of the rows are dropped before building the MATCH string
 (read from the ``*_vocab`` fts5vocab tables). Such terms carry almost no IDF
 weight, so the top of the ranking barely moves; ``bench/`` reports the top-10
@@ -69,13 +73,18 @@ def index_fact(rowid: int, text: str, person_id: int) -> str:
     return index_facts([(rowid, text, person_id)])[0]
 
 
+def _index_scoped(table: str, column: str, rows: Sequence[tuple[int, str, str]]) -> list[str]:
+    """Insert ``(rowid, text, scope token)`` rows into a table with an unweighted scope column."""
+    payload = [(rowid, index_tokens(text), scope) for rowid, text, scope in rows]
+    with connection.cursor() as cur:
+        cur.executemany(f"INSERT INTO {table}(rowid, tokens, {column}) VALUES (%s, %s, %s)", payload)
+    _doc_counts.pop(table, None)
+    return [tokens for _, tokens, _ in payload]
+
+
 def index_facts(rows: Sequence[tuple[int, str, int]]) -> list[str]:
     """Bulk form of :func:`index_fact` (``rows`` = ``(rowid, text, person_id)``)."""
-    payload = [(rowid, index_tokens(text), _person_token(person)) for rowid, text, person in rows]
-    with connection.cursor() as cur:
-        cur.executemany("INSERT INTO facts_fts(rowid, tokens, person) VALUES (%s, %s, %s)", payload)
-    _doc_counts.pop("facts_fts", None)
-    return [tokens for _, tokens, _ in payload]
+    return _index_scoped("facts_fts", "person", [(r, text, _person_token(p)) for r, text, p in rows])
 
 
 def _fact_expression(match: str, person_ids: Sequence[int] | None) -> str:
@@ -98,11 +107,7 @@ def index_cue(rowid: int, text: str, stream_id: int) -> str:
 
 def index_cues(rows: Sequence[tuple[int, str, int]]) -> list[str]:
     """Bulk form of :func:`index_cue` (``rows`` = ``(rowid, text, stream_id)``)."""
-    payload = [(rowid, index_tokens(text), _stream_token(stream)) for rowid, text, stream in rows]
-    with connection.cursor() as cur:
-        cur.executemany("INSERT INTO cues_fts(rowid, tokens, stream) VALUES (%s, %s, %s)", payload)
-    _doc_counts.pop("cues_fts", None)
-    return [tokens for _, tokens, _ in payload]
+    return _index_scoped("cues_fts", "stream", [(r, text, _stream_token(s)) for r, text, s in rows])
 
 
 def delete_row(table: str, rowid: int, tokens: str) -> None:
