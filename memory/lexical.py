@@ -13,9 +13,9 @@ every stream's cues, knowledge): FTS5 computes ``bm25()`` for every row that
 matches any OR term, so a natural question full of common words ranks most of
 the table. On large tables the terms whose document frequency is above
 ``PRUNE_DF_RATIO`` of the rows are dropped before building the MATCH string
-(read from the ``*_vocab`` fts5vocab tables). Such terms carry almost no IDF
-weight, so the top of the ranking barely moves; ``bench/`` reports the top-10
-agreement with the unpruned ranking. Small tables are never pruned, so the
+(read from the ``*_vocab`` fts5vocab tables). This trades ranking agreement for
+speed: ``bench/`` reports the top-10 agreement with the unpruned ranking and
+``FTS_PRUNE_DF_RATIO`` sets the share. Small tables are never pruned, so the
 behaviour of a fresh store is exactly the reference behaviour.
 
 A deployment that outgrows one SQLite file would add a PostgreSQL backend
