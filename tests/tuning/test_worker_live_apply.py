@@ -63,8 +63,8 @@ def _redis_up() -> bool:
         return False
 
 
-@pytest.mark.skipif(not _redis_up() and not os.environ.get("CI"), reason="needs a Redis server (CI always has one)")
 def test_apply_reaches_a_celery_worker_within_a_second(tmp_path):
+    assert _redis_up(), f"no Redis at {REDIS_URL}: start it with `redis-server --daemonize yes` (or `make test-fast`)"
     celery = shutil.which("celery", path=str(Path(sys.executable).parent)) or shutil.which("celery")
     assert celery, "celery executable not found"
     queue = f"tuning-it-{os.getpid()}"

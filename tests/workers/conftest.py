@@ -20,6 +20,7 @@ from celery.app.task import Task
 from memory import services
 from memory.engine.extraction import EpisodeDraft, ExtractedFact, Extraction
 from memory.models import Stream
+from tests.chat_lines import CHAT
 
 T0 = 1_700_000_000_000
 REDIS_TEST_URL = "redis://127.0.0.1:6379/14"
@@ -87,16 +88,6 @@ def make_stream(ext: str = "g1", kind: str = "group", platform: str = "qq") -> S
     return services.resolve_stream(platform=platform, kind=kind, external_id=ext, name=ext)
 
 
-CHAT = [
-    "我住在杭州西湖区，每天骑车上班",
-    "周末我们去爬了宝石山，风景很好",
-    "我是产品经理，最近在做一个新项目",
-    "下个月我打算去成都出差一周",
-    "我对花生过敏，吃东西要特别小心",
-    "昨天晚上看了一部科幻电影，剧情很精彩",
-    "我喜欢喝冰美式，每天早上一杯",
-    "公司楼下新开了一家面馆，味道不错",
-]
 
 
 def post_messages(stream: Stream, n: int, *, speakers: Sequence[Any] = (), start: int = 0, assistant_every: int = 4,
