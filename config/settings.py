@@ -168,10 +168,13 @@ EPISODE_CONTEXT_LIMIT = envint("EPISODE_CONTEXT_LIMIT", 3)
 MEMORY_BOT_NAME = env("MEMORY_BOT_NAME", "")  # how the bot is called in summaries/extraction prompts
 PRIVATE_FACTS_IN_GROUP = envbool("PRIVATE_FACTS_IN_GROUP", "False")
 MESSAGE_MAX_CHARS = envint("MESSAGE_MAX_CHARS", 20000)
-# Query terms found in more than this share of an index's rows are dropped before FTS5
-# ranks (tables of 2,000+ rows). Lower is faster; higher keeps the ranking closer to
-# unpruned bm25 (see BENCHMARKS.md for the measured trade-off).
-FTS_PRUNE_DF_RATIO = envfloat("FTS_PRUNE_DF_RATIO", 0.01)
+# Queries over a whole table (knowledge, every person's facts, every stream's cues) are
+# ranked by a per-process resident BM25 index that scores like unpruned FTS5
+# (memory/lexical_index.py; a few MB per 10k rows). Off: FTS5 answers, with query terms
+# found in more than FTS_PRUNE_DF_RATIO of the rows dropped first (tables of 2,000+ rows;
+# lower is faster, higher stays closer to unpruned bm25 — BENCHMARKS.md measures both).
+LEXICAL_RESIDENT_INDEX = envbool("LEXICAL_RESIDENT_INDEX", "True")
+FTS_PRUNE_DF_RATIO = envfloat("FTS_PRUNE_DF_RATIO", 0.1)
 
 # --- Model providers ----------------------------------------------------------
 LLM_BASE_URL = env("LLM_BASE_URL")

@@ -6,17 +6,16 @@ key; facts and cues also carry an unweighted scope column (``person`` /
 ``stream``) so person- and stream-scoped queries rank only their own rows.
 The writer of a row writes its FTS row (:func:`index_row`, :func:`index_fact`,
 :func:`index_cue`) inside the same transaction (the seed makes rowid alignment
-the writer's job, not a trigger's).
+the writer's job, not a trigger's) and keeps the tokens on the row too.
 
-Query-term pruning (queries over a whole table only — every person's facts,
-every stream's cues, knowledge): FTS5 computes ``bm25()`` for every row that
-matches any OR term, so a natural question full of common words ranks most of
-the table. On large tables the terms whose document frequency is above
-``PRUNE_DF_RATIO`` of the rows are dropped before building the MATCH string
-(read from the ``*_vocab`` fts5vocab tables). This trades ranking agreement for
-speed: ``bench/`` reports the top-10 agreement with the unpruned ranking and
-``FTS_PRUNE_DF_RATIO`` sets the share. Small tables are never pruned, so the
-behaviour of a fresh store is exactly the reference behaviour.
+Queries over a whole table (every person's facts, every stream's cues,
+knowledge) would make FTS5 compute ``bm25()`` for most of the table. The
+resident index (:mod:`memory.lexical_index`) answers them with the same scores
+at a fraction of the cost; when it cannot (inside a transaction, a phrase term,
+``LEXICAL_RESIDENT_INDEX`` off) FTS5 does, after dropping the terms whose
+document frequency is above ``FTS_PRUNE_DF_RATIO`` of the rows (read from the
+``*_vocab`` fts5vocab tables; tables under 2,000 rows are never pruned).
+``bench/`` reports the top-10 agreement of both with unpruned bm25.
 
 A deployment that outgrows one SQLite file would add a PostgreSQL backend
 behind these same functions.
@@ -30,11 +29,12 @@ from collections.abc import Sequence
 from django.db import connection
 
 from memory.engine.tokenize import index_tokens, match_expression, query_terms
+from memory.lexical_index import SOURCES, resident
 
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts")
 
 PRUNE_MIN_DOCS = 2000      # below this many rows every term is kept
-PRUNE_DF_RATIO = 0.01      # drop terms found in more than 1 % of the rows (settings.FTS_PRUNE_DF_RATIO) …
+PRUNE_DF_RATIO = 0.1       # drop terms found in more than 10 % of the rows (settings.FTS_PRUNE_DF_RATIO) …
 PRUNE_KEEP_AT_LEAST = 3    # … but always keep the rarest few matching terms
 _DOC_COUNT_TTL = 5.0       # seconds a cached row count is trusted
 
@@ -60,8 +60,15 @@ def index_rows(table: str, rows: Sequence[tuple[int, str]]) -> list[str]:
     payload = [(rowid, index_tokens(text)) for rowid, text in rows]
     with connection.cursor() as cur:
         cur.executemany(f"INSERT INTO {table}(rowid, tokens) VALUES (%s, %s)", payload)
+        _store_tokens(cur, table, payload)
     _doc_counts.pop(table, None)
     return [tokens for _, tokens in payload]
+
+
+def _store_tokens(cur, table: str, payload: Sequence[tuple]) -> None:
+    """Keep the tokens beside the row too (the resident index loads them from there)."""
+    src = SOURCES[table]
+    cur.executemany(f"UPDATE {src.table} SET {src.tokens} = %s WHERE id = %s", [(p[1], p[0]) for p in payload])
 
 
 def _person_token(person_id: int) -> str:
@@ -78,6 +85,7 @@ def _index_scoped(table: str, column: str, rows: Sequence[tuple[int, str, str]])
     payload = [(rowid, index_tokens(text), scope) for rowid, text, scope in rows]
     with connection.cursor() as cur:
         cur.executemany(f"INSERT INTO {table}(rowid, tokens, {column}) VALUES (%s, %s, %s)", payload)
+        _store_tokens(cur, table, payload)
     _doc_counts.pop(table, None)
     return [tokens for _, tokens, _ in payload]
 
@@ -167,12 +175,27 @@ def terms_of(match: str) -> list[str]:
     return [t.replace('""', '"') for t in _QUOTED.findall(match)]
 
 
-def match_for(table: str, text: str, *, prune: bool = True) -> str:
+def match_for(table: str, text: str) -> str:
     """The MATCH expression for a user text ('' when it has no searchable term)."""
-    terms = query_terms(text)
-    if prune:
-        terms = prune_terms(table, terms)
-    return match_expression(terms)
+    _check(table)
+    return match_expression(query_terms(text))
+
+
+def _pruned(table: str, match: str) -> str:
+    """``match`` without the terms :func:`prune_terms` drops (the FTS5 path of a whole-table query)."""
+    return match_expression(prune_terms(table, terms_of(match)))
+
+
+def _whole_table_top(table: str, match: str, limit: int, offset: int = 0) -> list[tuple[int, float]] | None:
+    """Exact bm25 top rows of a whole table from the resident index, or ``None`` (ask FTS5)."""
+    index = resident(table)
+    return None if index is None else index.top(terms_of(match), limit, offset=offset)
+
+
+_FACT_COLUMNS = (
+    "f.id, {bm25}, f.person_id, f.kind, f.content, f.slot, f.origin_kind,"
+    " f.strength, f.half_life_hours, f.updated_at, f.active, f.embedding_q8 IS NOT NULL"
+)
 
 
 def fact_candidates(
@@ -182,26 +205,59 @@ def fact_candidates(
     origin_kind, strength, half_life_hours, updated_at, active, has_vector)``.
 
     Superseded/invalidated facts are excluded unless ``include_invalid``; frozen facts are
-    kept (they stay lexically recallable).
+    kept (they stay lexically recallable). ``person_ids=None`` ranks every person's facts
+    (the resident index when it can answer, else pruned FTS5).
     """
     if not match:
         return []
     if person_ids is not None and not person_ids:
         return []
+    if person_ids is None:
+        rows = _resident_fact_candidates(match, limit, include_invalid)
+        if rows is not None:
+            return rows
+        match = _pruned("facts_fts", match) or match
     where = ["facts_fts MATCH %s"]
     params: list = [_fact_expression(match, person_ids)]
     if not include_invalid:
         where.append("f.superseded_by IS NULL")
     params.append(limit)
     sql = (
-        "SELECT f.id, bm25(facts_fts, 1.0, 0.0) AS b, f.person_id, f.kind, f.content, f.slot, f.origin_kind,"
-        " f.strength, f.half_life_hours, f.updated_at, f.active, f.embedding_q8 IS NOT NULL"
+        f"SELECT {_FACT_COLUMNS.format(bm25='bm25(facts_fts, 1.0, 0.0) AS b')}"
         " FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid"
         f" WHERE {' AND '.join(where)} ORDER BY b LIMIT %s"
     )
     with connection.cursor() as cur:
         cur.execute(sql, params)
         return cur.fetchall()
+
+
+def _resident_fact_candidates(match: str, limit: int, include_invalid: bool) -> list[tuple] | None:
+    """The resident-index form of :func:`fact_candidates` over every person (``None``: ask FTS5).
+
+    Ranked ids come in growing batches until ``limit`` valid facts are found.
+    """
+    rows: list[tuple] = []
+    offset, batch = 0, max(limit, 16)
+    valid = "" if include_invalid else " AND f.superseded_by IS NULL"
+    while len(rows) < limit:
+        hits = _whole_table_top("facts_fts", match, batch, offset)
+        if hits is None:
+            return None
+        if not hits:
+            break
+        placeholders = ",".join(["%s"] * len(hits))
+        with connection.cursor() as cur:
+            cur.execute(
+                f"SELECT {_FACT_COLUMNS.format(bm25='0')} FROM facts f WHERE f.id IN ({placeholders}){valid}",
+                [fid for fid, _ in hits],
+            )
+            found = {r[0]: r for r in cur.fetchall()}
+        rows += [(fid, b, *found[fid][2:]) for fid, b in hits if fid in found]
+        if len(hits) < batch:
+            break
+        offset, batch = offset + batch, batch * 2
+    return rows[:limit]
 
 
 def fact_bm25(match: str, fact_ids: Sequence[int]) -> dict[int, float]:
@@ -236,10 +292,16 @@ def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tup
 
     The user terms are confined to the ``tokens`` column; a stream is selected with
     ``stream : "s<id>"`` so FTS5 ranks only that stream's cues. The ``stream``
-    column has weight 0 in bm25.
+    column has weight 0 in bm25. ``stream_id=None`` ranks every stream's cues (the
+    resident index when it can answer, else pruned FTS5).
     """
     if not match:
         return []
+    if stream_id is None:
+        hits = _whole_table_top("cues_fts", match, limit)
+        if hits is not None:
+            return _cue_rows(hits)
+        match = _pruned("cues_fts", match) or match
     expression = f"tokens : ({match})"
     if stream_id is not None:
         expression += f' AND stream : "{_stream_token(stream_id)}"'
@@ -259,22 +321,44 @@ def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tup
         return cur.fetchall()
 
 
+def _cue_rows(hits: list[tuple[int, float]]) -> list[tuple[int, int, float]]:
+    if not hits:
+        return []
+    placeholders = ",".join(["%s"] * len(hits))
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT c.id, c.episode_id FROM episode_cues c JOIN episodes e ON e.id = c.episode_id"
+            f" WHERE c.id IN ({placeholders}) AND e.kind <> 'unsummarized'",
+            [cid for cid, _ in hits],
+        )
+        episode_of = dict(cur.fetchall())
+    return [(episode_of[cid], cid, b) for cid, b in hits if cid in episode_of]
+
+
 def knowledge_candidates(match: str, *, limit: int) -> list[tuple[int, float]]:
-    """Knowledge hits ordered by bm25: ``(id, bm25)``."""
+    """Knowledge hits ordered by bm25: ``(id, bm25)`` (resident index, else pruned FTS5)."""
     if not match:
         return []
+    hits = _whole_table_top("knowledge_fts", match, limit)
+    if hits is not None:
+        return hits
     with connection.cursor() as cur:
         cur.execute(
             "SELECT rowid, bm25(knowledge_fts) AS b FROM knowledge_fts WHERE knowledge_fts MATCH %s"
             " ORDER BY b LIMIT %s",
-            [match, limit],
+            [_pruned("knowledge_fts", match) or match, limit],
         )
         return cur.fetchall()
 
 
 def knowledge_bm25(match: str, ids: Sequence[int]) -> dict[int, float]:
+    """Real (unpruned) bm25 of specific knowledge rows; rows that do not match are absent."""
     if not match or not ids:
         return {}
+    index = resident("knowledge_fts")
+    scores = index.bm25_for(terms_of(match), ids) if index is not None else None
+    if scores is not None:
+        return scores
     placeholders = ",".join(["%s"] * len(ids))
     with connection.cursor() as cur:
         cur.execute(
@@ -295,3 +379,21 @@ def rows_containing(table: str, match: str, *, limit: int) -> list[int]:
     with connection.cursor() as cur:
         cur.execute(f"SELECT rowid FROM {name} WHERE {name} MATCH %s LIMIT %s", [match, limit])
         return [int(r[0]) for r in cur.fetchall()]
+
+
+def unpruned_top(table: str, match: str, *, limit: int) -> list[tuple[int, float]]:
+    """FTS5's own ranking of a whole table, every term kept: ``(rowid, bm25)`` best first.
+
+    The reference the resident index and pruning are measured against (tests, ``bench/``);
+    it ranks every matching row, so it is slow on large tables.
+    """
+    if not match:
+        return []
+    name = _check(table)
+    expression, weights = (match, "") if name == "knowledge_fts" else (f"tokens : ({match})", ", 1.0, 0.0")
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT rowid, bm25({name}{weights}) AS b FROM {name} WHERE {name} MATCH %s ORDER BY b, rowid LIMIT %s",
+            [expression, limit],
+        )
+        return [(int(r), float(b)) for r, b in cur.fetchall()]

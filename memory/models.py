@@ -89,6 +89,7 @@ class Episode(models.Model):
 class EpisodeCue(models.Model):
     episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="cues")
     cue = models.TextField()
+    tokens = models.TextField(default="", db_default="", blank=True)  # what its FTS row holds (the resident index reads it)
 
     class Meta:
         db_table = "episode_cues"

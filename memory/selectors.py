@@ -205,9 +205,9 @@ def _recall(
 ) -> list[ScopedFact]:
     if limit < 1:
         return []
-    # Person-scoped queries rank only those persons' facts (the ``person`` column), so
-    # every term is kept; a query over all persons prunes terms that are too common.
-    match = lexical.match_for("facts_fts", query, prune=person_ids is None)
+    # Person-scoped queries rank only those persons' facts (the ``person`` column); a query
+    # over every person is ranked by the resident index (memory/lexical_index.py).
+    match = lexical.match_for("facts_fts", query)
     if not match:
         return []
     rows = lexical.fact_candidates(match, person_ids=person_ids, limit=limit * 3)
@@ -364,7 +364,7 @@ def merge_dense_candidates(
     extra = [f for f in dense if f.id not in seen]
     if not extra:
         return list(pool)
-    bm = lexical.fact_bm25(lexical.match_for("facts_fts", query, prune=False), [f.id for f in extra])
+    bm = lexical.fact_bm25(lexical.match_for("facts_fts", query), [f.id for f in extra])
     merged = list(pool)
     for f in extra:
         b = bm.get(f.id)
@@ -530,8 +530,8 @@ def recall_episodes(*, stream_id: int | None, query: str, limit: int = 3) -> lis
     """Episodes of a stream whose cues match ``query`` (best cue per episode; summaries are not indexed)."""
     if limit < 1:
         return []
-    # One stream: the stream column bounds the work, so every query term is kept.
-    match = lexical.match_for("cues_fts", query, prune=stream_id is None)
+    # One stream: the stream column bounds the work; every stream: the resident index.
+    match = lexical.match_for("cues_fts", query)
     hits = lexical.cue_candidates(match, stream_id=stream_id, limit=limit * 4)
     best: dict[int, float] = {}
     for episode_id, _cue, b in hits:
@@ -701,7 +701,7 @@ def _nodes_containing(concepts: set[str]) -> dict[str, list[int]]:
     """
     refs: dict[str, list[tuple[str, int]]] = {}
     for concept in concepts:
-        match = lexical.match_for("facts_fts", concept, prune=False)
+        match = lexical.match_for("facts_fts", concept)
         if not match:
             continue
         found = [("fact", i) for i in lexical.rows_containing("facts_fts", match, limit=CONCEPT_NODE_LIMIT)]

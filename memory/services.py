@@ -295,7 +295,7 @@ def _find_similar(person_id: int, content: str, key: str) -> Fact | None:
     exact = Fact.objects.filter(person_id=person_id, content_key=key).first()
     if exact is not None:
         return exact
-    match = lexical.match_for("facts_fts", content, prune=False)  # one person: cheap, keep every term
+    match = lexical.match_for("facts_fts", content)
     for fact_id, other in lexical.similar_fact_candidates(match, person_id=person_id, limit=8):
         if is_same_fact(content, other):
             return Fact.objects.get(pk=fact_id)
@@ -492,8 +492,7 @@ def add_knowledge(*, content: str, source: str, at: int | None = None, batch_id:
             item = Knowledge.objects.create(
                 content=text, content_key=key, source=source, created_at=_at(at), import_batch_id=batch_id
             )
-            tokens = lexical.index_row("knowledge_fts", item.pk, text)
-            Knowledge.objects.filter(pk=item.pk).update(tokens_v2=tokens)
+            lexical.index_row("knowledge_fts", item.pk, text)  # also stores the row's tokens_v2
             transaction.on_commit(enqueue_vectors)
     except IntegrityError:
         return Knowledge.objects.get(content_key=key).pk

@@ -1,0 +1,189 @@
+"""The resident BM25 index ranks whole tables exactly like unpruned FTS5, and stays fresh.
+
+It answers only outside transactions, so these tests use a transactional database;
+FTS5 tables are not flushed between such tests, so each test empties them first.
+"""
+from __future__ import annotations
+
+import pytest
+from django.db import connection, transaction
+
+from memory import lexical, lexical_index, selectors, services
+from memory.lexical_index import fts_tokens, resident
+from memory.models import ImportBatch
+from tests.memory.conftest import NOW
+
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+
+KNOWLEDGE = [
+    "月球是地球唯一的天然卫星，月球表面有很多陨石坑",
+    "火星有两颗卫星：火卫一和火卫二",
+    "地球的大气层主要由氮气和氧气组成",
+    "熊猫主要吃竹子，也会吃一些水果",
+    "长城始建于春秋战国时期，秦朝把各段连起来",
+    "光合作用需要光、水和二氧化碳",
+    "二十四节气是根据太阳在黄道上的位置划分的",
+    "The Moon is Earth's only natural satellite and has many craters",
+    "Café au lait is coffee with hot milk; café crème is similar",
+    "月球 月球 月球 的引力让地球产生潮汐",
+    "木星是太阳系最大的行星，卫星很多",
+    "地球绕太阳公转一周大约三百六十五天",
+]
+QUERIES = [
+    "月球和地球有什么关系", "火星的卫星叫什么", "熊猫喜欢吃什么", "光合作用需要什么", "长城是什么时候修的",
+    "moon craters satellite", "CAFÉ with milk", "太阳系最大的行星", "地球 卫星 太阳", "完全无关的问题",
+]
+
+
+@pytest.fixture(autouse=True)
+def _empty_indexes():
+    with connection.cursor() as cur:
+        for table in lexical.TABLES:
+            cur.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
+    lexical_index.reset_all()
+    yield
+    lexical_index.reset_all()
+
+
+def _people_and_stream():
+    a = services.resolve_person(platform="t", external_id="a", name="阿明", at=NOW)
+    b = services.resolve_person(platform="t", external_id="b", name="小红", at=NOW)
+    stream = services.resolve_stream(platform="t", kind="group", external_id="g")
+    return a, b, stream
+
+
+def _assert_same_ranking(table: str, got: list[tuple[int, float]], query: str, limit: int = 10) -> None:
+    want = lexical.unpruned_top(table, lexical.match_for(table, query), limit=limit)
+    assert [i for i, _ in got] == [i for i, _ in want], query
+    assert [b for _, b in got] == pytest.approx([b for _, b in want], rel=1e-9, abs=1e-12), query
+
+
+def test_knowledge_scores_equal_unpruned_fts5():
+    for text in KNOWLEDGE:
+        services.add_knowledge(content=text, source="t", at=NOW)
+    index = resident("knowledge_fts")
+    assert index is not None and len(index) == len(KNOWLEDGE)
+    for query in QUERIES:
+        got = lexical.knowledge_candidates(lexical.match_for("knowledge_fts", query), limit=10)
+        _assert_same_ranking("knowledge_fts", got, query)
+
+
+def test_facts_and_cues_scores_equal_unpruned_fts5_over_every_person_and_stream():
+    a, b, stream = _people_and_stream()
+    other = services.resolve_stream(platform="t", kind="direct", external_id="d")
+    for i, text in enumerate(KNOWLEDGE):
+        services.add_fact(person_id=(a, b)[i % 2].pk, content=text, kind="偏好", origin_kind="direct", at=NOW + i)
+    for i in range(0, len(KNOWLEDGE), 3):
+        services.add_episode(
+            stream_id=(stream, other)[i % 2].pk, summary="s", cues=KNOWLEDGE[i : i + 3], started_at=NOW,
+            ended_at=NOW + 1, message_ids=[], at=NOW,
+        )
+    for query in QUERIES:
+        match = lexical.match_for("facts_fts", query)
+        facts = lexical.fact_candidates(match, person_ids=None, limit=10)
+        _assert_same_ranking("facts_fts", [(r[0], r[1]) for r in facts], query)
+        cues = lexical.cue_candidates(match, stream_id=None, limit=10)
+        _assert_same_ranking("cues_fts", [(cue, b) for _, cue, b in cues], query)
+
+
+def test_appended_rows_are_found_and_merged_in_batches(monkeypatch):
+    monkeypatch.setattr(lexical_index, "TAIL_MERGE_ROWS", 3)
+    for text in KNOWLEDGE[:4]:
+        services.add_knowledge(content=text, source="t", at=NOW)
+    index = resident("knowledge_fts")
+    rebuilds = index.rebuilds
+    for i, text in enumerate(KNOWLEDGE[4:], start=4):
+        services.add_knowledge(content=text, source="t", at=NOW)
+        for query in QUERIES[:6]:
+            got = lexical.knowledge_candidates(lexical.match_for("knowledge_fts", query), limit=10)
+            _assert_same_ranking("knowledge_fts", got, query)
+        assert len(index) == i + 1
+    assert index.rebuilds == rebuilds  # appends never rebuild
+
+
+def test_deleted_rows_leave_the_index():
+    batch = ImportBatch.objects.create(kind="paste", created_at=NOW)
+    kept = services.add_knowledge(content="月球是地球唯一的天然卫星", source="t", at=NOW)
+    gone = services.add_knowledge(content="月球上有水冰", source="t", at=NOW, batch_id=batch.pk)
+    assert {i for i, _ in lexical.knowledge_candidates(lexical.match_for("knowledge_fts", "月球"), limit=5)} == {kept, gone}
+    rebuilds = resident("knowledge_fts").rebuilds
+    from memory import pipeline
+
+    pipeline.delete_batch(batch.pk, at=NOW)
+    got = lexical.knowledge_candidates(lexical.match_for("knowledge_fts", "月球"), limit=5)
+    assert [i for i, _ in got] == [kept]
+    assert resident("knowledge_fts").rebuilds == rebuilds + 1
+    _assert_same_ranking("knowledge_fts", got, "月球")
+
+
+def test_inside_a_transaction_fts5_answers_and_a_rollback_leaves_nothing_behind():
+    services.add_knowledge(content="月球是地球唯一的天然卫星", source="t", at=NOW)
+    assert resident("knowledge_fts") is not None
+    with pytest.raises(RuntimeError), transaction.atomic():
+        phantom = services.add_knowledge(content="月球背面的陨石坑更多", source="t", at=NOW)
+        assert resident("knowledge_fts") is None
+        hits = lexical.knowledge_candidates(lexical.match_for("knowledge_fts", "陨石坑"), limit=5)
+        assert [i for i, _ in hits] == [phantom]  # FTS5 sees the transaction's own row
+        raise RuntimeError("roll back")
+    assert lexical.knowledge_candidates(lexical.match_for("knowledge_fts", "陨石坑"), limit=5) == []
+    assert len(resident("knowledge_fts")) == 1
+
+
+def test_a_phrase_term_is_left_to_fts5():
+    services.add_knowledge(content="圆周率约等于 3.14", source="t", at=NOW)
+    index = resident("knowledge_fts")
+    assert index.top(["3.14"], 5) is None  # FTS5 makes "3.14" a two-token phrase
+    got = lexical.knowledge_candidates(lexical.match_for("knowledge_fts", "3.14"), limit=5)
+    assert len(got) == 1
+
+
+def test_superseded_facts_are_skipped_but_still_counted():
+    a, _b, _stream = _people_and_stream()
+    old = services.add_fact(person_id=a.pk, content="我住在杭州", kind="身份", origin_kind="direct", at=NOW).fact_id
+    new = services.add_fact(
+        person_id=a.pk, content="我搬到上海住了", kind="身份", origin_kind="direct", at=NOW + 1, supersedes=old,
+    ).fact_id
+    rows = lexical.fact_candidates(lexical.match_for("facts_fts", "住在 杭州 上海"), person_ids=None, limit=5)
+    assert [r[0] for r in rows] == [new]
+    everything = lexical.fact_candidates(
+        lexical.match_for("facts_fts", "住在 杭州 上海"), person_ids=None, limit=5, include_invalid=True
+    )
+    _assert_same_ranking("facts_fts", [(r[0], r[1]) for r in everything], "住在 杭州 上海", limit=5)
+
+
+def test_search_knowledge_and_console_search_use_it():
+    for text in KNOWLEDGE:
+        services.add_knowledge(content=text, source="t", at=NOW)
+    hits = selectors.search_knowledge(query="火星的卫星", limit=3)
+    assert hits and hits[0].content.startswith("火星")
+    assert resident("knowledge_fts").rebuilds >= 1
+
+
+def test_switched_off_by_setting(settings):
+    settings.LEXICAL_RESIDENT_INDEX = False
+    assert resident("knowledge_fts") is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["hello world", "Café CRÈME brûlée", "c++ 3.14 a_b", "月球 月球的 引力", "naïve résumé ÀÉÎÕÜ", "x1y2 ９９ ｆｕｌｌ"],
+)
+def test_fts_tokens_split_like_unicode61(text):
+    with connection.cursor() as cur:
+        cur.execute("CREATE VIRTUAL TABLE IF NOT EXISTS tok_probe USING fts5(t, tokenize='unicode61')")
+        cur.execute("CREATE VIRTUAL TABLE IF NOT EXISTS tok_probe_i USING fts5vocab(tok_probe, 'instance')")
+        cur.execute("DELETE FROM tok_probe")
+        cur.execute("INSERT INTO tok_probe(rowid, t) VALUES (1, %s)", [text])
+        cur.execute("SELECT term FROM tok_probe_i ORDER BY offset")
+        want = [r[0] for r in cur.fetchall()]
+        cur.execute("DROP TABLE tok_probe_i")
+        cur.execute("DROP TABLE tok_probe")
+    assert fts_tokens(text) == want
+
+
+def test_ties_at_the_cut_go_to_the_lower_rowid_like_fts5():
+    ids = [services.add_knowledge(content=f"{name} 月球", source="t", at=NOW) for name in "甲乙丙丁戊己庚辛"]
+    got = lexical.knowledge_candidates(lexical.match_for("knowledge_fts", "月球"), limit=3)
+    assert [i for i, _ in got] == sorted(ids)[:3]
+    assert len({b for _, b in got}) == 1
+    _assert_same_ranking("knowledge_fts", got, "月球", limit=3)
