@@ -5,6 +5,12 @@ through the real write path, runs our recall next to the baselines people would 
 instead (bm25s, dense-only, plain FTS5), all in one run, and writes
 ``bench/results/eval.json`` and the eval section of ``BENCHMARKS.md``.
 
+LoCoMo is reported twice: over all conversations with the default retrieval profile,
+and held out — a profile tuned on the dev half of the conversations, measured on the
+test half (see :mod:`bench.eval_locomo`). The LoCoMo target is judged on the held-out
+test conversations with the tuned profile; the default profile's result is stated next
+to it.
+
     python -m bench.eval                 # all 10 LoCoMo conversations + 12 MemDaily haystacks (~312 trajectories)
     python -m bench.eval --quick         # 2 conversations + 3 haystacks
     python -m bench.eval --conversations 1 --questions 20 --memdaily-haystacks 1   # smoke size
@@ -61,17 +67,126 @@ def _as_method(ceiling: dict, key: str, group: str) -> dict:
     }
 
 
+def _beats(methods: dict, ours: str) -> tuple[bool, str]:
+    """Does ``ours`` beat bm25s and dense-only at R@5 in ``methods``, and the figures that say so."""
+    o, bm, dense = (methods[n]["overall"]["R@5"] for n in (ours, "bm25s_facts", "dense_only"))
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}×" if b else "∞×"
+
+    text = f"ours {o:.3f} vs bm25s {bm:.3f} ({ratio(o, bm)}) and dense-only {dense:.3f} ({ratio(o, dense)})"
+    return o > bm and o > dense, text
+
+
 def _verdict(lo: dict) -> str:
-    m = lo["methods"]
-    ours = m["ours_lexical_dense"]["overall"]["R@5"]
-    bm = m["bm25s_facts"]["overall"]["R@5"]
-    dense = m["dense_only"]["overall"]["R@5"]
-    met = ours > bm and ours > dense
+    """The LoCoMo target, judged on the held-out test conversations with the tuned profile,
+    followed by the default profile's result (on the same test conversations and on all)."""
+    target = "LoCoMo, lexical + dense beats bm25s and dense-only at R@5"
+    met_all, all_text = _beats(lo["methods"], "ours_lexical_dense")
+    n_all = len(lo["conversations"])
+    default_all = f"{'met' if met_all else '**not met**'} over all {n_all} conversations ({all_text})"
+    held = lo.get("heldout") or {}
+    if not held.get("methods"):
+        return (
+            f"**Issue target ({target}): not judged** — {held.get('skipped', 'no held-out split in this run')}. "
+            f"With the default profile: {default_all}."
+        )
+    met, text = _beats(held["methods"], "ours_lexical_dense_tuned")
+    met_default, default_text = _beats(held["methods"], "ours_lexical_dense_default")
+    n_test = len(held["test_conversations"])
     return (
-        f"**Issue target (LoCoMo, lexical + dense beats bm25s and dense-only at R@5): "
-        f"{'met' if met else 'NOT met'}** — ours {ours:.3f} vs bm25s {bm:.3f} "
-        f"({ours / bm if bm else float('inf'):.2f}×) and dense-only {dense:.3f} ({ours / dense if dense else float('inf'):.2f}×)."
+        f"**Issue target ({target}), judged on the {n_test} held-out test conversation{'s' if n_test != 1 else ''} "
+        f"with the profile tuned on the dev conversations: {'met' if met else 'NOT met'}** — {text}. "
+        f"With the default profile: {'met' if met_default else '**not met**'} on the same test conversations "
+        f"({default_text}); {default_all}."
     )
+
+
+def _params(params: dict) -> str:
+    return ", ".join(f"`{name}` = {value:g}" for name, value in params.items())
+
+
+def _grid_table(held: dict) -> str:
+    """Dev scores of the grid: rows = first knob, columns = second knob, cell = nDCG@5 (R@5)."""
+    row_knob, col_knob = held["knobs"][:2]
+    rows_v = list(dict.fromkeys(g["params"][row_knob] for g in held["grid"]))
+    cols_v = list(dict.fromkeys(g["params"][col_knob] for g in held["grid"]))
+    cell = {(g["params"][row_knob], g["params"][col_knob]): g for g in held["grid"]}
+    chosen = held["chosen"]["params"]
+
+    def fmt(r: float, c: float) -> str:
+        g = cell.get((r, c))
+        if g is None:
+            return "—"
+        text = f"{g['dev_ndcg5']:.3f} ({g['dev_r5']:.3f})"
+        return f"**{text}**" if g["params"] == chosen else text
+
+    return md_table(
+        [f"`{row_knob}` ↓ · `{col_knob}` →", *[f"{c:g}" for c in cols_v]],
+        [[f"{r:g}", *[fmt(r, c) for c in cols_v]] for r in rows_v],
+    )
+
+
+def _heldout_section(lo: dict) -> list[str]:
+    held = lo.get("heldout") or {}
+    out = ["", "#### Held-out: a retrieval profile tuned on dev conversations, reported on test conversations", ""]
+    if not held.get("methods"):
+        return [*out, _verdict(lo)]
+    chosen, default = held["chosen"], held.get("default_dev") or {}
+    ties = sum(1 for g in held["grid"] if (g["dev_ndcg5"], g["dev_r5"]) == (chosen["dev_ndcg5"], chosen["dev_r5"])) - 1
+    values = {k: sorted({g["params"][k] for g in held["grid"]}) for k in held["knobs"]}
+    out += [
+        "The product ships a tuning console (`/tuning/`) so that an operator can fit the ranking to a "
+        "deployment by replaying its turns and saving a retrieval profile. This block does the same: "
+        "**what was tuned** — the whitelisted knobs that only re-rank the candidate pool, "
+        + " × ".join(f"`{k}` ∈ {{{', '.join(f'{v:g}' for v in vs)}}}" for k, vs in values.items())
+        + f" ({len(held['grid'])} profiles, all within the whitelist bounds); **on which conversations** — "
+        f"dev = the conversations at even positions of the data file ({', '.join(held['dev_conversations'])}; "
+        f"{held['dev_questions']} questions), test = the odd ones ({', '.join(held['test_conversations'])}; "
+        f"{held['test_questions']} questions); **how it was chosen** — the best mean nDCG@5 of ours "
+        "lexical + dense on the dev questions (ties: R@5, then the profile closest to the defaults). "
+        "The test conversations played no part in the choice.",
+        "",
+        f"**Chosen profile: {_params(chosen['params'])}** — dev nDCG@5 {chosen['dev_ndcg5']:.3f}, R@5 "
+        f"{chosen['dev_r5']:.3f}"
+        + (f" (default profile {_params(default['params'])} on dev: nDCG@5 {default['dev_ndcg5']:.3f}, "
+           f"R@5 {default['dev_r5']:.3f})" if default else "")
+        + "."
+        + (f" {ties} other profile(s) score exactly the same on dev; the tie-break kept the one closest to the "
+           "defaults." if ties > 0 else ""),
+        "",
+        "Dev grid — nDCG@5 of ours lexical + dense (R@5 in parentheses), chosen profile in bold:",
+        "",
+        _grid_table(held),
+        "",
+        f"Test conversations ({held['test_questions']} questions), every row measured on the same questions:",
+        "",
+        md_table(["method", *RATIO_KEYS], _metric_rows(held["methods"], RATIO_KEYS)),
+        "",
+        _verdict(lo),
+        "",
+        "R@5 per question category on the test conversations:",
+        "",
+        md_table(*_category_rows(held["methods"], "R@5", "by_category")),
+    ]
+    if not _beats(held["methods"], "ours_lexical_dense_default")[0]:
+        out += [
+            "",
+            "Why the default profile still loses: it is built for a chatbot turn, where the forgetting curve should "
+            "fade old events — every LoCoMo observation is an 事件 fact (half-life 21 days) and the questions come "
+            "months after most sessions, so by design retention outweighs the saturated relevance `r/(1+r)`. The "
+            "default stays the product default; the tuned profile is what an operator would save through the "
+            "tuning console for an archive-style deployment, where questions cover the whole history uniformly.",
+        ]
+    check = held.get("rerank_check")
+    if check:
+        out += [
+            "",
+            f"(The re-rank replays each question's recorded pools; in this run it reproduced "
+            f"{check['rankings'] - check['mismatches']} of {check['rankings']} rankings that "
+            "`selectors.rank_recalled_facts` produced itself.)",
+        ]
+    return out
 
 
 def render(results: dict) -> str:
@@ -96,9 +211,12 @@ def render(results: dict) -> str:
             f"observations → {lo['facts']} fact rows (`add_fact`), {lo['episodes']} session summaries as episodes. "
             "A fact unit covers the evidence ids of the observation(s) it holds; a raw turn covers its own id.",
             "",
-            md_table(["method", *RATIO_KEYS], _metric_rows(lo["methods"], RATIO_KEYS)),
+            "All conversations, default retrieval profile (the reference contract):",
             "",
-            _verdict(lo),
+            md_table(["method", *RATIO_KEYS], _metric_rows(lo["methods"], RATIO_KEYS)),
+            *_heldout_section(lo),
+            "",
+            "#### All conversations, default profile: details",
             "",
             "R@5 per question category:",
             "",
@@ -151,6 +269,31 @@ def _r5(block: dict, name: str, group: str = "methods") -> float:
     return block[group][name]["overall"]["R@5"]
 
 
+def _heldout_note(lo: dict) -> list[str]:
+    held = lo.get("heldout") or {}
+    if not held.get("methods"):
+        return []
+    params = held["chosen"]["params"]
+    r5 = {name: _r5(held, name) for name in held["methods"]}
+    note = (
+        f"- **LoCoMo, a tuned profile on held-out conversations.** Tuned on {len(held['dev_conversations'])} dev "
+        f"conversations ({_params(params)}) and measured on the other {len(held['test_conversations'])}, our recall "
+        f"reaches R@5 lexical {r5['ours_lexical_tuned']:.3f} and lexical + dense {r5['ours_lexical_dense_tuned']:.3f}, "
+        f"against bm25s {r5['bm25s_facts']:.3f}, dense-only {r5['dense_only']:.3f} and FTS5 over raw turns "
+        f"{r5['fts5_raw_turns']:.3f}; the default profile gives {r5['ours_lexical_default']:.3f} and "
+        f"{r5['ours_lexical_dense_default']:.3f} on the same questions. Nothing but the ranking changed: same "
+        "pools, same facts, same code path. The default is deliberately not changed — a chatbot turn should "
+        "let months-old events fade — so the LoCoMo target holds for a deployment whose operator saves this "
+        "profile in the tuning console, not for the out-of-the-box default."
+    )
+    if params.get("retention_weight_floor") == 1.0:
+        note += (
+            " With `retention_weight_floor` = 1 the retention factor is constant, so the order is relevance alone "
+            "and `bm25_weight` (a power of the relevance) cannot change it: that whole row of the dev grid ties."
+        )
+    return [note]
+
+
 def notes(results: dict) -> str:
     """What the numbers mean and where we lose, with this run's figures."""
     out = ["### What these numbers mean, and where we lose", ""]
@@ -171,12 +314,13 @@ def notes(results: dict) -> str:
             "questions, which likely leaves the retention factor to decide most of the order. "
             f"With the forgetting weight switched off (diagnostic rows) the same pools "
             f"give lexical {lex_nf:.3f} and lexical + dense {nf:.3f} at R@5.",
-            f"- **LoCoMo, English duplicates.** {lo.get('observations', '?')} observations became {lo['facts']} fact "
-            "rows. `add_fact` merges a new fact into a \"similar\" one (character-set Jaccard ≥ 0.85 and CJK-bigram "
-            "Jaccard ≥ 0.55); for English the character sets of two sentences are nearly the whole alphabet and "
-            "two empty bigram sets count as identical, so unrelated English facts are merged. A merged row keeps its first text, collects every "
-            "merged observation's evidence and is reinforced (fresh `updated_at`) at each merge, which adds to "
-            "the recency skew above. The evaluation reports it as it is; the write path needs a fix.",
+            *_heldout_note(lo),
+            f"- **LoCoMo, near-duplicates.** {lo.get('observations', '?')} observations became {lo['facts']} fact "
+            "rows: `add_fact` merges a new fact into a similar one of the same person (character-set Jaccard "
+            "≥ 0.85 and a second Jaccard over CJK bigrams plus non-CJK words ≥ 0.55), and a merged row keeps its "
+            "first text, collects every merged observation's evidence and is reinforced at the merge. Counting "
+            "non-CJK words keeps unrelated English sentences apart (two empty bigram sets would otherwise count "
+            "as identical), so only genuine near-duplicates merge here.",
             f"- **Raw turns beat facts.** Plain FTS5 over the raw turns reaches R@5 {raw:.3f}: the observations "
             f"cite only {lo['ceiling']['overall']['facts']:.0%} of the gold turns (ceiling row) and paraphrase "
             "them, while temporal, single-hop and adversarial questions reuse the turns' own words. Our turn "

@@ -12,9 +12,25 @@ session (cues = its sentences); fact vectors from the local USE model in batches
 Queries: every question with at least one evidence id, ``now`` = one hour after the last
 session of its conversation. Retrieved facts count their evidence ids, retrieved raw
 turns their own id, episodes their session.
+
+All-conversation tables use the default retrieval profile (the reference contract).
+
+Held-out tuning (``result["heldout"]``): the conversations are split deterministically —
+even positions in the data file are *dev*, odd positions *test* (with one conversation
+there is no test half and tuning is skipped). A grid over the whitelisted knobs that only
+re-rank (``retention_weight_floor`` × ``bm25_weight``, see :data:`RERANK_GRID`; values
+outside the whitelist bounds are dropped) is scored on the dev questions only; the
+profile with the best mean nDCG@5 of "ours lexical + dense" wins (ties: R@5, then the
+smaller distance to the defaults). The test questions then report our recall with the
+default and with the tuned profile next to the baselines. The candidate pools do not depend on these two knobs, so
+re-ranking each question's recorded pools is exact and no query runs twice: every
+candidate keeps the relevance ``selectors.rank_recalled_facts`` gave it (lexical, or fused
+with the cosine) and its retention, and a profile re-applies ``blend_score`` and the same
+stable sort. Each run checks this against the product's own rankings (``rerank_check``).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import re
@@ -45,6 +61,20 @@ DIAGNOSTICS = {
 }
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
+# Held-out tuning: knobs that only re-rank the same candidate pools, and the values tried.
+RERANK_GRID = {
+    "retention_weight_floor": (0.35, 0.5, 0.65, 0.8, 0.9, 1.0),
+    "bm25_weight": (1.0, 2.0, 3.0, 4.0),
+}
+HELDOUT_METHODS = {
+    "ours_lexical_default": "ours: lexical, default profile",
+    "ours_lexical_dense_default": "ours: lexical + dense, default profile",
+    "ours_lexical_tuned": "ours: lexical, tuned profile",
+    "ours_lexical_dense_tuned": "ours: lexical + dense, tuned profile",
+    "dense_only": METHODS["dense_only"],
+    "bm25s_facts": METHODS["bm25s_facts"],
+    "fts5_raw_turns": METHODS["fts5_raw_turns"],
+}
 
 
 def session_time_ms(text: str) -> int:
@@ -81,6 +111,35 @@ class Conversation:
     episode_cues: list[tuple[int, str]] = field(default_factory=list)
     questions: list[dict] = field(default_factory=list)
     observations: int = 0
+
+
+Candidate = tuple[int, float, float]  # (fact id, relevance as rank_recalled_facts sees it, retention)
+
+
+@dataclass
+class Replay:
+    """One question as evaluated, with what re-ranking it under another profile needs."""
+
+    conversation: str
+    category: int
+    gold: set[str]
+    evidence: dict[int, set[str]]  # fact id → evidence ids (the conversation's)
+    lexical: list[Candidate]  # the lexical pool, in its order
+    fused: list[Candidate]  # pool ∪ dense candidates, in merge order, fused relevance
+    scores: dict[str, dict[str, float]] = field(default_factory=dict)  # method → metrics, default profile
+
+    def score(self, overrides: dict, *, dense: bool) -> dict[str, float]:
+        """Metrics of this question with its recorded pool re-ranked under ``overrides``."""
+        ids = rerank(self.fused if dense else self.lexical, overrides)
+        return score_question([self.evidence[i] for i in ids], self.gold)
+
+
+def rerank(candidates: Sequence[Candidate], overrides: dict) -> list[int]:
+    """The top ``TOP`` ids as ``selectors.rank_recalled_facts`` orders them: ``blend_score``, stable sort."""
+    from memory.engine.scoring import blend_score
+
+    ranked = sorted(candidates, key=lambda c: blend_score(c[1], c[2], overrides), reverse=True)
+    return [fid for fid, _, _ in ranked[:TOP]]
 
 
 def load(conversations: int | None = None) -> list[dict]:
@@ -246,6 +305,8 @@ def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[
     ov_no_forgetting = {**ov, "retention_weight_floor": 1.0}
     ov_sharp = {**ov, "bm25_weight": 4.0}  # relevance^4: undoes the saturation of r/(1+r) for long queries
     per_method: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
+    replays: list[Replay] = []
+    rerank_check = {"rankings": 0, "mismatches": 0}
     episode_rows: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
     ceilings: list[tuple[int, dict[str, float]]] = []
     pool_sizes: list[int] = []
@@ -278,7 +339,8 @@ def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[
                 person_ids=conv.person_ids, query_vector=qvec, limit=TOP, now=conv.now, stream_kind="direct", overrides=ov
             )
             merged = selectors.merge_dense_candidates(pool, dense, query=text)
-            ranked = selectors.rank_recalled_facts(merged, qvec, TOP, ov)
+            fused = selectors.rank_recalled_facts(merged, qvec, len(merged), ov)  # every candidate re-scored
+            ranked = fused[:TOP]
             units["ours_lexical_dense"] = [ev[f.id] for f in ranked]
 
             units["dense_only"] = [ev[conv.fact_ids[i]] for i in dense_top(conv.fact_vectors, qvec, TOP)]
@@ -288,18 +350,31 @@ def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[
             # diagnostics (same questions, one knob changed each). The candidate sets do not depend on
             # the retention weighting (FTS takes the best bm25 rows, the dense channel the best cosines),
             # so re-ranking the same pools with the other overrides is exact.
-            units["diag_lexical_no_forgetting"] = [
-                ev[f.id] for f in selectors.rank_recalled_facts(pool, None, TOP, ov_no_forgetting)
-            ]
-            units["diag_lexical_dense_sharp"] = [
-                ev[f.id] for f in selectors.rank_recalled_facts(merged, qvec, TOP, ov_sharp)
-            ]
-            units["diag_lexical_dense_no_forgetting"] = [
-                ev[f.id] for f in selectors.rank_recalled_facts(merged, qvec, TOP, ov_no_forgetting)
-            ]
+            lex_nf = selectors.rank_recalled_facts(pool, None, TOP, ov_no_forgetting)
+            dense_sharp = selectors.rank_recalled_facts(merged, qvec, TOP, ov_sharp)
+            dense_nf = selectors.rank_recalled_facts(merged, qvec, TOP, ov_no_forgetting)
+            units["diag_lexical_no_forgetting"] = [ev[f.id] for f in lex_nf]
+            units["diag_lexical_dense_sharp"] = [ev[f.id] for f in dense_sharp]
+            units["diag_lexical_dense_no_forgetting"] = [ev[f.id] for f in dense_nf]
 
+            # what the held-out tuning re-ranks, checked against the product's rankings above
+            order = {f.id: i for i, f in enumerate(merged)}
+            replay = Replay(
+                conv.sample_id, cat, gold, ev,
+                lexical=[(f.id, f.lexical_relevance, f.retention) for f in pool],
+                fused=[(f.id, f.relevance, f.retention) for f in sorted(fused, key=lambda f: order[f.id])],
+            )
+            for overrides, dense, facts in (
+                (ov, False, pool[:TOP]), (ov, True, ranked), (ov_no_forgetting, False, lex_nf),
+                (ov_no_forgetting, True, dense_nf), (ov_sharp, True, dense_sharp),
+            ):
+                rerank_check["rankings"] += 1
+                if rerank(replay.fused if dense else replay.lexical, overrides) != [f.id for f in facts]:
+                    rerank_check["mismatches"] += 1
             for name, us in units.items():
-                per_method[name].append((cat, score_question(us, gold)))
+                replay.scores[name] = score_question(us, gold)
+                per_method[name].append((cat, replay.scores[name]))
+            replays.append(replay)
             ceilings.append(
                 (cat, {"facts": len(gold & all_fact_ids) / len(gold), "raw_turns": len(gold & existing_turns) / len(gold)})
             )
@@ -322,13 +397,17 @@ def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[
         t_queries += time.perf_counter() - t0
         log(f"  locomo {conv.sample_id}: {len(conv.questions)} questions, {len(conv.fact_ids)} facts, {len(conv.turns)} turns")
 
-    def summarise(rows: list[tuple[int, dict[str, float]]]) -> dict:
-        by_cat = {
-            f"{c} {CATEGORIES[c]}": mean_rows([r for cat, r in rows if cat == c])
-            for c in CATEGORIES
-            if any(cat == c for cat, _ in rows)
-        }
-        return {"overall": mean_rows([r for _, r in rows]), "by_category": by_cat}
+    t0 = time.perf_counter()
+    held = heldout(replays, [c.sample_id for c in conversations], base)
+    held["rerank_check"] = rerank_check
+    if rerank_check["mismatches"]:
+        log(f"  WARNING: the held-out re-rank differs from rank_recalled_facts on {rerank_check['mismatches']} "
+            f"of {rerank_check['rankings']} rankings")
+    if held.get("chosen"):
+        log(f"  locomo held-out: {len(held['grid'])} profiles on {len(held['dev_conversations'])} dev conversations, "
+            f"chosen {held['chosen']['params']} in {time.perf_counter() - t0:.1f}s")
+    else:
+        log(f"  locomo held-out: {held['skipped']}")
 
     n_questions = len(ceilings)
     return {
@@ -355,6 +434,84 @@ def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[
             )
             if episode_rows.get(name)
         },
+        "heldout": held,
+    }
+
+
+def summarise(rows: list[tuple[int, dict[str, float]]]) -> dict:
+    by_cat = {
+        f"{c} {CATEGORIES[c]}": mean_rows([r for cat, r in rows if cat == c])
+        for c in CATEGORIES
+        if any(cat == c for cat, _ in rows)
+    }
+    return {"overall": mean_rows([r for _, r in rows]), "by_category": by_cat}
+
+
+# --- held-out tuning -----------------------------------------------------------------------
+
+
+def split_conversations(sample_ids: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Even positions → dev, odd positions → test (deterministic; test is empty for one conversation)."""
+    return list(sample_ids[0::2]), list(sample_ids[1::2])
+
+
+def profile_grid() -> list[dict[str, float]]:
+    """Every combination of :data:`RERANK_GRID` within the whitelist bounds, validated like a saved profile."""
+    from memory.engine.tuning import WHITELIST, validate_overrides
+
+    axes = {
+        name: [v for v in values if WHITELIST[name].min <= v <= WHITELIST[name].max]
+        for name, values in RERANK_GRID.items()
+    }
+    return [validate_overrides(dict(zip(axes, combo, strict=True))) for combo in itertools.product(*axes.values())]
+
+
+def distance_to_defaults(params: dict[str, float]) -> float:
+    """Sum of each knob's distance to its whitelist default, as a share of its allowed range."""
+    from memory.engine.tuning import WHITELIST
+
+    return sum(abs(v - WHITELIST[n].legacy) / (WHITELIST[n].max - WHITELIST[n].min) for n, v in params.items())
+
+
+def heldout(replays: Sequence[Replay], sample_ids: Sequence[str], base: dict) -> dict:
+    """Tune a re-rank profile on the dev conversations, report every method on the test ones."""
+    from memory.engine.tuning import WHITELIST
+
+    dev_ids, test_ids = split_conversations(sample_ids)
+    out: dict = {"dev_conversations": dev_ids, "test_conversations": test_ids, "knobs": list(RERANK_GRID)}
+    if not test_ids:
+        out["skipped"] = "tuning skipped: a held-out split needs at least 2 conversations"
+        return out
+    dev = [r for r in replays if r.conversation in dev_ids]
+    test = [r for r in replays if r.conversation in test_ids]
+    defaults = {name: WHITELIST[name].legacy for name in RERANK_GRID}
+    grid = []
+    for params in profile_grid():
+        ov = {**base, "fact_recall_limit": TOP, **params}
+        overall = mean_rows([r.score(ov, dense=True) for r in dev])
+        grid.append({"params": params, "dev_ndcg5": overall.get("nDCG@5", 0.0), "dev_r5": overall.get("R@5", 0.0)})
+    best = max(grid, key=lambda g: (g["dev_ndcg5"], g["dev_r5"], -distance_to_defaults(g["params"])))
+    default_row = next((g for g in grid if g["params"] == defaults), None)
+    tuned = {**base, "fact_recall_limit": TOP, **best["params"]}
+
+    rows: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
+    for r in test:
+        rows["ours_lexical_default"].append((r.category, r.scores["ours_lexical"]))
+        rows["ours_lexical_dense_default"].append((r.category, r.scores["ours_lexical_dense"]))
+        rows["ours_lexical_tuned"].append((r.category, r.score(tuned, dense=False)))
+        rows["ours_lexical_dense_tuned"].append((r.category, r.score(tuned, dense=True)))
+        for name in ("dense_only", "bm25s_facts", "fts5_raw_turns"):
+            rows[name].append((r.category, r.scores[name]))
+    return {
+        **out,
+        "dev_questions": len(dev),
+        "test_questions": len(test),
+        "selection": "max mean nDCG@5 of ours lexical + dense on the dev questions; ties: R@5, then closer to defaults",
+        "defaults": defaults,
+        "default_dev": default_row,
+        "grid": grid,
+        "chosen": best,
+        "methods": {name: {"label": label, **summarise(rows[name])} for name, label in HELDOUT_METHODS.items()},
     }
 
 

@@ -1,7 +1,8 @@
-"""Smoke run of the retrieval-quality evaluation: 1 LoCoMo conversation, 20 questions.
+"""Smoke run of the retrieval-quality evaluation: 2 LoCoMo conversations, 20 questions each.
 
 Runs ``python -m bench.eval`` in a subprocess (the evaluation configures Django on its
 own throwaway store, which cannot happen inside pytest's already configured process).
+Two conversations are the fewest that give the held-out block a dev and a test half.
 The shared data folder is required: without it this test fails, it does not skip.
 """
 from __future__ import annotations
@@ -12,9 +13,27 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench import eval as bench_eval
+from bench import eval_locomo
 from bench.common import data_dir
+from memory.engine.tuning import WHITELIST
 
 REPO = Path(__file__).resolve().parents[2]
+QUESTIONS = 20  # per conversation
+HELDOUT_METHODS = {
+    "ours_lexical_default", "ours_lexical_dense_default", "ours_lexical_tuned", "ours_lexical_dense_tuned",
+    "dense_only", "bm25s_facts", "fts5_raw_turns",
+}
+
+
+def check_method(name: str, method: dict, n: int) -> None:
+    for metrics in [method["overall"], *method["by_category"].values()]:
+        for key, value in metrics.items():
+            if key != "n":
+                assert 0.0 <= value <= 1.0, (name, key, value)
+    overall = method["overall"]
+    assert overall["n"] == n, (name, overall)
+    assert overall["R@10"] >= overall["R@5"] >= overall["R@3"] >= overall["R@1"], (name, overall)
 
 
 def test_eval_smoke_locomo_subset(tmp_path):
@@ -26,26 +45,54 @@ def test_eval_smoke_locomo_subset(tmp_path):
     out = tmp_path / "eval.json"
     env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "MEMORY_DB")}
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.eval", "--conversations", "1", "--questions", "20", "--skip-memdaily",
+        [sys.executable, "-m", "bench.eval", "--conversations", "2", "--questions", str(QUESTIONS), "--skip-memdaily",
          "--output", str(out), "--no-markdown"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads(out.read_text(encoding="utf-8"))
     lo = results["locomo"]
-    assert lo["questions"] == 20
+    assert lo["questions"] == 2 * QUESTIONS
     assert lo["facts"] > 0 and lo["turns"] > 0 and lo["episodes"] > 0
     tables = {**lo["methods"], **lo["diagnostics"], **lo["episodes_session_level"]}
     assert {"ours_lexical", "ours_lexical_dense", "dense_only", "bm25s_facts", "fts5_raw_turns"} <= set(tables)
     for name, method in tables.items():
-        groups = [method["overall"], *method["by_category"].values()]
-        for metrics in groups:
-            for key, value in metrics.items():
-                if key == "n":
-                    continue
-                assert 0.0 <= value <= 1.0, (name, key, value)
-        overall = method["overall"]
-        assert overall["n"] == 20
-        assert overall["R@10"] >= overall["R@5"] >= overall["R@3"] >= overall["R@1"], (name, overall)
+        check_method(name, method, 2 * QUESTIONS)
     # something is found at all: the baselines are not all zero on real data
     assert max(m["overall"]["R@10"] for m in tables.values()) > 0
+
+    # held-out block: conversation 0 tunes, conversation 1 reports
+    held = lo["heldout"]
+    assert held["dev_conversations"] == lo["conversations"][:1]
+    assert held["test_conversations"] == lo["conversations"][1:]
+    assert held["dev_questions"] == held["test_questions"] == QUESTIONS
+    assert held["rerank_check"]["rankings"] == 5 * 2 * QUESTIONS
+    assert held["rerank_check"]["mismatches"] == 0, held["rerank_check"]
+    assert len(held["grid"]) >= 24
+    for row in held["grid"]:
+        for knob, value in row["params"].items():
+            assert WHITELIST[knob].min <= value <= WHITELIST[knob].max, row
+    assert held["default_dev"]["params"] == {k: WHITELIST[k].legacy for k in held["knobs"]}
+    best = max((g["dev_ndcg5"], g["dev_r5"]) for g in held["grid"])
+    assert (held["chosen"]["dev_ndcg5"], held["chosen"]["dev_r5"]) == best
+    assert set(held["methods"]) == HELDOUT_METHODS
+    for name, method in held["methods"].items():
+        check_method(name, method, QUESTIONS)
+
+    # the report renders the block and judges the target on it
+    text = bench_eval.render(results)
+    assert "#### Held-out" in text
+    assert "judged on the 1 held-out test conversation with" in text
+    for method in held["methods"].values():
+        assert method["label"] in text
+
+
+def test_heldout_split_and_skip():
+    assert eval_locomo.split_conversations(["a", "b", "c", "d", "e"]) == (["a", "c", "e"], ["b", "d"])
+    assert eval_locomo.split_conversations(["a", "b"]) == (["a"], ["b"])
+    held = eval_locomo.heldout([], ["a"], {})
+    assert held["test_conversations"] == [] and "skipped" in held and "methods" not in held
+    lo = {"conversations": ["a"], "methods": {n: {"overall": {"R@5": 0.1}} for n in
+                                              ("ours_lexical_dense", "bm25s_facts", "dense_only")},
+          "heldout": held}
+    assert "not judged" in bench_eval._verdict(lo)
