@@ -218,3 +218,21 @@ def test_underflowing_scale_is_stored_as_zero_vector() -> None:
     assert (dim, scale, q.tolist()) == (2, 1.0, [0, 0])
     tiny = quantize(f32(1e-40, -5e-41))  # subnormal but representable scale
     assert decode_q8(tiny)[2].tolist()[0] == 127
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_simd_int8_dot_products_equal_the_numpy_path_exactly(seed, monkeypatch):
+    """SQ8 queries go through simsimd's integer dot products; float32 chunks give the very same cosines."""
+    from memory.engine import quantize
+
+    assert quantize.simsimd is not None  # pinned in requirements.txt
+    rng = np.random.default_rng(seed)
+    dim = int(rng.choice([3, 64, 512, 1024]))
+    vectors = rng.standard_normal((40, dim)).astype(np.float32)
+    vectors[3] = 0.0  # a zero row
+    matrix = Int8Matrix.from_blobs([(i, quantize_vector(v)) for i, v in enumerate(vectors)])
+    query = quantize_vector(rng.standard_normal(dim).astype(np.float32))
+    simd = matrix.cosines(query)
+    monkeypatch.setattr(quantize, "simsimd", None)
+    assert matrix.cosines(query).tolist() == simd.tolist()
+    assert simd[3] == 0.0
