@@ -228,10 +228,19 @@ class ResidentBM25:
         return docs, tfs
 
     def scores(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
-        """``(matched positions, their FTS5 bm25)`` (negative, lower is better) for OR-ed ``terms``.
+        """``(matched rowids, their FTS5 bm25)`` (negative, lower is better) for OR-ed ``terms``.
 
         ``None`` when a term is a multi-token phrase for FTS5 (the caller asks FTS5).
+        Rowids come in ascending order. Safe against a concurrent refresh (threaded servers).
         """
+        with self._lock:
+            scored = self._scores(terms)
+            if scored is None:
+                return None
+            positions, bm25 = scored
+            return self._rowids(positions), bm25
+
+    def _scores(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
         tokens = []
         for term in terms:
             toks = fts_tokens(term)
@@ -257,7 +266,7 @@ class ResidentBM25:
         positions = np.flatnonzero(hit)
         return positions, -total[positions]
 
-    def rowids(self, positions: np.ndarray) -> np.ndarray:
+    def _rowids(self, positions: np.ndarray) -> np.ndarray:
         if not self._tail_ids:
             return self._ids[positions]
         return np.concatenate([self._ids, np.asarray(self._tail_ids, dtype=np.int64)])[positions]
@@ -267,23 +276,21 @@ class ResidentBM25:
         scored = self.scores(terms)
         if scored is None:
             return None
-        positions, bm25 = scored
+        ids, bm25 = scored
         end = offset + limit
-        if end < len(positions):
+        if end < len(ids):
             cut = np.partition(bm25, end - 1)[end - 1]
             keep = bm25 <= cut  # every row tied with the last one kept: ties go to the lower rowid
-            positions, bm25 = positions[keep], bm25[keep]
-        order = np.lexsort((positions, bm25))[offset:end]
-        ids = self.rowids(positions[order])
-        return [(int(i), float(b)) for i, b in zip(ids, bm25[order], strict=True)]
+            ids, bm25 = ids[keep], bm25[keep]
+        order = np.lexsort((ids, bm25))[offset:end]
+        return [(int(i), float(b)) for i, b in zip(ids[order], bm25[order], strict=True)]
 
     def bm25_for(self, terms: Sequence[str], rowids: Sequence[int]) -> dict[int, float] | None:
         """bm25 of specific rows (rows matching no term are absent)."""
         scored = self.scores(terms)
         if scored is None:
             return None
-        positions, bm25 = scored
-        ids = self.rowids(positions)
+        ids, bm25 = scored
         keep = np.isin(ids, np.fromiter((int(r) for r in rowids), dtype=np.int64))
         return {int(i): float(b) for i, b in zip(ids[keep], bm25[keep], strict=True)}
 
