@@ -663,19 +663,30 @@ def link_together(*, refs: Iterable[tuple[str, int]], at: int | None = None) -> 
     return pairs
 
 
+EDGE_DECAY_CHUNK = 20_000  # edge ids per UPDATE: the write lock is held ~0.1 s at a time, not for the whole table
+
+
 def decay_edges(*, at: int | None = None) -> int:
     """Freeze active edges whose retention (720 h half-life) fell below FREEZE; never deletes.
 
-    Set-based: one UPDATE evaluates ``strength · 2^(−hours/720) < 0.1`` in SQL,
-    which is equivalent to ``updated_at < now − 720·log2(strength/0.1)·H``.
+    Set-based: an UPDATE evaluates ``strength · 2^(−hours/720) < 0.1`` in SQL, which
+    is equivalent to ``updated_at < now − 720·log2(strength/0.1)·H``, over one range of
+    :data:`EDGE_DECAY_CHUNK` edge ids at a time, each its own transaction, so that the
+    bot's writes can slip in between on a large graph.
     """
     at = _at(at)
+    frozen = 0
     with connection.cursor() as cur:
-        cur.execute(
-            "UPDATE memory_edges SET active = 0 WHERE active = 1 AND ("
-            " strength < %s OR (%s - updated_at) > %s * log2(strength / %s) * %s)",
-            [decay.FREEZE, at, decay.EDGE_HALF_LIFE_HOURS, decay.FREEZE, decay.MS_PER_HOUR],
-        )
-        frozen = cur.rowcount
+        cur.execute("SELECT min(id), max(id) FROM memory_edges WHERE active = 1")
+        low, high = cur.fetchone()
+        for start in range(low or 0, (high or -1) + 1, EDGE_DECAY_CHUNK):
+            with transaction.atomic():
+                cur.execute(
+                    "UPDATE memory_edges SET active = 0 WHERE id BETWEEN %s AND %s AND active = 1 AND ("
+                    " strength < %s OR (%s - updated_at) > %s * log2(strength / %s) * %s)",
+                    [start, start + EDGE_DECAY_CHUNK - 1, decay.FREEZE, at, decay.EDGE_HALF_LIFE_HOURS, decay.FREEZE,
+                     decay.MS_PER_HOUR],
+                )
+                frozen += cur.rowcount
     emit_event("edges_decayed", {"frozen": frozen}, at=at)
     return frozen

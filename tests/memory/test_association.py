@@ -211,3 +211,14 @@ class TestRecallSpreadVisibility:
         result = self._recall(group_stream, person, query="量子力学")
         assert result.observation == "你想了一下，没有想起任何和「量子力学」有关的事。"
         assert events("memory_spread") == []
+
+
+def test_decay_edges_walks_the_edges_in_id_ranges(db, monkeypatch):
+    """Chunked by id: every stale edge in every range is frozen, fresh ones stay, counts add up."""
+    monkeypatch.setattr(services, "EDGE_DECAY_CHUNK", 2)
+    for ref in range(0, 14, 2):  # 7 edges: old ones at even positions
+        age = 2000 if ref % 4 == 0 else 1
+        services.link_together(refs=[("fact", 100 + ref), ("fact", 101 + ref)], at=NOW - age * H)
+    assert services.decay_edges(at=NOW) == 4
+    assert MemoryEdge.objects.filter(active=True).count() == 3
+    assert services.decay_edges(at=NOW) == 0
