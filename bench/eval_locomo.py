@@ -27,6 +27,9 @@ re-ranking each question's recorded pools is exact and no query runs twice: ever
 candidate keeps the relevance ``selectors.rank_recalled_facts`` gave it (lexical, or fused
 with the cosine) and its retention, and a profile re-applies ``blend_score`` and the same
 stable sort. Each run checks this against the product's own rankings (``rerank_check``).
+The halves are then swapped (tuned on test, reported on dev) so that every conversation is
+held out once; ``heldout["cross_validated"]`` pools both folds and gives a paired bootstrap
+95 % interval of the R@5 difference to bm25s and to dense-only.
 """
 from __future__ import annotations
 
@@ -473,8 +476,45 @@ def distance_to_defaults(params: dict[str, float]) -> float:
     return sum(abs(v - WHITELIST[n].legacy) / (WHITELIST[n].max - WHITELIST[n].min) for n, v in params.items())
 
 
+def tune(dev: Sequence[Replay], base: dict) -> tuple[dict, list[dict]]:
+    """The best grid profile on ``dev`` (see the module docstring) and the whole scored grid."""
+    grid = []
+    for params in profile_grid():
+        ov = {**base, "fact_recall_limit": TOP, **params}
+        overall = mean_rows([r.score(ov, dense=True) for r in dev])
+        grid.append({"params": params, "dev_ndcg5": overall.get("nDCG@5", 0.0), "dev_r5": overall.get("R@5", 0.0)})
+    best = max(grid, key=lambda g: (g["dev_ndcg5"], g["dev_r5"], -distance_to_defaults(g["params"])))
+    return best, grid
+
+
+def heldout_rows(test: Sequence[Replay], tuned: dict) -> dict[str, list[tuple[int, dict[str, float]]]]:
+    """Every held-out method's per-question metrics on ``test`` (``tuned`` = the full overrides)."""
+    rows: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
+    for r in test:
+        rows["ours_lexical_default"].append((r.category, r.scores["ours_lexical"]))
+        rows["ours_lexical_dense_default"].append((r.category, r.scores["ours_lexical_dense"]))
+        rows["ours_lexical_tuned"].append((r.category, r.score(tuned, dense=False)))
+        rows["ours_lexical_dense_tuned"].append((r.category, r.score(tuned, dense=True)))
+        for name in ("dense_only", "bm25s_facts", "fts5_raw_turns"):
+            rows[name].append((r.category, r.scores[name]))
+    return rows
+
+
+BOOTSTRAP_SAMPLES = 2000
+
+
+def paired_bootstrap(ours: Sequence[float], other: Sequence[float], *, seed: int = 0) -> dict[str, float]:
+    """Mean of ``ours − other`` over the questions and its 95 % interval (paired bootstrap over questions)."""
+    diff = np.asarray(ours, dtype=np.float64) - np.asarray(other, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, len(diff), size=(BOOTSTRAP_SAMPLES, len(diff)))].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return {"mean": round(float(diff.mean()), 4), "low": round(float(low), 4), "high": round(float(high), 4)}
+
+
 def heldout(replays: Sequence[Replay], sample_ids: Sequence[str], base: dict) -> dict:
-    """Tune a re-rank profile on the dev conversations, report every method on the test ones."""
+    """Tune a re-rank profile on the dev conversations, report every method on the test ones;
+    then swap the halves (2-fold cross-validation: every conversation held out once)."""
     from memory.engine.tuning import WHITELIST
 
     dev_ids, test_ids = split_conversations(sample_ids)
@@ -485,23 +525,16 @@ def heldout(replays: Sequence[Replay], sample_ids: Sequence[str], base: dict) ->
     dev = [r for r in replays if r.conversation in dev_ids]
     test = [r for r in replays if r.conversation in test_ids]
     defaults = {name: WHITELIST[name].legacy for name in RERANK_GRID}
-    grid = []
-    for params in profile_grid():
-        ov = {**base, "fact_recall_limit": TOP, **params}
-        overall = mean_rows([r.score(ov, dense=True) for r in dev])
-        grid.append({"params": params, "dev_ndcg5": overall.get("nDCG@5", 0.0), "dev_r5": overall.get("R@5", 0.0)})
-    best = max(grid, key=lambda g: (g["dev_ndcg5"], g["dev_r5"], -distance_to_defaults(g["params"])))
+    best, grid = tune(dev, base)
     default_row = next((g for g in grid if g["params"] == defaults), None)
-    tuned = {**base, "fact_recall_limit": TOP, **best["params"]}
+    rows = heldout_rows(test, {**base, "fact_recall_limit": TOP, **best["params"]})
 
-    rows: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
-    for r in test:
-        rows["ours_lexical_default"].append((r.category, r.scores["ours_lexical"]))
-        rows["ours_lexical_dense_default"].append((r.category, r.scores["ours_lexical_dense"]))
-        rows["ours_lexical_tuned"].append((r.category, r.score(tuned, dense=False)))
-        rows["ours_lexical_dense_tuned"].append((r.category, r.score(tuned, dense=True)))
-        for name in ("dense_only", "bm25s_facts", "fts5_raw_turns"):
-            rows[name].append((r.category, r.scores[name]))
+    # the other fold: tuned on the test half, tested on the dev half
+    swapped, _ = tune(test, base)
+    cv = heldout_rows(dev, {**base, "fact_recall_limit": TOP, **swapped["params"]})
+    for name, items in rows.items():
+        cv[name] = items + cv[name]
+    ours = [m["R@5"] for _, m in cv["ours_lexical_dense_tuned"]]
     return {
         **out,
         "dev_questions": len(dev),
@@ -512,6 +545,18 @@ def heldout(replays: Sequence[Replay], sample_ids: Sequence[str], base: dict) ->
         "grid": grid,
         "chosen": best,
         "methods": {name: {"label": label, **summarise(rows[name])} for name, label in HELDOUT_METHODS.items()},
+        "cross_validated": {
+            "folds": [
+                {"tuned_on": dev_ids, "tested_on": test_ids, "chosen": best["params"]},
+                {"tuned_on": test_ids, "tested_on": dev_ids, "chosen": swapped["params"]},
+            ],
+            "questions": len(ours),
+            "methods": {name: {"label": label, **summarise(cv[name])} for name, label in HELDOUT_METHODS.items()},
+            "r5_difference": {
+                other: paired_bootstrap(ours, [m["R@5"] for _, m in cv[other]])
+                for other in ("bm25s_facts", "dense_only")
+            },
+        },
     }
 
 

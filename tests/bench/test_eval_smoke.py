@@ -79,10 +79,21 @@ def test_eval_smoke_locomo_subset(tmp_path):
     for name, method in held["methods"].items():
         check_method(name, method, QUESTIONS)
 
+    # the swapped fold: every question held out once, paired intervals around the pooled difference
+    cv = held["cross_validated"]
+    assert [f["tested_on"] for f in cv["folds"]] == [lo["conversations"][1:], lo["conversations"][:1]]
+    assert cv["questions"] == 2 * QUESTIONS
+    for name, method in cv["methods"].items():
+        check_method(name, method, 2 * QUESTIONS)
+    assert cv["methods"]["bm25s_facts"]["overall"] == tables["bm25s_facts"]["overall"]  # same questions, all of them
+    for d in cv["r5_difference"].values():
+        assert d["low"] <= d["mean"] <= d["high"]
+
     # the report renders the block and judges the target on it
     text = bench_eval.render(results)
     assert "#### Held-out" in text
     assert "judged on the 1 held-out test conversation with" in text
+    assert "2-fold cross-validation" in text
     for method in held["methods"].values():
         assert method["label"] in text
 
@@ -96,3 +107,10 @@ def test_heldout_split_and_skip():
                                               ("ours_lexical_dense", "bm25s_facts", "dense_only")},
           "heldout": held}
     assert "not judged" in bench_eval._verdict(lo)
+
+
+def test_paired_bootstrap_interval():
+    same = eval_locomo.paired_bootstrap([0.5, 0.2, 1.0], [0.5, 0.2, 1.0])
+    assert same == {"mean": 0.0, "low": 0.0, "high": 0.0}
+    better = eval_locomo.paired_bootstrap([1.0] * 50 + [0.0] * 50, [0.0] * 100)
+    assert better["mean"] == 0.5 and 0.35 < better["low"] < 0.5 < better["high"] < 0.65
