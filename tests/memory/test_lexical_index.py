@@ -187,3 +187,19 @@ def test_ties_at_the_cut_go_to_the_lower_rowid_like_fts5():
     assert [i for i, _ in got] == sorted(ids)[:3]
     assert len({b for _, b in got}) == 1
     _assert_same_ranking("knowledge_fts", got, "月球", limit=3)
+
+
+def test_revision_moves_on_token_change_and_delete_but_not_on_insert():
+    from memory.models import Knowledge
+
+    def revision() -> str:
+        return resident("knowledge_fts")._state()[0]
+
+    before = revision()
+    kid = services.add_knowledge(content="月球是地球唯一的天然卫星", source="t", at=NOW)
+    assert revision() == before  # the writer fills the tokens inside the insert's transaction
+    Knowledge.objects.filter(pk=kid).update(tokens_v2="月球 卫星")
+    changed = revision()
+    assert changed != before
+    Knowledge.objects.filter(pk=kid).delete()
+    assert revision() not in (before, changed)

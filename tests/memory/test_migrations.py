@@ -11,7 +11,9 @@ from memory import selectors, services
 
 FTS = {"facts_fts", "cues_fts", "knowledge_fts"}
 VOCAB = {f"{t}_vocab" for t in FTS}
-TRIGGERS = {"knowledge_q8_insert", "knowledge_q8_update", "knowledge_q8_delete"}
+TRIGGERS = {"knowledge_q8_insert", "knowledge_q8_update", "knowledge_q8_delete"} | {
+    f"{table}_lexical_{op}" for table in ("facts", "episode_cues", "knowledge") for op in ("delete", "update")
+}
 
 
 def _objects(kind: str) -> set[str]:
