@@ -602,12 +602,8 @@ def search_knowledge(*, query: str, limit: int = 5, query_embedding: Any = None)
             logger.warning("knowledge vector search failed; lexical ranking kept", exc_info=True)
             cos = {}
         dense_only = [i for i in cos if i not in lex]
-        if dense_only:
-            # Only a row containing a query term can match it: skip FTS seeks for the rest.
-            terms = [t.casefold() for t in lexical.terms_of(match)]
-            texts = Knowledge.objects.filter(pk__in=dense_only).values_list("id", "content")
-            plausible = [i for i, text in texts if any(t in text.casefold() for t in terms)]
-            lex.update(lexical.knowledge_bm25(match, plausible))
+        if dense_only:  # their lexical score too (the resident index scores any row)
+            lex.update(lexical.knowledge_bm25(match, dense_only))
     if not lex and not cos:
         return []
     ids = list(dict.fromkeys([*lex, *cos]))
