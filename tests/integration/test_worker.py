@@ -27,10 +27,12 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.redis_url import TEST_REDIS_URL
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-REDIS_URL = "redis://127.0.0.1:6379/15"
+REDIS_URL = TEST_REDIS_URL
 NODE = "it-worker@%h"
 
 
@@ -40,20 +42,20 @@ def _celery() -> str:
 
 
 @pytest.fixture(scope="module")
-def redis_15():
+def redis_test_db():
     client = redis.Redis.from_url(REDIS_URL)
     try:
         client.ping()
     except redis.exceptions.ConnectionError:
         # `make test` needs Redis (.ci/run starts it); `make test-fast` leaves integration tests out.
-        pytest.fail("no Redis on 127.0.0.1:6379: start it with `redis-server --daemonize yes` (or run `make test-fast`)")
+        pytest.fail(f"no Redis at {REDIS_URL}: start it with `redis-server --daemonize yes` (or run `make test-fast`)")
     client.flushdb()
     yield client
     client.flushdb()
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory, redis_15) -> dict[str, str]:
+def env(tmp_path_factory, redis_test_db) -> dict[str, str]:
     tmp = tmp_path_factory.mktemp("worker")
     values = dict(os.environ)
     values.update(

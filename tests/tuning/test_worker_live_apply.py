@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.redis_url import TEST_REDIS_URL
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-REDIS_URL = os.environ.get("TUNING_IT_REDIS_URL", "redis://127.0.0.1:6379/14")
+REDIS_URL = TEST_REDIS_URL
 
 WEB = r"""
 import json, sys, time, django

@@ -21,9 +21,9 @@ from memory import services
 from memory.engine.extraction import EpisodeDraft, ExtractedFact, Extraction
 from memory.models import Stream
 from tests.chat_lines import CHAT
+from tests.redis_url import TEST_REDIS_URL as REDIS_TEST_URL
 
 T0 = 1_700_000_000_000
-REDIS_TEST_URL = "redis://127.0.0.1:6379/14"
 
 
 @pytest.fixture(autouse=True)
