@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "ninja",  # serves its bundled Swagger UI for /api/docs (otherwise loaded from a CDN)
     "template_partials",
     "memory",
     "curation",
