@@ -21,7 +21,7 @@ from memory import services as memory_services
 from memory.auth import api_user
 from memory.engine.similarity import exact_key
 from memory.models import Fact, Person
-from memory.schemas import FACT_MAX_CHARS, MAX_EPOCH_MS, MAX_ID, EpochMs, ErrorOut, Id, In
+from memory.schemas import EPOCH_MS_HELP, FACT_MAX_CHARS, MAX_EPOCH_MS, MAX_ID, EpochMs, ErrorOut, Id, In
 
 router = Router(tags=["curation"])
 
@@ -160,7 +160,7 @@ def _member(m: Any, now: int) -> dict[str, Any]:
 def conflicts(
     request: HttpRequest,
     person_id: int | None = Query(None, ge=1, le=MAX_ID),
-    at: int | None = Query(None, ge=0, le=MAX_EPOCH_MS, description="epoch milliseconds (default now)"),
+    at: int | None = Query(None, ge=0, le=MAX_EPOCH_MS, description=f"{EPOCH_MS_HELP} (default now)"),
 ):
     """Groups of valid, active facts of one person sharing a non-empty slot (shown whole)."""
     now = _at(at)

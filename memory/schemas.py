@@ -1,7 +1,10 @@
 """Request and response schemas of the bot API (v1). Field names are the contract.
 
-All instants are integer epoch milliseconds. Every id is a positive 64-bit integer;
-bounds are part of the schema so out-of-range input is a 422, never a database error.
+All instants are integer epoch milliseconds in ``0 … MAX_EPOCH_MS`` (before the year
+9000). Every id is a positive 64-bit integer; bounds are part of the schema so
+out-of-range input is a 422, never a database error. Request bodies are strict: a
+JSON integer field takes only a JSON integer (not ``true``, not ``"5"``), a boolean
+field only ``true``/``false``, and unknown fields are refused.
 """
 from __future__ import annotations
 
@@ -13,7 +16,10 @@ from pydantic import ConfigDict, StringConstraints
 # --- scalar types ---------------------------------------------------------------
 
 MAX_ID = 2**63 - 1
-MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+# The last instant an API input may name: 8999-12-31T23:59:59.999Z. Every page must be
+# able to show it, and what derives from it (a due_at years later), in any time zone:
+# local dates overflow from 9999-12-31 (253_402_272_000_000 in Asia/Shanghai).
+MAX_EPOCH_MS = 221_845_391_999_999
 FACT_MAX_CHARS = 2000
 KNOWLEDGE_MAX_CHARS = 20_000
 QUERY_MAX_CHARS = 2000
@@ -21,7 +27,8 @@ IMPORT_MAX_CHARS = 200_000
 EMBEDDING_MAX_DIM = 4096
 
 Id = Annotated[int, Field(ge=1, le=MAX_ID)]
-EpochMs = Annotated[int, Field(ge=0, le=MAX_EPOCH_MS, description="epoch milliseconds")]
+EPOCH_MS_HELP = "epoch milliseconds, 0 … 221845391999999 (before the year 9000)"
+EpochMs = Annotated[int, Field(ge=0, le=MAX_EPOCH_MS, description=EPOCH_MS_HELP)]
 Platform = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64)]
 ExternalId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 DisplayName = Annotated[str, StringConstraints(strip_whitespace=True, max_length=200)]
@@ -30,9 +37,10 @@ EmbeddingValue = Annotated[float, Field(allow_inf_nan=False, ge=-1e6, le=1e6)]
 
 
 class In(Schema):
-    """Base of request bodies: unknown fields are rejected (a typo should not pass silently)."""
+    """Base of request bodies: unknown fields are rejected (a typo should not pass silently),
+    and values are not coerced (``true`` is no integer, ``"123"`` no epoch, ``1`` no boolean)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 # --- refs -----------------------------------------------------------------------

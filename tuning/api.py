@@ -27,7 +27,9 @@ router = Router(tags=["tuning"])
 
 
 class _In(Schema):
-    model_config = ConfigDict(extra="forbid")
+    """Request bodies: unknown fields refused, no coercion (``true`` and ``"5"`` are no integers)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ErrorBody(Schema):
