@@ -21,7 +21,7 @@ from memory import services as memory_services
 from memory.auth import api_user
 from memory.engine.similarity import exact_key
 from memory.models import Fact, Person
-from memory.schemas import FACT_MAX_CHARS, MAX_EPOCH_MS, MAX_ID, EpochMs, ErrorOut, Id, In
+from memory.schemas import EPOCH_MS_HELP, FACT_MAX_CHARS, HAS_WORD, MAX_EPOCH_MS, MAX_ID, EpochMs, ErrorOut, Id, In
 
 router = Router(tags=["curation"])
 
@@ -33,13 +33,16 @@ class AtIn(In):
 
 
 class ReplaceIn(In):
-    content: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=FACT_MAX_CHARS)]
+    content: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=FACT_MAX_CHARS)] = Field(
+        description="must contain at least one letter or digit", json_schema_extra={"pattern": HAS_WORD}
+    )
     at: EpochMs | None = None
 
 
 class ResolveIn(In):
-    keep_fact_id: Id
-    drop_fact_id: Id
+    # JSON Schema cannot compare two properties: "keep ≠ drop" is stated in words (400 otherwise)
+    keep_fact_id: Id = Field(description="the member to keep; must differ from drop_fact_id")
+    drop_fact_id: Id = Field(description="the member to invalidate; must differ from keep_fact_id")
     at: EpochMs | None = None
 
 
@@ -160,7 +163,7 @@ def _member(m: Any, now: int) -> dict[str, Any]:
 def conflicts(
     request: HttpRequest,
     person_id: int | None = Query(None, ge=1, le=MAX_ID),
-    at: int | None = Query(None, ge=0, le=MAX_EPOCH_MS, description="epoch milliseconds (default now)"),
+    at: int | None = Query(None, ge=0, le=MAX_EPOCH_MS, description=f"{EPOCH_MS_HELP} (default now)"),
 ):
     """Groups of valid, active facts of one person sharing a non-empty slot (shown whole)."""
     now = _at(at)

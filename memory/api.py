@@ -37,6 +37,7 @@ from memory.engine.scope import origin_kind_for_stream
 from memory.engine.similarity import exact_key
 from memory.models import Fact, Job, Knowledge, Message, Person, Stream
 from memory.schemas import (
+    EPOCH_MS_HELP,
     IMPORT_MAX_CHARS,
     MAX_EPOCH_MS,
     ConfirmIn,
@@ -445,7 +446,7 @@ def person_facts(
     request: HttpRequest,
     person_id: Id,
     include_invalid: bool = Query(False, description="also list invalidated and superseded facts"),
-    at: int | None = Query(None, ge=0, le=MAX_EPOCH_MS, description="epoch milliseconds (default now)"),
+    at: int | None = Query(None, ge=0, le=MAX_EPOCH_MS, description=f"{EPOCH_MS_HELP} (default now)"),
 ):
     """Every fact of a person with its decay state at `at` (default now), ascending id."""
     _require(Person, person_id, "person")

@@ -5,6 +5,12 @@ A bot sends ``Authorization: Bearer <token>``. Only the SHA-256 of a token is st
 new token once. ``last_used_at`` is written at most once a minute per token so a busy
 bot does not turn every read into a write.
 
+No part of an ``Authorization`` header is ever logged: django-ninja's ``HttpBearer``
+logs the raw value of a header that does not start with ``Bearer`` (``Unexpected auth -
+'mc_…'``, or a ``Basic`` header's password), so :class:`BearerTokenAuth` reads the header
+itself. gunicorn's access log is configured in ``config/gunicorn.conf.py`` without the
+``%(u)s`` atom, which would print the user part of a ``Basic`` header.
+
 A verified token is remembered by the process for ``CACHE_SECONDS`` (10 s), which saves
 a query on every request of a busy bot; deleting a token therefore takes effect within
 10 seconds in other processes (at once in the process that deleted it).
@@ -55,6 +61,13 @@ def issue_token(name: str) -> tuple[ApiToken, str]:
 
 class BearerTokenAuth(HttpBearer):
     """Resolves the bearer token to its :class:`ApiToken`; ``None`` means 401."""
+
+    def __call__(self, request: HttpRequest) -> ApiToken | None:
+        # Same parsing as HttpBearer.__call__, minus its log line quoting the header.
+        scheme, _, token = (request.headers.get(self.header) or "").partition(" ")
+        if scheme.lower() != self.openapi_scheme:
+            return None
+        return self.authenticate(request, token)
 
     def authenticate(self, request: HttpRequest, token: str) -> ApiToken | None:
         token = token.strip()

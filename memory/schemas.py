@@ -1,38 +1,83 @@
 """Request and response schemas of the bot API (v1). Field names are the contract.
 
-All instants are integer epoch milliseconds. Every id is a positive 64-bit integer;
-bounds are part of the schema so out-of-range input is a 422, never a database error.
+All instants are integer epoch milliseconds in ``0 … MAX_EPOCH_MS`` (before the year
+9000). Every id is a positive 64-bit integer; bounds are part of the schema so
+out-of-range input is a 422, never a database error. Request bodies are strict: a
+JSON integer field takes only a JSON integer (not ``true``, not ``"5"``), a boolean
+field only ``true``/``false``, and unknown fields are refused.
 """
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
 from ninja import Field, Schema
-from pydantic import ConfigDict, StringConstraints
+from pydantic import BeforeValidator, ConfigDict, StringConstraints
 
 # --- scalar types ---------------------------------------------------------------
 
 MAX_ID = 2**63 - 1
-MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+# The last instant an API input may name: 8999-12-31T23:59:59.999Z. Every page must be
+# able to show it, and what derives from it (a due_at years later), in any time zone:
+# local dates overflow from 9999-12-31 (253_402_272_000_000 in Asia/Shanghai).
+MAX_EPOCH_MS = 221_845_391_999_999
 FACT_MAX_CHARS = 2000
 KNOWLEDGE_MAX_CHARS = 20_000
 QUERY_MAX_CHARS = 2000
 IMPORT_MAX_CHARS = 200_000
 EMBEDDING_MAX_DIM = 4096
 
-Id = Annotated[int, Field(ge=1, le=MAX_ID)]
-EpochMs = Annotated[int, Field(ge=0, le=MAX_EPOCH_MS, description="epoch milliseconds")]
-Platform = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64)]
-ExternalId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+
+
+def _json_integer(value: Any) -> Any:
+    """``212.0`` is the JSON integer 212 (JSON Schema's ``integer``); ``212.5``, ``true`` and
+    ``"212"`` stay what they are and are refused by the strict integer check after this."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# Integers of request bodies (the bodies are strict, see In); as a path or query
+# parameter, where every value arrives as text, the same type parses the text.
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+Id = Annotated[int, Field(ge=1, le=MAX_ID), BeforeValidator(_json_integer)]
+EPOCH_MS_HELP = "epoch milliseconds, 0 … 221845391999999 (before the year 9000)"
+EpochMs = Annotated[int, Field(ge=0, le=MAX_EPOCH_MS, description=EPOCH_MS_HELP), BeforeValidator(_json_integer)]
+
+# What the server checks after the fact, stated in the schema as patterns (unanchored:
+# "contains a character of this class"). NOT_BLANK excludes exactly the characters
+# Python's str.strip() removes, spelled out so every regex engine reads it the same way.
+WHITESPACE = r"\t\n\v\f\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NOT_BLANK = f"[^{WHITESPACE}]"
+# memory.engine.similarity.exact_key keeps word characters and CJK ideographs; a text
+# without any has an empty key and is refused ("must contain at least one letter or digit").
+HAS_WORD = r"[\p{L}\p{N}_\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"
+
+
+# Stripped, then at least one character: the schema says "not blank" with NOT_BLANK.
+Platform = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64), Field(json_schema_extra={"pattern": NOT_BLANK})
+]
+ExternalId = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200), Field(json_schema_extra={"pattern": NOT_BLANK})
+]
+
+
+def _message_content_schema(schema: dict[str, Any]) -> None:
+    """``maxLength`` is the configured ``MESSAGE_MAX_CHARS``, read when the schema is built."""
+    from django.conf import settings
+
+    schema["maxLength"] = settings.MESSAGE_MAX_CHARS
+
 DisplayName = Annotated[str, StringConstraints(strip_whitespace=True, max_length=200)]
 StreamKindName = Literal["direct", "group", "desktop"]
 EmbeddingValue = Annotated[float, Field(allow_inf_nan=False, ge=-1e6, le=1e6)]
 
 
 class In(Schema):
-    """Base of request bodies: unknown fields are rejected (a typo should not pass silently)."""
+    """Base of request bodies: unknown fields are rejected (a typo should not pass silently),
+    and values are not coerced (``true`` is no integer, ``"123"`` no epoch, ``1`` no boolean)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 # --- refs -----------------------------------------------------------------------
@@ -69,16 +114,28 @@ class ErrorOut(Schema):
 
 
 class MessageIn(In):
+    # the view's rule "a user message needs its sender", stated in the schema
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"role": {"const": "user"}}, "required": ["role"]},
+            "then": {"properties": {"sender": {"type": "object"}}, "required": ["sender"]},
+        }
+    )
+
     stream: StreamRef
     sender: PersonRef | None = Field(None, description="required when role is 'user'")
     role: Literal["user", "assistant"]
-    content: str = Field(description="at most MESSAGE_MAX_CHARS characters (default 20000)")
+    content: str = Field(
+        description="at most MESSAGE_MAX_CHARS characters (default 20000)", json_schema_extra=_message_content_schema
+    )
     external_message_id: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
     at: EpochMs | None = None
 
 
 class MessagePatch(In):
-    content: str = Field(description="at most MESSAGE_MAX_CHARS characters (default 20000)")
+    content: str = Field(
+        description="at most MESSAGE_MAX_CHARS characters (default 20000)", json_schema_extra=_message_content_schema
+    )
 
 
 class MessageOut(Schema):
@@ -159,7 +216,7 @@ class RecallIn(In):
     speaker: PersonRef
     query: Annotated[str, StringConstraints(max_length=QUERY_MAX_CHARS)]
     cross_person: bool = False
-    hops: Annotated[int, Field(ge=0, le=3)] | None = None
+    hops: Annotated[int, Field(ge=0, le=3), BeforeValidator(_json_integer)] | None = None
     at: EpochMs | None = None
 
 
@@ -184,7 +241,7 @@ class InspectIn(In):
     stream: StreamRef
     query: Annotated[str, StringConstraints(max_length=QUERY_MAX_CHARS)]
     before_message_id: Id | None = None
-    limit: Annotated[int, Field(ge=1, le=50)] = 6
+    limit: Annotated[int, Field(ge=1, le=50), BeforeValidator(_json_integer)] = 6
 
 
 class InspectMessageOut(Schema):
@@ -203,7 +260,7 @@ class InspectOut(Schema):
 
 class ConsultIn(In):
     query: Annotated[str, StringConstraints(max_length=QUERY_MAX_CHARS)]
-    limit: Annotated[int, Field(ge=1, le=50)] = 5
+    limit: Annotated[int, Field(ge=1, le=50), BeforeValidator(_json_integer)] = 5
     at: EpochMs | None = None
 
 
@@ -222,9 +279,13 @@ class ConsultOut(Schema):
 
 class FactIn(In):
     person: PersonRef
-    kind: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=32)]
+    kind: Annotated[
+        str, StringConstraints(strip_whitespace=True, min_length=1, max_length=32), Field(json_schema_extra={"pattern": NOT_BLANK})
+    ]
     slot: Annotated[str, StringConstraints(strip_whitespace=True, max_length=32)] = ""
-    content: Annotated[str, StringConstraints(max_length=FACT_MAX_CHARS)]
+    content: Annotated[str, StringConstraints(max_length=FACT_MAX_CHARS)] = Field(
+        description="must contain at least one letter or digit", json_schema_extra={"pattern": HAS_WORD}
+    )
     supersedes: Id | None = None
     stream_kind: StreamKindName | None = Field(
         None, description="where the fact was heard (group → group origin, else direct); absent → legacy"
@@ -271,7 +332,9 @@ class PersonFactsOut(Schema):
 
 
 class KnowledgeIn(In):
-    content: Annotated[str, StringConstraints(max_length=KNOWLEDGE_MAX_CHARS)]
+    content: Annotated[str, StringConstraints(max_length=KNOWLEDGE_MAX_CHARS)] = Field(
+        description="must contain at least one letter or digit", json_schema_extra={"pattern": HAS_WORD}
+    )
     source: Annotated[str, StringConstraints(strip_whitespace=True, max_length=64)] = "api"
     at: EpochMs | None = None
 
@@ -282,7 +345,10 @@ class KnowledgeOut(Schema):
 
 
 class ImportIn(In):
-    text: str = Field(description=f"at most {IMPORT_MAX_CHARS} characters; split into chunks of ≤ 1200")
+    text: str = Field(
+        description=f"not blank, at most {IMPORT_MAX_CHARS} characters; split into chunks of ≤ 1200",
+        json_schema_extra={"pattern": NOT_BLANK, "maxLength": IMPORT_MAX_CHARS},
+    )
     origin_name: Annotated[str, StringConstraints(strip_whitespace=True, max_length=255)] = ""
     kind: Literal["paste", "upload"] = "paste"
 

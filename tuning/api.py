@@ -12,22 +12,25 @@ done, the report.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from django.http import HttpRequest
-from ninja import Field, Router, Schema, Status
+from ninja import Field, Path, Router, Schema, Status
 from pydantic import ConfigDict
 
 from memory.engine.tuning import WHITELIST
 from memory.models import Job
+from memory.schemas import MAX_ID, NOT_BLANK, WHITESPACE, JsonInt
 from tuning import evaluation, services
-from tuning.services import ProfileError
+from tuning.services import PROFILE_NAME_MAX, ProfileError
 
 router = Router(tags=["tuning"])
 
 
 class _In(Schema):
-    model_config = ConfigDict(extra="forbid")
+    """Request bodies: unknown fields refused, no coercion (``true`` and ``"5"`` are no integers)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ErrorBody(Schema):
@@ -64,13 +67,35 @@ class StateOut(Schema):
     profiles: list[ProfileOut]
 
 
+def _params_schema(schema: dict[str, Any]) -> None:
+    """The whitelist as JSON Schema: each parameter with its type and inclusive bounds, nothing else."""
+    schema.pop("additionalProperties", None)
+    schema["properties"] = {
+        name: {"type": "integer" if spec.kind == "int" else "number", "minimum": spec.min, "maximum": spec.max,
+               "description": spec.label}
+        for name, spec in WHITELIST.items()
+    }
+    schema["additionalProperties"] = False
+
+
+PARAMS_HELP = "whitelisted parameter → JSON number in its bounds; integer parameters need JSON integers (3, not 3.0)"
+# A stored profile's name: not blank, and not the built-in "default" (after stripping).
+PROFILE_NAME_RULES: dict[str, Any] = {
+    "pattern": NOT_BLANK,
+    "not": {"pattern": f"^[{WHITESPACE}]*default[{WHITESPACE}]*$"},
+}
+# An existing profile's name (apply): "default" is one.
+NAME_RULES: dict[str, Any] = {"pattern": NOT_BLANK}
+ProfileName = Annotated[str, Field(max_length=PROFILE_NAME_MAX, json_schema_extra=PROFILE_NAME_RULES)]
+
+
 class ProfileIn(_In):
-    name: str = Field(max_length=200)
-    params: dict[str, Any] = Field(description="parameter → JSON number; integer parameters need JSON integers")
+    name: ProfileName
+    params: dict[str, Any] = Field(description=PARAMS_HELP, json_schema_extra=_params_schema)
 
 
 class ApplyIn(_In):
-    name: str = Field(max_length=200)
+    name: str = Field(max_length=200, json_schema_extra=NAME_RULES)
 
 
 class AppliedOut(Schema):
@@ -93,17 +118,20 @@ class ExportOut(Schema):
 
 class TargetIn(_In):
     profile: str | None = Field(None, max_length=200, description="a stored profile (or 'default')")
-    params: dict[str, Any] | None = Field(None, description="explicit parameters (used when no profile is given)")
+    params: dict[str, Any] | None = Field(
+        None, description=f"explicit parameters (used when no profile is given): {PARAMS_HELP}",
+        json_schema_extra=_params_schema,
+    )
 
 
 class EvaluateIn(TargetIn):
-    max_turns: int = Field(evaluation.DEFAULT_MAX_TURNS, ge=1, le=evaluation.MAX_TURNS_LIMIT)
+    max_turns: JsonInt = Field(evaluation.DEFAULT_MAX_TURNS, ge=1, le=evaluation.MAX_TURNS_LIMIT)
 
 
 class CompareIn(_In):
     a: TargetIn
     b: TargetIn
-    max_turns: int = Field(evaluation.DEFAULT_MAX_TURNS, ge=1, le=evaluation.MAX_TURNS_LIMIT)
+    max_turns: JsonInt = Field(evaluation.DEFAULT_MAX_TURNS, ge=1, le=evaluation.MAX_TURNS_LIMIT)
 
 
 class JobOut(Schema):
@@ -118,7 +146,9 @@ class JobOut(Schema):
     result: dict[str, Any] = Field(default_factory=dict)
 
 
-ERRS = {400: ErrorBody, 404: ErrorBody}
+# 401 without a valid token, 422 for a malformed request (memory.api's handlers), 400 for a
+# refused parameter set, 404 for an unknown profile or job.
+ERRS = {400: ErrorBody, 401: ErrorBody, 404: ErrorBody, 422: ErrorBody}
 
 
 def _error(exc: ProfileError, prefix: str = "body") -> Status:
@@ -181,7 +211,7 @@ def _user(request: HttpRequest) -> str:
     return api_user(request)
 
 
-@router.get("", response=StateOut, summary="Whitelist, active profile and stored profiles")
+@router.get("", response={200: StateOut, 401: ErrorBody}, summary="Whitelist, active profile and stored profiles")
 def get_state(request: HttpRequest):
     active = services.active_profile_name()
     return {
@@ -202,7 +232,7 @@ def post_profile(request: HttpRequest, payload: ProfileIn):
 
 
 @router.delete("/profiles/{name}", response={200: DeletedOut, **ERRS}, summary="Delete a profile")
-def delete_profile(request: HttpRequest, name: str):
+def delete_profile(request: HttpRequest, name: ProfileName):
     """Deleting the active profile falls back to `default`; an unknown name answers `deleted: false`."""
     try:
         deleted = services.delete_profile(name)
@@ -224,7 +254,7 @@ def post_apply(request: HttpRequest, payload: ApplyIn):
         return _error(exc)
 
 
-@router.post("/rollback", response={200: AppliedOut}, summary="Roll back to the built-in default")
+@router.post("/rollback", response={200: AppliedOut, 401: ErrorBody}, summary="Roll back to the built-in default")
 def post_rollback(request: HttpRequest):
     return services.rollback_to_default()
 
@@ -267,7 +297,7 @@ def post_compare(request: HttpRequest, payload: CompareIn):
 
 
 @router.get("/jobs/{job_id}", response={200: JobOut, **ERRS}, summary="An evaluation or comparison job")
-def get_job(request: HttpRequest, job_id: int):
+def get_job(request: HttpRequest, job_id: int = Path(..., ge=1, le=MAX_ID)):
     job = Job.objects.filter(pk=job_id, kind__in=("evaluate", "compare")).first()
     if job is None:
         return Status(404, {"detail": f"tuning job {job_id} does not exist", "errors": []})

@@ -1,0 +1,65 @@
+"""The OpenAPI document says what the server does (issue 11, item 8), checked without fuzzing."""
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+pytestmark = pytest.mark.django_db
+
+METHODS = {"get", "post", "patch", "put", "delete"}
+
+
+@pytest.fixture
+def spec(db) -> dict:
+    return Client().get("/api/openapi.json").json()
+
+
+def _ref(schema: dict) -> str | None:
+    return schema.get("$ref", "").rsplit("/", 1)[-1] or None
+
+
+def test_every_route_documents_401_and_its_422(spec):
+    missing = []
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            if method not in METHODS:
+                continue
+            codes = set(op["responses"])
+            if "401" not in codes:
+                missing.append(f"{method.upper()} {path}: 401")
+            if (op.get("parameters") or op.get("requestBody")) and "422" not in codes:
+                missing.append(f"{method.upper()} {path}: 422")
+    assert not missing, missing
+
+
+def test_every_request_body_forbids_unknown_fields(spec):
+    schemas = spec["components"]["schemas"]
+    seen, todo = set(), []
+    for item in spec["paths"].values():
+        for op in item.values():
+            body = (op.get("requestBody") or {}).get("content", {}).get("application/json", {}).get("schema", {})
+            todo += [_ref(s) for s in [body, *body.get("anyOf", [])] if _ref(s)]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        assert schemas[name].get("additionalProperties") is False, name
+        for prop in schemas[name].get("properties", {}).values():
+            todo += [_ref(s) for s in [prop, *prop.get("anyOf", [])] if _ref(s)]
+    assert {"MessageIn", "StreamRef", "PersonRef", "ResolveIn", "ProfileIn", "TargetIn", "CompareIn"} <= seen
+
+
+def test_rules_checked_after_parsing_are_in_the_schema(spec):
+    schemas = spec["components"]["schemas"]
+    assert "pattern" in schemas["FactIn"]["properties"]["content"]
+    assert "pattern" in schemas["KnowledgeIn"]["properties"]["content"]
+    assert "pattern" in schemas["ReplaceIn"]["properties"]["content"]
+    assert "pattern" in schemas["ImportIn"]["properties"]["text"]
+    assert schemas["ImportIn"]["properties"]["text"]["maxLength"] == 200_000
+    assert "pattern" in schemas["PersonRef"]["properties"]["external_id"]
+    assert schemas["MessageIn"]["then"]["required"] == ["sender"]
+    assert schemas["MessageIn"]["properties"]["content"]["maxLength"] == 20_000
+    params = schemas["ProfileIn"]["properties"]["params"]
+    assert params["additionalProperties"] is False and params["properties"]["ppr_hops"]["type"] == "integer"
+    assert "differ" in schemas["ResolveIn"]["properties"]["drop_fact_id"]["description"]
