@@ -140,13 +140,33 @@ def _embed_all(texts: list[str]):
     return out
 
 
+class _Discard(Exception):
+    pass
+
+
 def run_variant(sessions: list[Session], variant: str) -> dict:
-    """Every case of every session through prepare/confirm under one variant's settings."""
+    """Every case of every session through prepare/confirm under one variant's settings.
+
+    Each variant's memories are rolled back afterwards, so every variant sees the same
+    store (the same IDF) as the others.
+    """
+    from django.db import transaction  # Django is configured by setup_store() first
+
+    rows: list[dict[str, float]] = []
+    try:
+        with transaction.atomic():
+            _run(sessions, variant, rows)
+            raise _Discard
+    except _Discard:
+        pass
+    return _mean(rows)
+
+
+def _run(sessions: list[Session], variant: str, rows: list[dict[str, float]]) -> None:
     from django.test import override_settings
 
     from memory import recall, services
 
-    rows = []
     with override_settings(**VARIANTS[variant]):
         for session in sessions:
             tag = f"{variant}-{session.key}"
@@ -177,7 +197,6 @@ def run_variant(sessions: list[Session], variant: str) -> dict:
                 confirmed = recall.confirm_turn(turn_id=ctx.turn_id, at=turn_line.at)
                 got = [label_of.get(p.fact.id) for p in confirmed.facts]
                 rows.append(_score(got, case.gold))
-    return _mean(rows)
 
 
 def _score(got: list[str | None], gold: set[str]) -> dict[str, float]:
