@@ -6,11 +6,16 @@ model, and they are deliberately conservative.
 * ``HeuristicSummariser`` is extractive: sentences are scored by jieba TF-IDF
   keyword weight, the best ones are kept in their original order (about 120
   characters), and the cues are a few key phrases plus TextRank keywords.
-* ``HeuristicExtractor`` reads only first-person statements made by user
-  speakers ("我住在杭州", "我不喜欢香菜", "我妈是老师") and writes them in the
-  third person with the speaker's display name ("小明住在杭州"). Other people
-  are never detected by name (jieba's ``nr`` tag is unreliable in chat), so
-  gossip about third parties yields nothing.
+* ``HeuristicExtractor`` reads statements made by user speakers and writes
+  them in the third person with the speaker's display name: about themselves
+  ("我住在杭州" → "小明住在杭州"), their relatives and colleagues ("张伟是我的
+  表弟，其家乡是北京" → "小明的表弟是张伟", "小明的表弟张伟的家乡是北京"),
+  another participant named as the subject ("小红住在上海", stored on 小红),
+  events and plans ("论坛的地点是北京", "我下周要去广州出差"), possessions
+  and opinions. People are recognised by relation words, by a name introduced
+  in the batch or in a known fact, or — for personal attributes only — by a
+  common surname (jieba's ``nr`` tag is unreliable in chat). Questions,
+  conditionals, hearsay, quoted text and assistant lines yield nothing.
 """
 
 from __future__ import annotations

@@ -389,3 +389,39 @@ def test_one_long_sentence_is_cut_to_fit():
 
 def test_labels():
     assert HeuristicSummariser.label == HeuristicExtractor.label == "heuristic"
+
+
+# --- the pipeline writes them where they belong --------------------------------------------
+
+
+@pytest.mark.django_db
+def test_an_extraction_batch_stores_facts_with_the_right_person_and_kind(settings):
+    from memory import pipeline, services
+    from memory.models import Fact
+
+    settings.FACT_EXTRACT_TRIGGER_MESSAGES = 4
+    settings.FACT_EXTRACT_BATCH_MESSAGES = 12
+    ming = services.resolve_person(platform="qq", external_id="u1001", name="小明", at=1_000)
+    hong = services.resolve_person(platform="qq", external_id="u1002", name="小红", at=1_000)
+    stream = services.resolve_stream(platform="qq", kind="group", external_id="g1", name="g1")
+    for i, (role, person, text) in enumerate([
+        ("user", ming, "刘建国是我的表弟，其家乡是江西南昌。"),
+        ("user", hong, "哈哈，我下周要参加读书会。"),
+        ("user", ming, "小红住在上海吧？不对，小红住在苏州。"),
+        ("assistant", None, "我表哥今年三十岁，读书会的地点是图书馆。"),
+        ("user", hong, "读书会的地点是西湖图书馆"),
+    ]):
+        services.append_message(stream_id=stream.pk, role=role, content=text,
+                                sender_person_id=person.pk if person else None, at=2_000 + i)
+
+    outcome = pipeline.extract_stream(stream_id=stream.pk, extractor=HeuristicExtractor(), at=10_000)
+
+    rows = {(f.person_id, f.kind, f.slot, f.content) for f in Fact.objects.all()}
+    assert outcome.status == "written"
+    assert rows == {
+        (ming.pk, "关系", "", "小明的表弟是刘建国"),
+        (ming.pk, "身份", "刘建国家乡", "小明的表弟刘建国的家乡是江西南昌"),
+        (hong.pk, "事件", "", "小红下周要参加读书会"),
+        (hong.pk, "身份", "居住地", "小红住在苏州"),
+        (hong.pk, "事件", "", "小红下周要参加的读书会的地点是西湖图书馆"),
+    }
