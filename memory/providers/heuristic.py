@@ -214,12 +214,14 @@ class HeuristicSummariser:
 # Discourse markers and time words that may come before the subject 我.
 _DISCOURSE = r"(?:对了|其实|话说|说起来|顺便说一下|顺便说下|顺便|跟你说|跟你们说|告诉你|告诉你们|说实话|不过|但是|可是|所以|而且|然后|因为|嗯+|哈+|啊|诶|欸|哦|噢|嘿|emm+)"
 _TIME = (
-    r"(?:现在|目前|最近|今年|去年|明年|前年|下个?月|上个?月|这个?月|下周|上周|这周|下星期|上星期|"
+    r"(?:(?:这|下|上|本)?(?:周|星期)[一二三四五六日天]|这?周末|今天|明天|后天|昨天|今晚|明晚|"
+    r"现在|目前|最近|今年|去年|明年|前年|下个?月|上个?月|这个?月|下周|上周|这周|下星期|上星期|"
     r"前几天|前段时间|过几天|过段时间|马上|以前|之前|原来|本来|从小|小时候)"
 )
+_TIME_ONLY_RE = re.compile(rf"^(?:{_TIME})+$")
 # Adverbs and auxiliaries allowed between 我 and the predicate.
 _ADV = (
-    r"(?:现在|目前|已经|刚刚|刚|也|还|都|就|一直|最近|平时|其实|真的|是真的|特别|特(?=喜欢|爱|中意)|非常|超级|超|很|挺|蛮|比较|最|"
+    r"(?:现在|目前|已经|刚刚|刚|也|还|都|就|一直|最近|平时|其实|真的|是真的|更|特别|特(?=喜欢|爱|中意)|非常|超级|超|很|挺|蛮|比较|最|"
     r"本来|以前|之前|原来|早就|终于|又|才|从小|从来|一向|向来|总是|经常|"
     r"今年|去年|明年|下个?月|上个?月|这个?月|下周|上周|这周|马上|即将|打算|准备|计划|决定|要|会|想|已)"
 )
@@ -398,7 +400,7 @@ _OPINION_RE = re.compile(
 )
 _NOT_OPINION_SUBJECT = re.compile(
     r"^(?:今天|明天|昨天|天气|这天|心情|身体|感觉|最近|现在|时间|这里|这边|那里|那边|这样|这么|这种|那种|这个人|"
-    r"人|东西|生活|日子|工作|大家|感觉)"
+    r"人|东西|生活|日子|工作|大家|感觉|就是|但是|不过|而且|可是|只是|唯一|有一点|有点|总的来说|总体)"
 )
 
 # The speaker's own doings: visits, possessions, plans.
@@ -414,7 +416,7 @@ _VISIT_RE = re.compile(
 )
 _WENT_RE = re.compile(
     r"^(?P<time>(?:刚刚|刚才|今天|昨天|前天|上周|周末|之前|上次|早上|下午|晚上)*)"
-    r"(?:去了|去过|路过了?|经过了?|参观了|逛了|游览了|到过)(?P<v>[\u4e00-\u9fffA-Za-z0-9·]{2,20})$"
+    r"(?:去了|去过|路过了?|经过了?|参观了|逛了|游览了|到过)(?!的)(?P<v>[\u4e00-\u9fffA-Za-z0-9·]{2,20})$"
 )
 _OWN_ITEM_RE = re.compile(
     rf"^(?:的|家的|家里的|们家的|家里)(?P<item>{_ITEM})(?:用的)?是(?P<v>[\u4e00-\u9fffA-Za-z0-9·\-]{{2,30}})$"
@@ -528,8 +530,12 @@ class HeuristicExtractor:
                 continue
             person_ref = line.speaker_ref if line.role == "user" else None
             name = (batch.names.get(person_ref) or line.speaker_name or "").strip() if person_ref in batch.names else ""
-            for sentence in _sentences(text):
-                found = _facts_in_sentence(sentence, person_ref, name, known_facts, batch) if name else []
+            for position, sentence in enumerate(_sentences(text)):
+                found = (
+                    _facts_in_sentence(sentence, person_ref, name, known_facts, batch, opening=position == 0)
+                    if name
+                    else []
+                )
                 for fact in found:
                     if (fact.person_ref, fact.content) not in seen:
                         seen.add((fact.person_ref, fact.content))
@@ -542,14 +548,26 @@ class HeuristicExtractor:
 
 
 def _facts_in_sentence(
-    sentence: str, person_ref: str, name: str, known_facts: Sequence[KnownFact], batch: _Batch | None = None
+    sentence: str,
+    person_ref: str,
+    name: str,
+    known_facts: Sequence[KnownFact],
+    batch: _Batch | None = None,
+    *,
+    opening: bool = True,
 ) -> list[ExtractedFact]:
+    """The facts of one sentence; ``opening`` says it is the first sentence of its message."""
     batch = batch or _Batch([Participant(person_ref, name)], known_facts)
     changing = _CHANGE_RE.search(_trim(sentence)) is not None
     rules = [] if _QUOTE_RE.search(sentence) else _sentence_rules(sentence, name)
     clauses = [c for c in (_trim(raw) for raw in _CLAUSE_SPLIT_RE.split(sentence)) if c]
+    if (m := _EVENT_RE.match(_trim(sentence))) and m.group("attr") in ("主要内容", "内容"):
+        clauses = [_trim(sentence)]  # the content of an event runs over several clauses
     if clauses and re.search(r"[?？]\W*$", sentence):
         clauses.pop()  # the asking part of "我喜欢火锅，你呢？"
+    for i in range(len(clauses) - 1, 0, -1):
+        if _TIME_ONLY_RE.match(clauses[i - 1]):  # "这周日，我老婆在家做大餐": the time belongs to what follows
+            clauses[i - 1 : i + 1] = [clauses[i - 1] + clauses[i]]
     subject: _Who | None = None
     for position, clause in enumerate(clauses):
         if _HYPOTHETICAL_RE.search(clause):
@@ -560,7 +578,7 @@ def _facts_in_sentence(
         if _QUOTE_RE.search(clause):
             subject = None
             continue
-        other = _other_clause(clause, person_ref, name, subject, batch, first=position == 0)
+        other = _other_clause(clause, person_ref, name, subject, batch, first=opening and position == 0)
         if other is not None:
             subject, found = other
             rules.extend(found)
@@ -618,7 +636,7 @@ def _clause_rule(clause: str, name: str, continuing: bool) -> _Rule | None:
 
     if m and (family := _FAMILY_RE.match(rest)):
         who = _FAMILY_FULL.get(family.group("who"), family.group("who"))
-        return _Rule("关系", "", _third_person(name, time, f"的{who}{family.group('pred')}"), who)
+        return _Rule("关系", "", _third_person(name, "", f"的{who}{time}{family.group('pred')}"), who)
 
     a = _ADV_RE.match(rest)
     pred = a.group("pred") if a else rest
@@ -776,9 +794,9 @@ def _other_clause(
         found = _about(who, m.group("pred"), name)
         if found is not None:
             return who, found
-        if who.kin and clause.startswith("我") and len(m.group("pred")) >= 2 and not re.match(r"^的?(?:说|觉得|认为|问|让|叫)", m.group("pred")):
+        if who.kin and clause[len(m.group("time")):].startswith("我") and len(m.group("pred")) >= 2 and not re.match(r"^的?(?:说|觉得|认为|问|让|叫)", m.group("pred")):
             # what a family member does or is, in the speaker's words ("我老婆下周来杭州看我")
-            content = _third_person(name, m.group("time"), f"的{rel}{m.group('pred')}")
+            content = _third_person(name, "", f"的{rel}{m.group('time')}{m.group('pred')}")
             return who, [_Rule("关系", "", content, rel)]
         return None
     # a participant or a person introduced earlier, named as the subject
@@ -806,7 +824,7 @@ def _other_clause(
         found = _about(subject, clause, name)
         if found is not None:
             return subject, found
-    # an opinion about a thing or a place, at the head of a sentence: "荔枝公园真是散步的好地方"
+    # an opinion about a thing or a place, at the head of a message: "荔枝公园真是散步的好地方"
     if first and not clause.startswith("我") and (what := _opinion(clause)):
         said = _attach("", clause, name)
         return _SPEAKER, [_Rule("偏好", "", said if name in said else f"{name}觉得{said}", what)]
@@ -833,7 +851,7 @@ def _opinion(text: str) -> str:
     if m is None:
         return ""
     what = re.sub(r"(?:这地方|那地方|这款|这个|那个)$", "", m.group("what")).strip()
-    if len(what) < 2 or _NOT_OPINION_SUBJECT.match(what) or _PRONOUN_START.match(what):
+    if len(what) < 2 or "是" in what or _NOT_OPINION_SUBJECT.match(what) or _PRONOUN_START.match(what):
         return ""
     return what
 

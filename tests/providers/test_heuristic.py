@@ -321,6 +321,18 @@ def test_facts_of_others_never_come_from_assistant_lines():
     assert facts_of(*lines) == []
 
 
+def test_an_opinion_is_read_only_at_the_head_of_a_message():
+    facts = facts_in("索尼这款耳机真不错，降噪很强。就是续航有点短，不过音质真的很棒。")
+
+    assert facts == [("u1001", "偏好", "", "小明觉得索尼这款耳机真不错")]
+    assert facts_in("这类是很好玩，但是我更喜欢下棋") == [("u1001", "偏好", "", "小明更喜欢下棋")]
+
+
+def test_a_time_word_before_the_relative_stays_with_the_predicate():
+    assert facts_in("最近我的男朋友生病了") == [("u1001", "关系", "", "小明的男朋友最近生病了")]
+    assert facts_in("这周六，我老公要去上海") == [("u1001", "关系", "", "小明的老公这周六要去上海")]
+
+
 def test_a_negative_statement_about_a_relative_stays_negative():
     assert facts_in("我爸不吃香菜") == [("u1001", "偏好", "", "小明的爸爸不吃香菜")]
     assert facts_in("我表弟不是医生") == [("u1001", "关系", "", "小明的表弟不是医生")]
