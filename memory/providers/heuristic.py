@@ -676,10 +676,10 @@ def _more_of_the_speaker(rest: str, pred: str, name: str, time: str, content: st
     if attr is not None and attr.attr not in ("名字", "电话", "生日"):
         return _Rule(attr.kind, attr.attr, _attach(name, rest, name) if rest.startswith("的") else content, attr.value)
     if (r := _OWN_ITEM_RE.match(rest)) or (r := _ITEM_USE_RE.match(rest)):
-        return _Rule("身份", r.group("item"), content, r.group("v"))
+        return _Rule("身份", _item_slot(r.group("item")), content, r.group("v"))
     if r := _USE_ITEM_RE.match(pred):
-        item = r.group("item")
-        return _Rule("身份" if item else "习惯", item if 2 <= len(item) <= 6 else "", content, r.group("v"))
+        item = _item_slot(r.group("item"))
+        return _Rule("身份" if item else "习惯", item, content, r.group("v"))
     if (r := _VISIT_RE.match(pred)) or (r := _WENT_RE.match(pred)):
         return _Rule("事件", "", content, r.group("v"))
     if (r := re.match(r"^(?:觉得|认为)(?P<x>.+)$", pred)) and (opinion := _opinion(r.group("x"))):
@@ -687,6 +687,12 @@ def _more_of_the_speaker(rest: str, pred: str, name: str, time: str, content: st
     if (r := _PLAN_RE.match(pred)) and _PLAN_CUE.search(time + rest) and not _TRIVIAL.match(r.group("where")):
         return _Rule("事件", "", content, _obj(r.group("where")))
     return None
+
+
+def _item_slot(item: str) -> str:
+    """The slot of a possession: the item's name, two to six characters ("车" → "汽车")."""
+    item = {"车": "汽车", "鞋": "鞋子"}.get(item, item)
+    return item if 2 <= len(item) <= 6 else ""
 
 
 def _attribute(pred: str) -> _Attr | None:

@@ -270,6 +270,7 @@ def test_events_and_plans_are_the_speakers(texts, expected):
     ("text", "kind", "slot", "content"),
     [
         ("我的手机是华为P60", "身份", "手机", "小明的手机是华为P60"),
+        ("我开的车是比亚迪", "身份", "汽车", "小明开的车是比亚迪"),
         ("我家里的冰箱是海尔的", "身份", "冰箱", "小明家里的冰箱是海尔的"),
         ("我平时用的是兰蔻的粉底", "习惯", "", "小明平时用的是兰蔻的粉底"),
         ("我今年二十六岁", "身份", "年龄", "小明今年二十六岁"),
@@ -310,6 +311,14 @@ def test_possessions_ages_and_opinions_of_the_speaker(text, kind, slot, content)
 )
 def test_no_fact_from_questions_conditions_hearsay_quotes_or_negations(text):
     assert facts_of(said(text)) == []
+
+
+def test_every_slot_has_two_to_six_characters():
+    texts = ["我的车是特斯拉", "刘建国是我的表弟，其工作地是江苏苏州", "我的好朋友的工作地点是深圳", "欧阳明月的生日是3月3日"]
+
+    slots = [f.slot for f in facts_of(*(said(t) for t in texts))]
+
+    assert slots and all(s == "" or 2 <= len(s) <= 6 for s in slots)
 
 
 def test_facts_of_others_never_come_from_assistant_lines():
