@@ -446,3 +446,24 @@ def test_an_extraction_batch_stores_facts_with_the_right_person_and_kind(setting
         (hong.pk, "身份", "居住地", "小红住在苏州"),
         (hong.pk, "事件", "", "小红下周要参加的读书会的地点是西湖图书馆"),
     }
+
+
+@pytest.mark.django_db
+def test_two_values_for_a_relatives_attribute_make_a_slot_conflict(settings):
+    from memory import pipeline, selectors, services
+    from memory.models import Fact
+
+    settings.FACT_EXTRACT_TRIGGER_MESSAGES = 2
+    settings.FACT_EXTRACT_BATCH_MESSAGES = 2
+    ming = services.resolve_person(platform="qq", external_id="u1001", name="小明", at=1_000)
+    stream = services.resolve_stream(platform="qq", kind="direct", external_id="d1", name="d1")
+    for i, text in enumerate(["我上司今年37岁", "嗯嗯", "我上司今年38岁", "好的"]):
+        services.append_message(stream_id=stream.pk, role="user", content=text, sender_person_id=ming.pk, at=2_000 + i)
+
+    first = pipeline.extract_stream(stream_id=stream.pk, extractor=HeuristicExtractor(), at=10_000)
+    second = pipeline.extract_stream(stream_id=stream.pk, extractor=HeuristicExtractor(), at=20_000)
+
+    ids = [*first.fact_ids, *second.fact_ids]
+    assert [Fact.objects.get(pk=i).slot for i in ids] == ["上司年龄", "上司年龄"]
+    slot, members = selectors.slot_conflicts(person_id=ming.pk, fact_ids=ids)[ids[0]]
+    assert (slot, [c for _, c in members]) == ("上司年龄", ["小明的上司今年37岁", "小明的上司今年38岁"])
