@@ -162,7 +162,8 @@ def evaluate(messages: dict[str, bool], produced: list[Produced], labels: list[d
         "gold_messages": len(gold),
         "gold_with_a_fact": sum(1 for m in gold if m in with_fact),
         "coverage_gold": round(sum(1 for m in gold if m in with_fact) / len(gold), 4) if gold else 0.0,
-        "gold_by_entity": {e: {"n": len(v), "coverage": round(sum(v) / len(v), 4)} for e, v in sorted(by_entity.items())},
+        "gold_by_entity": {e: {"n": len(v), "coverage": round(sum(v) / len(v), 4)}
+                           for e, v in sorted(by_entity.items())},
         "facts": len(produced),
         "facts_by_kind": dict(Counter(p.kind for p in produced).most_common()),
         "facts_with_slot": sum(1 for p in produced if p.slot),

@@ -320,6 +320,15 @@ _RELATION = f"{_KIN}|{_SOCIAL}|{_KIN_SHORT}"
 _BARE_RELATION = f"{_KIN}|同事|上司|领导|下属|室友|舍友|闺蜜"
 _REL_FULL = {**_FAMILY_FULL, "女友": "女朋友", "男友": "男朋友"}
 _MY = r"(?:我们家的?|我家的?|我的?)"
+_IS_MY_RE = re.compile(rf"^(?P<who>[\u4e00-\u9fff·]{{2,4}}?)是{_MY}(?P<rel>{_RELATION})(?![们子])(?P<rest>.*)$")
+_MY_NAMED_RE = re.compile(
+    rf"^(?:我有(?:一个|一位|个|位)?|{_MY})(?P<rel>{_RELATION})(?:的名字)?(?:是|叫|名叫|叫做)(?P<who>[\u4e00-\u9fff·]{{2,4}})$"
+)
+_MY_RELATION_RE = re.compile(
+    rf"^(?P<time>(?:{_TIME})*){_MY}(?P<rel>{_RELATION})(?![们圈子])(?:他们|她们)?(?P<pred>.+)$"
+)
+_BARE_RELATION_RE = re.compile(rf"^(?P<time>)(?P<rel>{_BARE_RELATION})(?![们圈子])(?:他们|她们)?(?P<pred>.+)$")
+_KIN_RE = re.compile(f"{_KIN}|{_KIN_SHORT}")
 _SURNAMES = (
     "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈姚卢"
     "姜崔钟谭陆汪范金石廖贾夏韦付傅方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤欧阳"
@@ -387,7 +396,7 @@ _JOIN_RE = re.compile(
 _LIKED_RE = re.compile(
     r"^(?P<what>[^，,。我你他她它]{2,24}?)是我(?:的(?:最爱|心头好)|(?:很|挺|最|特别|非常|超)?(?:喜欢|爱用|爱|中意)的)"
 )
-_NOT_EVENT = re.compile(r"^(?:这|那|今天|明天|昨天|现在|时间|天气|我|你|他|她|它)")
+_NOT_EVENT = re.compile(r"^(?:这|那|今天|明天|昨天|现在|时间|天气|我|你|您|他|她|它|咱|俺|大家|人家|别人|谁|其)")
 
 # Opinions about things and places: "亚瑟士这双鞋真不错", "荔枝公园真是闹中取静的好地方".
 _EVAL = (
@@ -422,7 +431,8 @@ _OWN_ITEM_RE = re.compile(
     rf"^(?:的|家的|家里的|们家的|家里)(?P<item>{_ITEM})(?:用的)?是(?P<v>[\u4e00-\u9fffA-Za-z0-9·\-]{{2,30}})$"
 )
 _USE_ITEM_RE = re.compile(
-    r"^(?:家里?|家里面)?(?:平时|现在|一直|最近)?(?:用|穿|戴|开|骑)(?:的|着的)(?P<item>[\u4e00-\u9fff]{0,8}?)是(?P<v>[\u4e00-\u9fffA-Za-z0-9·\-]{2,30})$"
+    r"^(?:家里?|家里面)?(?:平时|现在|一直|最近)?(?:用|穿|戴|开|骑)(?:的|着的)(?P<item>[\u4e00-\u9fff]{0,8}?)"
+    r"是(?P<v>[\u4e00-\u9fffA-Za-z0-9·\-]{2,30})$"
 )
 _ITEM_USE_RE = re.compile(rf"^的?(?P<item>{_ITEM})用的(?:是)?(?P<v>[\u4e00-\u9fffA-Za-z0-9·\-]{{2,30}})$")
 _FUTURE = r"明天|后天|大后天|下周|下星期|下个?月|周末|这周末|月底|年底|过几天|过段时间|国庆|春节|暑假|寒假|\d{1,2}月\d{1,2}[日号]|周[一二三四五六日天]"
@@ -761,7 +771,7 @@ def _other_clause(
     if not clause:
         return None
     # "张伟是我的表弟" — a relation, and the subject of what follows ("，其家乡是北京")
-    if m := re.match(rf"^(?P<who>[\u4e00-\u9fff·]{{2,4}}?)是{_MY}(?P<rel>{_RELATION})(?![们子])(?P<rest>.*)$", clause):
+    if m := _IS_MY_RE.match(clause):
         who, rel = m.group("who"), _REL_FULL.get(m.group("rel"), m.group("rel"))
         if _PRONOUN_START.match(who) or who == name:
             return _Who(person_ref, f"{name}的{rel}", key=rel), []
@@ -769,10 +779,7 @@ def _other_clause(
             return _Who(batch.by_name[who], who), [_Rule("关系", "", f"{name}的{rel}是{who}", who)]
         return batch.add_person(person_ref, name, rel, who), [_Rule("关系", "", f"{name}的{rel}是{who}", who)]
     # "我的下属叫陈思琪", "我有个表弟叫张伟"
-    if m := re.match(
-        rf"^(?:我有(?:一个|一位|个|位)?|{_MY})(?P<rel>{_RELATION})(?:的名字)?(?:是|叫|名叫|叫做)(?P<who>[\u4e00-\u9fff·]{{2,4}})$",
-        clause,
-    ):
+    if m := _MY_NAMED_RE.match(clause):
         who, rel = m.group("who"), _REL_FULL.get(m.group("rel"), m.group("rel"))
         if _looks_like_name(who) and not _JOB_RE.match("是" + who):
             return batch.add_person(person_ref, name, rel, who), [_Rule("关系", "", f"{name}的{rel}叫{who}", who)]
@@ -787,23 +794,23 @@ def _other_clause(
             done = j.group("done") or ""
             return _Who(person_ref, event, event=event), [_Rule("事件", "", f"{name}{verb}{done}{event}", event)]
     # "其家乡是北京", "它的规模是九千人": the subject of the previous clause
-    if subject is not None and subject is not _SPEAKER and (m := re.match(r"^(?:其|他们|她们|他|她|它)(?P<pred>.+)$", clause)):
+    pronoun = re.match(r"^(?:其|他们|她们|他|她|它)(?P<pred>.+)$", clause)
+    if subject is not None and subject is not _SPEAKER and pronoun:
         if subject.event:
             return _event_fact(subject.event, clause, person_ref, batch)
-        found = _about(subject, m.group("pred"), name)
+        found = _about(subject, pronoun.group("pred"), name)
         return (subject, found) if found is not None else (None, [])
     # "我表弟…", "我的上司…", "舅妈…"
-    if m := re.match(rf"^(?P<time>(?:{_TIME})*){_MY}(?P<rel>{_RELATION})(?![们圈子])(?:他们|她们)?(?P<pred>.+)$", clause) or \
-            re.match(rf"^(?P<time>)(?P<rel>{_BARE_RELATION})(?![们圈子])(?:他们|她们)?(?P<pred>.+)$", clause):
-        rel = _REL_FULL.get(m.group("rel"), m.group("rel"))
-        who = _Who(person_ref, f"{name}的{rel}", key=rel, kin=bool(re.fullmatch(_KIN + "|" + _KIN_SHORT, m.group("rel"))))
-        found = _about(who, m.group("pred"), name)
+    if m := _MY_RELATION_RE.match(clause) or _BARE_RELATION_RE.match(clause):
+        rel, time, pred = _REL_FULL.get(m.group("rel"), m.group("rel")), m.group("time"), m.group("pred")
+        who = _Who(person_ref, f"{name}的{rel}", key=rel, kin=bool(_KIN_RE.fullmatch(m.group("rel"))))
+        found = _about(who, pred, name)
         if found is not None:
             return who, found
-        if who.kin and clause[len(m.group("time")):].startswith("我") and len(m.group("pred")) >= 2 and not re.match(r"^的?(?:说|觉得|认为|问|让|叫)", m.group("pred")):
+        said_by_me = clause[len(time):].startswith("我")
+        if who.kin and said_by_me and len(pred) >= 2 and not re.match(r"^的?(?:说|觉得|认为|问|让|叫)", pred):
             # what a family member does or is, in the speaker's words ("我老婆下周来杭州看我")
-            content = _third_person(name, "", f"的{rel}{m.group('time')}{m.group('pred')}")
-            return who, [_Rule("关系", "", content, rel)]
+            return who, [_Rule("关系", "", _third_person(name, "", f"的{rel}{time}{pred}"), rel)]
         return None
     # a participant or a person introduced earlier, named as the subject
     for known, who in [*((n, _Who(ref, n)) for n, ref in batch.by_name.items() if ref != person_ref),
@@ -816,7 +823,7 @@ def _other_clause(
     if (m := _LIKED_RE.match(clause)) and not _PRONOUN_START.match(m.group("what")):
         return _SPEAKER, [_Rule("偏好", "", _attach("", clause, name), m.group("what"))]
     # an event named as the subject: "金融科技论坛的地点是北京"
-    if (m := _EVENT_RE.match(clause)) and not _NOT_EVENT.match(m.group("event")) and not _PRONOUN_START.match(m.group("event")):
+    if (m := _EVENT_RE.match(clause)) and not _NOT_EVENT.match(m.group("event")):
         return _event_fact(m.group("event"), clause, person_ref, batch)
     # another named person: "王丽娟的联系电话是…"
     for size in (3, 2, 4):
