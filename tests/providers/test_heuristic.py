@@ -49,7 +49,7 @@ def only_fact(text: str, known=()):
         ("我不喜欢香菜", "偏好", "", "小明不喜欢香菜"),
         ("我真的很讨厌下雨天", "偏好", "", "小明真的很讨厌下雨天"),
         ("我手机号是 138-0013-8000，有事打给我", "身份", "手机号", "小明的手机号是13800138000"),
-        ("我妈是小学老师", "关系", "", "小明的妈妈是小学老师"),
+        ("我妈是小学老师", "身份", "妈妈职业", "小明的妈妈是小学老师"),
         ("我老婆下周来杭州看我", "关系", "", "小明的老婆下周来杭州看小明"),
         ("我有两个孩子", "关系", "", "小明有两个孩子"),
         ("我养了一只橘猫，叫咪咪", "关系", "", "小明养了一只橘猫"),
@@ -114,11 +114,8 @@ def test_a_fact_already_known_is_not_repeated():
 @pytest.mark.parametrize(
     "text",
     [
-        "小红住在上海",
         "他不喜欢香菜",
         "听说老王是律师",
-        "我朋友喜欢猫，也喜欢狗",
-        "我哥们住在北京",
         "我在学校门口等你",
         "我叫了外卖",
         "我是学生会主席",
@@ -165,6 +162,189 @@ def test_assistant_markup_is_ignored():
     extraction = HeuristicExtractor().extract([bot("<think>地球是一种行星</think><say>好的</say>")], PEOPLE, [])
 
     assert extraction.knowledge == []
+
+
+# --- other people, events and plans -------------------------------------------------------
+
+
+def facts_in(*texts: str, who: Participant = MING, known=()) -> list[tuple[str, str, str, str]]:
+    return [(f.person_ref, f.kind, f.slot, f.content) for f in facts_of(*(said(t, who) for t in texts), known=known)]
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "slot", "content"),
+    [
+        ("我表哥今年二十九岁", "身份", "表哥年龄", "小明的表哥今年二十九岁"),
+        ("我的室友在苏州上班", "身份", "室友工作地", "小明的室友在苏州上班"),
+        ("我舅舅的老家是湖南长沙", "身份", "舅舅家乡", "小明的舅舅的老家是湖南长沙"),
+        ("我领导的生日是11月3号", "日期", "领导生日", "小明的领导的生日是11月3号"),
+        ("我室友身高有185厘米", "身份", "室友身高", "小明的室友的身高有185厘米"),
+        ("我同学是做律师的", "身份", "同学职业", "小明的同学是做律师的"),
+        ("我姐姐的学历是硕士", "身份", "姐姐学历", "小明的姐姐的学历是硕士"),
+        ("我邻居的电话是13912345678", "身份", "邻居电话", "小明的邻居的电话是13912345678"),
+        ("我老板的邮箱是boss.wang@example.com", "身份", "老板邮箱", "小明的老板的邮箱是boss.wang@example.com"),
+        ("我闺蜜特别爱吃榴莲", "偏好", "", "小明的闺蜜特别爱吃榴莲"),
+        ("外婆的爱好是打太极拳", "偏好", "", "小明的外婆的爱好是打太极拳"),
+        ("我的下属叫赵一鸣", "关系", "", "小明的下属叫赵一鸣"),
+    ],
+)
+def test_facts_about_the_speakers_circle_are_stored_on_the_speaker(text, kind, slot, content):
+    assert facts_in(text) == [("u1001", kind, slot, content)]
+
+
+def test_a_named_relative_is_a_relation_and_the_subject_of_what_follows():
+    assert facts_in("刘建国是我的表弟，其家乡是江西南昌") == [
+        ("u1001", "关系", "", "小明的表弟是刘建国"),
+        ("u1001", "身份", "刘建国家乡", "小明的表弟刘建国的家乡是江西南昌"),
+    ]
+
+
+def test_a_name_introduced_earlier_in_the_batch_is_recognised_later():
+    assert facts_in("周晓琳是我的同事", "周晓琳喜欢攀岩，她今年三十一岁") == [
+        ("u1001", "关系", "", "小明的同事是周晓琳"),
+        ("u1001", "偏好", "", "小明的同事周晓琳喜欢攀岩"),
+        ("u1001", "身份", "周晓琳年龄", "小明的同事周晓琳今年三十一岁"),
+    ]
+
+
+def test_a_name_from_a_known_fact_is_recognised():
+    known = [KnownFact(4, "u1001", "小明的表姐是孙雨桐")]
+
+    assert facts_in("孙雨桐在成都工作", known=known) == [
+        ("u1001", "身份", "孙雨桐工作地", "小明的表姐孙雨桐在成都工作"),
+    ]
+
+
+def test_an_unintroduced_person_is_kept_on_the_speaker_with_their_name():
+    assert facts_in("郑凯文的联系电话是18600001111") == [("u1001", "身份", "郑凯文电话", "郑凯文的联系电话是18600001111")]
+
+
+def test_a_statement_about_another_participant_is_theirs():
+    assert facts_in("小红住在上海") == [("u1002", "身份", "居住地", "小红住在上海")]
+    assert facts_in("小红是我的同学，她是护士") == [
+        ("u1001", "关系", "", "小明的同学是小红"),
+        ("u1002", "身份", "职业", "小红是护士"),
+    ]
+
+
+def test_a_clause_without_subject_continues_the_third_party():
+    assert facts_in("我朋友喜欢猫，也喜欢狗") == [
+        ("u1001", "偏好", "", "小明的朋友喜欢猫"),
+        ("u1001", "偏好", "", "小明的朋友也喜欢狗"),
+    ]
+
+
+def test_a_changed_attribute_of_a_relative_supersedes_the_same_slot():
+    known = [KnownFact(8, "u1001", "小明的表哥在杭州上班", "表哥工作地"), KnownFact(9, "u1001", "小明在杭州上班", "工作地")]
+
+    (fact,) = facts_of(said("我表哥现在在南京上班了"), known=known)
+
+    assert (fact.slot, fact.supersedes) == ("表哥工作地", 8)
+
+
+@pytest.mark.parametrize(
+    ("texts", "expected"),
+    [
+        (("读书分享会的地点是西湖图书馆",), [("事件", "读书分享会的地点是西湖图书馆")]),
+        (("我下周要参加公司年会",), [("事件", "小明下周要参加公司年会")]),
+        (
+            ("我将要参加的城市马拉松，它的时间是4月20日早上七点",),
+            [("事件", "小明将要参加城市马拉松"), ("事件", "小明将要参加的城市马拉松的时间是4月20日早上七点")],
+        ),
+        (
+            ("我打算参加摄影沙龙", "摄影沙龙的规模是三十人"),
+            [("事件", "小明打算参加摄影沙龙"), ("事件", "小明打算参加的摄影沙龙的规模是三十人")],
+        ),
+        (("我明天要去广州出差",), [("事件", "小明明天要去广州出差")]),
+        (("我刚才逛的那个商场是万象城",), [("事件", "小明刚才逛的那个商场是万象城")]),
+    ],
+)
+def test_events_and_plans_are_the_speakers(texts, expected):
+    facts = facts_of(*(said(t) for t in texts))
+
+    assert [(f.kind, f.content) for f in facts] == expected
+    assert {f.person_ref for f in facts} == {"u1001"}
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "slot", "content"),
+    [
+        ("我的手机是华为P60", "身份", "手机", "小明的手机是华为P60"),
+        ("我开的车是比亚迪", "身份", "汽车", "小明开的车是比亚迪"),
+        ("我家里的冰箱是海尔的", "身份", "冰箱", "小明家里的冰箱是海尔的"),
+        ("我平时用的是兰蔻的粉底", "习惯", "", "小明平时用的是兰蔻的粉底"),
+        ("我今年二十六岁", "身份", "年龄", "小明今年二十六岁"),
+        ("我的老家是甘肃天水", "身份", "家乡", "小明的老家是甘肃天水"),
+        ("我特别中意索尼的降噪耳机", "偏好", "", "小明特别中意索尼的降噪耳机"),
+        ("九阳豆浆机是我很喜欢的小家电", "偏好", "", "九阳豆浆机是小明很喜欢的小家电"),
+        ("这款戴尔显示器真不错，颜色很准", "偏好", "", "小明觉得这款戴尔显示器真不错"),
+        ("我觉得西溪湿地真是个好地方", "偏好", "", "小明觉得西溪湿地真是个好地方"),
+    ],
+)
+def test_possessions_ages_and_opinions_of_the_speaker(text, kind, slot, content):
+    assert facts_in(text) == [("u1001", kind, slot, content)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "我表弟是医生吗？",
+        "你表弟的老家是哪里",
+        "我同事几岁了",
+        "如果我表哥在北京上班就好了",
+        "要是年会的地点是三亚就好了",
+        "听说我舅舅的老家是湖南",
+        "他说他表妹喜欢画画",
+        "我妈说“我住在北京”",
+        "我同事不是医生",
+        "我同事不在上海上班",
+        "他今年三十岁",
+        "今天天气真不错",
+        "我的意思是明天再说",
+        "我的梦想是当医生",
+        "这个问题的时间是不够的",
+        "那边的时间是下午",
+        "高明的办法是先睡一觉",
+        "马上就到了",
+        "我准备睡觉了",
+    ],
+)
+def test_no_fact_from_questions_conditions_hearsay_quotes_or_negations(text):
+    assert facts_of(said(text)) == []
+
+
+def test_every_slot_has_two_to_six_characters():
+    texts = ["我的车是特斯拉", "刘建国是我的表弟，其工作地是江苏苏州", "我的好朋友的工作地点是深圳", "欧阳明月的生日是3月3日"]
+
+    slots = [f.slot for f in facts_of(*(said(t) for t in texts))]
+
+    assert slots and all(s == "" or 2 <= len(s) <= 6 for s in slots)
+
+
+def test_facts_of_others_never_come_from_assistant_lines():
+    lines = [
+        bot("张伟是我的表弟，其家乡是北京。读书会的地点是图书馆。我表哥今年三十岁。"),
+        DialogueLine("user", None, "路人", "我表哥今年三十岁"),
+    ]
+
+    assert facts_of(*lines) == []
+
+
+def test_an_opinion_is_read_only_at_the_head_of_a_message():
+    facts = facts_in("索尼这款耳机真不错，降噪很强。就是续航有点短，不过音质真的很棒。")
+
+    assert facts == [("u1001", "偏好", "", "小明觉得索尼这款耳机真不错")]
+    assert facts_in("这类是很好玩，但是我更喜欢下棋") == [("u1001", "偏好", "", "小明更喜欢下棋")]
+
+
+def test_a_time_word_before_the_relative_stays_with_the_predicate():
+    assert facts_in("最近我的男朋友生病了") == [("u1001", "关系", "", "小明的男朋友最近生病了")]
+    assert facts_in("这周六，我老公要去上海") == [("u1001", "关系", "", "小明的老公这周六要去上海")]
+
+
+def test_a_negative_statement_about_a_relative_stays_negative():
+    assert facts_in("我爸不吃香菜") == [("u1001", "偏好", "", "小明的爸爸不吃香菜")]
+    assert facts_in("我表弟不是医生") == [("u1001", "关系", "", "小明的表弟不是医生")]
 
 
 CHAT = [
@@ -230,3 +410,60 @@ def test_one_long_sentence_is_cut_to_fit():
 
 def test_labels():
     assert HeuristicSummariser.label == HeuristicExtractor.label == "heuristic"
+
+
+# --- the pipeline writes them where they belong --------------------------------------------
+
+
+@pytest.mark.django_db
+def test_an_extraction_batch_stores_facts_with_the_right_person_and_kind(settings):
+    from memory import pipeline, services
+    from memory.models import Fact
+
+    settings.FACT_EXTRACT_TRIGGER_MESSAGES = 4
+    settings.FACT_EXTRACT_BATCH_MESSAGES = 12
+    ming = services.resolve_person(platform="qq", external_id="u1001", name="小明", at=1_000)
+    hong = services.resolve_person(platform="qq", external_id="u1002", name="小红", at=1_000)
+    stream = services.resolve_stream(platform="qq", kind="group", external_id="g1", name="g1")
+    for i, (role, person, text) in enumerate([
+        ("user", ming, "刘建国是我的表弟，其家乡是江西南昌。"),
+        ("user", hong, "哈哈，我下周要参加读书会。"),
+        ("user", ming, "小红住在上海吧？不对，小红住在苏州。"),
+        ("assistant", None, "我表哥今年三十岁，读书会的地点是图书馆。"),
+        ("user", hong, "读书会的地点是西湖图书馆"),
+    ]):
+        services.append_message(stream_id=stream.pk, role=role, content=text,
+                                sender_person_id=person.pk if person else None, at=2_000 + i)
+
+    outcome = pipeline.extract_stream(stream_id=stream.pk, extractor=HeuristicExtractor(), at=10_000)
+
+    rows = {(f.person_id, f.kind, f.slot, f.content) for f in Fact.objects.all()}
+    assert outcome.status == "written"
+    assert rows == {
+        (ming.pk, "关系", "", "小明的表弟是刘建国"),
+        (ming.pk, "身份", "刘建国家乡", "小明的表弟刘建国的家乡是江西南昌"),
+        (hong.pk, "事件", "", "小红下周要参加读书会"),
+        (hong.pk, "身份", "居住地", "小红住在苏州"),
+        (hong.pk, "事件", "", "小红下周要参加的读书会的地点是西湖图书馆"),
+    }
+
+
+@pytest.mark.django_db
+def test_two_values_for_a_relatives_attribute_make_a_slot_conflict(settings):
+    from memory import pipeline, selectors, services
+    from memory.models import Fact
+
+    settings.FACT_EXTRACT_TRIGGER_MESSAGES = 2
+    settings.FACT_EXTRACT_BATCH_MESSAGES = 2
+    ming = services.resolve_person(platform="qq", external_id="u1001", name="小明", at=1_000)
+    stream = services.resolve_stream(platform="qq", kind="direct", external_id="d1", name="d1")
+    for i, text in enumerate(["我上司今年37岁", "嗯嗯", "我上司今年38岁", "好的"]):
+        services.append_message(stream_id=stream.pk, role="user", content=text, sender_person_id=ming.pk, at=2_000 + i)
+
+    first = pipeline.extract_stream(stream_id=stream.pk, extractor=HeuristicExtractor(), at=10_000)
+    second = pipeline.extract_stream(stream_id=stream.pk, extractor=HeuristicExtractor(), at=20_000)
+
+    ids = [*first.fact_ids, *second.fact_ids]
+    assert [Fact.objects.get(pk=i).slot for i in ids] == ["上司年龄", "上司年龄"]
+    slot, members = selectors.slot_conflicts(person_id=ming.pk, fact_ids=ids)[ids[0]]
+    assert (slot, [c for _, c in members]) == ("上司年龄", ["小明的上司今年37岁", "小明的上司今年38岁"])
