@@ -19,7 +19,7 @@ from django.db.models import Count
 
 from memory import lexical
 from memory.engine import decay
-from memory.engine.quantize import cosine_q8_many, quantize_vector
+from memory.engine.quantize import HEADER_SIZE, MAGIC, Int8Matrix, cosine_q8_many, quantize_vector
 from memory.engine.scope import SCOPE_ALL, fact_visible_in_stream
 from memory.engine.scoring import blend_score, fused_relevance
 from memory.engine.spreading import ConceptGraph, ShortTermActivation, SpreadResult
@@ -133,40 +133,59 @@ def _fuse_messages(
 ) -> list[tuple[int, float]]:
     """Lexical ∪ dense candidates ranked by fused relevance ``0.4·lexical + 0.6·(cos+1)/2``.
 
-    Lexical candidates without a stored vector get one through :func:`message_vectors`
-    (at most once per message); the dense channel reads the SQ8 vectors of the
-    stream's newest ``MESSAGE_DENSE_SCAN`` messages. Dense-only hits get their real
-    bm25. Ties: newer first.
+    The dense channel reads the SQ8 vectors of the stream's newest ``MESSAGE_DENSE_SCAN``
+    messages into one int8 matrix; lexical candidates outside it without a stored vector
+    get one through :func:`message_vectors` (at most once per message). Dense-only hits
+    get their real bm25 (0 when they do not match). Ties: newer first.
     """
     pool = max(limit * 3, MESSAGE_POOL)
     lexical_hits = dict(lexical.message_candidates(match, stream_id=stream_id, before_id=before_id, limit=pool))
-    rows = Message.objects.filter(stream_id=stream_id, embedding_q8__isnull=False)
-    if before_id is not None:
-        rows = rows.filter(id__lt=before_id)
-    rows = list(rows.order_by("-id").values_list("id", "embedding_q8")[:MESSAGE_DENSE_SCAN])
     q8 = _query_q8(query_vector)
+    sql = "SELECT id, embedding_q8 FROM messages WHERE stream_id = %s AND embedding_q8 IS NOT NULL"
+    params: list[Any] = [stream_id]
+    if before_id is not None:
+        sql += " AND id < %s"
+        params.append(before_id)
+    with connection.cursor() as cur:
+        cur.execute(sql + " ORDER BY id DESC LIMIT %s", [*params, MESSAGE_DENSE_SCAN])
+        rows = cur.fetchall()
     cos: dict[int, float] = {}
     if rows:
-        values = cosine_q8_many(q8, [bytes(blob) for _, blob in rows])
-        ranked = sorted(
-            ((float(c), mid) for (mid, _), c in zip(rows, values, strict=True) if not np.isnan(c)), reverse=True
-        )
-        cos = {mid: c for c, mid in ranked[:pool]}
+        matrix = _q8_matrix(rows, np.asarray(query_vector).size)
+        cos = dict(zip(matrix.ids.tolist(), matrix.cosines(q8).tolist(), strict=True))
+    dense_top = sorted(cos, key=lambda mid: (-cos[mid], -mid))[:pool]
     missing = [mid for mid in lexical_hits if mid not in cos]
     if missing:
-        stored = message_vectors(missing)
-        for mid, vec in stored.items():
+        for mid, vec in message_vectors(missing).items():
             c = cosine_q8_many(q8, [quantize_vector(vec)])[0]
             if not np.isnan(c):
                 cos[mid] = float(c)
-    dense_only = [mid for mid in cos if mid not in lexical_hits]
+    dense_only = [mid for mid in dense_top if mid not in lexical_hits]
     bm = {**lexical_hits, **lexical.message_bm25(match, stream_id=stream_id, message_ids=dense_only)}
     fused = []
-    for mid in set(lexical_hits) | set(cos):
+    for mid in [*lexical_hits, *dense_only]:
         lex = decay.relevance_from_bm25(bm[mid]) if mid in bm else 0.0
         fused.append((fused_relevance(lex, cos[mid]) if mid in cos else lex, mid))
     fused.sort(key=lambda x: (-x[0], -x[1]))
     return [(mid, rel) for rel, mid in fused]
+
+
+def _q8_matrix(rows: Sequence[tuple[int, Any]], dim: int) -> Int8Matrix:
+    """An :class:`Int8Matrix` of ``(id, SQ8 blob)`` rows decoded in one pass.
+
+    Blobs whose length, magic or dimension is not the query's are left out (as
+    ``Int8Matrix.from_blobs`` does, without its per-row Python decode).
+    """
+    size = HEADER_SIZE + dim
+    good = [(mid, bytes(blob)) for mid, blob in rows if blob is not None and len(blob) == size]
+    raw = np.frombuffer(b"".join(blob for _, blob in good), dtype=np.uint8).reshape(len(good), size)
+    header = raw[:, :HEADER_SIZE]
+    keep = (header[:, :4] == np.frombuffer(MAGIC, dtype=np.uint8)).all(axis=1)
+    keep &= header[:, 4:8].copy().view("<u4").ravel() == dim
+    payload = np.ascontiguousarray(raw[keep, HEADER_SIZE:]).view(np.int8)
+    ids = np.fromiter((mid for (mid, _), k in zip(good, keep, strict=True) if k), dtype=np.int64)
+    norms = np.sqrt((payload.astype(np.float32) ** 2).sum(axis=1)).astype(np.float32)
+    return Int8Matrix(ids=ids, matrix=payload.reshape(len(ids), dim), norms=norms)
 
 
 def message_vectors(message_ids: Iterable[int], *, embedder: Any = None) -> dict[int, np.ndarray]:
