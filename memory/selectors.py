@@ -2,7 +2,9 @@
 
 Selectors never change memory. The one exception the seed asks for is the
 ``memory_fact_scope_blocked`` observation event, written only when
-``events=True`` (the console's playground passes ``False``).
+``events=True`` (the console's playground passes ``False``); and
+:func:`message_vectors` stores the vectors it had to compute (a cache of the
+message text, so each message is embedded at most once).
 """
 from __future__ import annotations
 
