@@ -231,6 +231,7 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512, real_tex
             " VALUES (%s,%s,%s,%s,%s,%s,%s)",
             msg_rows,
         )
+        lexical.index_messages([(r[0], r[2], r[5]) for r in msg_rows])
         # association graph: nodes for facts, episodes, knowledge; edges mostly local (same person / neighbours)
         node_rows = [("fact", i) for i in range(1, n_facts + 1)]
         node_rows += [("episode", i) for i in range(1, len(episode_rows) + 1)]

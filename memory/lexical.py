@@ -1,12 +1,17 @@
 """The lexical index: every FTS5-specific statement of the project lives here.
 
-Three contentless FTS5 tables (``facts_fts``, ``cues_fts``, ``knowledge_fts``)
+Contentless FTS5 tables (``facts_fts``, ``cues_fts``, ``knowledge_fts``, ``messages_fts``)
 hold ``index_tokens`` of their row's text with ``rowid`` = the row's primary
 key; facts and cues also carry an unweighted scope column (``person`` /
 ``stream``) so person- and stream-scoped queries rank only their own rows.
 The writer of a row writes its FTS row (:func:`index_row`, :func:`index_fact`,
 :func:`index_cue`) inside the same transaction (the seed makes rowid alignment
 the writer's job, not a trigger's) and keeps the tokens on the row too.
+
+``messages_fts`` indexes chat messages the same way, scoped by a ``stream``
+column; ``inspect`` only ever searches one stream (:func:`message_candidates`),
+so it has no resident index and no pruning. A message without a searchable
+term has no FTS row; a trigger deletes the FTS row of a deleted message.
 
 Queries over a whole table (every person's facts, every stream's cues,
 knowledge) would make FTS5 compute ``bm25()`` for most of the table. The
@@ -31,7 +36,9 @@ from django.db import connection
 from memory.engine.tokenize import index_tokens, match_expression, query_terms
 from memory.lexical_index import SOURCES, resident
 
-TABLES = ("facts_fts", "cues_fts", "knowledge_fts")
+TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")
+#: where each FTS table's rows keep their indexed tokens: (table, column)
+_TOKEN_COLUMNS = {name: (src.table, src.tokens) for name, src in SOURCES.items()} | {"messages_fts": ("messages", "tokens")}
 
 PRUNE_MIN_DOCS = 2000      # below this many rows every term is kept
 PRUNE_DF_RATIO = 0.1       # drop terms found in more than 10 % of the rows (settings.FTS_PRUNE_DF_RATIO) …
@@ -55,8 +62,8 @@ def index_row(table: str, rowid: int, text: str) -> str:
 
 def index_rows(table: str, rows: Sequence[tuple[int, str]]) -> list[str]:
     """Bulk form of :func:`index_row` (``rows`` = ``(rowid, text)``)."""
-    if _check(table) in ("cues_fts", "facts_fts"):
-        raise ValueError("cue and fact rows carry their stream / person: use index_cue(s) / index_fact(s)")
+    if _check(table) in ("cues_fts", "facts_fts", "messages_fts"):
+        raise ValueError("cue, fact and message rows carry their scope: use index_cue(s) / index_fact(s) / index_messages")
     payload = [(rowid, index_tokens(text)) for rowid, text in rows]
     with connection.cursor() as cur:
         cur.executemany(f"INSERT INTO {table}(rowid, tokens) VALUES (%s, %s)", payload)
@@ -67,8 +74,8 @@ def index_rows(table: str, rows: Sequence[tuple[int, str]]) -> list[str]:
 
 def _store_tokens(cur, table: str, payload: Sequence[tuple]) -> None:
     """Keep the tokens beside the row too (the resident index loads them from there)."""
-    src = SOURCES[table]
-    cur.executemany(f"UPDATE {src.table} SET {src.tokens} = %s WHERE id = %s", [(p[1], p[0]) for p in payload])
+    rows, column = _TOKEN_COLUMNS[table]
+    cur.executemany(f"UPDATE {rows} SET {column} = %s WHERE id = %s", [(p[1], p[0]) for p in payload])
 
 
 def _person_token(person_id: int) -> str:
@@ -116,6 +123,77 @@ def index_cue(rowid: int, text: str, stream_id: int) -> str:
 def index_cues(rows: Sequence[tuple[int, str, int]]) -> list[str]:
     """Bulk form of :func:`index_cue` (``rows`` = ``(rowid, text, stream_id)``)."""
     return _index_scoped("cues_fts", "stream", [(r, text, _stream_token(s)) for r, text, s in rows])
+
+
+def index_messages(rows: Sequence[tuple[int, str, int]]) -> list[str]:
+    """Write the FTS rows of messages ``(rowid, text, stream_id)`` and keep their tokens on the rows.
+
+    A message without a searchable term gets no FTS row (its stored tokens stay ``''``),
+    so ``messages.tokens <> ''`` is exactly "has an FTS row" (the delete trigger relies on it).
+    """
+    payload = [(rowid, index_tokens(text or ""), _stream_token(s)) for rowid, text, s in rows]
+    indexed = [p for p in payload if p[1]]
+    if indexed:
+        with connection.cursor() as cur:
+            cur.executemany("INSERT INTO messages_fts(rowid, tokens, stream) VALUES (%s, %s, %s)", indexed)
+            _store_tokens(cur, "messages_fts", indexed)
+    return [tokens for _, tokens, _ in payload]
+
+
+def reindex_message(rowid: int, text: str, stream_id: int, old_tokens: str) -> str:
+    """Replace a message's FTS row after its content changed (same transaction as the UPDATE)."""
+    if old_tokens:
+        with connection.cursor() as cur:
+            cur.execute(
+                "INSERT INTO messages_fts(messages_fts, rowid, tokens, stream) VALUES ('delete', %s, %s, %s)",
+                [rowid, old_tokens, _stream_token(stream_id)],
+            )
+            cur.execute("UPDATE messages SET tokens = '' WHERE id = %s", [rowid])
+    return index_messages([(rowid, text, stream_id)])[0]
+
+
+def message_candidates(
+    match: str, *, stream_id: int, before_id: int | None = None, limit: int
+) -> list[tuple[int, float]]:
+    """One stream's messages matching ``match``, best bm25 first (ties: newer first): ``(id, bm25)``.
+
+    The terms are confined to ``tokens`` and the stream is ANDed in through the
+    unweighted ``stream`` column, so FTS5 scores only that stream's rows; ``before_id``
+    is a rowid bound FTS5 applies itself. Archived messages are included.
+    """
+    if not match or limit < 1:
+        return []
+    params: list = [f'tokens : ({match}) AND stream : "{_stream_token(stream_id)}"']
+    where = "messages_fts MATCH %s"
+    if before_id is not None:
+        where += " AND messages_fts.rowid < %s"
+        params.append(before_id)
+    params.append(limit)
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT rowid, bm25(messages_fts, 1.0, 0.0) AS b FROM messages_fts WHERE {where}"
+            " ORDER BY b, rowid DESC LIMIT %s",
+            params,
+        )
+        return [(int(r), float(b)) for r, b in cur.fetchall()]
+
+
+def message_bm25(match: str, *, stream_id: int, message_ids: Sequence[int]) -> dict[int, float]:
+    """bm25 of specific messages of one stream (messages that do not match are absent).
+
+    One MATCH over the ids' rowid range, filtered here: ``rowid IN (…)`` would make
+    FTS5 run the whole query once per id.
+    """
+    if not match or not message_ids:
+        return {}
+    wanted = {int(i) for i in message_ids}
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT rowid, bm25(messages_fts, 1.0, 0.0) FROM messages_fts"
+            " WHERE messages_fts MATCH %s AND rowid BETWEEN %s AND %s",
+            [f'tokens : ({match}) AND stream : "{_stream_token(stream_id)}"', min(wanted), max(wanted)],
+        )
+        return {int(r): float(b) for r, b in cur.fetchall() if int(r) in wanted}
 
 
 def delete_row(table: str, rowid: int, tokens: str) -> None:

@@ -104,6 +104,9 @@ class Message(models.Model):
     stream = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="messages")
     sender_person = models.ForeignKey(Person, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     external_message_id = models.CharField(max_length=200, null=True, blank=True)
+    tokens = models.TextField(default="", db_default="", blank=True)  # what messages_fts holds for this row ('' = no FTS row)
+    embedding = models.BinaryField(null=True, blank=True)
+    embedding_q8 = models.BinaryField(null=True, blank=True)
 
     class Meta:
         db_table = "messages"
@@ -111,6 +114,7 @@ class Message(models.Model):
             models.Index(fields=["episode", "id"], name="idx_messages_pending"),
             models.Index(fields=["stream", "episode", "id"], name="idx_messages_stream_pending"),
             models.Index(fields=["stream", "created_at"], name="idx_messages_stream_created"),
+            models.Index(fields=["id"], condition=models.Q(embedding__isnull=True), name="idx_messages_no_vector"),
         ]
         constraints = [
             models.UniqueConstraint(

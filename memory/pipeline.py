@@ -566,6 +566,7 @@ class BackfillResult:
 
     facts: int = 0
     knowledge: int = 0
+    messages: int = 0
     failed: int = 0
     cleared: int = 0
     more: bool = False
@@ -573,18 +574,20 @@ class BackfillResult:
     last_ids: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"facts": self.facts, "knowledge": self.knowledge, "failed": self.failed, "cleared": self.cleared,
-                "more": self.more, "enabled": self.enabled}
+        return {"facts": self.facts, "knowledge": self.knowledge, "messages": self.messages, "failed": self.failed,
+                "cleared": self.cleared, "more": self.more, "enabled": self.enabled}
 
 
-_VECTOR_MODELS: dict[str, Any] = {"facts": Fact, "knowledge": Knowledge}
+_VECTOR_MODELS: dict[str, Any] = {"facts": Fact, "knowledge": Knowledge, "messages": Message}
 
 
 def _store(consumer: str, row_id: int, vector: Any) -> None:
     if consumer == "facts":
         services.store_fact_vector(fact_id=row_id, vector=vector)
-    else:
+    elif consumer == "knowledge":
         services.store_knowledge_vector(knowledge_id=row_id, vector=vector)
+    else:
+        services.store_message_vector(message_id=row_id, vector=vector)
 
 
 def _batch_size(batch: int | None) -> int:
@@ -601,7 +604,7 @@ def _api_format(embedder: Any) -> str:
     return label.split(":", 1)[0] if ":" in label else type(embedder).__name__
 
 
-def reconcile_spaces(embedder: Any, consumers: Sequence[str] = ("facts", "knowledge")) -> int:
+def reconcile_spaces(embedder: Any, consumers: Sequence[str] = tuple(_VECTOR_MODELS)) -> int:
     """Register the embedder's space for each consumer; a changed space clears that table's vectors."""
     cleared = 0
     for consumer in consumers:
@@ -637,7 +640,7 @@ def backfill_vectors(
     *, embedder: Any = None, batch: int | None = None, max_rows: int | None = None,
     only_ids: dict[str, Sequence[int]] | None = None,
 ) -> BackfillResult:
-    """Embed facts, then knowledge, whose ``embedding`` is NULL, one bounded batch at a time.
+    """Embed facts, then knowledge, then messages whose ``embedding`` is NULL, one bounded batch at a time.
 
     The embedding space is reconciled first (a changed model or dimension clears
     the stored vectors, which this run then recomputes). Batches hold at most
@@ -657,7 +660,7 @@ def backfill_vectors(
     size = _batch_size(batch)
     result.cleared = reconcile_spaces(embedder)
     processed = 0
-    for consumer in ("facts", "knowledge"):
+    for consumer in _VECTOR_MODELS:
         model = _VECTOR_MODELS[consumer]
         last = 0
         query = model.objects.filter(embedding__isnull=True)
@@ -688,7 +691,7 @@ def backfill_vectors(
             break
     if result.failed:
         result.more = False
-    if result.facts or result.knowledge or result.failed:
+    if result.facts or result.knowledge or result.messages or result.failed:
         logger.info("vector_backfill_done %s", result.as_dict())
     if result.failed:
         logger.warning("vector_backfill_left_null failed=%d", result.failed)

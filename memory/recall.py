@@ -446,11 +446,19 @@ def cognitive_recall(
 
 
 def inspect_messages(
-    *, stream_id: int, query: str, before_message_id: int | None = None, limit: int = 6
+    *, stream_id: int, query: str, before_message_id: int | None = None, limit: int = 6, query_embedding: Any = None
 ) -> list[Message]:
-    """The seed's ``inspect`` action: chat history before the watermark."""
+    """The seed's ``inspect`` action: the stream's chat history before the watermark, by relevance.
+
+    bm25 over the stream's message index, fused with message-vector cosine when a
+    query vector is available (given, or from the configured embedder): on MemDaily
+    the fusion beats both bm25 and dense-only (BENCHMARKS.md).
+    """
     _stream(stream_id)
-    return selectors.search_messages(stream_id=stream_id, query=query, before_id=before_message_id, limit=limit)
+    vector = query_embedding if query_embedding is not None else embed_query(query)
+    return selectors.search_messages(
+        stream_id=stream_id, query=query, before_id=before_message_id, limit=limit, query_vector=vector
+    )
 
 
 def consult_knowledge(

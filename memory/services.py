@@ -217,6 +217,7 @@ def append_message(
                 external_message_id=external_message_id,
                 created_at=_at(at),
             )
+            message.tokens = lexical.index_messages([(message.pk, content, stream_id)])[0]
             transaction.on_commit(lambda: _enqueue_stream_checks(stream_id))
     except IntegrityError:
         existing = Message.objects.filter(stream_id=stream_id, external_message_id=external_message_id).first()
@@ -227,14 +228,30 @@ def append_message(
 
 
 def update_message_content(*, message_id: int, content: str, stream_id: int | None = None) -> Message:
-    """Fill a placeholder body later; the row keeps its arrival timestamp."""
+    """Fill a placeholder body later; the row keeps its arrival timestamp.
+
+    One transaction: the content, its FTS row (re-indexed) and, when the text
+    changed, the message vector cleared (the backfill recomputes it).
+    """
     if len(content) > settings.MESSAGE_MAX_CHARS:
         raise MemoryInputError(f"content is longer than {settings.MESSAGE_MAX_CHARS} characters")
-    rows = Message.objects.filter(pk=message_id)
-    if stream_id is not None:
-        rows = rows.filter(stream_id=stream_id)
-    if rows.update(content=content) != 1:
-        raise NotFound(f"message {message_id} not found")
+    with transaction.atomic():
+        sql = "SELECT stream_id, tokens, content FROM messages WHERE id = %s"
+        params: list[Any] = [message_id]
+        if stream_id is not None:
+            sql += " AND stream_id = %s"
+            params.append(stream_id)
+        row = _one(sql, params)
+        if row is None:
+            raise NotFound(f"message {message_id} not found")
+        owner, old_tokens, old_content = row
+        if content != old_content:
+            with connection.cursor() as cur:
+                cur.execute(
+                    "UPDATE messages SET content = %s, embedding = NULL, embedding_q8 = NULL WHERE id = %s",
+                    [content, message_id],
+                )
+            lexical.reindex_message(message_id, content, owner, old_tokens)
     return Message.objects.get(pk=message_id)
 
 
@@ -578,7 +595,14 @@ def store_knowledge_vector(*, knowledge_id: int, vector: Any) -> None:
         cur.execute("UPDATE knowledge SET embedding = %s, embedding_q8 = %s WHERE id = %s", [raw, q8, knowledge_id])
 
 
-VECTOR_TABLES = {"facts": "facts", "knowledge": "knowledge"}
+def store_message_vector(*, message_id: int, vector: Any) -> None:
+    """Write a message's raw float32 vector and its SQ8 form in one UPDATE."""
+    raw, q8 = _vector_pair(vector)
+    with connection.cursor() as cur:
+        cur.execute("UPDATE messages SET embedding = %s, embedding_q8 = %s WHERE id = %s", [raw, q8, message_id])
+
+
+VECTOR_TABLES = {"facts": "facts", "knowledge": "knowledge", "messages": "messages"}
 
 
 def reconcile_vector_space(

@@ -66,3 +66,22 @@ def test_inspect_errors(api, seeded):
     assert r.status_code == 404
     assert api.post("actions/inspect", {"stream": stream(), "query": "猫", "limit": 0}).status_code == 422
     assert api.post("actions/inspect", {"stream": stream(), "query": "%_\\"}).status_code == 200
+
+
+def test_inspect_ranks_by_bm25(api):
+    def post(text, i):
+        r = api.post("messages", {"stream": stream(), "sender": person(), "role": "user", "content": text, "at": T0 + i})
+        return r.json()["id"]
+
+    rare = post("昨天喝了乌龙茶", 0)
+    common = [post(f"我们去吃饭吧 {i}", i + 1) for i in range(6)]
+    # one query term each: the rare term wins (a word-count ranking would tie and take the newest)
+    r = api.post("actions/inspect", {"stream": stream(), "query": "吃饭 乌龙茶", "limit": 1})
+    assert r.status_code == 200, r.content
+    assert [m["id"] for m in r.json()["messages"]] == [rare]
+    body = api.post("actions/inspect", {"stream": stream(), "query": "吃饭 乌龙茶", "limit": 3}).json()["messages"]
+    assert [m["id"] for m in body] == [rare, common[-2], common[-1]]  # chronological; ties: newer first
+    scores = {m["id"]: m["score"] for m in body}
+    assert scores[rare] > scores[common[-1]] == scores[common[-2]] > 0
+    # FTS syntax in the query is plain text
+    assert api.post("actions/inspect", {"stream": stream(), "query": 'stream : "s1" OR 吃饭*'}).status_code == 200

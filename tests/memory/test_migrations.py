@@ -9,11 +9,11 @@ from django.db import connection
 import memory.checks
 from memory import selectors, services
 
-FTS = {"facts_fts", "cues_fts", "knowledge_fts"}
+FTS = {"facts_fts", "cues_fts", "knowledge_fts", "messages_fts"}
 VOCAB = {f"{t}_vocab" for t in FTS}
 TRIGGERS = {"knowledge_q8_insert", "knowledge_q8_update", "knowledge_q8_delete"} | {
     f"{table}_lexical_{op}" for table in ("facts", "episode_cues", "knowledge") for op in ("delete", "update")
-}
+} | {"messages_fts_delete"}
 
 
 def _objects(kind: str) -> set[str]:
@@ -66,6 +66,34 @@ def test_memory_migrations_are_reversible():
     with connection.cursor() as cur:  # flush does not empty virtual tables
         for table in FTS:
             cur.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_the_message_index_migration_indexes_existing_rows():
+    call_command("migrate", "memory", "0008", verbosity=0)
+    assert "messages_fts" not in _objects("table") and "messages_fts_delete" not in _objects("trigger")
+    stream = services.resolve_stream(platform="qq", kind="direct", external_id="mig", name="迁移")
+    other = services.resolve_stream(platform="qq", kind="direct", external_id="mig2", name="迁移2")
+    with connection.cursor() as cur:  # rows written before the index existed
+        cur.executemany(
+            "INSERT INTO messages(role, content, created_at, stream_id) VALUES ('assistant', %s, 1, %s)",
+            [("周末去爬山", stream.pk), ("！？", stream.pk), ("周末去爬山", other.pk), ("晚上喝乌龙茶", stream.pk)],
+        )
+    call_command("migrate", verbosity=0)
+    assert [m.content for m in selectors.search_messages(stream_id=stream.pk, query="爬山")] == ["周末去爬山"]
+    assert [m.content for m in selectors.search_messages(stream_id=stream.pk, query="乌龙茶")] == ["晚上喝乌龙茶"]
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM messages_fts_docsize")
+        assert cur.fetchone()[0] == 3  # the punctuation-only message has no FTS row
+        cur.execute("SELECT count(*) FROM messages WHERE tokens = ''")
+        assert cur.fetchone()[0] == 1
+    from memory.models import Message
+
+    Message.objects.filter(stream_id=other.pk).delete()  # the trigger removes its FTS row
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM messages_fts_docsize")
+        assert cur.fetchone()[0] == 2
+    # teardown's flush deletes the messages: the trigger empties messages_fts with them
 
 
 def test_system_check_reports_missing_fts5(monkeypatch):

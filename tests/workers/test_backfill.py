@@ -147,3 +147,30 @@ def test_backfill_with_the_local_use_model():
     assert {v.shape for v in vectors} == {(512,)}
     assert float(vectors[0] @ vectors[1]) > float(vectors[0] @ vectors[2])
     assert VectorSpace.objects.get(consumer="facts").dim == 512
+
+
+def test_messages_are_embedded_after_facts_and_knowledge_and_follow_the_space():
+    from memory.models import Message
+    from tests.workers.conftest import make_stream
+
+    seed(1, 1)
+    person = Fact.objects.get().person
+    stream = make_stream("d1", kind="direct")
+    ids = [
+        services.append_message(stream_id=stream.pk, role="user", content=distinct_text(500 + i),
+                                sender_person_id=person.pk, at=T0)[0].pk
+        for i in range(25)
+    ]
+    embedder = FakeEmbedder()
+
+    first = pipeline.backfill_vectors(embedder=embedder)
+
+    assert (first.facts, first.knowledge, first.messages) == (1, 1, 25)
+    assert [len(b) for b in embedder.batches] == [1, 1, 20, 5]
+    assert {unpack_float32(bytes(m.embedding)).shape for m in Message.objects.filter(pk__in=ids)} == {(8,)}
+    assert VectorSpace.objects.get(consumer="messages").dim == 8
+    bigger = FakeEmbedder(dim=16)
+    bigger.name = "fake-embed-v2"
+    second = pipeline.backfill_vectors(embedder=bigger)
+    assert second.cleared == 27 and second.messages == 25
+    assert {unpack_float32(bytes(m.embedding)).shape for m in Message.objects.filter(pk__in=ids)} == {(16,)}

@@ -31,8 +31,8 @@ def test_backfill_vectors_embeds_everything_missing():
     services.add_fact(person_id=person.pk, content="小明住在杭州", at=T0)
     services.add_knowledge(content="月球没有全球性磁场", source="t", at=T0)
 
-    assert run("backfill_vectors").splitlines()[-1] == "facts=1 knowledge=1 failed=0 cleared=0"
-    assert run("backfill_vectors").splitlines()[-1] == "facts=0 knowledge=0 failed=0 cleared=0"
+    assert run("backfill_vectors").splitlines()[-1] == "facts=1 knowledge=1 messages=0 failed=0 cleared=0"
+    assert run("backfill_vectors").splitlines()[-1] == "facts=0 knowledge=0 messages=0 failed=0 cleared=0"
     assert not Fact.objects.filter(embedding__isnull=True).exists()
 
 

@@ -14,7 +14,7 @@ from memory import pipeline
 
 
 class Command(BaseCommand):
-    help = "Embed facts and knowledge whose vector is missing (after a model change: all of them)."
+    help = "Embed facts, knowledge and messages whose vector is missing (after a model change: all of them)."
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--batch", type=int, default=None, help="texts per request (at most 20)")
@@ -27,14 +27,18 @@ class Command(BaseCommand):
                 raise CommandError("embeddings are disabled (EMBEDDING_PROVIDER=none or misconfigured)")
             total.facts += result.facts
             total.knowledge += result.knowledge
+            total.messages += result.messages
             total.failed += result.failed
             total.cleared += result.cleared
-            if options["verbosity"] >= 1 and (result.facts or result.knowledge):
-                self.stdout.write(f"  embedded {total.facts} facts, {total.knowledge} knowledge …")
+            if options["verbosity"] >= 1 and (result.facts or result.knowledge or result.messages):
+                self.stdout.write(
+                    f"  embedded {total.facts} facts, {total.knowledge} knowledge, {total.messages} messages …"
+                )
             if not result.more:
                 break
         self.stdout.write(
-            f"facts={total.facts} knowledge={total.knowledge} failed={total.failed} cleared={total.cleared}"
+            f"facts={total.facts} knowledge={total.knowledge} messages={total.messages} failed={total.failed}"
+            f" cleared={total.cleared}"
         )
         if total.failed:
             self.stderr.write(f"{total.failed} rows could not be embedded; they stay NULL for the next run")
