@@ -293,13 +293,13 @@ class TestConceptMapping:
         assert self._hits(seed, limit=40) == holders
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_resident_node_texts_map_like_the_rows_and_stay_fresh():
     """Outside a transaction the resident texts answer; new nodes are appended, deletions rebuild."""
     from django.db import connection
 
     from memory import selectors
-    from memory.models import Episode, Fact, Knowledge, Stream
+    from memory.models import Fact
 
     selectors.resident_node_texts() and selectors.resident_node_texts().reset()
     person = services.resolve_person(platform="t", external_id="r1", name="阿明", at=NOW)
@@ -320,6 +320,10 @@ def test_resident_node_texts_map_like_the_rows_and_stay_fresh():
     Fact.objects.filter(pk=first).delete()
     assert selectors._nodes_containing({"光学迷彩"}) == {"光学迷彩": [episode_node]}
     assert index.rebuilds == rebuilds + 1
-    for model in (Fact, Episode, Knowledge, MemoryNode, Stream):
-        model.objects.all().delete()
     index.reset()
+    from memory import lexical, lexical_index
+
+    with connection.cursor() as cur:  # flush does not empty the contentless FTS tables
+        for table in lexical.TABLES:
+            cur.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
+    lexical_index.reset_all()
