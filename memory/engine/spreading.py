@@ -22,6 +22,8 @@ maths. Node ids are ``memory_nodes`` ids (ints); concept ids are ``knowledge_nod
 4. Masses of both graphs are summed per node; distance = min of both.
 5. Hits: ``keep = retention_of(node)``; drop ``None`` or ``< REVIVE``;
    ``score = mass * keep * activation(node)``; sorted by score (stable), first ``limit``.
+   Retention (at most 1) is loaded best ``mass * activation`` first and only until the
+   ``limit``-th score beats every bound left — the same hits as loading every node.
 6. If either PPR times out: ``on_timeout('memory' | 'knowledge')`` and the whole result is
    :func:`legacy_spread` instead (``fell_back=True``).
 """
