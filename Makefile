@@ -21,6 +21,9 @@ setup: $(VENV)/.installed
 	$(BIN)/python manage.py ensure_roles
 	$(BIN)/python manage.py seed_demo --if-empty
 
+# Local use shows tracebacks; a deployment leaves DJANGO_DEBUG off (README: production configuration).
+run web: export DJANGO_DEBUG ?= 1
+
 run: setup
 	@redis-cli -u $${REDIS_URL:-redis://127.0.0.1:6379/0} ping >/dev/null 2>&1 || redis-server --daemonize yes --port 6379 --save "" --appendonly no
 	@mkdir -p .cache

@@ -31,9 +31,40 @@ def envfloat(name: str, default: float) -> float:
 
 
 SECRET_KEY = env("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me")
-DEBUG = envbool("DJANGO_DEBUG", "True")
+# Off unless asked for: `make run` / `make web` turn it on for local use.
+DEBUG = envbool("DJANGO_DEBUG", "False")
 ALLOWED_HOSTS = [h for h in env("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in env("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+# --- HTTPS ---------------------------------------------------------------------
+# A TLS-terminating proxy is declared by the header it sets (e.g. X-Forwarded-Proto);
+# the proxy must overwrite that header on every request. Behind a declared proxy with
+# DEBUG off (or with DJANGO_HTTPS=1), HTTPS redirects, secure cookies and HSTS are on
+# unless switched off one by one.
+_proxy_header = env("DJANGO_SECURE_PROXY_SSL_HEADER", "").strip()
+SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https") if _proxy_header else None
+HTTPS = envbool("DJANGO_HTTPS", "True" if _proxy_header and not DEBUG else "False")
+SECURE_SSL_REDIRECT = envbool("DJANGO_SECURE_SSL_REDIRECT", str(HTTPS))
+SECURE_REDIRECT_EXEMPT = [r for r in env("DJANGO_SECURE_REDIRECT_EXEMPT", "").split(",") if r]
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = envbool("DJANGO_SECURE_COOKIES", str(HTTPS))
+SECURE_HSTS_SECONDS = envint("DJANGO_HSTS_SECONDS", 31_536_000 if HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", "False")
+SECURE_HSTS_PRELOAD = envbool("DJANGO_HSTS_PRELOAD", "False")
+
+# --- e-mail ----------------------------------------------------------------------
+# Password reset mails a link: it exists only when mail is configured (EMAIL_HOST for
+# SMTP, or an explicit EMAIL_BACKEND); otherwise its pages are 404 and the link is hidden.
+EMAIL_HOST = env("EMAIL_HOST", "")
+EMAIL_PORT = envint("EMAIL_PORT", 587)
+EMAIL_HOST_USER = env("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", "True")
+EMAIL_USE_SSL = envbool("EMAIL_USE_SSL", "False")
+if EMAIL_USE_SSL:
+    EMAIL_USE_TLS = False
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "webmaster@localhost")
+EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+PASSWORD_RESET_ENABLED = bool(EMAIL_HOST or env("EMAIL_BACKEND"))
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -16,7 +16,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -28,7 +28,7 @@ from curation import services
 from curation.models import FactOperation
 from memory import selectors
 from memory import services as memory_services
-from memory.forms import ConflictFilterForm, OperationFilterForm, ReplaceForm
+from memory.forms import MAX_ID, ConflictFilterForm, OperationFilterForm, ReplaceForm, parse_id
 from memory.models import Fact, Person
 from memory.views import wants_fragment
 
@@ -121,8 +121,12 @@ def _success_text(action: str, pk: int, result: Any) -> str:
 @require_POST
 def bulk_action(request: HttpRequest) -> HttpResponse:
     action = request.POST.get("action", "")
-    ids = sorted({int(i) for i in request.POST.getlist("ids") if i.isdigit()})
+    raw_ids = request.POST.getlist("ids")
+    ids = sorted({i for i in map(parse_id, raw_ids) if i is not None})
     next_url = _next_url(request, reverse("console:facts"))
+    if any(parse_id(i) is None for i in raw_ids):
+        return HttpResponseBadRequest(_("事实编号无效：必须是 1 到 %(max)s 之间的整数。") % {"max": MAX_ID},
+                                      content_type="text/plain; charset=utf-8")
     if action not in BULK_ACTIONS or not ids:
         messages.error(request, _("请先勾选事实，再选择批量操作。"))
         return redirect(next_url)
@@ -153,7 +157,7 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
 @require_GET
 def conflicts(request: HttpRequest) -> HttpResponse:
     person_id = request.GET.get("person")
-    person_id = int(person_id) if person_id and person_id.isdigit() else None
+    person_id = parse_id(person_id) if person_id else None
     all_keys = selectors.conflict_group_keys()
     keys = [k for k in all_keys if person_id is None or k[0] == person_id]
     page = Paginator(keys, 10).get_page(request.GET.get("page"))
@@ -222,7 +226,7 @@ def operations(request: HttpRequest) -> HttpResponse:
                                 "related_fact__embedding_q8"), 50).get_page(request.GET.get("page"))
     context = {"form": form, "page": page, "next_url": request.get_full_path()}
     template = "curation/operations.html#operations-table" if wants_fragment(request) else "curation/operations.html"
-    return render(request, template, context)
+    return render(request, template, context, status=400 if {"person", "fact"} & set(form.errors) else 200)
 
 
 @login_required

@@ -348,7 +348,7 @@ def decay_curve_svg(fact: Fact, *, now: int, width: int = 680, height: int = 240
     Past (``updated_at`` → now) is solid, the projection (now → end) dashed; the
     end is ``due_at`` plus a quarter of the span (a pinned fact: one year ahead).
     """
-    import datetime as dt
+    from memory.templatetags.console import format_ms
 
     start = min(fact.updated_at, now)
     if fact.pinned:
@@ -373,7 +373,7 @@ def decay_curve_svg(fact: Fact, *, now: int, width: int = 680, height: int = 240
     ticks = []
     for i in range(5):
         t = start + span * i // 4
-        label = dt.datetime.fromtimestamp(t / 1000, tz=dt.UTC).strftime("%Y-%m-%d")
+        label = format_ms(t, "%Y-%m-%d", local=False)
         ticks.append((x(t), label, "start" if i == 0 else "end" if i == 4 else "middle"))
     return CurveSVG(
         width=width,

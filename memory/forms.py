@@ -32,6 +32,39 @@ class FastSelect(forms.Select):
         parts.append("</select>")
         return mark_safe("".join(parts))
 
+#: The largest row id SQLite can store (signed 64 bits); a larger number cannot even be bound to a query.
+MAX_ID = 2**63 - 1
+
+
+def parse_id(raw: object) -> int | None:
+    """``raw`` as a row id (decimal digits, 1 … :data:`MAX_ID`), else ``None``.
+
+    Every id the console reads from a query string or a posted field goes through
+    here or :class:`IdField`, so an out-of-range number is a 400/404, never an
+    ``OverflowError`` from SQLite.
+    """
+    text = str(raw).strip() if raw is not None else ""
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
+        return None
+    value = int(text)
+    return value if 1 <= value <= MAX_ID else None
+
+
+class IdField(forms.IntegerField):
+    """A row id field: a positive integer no larger than :data:`MAX_ID`."""
+
+    default_error_messages = {
+        "invalid": _("编号必须是正整数。"),
+        "min_value": _("编号必须是正整数。"),
+        "max_value": _("编号超出范围（最大 %(limit_value)s）。"),
+    }
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("min_value", 1)
+        kwargs.setdefault("max_value", MAX_ID)
+        super().__init__(**kwargs)
+
+
 class PersonChoiceField(forms.ModelChoiceField):
     """A person select that says who the owner is and shows everyone else's id."""
 
@@ -94,10 +127,21 @@ class GraphForm(forms.Form):
     max_nodes = forms.IntegerField(required=False, min_value=10, max_value=1000)
     node = forms.RegexField(regex=r"^(fact|episode|knowledge):\d+$", required=False)
 
+    def clean_node(self) -> tuple[str, int] | None:
+        """``kind:id`` → ``(kind, id)``; an id SQLite cannot hold is an error."""
+        value = self.cleaned_data.get("node")
+        if not value:
+            return None
+        kind, raw = value.split(":")
+        ref = parse_id(raw)
+        if ref is None:
+            raise forms.ValidationError(_("节点编号超出范围。"))
+        return kind, ref
+
 
 class SpreadForm(forms.Form):
     kind = forms.ChoiceField(choices=NODE_KINDS, required=False)
-    ref = forms.IntegerField(required=False, min_value=1)
+    ref = IdField(required=False)
     q = forms.CharField(required=False, max_length=200, strip=True)
     hops = forms.IntegerField(required=False, min_value=1, max_value=3, initial=2)
     alpha = forms.FloatField(required=False, min_value=0.05, max_value=0.95)
@@ -149,8 +193,8 @@ class ImportForm(forms.Form):
 class OperationFilterForm(forms.Form):
     actor = forms.ChoiceField(required=False, choices=[])
     op = forms.ChoiceField(required=False, choices=[])
-    person = forms.IntegerField(required=False, min_value=1)
-    fact = forms.IntegerField(required=False, min_value=1)
+    person = IdField(required=False)
+    fact = IdField(required=False)
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         from curation.models import FactOperation

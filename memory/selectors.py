@@ -9,6 +9,9 @@ message text, so each message is embedded at most once).
 from __future__ import annotations
 
 import logging
+import threading
+from array import array
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -802,35 +805,170 @@ def node_texts(nodes: Iterable[int]) -> dict[int, tuple[str, int, str]]:
     return {node: (kind, ref, fc or es or kc or "") for node, kind, ref, fc, es, kc in rows}
 
 
-CONCEPT_NODE_LIMIT = 16  # memory nodes looked up per concept and layer when mapping concept scores back
-CONCEPT_MAP_MIN = 4  # at least this many best-ranked concepts are mapped back; more when more hits are asked
+# Only the best-ranked max(CONCEPT_MAP_MIN, limit) reached concepts are mapped back to memory
+# nodes (the reference maps every reached concept). Measured on a 9,750-node store (bench
+# build_db --scale 0.15, 300 random two-seed spreads, hops 2, limit 4): 11 of 300 top-4
+# lists differ from mapping every concept (6 as sets), at half the CPU (median 8.6 vs 17.7 ms).
+CONCEPT_MAP_MIN = 4
+CONCEPT_HOLDERS_CACHED = 4096  # concept names whose holder lists the resident node texts remember
+
+
+def _fold_for_scan(text: str | None) -> str:
+    # NUL separates the texts in the resident blob; a concept name never holds one
+    return (text or "").casefold().replace("\x00", " ")
+
+
+def _all_node_texts(after: int = 0) -> list[tuple[int, str]]:
+    """``(memory node id, casefolded text)`` of every registered node above ``after``, by id.
+
+    The text is the one the reference maps concepts with: fact content, episode
+    summary, knowledge content; a node whose row is gone has no text and holds nothing.
+    """
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT n.id, coalesce(f.content, e.summary, k.content) FROM memory_nodes n"
+            " LEFT JOIN facts f ON n.ref_kind = 'fact' AND f.id = n.ref_id"
+            " LEFT JOIN episodes e ON n.ref_kind = 'episode' AND e.id = n.ref_id"
+            " LEFT JOIN knowledge k ON n.ref_kind = 'knowledge' AND k.id = n.ref_id"
+            " WHERE n.id > %s ORDER BY n.id",
+            [after],
+        )
+        return [(node, _fold_for_scan(text)) for node, text in cur.fetchall() if text]
+
+
+class _NodeTexts:
+    """The casefolded texts of every registered memory node, resident per process.
+
+    Concept spreading maps a concept back to *every* registered node whose text
+    contains the concept's name (casefold substring, reference-spec §3.8). The
+    texts live in one NUL-separated string, so finding a name's holders is one
+    C-speed ``str.find`` pass over the whole corpus (no FTS tokenisation can miss a
+    substring, and episodes are searched by their summaries); holder lists are
+    remembered per name until the corpus changes.
+
+    Freshness, as the resident lexical index does it: nodes above the last id
+    loaded are appended (remembered holder lists are extended by scanning only
+    the appended texts); a deleted or re-tokenised fact or knowledge row
+    (``lexical_revision:*``), fewer nodes than loaded, or a lower max id rebuild it.
+    Summaries and contents are never edited in place. Used only outside a
+    transaction (a rolled-back node id could be reused); inside one,
+    :func:`_nodes_containing` scans the rows directly.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.rebuilds = 0
+        self._clear()
+
+    def _clear(self) -> None:
+        self._state: tuple | None = None
+        self._max_id = 0
+        self._count = 0
+        self._blob = ""
+        self._starts = array("q")  # offset of each text in the blob (ascending)
+        self._nodes = array("q")  # its memory node id
+        self._holders: dict[str, list[int]] = {}
+
+    @staticmethod
+    def _read_state() -> tuple:
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT (SELECT max(id) FROM memory_nodes), (SELECT count(*) FROM memory_nodes),"
+                " (SELECT value FROM meta WHERE key = 'lexical_revision:facts'),"
+                " (SELECT value FROM meta WHERE key = 'lexical_revision:knowledge')"
+            )
+            max_id, count, facts_rev, knowledge_rev = cur.fetchone()
+        return int(max_id or 0), int(count or 0), facts_rev, knowledge_rev
+
+    def _add(self, rows: list[tuple[int, str]]) -> int:
+        """Append ``rows`` to the blob; return the index of the first appended text."""
+        first = len(self._starts)
+        parts = []
+        offset = len(self._blob)
+        for node, text in rows:
+            self._starts.append(offset + 1)
+            self._nodes.append(node)
+            parts.append("\x00" + text)
+            offset += len(text) + 1
+        self._blob += "".join(parts)
+        return first
+
+    def _scan(self, needle: str, first: int = 0) -> list[int]:
+        """Nodes (from text index ``first`` on) whose text contains ``needle``, in id order."""
+        if not needle or first >= len(self._starts):
+            return []
+        blob, starts, out = self._blob, self._starts, []
+        at = blob.find(needle, starts[first])
+        while at != -1:
+            k = bisect_right(starts, at) - 1
+            out.append(self._nodes[k])
+            if k + 1 >= len(starts):
+                break
+            at = blob.find(needle, starts[k + 1])
+        return out
+
+    def refresh(self) -> None:
+        max_id, count, *revisions = self._read_state()
+        state = tuple(revisions)
+        if state == self._state and max_id == self._max_id and count == self._count:
+            return
+        with self._lock:
+            grown = count - self._count
+            if state == self._state and max_id > self._max_id and grown > 0:
+                rows = _all_node_texts(self._max_id)
+                if len(rows) <= grown:  # only new nodes (some may have no row yet: no text)
+                    first = self._add(rows)
+                    for name, holders in self._holders.items():
+                        holders.extend(self._scan(name, first))
+                    self._max_id, self._count = max_id, count
+                    return
+            self._clear()
+            self._add(_all_node_texts())
+            self._state, self._max_id, self._count = state, max_id, count
+            self.rebuilds += 1
+
+    def holders(self, name: str) -> list[int]:
+        """Every loaded node whose casefolded text contains ``name`` (already casefolded)."""
+        with self._lock:
+            found = self._holders.get(name)
+            if found is None:
+                found = self._scan(name)
+                if len(self._holders) >= CONCEPT_HOLDERS_CACHED:
+                    self._holders.clear()
+                self._holders[name] = found
+            return found
+
+    def reset(self) -> None:
+        with self._lock:
+            self._clear()
+
+
+_node_texts = _NodeTexts()
+
+
+def resident_node_texts() -> _NodeTexts | None:
+    """The fresh resident node texts, or ``None`` inside a transaction / when resident indexes are off."""
+    if not getattr(settings, "LEXICAL_RESIDENT_INDEX", True) or connection.in_atomic_block:
+        return None
+    _node_texts.refresh()
+    return _node_texts
 
 
 def _nodes_containing(concepts: set[str]) -> dict[str, list[int]]:
-    """Registered memory nodes whose text contains each concept, found through the FTS indexes.
+    """Every registered memory node (fact, episode, knowledge) whose text contains each concept.
 
-    Every holder of a concept receives the same share, so which holders are
-    taken does not matter for ranking: the first ``CONCEPT_NODE_LIMIT`` rows per
-    layer (FTS5 stops early without ranking), resolved to memory nodes with one
-    query per layer. Episodes are reached through the memory graph only.
+    The reference rule (§3.8): ``concept.casefold()`` is a substring of the node's
+    text (fact content / episode summary / knowledge content) casefolded. No cap:
+    every holder gets its share. Outside a transaction the resident node texts
+    answer (one ``str.find`` pass per name, then remembered); inside one, the
+    rows are read and scanned directly.
     """
-    refs: dict[str, list[tuple[str, int]]] = {}
-    for concept in concepts:
-        match = lexical.match_for("facts_fts", concept)
-        if not match:
-            continue
-        found = [("fact", i) for i in lexical.rows_containing("facts_fts", match, limit=CONCEPT_NODE_LIMIT)]
-        found += [("knowledge", i) for i in lexical.rows_containing("knowledge_fts", match, limit=CONCEPT_NODE_LIMIT)]
-        refs[concept] = found
-    wanted: dict[str, set[int]] = defaultdict(set)
-    for found in refs.values():
-        for kind, ref in found:
-            wanted[kind].add(ref)
-    node_of: dict[tuple[str, int], int] = {}
-    for kind, ids in wanted.items():
-        for node, ref in MemoryNode.objects.filter(ref_kind=kind, ref_id__in=list(ids)).values_list("id", "ref_id"):
-            node_of[(kind, ref)] = node
-    return {c: [node_of[r] for r in dict.fromkeys(found) if r in node_of] for c, found in refs.items()}
+    folded = {c: c.casefold() for c in concepts if c.strip() and "\x00" not in c}
+    index = resident_node_texts()
+    if index is not None:
+        return {c: index.holders(f) for c, f in folded.items()}
+    rows = _all_node_texts()
+    return {c: [node for node, text in rows if f in text] for c, f in folded.items()}
 
 
 class _ConceptCache:
@@ -842,7 +980,8 @@ class _ConceptCache:
 
     def __init__(self) -> None:
         self.revision: str | None = None
-        self.ids: dict[str, int] = {}
+        self.ids: dict[str, list[int]] = {}  # casefolded name -> concept ids
+        self.lengths: list[int] = []  # distinct lengths of the casefolded names
         self.names: dict[int, str] = {}
         self.adjacency: dict[int, dict[int, float]] = {}
 
@@ -856,7 +995,12 @@ class _ConceptCache:
             if revision != self.revision:
                 cur.execute("SELECT id, concept FROM knowledge_nodes")
                 self.names = dict(cur.fetchall())
-                self.ids = {name.casefold(): cid for cid, name in self.names.items()}
+                ids: dict[str, list[int]] = defaultdict(list)
+                for cid, name in self.names.items():
+                    if name.strip():
+                        ids[name.casefold()].append(cid)
+                self.ids = dict(ids)
+                self.lengths = sorted({len(name) for name in self.ids})
                 adjacency: dict[int, dict[int, float]] = defaultdict(dict)
                 cur.execute("SELECT source_id, target_id, strength FROM knowledge_edges")
                 for a, b, w in cur.fetchall():
@@ -870,20 +1014,39 @@ class _ConceptCache:
 _concepts = _ConceptCache()
 
 
+def _concepts_in(text: str, graph: _ConceptCache) -> set[int]:
+    """Concepts whose casefolded name occurs in ``text`` (casefolded): the reference's seeding rule.
+
+    Every substring of ``text`` of a length some name has is looked up (names are
+    jieba words, a handful of lengths), so no concept list is scanned.
+    """
+    found: set[int] = set()
+    size = len(text)
+    for length in graph.lengths:
+        if length > size:
+            break
+        for i in range(size - length + 1):
+            ids = graph.ids.get(text[i:i + length])
+            if ids:
+                found.update(ids)
+    return found
+
+
 def _concept_graph(seed_texts: Mapping[int, str], hops: int, limit: int) -> ConceptGraph | None:
     """The part of the concept graph reachable from the seeds' concepts within ``hops``.
 
-    Concepts are looked up by the jieba words of the seed texts rather than by
-    scanning every concept name; the engine then applies the casefold-substring
-    rule within this bounded part. Normalising out-weights before bounding and
+    The seed concepts are those whose casefolded name occurs in a seed text (looked
+    up by the text's substrings, not by scanning every name); the engine applies the
+    same rule within this bounded part. Normalising out-weights before bounding and
     re-normalising after it equals normalising the bounded part only, so handing
     over the bounded part is exact.
     """
-    text = " ".join(seed_texts.values()).casefold()
-    if not text.strip():
+    if not any(t.strip() for t in seed_texts.values()):
         return None
     graph = _concepts.fresh()
-    start = {graph.ids[w] for w in words(text) if len(w) >= 2 and w in graph.ids}
+    start: set[int] = set()
+    for text in seed_texts.values():
+        start |= _concepts_in(text.casefold(), graph)
     if not start:
         return None
     seen, frontier = set(start), set(start)

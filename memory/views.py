@@ -281,15 +281,16 @@ def graph(request: HttpRequest) -> HttpResponse:
     )
     selected = None
     if data.get("node"):
-        kind, ref_id = data["node"].split(":")
-        selected = console.node_panel(kind, int(ref_id), now=now)
+        kind, ref_id = data["node"]
+        selected = console.node_panel(kind, ref_id, now=now)
     spread_form = SpreadForm(request.GET if ("q" in request.GET or "ref" in request.GET) else None)
     preview = console.spread_preview(spread_form.cleaned_data, now=now) if spread_form.is_valid() else None
     if preview:
         view.mark(preview)
     context = {"graph": view, "form": form, "selected": selected, "spread_form": spread_form, "preview": preview}
     # htmx picks #graph-area out of the page (hx-select): the rings of a preview are on the drawing.
-    return render(request, "console/graph.html", context)
+    bad_id = "node" in form.errors or "ref" in spread_form.errors
+    return render(request, "console/graph.html", context, status=400 if bad_id else 200)
 
 
 # --- recall playground -----------------------------------------------------------

@@ -22,6 +22,8 @@ maths. Node ids are ``memory_nodes`` ids (ints); concept ids are ``knowledge_nod
 4. Masses of both graphs are summed per node; distance = min of both.
 5. Hits: ``keep = retention_of(node)``; drop ``None`` or ``< REVIVE``;
    ``score = mass * keep * activation(node)``; sorted by score (stable), first ``limit``.
+   Retention (at most 1) is loaded best ``mass * activation`` first and only until the
+   ``limit``-th score beats every bound left — the same hits as loading every node.
 6. If either PPR times out: ``on_timeout('memory' | 'knowledge')`` and the whole result is
    :func:`legacy_spread` instead (``fell_back=True``).
 """
@@ -85,6 +87,8 @@ RetentionFn = Callable[[set[int]], Mapping[int, "float | None"]]
 
 # Beyond this age exp(-Δ/τ) is below half an ulp of 1.0, so the factor is exactly 1.0.
 _FORGET_AFTER_MS = 40 * ACTIVATION_TAU_MS
+# Candidate hits whose retention is loaded at a time (see ``_best_hits``).
+_HIT_BATCH = 64
 _PRUNE_EVERY = 4096
 
 
@@ -454,15 +458,49 @@ def spread(
             hop = concept_distances[node]
             distances[node] = min(distances.get(node, hop), hop)
 
-    cache.load(fused)
+    hits = _best_hits(fused, distances, cache, activation, limit)
+    return SpreadResult(hits=hits, elapsed_ms=(clock() - started) * 1000.0)
+
+
+def _best_hits(
+    fused: Mapping[int, float],
+    distances: Mapping[int, int],
+    cache: _RetentionCache,
+    activation: Callable[[int], float] | None,
+    limit: int,
+) -> list[SpreadHit]:
+    """The first ``limit`` hits of ``fused`` (step 5) without loading every node's retention.
+
+    A concept shared by thousands of nodes gives each of them a little mass. Retention is
+    at most 1, so ``mass * activation`` bounds a node's score from above: nodes are loaded
+    best bound first, ``_HIT_BATCH`` at a time, until the ``limit``-th score found beats
+    every bound left. The hits and their order are those of scoring every node (ties keep
+    ``fused`` order); a retention above 1 switches the early stop off.
+    """
+    position = {node: i for i, node in enumerate(fused)}
+    factors = {node: activation(node) for node in fused} if activation is not None else None
+    order = sorted(
+        fused, key=lambda n: (-(fused[n] * factors[n]) if factors is not None else -fused[n], position[n])
+    )
     hits: list[SpreadHit] = []
-    for node, mass in fused.items():
-        keep = cache.get(node)
-        if keep is None or keep < REVIVE:
-            continue
-        value = mass * keep
-        if activation is not None:
-            value *= activation(node)
-        hits.append(SpreadHit(node_id=node, score=value, hops=distances[node]))
-    hits.sort(key=lambda hit: hit.score, reverse=True)
-    return SpreadResult(hits=hits[:limit], elapsed_ms=(clock() - started) * 1000.0)
+    bounded = True
+    for start in range(0, len(order), _HIT_BATCH):
+        chunk = order[start:start + _HIT_BATCH]
+        cache.load(chunk)
+        for node in chunk:
+            keep = cache.get(node)
+            if keep is None or keep < REVIVE:
+                continue
+            bounded = bounded and keep <= 1.0
+            value = fused[node] * keep
+            if factors is not None:
+                value *= factors[node]
+            hits.append(SpreadHit(node_id=node, score=value, hops=distances[node]))
+        rest = start + _HIT_BATCH
+        if bounded and len(hits) >= limit and rest < len(order):
+            kth = sorted((h.score for h in hits), reverse=True)[limit - 1]
+            nxt = order[rest]
+            if kth > (fused[nxt] * factors[nxt] if factors is not None else fused[nxt]):
+                break
+    hits.sort(key=lambda hit: (-hit.score, position[hit.node_id]))
+    return hits[:limit]

@@ -14,13 +14,30 @@ from django.utils.html import format_html
 register = template.Library()
 
 
-@register.filter
-def ms(value: int | None) -> str:
-    """Epoch milliseconds → local ``YYYY-MM-DD HH:MM`` (empty for None)."""
+def format_ms(value: object, pattern: str = "%Y-%m-%d %H:%M", *, local: bool = True) -> str:
+    """Epoch milliseconds → ``pattern`` in local time (UTC with ``local=False``); never raises.
+
+    A value no calendar date can hold (past year 9999 once shifted to local time,
+    before year 1, not a number) is shown as its raw digits, or ``—`` when it is
+    not an integer at all: one hostile timestamp must not break a page.
+    """
     if value is None or value == "":
         return ""
-    moment = dt.datetime.fromtimestamp(int(value) / 1000, tz=dt.UTC)
-    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M")
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return "—"
+    try:
+        moment = dt.datetime.fromtimestamp(number / 1000, tz=dt.UTC)
+        return (timezone.localtime(moment) if local else moment).strftime(pattern)
+    except (OverflowError, ValueError, OSError):
+        return str(number)
+
+
+@register.filter
+def ms(value: int | None) -> str:
+    """Epoch milliseconds → local ``YYYY-MM-DD HH:MM`` (empty for None, raw value when out of range)."""
+    return format_ms(value)
 
 
 @register.filter

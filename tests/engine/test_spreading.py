@@ -274,3 +274,30 @@ def test_short_term_activation_prunes_old_entries() -> None:
 def test_result_type() -> None:
     r = spread({1: 1.0}, hops=1, limit=1, **Graph([]).kw())
     assert isinstance(r, SpreadResult) and r.hits == [] and r.elapsed_ms >= 0
+
+
+def test_many_concept_holders_load_few_retentions_and_rank_exactly() -> None:
+    """A concept held by 2,000 nodes: every holder is mapped, but only the best bounds are loaded."""
+    import random
+
+    rng = random.Random(3)
+    texts = {200 + i: f"holder {i} of gamma" for i in range(2000)}
+    texts.update({5000 + i: f"delta text {i}" for i in range(10)})
+    retention = {n: rng.choice([None, 0.1, 0.3, 0.6, 1.0]) for n in texts}
+    concept = ConceptGraph(
+        concepts={1: "alpha", 2: "gamma", 3: "delta"},
+        edges=[(1, 2, 1.0), (1, 3, 3.0)],
+        seed_texts={101: "alpha"},
+        nodes_containing=lambda names: {n: [k for k, t in texts.items() if n in t] for n in names},
+    )
+    g = Graph([], retention=retention)
+    act = ShortTermActivation()
+    act.touch([203, 5004], 0)
+    result = spread({101: 1.0}, hops=1, limit=6, concept=concept, activation=lambda n: act.factor(n, 0), **g.kw())
+    loaded = set().union(*g.retention_calls)
+    assert len(loaded) < 200  # not the 2,010 holders
+    # the full computation: every holder's share, retention and activation
+    full = spread({101: 1.0}, hops=1, limit=10_000, concept=concept, activation=lambda n: act.factor(n, 0), **g.kw())
+    assert len(full.hits) == sum(1 for v in retention.values() if v is not None and v >= 0.15)
+    assert result.hits == full.hits[:6]
+    assert {h.node_id for h in result.hits} >= {5004}

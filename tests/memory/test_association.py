@@ -222,3 +222,108 @@ def test_decay_edges_walks_the_edges_in_id_ranges(db, monkeypatch):
     assert services.decay_edges(at=NOW) == 4
     assert MemoryEdge.objects.filter(active=True).count() == 3
     assert services.decay_edges(at=NOW) == 0
+
+
+class TestConceptMapping:
+    """Concept scores go back to every registered node whose text contains the concept (§3.8)."""
+
+    @staticmethod
+    def _concepts(*pairs: tuple[str, str]) -> None:
+        from django.db import connection
+
+        from memory.models import KnowledgeEdge, KnowledgeNode
+
+        for a, b in pairs:
+            na, _ = KnowledgeNode.objects.get_or_create(concept=a, defaults={"created_at": NOW})
+            nb, _ = KnowledgeNode.objects.get_or_create(concept=b, defaults={"created_at": NOW})
+            KnowledgeEdge.objects.create(source=na, target=nb, strength=1.0, updated_at=NOW)
+        with connection.cursor() as cur:
+            services.bump_revision(cur, services.CONCEPT_GRAPH_REVISION)
+
+    @staticmethod
+    def _fact(person, content):
+        ref = services.add_fact(person_id=person.pk, content=content, kind="偏好", at=NOW).fact_id
+        MemoryNode.objects.get_or_create(ref_kind="fact", ref_id=ref)  # registered, no edge
+        return ref
+
+    @staticmethod
+    def _episode(stream, summary):
+        ref = services.add_episode(stream_id=stream.pk, summary=summary, cues=["聊天"], started_at=1000,
+                                   ended_at=2000, message_ids=[], at=NOW).pk
+        MemoryNode.objects.get_or_create(ref_kind="episode", ref_id=ref)
+        return ref
+
+    @staticmethod
+    def _hits(seed_ref, limit=40):
+        from memory import selectors
+
+        result = selectors.spread(seeds=[("fact", seed_ref, 1.0)], now=NOW, hops=2, limit=limit, events=False)
+        return {(h.kind, h.ref_id) for h in result.hits}
+
+    def test_whole_concept_only_and_episodes_by_summary(self, person, group_stream):
+        self._concepts(("隐身", "光学迷彩"))
+        seed = self._fact(person, "他在研究隐身技术")
+        whole = self._fact(person, "他想要一件光学迷彩外套")
+        self._fact(person, "他大学学的是光学")
+        self._fact(person, "他买了一条迷彩裤")
+        self._fact(person, "他喜欢彩色光学仪器的迷")
+        episode = self._episode(group_stream, "大家聊了光学迷彩的原理")
+        self._episode(group_stream, "大家聊了迷彩和光学")
+        assert self._hits(seed) == {("fact", whole), ("episode", episode)}
+
+    def test_latin_concepts_are_case_folded_substrings(self, person):
+        self._concepts(("rust", "Python"))
+        seed = self._fact(person, "他在写RUST")
+        lower = self._fact(person, "他用python写脚本")
+        inside = self._fact(person, "他是PYTHONISTA社区的")
+        self._fact(person, "他用py写脚本")
+        assert self._hits(seed) == {("fact", lower), ("fact", inside)}
+
+    def test_seed_concepts_are_substrings_too(self, person):
+        # jieba keeps "Rustacean" whole: the seed concept "rust" is found only as a substring
+        self._concepts(("rust", "Python"))
+        seed = self._fact(person, "他自称Rustacean")
+        target = self._fact(person, "他也写Python")
+        assert self._hits(seed) == {("fact", target)}
+
+    def test_every_holder_is_mapped(self, person):
+        self._concepts(("隐身", "光学迷彩"))
+        seed = self._fact(person, "他在研究隐身技术")
+        holders = {("fact", self._fact(person, f"第{i}件光学迷彩外套是{i}号")) for i in range(24)}
+        assert self._hits(seed, limit=40) == holders
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_resident_node_texts_map_like_the_rows_and_stay_fresh():
+    """Outside a transaction the resident texts answer; new nodes are appended, deletions rebuild."""
+    from django.db import connection
+
+    from memory import selectors
+    from memory.models import Fact
+
+    selectors.resident_node_texts() and selectors.resident_node_texts().reset()
+    person = services.resolve_person(platform="t", external_id="r1", name="阿明", at=NOW)
+    stream = services.resolve_stream(platform="t", kind="group", external_id="rg")
+    first = services.add_fact(person_id=person.pk, content="光学迷彩外套", kind="偏好", at=NOW).fact_id
+    services.link_together(refs=[("fact", first), ("fact", first + 10_000)], at=NOW)  # a node without a row
+    index = selectors.resident_node_texts()
+    assert index is not None and not connection.in_atomic_block
+    node_of = dict(MemoryNode.objects.values_list("ref_id", "id"))
+    assert selectors._nodes_containing({"光学迷彩"}) == {"光学迷彩": [node_of[first]]}
+    rebuilds = index.rebuilds
+    episode = services.add_episode(stream_id=stream.pk, summary="聊到光学迷彩", cues=["x"], started_at=1,
+                                   ended_at=2, message_ids=[], at=NOW).pk
+    services.link_together(refs=[("fact", first), ("episode", episode)], at=NOW)
+    episode_node = MemoryNode.objects.get(ref_kind="episode", ref_id=episode).pk
+    assert selectors._nodes_containing({"光学迷彩"}) == {"光学迷彩": [node_of[first], episode_node]}
+    assert index.rebuilds == rebuilds  # appended, not rebuilt
+    Fact.objects.filter(pk=first).delete()
+    assert selectors._nodes_containing({"光学迷彩"}) == {"光学迷彩": [episode_node]}
+    assert index.rebuilds == rebuilds + 1
+    index.reset()
+    from memory import lexical, lexical_index
+
+    with connection.cursor() as cur:  # flush does not empty the contentless FTS tables
+        for table in lexical.TABLES:
+            cur.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
+    lexical_index.reset_all()

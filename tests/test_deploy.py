@@ -1,0 +1,65 @@
+"""The production configuration documented in the README passes ``manage.py check --deploy``."""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def documented_production_env() -> dict[str, str]:
+    """The env lines of the README's "Production configuration" block, placeholders filled in."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Production configuration", 1)[1]
+    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    out = {}
+    for line in block.splitlines():
+        name, _, value = line.partition("=")
+        if value.startswith("<"):
+            value = secrets.token_urlsafe(50)
+        out[name.strip()] = value.strip()
+    return out
+
+
+def run(env: dict[str, str], tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "EMAIL_"))}
+    base.update(DJANGO_SETTINGS_MODULE="config.settings", MEMORY_DB=str(tmp_path / "deploy.sqlite3"), **env)
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=base, capture_output=True, text=True, timeout=120)
+
+
+def test_documented_production_env_passes_check_deploy(tmp_path):
+    env = documented_production_env()
+    assert env["DJANGO_DEBUG"] == "0" and env["DJANGO_SECURE_PROXY_SSL_HEADER"]
+    result = run(env, tmp_path, "manage.py", "check", "--deploy", "--fail-level", "WARNING")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout, result.stdout + result.stderr
+
+
+def test_without_a_declared_https_proxy_check_deploy_still_warns(tmp_path):
+    env = {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": secrets.token_urlsafe(50)}
+    result = run(env, tmp_path, "manage.py", "check", "--deploy")
+    for code in ("W004", "W008", "W012", "W016"):
+        assert f"security.{code}" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({}, "False False False 0 None"),
+    ({"DJANGO_DEBUG": "1"}, "True False False 0 None"),
+    ({"DJANGO_SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto"},
+     "False True True 31536000 ('HTTP_X_FORWARDED_PROTO', 'https')"),
+    ({"DJANGO_SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto", "DJANGO_DEBUG": "1"},
+     "True False False 0 ('HTTP_X_FORWARDED_PROTO', 'https')"),
+    ({"DJANGO_SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto", "DJANGO_SECURE_SSL_REDIRECT": "0"},
+     "False False True 31536000 ('HTTP_X_FORWARDED_PROTO', 'https')"),
+])
+def test_https_switches_follow_debug_and_the_declared_proxy(tmp_path, env, expected):
+    code = ("import config.settings as s; print(s.DEBUG, s.SECURE_SSL_REDIRECT, s.SESSION_COOKIE_SECURE"
+            " and s.CSRF_COOKIE_SECURE, s.SECURE_HSTS_SECONDS, s.SECURE_PROXY_SSL_HEADER)")
+    result = run(env, tmp_path, "-c", code)
+    assert result.stdout.strip() == expected, result.stderr
