@@ -146,6 +146,22 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A hung Redis (accepts, never answers) must not hold a request: every Redis call outside
+# Celery's consumer loop (enqueue markers, per-stream locks, the pre-publish check) waits at
+# most these timeouts, then the process skips Redis for BROKER_DOWN_SECONDS (memory/broker.py).
+REDIS_CONNECT_TIMEOUT = envfloat("REDIS_CONNECT_TIMEOUT", 0.1)
+REDIS_SOCKET_TIMEOUT = envfloat("REDIS_SOCKET_TIMEOUT", 0.1)
+BROKER_DOWN_SECONDS = envfloat("BROKER_DOWN_SECONDS", 5.0)
+# Celery's own connections (publish, ack): bounded too (kombu's default is to wait forever).
+# The consumer's BRPOP runs in the event loop and is not subject to socket_timeout.
+CELERY_BROKER_CONNECTION_TIMEOUT = envfloat("BROKER_CONNECT_TIMEOUT", 1.0)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "socket_connect_timeout": envfloat("BROKER_CONNECT_TIMEOUT", 1.0),
+    "socket_timeout": envfloat("BROKER_SOCKET_TIMEOUT", 1.0),
+    # Unacked messages of a SIGKILLed worker come back after this; longer than any task's time limit.
+    "visibility_timeout": 3600,
+}
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0, "interval_max": 0}
 CELERY_BEAT_SCHEDULE = {
     # Edges decay by the clock, not by traffic: sweep every 6 hours (minute 7).
     "memory-decay-edges": {"task": "memory.tasks.edges_decay_task", "schedule": crontab(minute=7, hour="*/6")},

@@ -871,7 +871,7 @@ class ImportRefused(Exception):
 
 
 def start_import(data: dict[str, Any], *, user: str) -> Any:
-    from memory import pipeline
+    from memory import broker, pipeline
 
     try:
         return pipeline.start_import(
@@ -879,6 +879,8 @@ def start_import(data: dict[str, Any], *, user: str) -> Any:
         )
     except (pipeline.ImportLimitError, pipeline.ImportBusyError) as exc:
         raise ImportRefused(str(exc)) from exc
+    except broker.BrokerUnavailable as exc:  # the job and batch are already marked failed
+        raise ImportRefused(pipeline.IMPORT_NOT_SENT.format(reason=exc)) from exc
 
 
 def delete_batch_preview(batch_id: int) -> dict[str, Any]:

@@ -811,11 +811,33 @@ def _first_line(text: str) -> str:
     return ""
 
 
-def _enqueue_import(job_id: int, batch_id: int) -> None:
-    if getattr(settings, "MEMORY_ENQUEUE_TASKS", True):
-        from memory.tasks import import_knowledge_task
+IMPORT_NOT_SENT = "无法提交导入任务：{reason}。这个导入没有开始，可以直接重新提交。"
 
-        import_knowledge_task.delay(job_id, batch_id)
+
+def _enqueue_import(job_id: int, batch_id: int) -> None:
+    """Send the import task; if the broker is down, fail the job and its batch, then re-raise.
+
+    Runs right after the registering transaction commits, so a failed send
+    leaves nothing ``queued``/``running`` behind to block later imports (409).
+    """
+    if not getattr(settings, "MEMORY_ENQUEUE_TASKS", True):
+        return
+    from memory import broker
+    from memory.tasks import import_knowledge_task
+
+    try:
+        broker.publish(import_knowledge_task, (job_id, batch_id))
+    except broker.BrokerUnavailable as exc:
+        error = IMPORT_NOT_SENT.format(reason=exc)
+        now = services.now_ms()
+        with transaction.atomic():
+            ImportBatch.objects.filter(pk=batch_id, status="running").update(
+                status="failed", error=error, finished_at=now
+            )
+            job = Job.objects.filter(pk=job_id).only("params").first()
+            job_fail(job_id=job_id, error=error, params=_public_params(job.params if job else {}))
+        logger.warning("import_enqueue_failed job=%s batch=%s error=%s", job_id, batch_id, exc)
+        raise
 
 
 def start_import(
@@ -828,7 +850,9 @@ def start_import(
     time: the check for a running batch and the insert share one write
     transaction, so two concurrent starts cannot both pass (``ImportBusyError``).
     The import task is enqueued after commit (unless ``enqueue`` is False or
-    ``MEMORY_ENQUEUE_TASKS`` is off; then call :func:`run_import`).
+    ``MEMORY_ENQUEUE_TASKS`` is off; then call :func:`run_import`). When the
+    broker is down the job and the batch are marked failed with the reason and
+    :class:`memory.broker.BrokerUnavailable` propagates (HTTP 503).
     """
     if kind not in ("paste", "upload"):
         raise ImportLimitError("导入类型只能是 paste 或 upload")

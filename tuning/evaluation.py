@@ -516,18 +516,26 @@ def resolve_target(*, profile: str | None = None, params: Mapping[str, Any] | No
 
 
 def _enqueue(kind: str, job_id: int) -> None:
+    """Send the job's task right after commit; if the broker is down, fail the job and re-raise.
+
+    :class:`memory.broker.BrokerUnavailable` propagates from the committing
+    ``atomic`` block (HTTP 503); the job is already ``failed`` with the reason,
+    so it never waits ``queued`` for a task that was never sent.
+    """
+    from memory import broker
     from tuning import tasks
 
     task = tasks.evaluate_task if kind == "evaluate" else tasks.compare_task
 
     def send() -> None:
         try:
-            task.delay(job_id)
-        except Exception as exc:  # noqa: BLE001 — broker down: the job must not stay queued forever
-            logger.exception("tuning_job_enqueue_failed job=%s", job_id)
+            broker.publish(task, (job_id,))
+        except broker.BrokerUnavailable as exc:
             from memory.jobs import job_fail
 
+            logger.warning("tuning_job_enqueue_failed job=%s error=%s", job_id, exc)
             job_fail(job_id=job_id, error=f"无法提交后台任务：{exc}")
+            raise
 
     transaction.on_commit(send)
 
