@@ -169,7 +169,13 @@ CELERY_BEAT_SCHEDULE = {
     "memory-backfill-vectors": {"task": "memory.tasks.vectors_backfill_task", "schedule": crontab(minute="*/3")},
     # Streams whose summarisation/extraction is due but was never enqueued (broker outage): every 5 minutes.
     "memory-stream-checks": {"task": "memory.tasks.stream_checks_sweep_task", "schedule": crontab(minute="*/5")},
+    # Jobs whose worker died without a restart under the same name (lease ran out): every 5 minutes (minute 2).
+    "memory-recover-jobs": {"task": "memory.tasks.jobs_recover_task", "schedule": crontab(minute="2-59/5")},
 }
+# A running job with no heartbeat (start or progress write) for this long lost its worker.
+JOB_LEASE_SECONDS = envint("JOB_LEASE_SECONDS", 900)
+# A re-queued import / evaluation is started at most this many times, then failed with the reason.
+JOB_MAX_ATTEMPTS = envint("JOB_MAX_ATTEMPTS", 3)
 
 # --- Memory engine knobs (reference-spec §0.3 schema defaults) --------------
 WORKING_MEMORY_MESSAGES = envint("WORKING_MEMORY_MESSAGES", 40)

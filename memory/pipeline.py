@@ -884,13 +884,15 @@ def _public_params(params: dict[str, Any]) -> dict[str, Any]:
 
 def run_import(
     *, job_id: int, embedder: Any = None, embed: bool = True, at: int | None = None,
-    on_progress: Callable[[int, int], None] | None = None,
+    on_progress: Callable[[int, int], None] | None = None, worker: str = "",
 ) -> dict[str, Any] | None:
     """Run an import job: chunks → knowledge rows of its batch, then their vectors.
 
-    Progress is written to the job every 20 chunks. Rerunning is safe: knowledge
-    is deduplicated by content, so a redelivered job only re-finds its rows; a
-    finished job returns its stored result; a missing job returns None.
+    Progress (the job's heartbeat) is written every 20 chunks. Rerunning is safe:
+    knowledge is deduplicated by content, so a job re-queued after its worker
+    died (:func:`memory.jobs.recover_orphaned_jobs`) only re-finds its rows; a
+    finished job returns its stored result; a job another delivery is running,
+    and a missing job, return None.
     """
     job = Job.objects.filter(pk=job_id, kind="import").first()
     if job is None:
@@ -904,7 +906,8 @@ def run_import(
     if batch is None or batch.status != "running":
         job_fail(job_id=job_id, error="导入批次不存在或已结束", params=_public_params(params))
         return None
-    job_start(job_id=job_id)
+    if not job_start(job_id=job_id, worker=worker):
+        return None  # running elsewhere; a dead worker's job is re-queued by the lease sweep
     now = _now(at)
     chunks = split_into_chunks(params.get("text", ""))
     total = len(chunks)
@@ -920,6 +923,7 @@ def run_import(
                     ids.append(services.add_knowledge(content=chunk, source=IMPORT_SOURCE, at=now, batch_id=batch.pk))
             done = min(total, start + IMPORT_PROGRESS_EVERY)
             job_progress(job_id=job_id, progress=done)
+            _test_delay("MEMORY_TEST_IMPORT_DELAY")  # between transactions: lets an integration test kill the worker
             if on_progress is not None:
                 on_progress(done, total)
         embedded = 0

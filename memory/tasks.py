@@ -21,6 +21,7 @@ up after the third.
 """
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import socket
@@ -34,7 +35,7 @@ from django.db import OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import LockError
 
-from memory import broker, pipeline, services
+from memory import broker, jobs, pipeline, services
 from memory.providers.chat import ProviderRateLimited, ProviderTimeout
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ __all__ = [
     "extract_stream_task",
     "facts_sweep_task",
     "import_knowledge_task",
+    "jobs_recover_task",
     "release_stale_locks",
     "stream_checks_sweep_task",
     "summarize_stream_task",
@@ -329,10 +331,17 @@ def facts_sweep_task() -> int:
 # Safe to redeliver: knowledge is deduplicated by content, so a rerun of a half-done
 # import re-finds its rows; a finished job returns its stored result. Not retried:
 # a failure marks the job and its batch failed for the operator to see.
-@shared_task(acks_late=True, soft_time_limit=1800, time_limit=1860)
-def import_knowledge_task(job_id: int, batch_id: int | None = None) -> dict[str, Any] | None:
+@shared_task(bind=True, acks_late=True, soft_time_limit=1800, time_limit=1860)
+def import_knowledge_task(self: Any, job_id: int, batch_id: int | None = None) -> dict[str, Any] | None:
     """Run an import job (:func:`memory.pipeline.run_import`); a missing job is a no-op."""
-    return pipeline.run_import(job_id=int(job_id))
+    return pipeline.run_import(job_id=int(job_id), worker=self.request.hostname or "")
+
+
+# Safe to redeliver: every transition is conditional on the job still running.
+@shared_task(acks_late=True, soft_time_limit=60, time_limit=90, **RETRY)
+def jobs_recover_task() -> dict[str, list[int]]:
+    """Re-queue or fail running jobs whose worker stopped sending heartbeats (:func:`memory.jobs.recover_orphaned_jobs`)."""
+    return jobs.recover_orphaned_jobs()
 
 
 # --- worker start-up ----------------------------------------------------------------------------
@@ -356,13 +365,25 @@ def release_stale_locks(hostname: str) -> int:
     return released
 
 
-def worker_startup(hostname: str | None) -> None:
+def worker_startup(hostname: str | None, *, started_at: float | None = None) -> None:
     """What a worker does once it is ready to consume.
 
-    Releases its predecessor's locks and queued markers, then enqueues one
-    edge-decay sweep (edges kept decaying while no worker ran), one vector
-    backfill and one sweep of due streams (work left by a killed worker).
+    Re-queues (or fails) the jobs its killed predecessor was running and the
+    jobs whose lease ran out, releases its predecessor's locks and queued
+    markers, then enqueues one edge-decay sweep (edges kept decaying while no
+    worker ran), one vector backfill, one sweep of due streams (work left by a
+    killed worker) and one retention sweep. ``started_at`` (epoch seconds) is
+    when this worker booted: a job of this node name with an older heartbeat
+    belonged to its predecessor.
     """
+    try:
+        started = datetime.datetime.fromtimestamp(started_at or time.time(), tz=datetime.UTC)
+        recovered = jobs.recover_orphaned_jobs(worker=hostname, worker_started=started)
+        if recovered["requeued"] or recovered["failed"]:
+            logger.warning("orphaned_jobs_recovered worker=%s requeued=%s failed=%s", hostname,
+                           recovered["requeued"], recovered["failed"])
+    except Exception:  # start-up housekeeping must never stop the worker
+        logger.exception("job_recovery_failed worker=%s", hostname)
     try:
         client = _redis()
         if hostname:

@@ -561,10 +561,13 @@ def submit_comparison(a: Mapping[str, Any], b: Mapping[str, Any], *, max_turns: 
     return job
 
 
-def run_job(job_id: int, *, vectors: QueryVectors | None = None, replay: ReplayFn | None = None) -> bool:
+def run_job(job_id: int, *, vectors: QueryVectors | None = None, replay: ReplayFn | None = None,
+            worker: str = "") -> bool:
     """Run an ``evaluate`` / ``compare`` job: queued → running → done | failed.
 
     Returns False when the job is missing or was already taken (duplicate delivery).
+    Safe to rerun from the start (replays only read): a job whose worker died is
+    re-queued by :func:`memory.jobs.recover_orphaned_jobs`.
     """
     from memory.jobs import job_fail, job_finish, job_progress, job_start
     from memory.models import Job
@@ -574,7 +577,7 @@ def run_job(job_id: int, *, vectors: QueryVectors | None = None, replay: ReplayF
         return False
     params = job.params or {}
     samples = build_samples(max_turns=params.get("max_turns", DEFAULT_MAX_TURNS))
-    if not job_start(job_id=job_id, total=len(samples)):
+    if not job_start(job_id=job_id, total=len(samples), worker=worker):
         return False
     try:
         vectors = vectors if vectors is not None else configured_query_vectors()
