@@ -171,11 +171,20 @@ CELERY_BEAT_SCHEDULE = {
     "memory-stream-checks": {"task": "memory.tasks.stream_checks_sweep_task", "schedule": crontab(minute="*/5")},
     # Jobs whose worker died without a restart under the same name (lease ran out): every 5 minutes (minute 2).
     "memory-recover-jobs": {"task": "memory.tasks.jobs_recover_task", "schedule": crontab(minute="2-59/5")},
+    # pipeline_events and turns are bounded (memory/retention.py): every hour at minute 17.
+    "memory-retention": {"task": "memory.tasks.retention_sweep_task", "schedule": crontab(minute=17)},
 }
 # A running job with no heartbeat (start or progress write) for this long lost its worker.
 JOB_LEASE_SECONDS = envint("JOB_LEASE_SECONDS", 900)
 # A re-queued import / evaluation is started at most this many times, then failed with the reason.
 JOB_MAX_ATTEMPTS = envint("JOB_MAX_ATTEMPTS", 3)
+# Retention (memory/retention.py): events older than 72 h or beyond the newest 20 000 go, as in
+# the reference; turns older than 30 days or beyond the newest 5 000 go, but the newest 500 (what
+# trace-replay evaluation can replay) always stay.
+EVENT_RETENTION_COUNT = envint("EVENT_RETENTION_COUNT", 20_000)
+EVENT_RETENTION_HOURS = envfloat("EVENT_RETENTION_HOURS", 72)
+TURN_RETENTION_COUNT = envint("TURN_RETENTION_COUNT", 5_000)
+TURN_RETENTION_HOURS = envfloat("TURN_RETENTION_HOURS", 720)
 
 # --- Memory engine knobs (reference-spec §0.3 schema defaults) --------------
 WORKING_MEMORY_MESSAGES = envint("WORKING_MEMORY_MESSAGES", 40)

@@ -35,7 +35,7 @@ from django.db import OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import LockError
 
-from memory import broker, jobs, pipeline, services
+from memory import broker, jobs, pipeline, retention, services
 from memory.providers.chat import ProviderRateLimited, ProviderTimeout
 
 logger = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ __all__ = [
     "import_knowledge_task",
     "jobs_recover_task",
     "release_stale_locks",
+    "retention_sweep_task",
     "stream_checks_sweep_task",
     "summarize_stream_task",
     "vectors_backfill_task",
@@ -325,6 +326,16 @@ def facts_sweep_task() -> int:
     return services.sweep()
 
 
+# Safe to redeliver: it deletes by age and count; a rerun finds nothing more to delete.
+@shared_task(acks_late=True, soft_time_limit=300, time_limit=330, **RETRY)
+def retention_sweep_task() -> dict[str, int]:
+    """Prune ``pipeline_events`` and ``turns`` to their limits (:mod:`memory.retention`)."""
+    deleted = retention.retention_sweep()
+    if deleted["events"] or deleted["turns"]:
+        logger.info("retention_swept events=%d turns=%d", deleted["events"], deleted["turns"])
+    return deleted
+
+
 # --- import centre ------------------------------------------------------------------------------
 
 
@@ -393,5 +404,6 @@ def worker_startup(hostname: str | None, *, started_at: float | None = None) -> 
         edges_decay_task.apply_async()
         vectors_backfill_task.apply_async()
         stream_checks_sweep_task.apply_async()
+        retention_sweep_task.apply_async()
     except Exception:  # start-up housekeeping must never stop the worker
         logger.exception("worker_startup_failed worker=%s", hostname)
