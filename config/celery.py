@@ -24,7 +24,7 @@ _started_at: float | None = None
 
 @worker_init.connect
 def _on_worker_init(**kwargs) -> None:
-    """Load jieba's dictionary and IDF table once, before the pool forks.
+    """Load jieba's dictionary and IDF table and the local embedding model once, before the pool forks.
 
     Every child would otherwise pay 1–3 s on its first task; loaded here, the
     children share the parent's pages copy-on-write.
@@ -37,6 +37,12 @@ def _on_worker_init(**kwargs) -> None:
     from memory.engine import tokenize
 
     tokenize.warm_up()
+
+    # The embedding model too (1–2 s, ~100 MB): loaded before the fork, the pool's
+    # children share it and no task pays the load (nor the children's start-up timeout).
+    from memory.providers.config import preload_embedder
+
+    preload_embedder()
 
 
 @worker_ready.connect
