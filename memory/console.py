@@ -126,10 +126,17 @@ def edge_stats() -> dict[str, Any]:
 def ping_workers(timeout: float = 0.5) -> dict[str, Any]:
     """Ping the Celery workers; ``status`` is ``ok``, ``down`` or ``unknown`` (broker error).
 
-    The ping runs in a thread joined with a hard deadline: a broker that does not
-    answer must not hold a web request for its whole connection-retry loop.
+    Redis is asked first with the short timeouts of :mod:`memory.broker`; the
+    ping then runs in a thread joined with a hard deadline: a broker that does
+    not answer must not hold a web request for its whole connection-retry loop.
     """
     outcome: dict[str, Any] = {"status": "unknown", "workers": [], "error": ""}
+    from memory import broker
+
+    try:
+        broker.check()  # ≤ ~0.1 s, and nothing at all while the breaker is open
+    except broker.BrokerUnavailable as exc:
+        return {**outcome, "error": str(exc)[:200]}
 
     def run() -> None:
         try:

@@ -181,3 +181,13 @@ def test_enqueue_after_commit_never_raises_into_the_caller(dead_redis, settings)
         services.append_message(stream_id=s.pk, role="assistant", content="好的")
     assert time.perf_counter() - started < FIRST_CALL_BOUND_S
     assert broker.is_down()
+
+
+def test_the_dashboards_worker_ping_answers_at_once(dead_redis):
+    from memory import console
+
+    for _ in range(3):
+        started = time.perf_counter()
+        health = console.ping_workers()
+        assert time.perf_counter() - started < 0.5
+        assert health["status"] == "unknown" and health["error"]
