@@ -31,7 +31,7 @@ run: setup
 	@trap 'kill 0' INT TERM EXIT; \
 	$(BIN)/celery -A config worker --loglevel=INFO --concurrency=2 & \
 	$(BIN)/celery -A config beat --loglevel=INFO --schedule .cache/celerybeat-schedule & \
-	$(BIN)/gunicorn -c config/gunicorn.conf.py config.wsgi --bind 127.0.0.1:$(PORT) --workers 2 --access-logfile - ; wait
+	$(BIN)/gunicorn -c config/gunicorn.py config.wsgi --bind 127.0.0.1:$(PORT) ; wait
 
 web: setup
 	$(BIN)/python manage.py runserver 127.0.0.1:$(PORT)

@@ -178,6 +178,22 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A hung Redis (accepts, never answers) must not hold a request: every Redis call outside
+# Celery's consumer loop (enqueue markers, per-stream locks, the pre-publish check) waits at
+# most these timeouts, then the process skips Redis for BROKER_DOWN_SECONDS (memory/broker.py).
+REDIS_CONNECT_TIMEOUT = envfloat("REDIS_CONNECT_TIMEOUT", 0.1)
+REDIS_SOCKET_TIMEOUT = envfloat("REDIS_SOCKET_TIMEOUT", 0.1)
+BROKER_DOWN_SECONDS = envfloat("BROKER_DOWN_SECONDS", 5.0)
+# Celery's own connections (publish, ack): bounded too (kombu's default is to wait forever).
+# The consumer's BRPOP runs in the event loop and is not subject to socket_timeout.
+CELERY_BROKER_CONNECTION_TIMEOUT = envfloat("BROKER_CONNECT_TIMEOUT", 1.0)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "socket_connect_timeout": envfloat("BROKER_CONNECT_TIMEOUT", 1.0),
+    "socket_timeout": envfloat("BROKER_SOCKET_TIMEOUT", 1.0),
+    # Unacked messages of a SIGKILLed worker come back after this; longer than any task's time limit.
+    "visibility_timeout": 3600,
+}
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0, "interval_max": 0}
 CELERY_BEAT_SCHEDULE = {
     # Edges decay by the clock, not by traffic: sweep every 6 hours (minute 7).
     "memory-decay-edges": {"task": "memory.tasks.edges_decay_task", "schedule": crontab(minute=7, hour="*/6")},
@@ -185,7 +201,22 @@ CELERY_BEAT_SCHEDULE = {
     "memory-backfill-vectors": {"task": "memory.tasks.vectors_backfill_task", "schedule": crontab(minute="*/3")},
     # Streams whose summarisation/extraction is due but was never enqueued (broker outage): every 5 minutes.
     "memory-stream-checks": {"task": "memory.tasks.stream_checks_sweep_task", "schedule": crontab(minute="*/5")},
+    # Jobs whose worker died without a restart under the same name (lease ran out): every 5 minutes (minute 2).
+    "memory-recover-jobs": {"task": "memory.tasks.jobs_recover_task", "schedule": crontab(minute="2-59/5")},
+    # pipeline_events and turns are bounded (memory/retention.py): every hour at minute 17.
+    "memory-retention": {"task": "memory.tasks.retention_sweep_task", "schedule": crontab(minute=17)},
 }
+# A running job with no heartbeat (start or progress write) for this long lost its worker.
+JOB_LEASE_SECONDS = envint("JOB_LEASE_SECONDS", 900)
+# A re-queued import / evaluation is started at most this many times, then failed with the reason.
+JOB_MAX_ATTEMPTS = envint("JOB_MAX_ATTEMPTS", 3)
+# Retention (memory/retention.py): events older than 72 h or beyond the newest 20 000 go, as in
+# the reference; turns older than 30 days or beyond the newest 5 000 go, but the newest 500 (what
+# trace-replay evaluation can replay) always stay.
+EVENT_RETENTION_COUNT = envint("EVENT_RETENTION_COUNT", 20_000)
+EVENT_RETENTION_HOURS = envfloat("EVENT_RETENTION_HOURS", 72)
+TURN_RETENTION_COUNT = envint("TURN_RETENTION_COUNT", 5_000)
+TURN_RETENTION_HOURS = envfloat("TURN_RETENTION_HOURS", 720)
 
 # --- Memory engine knobs (reference-spec §0.3 schema defaults) --------------
 WORKING_MEMORY_MESSAGES = envint("WORKING_MEMORY_MESSAGES", 40)

@@ -31,7 +31,7 @@ from ninja.parser import Parser
 
 from curation import services as curation_services
 from curation.api import router as curation_router
-from memory import pipeline, recall, services
+from memory import broker, pipeline, recall, services
 from memory.auth import BearerTokenAuth, api_user
 from memory.engine.scope import origin_kind_for_stream
 from memory.engine.similarity import exact_key
@@ -201,6 +201,13 @@ def _on_operational(request: HttpRequest, exc: OperationalError) -> HttpResponse
     return _on_unexpected(request, exc)
 
 
+def _on_broker_down(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # The job (if any) is already marked failed with the reason; nothing is left running.
+    response = error_response(request, 503, f"the task queue (Redis) is unavailable; nothing was started, retry later ({exc})")
+    response["Retry-After"] = "5"
+    return response
+
+
 def _on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     logger.exception("api error on %s %s", request.method, request.path, exc_info=exc)
     return error_response(request, 500, "internal error; the request was not applied")
@@ -221,6 +228,7 @@ api.add_exception_handler(curation_services.CurationInputError, _status(400))
 api.add_exception_handler(pipeline.ImportLimitError, _status(422))
 api.add_exception_handler(pipeline.ImportBusyError, _status(409))
 api.add_exception_handler(pipeline.ImportBatchNotFoundError, _on_not_found)
+api.add_exception_handler(broker.BrokerUnavailable, _on_broker_down)
 api.add_exception_handler(ValueError, _status(400))
 # a pydantic error escaping a view is a server bug (e.g. a response not matching its schema)
 api.add_exception_handler(pydantic.ValidationError, _on_unexpected)

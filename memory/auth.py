@@ -8,7 +8,7 @@ bot does not turn every read into a write.
 No part of an ``Authorization`` header is ever logged: django-ninja's ``HttpBearer``
 logs the raw value of a header that does not start with ``Bearer`` (``Unexpected auth -
 'mc_…'``, or a ``Basic`` header's password), so :class:`BearerTokenAuth` reads the header
-itself. gunicorn's access log is configured in ``config/gunicorn.conf.py`` without the
+itself. gunicorn's access log is configured in ``config/gunicorn.py`` without the
 ``%(u)s`` atom, which would print the user part of a ``Basic`` header.
 
 A verified token is remembered by the process for ``CACHE_SECONDS`` (10 s), which saves

@@ -126,10 +126,17 @@ def edge_stats() -> dict[str, Any]:
 def ping_workers(timeout: float = 0.5) -> dict[str, Any]:
     """Ping the Celery workers; ``status`` is ``ok``, ``down`` or ``unknown`` (broker error).
 
-    The ping runs in a thread joined with a hard deadline: a broker that does not
-    answer must not hold a web request for its whole connection-retry loop.
+    Redis is asked first with the short timeouts of :mod:`memory.broker`; the
+    ping then runs in a thread joined with a hard deadline: a broker that does
+    not answer must not hold a web request for its whole connection-retry loop.
     """
     outcome: dict[str, Any] = {"status": "unknown", "workers": [], "error": ""}
+    from memory import broker
+
+    try:
+        broker.check()  # ≤ ~0.1 s, and nothing at all while the breaker is open
+    except broker.BrokerUnavailable as exc:
+        return {**outcome, "error": str(exc)[:200]}
 
     def run() -> None:
         try:
@@ -871,7 +878,7 @@ class ImportRefused(Exception):
 
 
 def start_import(data: dict[str, Any], *, user: str) -> Any:
-    from memory import pipeline
+    from memory import broker, pipeline
 
     try:
         return pipeline.start_import(
@@ -879,6 +886,8 @@ def start_import(data: dict[str, Any], *, user: str) -> Any:
         )
     except (pipeline.ImportLimitError, pipeline.ImportBusyError) as exc:
         raise ImportRefused(str(exc)) from exc
+    except broker.BrokerUnavailable as exc:  # the job and batch are already marked failed
+        raise ImportRefused(pipeline.IMPORT_NOT_SENT.format(reason=exc)) from exc
 
 
 def delete_batch_preview(batch_id: int) -> dict[str, Any]:

@@ -416,6 +416,12 @@ class Job(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The lease of a running job: the worker's node name and the last sign of life (start and
+    # every progress write). A job whose worker is gone is re-queued or failed by
+    # memory.jobs.recover_orphaned_jobs (worker start-up and beat).
+    worker = models.CharField(max_length=200, default="", blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.IntegerField(default=0)
 
     class Meta:
         db_table = "jobs"

@@ -814,11 +814,33 @@ def _first_line(text: str) -> str:
     return ""
 
 
-def _enqueue_import(job_id: int, batch_id: int) -> None:
-    if getattr(settings, "MEMORY_ENQUEUE_TASKS", True):
-        from memory.tasks import import_knowledge_task
+IMPORT_NOT_SENT = "无法提交导入任务：{reason}。这个导入没有开始，可以直接重新提交。"
 
-        import_knowledge_task.delay(job_id, batch_id)
+
+def _enqueue_import(job_id: int, batch_id: int) -> None:
+    """Send the import task; if the broker is down, fail the job and its batch, then re-raise.
+
+    Runs right after the registering transaction commits, so a failed send
+    leaves nothing ``queued``/``running`` behind to block later imports (409).
+    """
+    if not getattr(settings, "MEMORY_ENQUEUE_TASKS", True):
+        return
+    from memory import broker
+    from memory.tasks import import_knowledge_task
+
+    try:
+        broker.publish(import_knowledge_task, (job_id, batch_id))
+    except broker.BrokerUnavailable as exc:
+        error = IMPORT_NOT_SENT.format(reason=exc)
+        now = services.now_ms()
+        with transaction.atomic():
+            ImportBatch.objects.filter(pk=batch_id, status="running").update(
+                status="failed", error=error, finished_at=now
+            )
+            job = Job.objects.filter(pk=job_id).only("params").first()
+            job_fail(job_id=job_id, error=error, params=_public_params(job.params if job else {}))
+        logger.warning("import_enqueue_failed job=%s batch=%s error=%s", job_id, batch_id, exc)
+        raise
 
 
 def start_import(
@@ -831,7 +853,9 @@ def start_import(
     time: the check for a running batch and the insert share one write
     transaction, so two concurrent starts cannot both pass (``ImportBusyError``).
     The import task is enqueued after commit (unless ``enqueue`` is False or
-    ``MEMORY_ENQUEUE_TASKS`` is off; then call :func:`run_import`).
+    ``MEMORY_ENQUEUE_TASKS`` is off; then call :func:`run_import`). When the
+    broker is down the job and the batch are marked failed with the reason and
+    :class:`memory.broker.BrokerUnavailable` propagates (HTTP 503).
     """
     if kind not in ("paste", "upload"):
         raise ImportLimitError("导入类型只能是 paste 或 upload")
@@ -863,13 +887,15 @@ def _public_params(params: dict[str, Any]) -> dict[str, Any]:
 
 def run_import(
     *, job_id: int, embedder: Any = None, embed: bool = True, at: int | None = None,
-    on_progress: Callable[[int, int], None] | None = None,
+    on_progress: Callable[[int, int], None] | None = None, worker: str = "",
 ) -> dict[str, Any] | None:
     """Run an import job: chunks → knowledge rows of its batch, then their vectors.
 
-    Progress is written to the job every 20 chunks. Rerunning is safe: knowledge
-    is deduplicated by content, so a redelivered job only re-finds its rows; a
-    finished job returns its stored result; a missing job returns None.
+    Progress (the job's heartbeat) is written every 20 chunks. Rerunning is safe:
+    knowledge is deduplicated by content, so a job re-queued after its worker
+    died (:func:`memory.jobs.recover_orphaned_jobs`) only re-finds its rows; a
+    finished job returns its stored result; a job another delivery is running,
+    and a missing job, return None.
     """
     job = Job.objects.filter(pk=job_id, kind="import").first()
     if job is None:
@@ -883,7 +909,8 @@ def run_import(
     if batch is None or batch.status != "running":
         job_fail(job_id=job_id, error="导入批次不存在或已结束", params=_public_params(params))
         return None
-    job_start(job_id=job_id)
+    if not job_start(job_id=job_id, worker=worker):
+        return None  # running elsewhere; a dead worker's job is re-queued by the lease sweep
     now = _now(at)
     chunks = split_into_chunks(params.get("text", ""))
     total = len(chunks)
@@ -899,6 +926,7 @@ def run_import(
                     ids.append(services.add_knowledge(content=chunk, source=IMPORT_SOURCE, at=now, batch_id=batch.pk))
             done = min(total, start + IMPORT_PROGRESS_EVERY)
             job_progress(job_id=job_id, progress=done)
+            _test_delay("MEMORY_TEST_IMPORT_DELAY")  # between transactions: lets an integration test kill the worker
             if on_progress is not None:
                 on_progress(done, total)
         embedded = 0

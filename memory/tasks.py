@@ -21,6 +21,7 @@ up after the third.
 """
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import socket
@@ -30,12 +31,11 @@ from typing import Any
 
 import redis
 from celery import shared_task
-from django.conf import settings
 from django.db import OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import LockError
 
-from memory import pipeline, services
+from memory import broker, jobs, pipeline, retention, services
 from memory.providers.chat import ProviderRateLimited, ProviderTimeout
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,9 @@ __all__ = [
     "extract_stream_task",
     "facts_sweep_task",
     "import_knowledge_task",
+    "jobs_recover_task",
     "release_stale_locks",
+    "retention_sweep_task",
     "stream_checks_sweep_task",
     "summarize_stream_task",
     "vectors_backfill_task",
@@ -56,6 +58,7 @@ __all__ = [
 ]
 
 TRANSIENT = (
+    broker.BrokerUnavailable,
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     BrokerError,
@@ -93,17 +96,11 @@ LOCK_PREFIX = "memory:lock:"
 QUEUED_PREFIX = "memory:queued:"
 VECTORS = "vectors"
 
-_clients: dict[str, redis.Redis] = {}
-
 _CAS_DELETE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 
 
 def _redis() -> redis.Redis:
-    url = settings.REDIS_URL
-    client = _clients.get(url)
-    if client is None:
-        client = _clients[url] = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-    return client
+    return broker.client()  # short timeouts, no client-side retries (memory/broker.py)
 
 
 def _lock_key(queue: str, stream_id: int | None = None) -> str:
@@ -136,10 +133,13 @@ def _due(queue: str, stream_id: int) -> bool:
 def enqueue_stream_check(queue: str, stream_id: int, *, countdown: int = 0, check_due: bool = True) -> bool:
     """Enqueue one stream's summarisation or extraction task if it is due and not in flight.
 
-    Returns True when a task was sent. Never raises: a broker outage must not
-    fail the request that stored a message (the next message, the worker's
-    start-up sweep or a later check picks the work up).
+    Returns True when a task was sent. Never raises and never waits on Redis
+    for more than its short timeouts: a broker outage must not fail (or hold)
+    the request that stored a message — the next message, the beat sweep or
+    the worker's start-up sweep picks the work up from the database.
     """
+    if broker.is_down():
+        return False
     try:
         if check_due and not countdown and not _due(queue, stream_id):
             return False
@@ -150,29 +150,35 @@ def enqueue_stream_check(queue: str, stream_id: int, *, countdown: int = 0, chec
         if not client.set(marker, "1", nx=True, ex=QUEUED_TTL + countdown):
             return False  # already queued
         try:
-            _stream_task(queue).apply_async((stream_id,), countdown=countdown or None)
-        except Exception:
-            client.delete(marker)
+            broker.send(_stream_task(queue), (stream_id,), countdown=countdown or None)
+        except broker.BrokerUnavailable:
+            _forget(marker)
             raise
         return True
-    except (*TRANSIENT, LockError):
-        logger.warning("stream_check_enqueue_failed queue=%s stream=%s", queue, stream_id, exc_info=True)
+    except (*TRANSIENT, LockError) as exc:
+        if isinstance(exc, broker.REDIS_ERRORS):
+            broker.mark_down(exc)
+        logger.warning("stream_check_enqueue_failed queue=%s stream=%s error=%s", queue, stream_id, exc)
         return False
 
 
 def enqueue_stream_checks(stream_id: int) -> None:
     """Called after a message commits: enqueue the stream's summarisation and extraction checks.
 
-    Never raises: the message is already stored, and the worker's start-up
-    sweep or the stream's next message picks up a check that could not be sent.
+    Never raises: the message is already stored, and the beat sweep or the
+    worker's start-up sweep picks up a check that could not be sent. While the
+    broker is known to be down (:mod:`memory.broker`) it returns at once.
     """
+    if broker.is_down():
+        return
     queues = (pipeline.SUMMARIZE, pipeline.EXTRACT)
     try:
         # One round trip first: during a burst a check is queued or running for
         # most messages, and those need no database query at all.
         held = _redis().mget([_lock_key(q, stream_id) for q in queues] + [_queued_key(q, stream_id) for q in queues])
-    except TRANSIENT:
-        logger.warning("stream_check_enqueue_failed stream=%s", stream_id, exc_info=True)
+    except broker.REDIS_ERRORS as exc:
+        broker.mark_down(exc)
+        logger.warning("stream_check_enqueue_failed stream=%s error=%s", stream_id, exc)
         return
     for i, queue in enumerate(queues):
         if held[i] is not None or held[i + len(queues)] is not None:
@@ -184,7 +190,13 @@ def enqueue_stream_checks(stream_id: int) -> None:
 
 
 def enqueue_vector_backfill() -> bool:
-    """Embed new rows soon: enqueue one backfill unless one is queued or running."""
+    """Embed new rows soon: enqueue one backfill unless one is queued or running.
+
+    Never raises; while Redis is down the beat schedule (every 3 minutes) and
+    the worker's start-up backfill find the rows by ``embedding IS NULL``.
+    """
+    if broker.is_down():
+        return False
     try:
         client = _redis()
         if client.exists(_lock_key(VECTORS)):
@@ -193,14 +205,26 @@ def enqueue_vector_backfill() -> bool:
         if not client.set(marker, "1", nx=True, ex=QUEUED_TTL):
             return False
         try:
-            vectors_backfill_task.apply_async()
-        except Exception:
-            client.delete(marker)
+            broker.send(vectors_backfill_task)
+        except broker.BrokerUnavailable:
+            _forget(marker)
             raise
         return True
-    except TRANSIENT:
-        logger.warning("vector_backfill_enqueue_failed", exc_info=True)
+    except TRANSIENT as exc:
+        if isinstance(exc, broker.REDIS_ERRORS):
+            broker.mark_down(exc)
+        logger.warning("vector_backfill_enqueue_failed error=%s", exc)
         return False
+
+
+def _forget(marker: str) -> None:
+    """Drop a queued marker whose task was never sent (best effort: it expires anyway)."""
+    if broker.is_down():
+        return
+    try:
+        _redis().delete(marker)
+    except TRANSIENT:
+        pass
 
 
 # --- stream work ------------------------------------------------------------------------------
@@ -302,16 +326,33 @@ def facts_sweep_task() -> int:
     return services.sweep()
 
 
+# Safe to redeliver: it deletes by age and count; a rerun finds nothing more to delete.
+@shared_task(acks_late=True, soft_time_limit=300, time_limit=330, **RETRY)
+def retention_sweep_task() -> dict[str, int]:
+    """Prune ``pipeline_events`` and ``turns`` to their limits (:mod:`memory.retention`)."""
+    deleted = retention.retention_sweep()
+    if deleted["events"] or deleted["turns"]:
+        logger.info("retention_swept events=%d turns=%d", deleted["events"], deleted["turns"])
+    return deleted
+
+
 # --- import centre ------------------------------------------------------------------------------
 
 
 # Safe to redeliver: knowledge is deduplicated by content, so a rerun of a half-done
 # import re-finds its rows; a finished job returns its stored result. Not retried:
 # a failure marks the job and its batch failed for the operator to see.
-@shared_task(acks_late=True, soft_time_limit=1800, time_limit=1860)
-def import_knowledge_task(job_id: int, batch_id: int | None = None) -> dict[str, Any] | None:
+@shared_task(bind=True, acks_late=True, soft_time_limit=1800, time_limit=1860)
+def import_knowledge_task(self: Any, job_id: int, batch_id: int | None = None) -> dict[str, Any] | None:
     """Run an import job (:func:`memory.pipeline.run_import`); a missing job is a no-op."""
-    return pipeline.run_import(job_id=int(job_id))
+    return pipeline.run_import(job_id=int(job_id), worker=self.request.hostname or "")
+
+
+# Safe to redeliver: every transition is conditional on the job still running.
+@shared_task(acks_late=True, soft_time_limit=60, time_limit=90, **RETRY)
+def jobs_recover_task() -> dict[str, list[int]]:
+    """Re-queue or fail running jobs whose worker stopped sending heartbeats (:func:`memory.jobs.recover_orphaned_jobs`)."""
+    return jobs.recover_orphaned_jobs()
 
 
 # --- worker start-up ----------------------------------------------------------------------------
@@ -335,13 +376,25 @@ def release_stale_locks(hostname: str) -> int:
     return released
 
 
-def worker_startup(hostname: str | None) -> None:
+def worker_startup(hostname: str | None, *, started_at: float | None = None) -> None:
     """What a worker does once it is ready to consume.
 
-    Releases its predecessor's locks and queued markers, then enqueues one
-    edge-decay sweep (edges kept decaying while no worker ran), one vector
-    backfill and one sweep of due streams (work left by a killed worker).
+    Re-queues (or fails) the jobs its killed predecessor was running and the
+    jobs whose lease ran out, releases its predecessor's locks and queued
+    markers, then enqueues one edge-decay sweep (edges kept decaying while no
+    worker ran), one vector backfill, one sweep of due streams (work left by a
+    killed worker) and one retention sweep. ``started_at`` (epoch seconds) is
+    when this worker booted: a job of this node name with an older heartbeat
+    belonged to its predecessor.
     """
+    try:
+        started = datetime.datetime.fromtimestamp(started_at or time.time(), tz=datetime.UTC)
+        recovered = jobs.recover_orphaned_jobs(worker=hostname, worker_started=started)
+        if recovered["requeued"] or recovered["failed"]:
+            logger.warning("orphaned_jobs_recovered worker=%s requeued=%s failed=%s", hostname,
+                           recovered["requeued"], recovered["failed"])
+    except Exception:  # start-up housekeeping must never stop the worker
+        logger.exception("job_recovery_failed worker=%s", hostname)
     try:
         client = _redis()
         if hostname:
@@ -351,5 +404,6 @@ def worker_startup(hostname: str | None) -> None:
         edges_decay_task.apply_async()
         vectors_backfill_task.apply_async()
         stream_checks_sweep_task.apply_async()
+        retention_sweep_task.apply_async()
     except Exception:  # start-up housekeeping must never stop the worker
         logger.exception("worker_startup_failed worker=%s", hostname)

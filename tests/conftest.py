@@ -17,3 +17,13 @@ def _fake_openai_server():
 def fake_openai(_fake_openai_server: FakeOpenAI) -> FakeOpenAI:
     _fake_openai_server.reset()
     return _fake_openai_server
+
+
+@pytest.fixture(autouse=True)
+def _broker_breaker_closed():
+    """Each test starts with Redis presumed up (memory/broker.py keeps a per-process breaker)."""
+    from memory import broker
+
+    broker.reset()
+    yield
+    broker.reset()

@@ -516,18 +516,26 @@ def resolve_target(*, profile: str | None = None, params: Mapping[str, Any] | No
 
 
 def _enqueue(kind: str, job_id: int) -> None:
+    """Send the job's task right after commit; if the broker is down, fail the job and re-raise.
+
+    :class:`memory.broker.BrokerUnavailable` propagates from the committing
+    ``atomic`` block (HTTP 503); the job is already ``failed`` with the reason,
+    so it never waits ``queued`` for a task that was never sent.
+    """
+    from memory import broker
     from tuning import tasks
 
     task = tasks.evaluate_task if kind == "evaluate" else tasks.compare_task
 
     def send() -> None:
         try:
-            task.delay(job_id)
-        except Exception as exc:  # noqa: BLE001 — broker down: the job must not stay queued forever
-            logger.exception("tuning_job_enqueue_failed job=%s", job_id)
+            broker.publish(task, (job_id,))
+        except broker.BrokerUnavailable as exc:
             from memory.jobs import job_fail
 
+            logger.warning("tuning_job_enqueue_failed job=%s error=%s", job_id, exc)
             job_fail(job_id=job_id, error=f"无法提交后台任务：{exc}")
+            raise
 
     transaction.on_commit(send)
 
@@ -553,10 +561,13 @@ def submit_comparison(a: Mapping[str, Any], b: Mapping[str, Any], *, max_turns: 
     return job
 
 
-def run_job(job_id: int, *, vectors: QueryVectors | None = None, replay: ReplayFn | None = None) -> bool:
+def run_job(job_id: int, *, vectors: QueryVectors | None = None, replay: ReplayFn | None = None,
+            worker: str = "") -> bool:
     """Run an ``evaluate`` / ``compare`` job: queued → running → done | failed.
 
     Returns False when the job is missing or was already taken (duplicate delivery).
+    Safe to rerun from the start (replays only read): a job whose worker died is
+    re-queued by :func:`memory.jobs.recover_orphaned_jobs`.
     """
     from memory.jobs import job_fail, job_finish, job_progress, job_start
     from memory.models import Job
@@ -566,7 +577,7 @@ def run_job(job_id: int, *, vectors: QueryVectors | None = None, replay: ReplayF
         return False
     params = job.params or {}
     samples = build_samples(max_turns=params.get("max_turns", DEFAULT_MAX_TURNS))
-    if not job_start(job_id=job_id, total=len(samples)):
+    if not job_start(job_id=job_id, total=len(samples), worker=worker):
         return False
     try:
         vectors = vectors if vectors is not None else configured_query_vectors()

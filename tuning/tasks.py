@@ -1,25 +1,33 @@
 """Celery tasks of the tuning app: thin adapters over :mod:`tuning.evaluation`.
 
 Both take only the job id; the job row carries the resolved parameters, and its
-conditional state transitions make a duplicate delivery a no-op.
+conditional state transitions make a duplicate delivery a no-op. ``acks_late``:
+a worker killed mid-run leaves the message to be redelivered, and the job's
+lease (its worker name and heartbeat) lets the start-up / beat sweep re-queue it.
 """
 from __future__ import annotations
+
+from typing import Any
 
 from celery import shared_task
 
 from tuning import evaluation
 
 
-@shared_task(name="tuning.tasks.evaluate_task", ignore_result=True)
-def evaluate_task(job_id: int) -> bool:
+# Safe to redeliver: a replay only reads, and job_start (queued → running) lets one delivery run it.
+@shared_task(bind=True, name="tuning.tasks.evaluate_task", ignore_result=True, acks_late=True,
+             soft_time_limit=1800, time_limit=1860)
+def evaluate_task(self: Any, job_id: int) -> bool:
     """Evaluate one parameter set by trace replay (job kind ``evaluate``)."""
-    return evaluation.run_job(int(job_id))
+    return evaluation.run_job(int(job_id), worker=self.request.hostname or "")
 
 
-@shared_task(name="tuning.tasks.compare_task", ignore_result=True)
-def compare_task(job_id: int) -> bool:
+# Safe to redeliver: as evaluate_task.
+@shared_task(bind=True, name="tuning.tasks.compare_task", ignore_result=True, acks_late=True,
+             soft_time_limit=1800, time_limit=1860)
+def compare_task(self: Any, job_id: int) -> bool:
     """What-if comparison of two parameter sets on the same traces (job kind ``compare``)."""
-    return evaluation.run_job(int(job_id))
+    return evaluation.run_job(int(job_id), worker=self.request.hostname or "")
 
 
 @shared_task(name="tuning.tasks.probe_overrides_task", ignore_result=True)

@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
+from memory.broker import BrokerUnavailable
 from memory.models import Job, Turn
 from tuning import evaluation, services
 from tuning.forms import ACTIVE_CHOICE, CompareForm, DraftForm, draft_initial, target_for_choice
@@ -100,9 +101,12 @@ def draft(request: HttpRequest) -> HttpResponse:
     form = DraftForm(request.POST)
     action = request.POST.get("action", "evaluate_draft")
     if action == "evaluate_active":
-        job = evaluation.submit_evaluation(
-            evaluation.resolve_target(), max_turns=_max_turns(request), user=_user(request)
-        )
+        try:
+            job = evaluation.submit_evaluation(
+                evaluation.resolve_target(), max_turns=_max_turns(request), user=_user(request)
+            )
+        except BrokerUnavailable as exc:
+            return _not_sent(request, exc)
         return redirect("tuning:job", job.pk)
     if not form.is_valid():
         return _refused(request, form)
@@ -125,6 +129,8 @@ def draft(request: HttpRequest) -> HttpResponse:
     except ProfileError as exc:
         messages.error(request, str(exc))
         return render(request, "tuning/index.html", _index_context(request, form), status=exc.status)
+    except BrokerUnavailable as exc:
+        return _not_sent(request, exc)
     return redirect("tuning:job", job.pk)
 
 
@@ -206,8 +212,17 @@ def compare(request: HttpRequest) -> HttpResponse:
         messages.error(request, str(exc))
         return redirect("tuning:index")
     a["label"], b["label"] = f"A · {a['label']}", f"B · {b['label']}"
-    job = evaluation.submit_comparison(a, b, max_turns=form.cleaned_data["max_turns"], user=_user(request))
+    try:
+        job = evaluation.submit_comparison(a, b, max_turns=form.cleaned_data["max_turns"], user=_user(request))
+    except BrokerUnavailable as exc:
+        return _not_sent(request, exc)
     return redirect("tuning:job", job.pk)
+
+
+def _not_sent(request: HttpRequest, exc: BrokerUnavailable) -> HttpResponse:
+    """The broker is down: the job was created and marked failed; say so and go back."""
+    messages.error(request, _("无法提交后台任务（%(reason)s），请稍后重试。") % {"reason": exc})
+    return redirect("tuning:index")
 
 
 def _tuning_job(pk: int) -> Job:

@@ -17,7 +17,9 @@ Every returned object has a ``label`` ("llm:<model>", "heuristic", …).
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from typing import Any
 
 from memory.providers import Extractor, Summariser
@@ -26,7 +28,7 @@ from memory.providers.embeddings import MAX_BATCH, Embedder
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["get_chat_model", "get_embedder", "get_extractor", "get_summariser", "reset_cache"]
+__all__ = ["get_chat_model", "get_embedder", "get_extractor", "get_summariser", "preload_embedder", "reset_cache"]
 
 _cache: dict[tuple, Any] = {}
 _cache_lock = threading.Lock()
@@ -131,3 +133,30 @@ def get_extractor() -> Extractor:
 
     chat = get_chat_model()
     return _cached(("extractor", *key), lambda: LLMExtractor(chat))
+
+
+def preload_embedder() -> float | None:
+    """Load the configured local embedding model now, at process start; returns the load time in ms.
+
+    Called by the Celery worker before its pool forks (config/celery.py) and by
+    each gunicorn worker after it loads the app (config/gunicorn.py), so no
+    request or task pays the 1–2 s load. A remote or disabled embedder needs no
+    loading (None); a model already loaded in this process (inherited through
+    fork) is not loaded again. Never raises: a broken model logs and the first
+    embed call tries again.
+    """
+    embedder = get_embedder()
+    threads = getattr(embedder, "threads", None)
+    if embedder is None or threads is None:
+        return None
+    from memory.providers import local
+
+    try:
+        started = time.perf_counter()
+        local.load_model(threads)
+        elapsed = (time.perf_counter() - started) * 1000
+    except Exception:  # noqa: BLE001 — preloading is an optimisation; the first embed retries
+        logger.exception("embedder_preload_failed label=%s", embedder.label)
+        return None
+    logger.info("embedder_preloaded label=%s load_ms=%.0f pid=%d", embedder.label, elapsed, os.getpid())
+    return elapsed

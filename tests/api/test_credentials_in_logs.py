@@ -134,7 +134,7 @@ def _gunicorn_access_line(access_log_format: str, authorization: str) -> str:
 
 
 def test_gunicorn_access_log_keeps_basic_credentials_out(token):
-    conf = runpy.run_path(str(Path(django_settings.BASE_DIR) / "config" / "gunicorn.conf.py"))
+    conf = runpy.run_path(str(Path(django_settings.BASE_DIR) / "config" / "gunicorn.py"))
     header = _basic(token, "")
     line = _gunicorn_access_line(conf["access_log_format"], header)
     assert token not in line and header.split()[1] not in line
@@ -148,4 +148,4 @@ def test_gunicorn_access_log_keeps_basic_credentials_out(token):
 def test_make_run_uses_the_gunicorn_config():
     makefile = (Path(django_settings.BASE_DIR) / "Makefile").read_text()
     run_lines = [line for line in makefile.splitlines() if "gunicorn " in line and "config.wsgi" in line]
-    assert run_lines and all("-c config/gunicorn.conf.py" in line for line in run_lines)
+    assert run_lines and all("-c config/gunicorn.py" in line for line in run_lines)

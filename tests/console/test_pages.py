@@ -68,8 +68,11 @@ def test_worker_health_is_unknown_without_a_broker_answer(operator, monkeypatch)
     assert "<html" in page.content.decode()
 
 
-def test_ping_workers_reports_unknown_on_broker_errors(monkeypatch):
+def test_ping_workers_reports_unknown_on_broker_errors(monkeypatch, settings):
     from memory import console
+    from tests.redis_url import TEST_REDIS_URL
+
+    settings.REDIS_URL = TEST_REDIS_URL  # asked (PING) before the workers are
 
     def boom(timeout):
         raise ConnectionError("no broker")

@@ -313,11 +313,13 @@ def test_compare_same_params_changes_nothing(e1):
 # --- jobs ---------------------------------------------------------------------------------------
 
 
-def test_job_runs_with_progress_and_stores_the_report(e1, django_capture_on_commit_callbacks, monkeypatch):
+def test_job_runs_with_progress_and_stores_the_report(e1, django_capture_on_commit_callbacks, monkeypatch, settings):
+    from tests.redis_url import TEST_REDIS_URL
     from tuning import tasks
 
+    settings.REDIS_URL = TEST_REDIS_URL  # the pre-publish check pings it; nothing is published
     sent = []
-    monkeypatch.setattr(tasks.evaluate_task, "delay", lambda job_id: sent.append(job_id))
+    monkeypatch.setattr(tasks.evaluate_task, "apply_async", lambda args=None, **options: sent.append(args[0]))
     record_turn(e1["s"], e1["a"], [e1["a"], e1["b"]], "咖啡", prompt=[e1["fa"]])
     record_turn(e1["s"], e1["a"], [e1["a"], e1["b"]], "爵士", prompt=[e1["fb"]], at=T0 + 5000)
     target = evaluation.resolve_target(params={"fact_recall_limit": 2})

@@ -82,7 +82,7 @@ def test_start_import_registers_a_running_batch_and_a_queued_job():
 
 
 @pytest.mark.django_db
-def test_the_import_task_is_enqueued_after_commit(settings, burst, django_capture_on_commit_callbacks):
+def test_the_import_task_is_enqueued_after_commit(settings, burst, redis_db, django_capture_on_commit_callbacks):
     settings.MEMORY_ENQUEUE_TASKS = True
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         job = pipeline.start_import(text=TEXT, origin_name="p")

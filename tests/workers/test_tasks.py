@@ -181,7 +181,8 @@ def test_worker_startup_releases_only_its_own_locks_and_enqueues_housekeeping(re
 
     assert redis_db.keys("memory:lock:*") == [b"memory:lock:extract:1"]
     assert not redis_db.keys("memory:queued:*")
-    assert sorted(burst.names()) == ["edges_decay_task", "stream_checks_sweep_task", "vectors_backfill_task"]
+    assert sorted(burst.names()) == ["edges_decay_task", "retention_sweep_task", "stream_checks_sweep_task",
+                                     "vectors_backfill_task"]
     for _, args, kwargs in burst.calls:
         json.dumps([args, kwargs])
 

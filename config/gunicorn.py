@@ -1,0 +1,31 @@
+"""gunicorn settings of `make run` (``gunicorn -c config/gunicorn.py config.wsgi``).
+
+The access log is gunicorn's "combined" format without ``%(u)s``: that atom is the user
+part of an ``Authorization: Basic`` header, which a client that puts its ``mc_…`` token
+there would see printed in the log. No atom here reads a header that carries a
+credential (``Authorization``, ``Cookie``).
+
+Each worker imports the URLconf (every view, the API schemas), loads jieba's
+dictionary and the local embedding model once it has loaded the app and before
+it accepts a request, so its first request pays none of that (the model's load
+time is logged: ``embedder_preloaded … load_ms=…``).
+"""
+from __future__ import annotations
+
+import os
+
+bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+accesslog = "-"
+access_log_format = '%(h)s %(l)s - %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"'
+
+
+def post_worker_init(worker) -> None:
+    from django.urls import get_resolver
+
+    from memory.engine import tokenize
+    from memory.providers.config import preload_embedder
+
+    get_resolver().url_patterns  # noqa: B018 — imports every view and builds the API schemas (~2 s)
+    tokenize.warm_up()  # jieba's dictionary: 1–3 s
+    preload_embedder()
