@@ -54,6 +54,7 @@ bench: $(VENV)/.installed
 
 eval: $(VENV)/.installed
 	$(BIN)/python -m bench.eval
+	$(BIN)/python -m bench.eval_api
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
