@@ -204,6 +204,11 @@ class Deployment:
             time.sleep(0.5)
         return {"idle": quiet >= 3, "seconds": round(time.perf_counter() - t0, 1), "backlog": state}
 
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of the web server and of the worker (each with its child processes)."""
+        return {"server": tree_cpu_seconds(self.server.proc.pid), "worker": tree_cpu_seconds(self.worker.pid),
+                "harness": time.process_time()}
+
     def stop(self) -> None:
         if self.server is not None:
             self.server.stop()
@@ -220,6 +225,22 @@ class Deployment:
             self.redis().flushdb()
         except Exception:  # noqa: BLE001 — cleanup must not hide the real error
             pass
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its direct children so far (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry.name) == pid or int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 class Client:
@@ -402,6 +423,7 @@ def score_locomo(convs: Sequence[LocomoConv], answers: dict[str, list], embedder
                 "gold": sorted(a.gold), "prompt_fact_ids": a.confirmed,
                 "prompt_evidence": [sorted(u) for u in units["ours_turn"]],
                 "R@5": rows["ours_turn"][-1][1]["R@5"], "bm25s_R@5": rows["bm25s_facts"][-1][1]["R@5"],
+                "dense_R@5": rows["dense_only"][-1][1]["R@5"],
             })
     methods = {name: {"label": label, **summarise(rows[name])} for name, label in LOCOMO_METHODS.items()}
     diagnostics = {name: {"label": label, **summarise(rows[name])} for name, label in LOCOMO_DIAGNOSTICS.items()}
@@ -588,6 +610,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
         warm_up(client)
 
         # 1. ingest, several client threads (one conversation / haystack per job, its own order kept)
+        load_before, cpu0 = os.getloadavg()[0], dep.cpu()
         t0 = time.perf_counter()
         with ThreadPoolExecutor(INGEST_THREADS) as pool:
             loc_jobs = [pool.submit(post_locomo, r, client, args.questions, args.sessions) for r in raw_convs]
@@ -595,12 +618,15 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
             convs = [j.result() for j in loc_jobs]
             stacks = [j.result() for j in md_jobs]
         t_ingest = time.perf_counter() - t0
+        cpu = {k: round(v - cpu0[k], 1) for k, v in dep.cpu().items()}
         n_req = sum(len(client.latency[r]) for r in ("messages", "facts"))
         result["ingest"] = {
             "threads": INGEST_THREADS, "requests": n_req, "seconds": round(t_ingest, 1),
             "requests_per_s": round(n_req / t_ingest, 1) if t_ingest else 0.0,
             "latency": {r: stats(client.latency[r]) for r in ("messages", "facts")},
             "errors": len(client.errors), "first_errors": client.errors[:5],
+            "cpu_seconds": cpu, "server_cpu_ms_per_request": round(cpu["server"] / n_req * 1000, 2) if n_req else None,
+            "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         }
         log(f"ingest: {n_req} requests in {t_ingest:.1f}s ({result['ingest']['requests_per_s']} req/s, "
             f"{len(client.errors)} errors)")
@@ -677,16 +703,20 @@ def _fmt_ratio(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}×"
 
 
+SHORT = {"ours_turn": "ours (turn + confirm)", "ours_inspect": "ours (inspect)", "bm25s_facts": "bm25s",
+         "bm25s_messages": "bm25s", "dense_only": "dense-only", "dense_messages": "dense-only"}
+
+
 def _by_group_table(block: dict, ours: str, others: Sequence[str], group: str) -> str:
     methods = block["methods"]
     groups = list(methods[ours][group])
     header = ["R@5", *[f"{g} (n={methods[ours][group][g]['n']})" for g in groups], "overall"]
-    rows = [[m["label"].split(":")[0], *[m[group][g].get("R@5", 0.0) for g in groups], m["overall"].get("R@5", 0.0)]
-            for m in methods.values()]
+    rows = [[SHORT.get(name, name), *[m[group][g].get("R@5", 0.0) for g in groups], m["overall"].get("R@5", 0.0)]
+            for name, m in methods.items()]
     for other in others:
         r = block["ratios"][other]
-        rows.append([f"ours / {methods[other]['label'].split(' over')[0].split(':')[0]}",
-                     *[_fmt_ratio(r[group][g]) for g in groups], _fmt_ratio(r["overall"])])
+        rows.append([f"ours / {SHORT.get(other, other)}", *[_fmt_ratio(r[group][g]) for g in groups],
+                     _fmt_ratio(r["overall"])])
     return md_table(header, rows)
 
 
@@ -710,7 +740,12 @@ def render(results: dict) -> str:
         "",
         f"- Ingest: {ing['requests']} requests (`POST /messages`, `POST /facts`) from {ing['threads']} client threads in "
         f"{ing['seconds']} s = **{ing['requests_per_s']} req/s** while the worker runs; messages "
-        f"{ms(ing['latency']['messages'])}, facts {ms(ing['latency']['facts'])}; {ing['errors']} errors.",
+        f"{ms(ing['latency']['messages'])}, facts {ms(ing['latency']['facts'])}; {ing['errors']} errors."
+        + (f" CPU in that time: web server {ing['cpu_seconds']['server']} s ({ing['server_cpu_ms_per_request']} ms "
+           f"per request), worker {ing['cpu_seconds']['worker']} s, this harness {ing['cpu_seconds']['harness']} s; "
+           f"1-minute load average {ing['load_average_1min'][0]} → {ing['load_average_1min'][1]} on "
+           f"{results.get('cpus')} cores (a shared machine: other work slows every figure here)."
+           if "cpu_seconds" in ing else ""),
         f"- Worker: {'idle' if wk['idle'] else '**not idle**'} {wk['seconds']} s after the last post (no stream due, "
         f"no row without a vector, no task queued or running); {wk['episodes']} episodes, {wk['facts']} fact rows.",
         f"- Questions ({qs['threads']} client threads, {qs['seconds']} s): `POST /turns` {ms(lat['turns'])}, "
@@ -742,9 +777,14 @@ def render(results: dict) -> str:
         for other in ("bm25s_facts", "dense_only"):
             t = tg.get(f"locomo_r5_vs_{other}")
             if t:
-                verdicts.append(f"ours / {other} = {_fmt_ratio(t['ratio'])} ({'met' if t['met'] else '**not met**'})")
+                verdicts.append(f"ours / {SHORT[other]} = {_fmt_ratio(t['ratio'])} ({'met' if t['met'] else 'not met'})")
+        prep, conf = lo["diagnostics"]["ours_prepare"]["overall"]["R@5"], m["ours_turn"]["overall"]["R@5"]
         out += [f"**Target (LoCoMo R@5 ≥ {RATIO_TARGET} × bm25s and ≥ {RATIO_TARGET} × dense-only): "
-                + "; ".join(verdicts) + ".**", "", "R@5 per question category, and the ratios:", "",
+                + "; ".join(verdicts) + ".**", "",
+                f"The prompt before confirm (lexical pool only) reaches R@5 {prep:.3f}; confirm's dense channel and "
+                f"fused re-rank {'lower' if conf < prep else 'raise'} it to {conf:.3f}. Per question (conversation, "
+                "gold, prompt fact ids and the evidence they cover): `--per-question FILE`.",
+                "", "R@5 per question category, and the ratios:", "",
                 _by_group_table(lo, "ours_turn", ("bm25s_facts", "dense_only"), "by_category")]
     md = results.get("memdaily")
     if md:
@@ -763,7 +803,7 @@ def render(results: dict) -> str:
                                          for x in [*md["methods"].values(), *md["diagnostics"].values()]]),
             "",
             f"**Target (MemDaily inspect R@5 ≥ bm25s): ours / bm25s = {_fmt_ratio(t.get('ratio'))} "
-            f"({'met' if t.get('met') else '**not met**'}).** The diagnostic row asks the question as a turn over "
+            f"({'met' if t.get('met') else 'not met'}).** The diagnostic row asks the question as a turn over "
             "the facts the worker extracted; a fact covers the messages whose own extraction yields the same text.",
             "",
             "R@5 per question type, and the ratios:",
@@ -788,6 +828,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "$MEMORY_EVAL_REDIS_URL or DB 14; never DB 0)")
     p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds to wait for the worker to be idle")
     p.add_argument("--output", type=Path, default=RESULTS_DIR / "eval_api.json", help="results JSON path")
+    p.add_argument("--per-question", type=Path, default=None, metavar="JSONL",
+                   help="also write every LoCoMo question (gold, prompt fact ids, evidence covered, R@5) as JSON lines")
     p.add_argument("--no-markdown", action="store_true", help="do not touch BENCHMARKS.md")
     p.add_argument("--render", type=Path, default=None, metavar="JSON",
                    help="only re-render the BENCHMARKS.md section from an existing results file")
@@ -835,6 +877,12 @@ def main(argv: list[str] | None = None) -> int:
     results["targets"] = targets(results)
     results["seconds"] = round(time.perf_counter() - t0, 1)
     args.output.parent.mkdir(parents=True, exist_ok=True)
+    per_question = results.get("locomo", {}).pop("per_question", [])
+    if args.per_question is not None:
+        args.per_question.parent.mkdir(parents=True, exist_ok=True)
+        args.per_question.write_text("".join(json.dumps(q, ensure_ascii=False) + "\n" for q in per_question),
+                                     encoding="utf-8")
+        log(f"wrote {args.per_question}")
     args.output.write_text(json.dumps(results, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     log(f"wrote {args.output}")
     text = render(results)

@@ -46,7 +46,8 @@ def test_eval_api_smoke(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "bench.eval_api", "--conversations", "1", "--sessions", "3", "--questions",
          str(QUESTIONS), "--memdaily-haystacks", "1", "--memdaily-questions", str(MD_QUESTIONS),
-         "--redis-url", TEST_REDIS_URL, "--output", str(out), "--no-markdown"],
+         "--redis-url", TEST_REDIS_URL, "--output", str(out), "--per-question", str(tmp_path / "questions.jsonl"),
+         "--no-markdown"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -68,7 +69,9 @@ def test_eval_api_smoke(tmp_path):
 
     assert lo["conversations"] == ["conv-26"] and lo["questions"] == QUESTIONS
     assert lo["confirms_with_vector"] == QUESTIONS  # confirm embedded each question on the server
-    assert all(len(q["prompt_fact_ids"]) <= dep["FACT_RECALL_LIMIT"] for q in lo["per_question"])
+    per_question = [json.loads(line) for line in (tmp_path / "questions.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(per_question) == QUESTIONS and "per_question" not in lo
+    assert all(0 < len(q["prompt_fact_ids"]) <= dep["FACT_RECALL_LIMIT"] for q in per_question)
     for name, method in {**lo["methods"], **lo["diagnostics"]}.items():
         check_method(name, method, QUESTIONS, ("R@1", "R@3", "R@5"))
     assert lo["methods"]["bm25s_facts"]["overall"]["R@5"] > 0  # the units carry the gold at all
