@@ -663,6 +663,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
                 "observation_facts": sum(len(c.fact_text) for c in convs),
                 **score_locomo(convs, loc_answers, embedder),
             }
+            log("LoCoMo scored")
         if stacks:
             result["memdaily"] = {
                 "haystacks": len(stacks),
@@ -671,7 +672,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
                 "questions": sum(len(s.questions) for s in stacks),
                 **score_memdaily(stacks, md_answers, embedder),
             }
-        log("scored")
+        log("MemDaily scored")
     finally:
         dep.stop()
         log("deployment stopped")
