@@ -57,6 +57,8 @@ bench: $(VENV)/.installed
 
 eval: $(VENV)/.installed
 	$(BIN)/python -m bench.eval
+	$(BIN)/python -m bench.eval_api
+	$(BIN)/python -m bench.eval_context
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -153,13 +153,13 @@ def refs(db: Path, counts: dict) -> tuple[list[tuple[str, str]], list[str], int]
 
 
 class Server:
-    def __init__(self, db: Path, workers: int = 2):
+    def __init__(self, db: Path, workers: int = 2, env: dict[str, str] | None = None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{self.port}",
              "--workers", str(workers), "--log-level", "warning"],
-            cwd=ROOT, env=env_for(db), start_new_session=True,
+            cwd=ROOT, env=env or env_for(db), start_new_session=True,
         )
 
     def wait_ready(self, timeout: float = 60.0) -> None:

@@ -150,6 +150,18 @@ def load(conversations: int | None = None) -> list[dict]:
     return data[:conversations] if conversations else data
 
 
+def session_times(conv: dict) -> dict[int, int]:
+    """Session number → its start (epoch ms, UTC), in session order; empty sessions left out."""
+    sessions = sorted(int(k.split("_")[1]) for k in conv if re.fullmatch(r"session_\d+", k) and conv[k])
+    return {s: session_time_ms(conv[f"session_{s}_date_time"]) for s in sessions}
+
+
+def questions_with_evidence(raw: dict, max_questions: int | None = None) -> list[dict]:
+    """The questions that cite at least one dialog id, in file order (capped at ``max_questions``)."""
+    questions = [q for q in raw["qa"] if dia_ids(q.get("evidence") or [])]
+    return questions[:max_questions] if max_questions else questions
+
+
 def import_conversation(raw: dict, embedder, *, max_questions: int | None = None) -> Conversation:
     from django.db import transaction
 
@@ -157,8 +169,8 @@ def import_conversation(raw: dict, embedder, *, max_questions: int | None = None
 
     conv = raw["conversation"]
     sid = raw["sample_id"]
-    sessions = sorted(int(k.split("_")[1]) for k in conv if re.fullmatch(r"session_\d+", k) and conv[k])
-    times = {s: session_time_ms(conv[f"session_{s}_date_time"]) for s in sessions}
+    times = session_times(conv)
+    sessions = list(times)
     speakers = [conv["speaker_a"], conv["speaker_b"]]
     with transaction.atomic():
         persons = {
@@ -226,8 +238,7 @@ def import_conversation(raw: dict, embedder, *, max_questions: int | None = None
                 services.store_fact_vector(fact_id=fid, vector=vec)
                 vectors.append(np.asarray(vec, dtype=np.float32))
     out.fact_vectors = np.vstack(vectors) if vectors else np.zeros((0, 512), dtype=np.float32)
-    questions = [q for q in raw["qa"] if dia_ids(q.get("evidence") or [])]
-    out.questions = questions[:max_questions] if max_questions else questions
+    out.questions = questions_with_evidence(raw, max_questions)
     return out
 
 

@@ -104,23 +104,46 @@ class Haystack:
     covered_by_facts: set[str] = field(default_factory=set)
 
 
+def timeline(trajectories: Sequence[tuple[str, dict]]) -> list[tuple[int, int, int, str, dict, str]]:
+    """A haystack's messages in time order: ``(at ms, trajectory position, mid, file, trajectory, text)``."""
+    rows = []
+    for order, (name, tr) in enumerate(trajectories):
+        for m in tr["message_list"]:
+            rows.append((time_ms(m.get("time", "")), order, int(m["mid"]), name, tr, m["message"]))
+    rows.sort(key=lambda r: (r[0], r[1], r[2]))
+    return rows
+
+
+def question_time_ms(trajectories: Sequence[tuple[str, dict]], rows: Sequence[tuple]) -> int:
+    """One day after the haystack's last question (or message): when its questions are asked."""
+    q_times = [time_ms(q.get("time", "")) for _, tr in trajectories for q in tr["question_list"]]
+    return max(q_times + [rows[-1][0]]) + DAY_MS
+
+
+def gold_questions(trajectories: Sequence[tuple[str, dict]]) -> list[tuple[str, str, set[str]]]:
+    """``(file, question, gold texts)`` of every question whose ``target_step_id`` names messages."""
+    out = []
+    for fname, tr in trajectories:
+        by_mid = {int(m["mid"]): m["message"] for m in tr["message_list"]}
+        for q in tr["question_list"]:
+            gold = {norm(by_mid[int(t)]) for t in q.get("target_step_id") or [] if int(t) in by_mid}
+            if gold:
+                out.append((fname, q["question"], gold))
+    return out
+
+
 def build(index: int, trajectories: Sequence[tuple[str, dict]], embedder, extractor) -> Haystack:
     from django.db import transaction
 
     from memory import services
     from memory.providers import DialogueLine, Participant
 
-    rows = []
-    for order, (name, tr) in enumerate(trajectories):
-        for m in tr["message_list"]:
-            rows.append((time_ms(m.get("time", "")), order, int(m["mid"]), name, tr, m["message"]))
-    rows.sort(key=lambda r: (r[0], r[1], r[2]))
-    q_times = [time_ms(q.get("time", "")) for _, tr in trajectories for q in tr["question_list"]]
+    rows = timeline(trajectories)
     ref, name = f"user{index}", "用户"
     with transaction.atomic():
         person = services.resolve_person(platform="memdaily", external_id=ref, name=name, at=rows[0][0])
         stream = services.resolve_stream(platform="memdaily", kind="direct", external_id=f"haystack{index}")
-    hs = Haystack(index=index, stream_id=stream.pk, person_id=person.pk, now=max(q_times + [rows[-1][0]]) + DAY_MS)
+    hs = Haystack(index=index, stream_id=stream.pk, person_id=person.pk, now=question_time_ms(trajectories, rows))
     participants = [Participant(external_id=ref, name=name, person_id=person.pk)]
     with transaction.atomic():
         for at, _order, mid, fname, tr, text in rows:
@@ -153,12 +176,7 @@ def build(index: int, trajectories: Sequence[tuple[str, dict]], embedder, extrac
             for fid, vec in zip(chunk, vectors, strict=True):
                 if vec is not None:
                     services.store_fact_vector(fact_id=fid, vector=vec)
-    for fname, tr in trajectories:
-        by_mid = {int(m["mid"]): m["message"] for m in tr["message_list"]}
-        for q in tr["question_list"]:
-            gold = {norm(by_mid[int(t)]) for t in q.get("target_step_id") or [] if int(t) in by_mid}
-            if gold:
-                hs.questions.append((fname, q["question"], gold))
+    hs.questions = gold_questions(trajectories)
     return hs
 
 

@@ -1,0 +1,898 @@
+"""Retrieval quality lived through the HTTP API (``make eval`` runs it after ``bench.eval``).
+
+The product runs as deployed, in a temporary directory: its own SQLite file, ``migrate``,
+``gunicorn config.wsgi`` (2 sync workers) on a free localhost port, a real ``celery
+worker`` (2 processes) with the same settings, a bearer token from ``manage.py
+create_api_token``. Only the database path, the Redis database (``--redis-url``, flushed
+before and after; never DB 0), ``DJANGO_DEBUG=False`` and the log level are set; every
+other setting is the default — task enqueueing on, local USE embeddings, no LLM (the
+heuristic summariser and extractor). This process only talks HTTP to it, reads the
+database to know when the worker is idle, and computes the baselines.
+
+* LoCoMo: one ``direct`` stream per conversation; its turns posted in order as messages
+  (``POST /api/v1/messages``) at their session's date, ``TURN_GAP_MS`` apart; each
+  session's observations posted as facts of their speaker (``POST /api/v1/facts``, kind
+  事件, heard in a direct stream) dated at the session's end. After the worker is idle,
+  every question with evidence is a turn (``POST /api/v1/turns`` then ``…/confirm`` with
+  no embedding: the server embeds) one day after the last session, asked by one of the
+  two speakers, default profile. A confirmed prompt fact covers the evidence ids of the
+  observations posted into it (facts the worker extracted cover nothing). Baselines
+  over the same observation fact rows and questions: bm25s and dense-only (same USE model).
+* MemDaily: the haystacks of :mod:`bench.eval_memdaily` posted as messages dated as the
+  data set dates them; every question through ``POST /api/v1/actions/inspect`` (once per
+  cut-off k: inspect returns its top-k set), gold = messages of ``target_step_id`` by
+  normalised text; baselines bm25s and dense-only over the same messages. Diagnostic: the
+  question as a turn over the facts the worker extracted (a fact covers the messages whose
+  own extraction yields the same text).
+
+    python -m bench.eval_api                                   # 10 conversations + 12 MemDaily haystacks
+    python -m bench.eval_api --conversations 1 --questions 10 --memdaily-haystacks 1 --memdaily-questions 5
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import numpy as np
+
+from bench.common import (
+    BENCHMARKS_MD,
+    KS,
+    RESULTS_DIR,
+    DataMissingError,
+    data_dir,
+    dia_ids,
+    md_table,
+    mean_rows,
+    recall_at,
+    replace_section,
+    require_data,
+    score_question,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+START, END = "<!-- eval-api:start -->", "<!-- eval-api:end -->"
+DEFAULT_REDIS = os.environ.get("MEMORY_EVAL_REDIS_URL", "redis://127.0.0.1:6379/14")
+TURN_GAP_MS = 5_000  # between two turns of a session
+QUESTION_GAP_MS = 10_000  # between two questions
+DAY_MS = 86_400_000
+INGEST_THREADS = 4
+QUERY_THREADS = 2  # = gunicorn workers
+RATIO_TARGET = 1.05
+TABLE_KEYS = ("R@1", "R@3", "R@5", "nDCG@5")
+# settings a deployment would not inherit from this shell: the product defaults apply
+PRODUCT_KEYS = (
+    "MEMORY_ENQUEUE_TASKS", "EMBEDDING_PROVIDER", "EMBEDDING_BASE_URL", "EMBEDDING_MODEL", "EMBEDDING_API_KEY",
+    "LLM_BASE_URL", "LLM_MODEL", "LLM_API_KEY", "DJANGO_SETTINGS_MODULE", "MEMORY_DB", "REDIS_URL",
+)
+
+
+def stats(samples: Sequence[float]) -> dict[str, float]:
+    if not samples:
+        return {"n": 0}
+    s = sorted(samples)
+    return {"median_ms": round(statistics.median(s), 2), "p95_ms": round(s[min(len(s) - 1, int(0.95 * len(s)))], 2),
+            "mean_ms": round(statistics.fmean(s), 2), "n": len(s)}
+
+
+# --- the deployment ---------------------------------------------------------------------------
+
+
+class Deployment:
+    """gunicorn + a celery worker on a fresh SQLite file in ``folder``, Redis at ``redis_url``."""
+
+    def __init__(self, folder: Path, redis_url: str, *, log: Callable[[str], None]):
+        db_number = int((urlparse(redis_url).path or "/0").lstrip("/") or 0)
+        if db_number == 0:
+            raise SystemExit("the API evaluation flushes its Redis database: give it one other than DB 0")
+        self.folder, self.redis_url, self.log = folder, redis_url, log
+        self.db = folder / "memory.sqlite3"
+        env = {k: v for k, v in os.environ.items() if k not in PRODUCT_KEYS}
+        env.update(DJANGO_SETTINGS_MODULE="config.settings", MEMORY_DB=str(self.db), REDIS_URL=redis_url,
+                   DJANGO_DEBUG="False", LOG_LEVEL="WARNING", OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+        env.setdefault("JIEBA_CACHE", str(Path(tempfile.gettempdir()) / "memory-console-jieba.cache"))
+        self.env = env
+        self.server = None
+        self.worker: subprocess.Popen | None = None
+        self.token = ""
+
+    def redis(self):
+        import redis
+
+        return redis.Redis.from_url(self.redis_url)
+
+    def start(self) -> None:
+        from bench.api_bench import Server
+
+        self.redis().flushdb()
+        manage = [sys.executable, "manage.py"]
+        subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=self.env, check=True)
+        out = subprocess.run([*manage, "create_api_token", "eval-api"], cwd=ROOT, env=self.env, check=True,
+                             capture_output=True, text=True)
+        self.token = out.stdout.strip().splitlines()[-1]
+        celery = str(Path(sys.executable).with_name("celery"))
+        self.worker_log = open(self.folder / "worker.log", "wb")  # noqa: SIM115 — closed in stop()
+        self.worker = subprocess.Popen(
+            [celery, "-A", "config", "worker", "-n", f"evalapi{os.getpid()}@%h", "--concurrency=2",
+             "--loglevel=WARNING", "--without-mingle", "--without-gossip"],
+            cwd=ROOT, env=self.env, stdout=self.worker_log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.server = Server(self.db, workers=2, env=self.env)
+        self.server.wait_ready()
+        self.log(f"deployed: gunicorn {self.server.base} (2 workers), celery worker pid {self.worker.pid}, "
+                 f"db {self.db}, redis {self.redis_url}")
+
+    def settings(self) -> dict:
+        """What the deployed processes read (this process is configured the same way)."""
+        from django.conf import settings
+
+        return {
+            "MEMORY_ENQUEUE_TASKS": settings.MEMORY_ENQUEUE_TASKS,
+            "EMBEDDING_PROVIDER": settings.EMBEDDING_PROVIDER,
+            "LLM": "configured" if settings.LLM_BASE_URL and settings.LLM_MODEL else "none (heuristic summariser/extractor)",
+            "DEBUG": settings.DEBUG,
+            "FACT_RECALL_LIMIT": settings.FACT_RECALL_LIMIT,
+            "server": "gunicorn config.wsgi, 2 sync workers",
+            "worker": "celery -A config worker --concurrency=2",
+        }
+
+    def setup_django(self) -> None:
+        """Point this process at the deployed database (read-only use: the idle check)."""
+        os.environ.update({k: self.env[k] for k in ("DJANGO_SETTINGS_MODULE", "MEMORY_DB", "REDIS_URL", "DJANGO_DEBUG",
+                                                      "LOG_LEVEL", "JIEBA_CACHE")})
+        for key in PRODUCT_KEYS:
+            if key not in self.env:
+                os.environ.pop(key, None)
+        import django
+
+        django.setup()
+
+    def backlog(self) -> dict:
+        """Work the worker still has: due streams, rows without a vector, tasks queued or running."""
+        from django.db import connection
+
+        from memory import pipeline
+        from memory.models import Fact, Knowledge
+        from memory.tasks import LOCK_PREFIX, QUEUED_PREFIX
+
+        r = self.redis()
+        out = {
+            "due_streams": len(pipeline.streams_due()),
+            "null_vectors": Fact.objects.filter(embedding__isnull=True).count()
+            + Knowledge.objects.filter(embedding__isnull=True).count(),
+            "queued_tasks": r.llen("celery") + r.hlen("unacked"),
+            "locks": sum(1 for _ in r.scan_iter(f"{LOCK_PREFIX}*")) + sum(1 for _ in r.scan_iter(f"{QUEUED_PREFIX}*")),
+        }
+        connection.close()
+        return out
+
+    def counts(self) -> dict:
+        from django.db import connection
+
+        from memory.models import Episode, Fact, Message
+
+        out = {"messages": Message.objects.count(), "episodes": Episode.objects.count(), "facts": Fact.objects.count()}
+        connection.close()
+        return out
+
+    def wait_idle(self, timeout: float) -> dict:
+        t0 = time.perf_counter()
+        quiet, state = 0, {}
+        while time.perf_counter() - t0 < timeout:
+            if self.worker is not None and self.worker.poll() is not None:
+                raise RuntimeError(f"the celery worker exited with {self.worker.returncode} (see {self.worker_log.name})")
+            state = self.backlog()
+            quiet = quiet + 1 if not any(state.values()) else 0
+            if quiet >= 3:  # three quiet polls in a row: nothing is queued, running or due
+                break
+            time.sleep(0.5)
+        return {"idle": quiet >= 3, "seconds": round(time.perf_counter() - t0, 1), "backlog": state}
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of the web server and of the worker (each with its child processes)."""
+        return {"server": tree_cpu_seconds(self.server.proc.pid), "worker": tree_cpu_seconds(self.worker.pid),
+                "harness": time.process_time()}
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        if self.worker is not None and self.worker.poll() is None:
+            os.killpg(self.worker.pid, signal.SIGTERM)
+            try:
+                self.worker.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.worker.pid, signal.SIGKILL)
+                self.worker.wait()
+        if self.worker is not None:
+            self.worker_log.close()
+        try:
+            self.redis().flushdb()
+        except Exception:  # noqa: BLE001 — cleanup must not hide the real error
+            pass
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its direct children so far (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry.name) == pid or int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+class Client:
+    """One HTTP client per thread; latencies per route; errors counted, never raised mid-run."""
+
+    def __init__(self, base: str, token: str):
+        self.base, self.token = base, token
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.latency: dict[str, list[float]] = defaultdict(list)
+        self.errors: list[str] = []
+
+    def post(self, route: str, path: str, body: dict) -> dict | None:
+        import httpx
+
+        client = getattr(self.local, "client", None)
+        if client is None:
+            client = self.local.client = httpx.Client(
+                base_url=self.base, headers={"Authorization": f"Bearer {self.token}"}, timeout=60)
+        t = time.perf_counter()
+        try:
+            r = client.post(path, json=body)
+        except httpx.HTTPError as exc:
+            with self.lock:
+                self.errors.append(f"{route}: {exc!r}")
+            return None
+        ms = (time.perf_counter() - t) * 1000
+        with self.lock:
+            self.latency[route].append(ms)
+            if r.status_code not in (200, 201):
+                self.errors.append(f"{route} {r.status_code} {r.text[:200]}")
+                return None
+        return r.json()
+
+
+# --- LoCoMo -------------------------------------------------------------------------------------
+
+
+@dataclass
+class LocomoConv:
+    sample_id: str
+    speakers: list[str]
+    questions: list[dict]
+    ask_at: int
+    turns: int = 0
+    observations: int = 0
+    fact_evidence: dict[int, set[str]] = field(default_factory=dict)
+    fact_text: dict[int, str] = field(default_factory=dict)
+
+
+def locomo_refs(sid: str, speakers: Sequence[str]) -> tuple[dict, dict[str, dict]]:
+    stream = {"platform": "locomo", "kind": "direct", "external_id": sid, "name": f"{sid} {' & '.join(speakers)}"}
+    return stream, {n: {"platform": "locomo", "external_id": f"{sid}:{n}", "name": n} for n in speakers}
+
+
+def asker(question: str, speakers: Sequence[str]) -> str:
+    """The speaker who asks: the other one when the question names exactly one of them, else the first."""
+    named = [s for s in speakers if s.lower() in question.lower()]
+    if len(named) == 1:
+        return next((s for s in speakers if s != named[0]), speakers[0])
+    return speakers[0]
+
+
+def locomo_questions(raw: dict, sessions: Sequence[int], max_questions: int | None) -> list[dict]:
+    """The questions with evidence whose evidence lies in ``sessions`` (all of a full conversation)."""
+    from bench.eval_locomo import questions_with_evidence
+
+    kept = {str(s) for s in sessions}
+    questions = [q for q in questions_with_evidence(raw)
+                 if all(d.split(":")[0][1:] in kept for d in dia_ids(q["evidence"]))]
+    return questions[:max_questions] if max_questions else questions
+
+
+def post_locomo(raw: dict, client: Client, max_questions: int | None, max_sessions: int | None = None) -> LocomoConv:
+    from bench.eval_locomo import session_times
+
+    conv, sid = raw["conversation"], raw["sample_id"]
+    speakers = [conv["speaker_a"], conv["speaker_b"]]
+    stream, persons = locomo_refs(sid, speakers)
+    times = session_times(conv)
+    if max_sessions:
+        times = dict(list(times.items())[:max_sessions])
+    out = LocomoConv(sid, speakers, locomo_questions(raw, list(times), max_questions), ask_at=0)
+    last_end = 0
+    for s, start in times.items():
+        turns = conv[f"session_{s}"]
+        for j, turn in enumerate(turns):
+            name = turn["speaker"]
+            sender = persons.get(name) or {"platform": "locomo", "external_id": f"{sid}:{name}", "name": name}
+            client.post("messages", "/api/v1/messages", {
+                "stream": stream, "sender": sender, "role": "user", "content": turn["text"],
+                "external_message_id": f"{sid}:{turn['dia_id']}:{j}", "at": start + j * TURN_GAP_MS,
+            })
+            out.turns += 1
+        end = start + len(turns) * TURN_GAP_MS
+        last_end = max(last_end, end)
+        for name, items in (raw["observation"].get(f"session_{s}_observation") or {}).items():
+            if name not in persons:
+                continue
+            for item in items:
+                out.observations += 1
+                text, evidence = item[0], item[1] if len(item) > 1 else []
+                written = client.post("facts", "/api/v1/facts", {
+                    "person": persons[name], "kind": "事件", "content": text, "stream_kind": "direct", "at": end,
+                })
+                if not written:
+                    continue
+                fid = written["fact_id"]
+                out.fact_text.setdefault(fid, text)
+                out.fact_evidence.setdefault(fid, set()).update(dia_ids(evidence))
+    out.ask_at = last_end + DAY_MS
+    return out
+
+
+@dataclass
+class Answer:
+    """One LoCoMo question as the API answered it."""
+
+    category: int
+    gold: set[str]
+    prepared: list[int] = field(default_factory=list)  # fact ids of POST /turns, in order
+    confirmed: list[int] = field(default_factory=list)  # fact ids of …/confirm: the prompt, in order
+    used_vector: bool = False
+
+
+def ask_locomo(conv: LocomoConv, client: Client) -> list[Answer]:
+    """Every question as a turn of one speaker, then confirmed (the server embeds the question)."""
+    stream, persons = locomo_refs(conv.sample_id, conv.speakers)
+    out = []
+    for i, q in enumerate(conv.questions):
+        at = conv.ask_at + i * QUESTION_GAP_MS
+        answer = Answer(int(q.get("category", 0)), set(dia_ids(q["evidence"])))
+        turn = client.post("turns", "/api/v1/turns", {
+            "stream": stream, "speaker": persons[asker(q["question"], conv.speakers)], "text": q["question"], "at": at,
+        })
+        if turn:
+            answer.prepared = [f["id"] for f in turn["facts"]]
+            confirmed = client.post("confirm", f"/api/v1/turns/{turn['turn_id']}/confirm", {"at": at + 2_000})
+            if confirmed:
+                answer.confirmed = [f["id"] for f in confirmed["facts"]]
+                answer.used_vector = bool(confirmed["used_vector"])
+        out.append(answer)
+    return out
+
+
+LOCOMO_METHODS = {
+    "ours_turn": "ours: POST /turns + confirm, default profile (prompt facts in order)",
+    "bm25s_facts": "bm25s over the same observation facts, same tokens",
+    "dense_only": "dense only: USE cosine over the same observation facts",
+}
+LOCOMO_DIAGNOSTICS = {
+    "ours_prepare": "ours: POST /turns before confirm (lexical pool, no dense channel)",
+}
+
+
+def score_locomo(convs: Sequence[LocomoConv], answers: dict[str, list], embedder) -> dict:
+    from bench.eval_locomo import TOP, Bm25Units, dense_top, summarise
+
+    rows: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
+    prompt_sizes, used_vector, per_question = [], 0, []
+    for conv in convs:
+        ids = list(conv.fact_text)
+        texts = [conv.fact_text[i] for i in ids]
+        bm = Bm25Units(texts)
+        fvecs = np.vstack(embedder.embed(texts)).astype(np.float32)
+        qvecs = [np.asarray(v, dtype=np.float32) for v in embedder.embed([q["question"] for q in conv.questions])]
+        for q, qvec, a in zip(conv.questions, qvecs, answers[conv.sample_id], strict=True):
+            units = {
+                "ours_turn": [conv.fact_evidence.get(f, set()) for f in a.confirmed],
+                "ours_prepare": [conv.fact_evidence.get(f, set()) for f in a.prepared],
+                "bm25s_facts": [conv.fact_evidence[ids[i]] for i in bm.top(q["question"], TOP)],
+                "dense_only": [conv.fact_evidence[ids[i]] for i in dense_top(fvecs, qvec, TOP)],
+            }
+            prompt_sizes.append(len(a.confirmed))
+            used_vector += a.used_vector
+            for name, us in units.items():
+                rows[name].append((a.category, score_question(us, a.gold)))
+            per_question.append({
+                "conversation": conv.sample_id, "question": q["question"], "category": a.category,
+                "gold": sorted(a.gold), "prompt_fact_ids": a.confirmed,
+                "prompt_evidence": [sorted(u) for u in units["ours_turn"]],
+                "R@5": rows["ours_turn"][-1][1]["R@5"], "bm25s_R@5": rows["bm25s_facts"][-1][1]["R@5"],
+                "dense_R@5": rows["dense_only"][-1][1]["R@5"],
+            })
+    methods = {name: {"label": label, **summarise(rows[name])} for name, label in LOCOMO_METHODS.items()}
+    diagnostics = {name: {"label": label, **summarise(rows[name])} for name, label in LOCOMO_DIAGNOSTICS.items()}
+    return {"methods": methods, "diagnostics": diagnostics,
+            "mean_prompt_facts": round(float(np.mean(prompt_sizes)), 2) if prompt_sizes else 0.0,
+            "confirms_with_vector": used_vector, "per_question": per_question,
+            "ratios": ratios(methods, "ours_turn", ("bm25s_facts", "dense_only"), "by_category")}
+
+
+def ratios(methods: dict, ours: str, others: Sequence[str], group: str) -> dict:
+    """ours/other at R@5, overall and per group (None where the baseline is 0)."""
+    def r(a: float, b: float) -> float | None:
+        return round(a / b, 3) if b else None
+
+    out = {}
+    for other in others:
+        o, b = methods[ours], methods[other]
+        out[other] = {
+            "overall": r(o["overall"].get("R@5", 0.0), b["overall"].get("R@5", 0.0)),
+            group: {g: r(o[group][g].get("R@5", 0.0), b[group][g].get("R@5", 0.0)) for g in o[group]},
+        }
+    return out
+
+
+# --- MemDaily ------------------------------------------------------------------------------------
+
+
+@dataclass
+class MemdailyStack:
+    index: int
+    trajectories: list[tuple[str, dict]]
+    ask_at: int = 0
+    texts: list[str] = field(default_factory=list)  # as posted, in order
+    questions: list[tuple[str, str, set[str]]] = field(default_factory=list)
+
+
+def memdaily_refs(index: int) -> tuple[dict, dict]:
+    return ({"platform": "memdaily", "kind": "direct", "external_id": f"haystack{index}"},
+            {"platform": "memdaily", "external_id": f"user{index}", "name": "用户"})
+
+
+def post_memdaily(stack: MemdailyStack, client: Client, max_questions: int | None) -> MemdailyStack:
+    from bench.eval_memdaily import gold_questions, question_time_ms, timeline
+
+    stream, person = memdaily_refs(stack.index)
+    rows = timeline(stack.trajectories)
+    for at, _order, mid, fname, tr, text in rows:
+        client.post("messages", "/api/v1/messages", {
+            "stream": stream, "sender": person, "role": "user", "content": text,
+            "external_message_id": f"{fname}:{tr['tid']}:{mid}", "at": at,
+        })
+        stack.texts.append(text)
+    stack.ask_at = question_time_ms(stack.trajectories, rows)
+    questions = gold_questions(stack.trajectories)
+    stack.questions = questions[:max_questions] if max_questions else questions
+    return stack
+
+
+def ask_memdaily(stack: MemdailyStack, client: Client) -> list[tuple[str, dict[int, set[str]], list[str]]]:
+    """Per question: ``(question, {k: normalised texts inspect returned with limit k}, prompt fact texts)``."""
+    from bench.eval_memdaily import norm
+
+    stream, person = memdaily_refs(stack.index)
+    out = []
+    for i, (_fname, question, _gold) in enumerate(stack.questions):
+        found = {}
+        for k in KS:
+            hit = client.post("inspect", "/api/v1/actions/inspect", {"stream": stream, "query": question, "limit": k})
+            found[k] = {norm(m["content"]) for m in hit["messages"]} if hit else set()
+        at = stack.ask_at + i * QUESTION_GAP_MS
+        facts: list[str] = []
+        turn = client.post("turns", "/api/v1/turns", {"stream": stream, "speaker": person, "text": question, "at": at})
+        if turn:
+            confirmed = client.post("confirm", f"/api/v1/turns/{turn['turn_id']}/confirm", {"at": at + 2_000})
+            facts = [f["content"] for f in confirmed["facts"]] if confirmed else []
+        out.append((question, found, facts))
+    return out
+
+
+MEMDAILY_METHODS = {
+    "ours_inspect": "ours: POST /actions/inspect (limit k)",
+    "bm25s_messages": "bm25s over the same messages, same tokens",
+    "dense_messages": "dense only: USE cosine over the same messages",
+}
+MEMDAILY_DIAGNOSTICS = {
+    "ours_turn_facts": "ours: POST /turns + confirm over the facts the worker extracted",
+}
+
+
+def fact_sources(texts: Sequence[str]) -> dict[str, set[str]]:
+    """Normalised fact text → the normalised messages whose own extraction yields it (the offline extractor)."""
+    from bench.eval_memdaily import norm
+    from memory.providers import DialogueLine, Participant
+    from memory.providers.heuristic import HeuristicExtractor
+
+    extractor = HeuristicExtractor()
+    participants = [Participant(external_id="user", name="用户", person_id=1)]
+    out: dict[str, set[str]] = defaultdict(set)
+    for text in texts:
+        extraction = extractor.extract([DialogueLine("user", "user", "用户", text)], participants, [])
+        for fact in extraction.facts if extraction else []:
+            out[norm(fact.content)].add(norm(text))
+    return out
+
+
+def score_memdaily(stacks: Sequence[MemdailyStack], answers: dict[int, list], embedder) -> dict:
+    from bench.eval_locomo import TOP, Bm25Units, dense_top
+    from bench.eval_memdaily import norm, question_type
+
+    rows: dict[str, list[tuple[str, dict[str, float]]]] = defaultdict(list)
+    for stack in stacks:
+        msg_norm = [norm(t) for t in stack.texts]
+        bm = Bm25Units(stack.texts)
+        mvecs = np.vstack(embedder.embed(stack.texts)).astype(np.float32)
+        qvecs = [np.asarray(v, dtype=np.float32) for v in embedder.embed([q for _, q, _ in stack.questions])]
+        sources = fact_sources(stack.texts)
+        for (fname, question, gold), qvec, (_, found, facts) in zip(stack.questions, qvecs, answers[stack.index],
+                                                                    strict=True):
+            qtype = question_type(fname)
+            rows["ours_inspect"].append((qtype, {f"R@{k}": recall_at([found[k]], gold, k) for k in KS}))
+            ranked = {
+                "bm25s_messages": [{msg_norm[i]} for i in bm.top(question, TOP)],
+                "dense_messages": [{msg_norm[i]} for i in dense_top(mvecs, qvec, TOP)],
+                "ours_turn_facts": [sources.get(norm(f), set()) for f in facts],
+            }
+            for name, units in ranked.items():
+                rows[name].append((qtype, {f"R@{k}": recall_at(units, gold, k) for k in KS}))
+
+    def summarise(items: list[tuple[str, dict[str, float]]]) -> dict:
+        types = sorted({t for t, _ in items})
+        return {"overall": mean_rows([r for _, r in items]),
+                "by_type": {t: mean_rows([r for tt, r in items if tt == t]) for t in types}}
+
+    methods = {name: {"label": label, **summarise(rows[name])} for name, label in MEMDAILY_METHODS.items()}
+    return {
+        "methods": methods,
+        "diagnostics": {name: {"label": label, **summarise(rows[name])} for name, label in MEMDAILY_DIAGNOSTICS.items()},
+        "ratios": ratios(methods, "ours_inspect", ("bm25s_messages", "dense_messages"), "by_type"),
+    }
+
+
+def warm_up(client: Client) -> None:
+    """A few turns on a stream of their own, from 2 threads, so that both gunicorn workers have loaded
+    jieba and the embedding model before anything is timed (a live deployment is warm); then forget
+    those timings."""
+    stream = {"platform": "eval-warmup", "kind": "direct", "external_id": "warmup"}
+    person = {"platform": "eval-warmup", "external_id": "warmup"}
+
+    def one(i: int) -> None:
+        client.post("messages", "/api/v1/messages",
+                    {"stream": stream, "sender": person, "role": "user", "content": f"warm up {i}"})
+        turn = client.post("turns", "/api/v1/turns", {"stream": stream, "speaker": person, "text": "warm up"})
+        if turn:
+            client.post("confirm", f"/api/v1/turns/{turn['turn_id']}/confirm", {})
+        client.post("inspect", "/api/v1/actions/inspect", {"stream": stream, "query": "warm up"})
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(one, range(6)))
+    if client.errors:
+        raise RuntimeError(f"the deployment does not answer: {client.errors[:3]}")
+    client.latency.clear()
+
+
+# --- the run ---------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
+    from bench import eval_locomo, eval_memdaily
+
+    raw_convs = [] if args.skip_locomo else eval_locomo.load(args.conversations)
+    stacks = [] if args.skip_memdaily else [
+        MemdailyStack(i, g) for i, g in enumerate(eval_memdaily.haystacks_from(eval_memdaily.load(), args.memdaily_haystacks))
+    ]
+    folder = Path(tempfile.mkdtemp(prefix="memory-eval-api-"))
+    dep = Deployment(folder, args.redis_url, log=log)
+    result: dict = {}
+    try:
+        dep.start()
+        dep.setup_django()
+        result["deployment"] = dep.settings()
+        from memory.providers.local import LocalUSEEmbedder
+
+        client = Client(dep.server.base, dep.token)
+        warm_up(client)
+
+        # 1. ingest, several client threads (one conversation / haystack per job, its own order kept)
+        load_before, cpu0 = os.getloadavg()[0], dep.cpu()
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(INGEST_THREADS) as pool:
+            loc_jobs = [pool.submit(post_locomo, r, client, args.questions, args.sessions) for r in raw_convs]
+            md_jobs = [pool.submit(post_memdaily, s, client, args.memdaily_questions) for s in stacks]
+            convs = [j.result() for j in loc_jobs]
+            stacks = [j.result() for j in md_jobs]
+        t_ingest = time.perf_counter() - t0
+        cpu = {k: round(v - cpu0[k], 1) for k, v in dep.cpu().items()}
+        n_req = sum(len(client.latency[r]) for r in ("messages", "facts"))
+        result["ingest"] = {
+            "threads": INGEST_THREADS, "requests": n_req, "seconds": round(t_ingest, 1),
+            "requests_per_s": round(n_req / t_ingest, 1) if t_ingest else 0.0,
+            "latency": {r: stats(client.latency[r]) for r in ("messages", "facts")},
+            "errors": len(client.errors), "first_errors": client.errors[:5],
+            "cpu_seconds": cpu, "server_cpu_ms_per_request": round(cpu["server"] / n_req * 1000, 2) if n_req else None,
+            "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        }
+        log(f"ingest: {n_req} requests in {t_ingest:.1f}s ({result['ingest']['requests_per_s']} req/s, "
+            f"{len(client.errors)} errors)")
+
+        # 2. the worker catches up (summaries, extraction, vectors), bounded
+        result["worker"] = {**dep.wait_idle(args.idle_timeout), **dep.counts()}
+        log(f"worker: {'idle' if result['worker']['idle'] else 'NOT idle'} {result['worker']['seconds']}s after "
+            f"the last post; {result['worker']}")
+
+        # 3. questions
+        embedder = LocalUSEEmbedder(threads=1)
+        embedder.embed(["warm up"])
+        result["embedder"] = embedder.label
+        errors_before = len(client.errors)
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(QUERY_THREADS) as pool:
+            loc_answers = dict(zip([c.sample_id for c in convs], pool.map(lambda c: ask_locomo(c, client), convs),
+                                   strict=True))
+            md_answers = dict(zip([s.index for s in stacks], pool.map(lambda s: ask_memdaily(s, client), stacks),
+                                  strict=True))
+        t_ask = time.perf_counter() - t0
+        result["queries"] = {
+            "threads": QUERY_THREADS, "seconds": round(t_ask, 1),
+            "latency": {r: stats(client.latency[r]) for r in ("turns", "confirm", "inspect")},
+            "errors": len(client.errors) - errors_before, "first_errors": client.errors[errors_before:][:5],
+        }
+        log(f"questions asked in {t_ask:.1f}s; latency {result['queries']['latency']}")
+        if convs:
+            result["locomo"] = {
+                "conversations": [c.sample_id for c in convs],
+                "questions": sum(len(c.questions) for c in convs),
+                "turns": sum(c.turns for c in convs),
+                "observations": sum(c.observations for c in convs),
+                "observation_facts": sum(len(c.fact_text) for c in convs),
+                **score_locomo(convs, loc_answers, embedder),
+            }
+            log("LoCoMo scored")
+        if stacks:
+            result["memdaily"] = {
+                "haystacks": len(stacks),
+                "trajectories": sum(len(s.trajectories) for s in stacks),
+                "messages": sum(len(s.texts) for s in stacks),
+                "questions": sum(len(s.questions) for s in stacks),
+                **score_memdaily(stacks, md_answers, embedder),
+            }
+        log("MemDaily scored")
+    finally:
+        dep.stop()
+        log("deployment stopped")
+        if args.keep_db:
+            log(f"kept {folder}")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+    return result
+
+
+def targets(results: dict) -> dict:
+    out = {}
+    lo, md = results.get("locomo"), results.get("memdaily")
+    if lo:
+        for other in ("bm25s_facts", "dense_only"):
+            ratio = lo["ratios"][other]["overall"]
+            out[f"locomo_r5_vs_{other}"] = {"ratio": ratio, "target": RATIO_TARGET,
+                                           "met": ratio is not None and ratio >= RATIO_TARGET}
+    if md:
+        ratio = md["ratios"]["bm25s_messages"]["overall"]
+        out["memdaily_inspect_r5_vs_bm25s"] = {"ratio": ratio, "target": 1.0, "met": ratio is not None and ratio >= 1.0}
+    return out
+
+
+# --- report -------------------------------------------------------------------------------------------
+
+
+def _fmt_ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+SHORT = {"ours_turn": "ours (turn + confirm)", "ours_inspect": "ours (inspect)", "bm25s_facts": "bm25s",
+         "bm25s_messages": "bm25s", "dense_only": "dense-only", "dense_messages": "dense-only"}
+
+
+def _by_group_table(block: dict, ours: str, others: Sequence[str], group: str) -> str:
+    methods = block["methods"]
+    groups = list(methods[ours][group])
+    header = ["R@5", *[f"{g} (n={methods[ours][group][g]['n']})" for g in groups], "overall"]
+    rows = [[SHORT.get(name, name), *[m[group][g].get("R@5", 0.0) for g in groups], m["overall"].get("R@5", 0.0)]
+            for name, m in methods.items()]
+    for other in others:
+        r = block["ratios"][other]
+        rows.append([f"ours / {SHORT.get(other, other)}", *[_fmt_ratio(r[group][g]) for g in groups],
+                     _fmt_ratio(r["overall"])])
+    return md_table(header, rows)
+
+
+def render(results: dict) -> str:
+    ing, wk, qs = results["ingest"], results["worker"], results["queries"]
+    lat = qs["latency"]
+    dep = results["deployment"]
+
+    def ms(s: dict) -> str:
+        return f"median {s['median_ms']:.0f} ms, p95 {s['p95_ms']:.0f} ms" if s.get("n") else "—"
+
+    out = [
+        "## Retrieval quality lived through the API (`python -m bench.eval_api`)",
+        "",
+        f"Produced by `{results['command']}` on {results['generated_at']} in {results['seconds']} s "
+        "(machine-readable: `bench/results/eval_api.json`). The product runs as deployed on a fresh SQLite file: "
+        f"{dep['server']}, {dep['worker']}, enqueueing {'on' if dep['MEMORY_ENQUEUE_TASKS'] else 'OFF'}, "
+        f"embeddings `{dep['EMBEDDING_PROVIDER']}`, LLM {dep['LLM']}, default retrieval profile (prompt limit "
+        f"{dep['FACT_RECALL_LIMIT']} facts), DEBUG off. Everything goes through HTTP with a bearer token; the "
+        "baselines are computed in the harness over exactly the units and questions the API saw.",
+        "",
+        f"- Ingest: {ing['requests']} requests (`POST /messages`, `POST /facts`) from {ing['threads']} client threads in "
+        f"{ing['seconds']} s = **{ing['requests_per_s']} req/s** while the worker runs; messages "
+        f"{ms(ing['latency']['messages'])}, facts {ms(ing['latency']['facts'])}; {ing['errors']} errors."
+        + (f" CPU in that time: web server {ing['cpu_seconds']['server']} s ({ing['server_cpu_ms_per_request']} ms "
+           f"per request), worker {ing['cpu_seconds']['worker']} s, this harness {ing['cpu_seconds']['harness']} s; "
+           f"1-minute load average {ing['load_average_1min'][0]} → {ing['load_average_1min'][1]} on "
+           f"{results.get('cpus')} cores (a shared machine: other work slows every figure here)."
+           if "cpu_seconds" in ing else ""),
+        f"- Worker: {'idle' if wk['idle'] else '**not idle**'} {wk['seconds']} s after the last post (no stream due, "
+        f"no row without a vector, no task queued or running); {wk['episodes']} episodes, {wk['facts']} fact rows.",
+        f"- Questions ({qs['threads']} client threads, {qs['seconds']} s): `POST /turns` {ms(lat['turns'])}, "
+        f"`…/confirm` (server embeds the question) {ms(lat['confirm'])}, `POST /actions/inspect` {ms(lat['inspect'])}; "
+        f"{qs['errors']} errors.",
+    ]
+    tg = results.get("targets", {})
+    lo = results.get("locomo")
+    if lo:
+        m = lo["methods"]
+        out += [
+            "",
+            f"### LoCoMo via the API — {len(lo['conversations'])} conversations, {lo['questions']} questions with evidence",
+            "",
+            f"{lo['turns']} turns posted as messages (one direct stream per conversation, session dates, "
+            f"{TURN_GAP_MS // 1000} s apart), {lo['observations']} observations posted as facts → "
+            f"{lo['observation_facts']} fact rows; questions asked one day after the last session as turns of one "
+            f"of the two speakers (the other one when the question names one of them) and confirmed without an "
+            f"embedding ({lo['confirms_with_vector']} of {lo['questions']} confirms used the vector the server "
+            f"computed; mean {lo['mean_prompt_facts']} prompt facts). A prompt fact covers the evidence ids of the "
+            "observations posted into it (a fact the worker extracted covers none); bm25s and dense-only rank the "
+            "same observation fact rows. R@k counts the top k of the prompt, so nothing beyond the prompt limit.",
+            "",
+            md_table(["method", *TABLE_KEYS], [[x["label"], *[x["overall"].get(k, 0.0) for k in TABLE_KEYS]]
+                                                for x in [*m.values(), *lo["diagnostics"].values()]]),
+            "",
+        ]
+        verdicts = []
+        for other in ("bm25s_facts", "dense_only"):
+            t = tg.get(f"locomo_r5_vs_{other}")
+            if t:
+                verdicts.append(f"ours / {SHORT[other]} = {_fmt_ratio(t['ratio'])} ({'met' if t['met'] else 'not met'})")
+        prep, conf = lo["diagnostics"]["ours_prepare"]["overall"]["R@5"], m["ours_turn"]["overall"]["R@5"]
+        out += [f"**Target (LoCoMo R@5 ≥ {RATIO_TARGET} × bm25s and ≥ {RATIO_TARGET} × dense-only): "
+                + "; ".join(verdicts) + ".**", "",
+                f"The prompt before confirm (lexical pool only) reaches R@5 {prep:.3f}; confirm's dense channel and "
+                f"fused re-rank {'lower' if conf < prep else 'raise'} it to {conf:.3f}. Per question (conversation, "
+                "gold, prompt fact ids and the evidence they cover): `--per-question FILE`.",
+                "", "R@5 per question category, and the ratios:", "",
+                _by_group_table(lo, "ours_turn", ("bm25s_facts", "dense_only"), "by_category")]
+    md = results.get("memdaily")
+    if md:
+        keys = tuple(f"R@{k}" for k in KS)
+        t = tg.get("memdaily_inspect_r5_vs_bm25s", {})
+        out += [
+            "",
+            f"### MemDaily via the API — {md['haystacks']} haystacks, {md['trajectories']} trajectories, "
+            f"{md['messages']} messages, {md['questions']} questions",
+            "",
+            "Each haystack (see the in-process section) posted as messages of one user in one direct stream, dated "
+            "as the data set dates them; each question through `POST /actions/inspect` with `limit` = k. Gold = "
+            "messages of `target_step_id` by normalised text.",
+            "",
+            md_table(["method", *keys], [[x["label"], *[x["overall"].get(k, 0.0) for k in keys]]
+                                         for x in [*md["methods"].values(), *md["diagnostics"].values()]]),
+            "",
+            f"**Target (MemDaily inspect R@5 ≥ bm25s): ours / bm25s = {_fmt_ratio(t.get('ratio'))} "
+            f"({'met' if t.get('met') else 'not met'}).** The diagnostic row asks the question as a turn over "
+            "the facts the worker extracted; a fact covers the messages whose own extraction yields the same text.",
+            "",
+            "R@5 per question type, and the ratios:",
+            "",
+            _by_group_table(md, "ours_inspect", ("bm25s_messages", "dense_messages"), "by_type"),
+        ]
+    return "\n".join(out) + "\n"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.eval_api", description=__doc__.split("\n\n")[0])
+    p.add_argument("--conversations", type=int, default=None, help="LoCoMo conversations (default all 10)")
+    p.add_argument("--questions", type=int, default=None, help="cap on LoCoMo questions per conversation")
+    p.add_argument("--sessions", type=int, default=None,
+                   help="only the first N sessions of each conversation, and the questions whose evidence lies in them")
+    p.add_argument("--memdaily-haystacks", type=int, default=12, help="MemDaily haystacks (default 12, as bench.eval)")
+    p.add_argument("--memdaily-questions", type=int, default=None, help="cap on MemDaily questions per haystack")
+    p.add_argument("--skip-locomo", action="store_true")
+    p.add_argument("--skip-memdaily", action="store_true")
+    p.add_argument("--redis-url", default=DEFAULT_REDIS,
+                   help="Redis database of the deployed worker, flushed before and after (default "
+                        "$MEMORY_EVAL_REDIS_URL or DB 14; never DB 0)")
+    p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds to wait for the worker to be idle")
+    p.add_argument("--output", type=Path, default=RESULTS_DIR / "eval_api.json", help="results JSON path")
+    p.add_argument("--per-question", type=Path, default=None, metavar="JSONL",
+                   help="also write every LoCoMo question (gold, prompt fact ids, evidence covered, R@5) as JSON lines")
+    p.add_argument("--no-markdown", action="store_true", help="do not touch BENCHMARKS.md")
+    p.add_argument("--render", type=Path, default=None, metavar="JSON",
+                   help="only re-render the BENCHMARKS.md section from an existing results file")
+    p.add_argument("--keep-db", action="store_true", help="leave the temporary deployment folder behind")
+    return p.parse_args(argv)
+
+
+def command_line(args: argparse.Namespace) -> str:
+    parts = ["python -m bench.eval_api"]
+    for flag, value, default in (("--conversations", args.conversations, None), ("--sessions", args.sessions, None),
+                                 ("--questions", args.questions, None),
+                                 ("--memdaily-haystacks", args.memdaily_haystacks, 12),
+                                 ("--memdaily-questions", args.memdaily_questions, None)):
+        if value != default:
+            parts.append(f"{flag} {value}")
+    parts += [f for f, on in (("--skip-locomo", args.skip_locomo), ("--skip-memdaily", args.skip_memdaily)) if on]
+    return " ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.eval import INTRO, TITLE
+
+    args = parse_args(argv)
+    if args.render is not None:
+        replace_section(BENCHMARKS_MD, START, END, render(json.loads(args.render.read_text(encoding="utf-8"))),
+                        title=TITLE, intro=INTRO)
+        print(f"updated {BENCHMARKS_MD}")
+        return 0
+    try:
+        if not args.skip_locomo:
+            require_data("locomo", "locomo10.json")
+        if not args.skip_memdaily:
+            require_data("memdaily")
+    except DataMissingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
+
+    results: dict = {"command": command_line(args), "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                     "data_dir": str(data_dir()), "python": platform.python_version(), "cpus": os.cpu_count()}
+    results.update(run(args, log))
+    results["targets"] = targets(results)
+    results["seconds"] = round(time.perf_counter() - t0, 1)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    per_question = results.get("locomo", {}).pop("per_question", [])
+    if args.per_question is not None:
+        args.per_question.parent.mkdir(parents=True, exist_ok=True)
+        args.per_question.write_text("".join(json.dumps(q, ensure_ascii=False) + "\n" for q in per_question),
+                                     encoding="utf-8")
+        log(f"wrote {args.per_question}")
+    args.output.write_text(json.dumps(results, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    log(f"wrote {args.output}")
+    text = render(results)
+    print(text)
+    if not args.no_markdown:
+        replace_section(BENCHMARKS_MD, START, END, text, title=TITLE, intro=INTRO)
+        log(f"updated {BENCHMARKS_MD}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
