@@ -22,6 +22,9 @@ OWNER = TESTS / "redis_url.py"
 # A URL whose port no Redis listens on (1 is privileged and unassigned) only ever fails to
 # connect: tests of a broker outage use it on purpose, and it cannot flush anything.
 UNREACHABLE_PORTS = {1}
+# A line may name another URL on purpose (a fake listener on a port of its own, a URL a
+# harness must refuse) when it says so with this comment; nothing may connect to it.
+NOT_A_TEST_DATABASE = "# not a test database"
 
 
 def _test_modules() -> list[Path]:
@@ -32,10 +35,13 @@ def _test_modules() -> list[Path]:
 def _hard_coded_urls(source: str) -> list[tuple[int, str]]:
     """(line, URL) of every reachable ``redis://`` URL in the code's strings (docstrings aside)."""
     tree = ast.parse(source)
+    lines = source.splitlines()
     docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
     found = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in docstrings:
+            continue
+        if NOT_A_TEST_DATABASE in lines[node.lineno - 1]:
             continue
         for word in node.value.split():
             if "redis://" in word or "rediss://" in word:

@@ -99,6 +99,6 @@ def test_asker_and_session_slice():
 
 def test_refuses_redis_db_zero(tmp_path):
     with pytest.raises(SystemExit, match="DB 0"):
-        eval_api.Deployment(tmp_path, "redis://127.0.0.1:6379/0", log=print)
+        eval_api.Deployment(tmp_path, "redis://127.0.0.1:6379/0", log=print)  # not a test database
     with pytest.raises(SystemExit, match="DB 0"):
-        eval_api.Deployment(tmp_path, "redis://127.0.0.1:6379", log=print)
+        eval_api.Deployment(tmp_path, "redis://127.0.0.1:6379", log=print)  # not a test database

@@ -53,7 +53,7 @@ class HungRedis:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://127.0.0.1:{self.port}/0"  # not a test database
 
     def close(self) -> None:
         self._stop = True
@@ -101,7 +101,7 @@ def api(settings):
 @pytest.fixture(params=["hung", "closed"])
 def dead_redis(request, settings):
     hung = HungRedis() if request.param == "hung" else None
-    url = hung.url if hung else f"redis://127.0.0.1:{_closed_port()}/0"
+    url = hung.url if hung else f"redis://127.0.0.1:{_closed_port()}/0"  # not a test database
     _point_at(url, settings)
     yield request.param
     _point_at(TEST_REDIS_URL, settings)
