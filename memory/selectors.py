@@ -24,7 +24,7 @@ from memory.engine.scope import SCOPE_ALL, fact_visible_in_stream
 from memory.engine.scoring import RankCandidate, fused_relevance, idf_coverage, is_seed_profile, rank
 from memory.engine.spreading import ConceptGraph, ShortTermActivation, SpreadResult
 from memory.engine.spreading import spread as engine_spread
-from memory.engine.tokenize import query_terms, words
+from memory.engine.tokenize import bigrams, words
 from memory.models import Episode, Fact, Identity, Knowledge, MemoryNode, Message
 
 logger = logging.getLogger(__name__)
@@ -200,21 +200,32 @@ def _report_blocked(blocked: int, stream_kind: str, now: int, events: bool) -> N
 def fact_coverages(ids: Sequence[int], query: str) -> dict[int, float]:
     """Each fact's share of ``query``'s achievable IDF mass (:func:`scoring.idf_coverage`).
 
-    Document frequencies come from the ``facts_fts`` vocabulary; a fact's terms are the
-    tokens its FTS row holds.
+    The query's information is its words (jieba): the index's CJK bigrams would count a
+    long word several times. A word is matched when the fact's FTS row holds it, or all of
+    its bigrams (jieba may cut the fact differently); its document frequency is the word's,
+    else the rarest-known of its bigrams when all of them occur. Frequencies come from the
+    ``facts_fts`` vocabulary.
     """
     ids = list(dict.fromkeys(ids))
-    terms = query_terms(query)
-    if not ids or not terms:
+    qwords = list(dict.fromkeys(words(query)))
+    if not ids or not qwords:
         return {i: 0.0 for i in ids}
-    dfs = lexical.document_frequencies("facts_fts", terms)
-    dfs = {t: dfs.get(t, 0) for t in terms}
+    grams = {w: list(dict.fromkeys(bigrams(w))) for w in qwords}
+    raw = lexical.document_frequencies("facts_fts", list({*qwords, *(g for gs in grams.values() for g in gs)}))
+    dfs: dict[str, int] = {}
+    for w in qwords:
+        df = raw.get(w, 0)
+        if df == 0 and grams[w] and all(raw.get(g, 0) > 0 for g in grams[w]):
+            df = min(raw[g] for g in grams[w])
+        dfs[w] = df
     n_docs = lexical.document_count("facts_fts")
-    wanted = set(terms)
     tokens = dict(Fact.objects.filter(pk__in=ids).values_list("id", "tokens_v2"))
-    return {
-        i: idf_coverage([t for t in (tokens.get(i) or "").split() if t in wanted], dfs, n_docs) for i in ids
-    }
+    out = {}
+    for i in ids:
+        held = set((tokens.get(i) or "").split())
+        matched = [w for w in qwords if w in held or (grams[w] and all(g in held for g in grams[w]))]
+        out[i] = idf_coverage(matched, dfs, n_docs)
+    return out
 
 
 def fact_cosines(ids: Sequence[int], query_vector: Any) -> dict[int, float]:
