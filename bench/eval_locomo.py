@@ -69,9 +69,9 @@ MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
 # Held-out tuning: knobs that only re-rank the same candidate pools, and the values tried.
 RERANK_GRID = {
-    "retention_prior": (0.0, 0.02, 0.05, 0.1, 0.2),
-    "lexical_coverage_floor": (0.0, 0.3, 0.5, 0.7),
-    "dense_cosine_floor": (0.2, 0.3, 0.4),
+    "retention_prior": (0.0, 0.01, 0.02, 0.05, 0.1),
+    "lexical_coverage_floor": (0.0, 0.5, 0.7),
+    "dense_cosine_floor": (0.2, 0.3, 0.35, 0.4),
 }
 HELDOUT_METHODS = {
     "ours_lexical_default": "ours: lexical, default profile",
@@ -157,6 +157,7 @@ def rank_inputs(facts: Sequence[Any], cosines: dict[int, float] | None = None) -
         RankCandidate(
             id=f.id, lexical=f.lexical_relevance, retention=f.retention,
             cosine=None if cosines is None else cosines.get(f.id), coverage=f.coverage, active=f.active,
+            rarest=f.rarest,
         )
         for f in facts
     ]

@@ -271,7 +271,7 @@ def _pool_facts(turn: Turn) -> list[ScopedFact]:
                 content=item.get("content", ""), slot=item.get("slot", ""), origin_kind=item.get("origin", "legacy"),
                 retention=item["retention"], score=item["score"], lexical_relevance=item["lexical"],
                 bm25=item.get("bm25"), half_life_hours=item["halfLife"], active=item.get("active", True),
-                coverage=item.get("coverage"), eligible=item.get("eligible", True),
+                coverage=item.get("coverage"), rarest=item.get("rarest", False), eligible=item.get("eligible", True),
             )
         )
     return out

@@ -21,7 +21,14 @@ from memory import lexical
 from memory.engine import decay
 from memory.engine.quantize import cosine_q8_many, quantize_vector
 from memory.engine.scope import SCOPE_ALL, fact_visible_in_stream
-from memory.engine.scoring import RankCandidate, fused_relevance, idf_coverage, is_seed_profile, rank
+from memory.engine.scoring import (
+    RankCandidate,
+    fused_relevance,
+    holds_rarest,
+    idf_coverage,
+    is_seed_profile,
+    rank,
+)
 from memory.engine.spreading import ConceptGraph, ShortTermActivation, SpreadResult
 from memory.engine.spreading import spread as engine_spread
 from memory.engine.tokenize import bigrams, words
@@ -149,6 +156,7 @@ class ScopedFact:
     relevance: float | None = None  # fused relevance when a cosine was used
     source: str = "lexical"  # lexical | dense
     coverage: float | None = None  # share of the query's achievable IDF mass it matches
+    rarest: bool = False  # holds the query's most specific word
     calibrated: float | None = None  # relevance as a share of the pool's best (seed: relevance ** w)
     prior: float | None = None  # the retention term of the score
     eligible: bool = True  # False: under both relevance floors, never enters the prompt
@@ -170,6 +178,7 @@ class ScopedFact:
             "cosine": self.cosine,
             "source": self.source,
             "coverage": self.coverage,
+            "rarest": self.rarest,
             "eligible": self.eligible,
         }
 
@@ -177,6 +186,7 @@ class ScopedFact:
         """Every term of the score, as the ranking computed it (console, actions, traces)."""
         return {
             "factId": self.id, "bm25": self.bm25, "lexical": self.lexical_relevance, "coverage": self.coverage,
+            "rarest": self.rarest,
             "cosine": self.cosine, "relevance": self.relevance, "calibrated": self.calibrated,
             "retention": self.retention, "prior": self.prior, "score": self.score, "eligible": self.eligible,
             "active": self.active, "source": self.source,
@@ -197,8 +207,9 @@ def _report_blocked(blocked: int, stream_kind: str, now: int, events: bool) -> N
         emit_event("memory_fact_scope_blocked", {"streamKind": stream_kind, "blocked": blocked}, at=now)
 
 
-def fact_coverages(ids: Sequence[int], query: str) -> dict[int, float]:
-    """Each fact's share of ``query``'s achievable IDF mass (:func:`scoring.idf_coverage`).
+def fact_coverages(ids: Sequence[int], query: str) -> dict[int, tuple[float, bool]]:
+    """Each fact's share of ``query``'s achievable IDF mass (:func:`scoring.idf_coverage`) and
+    whether it holds the query's most specific word (:func:`scoring.holds_rarest`).
 
     The query's information is its words (jieba): the index's CJK bigrams would count a
     long word several times. A word is matched when the fact's FTS row holds it, or all of
@@ -209,7 +220,7 @@ def fact_coverages(ids: Sequence[int], query: str) -> dict[int, float]:
     ids = list(dict.fromkeys(ids))
     qwords = list(dict.fromkeys(words(query)))
     if not ids or not qwords:
-        return {i: 0.0 for i in ids}
+        return {i: (0.0, False) for i in ids}
     grams = {w: list(dict.fromkeys(bigrams(w))) for w in qwords}
     raw = lexical.document_frequencies("facts_fts", list({*qwords, *(g for gs in grams.values() for g in gs)}))
     dfs: dict[str, int] = {}
@@ -224,7 +235,7 @@ def fact_coverages(ids: Sequence[int], query: str) -> dict[int, float]:
     for i in ids:
         held = set((tokens.get(i) or "").split())
         matched = [w for w in qwords if w in held or (grams[w] and all(g in held for g in grams[w]))]
-        out[i] = idf_coverage(matched, dfs, n_docs)
+        out[i] = (idf_coverage(matched, dfs, n_docs), holds_rarest(matched, dfs))
     return out
 
 
@@ -260,7 +271,7 @@ def rank_facts(
     inputs = [
         RankCandidate(
             id=i, lexical=c.lexical_relevance, retention=c.retention, cosine=cos_of(c), coverage=c.coverage,
-            active=c.active,
+            active=c.active, rarest=c.rarest,
         )
         for i, c in enumerate(candidates)
     ]
@@ -277,7 +288,8 @@ def rank_facts(
 
 
 def _score_rows(
-    rows: Iterable[tuple], now: int, overrides: Mapping[str, Any], coverages: Mapping[int, float] | None = None
+    rows: Iterable[tuple], now: int, overrides: Mapping[str, Any],
+    coverages: Mapping[int, tuple[float, bool]] | None = None,
 ) -> list[ScopedFact]:
     facts = []
     for fid, b, person_id, kind, content, slot, origin, strength, half_life, updated_at, active, _v in rows:
@@ -287,7 +299,8 @@ def _score_rows(
             ScopedFact(
                 id=fid, person_id=person_id, kind=kind, content=content, slot=slot, origin_kind=origin,
                 retention=ret, score=0.0, lexical_relevance=lex, bm25=b, half_life_hours=half_life,
-                active=bool(active), coverage=None if coverages is None else coverages.get(fid, 0.0),
+                active=bool(active), coverage=None if coverages is None else coverages.get(fid, (0.0, False))[0],
+                rarest=False if coverages is None else coverages.get(fid, (0.0, False))[1],
             )
         )
     return rank_facts(facts, overrides)  # stable: bm25 order breaks ties
@@ -468,7 +481,7 @@ def merge_dense_candidates(
         merged.append(
             replace(
                 f, bm25=b, lexical_relevance=decay.relevance_from_bm25(b) if b is not None else 0.0,
-                coverage=cov.get(f.id, 0.0),
+                coverage=cov.get(f.id, (0.0, False))[0], rarest=cov.get(f.id, (0.0, False))[1],
             )
         )
     return merged

@@ -29,6 +29,7 @@ __all__ = [
     "is_seed_profile",
     "idf",
     "idf_coverage",
+    "holds_rarest",
     "passes_relevance_floor",
     "rank",
     "prompt_cut",
@@ -82,7 +83,7 @@ def apply_pool_percentile(scores: Sequence[float], threshold: float) -> int:
 #: Profile knob that selects the seed's multiplicative ranking (``blend_score``) — the
 #: built-in "seed" profile sets it to 1.
 SEED_BLEND_PARAM: str = "seed_blend"
-DEFAULT_RETENTION_PRIOR: float = 0.05
+DEFAULT_RETENTION_PRIOR: float = 0.02
 DEFAULT_LEXICAL_COVERAGE_FLOOR: float = 0.5
 #: USE (the local model) puts unrelated pairs near 0.08 and paraphrases near 0.8.
 DEFAULT_DENSE_COSINE_FLOOR: float = 0.3
@@ -95,6 +96,7 @@ class RankCandidate:
     ``lexical`` is ``relevance_from_bm25`` (0 when the candidate does not match lexically);
     ``coverage`` the share of the query's achievable IDF mass the candidate matches
     (:func:`idf_coverage`; ``None`` = not known, the lexical floor does not apply);
+    ``rarest`` True when it holds the query's most specific word (:func:`holds_rarest`);
     ``cosine`` the query/fact cosine (``None`` = no vector on either side); ``active`` False
     for a frozen fact.
     """
@@ -105,6 +107,7 @@ class RankCandidate:
     cosine: float | None = None
     coverage: float | None = None
     active: bool = True
+    rarest: bool = False
 
 
 @dataclass(frozen=True)
@@ -164,21 +167,34 @@ def idf_coverage(matched: Iterable[str], dfs: Mapping[str, int], n_docs: int) ->
     return min(1.0, got / total)
 
 
+def holds_rarest(matched: Iterable[str], dfs: Mapping[str, int]) -> bool:
+    """True iff ``matched`` holds a query word of the smallest positive document frequency —
+    the most specific thing the query asks that memory could answer."""
+    known = [df for df in dfs.values() if df > 0]
+    if not known:
+        return False
+    rarest = min(known)
+    return any(dfs.get(t, 0) == rarest for t in set(matched))
+
+
 def _param(profile: Mapping[str, float], name: str, default: float) -> float:
     return float(profile.get(name, default))
 
 
 def passes_relevance_floor(candidate: RankCandidate, profile: Mapping[str, float] | None = None) -> bool:
-    """Eligible iff ``coverage >= lexical_coverage_floor`` or ``cosine >= dense_cosine_floor``.
+    """Eligible iff it covers ``lexical_coverage_floor`` of the query's achievable IDF mass,
+    or holds the query's most specific word (``rarest``; only while the floor is above 0),
+    or its cosine reaches ``dense_cosine_floor``.
 
-    A candidate with neither signal known (no coverage, no cosine) stays eligible.
+    A floor of 0 (lexical) or -1 (dense) admits everything on that side. A candidate with
+    neither signal known (no coverage, no cosine) stays eligible.
     """
     opts = profile or {}
     if candidate.coverage is None and candidate.cosine is None:
         return True
     lex_floor = _param(opts, "lexical_coverage_floor", DEFAULT_LEXICAL_COVERAGE_FLOOR)
     cos_floor = _param(opts, "dense_cosine_floor", DEFAULT_DENSE_COSINE_FLOOR)
-    if candidate.coverage is not None and candidate.coverage >= lex_floor:
+    if candidate.coverage is not None and (candidate.coverage >= lex_floor or candidate.rarest):
         return True
     return candidate.cosine is not None and candidate.cosine >= cos_floor
 

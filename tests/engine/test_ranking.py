@@ -14,6 +14,7 @@ from memory.engine.scoring import (
     blend_score,
     fused_relevance,
     held_back,
+    holds_rarest,
     idf,
     idf_coverage,
     passes_relevance_floor,
@@ -60,7 +61,7 @@ def test_a_clearly_more_relevant_old_fact_beats_yesterdays_weaker_one() -> None:
     ranked = rank([new, old])
     assert _ids(ranked) == ["old", "new"]
     assert ranked[0].calibrated == 1.0 and ranked[0].prior == 0.0 and ranked[0].score == 1.0
-    assert ranked[1].calibrated == 0.6 / 0.8 and ranked[1].score == 0.6 / 0.8 + 0.05
+    assert ranked[1].calibrated == 0.6 / 0.8 and ranked[1].score == 0.6 / 0.8 + 0.02
     # the seed's blend put yesterday's weaker fact first
     assert _ids(rank([new, old], SEED)) == ["new", "old"]
 
@@ -70,8 +71,8 @@ def test_at_comparable_relevance_the_fresher_fact_wins() -> None:
     fresher = RankCandidate(id="fresher", lexical=0.79, retention=0.9)
     ranked = rank([older, fresher])
     assert _ids(ranked) == ["fresher", "older"]
-    assert ranked[0].score == 0.79 / 0.80 + 0.05 * 0.9
-    assert ranked[1].score == 1.0 + 0.05 * 0.2
+    assert ranked[0].score == 0.79 / 0.80 + 0.02 * 0.9
+    assert ranked[1].score == 1.0 + 0.02 * 0.2
     # the margin is the prior's weight: a gap above it is no longer "comparable"
     assert _ids(rank([older, fresher], {"retention_prior": 0.0})) == ["older", "fresher"]
 
@@ -87,7 +88,7 @@ def test_a_state_fact_fades_within_days() -> None:
         RankCandidate(id="habit", lexical=0.7, retention=habit),
     ])
     assert _ids(ranked) == ["habit", "state"]
-    assert ranked[1].prior == 0.05 * 2.0**-6
+    assert ranked[1].prior == 0.02 * 2.0**-6
 
 
 def test_frozen_facts_rank_below_active_ones_of_comparable_relevance() -> None:
@@ -95,7 +96,7 @@ def test_frozen_facts_rank_below_active_ones_of_comparable_relevance() -> None:
     active = RankCandidate(id="active", lexical=0.7, retention=0.12)
     ranked = rank([frozen, active])
     assert _ids(ranked) == ["active", "frozen"]
-    assert ranked[1].prior == 0.0 and ranked[0].prior == 0.05 * 0.12
+    assert ranked[1].prior == 0.0 and ranked[0].prior == 0.02 * 0.12
 
 
 def test_a_pinned_fact_keeps_its_place() -> None:
@@ -134,6 +135,17 @@ def test_a_pool_matching_one_common_word_brings_nothing() -> None:
     assert prompt_cut(ranked, 6) == [] and held_back(ranked, 6) == []
     # under the seed both would fill the prompt
     assert _ids(prompt_cut(rank(pool, SEED), 6)) == ["cook", "calligraphy"]
+
+
+def test_the_querys_most_specific_word_admits_a_candidate() -> None:
+    dfs = {"橘猫": 1, "乌龙茶": 1, "喜欢": 8, "想": 0}
+    assert holds_rarest(["橘猫"], dfs) and holds_rarest(["乌龙茶", "喜欢"], dfs)
+    assert not holds_rarest(["喜欢"], dfs) and not holds_rarest([], dfs) and not holds_rarest(["想"], {"想": 0})
+    # 我最近想去杭州玩: 最近 (df 5) is not the most specific word, 杭州 (df 2) is
+    assert not holds_rarest(["最近"], {"最近": 5, "杭州": 2})
+    half = RankCandidate(id=1, lexical=0.7, retention=1, coverage=0.3, rarest=True)
+    assert passes_relevance_floor(half)
+    assert not passes_relevance_floor(RankCandidate(id=1, lexical=0.7, retention=1, coverage=0.3))
 
 
 def test_either_floor_admits_a_candidate() -> None:
@@ -176,6 +188,6 @@ def test_held_back_lists_what_retention_ranked_out() -> None:
 def test_terms_are_exposed() -> None:
     r = rank([RankCandidate(id=7, lexical=0.4, retention=0.5, cosine=0.6, coverage=0.7)])[0]
     assert r.terms() == {
-        "relevance": fused_relevance(0.4, 0.6), "calibrated": 1.0, "prior": 0.025, "score": 1.025,
+        "relevance": fused_relevance(0.4, 0.6), "calibrated": 1.0, "prior": 0.01, "score": 1.01,
         "retention": 0.5, "eligible": True, "coverage": 0.7, "cosine": 0.6, "mode": "relevance",
     }

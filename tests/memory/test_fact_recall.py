@@ -78,7 +78,7 @@ class TestFts5Recall:
         # default: the best candidate is the pool's relevance unit, plus the retention prior
         best = _recall([person.pk], "香菜")[0]
         assert best.id == hit.id and best.calibrated == 1.0 and best.coverage == 1.0
-        assert best.score == 1.0 + 0.05 * best.retention
+        assert best.score == 1.0 + 0.02 * best.retention
 
     def test_limit_and_return_candidates(self, person, six):
         assert len(_recall([person.pk], "玩家", limit=2)) == 2

@@ -47,7 +47,7 @@ def test_a_clearly_relevant_old_fact_beats_a_fresh_fact_sharing_common_words(per
     assert [f.id for f in ctx.pool] == [old, fresh]
     assert _ids(result) == [old, fresh]
     by_id = {f.id: f for f in ctx.pool}
-    # the fresh fact shares only 玩家/吃: clearly less relevant (by more than the prior's 0.05)
+    # the fresh fact shares only 玩家/吃: clearly less relevant (by more than the prior's 0.02)
     assert by_id[old].calibrated == 1.0 and by_id[fresh].calibrated < 0.95
 
 

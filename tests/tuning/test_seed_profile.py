@@ -60,10 +60,12 @@ def test_a_turn_recorded_under_the_seed_profile_replays_with_zero_differences(wo
     # the default ranking on the same turn: another order, another prompt
     default = evaluation.evaluate(samples, {})
     row = default["per_turn"][0]
-    assert row["replay_ids"] == [world["old"], world["fresh"]] and row["ranked_ids"] == [world["old"]]
+    assert row["replay_ids"] == row["ranked_ids"] == [world["old"], world["fresh"]]
+    assert seed["per_turn"][0]["ranked_ids"] == [world["fresh"], world["old"]]
     assert row["reconcile"]["status"] == "mismatch"
     what_if = evaluation.compare(
-        samples, {"label": "seed", "params": {"seed_blend": 1}}, {"label": "default", "params": {}}, emit=False
+        samples, {"label": "seed", "params": {"seed_blend": 1, "fact_recall_limit": 1}},
+        {"label": "default", "params": {"fact_recall_limit": 1}}, emit=False,
     )
     turn = what_if["per_turn"][0]
-    assert turn["moved_out"] == [world["fresh"]] and turn["moved_in"] == []
+    assert turn["moved_out"] == [world["fresh"]] and turn["moved_in"] == [world["old"]]
