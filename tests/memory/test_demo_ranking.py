@@ -1,6 +1,6 @@
 """Issue 16: in the demo data, 我最近想去杭州玩 used to bring 主人最近在学做菜, 小林最近在学日语
 and 主人最近在学书法 into the prompt on 最近 alone (relevance 0.74 each). The default ranking's
-relevance floors keep such a turn empty; the built-in seed profile still shows the old behaviour."""
+relevance floors keep them out; the built-in seed profile still shows the old behaviour."""
 from __future__ import annotations
 
 import io
@@ -28,18 +28,28 @@ def demo(settings):
     return {"owner": owner, "lin": Stream.objects.get(external_id="lin")}
 
 
-def _turn(demo, text):
+def _confirm(demo, text):
     ctx = recall.prepare_turn(stream_id=demo["lin"].pk, speaker_id=demo["owner"].pk, text=text)
     result = recall.confirm_turn(turn_id=ctx.turn_id)
     assert result.used_vector is True
-    return [p.fact.content for p in result.facts]
+    return ctx, result
 
 
-def test_a_turn_sharing_one_common_word_brings_nothing(demo):
+def _turn(demo, text):
+    return [p.fact.content for p in _confirm(demo, text)[1].facts]
+
+
+def test_a_turn_sharing_one_common_word_brings_no_lexical_noise(demo):
     with overrides_scope({"seed_blend": 1}):
         seeded = _turn(demo, "我最近想去杭州玩")
     assert NOISE <= set(seeded)  # the seed's ranking: noise fills the prompt
-    assert _turn(demo, "我最近想去杭州玩") == []
+    ctx, result = _confirm(demo, "我最近想去杭州玩")
+    noise = [f for f in ctx.pool if f.content in NOISE]
+    assert len(noise) == 3 and not any(f.eligible for f in noise)  # in the pool, under the floor
+    assert not NOISE & {p.fact.content for p in result.facts}
+    # whatever still enters does so on its own cosine (the dense floor), never on 最近
+    for p in result.facts:
+        assert p.fact.cosine >= 0.3 and p.fact.coverage < 0.5 and not p.fact.rarest
 
 
 def test_a_relevant_turn_still_recalls(demo):
