@@ -1,10 +1,21 @@
-"""Ranking arithmetic shared by every recall path.
+"""Ranking arithmetic shared by every recall path — one function, :func:`rank`.
+
+Every path that orders facts (turn prepare/confirm, ``/actions/recall``, the console
+playground and fact search, trace replay, ``make eval``) builds :class:`RankCandidate`
+rows (lexical relevance, IDF coverage, cosine, retention — never vectors) and calls
+:func:`rank`; a change of formula is one change here.
 
 * lexical relevance: :func:`memory.engine.decay.relevance_from_bm25` (0..1);
 * dense fusion (only when both vectors exist): :func:`fused_relevance`
   ``= 0.4 * lexical + 0.6 * (cos + 1) / 2`` — not tunable;
-* retention is applied *after* fusion: :func:`blend_score`
-  ``= max(0, relevance) ** bm25_weight * (floor + (1 - floor) * retention)``;
+* default ("relevance leads, forgetting is a prior"): relevance is calibrated within the
+  pool (share of the best eligible candidate), the retention term is a bounded prior
+  ``retention_prior * retention`` (0 when frozen), and candidates under both relevance
+  floors (:func:`passes_relevance_floor`: IDF coverage of the query / the query's most
+  specific word, or the cosine) never enter the prompt;
+* the seed's multiplicative blend stays as :func:`blend_score`
+  ``= max(0, relevance) ** bm25_weight * (floor + (1 - floor) * retention)``, used by
+  :func:`rank` under the built-in "seed" profile (``seed_blend = 1``);
 * the candidate pool may be cut by a score percentile: :func:`apply_pool_percentile`.
 """
 
