@@ -18,15 +18,17 @@ All-conversation tables use the default retrieval profile (the reference contrac
 Held-out tuning (``result["heldout"]``): the conversations are split deterministically —
 even positions in the data file are *dev*, odd positions *test* (with one conversation
 there is no test half and tuning is skipped). A grid over the whitelisted knobs that only
-re-rank (``retention_weight_floor`` × ``bm25_weight``, see :data:`RERANK_GRID`; values
-outside the whitelist bounds are dropped) is scored on the dev questions only; the
+re-rank (``retention_prior`` × ``lexical_coverage_floor`` × ``dense_cosine_floor``, see
+:data:`RERANK_GRID`; values outside the whitelist bounds are dropped) is scored on the dev questions only; the
 profile with the best mean nDCG@5 of "ours lexical + dense" wins (ties: R@5, then the
 smaller distance to the defaults). The test questions then report our recall with the
 default and with the tuned profile next to the baselines. The candidate pools do not depend on these two knobs, so
 re-ranking each question's recorded pools is exact and no query runs twice: every
-candidate keeps the relevance ``selectors.rank_recalled_facts`` gave it (lexical, or fused
-with the cosine) and its retention, and a profile re-applies ``blend_score`` and the same
-stable sort. Each run checks this against the product's own rankings (``rerank_check``).
+candidate keeps what the engine's ``rank`` needs (lexical relevance, IDF coverage, rarest
+word, the cosine of ``selectors.fact_cosines``, retention, frozen or not) in the order the
+product ranks them, and a profile re-applies ``memory.engine.scoring.rank`` — the function
+every product path calls. Each run checks this against the product's own rankings
+(``recall.replay_turn_pool`` / ``recall.rank_pool``, default and seed profiles: ``rerank_check``).
 The halves are then swapped (tuned on test, reported on dev) so that every conversation is
 held out once; ``heldout["cross_validated"]`` pools both folds and gives a paired bootstrap
 95 % interval of the R@5 difference to bm25s and to dense-only.
