@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.conf import settings
@@ -76,8 +76,8 @@ def replay_turn_pool(
     """The lexical candidate pool of a turn — the same code path production runs.
 
     ``recall_facts_in_scope`` for the current text, then for the impression;
-    union by id (first occurrence kept, with its relevance and coverage for the
-    query that found it); the union ranked once by the engine's ``rank``
+    union by id (first occurrence kept, with its relevance; a fact found by both
+    queries keeps its best IDF coverage and rarest-word flag); the union ranked once by the engine's ``rank``
     (``selectors.rank_facts``; stable: current-text candidates first on ties);
     cut by the tuned pool percentile. Candidates under the relevance floors stay
     in the pool (the confirm step may lift them with a cosine) but after the
@@ -92,7 +92,12 @@ def replay_turn_pool(
             person_ids=person_ids, query=query, limit=limit, now=now, stream_kind=stream_kind,
             return_candidates=True, overrides=overrides, events=events, stats=stats,
         ):
-            pool.setdefault(fact.id, fact)
+            first = pool.setdefault(fact.id, fact)
+            if first is not fact and fact.coverage is not None:
+                # relevant to either query is enough for the floors: best coverage, rarest of either
+                pool[fact.id] = replace(
+                    first, coverage=max(first.coverage or 0.0, fact.coverage), rarest=first.rarest or fact.rarest
+                )
     ordered = selectors.rank_facts(list(pool.values()), overrides)
     kept = apply_pool_percentile([f.score for f in ordered], float(overrides.get("pool_score_percentile", 0.0)))
     return ordered[:kept]
