@@ -106,12 +106,15 @@ def _params(params: dict) -> str:
     return ", ".join(f"`{name}` = {value:g}" for name, value in params.items())
 
 
-def _grid_table(held: dict) -> str:
-    """Dev scores of the grid: rows = first knob, columns = second knob, cell = nDCG@5 (R@5)."""
+def _grid_table(held: dict, *, fixed: dict | None = None) -> str:
+    """Dev scores of the grid: rows = first knob, columns = second knob, cell = nDCG@5 (R@5);
+    any further knob is held at the value given in ``fixed``."""
     row_knob, col_knob = held["knobs"][:2]
-    rows_v = list(dict.fromkeys(g["params"][row_knob] for g in held["grid"]))
-    cols_v = list(dict.fromkeys(g["params"][col_knob] for g in held["grid"]))
-    cell = {(g["params"][row_knob], g["params"][col_knob]): g for g in held["grid"]}
+    fixed = fixed or {}
+    grid = [g for g in held["grid"] if all(g["params"].get(k) == v for k, v in fixed.items())]
+    rows_v = list(dict.fromkeys(g["params"][row_knob] for g in grid))
+    cols_v = list(dict.fromkeys(g["params"][col_knob] for g in grid))
+    cell = {(g["params"][row_knob], g["params"][col_knob]): g for g in grid}
     chosen = held["chosen"]["params"]
 
     def fmt(r: float, c: float) -> str:
@@ -125,6 +128,21 @@ def _grid_table(held: dict) -> str:
         [f"`{row_knob}` ↓ · `{col_knob}` →", *[f"{c:g}" for c in cols_v]],
         [[f"{r:g}", *[fmt(r, c) for c in cols_v]] for r in rows_v],
     )
+
+
+def _grid_tables(held: dict) -> list[str]:
+    """One dev-grid table per value of the knobs after the first two (usually one knob)."""
+    extra = held["knobs"][2:]
+    if not extra:
+        return ["Dev grid — nDCG@5 of ours lexical + dense (R@5 in parentheses), chosen profile in bold:", "",
+                _grid_table(held)]
+    out: list[str] = []
+    combos = list(dict.fromkeys(tuple(g["params"][k] for k in extra) for g in held["grid"]))
+    for combo in combos:
+        fixed = dict(zip(extra, combo, strict=True))
+        out += [f"Dev grid at {_params(fixed)} — nDCG@5 of ours lexical + dense (R@5 in parentheses), chosen "
+                "profile in bold:", "", _grid_table(held, fixed=fixed), ""]
+    return out[:-1]
 
 
 def _heldout_section(lo: dict) -> list[str]:
@@ -155,9 +173,7 @@ def _heldout_section(lo: dict) -> list[str]:
         + (f" {ties} other profile(s) score exactly the same on dev; the tie-break kept the one closest to the "
            "defaults." if ties > 0 else ""),
         "",
-        "Dev grid — nDCG@5 of ours lexical + dense (R@5 in parentheses), chosen profile in bold:",
-        "",
-        _grid_table(held),
+        *_grid_tables(held),
         "",
         f"Test conversations ({held['test_questions']} questions), every row measured on the same questions:",
         "",
@@ -172,11 +188,10 @@ def _heldout_section(lo: dict) -> list[str]:
     if not _beats(held["methods"], "ours_lexical_dense_default")[0]:
         out += [
             "",
-            "Why the default profile still loses: it is built for a chatbot turn, where the forgetting curve should "
-            "fade old events — every LoCoMo observation is an 事件 fact (half-life 21 days) and the questions come "
-            "months after most sessions, so by design retention outweighs the saturated relevance `r/(1+r)`. The "
-            "default stays the product default; the tuned profile is what an operator would save through the "
-            "tuning console for an archive-style deployment, where questions cover the whole history uniformly.",
+            "Why the default profile still loses here: its retention prior still reorders candidates whose "
+            "relevance is within `retention_prior` of each other, and every LoCoMo observation is an 事件 fact "
+            "(half-life 21 days) asked about months later; the relevance floors also drop a few lexical-only "
+            "matches. See the diagnostic rows for each share.",
         ]
     cv = held.get("cross_validated")
     if cv:
@@ -205,7 +220,8 @@ def _heldout_section(lo: dict) -> list[str]:
             "",
             f"(The re-rank replays each question's recorded pools; in this run it reproduced "
             f"{check['rankings'] - check['mismatches']} of {check['rankings']} rankings that "
-            "`selectors.rank_recalled_facts` produced itself.)",
+            "the product path (`recall.replay_turn_pool` and `recall.rank_pool`, default and seed profiles) "
+            "produced itself — both go through `memory.engine.scoring.rank`.)",
         ]
     return out
 
@@ -303,9 +319,7 @@ def _heldout_note(lo: dict) -> list[str]:
         f"against bm25s {r5['bm25s_facts']:.3f}, dense-only {r5['dense_only']:.3f} and FTS5 over raw turns "
         f"{r5['fts5_raw_turns']:.3f}; the default profile gives {r5['ours_lexical_default']:.3f} and "
         f"{r5['ours_lexical_dense_default']:.3f} on the same questions. Nothing but the ranking changed: same "
-        "pools, same facts, same code path. The default is deliberately not changed — a chatbot turn should "
-        "let months-old events fade — so the LoCoMo target holds for a deployment whose operator saves this "
-        "profile in the tuning console, not for the out-of-the-box default."
+        "pools, same facts, same code path."
     )
     cv = held.get("cross_validated")
     if cv:
@@ -316,10 +330,10 @@ def _heldout_note(lo: dict) -> list[str]:
             f"[{d['bm25s_facts']['low']:+.3f}, {d['bm25s_facts']['high']:+.3f}] to bm25s and "
             f"[{d['dense_only']['low']:+.3f}, {d['dense_only']['high']:+.3f}] to dense-only."
         )
-    if params.get("retention_weight_floor") == 1.0:
+    if params.get("retention_prior") == 0.0:
         note += (
-            " With `retention_weight_floor` = 1 the retention factor is constant, so the order is relevance alone "
-            "and `bm25_weight` (a power of the relevance) cannot change it: that whole row of the dev grid ties."
+            " With `retention_prior` = 0 the order is relevance alone; the floors then only decide what is "
+            "eligible, which is why several cells of that row tie."
         )
     return [note]
 
@@ -333,17 +347,24 @@ def notes(results: dict) -> str:
         raw = _r5(lo, "fts5_raw_turns")
         nf = _r5(lo, "diag_lexical_dense_no_forgetting", "diagnostics")
         lex_nf = _r5(lo, "diag_lexical_no_forgetting", "diagnostics")
+        seed_d = _r5(lo, "diag_lexical_dense_seed", "diagnostics")
+        seed_l = _r5(lo, "diag_lexical_seed", "diagnostics")
+        nofloor = _r5(lo, "diag_lexical_dense_no_floor", "diagnostics")
+        ours_l = _r5(lo, "ours_lexical")
         out += [
             f"- **LoCoMo, facts.** Our turn recall ranks the *same* fact units as bm25s and dense-only, so the "
-            f"gap is ranking, not coverage: R@5 lexical + dense {ours:.3f}, bm25s {bm:.3f}, dense-only {dense:.3f}. "
-            "The main cause is the forgetting curve: every observation is written at its session's date as an "
-            "事件 fact (half-life 21 days) and the questions come after the last session, months later, so "
-            "`blend_score` multiplies an old fact's relevance by as little as 0.35 while a fact from the last "
-            "weeks keeps ~1. A chatbot turn wants that recency prior; LoCoMo asks about the whole history "
-            "uniformly and punishes it. The lexical relevance `r/(1+r)` of bm25 saturates for long English "
-            "questions, which likely leaves the retention factor to decide most of the order. "
-            f"With the forgetting weight switched off (diagnostic rows) the same pools "
-            f"give lexical {lex_nf:.3f} and lexical + dense {nf:.3f} at R@5.",
+            f"gap is ranking, not coverage: R@5 lexical + dense {ours:.3f} with the default profile, bm25s "
+            f"{bm:.3f}, dense-only {dense:.3f}. The default ranking lets relevance lead — relevance calibrated "
+            "within the pool, retention a bounded prior (`retention_prior`) that only reorders candidates of "
+            "comparable relevance, and two relevance floors (IDF coverage of the query or its most specific "
+            "word; the cosine) — so a months-old 事件 fact that answers the question is no longer pushed out by "
+            f"last week's. The seed's multiplicative `blend_score` (built-in profile `seed`) gives {seed_d:.3f} "
+            f"(lexical only {seed_l:.3f}) on the same pools: it multiplies an old fact's saturated relevance "
+            f"`r/(1+r)` by as little as 0.35. Relevance alone (`retention_prior` = 0) gives lexical + dense "
+            f"{nf:.3f} (lexical only {lex_nf:.3f}); without the floors lexical + dense gives {nofloor:.3f}. "
+            f"Lexical only (no query vector) the default gives {ours_l:.3f}: LoCoMo's English questions share "
+            "few unstemmed words with the observations, so most lexical matches fall under the coverage floor "
+            "unless they hold the question's rarest word — the dense channel is what admits paraphrases.",
             *_heldout_note(lo),
             f"- **LoCoMo, near-duplicates.** {lo.get('observations', '?')} observations became {lo['facts']} fact "
             "rows: `add_fact` merges a new fact into a similar one of the same person (character-set Jaccard "
@@ -364,8 +385,8 @@ def notes(results: dict) -> str:
             "cues and beats dense-only on them at session level.",
             "- **No pruning on the turn path.** Person-scoped fact recall keeps every query term (the fact "
             "index's person column bounds the work), so long English questions add many common words to bm25 "
-            "and `r/(1+r)` saturates; the diagnostic row with a `bm25_weight` 4 tuning profile shows how much of "
-            "the gap that saturation explains while forgetting stays on.",
+            "and `r/(1+r)` saturates; the pool calibration (relevance as a share of the pool's best) keeps the "
+            "order, and the IDF coverage floor discounts those common words.",
         ]
     md = results.get("memdaily")
     if md:

@@ -18,15 +18,17 @@ All-conversation tables use the default retrieval profile (the reference contrac
 Held-out tuning (``result["heldout"]``): the conversations are split deterministically —
 even positions in the data file are *dev*, odd positions *test* (with one conversation
 there is no test half and tuning is skipped). A grid over the whitelisted knobs that only
-re-rank (``retention_weight_floor`` × ``bm25_weight``, see :data:`RERANK_GRID`; values
-outside the whitelist bounds are dropped) is scored on the dev questions only; the
+re-rank (``retention_prior`` × ``lexical_coverage_floor`` × ``dense_cosine_floor``, see
+:data:`RERANK_GRID`; values outside the whitelist bounds are dropped) is scored on the dev questions only; the
 profile with the best mean nDCG@5 of "ours lexical + dense" wins (ties: R@5, then the
 smaller distance to the defaults). The test questions then report our recall with the
 default and with the tuned profile next to the baselines. The candidate pools do not depend on these two knobs, so
 re-ranking each question's recorded pools is exact and no query runs twice: every
-candidate keeps the relevance ``selectors.rank_recalled_facts`` gave it (lexical, or fused
-with the cosine) and its retention, and a profile re-applies ``blend_score`` and the same
-stable sort. Each run checks this against the product's own rankings (``rerank_check``).
+candidate keeps what the engine's ``rank`` needs (lexical relevance, IDF coverage, rarest
+word, the cosine of ``selectors.fact_cosines``, retention, frozen or not) in the order the
+product ranks them, and a profile re-applies ``memory.engine.scoring.rank`` — the function
+every product path calls. Each run checks this against the product's own rankings
+(``recall.replay_turn_pool`` / ``recall.rank_pool``, default and seed profiles: ``rerank_check``).
 The halves are then swapped (tuned on test, reported on dev) so that every conversation is
 held out once; ``heldout["cross_validated"]`` pools both folds and gives a paired bootstrap
 95 % interval of the R@5 difference to bm25s and to dense-only.
@@ -43,6 +45,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
@@ -58,16 +61,19 @@ METHODS = {
     "fts5_raw_turns": "plain FTS5 (unicode61) over raw turns",
 }
 DIAGNOSTICS = {
-    "diag_lexical_no_forgetting": "ours lexical with retention_weight_floor=1 (forgetting curve off)",
-    "diag_lexical_dense_no_forgetting": "ours lexical + dense with retention_weight_floor=1 (forgetting curve off)",
-    "diag_lexical_dense_sharp": "ours lexical + dense with bm25_weight=4 (a tuning profile; forgetting on)",
+    "diag_lexical_no_forgetting": "ours lexical with retention_prior=0 (relevance alone)",
+    "diag_lexical_dense_no_forgetting": "ours lexical + dense with retention_prior=0 (relevance alone)",
+    "diag_lexical_dense_no_floor": "ours lexical + dense without the relevance floors",
+    "diag_lexical_seed": "ours lexical, built-in seed profile (the seed's blend_score)",
+    "diag_lexical_dense_seed": "ours lexical + dense, built-in seed profile (the seed's blend_score)",
 }
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
 # Held-out tuning: knobs that only re-rank the same candidate pools, and the values tried.
 RERANK_GRID = {
-    "retention_weight_floor": (0.35, 0.5, 0.65, 0.8, 0.9, 1.0),
-    "bm25_weight": (1.0, 2.0, 3.0, 4.0),
+    "retention_prior": (0.0, 0.01, 0.02, 0.05, 0.1),
+    "lexical_coverage_floor": (0.0, 0.5, 0.7),
+    "dense_cosine_floor": (0.2, 0.3, 0.35, 0.4),
 }
 HELDOUT_METHODS = {
     "ours_lexical_default": "ours: lexical, default profile",
@@ -116,7 +122,8 @@ class Conversation:
     observations: int = 0
 
 
-Candidate = tuple[int, float, float]  # (fact id, relevance as rank_recalled_facts sees it, retention)
+# What the engine's rank sees of a candidate (id = fact id), in the order the product ranks them.
+Candidate = Any  # memory.engine.scoring.RankCandidate
 
 
 @dataclass
@@ -127,8 +134,8 @@ class Replay:
     category: int
     gold: set[str]
     evidence: dict[int, set[str]]  # fact id → evidence ids (the conversation's)
-    lexical: list[Candidate]  # the lexical pool, in its order
-    fused: list[Candidate]  # pool ∪ dense candidates, in merge order, fused relevance
+    lexical: list[Candidate]  # the lexical pool, in its order (no cosine)
+    fused: list[Candidate]  # pool ∪ dense candidates, in merge order, with their cosines
     scores: dict[str, dict[str, float]] = field(default_factory=dict)  # method → metrics, default profile
 
     def score(self, overrides: dict, *, dense: bool) -> dict[str, float]:
@@ -138,11 +145,24 @@ class Replay:
 
 
 def rerank(candidates: Sequence[Candidate], overrides: dict) -> list[int]:
-    """The top ``TOP`` ids as ``selectors.rank_recalled_facts`` orders them: ``blend_score``, stable sort."""
-    from memory.engine.scoring import blend_score
+    """The top ``TOP`` ids as the product ranks them: the engine's ``rank``, eligible head."""
+    from memory.engine.scoring import prompt_cut, rank
 
-    ranked = sorted(candidates, key=lambda c: blend_score(c[1], c[2], overrides), reverse=True)
-    return [fid for fid, _, _ in ranked[:TOP]]
+    return [r.id for r in prompt_cut(rank(candidates, overrides), TOP)]
+
+
+def rank_inputs(facts: Sequence[Any], cosines: dict[int, float] | None = None) -> list[Candidate]:
+    """``ScopedFact`` → the engine's ``RankCandidate`` (with the cosine from ``fact_cosines``, if given)."""
+    from memory.engine.scoring import RankCandidate
+
+    return [
+        RankCandidate(
+            id=f.id, lexical=f.lexical_relevance, retention=f.retention,
+            cosine=None if cosines is None else cosines.get(f.id), coverage=f.coverage, active=f.active,
+            rarest=f.rarest,
+        )
+        for f in facts
+    ]
 
 
 def load(conversations: int | None = None) -> list[dict]:
@@ -311,13 +331,14 @@ def _max_per_group(scores: np.ndarray, groups: Sequence[int], k: int, *, positiv
 
 def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[str], None] = print) -> dict:
     from memory import lexical, selectors
-    from memory.recall import replay_turn_pool
+    from memory.recall import prompt_facts, rank_pool, replay_turn_pool
     from tuning.services import active_overrides
 
     base = dict(active_overrides())
     ov = {**base, "fact_recall_limit": TOP}
-    ov_no_forgetting = {**ov, "retention_weight_floor": 1.0}
-    ov_sharp = {**ov, "bm25_weight": 4.0}  # relevance^4: undoes the saturation of r/(1+r) for long queries
+    ov_no_forgetting = {**ov, "retention_prior": 0.0}
+    ov_no_floor = {**ov, "lexical_coverage_floor": 0.0, "dense_cosine_floor": -1.0}
+    ov_seed = {**ov, "seed_blend": 1}
     per_method: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
     replays: list[Replay] = []
     rerank_check = {"rankings": 0, "mismatches": 0}
@@ -343,47 +364,61 @@ def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[
             cat = int(q.get("category", 0))
             ev = conv.fact_evidence
 
+            # the product path: the turn's lexical pool, then the confirm step (rank_pool)
             pool = replay_turn_pool(
                 person_ids=conv.person_ids, text=text, impression="", now=conv.now, stream_kind="direct", overrides=ov
             )
             pool_sizes.append(len(pool))
-            units: dict[str, list[set[str]]] = {"ours_lexical": [ev[f.id] for f in pool[:TOP]]}
-
-            dense = selectors.dense_fact_candidates(
-                person_ids=conv.person_ids, query_vector=qvec, limit=TOP, now=conv.now, stream_kind="direct", overrides=ov
+            units: dict[str, list[set[str]]] = {"ours_lexical": [ev[f.id] for f in prompt_facts(pool, TOP)]}
+            ranking = rank_pool(
+                pool=pool, query_vector=qvec, person_ids=conv.person_ids, text=text, stream_kind="direct",
+                now=conv.now, limit=TOP, overrides=ov,
             )
-            merged = selectors.merge_dense_candidates(pool, dense, query=text)
-            fused = selectors.rank_recalled_facts(merged, qvec, len(merged), ov)  # every candidate re-scored
-            ranked = fused[:TOP]
+            ranked = ranking.prompt
             units["ours_lexical_dense"] = [ev[f.id] for f in ranked]
 
             units["dense_only"] = [ev[conv.fact_ids[i]] for i in dense_top(conv.fact_vectors, qvec, TOP)]
             units["bm25s_facts"] = [ev[conv.fact_ids[i]] for i in bm_facts.top(text, TOP)]
             units["fts5_raw_turns"] = [{d} for d in raw_index.search(text, TOP)]
 
-            # diagnostics (same questions, one knob changed each). The candidate sets do not depend on
-            # the retention weighting (FTS takes the best bm25 rows, the dense channel the best cosines),
-            # so re-ranking the same pools with the other overrides is exact.
-            lex_nf = selectors.rank_recalled_facts(pool, None, TOP, ov_no_forgetting)
-            dense_sharp = selectors.rank_recalled_facts(merged, qvec, TOP, ov_sharp)
-            dense_nf = selectors.rank_recalled_facts(merged, qvec, TOP, ov_no_forgetting)
-            units["diag_lexical_no_forgetting"] = [ev[f.id] for f in lex_nf]
-            units["diag_lexical_dense_sharp"] = [ev[f.id] for f in dense_sharp]
-            units["diag_lexical_dense_no_forgetting"] = [ev[f.id] for f in dense_nf]
-
-            # what the held-out tuning re-ranks, checked against the product's rankings above
-            order = {f.id: i for i, f in enumerate(merged)}
+            # What the held-out tuning and the diagnostics re-rank: the same candidates in the order
+            # rank_pool ranks them (lexical pool, then the dense channel's extras), each with the
+            # cosine of selectors.fact_cosines. The candidate sets do not depend on the re-ranking
+            # knobs, so re-ranking them under another profile is exact; rerank_check verifies it.
+            dense = selectors.dense_fact_candidates(
+                person_ids=conv.person_ids, query_vector=qvec, limit=TOP, now=conv.now, stream_kind="direct",
+                overrides=ov,
+            )
+            merged = selectors.merge_dense_candidates(pool, dense, query=text)
             replay = Replay(
                 conv.sample_id, cat, gold, ev,
-                lexical=[(f.id, f.lexical_relevance, f.retention) for f in pool],
-                fused=[(f.id, f.relevance, f.retention) for f in sorted(fused, key=lambda f: order[f.id])],
+                lexical=rank_inputs(pool),
+                fused=rank_inputs(merged, selectors.fact_cosines([f.id for f in merged], qvec)),
             )
-            for overrides, dense, facts in (
-                (ov, False, pool[:TOP]), (ov, True, ranked), (ov_no_forgetting, False, lex_nf),
-                (ov_no_forgetting, True, dense_nf), (ov_sharp, True, dense_sharp),
+            for name, overrides, dense_side in (
+                ("diag_lexical_no_forgetting", ov_no_forgetting, False),
+                ("diag_lexical_dense_no_forgetting", ov_no_forgetting, True),
+                ("diag_lexical_dense_no_floor", ov_no_floor, True),
+                ("diag_lexical_seed", ov_seed, False),
+                ("diag_lexical_dense_seed", ov_seed, True),
             ):
+                units[name] = [ev[i] for i in rerank(replay.fused if dense_side else replay.lexical, overrides)]
+            for dense_side, facts in ((False, prompt_facts(pool, TOP)), (True, ranked)):
                 rerank_check["rankings"] += 1
-                if rerank(replay.fused if dense else replay.lexical, overrides) != [f.id for f in facts]:
+                if rerank(replay.fused if dense_side else replay.lexical, ov) != [f.id for f in facts]:
+                    rerank_check["mismatches"] += 1
+            # the seed profile through the product path too (its rows must equal the re-rank)
+            seed_pool = replay_turn_pool(
+                person_ids=conv.person_ids, text=text, impression="", now=conv.now, stream_kind="direct",
+                overrides=ov_seed,
+            )
+            seed_ranked = rank_pool(
+                pool=seed_pool, query_vector=qvec, person_ids=conv.person_ids, text=text, stream_kind="direct",
+                now=conv.now, limit=TOP, overrides=ov_seed,
+            ).prompt
+            for dense_side, facts in ((False, seed_pool[:TOP]), (True, seed_ranked)):
+                rerank_check["rankings"] += 1
+                if rerank(replay.fused if dense_side else replay.lexical, ov_seed) != [f.id for f in facts]:
                     rerank_check["mismatches"] += 1
             for name, us in units.items():
                 replay.scores[name] = score_question(us, gold)
@@ -415,7 +450,7 @@ def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[
     held = heldout(replays, [c.sample_id for c in conversations], base)
     held["rerank_check"] = rerank_check
     if rerank_check["mismatches"]:
-        log(f"  WARNING: the held-out re-rank differs from rank_recalled_facts on {rerank_check['mismatches']} "
+        log(f"  WARNING: the held-out re-rank differs from the product ranking on {rerank_check['mismatches']} "
             f"of {rerank_check['rankings']} rankings")
     if held.get("chosen"):
         log(f"  locomo held-out: {len(held['grid'])} profiles on {len(held['dev_conversations'])} dev conversations, "

@@ -69,6 +69,7 @@ from memory.schemas import (
     fact_row,
     inspect_message_out,
     knowledge_hit_out,
+    rank_terms_out,
     spread_hit_out,
     working_message_out,
 )
@@ -384,6 +385,7 @@ def action_recall(request: HttpRequest, payload: RecallIn):
         cross_person=payload.cross_person,
         hops=payload.hops,
         at=at,
+        query_embedding=payload.query_embedding,
     )
     return {
         "stream_id": stream.pk,
@@ -392,6 +394,9 @@ def action_recall(request: HttpRequest, payload: RecallIn):
         "episodes": [episode_out(e) for e in result.episodes],
         "spread": [spread_hit_out(h) for h in result.spread],
         "observation": result.observation or "",
+        "fact_terms": [rank_terms_out(f) for f in result.facts],
+        "held_back": [rank_terms_out(f) for f in result.held_back],
+        "used_vector": result.used_vector,
     }
 
 

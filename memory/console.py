@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 from django.db.models import Count, F, Q, QuerySet
 
 from memory import selectors, services
 from memory.engine import decay
+from memory.engine.scoring import is_seed_profile
 from memory.models import (
     Episode,
     EpisodeCue,
@@ -710,29 +712,33 @@ def _query_vector(text: str) -> Any:
 def search_facts(*, query: str, now: int) -> list[ScoreBreakdown | Any]:
     """FTS search over every person's valid facts, each hit with its full score breakdown.
 
-    When some hit has a vector, the query is embedded and the hits are re-ranked
-    with the fused relevance (``selectors.rank_recalled_facts``), so cosine and
-    fused relevance appear too.
+    The hits are ranked by the engine's ``rank`` (``selectors.rank_facts``) like a turn:
+    when some hit has a vector the query is embedded and each hit's cosine
+    (``selectors.fact_cosines``) and fused relevance join its terms. Hits under both
+    relevance floors stay listed (last, marked) — a search shows what matched.
     """
     overrides = _overrides()
     hits = selectors.recall_facts_across_persons(
-        query=query, limit=SEARCH_LIMIT, now=now, stream_kind=CONSOLE_STREAM_KIND, overrides=overrides, events=False
-    )
+        query=query, limit=SEARCH_LIMIT, now=now, stream_kind=CONSOLE_STREAM_KIND, overrides=overrides, events=False,
+        return_candidates=True,
+    )[:SEARCH_LIMIT]
     if hits and Fact.objects.filter(pk__in=[h.id for h in hits], embedding_q8__isnull=False).exists():
         vector = _query_vector(query)
         if vector is not None:
-            hits = selectors.rank_recalled_facts(hits, vector, len(hits), overrides=overrides)
-    floor = float(overrides.get("retention_weight_floor", 0.35))
+            hits = selectors.rank_facts(hits, overrides, cosines=selectors.fact_cosines([h.id for h in hits], vector))
     return [
         _Hit(
             id=h.id,
             bm25=h.bm25,
             relevance=h.lexical_relevance,
             retention=h.retention,
-            retention_weight=floor + (1 - floor) * h.retention,
+            retention_weight=h.prior if h.prior is not None else 0.0,
             score=h.score,
             cosine=h.cosine,
             fused=h.relevance if h.cosine is not None else None,
+            coverage=h.coverage,
+            calibrated=h.calibrated,
+            eligible=h.eligible,
         )
         for h in hits
     ]
@@ -744,10 +750,13 @@ class _Hit:
     bm25: float | None
     relevance: float
     retention: float
-    retention_weight: float
+    retention_weight: float  # the retention term of the score (``prior``)
     score: float
     cosine: float | None = None
     fused: float | None = None
+    coverage: float | None = None
+    calibrated: float | None = None
+    eligible: bool = True
 
 
 def search_episodes(*, query: str, stream_id: int | None) -> list[Episode]:
@@ -841,30 +850,42 @@ def spread_preview(data: dict[str, Any], *, now: int) -> SpreadPreview:
 
 
 def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
-    """What a turn would return for this text, with ``record=False``: nothing is written."""
+    """The confirmed ranking a turn would get for this text, read-only: nothing is written.
+
+    ``prepare_turn(record=False)`` builds the lexical pool, then the confirm step's own
+    ranking (``recall.rank_pool``: dense channel, cosines, the engine's ``rank``) runs on
+    it with the query vector of the configured embedder — the numbers the bot would get.
+    ``held_back`` lists the facts relevance alone would have put in the prompt but
+    retention ranked out.
+    """
     from memory import recall
 
     ctx = recall.prepare_turn(
         stream_id=data["stream"].pk, speaker_id=data["speaker"].pk, text=data["text"],
         impression=data.get("impression") or "", record=False,
     )
-    limit = len([f for f in ctx.facts if not f.completed])
-    persons = Person.objects.in_bulk({f.person_id for f in ctx.pool} | set(ctx.present_person_ids))
-    floor = float(ctx.overrides.get("retention_weight_floor", 0.35))
+    limit = int(ctx.overrides.get("fact_recall_limit", settings.FACT_RECALL_LIMIT))
+    vector = recall.embed_query(data["text"])
+    ranking = recall.rank_pool(
+        pool=ctx.pool, query_vector=vector, person_ids=ctx.present_person_ids, text=data["text"],
+        stream_kind=ctx.stream.kind, now=ctx.now, limit=limit, overrides=ctx.overrides,
+    )
+    prompt = recall.complete_conflicts(ranking.prompt, now=ctx.now)
+    in_prompt = {f.id for f in ranking.prompt}
+    held = {f.id for f in ranking.held_back}
+    persons = Person.objects.in_bulk({f.person_id for f in ranking.ranked} | set(ctx.present_person_ids))
     pool = [
-        {
-            "fact": f,
-            "person": persons.get(f.person_id),
-            "retention_weight": floor + (1 - floor) * f.retention,
-            "in_prompt": i < limit,
-        }
-        for i, f in enumerate(ctx.pool)
+        {"fact": f, "person": persons.get(f.person_id), "in_prompt": f.id in in_prompt, "held_back": f.id in held}
+        for f in ranking.ranked
     ]
     return {
         "ctx": ctx,
         "pool": pool,
-        "prompt": ctx.facts,
-        "completed": [f for f in ctx.facts if f.completed],
+        "prompt": prompt,
+        "completed": [f for f in prompt if f.completed],
+        "held_back": [{"fact": f, "person": persons.get(f.person_id)} for f in ranking.held_back],
+        "used_vector": vector is not None,
+        "seed": is_seed_profile(ctx.overrides),
         "present": [persons.get(pid) or pid for pid in ctx.present_person_ids],
         "persons": persons,
     }

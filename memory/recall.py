@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.conf import settings
@@ -76,8 +76,12 @@ def replay_turn_pool(
     """The lexical candidate pool of a turn — the same code path production runs.
 
     ``recall_facts_in_scope`` for the current text, then for the impression;
-    union by id (first occurrence kept); stable sort by score (current-text
-    candidates first on ties); cut by the tuned pool percentile.
+    union by id (first occurrence kept, with its relevance; a fact found by both
+    queries keeps its best IDF coverage and rarest-word flag); the union ranked once by the engine's ``rank``
+    (``selectors.rank_facts``; stable: current-text candidates first on ties);
+    cut by the tuned pool percentile. Candidates under the relevance floors stay
+    in the pool (the confirm step may lift them with a cosine) but after the
+    eligible ones.
     """
     limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
     pool: dict[int, ScopedFact] = {}
@@ -88,8 +92,13 @@ def replay_turn_pool(
             person_ids=person_ids, query=query, limit=limit, now=now, stream_kind=stream_kind,
             return_candidates=True, overrides=overrides, events=events, stats=stats,
         ):
-            pool.setdefault(fact.id, fact)
-    ordered = sorted(pool.values(), key=lambda f: f.score, reverse=True)
+            first = pool.setdefault(fact.id, fact)
+            if first is not fact and fact.coverage is not None:
+                # relevant to either query is enough for the floors: best coverage, rarest of either
+                pool[fact.id] = replace(
+                    first, coverage=max(first.coverage or 0.0, fact.coverage), rarest=first.rarest or fact.rarest
+                )
+    ordered = selectors.rank_facts(list(pool.values()), overrides)
     kept = apply_pool_percentile([f.score for f in ordered], float(overrides.get("pool_score_percentile", 0.0)))
     return ordered[:kept]
 
@@ -191,12 +200,12 @@ def prepare_turn(
         overrides=overrides, events=record, stats=stats,
     )
     limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
-    facts = complete_conflicts(pool[:limit], now=now)
+    facts = complete_conflicts(prompt_facts(pool, limit), now=now)
     episodes = _episodes(stream_id, text, overrides)
     working = selectors.working_memory(stream_id=stream_id, limit=settings.WORKING_MEMORY_MESSAGES, watermark=watermark)
     turn_id = None
     if record:
-        prompt_ids = [f.id for f in pool[:limit]]
+        prompt_ids = [f.id for f in prompt_facts(pool, limit)]
         with transaction.atomic():
             turn = Turn.objects.create(
                 stream=stream, speaker_id=speaker_id, at=now, text=text, impression=impression,
@@ -211,6 +220,7 @@ def prepare_turn(
                     "impressionChars": len(impression), "candidateCount": len(pool),
                     "candidatePool": [{"factId": f.id, "score": f.score} for f in pool],
                     "promptFactIds": prompt_ids, "presentPersonIds": persons, "streamKind": stream.kind,
+                    "heldBackFactIds": [f.id for f in held_back_facts(pool, limit)],
                 },
                 at=now, stream_id=stream_id, turn_id=turn.pk, stage="turn",
             )
@@ -236,6 +246,27 @@ def embed_query(text: str) -> Any:
         return None
 
 
+def prompt_facts(ranked: Sequence[ScopedFact], limit: int) -> list[ScopedFact]:
+    """The head of a ranked pool that enters the prompt: eligible facts only, at most ``limit``."""
+    return [f for f in ranked if f.eligible][: max(0, limit)]
+
+
+def held_back_facts(ranked: Sequence[ScopedFact], limit: int) -> list[ScopedFact]:
+    """What forgetting held back (:func:`memory.engine.scoring.held_back` on a ranked pool):
+    eligible facts relevance alone would have put in the prompt but the score ranked out."""
+    from memory.engine.scoring import RankedCandidate, held_back
+
+    terms = [
+        RankedCandidate(
+            id=i, relevance=f.relevance if f.relevance is not None else f.lexical_relevance,
+            calibrated=f.calibrated if f.calibrated is not None else f.lexical_relevance,
+            prior=f.prior or 0.0, score=f.score, retention=f.retention, eligible=f.eligible,
+        )
+        for i, f in enumerate(ranked)
+    ]
+    return [ranked[r.id] for r in held_back(terms, limit)]
+
+
 def _pool_facts(turn: Turn) -> list[ScopedFact]:
     out = []
     for item in turn.pool:
@@ -245,9 +276,54 @@ def _pool_facts(turn: Turn) -> list[ScopedFact]:
                 content=item.get("content", ""), slot=item.get("slot", ""), origin_kind=item.get("origin", "legacy"),
                 retention=item["retention"], score=item["score"], lexical_relevance=item["lexical"],
                 bm25=item.get("bm25"), half_life_hours=item["halfLife"], active=item.get("active", True),
+                coverage=item.get("coverage"), rarest=item.get("rarest", False), eligible=item.get("eligible", True),
             )
         )
     return out
+
+
+@dataclass
+class PromptRanking:
+    """The confirmed ranking of a turn: the prompt facts, what forgetting held back, every candidate."""
+
+    prompt: list[ScopedFact]
+    held_back: list[ScopedFact]
+    ranked: list[ScopedFact]
+
+
+def rank_pool(
+    *,
+    pool: Sequence[ScopedFact],
+    query_vector: Any,
+    person_ids: Sequence[int],
+    text: str,
+    stream_kind: str,
+    now: int,
+    limit: int,
+    overrides: Mapping[str, Any],
+) -> PromptRanking:
+    """The confirm step on a lexical pool, read-only (turn confirm, ``/actions/recall``,
+    the console playground and trace-replay evaluation all call it).
+
+    With a query vector the dense candidates of the same persons join the pool
+    (no percentile cut for them); facts invalidated since the pool was built
+    leave it; every candidate gets its cosine (``selectors.fact_cosines``) and is
+    ranked by the engine's ``rank``; the eligible top ``limit`` is the prompt.
+    """
+    pool = list(pool)
+    if query_vector is not None:
+        dense = selectors.dense_fact_candidates(
+            person_ids=person_ids, query_vector=query_vector, limit=limit, now=now, stream_kind=stream_kind,
+            overrides=overrides,
+        )
+        pool = selectors.merge_dense_candidates(pool, dense, query=text)
+    still_valid = set(
+        Fact.objects.filter(pk__in=[f.id for f in pool], superseded_by__isnull=True).values_list("id", flat=True)
+    )
+    pool = [f for f in pool if f.id in still_valid]
+    cosines = selectors.fact_cosines([f.id for f in pool], query_vector) if query_vector is not None else {}
+    ranked = selectors.rank_facts(pool, overrides, cosines=cosines)
+    return PromptRanking(prompt=prompt_facts(ranked, limit), held_back=held_back_facts(ranked, limit), ranked=ranked)
 
 
 def rank_for_prompt(
@@ -261,24 +337,11 @@ def rank_for_prompt(
     limit: int,
     overrides: Mapping[str, Any],
 ) -> list[ScopedFact]:
-    """The confirm step on a lexical pool, read-only (also used by trace-replay evaluation).
-
-    With a query vector the dense candidates of the same persons join the pool
-    (no percentile cut for them); facts invalidated since the pool was built
-    leave it; the fused re-rank keeps ``limit``.
-    """
-    pool = list(pool)
-    if query_vector is not None:
-        dense = selectors.dense_fact_candidates(
-            person_ids=person_ids, query_vector=query_vector, limit=limit, now=now, stream_kind=stream_kind,
-            overrides=overrides,
-        )
-        pool = selectors.merge_dense_candidates(pool, dense, query=text)
-    still_valid = set(
-        Fact.objects.filter(pk__in=[f.id for f in pool], superseded_by__isnull=True).values_list("id", flat=True)
-    )
-    pool = [f for f in pool if f.id in still_valid]
-    return selectors.rank_recalled_facts(pool, query_vector, limit, overrides)
+    """The prompt facts of :func:`rank_pool`."""
+    return rank_pool(
+        pool=pool, query_vector=query_vector, person_ids=person_ids, text=text, stream_kind=stream_kind, now=now,
+        limit=limit, overrides=overrides,
+    ).prompt
 
 
 @dataclass
@@ -288,6 +351,7 @@ class ConfirmResult:
     conflict_members: list[PromptFact]
     reinforced: list[int]
     used_vector: bool
+    held_back: list[ScopedFact] = field(default_factory=list)
 
 
 def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = None) -> ConfirmResult:
@@ -304,18 +368,25 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     overrides = _overrides()
     limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
     vector = query_embedding if query_embedding is not None else embed_query(turn.text)
-    ranked = rank_for_prompt(
+    ranking = rank_pool(
         pool=_pool_facts(turn), query_vector=vector, person_ids=turn.present_person_ids, text=turn.text,
         stream_kind=turn.stream_kind, now=turn.at, limit=limit, overrides=overrides,
     )
+    ranked = ranking.prompt
+    held = [f.id for f in ranking.held_back]
     with transaction.atomic():
         if Turn.objects.filter(pk=turn_id, confirmed_at__isnull=True).update(confirmed_at=now) != 1:
             raise TurnStateError(f"turn {turn_id} was already confirmed")
         reinforced = services.reinforce_recalled_facts(facts=ranked, at=now)
-        Turn.objects.filter(pk=turn_id).update(prompt_fact_ids=[f.id for f in ranked], reinforced_fact_ids=reinforced)
+        Turn.objects.filter(pk=turn_id).update(
+            prompt_fact_ids=[f.id for f in ranked], reinforced_fact_ids=reinforced, held_back_fact_ids=held
+        )
         services.emit_event(
             "memory_retrieval_confirmed",
-            {"turnId": turn_id, "promptFactIds": [f.id for f in ranked], "usedVector": vector is not None},
+            {
+                "turnId": turn_id, "promptFactIds": [f.id for f in ranked], "usedVector": vector is not None,
+                "heldBackFactIds": held, "promptTerms": [f.terms() for f in ranked],
+            },
             at=now, stream_id=turn.stream_id, turn_id=turn_id, stage="turn",
         )
     completed = complete_conflicts(ranked, now=turn.at)
@@ -325,6 +396,7 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
         conflict_members=[p for p in completed if p.completed],
         reinforced=reinforced,
         used_vector=vector is not None,
+        held_back=ranking.held_back,
     )
 
 
@@ -354,6 +426,11 @@ class RecallResult:
     observation: str
     blocked: dict[str, int]
     fell_back: bool = False
+    held_back: list[ScopedFact] = field(default_factory=list)
+    used_vector: bool = False
+
+
+RECALL_FACT_LIMIT = 5
 
 
 def cognitive_recall(
@@ -364,10 +441,15 @@ def cognitive_recall(
     cross_person: bool = False,
     hops: int | None = None,
     at: int | None = None,
+    query_embedding: Any = None,
 ) -> RecallResult:
     """The seed's ``recall`` action: facts and episodes, then association spreading.
 
-    No fact is reinforced. Spread hits pass the read-side filters (superseded
+    Facts are the confirmed ranking of a turn for ``query`` (:func:`rank_pool`: the
+    lexical pool of the present persons, the dense channel when a query vector is at
+    hand, the engine's ``rank``), top 5; across persons (direct streams only) the
+    lexical pool of every person, ranked by the same function. ``held_back`` lists what
+    forgetting ranked out. No fact is reinforced. Spread hits pass the read-side filters (superseded
     facts, facts not visible in this stream, episodes of other streams);
     knowledge is never filtered. Seeds and visible hits are linked together
     (edges grow only when items are lit together) and touched in the
@@ -381,15 +463,29 @@ def cognitive_recall(
     persons = present_persons(
         stream_id=stream_id, speaker_id=speaker_id, before_id=selectors.latest_message_id(stream_id=stream_id)
     )
+    vector = None
     if cross_person and stream.kind != "group":
-        facts = selectors.recall_facts_across_persons(query=query, limit=5, now=now, stream_kind=stream.kind)
+        ranked = selectors.recall_facts_across_persons(
+            query=query, limit=RECALL_FACT_LIMIT, now=now, stream_kind=stream.kind, return_candidates=True,
+            overrides=overrides,
+        )
+        facts, held = prompt_facts(ranked, RECALL_FACT_LIMIT), held_back_facts(ranked, RECALL_FACT_LIMIT)
     else:
-        facts = selectors.recall_facts_in_scope(person_ids=persons, query=query, limit=5, now=now, stream_kind=stream.kind)
+        pool = selectors.recall_facts_in_scope(
+            person_ids=persons, query=query, limit=RECALL_FACT_LIMIT, now=now, stream_kind=stream.kind,
+            return_candidates=True, overrides=overrides,
+        )
+        vector = query_embedding if query_embedding is not None else embed_query(query)
+        ranking = rank_pool(
+            pool=pool, query_vector=vector, person_ids=persons, text=query, stream_kind=stream.kind, now=now,
+            limit=RECALL_FACT_LIMIT, overrides=overrides,
+        )
+        facts, held = ranking.prompt, ranking.held_back
     episodes = selectors.recall_episodes(stream_id=stream_id, query=query, limit=3)
     names = _person_names(list({f.person_id for f in facts}))
     if not facts and not episodes:
         observation = f"你想了一下，没有想起任何和「{query}」有关的事。"
-        return RecallResult([], [], [], observation, {})
+        return RecallResult([], [], [], observation, {}, held_back=held, used_vector=vector is not None)
     lines = [f"关于「{query}」，你想起这些："]
     lines += [f"- 你记得关于{names[f.person_id]}：{_clip(f.content)}" for f in facts]
     lines += [f"- 你们聊过：{_clip(e.summary)}" for e in episodes]
@@ -442,7 +538,10 @@ def cognitive_recall(
     observation = "\n".join(lines)
     if len(observation) > OBSERVATION_LIMIT:
         observation = observation[:OBSERVATION_LIMIT] + TRUNCATED
-    return RecallResult(facts, episodes, visible, observation, blocked, spreading_result.fell_back)
+    return RecallResult(
+        facts, episodes, visible, observation, blocked, spreading_result.fell_back, held_back=held,
+        used_vector=vector is not None,
+    )
 
 
 def inspect_messages(

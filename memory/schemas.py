@@ -218,6 +218,25 @@ class RecallIn(In):
     cross_person: bool = False
     hops: Annotated[int, Field(ge=0, le=3), BeforeValidator(_json_integer)] | None = None
     at: EpochMs | None = None
+    query_embedding: Annotated[list[EmbeddingValue], Field(min_length=1, max_length=EMBEDDING_MAX_DIM)] | None = None
+
+
+class RankTermsOut(Schema):
+    """Every term of a fact's score as the ranking (memory/engine/scoring.py: rank) computed it."""
+
+    id: int
+    content: str
+    source: str = Field(description="lexical | dense: the channel that brought the fact")
+    bm25: float | None
+    lexical: float = Field(description="relevance_from_bm25 (0 without a lexical match)")
+    coverage: float | None = Field(None, description="share of the query's achievable IDF mass the fact matches")
+    cosine: float | None
+    relevance: float | None = Field(None, description="fused relevance with a cosine, else the lexical one")
+    calibrated: float | None = Field(None, description="relevance as a share of the pool's best (seed: relevance)")
+    retention: float
+    prior: float | None = Field(None, description="the retention term of the score")
+    score: float
+    eligible: bool = Field(True, description="False: under both relevance floors, never recalled")
 
 
 class SpreadHitOut(Schema):
@@ -235,6 +254,11 @@ class RecallOut(Schema):
     episodes: list[EpisodeOut]
     spread: list[SpreadHitOut]
     observation: str
+    fact_terms: list[RankTermsOut] = Field(default_factory=list, description="the score terms of `facts`, same order")
+    held_back: list[RankTermsOut] = Field(
+        default_factory=list, description="facts relevance alone would have recalled but retention ranked out"
+    )
+    used_vector: bool = False
 
 
 class InspectIn(In):
@@ -422,6 +446,12 @@ def episode_out(e: Any) -> dict[str, Any]:
         "ended_at": _get(e, "ended_at", default=0),
         "score": None if score is None else float(score),
     }
+
+
+def rank_terms_out(f: Any) -> dict[str, Any]:
+    """A ranked fact (``selectors.ScopedFact``) with every term of its score."""
+    terms = f.terms()
+    return {"id": f.id, "content": f.content, **{k: v for k, v in terms.items() if k not in ("factId", "active")}}
 
 
 def spread_hit_out(h: Any) -> dict[str, Any]:

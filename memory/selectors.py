@@ -26,10 +26,17 @@ from memory import lexical
 from memory.engine import decay
 from memory.engine.quantize import HEADER_SIZE, MAGIC, Int8Matrix, cosine_q8_many, quantize_vector
 from memory.engine.scope import SCOPE_ALL, fact_visible_in_stream
-from memory.engine.scoring import blend_score, fused_relevance
+from memory.engine.scoring import (
+    RankCandidate,
+    fused_relevance,
+    holds_rarest,
+    idf_coverage,
+    is_seed_profile,
+    rank,
+)
 from memory.engine.spreading import ConceptGraph, ShortTermActivation, SpreadResult
 from memory.engine.spreading import spread as engine_spread
-from memory.engine.tokenize import words
+from memory.engine.tokenize import bigrams, words
 from memory.models import Episode, Fact, Identity, Knowledge, MemoryNode, Message
 
 logger = logging.getLogger(__name__)
@@ -270,6 +277,11 @@ class ScopedFact:
     cosine: float | None = None
     relevance: float | None = None  # fused relevance when a cosine was used
     source: str = "lexical"  # lexical | dense
+    coverage: float | None = None  # share of the query's achievable IDF mass it matches
+    rarest: bool = False  # holds the query's most specific word
+    calibrated: float | None = None  # relevance as a share of the pool's best (seed: relevance ** w)
+    prior: float | None = None  # the retention term of the score
+    eligible: bool = True  # False: under both relevance floors, never enters the prompt
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -287,6 +299,19 @@ class ScopedFact:
             "active": self.active,
             "cosine": self.cosine,
             "source": self.source,
+            "coverage": self.coverage,
+            "rarest": self.rarest,
+            "eligible": self.eligible,
+        }
+
+    def terms(self) -> dict[str, Any]:
+        """Every term of the score, as the ranking computed it (console, actions, traces)."""
+        return {
+            "factId": self.id, "bm25": self.bm25, "lexical": self.lexical_relevance, "coverage": self.coverage,
+            "rarest": self.rarest,
+            "cosine": self.cosine, "relevance": self.relevance, "calibrated": self.calibrated,
+            "retention": self.retention, "prior": self.prior, "score": self.score, "eligible": self.eligible,
+            "active": self.active, "source": self.source,
         }
 
 
@@ -304,7 +329,90 @@ def _report_blocked(blocked: int, stream_kind: str, now: int, events: bool) -> N
         emit_event("memory_fact_scope_blocked", {"streamKind": stream_kind, "blocked": blocked}, at=now)
 
 
-def _score_rows(rows: Iterable[tuple], now: int, overrides: Mapping[str, Any]) -> list[ScopedFact]:
+def fact_coverages(ids: Sequence[int], query: str) -> dict[int, tuple[float, bool]]:
+    """Each fact's share of ``query``'s achievable IDF mass (:func:`scoring.idf_coverage`) and
+    whether it holds the query's most specific word (:func:`scoring.holds_rarest`).
+
+    The query's information is its words (jieba): the index's CJK bigrams would count a
+    long word several times. A word is matched when the fact's FTS row holds it, or all of
+    its bigrams (jieba may cut the fact differently); its document frequency is the word's,
+    else the rarest-known of its bigrams when all of them occur. Frequencies come from the
+    ``facts_fts`` vocabulary.
+    """
+    ids = list(dict.fromkeys(ids))
+    qwords = list(dict.fromkeys(words(query)))
+    if not ids or not qwords:
+        return {i: (0.0, False) for i in ids}
+    grams = {w: list(dict.fromkeys(bigrams(w))) for w in qwords}
+    raw = lexical.document_frequencies("facts_fts", list({*qwords, *(g for gs in grams.values() for g in gs)}))
+    dfs: dict[str, int] = {}
+    for w in qwords:
+        df = raw.get(w, 0)
+        if df == 0 and grams[w] and all(raw.get(g, 0) > 0 for g in grams[w]):
+            df = min(raw[g] for g in grams[w])
+        dfs[w] = df
+    n_docs = lexical.document_count("facts_fts")
+    tokens = dict(Fact.objects.filter(pk__in=ids).values_list("id", "tokens_v2"))
+    out = {}
+    for i in ids:
+        held = set((tokens.get(i) or "").split())
+        matched = [w for w in qwords if w in held or (grams[w] and all(g in held for g in grams[w]))]
+        out[i] = (idf_coverage(matched, dfs, n_docs), holds_rarest(matched, dfs))
+    return out
+
+
+def fact_cosines(ids: Sequence[int], query_vector: Any) -> dict[int, float]:
+    """Cosine (on SQ8) of each fact's vector with the query vector — the one place it is computed.
+
+    Facts without a vector (or no query vector) are absent from the result.
+    """
+    q8 = _query_q8(query_vector)
+    ids = list(dict.fromkeys(ids))
+    if q8 is None or not ids:
+        return {}
+    blobs = dict(Fact.objects.filter(id__in=ids, embedding_q8__isnull=False).values_list("id", "embedding_q8"))
+    found = [i for i in ids if i in blobs]
+    values = cosine_q8_many(q8, [bytes(blobs[i]) for i in found])
+    return {i: float(v) for i, v in zip(found, values, strict=True) if not np.isnan(v)}
+
+
+def rank_facts(
+    candidates: Sequence[ScopedFact],
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    cosines: Mapping[int, float] | None = None,
+) -> list[ScopedFact]:
+    """Re-scored copies of ``candidates`` in :func:`memory.engine.scoring.rank` order.
+
+    ``cosines`` (from :func:`fact_cosines`) replaces each candidate's cosine when given;
+    otherwise the cosine it carries (if any) is used. Every term of the score is kept on
+    the copy; eligible candidates come first.
+    """
+    ov = _overrides(overrides)
+    cos_of = (lambda c: cosines.get(c.id)) if cosines is not None else (lambda c: c.cosine)
+    inputs = [
+        RankCandidate(
+            id=i, lexical=c.lexical_relevance, retention=c.retention, cosine=cos_of(c), coverage=c.coverage,
+            active=c.active, rarest=c.rarest,
+        )
+        for i, c in enumerate(candidates)
+    ]
+    out = []
+    for r in rank(inputs, ov):
+        c = candidates[r.id]
+        out.append(
+            replace(
+                c, cosine=r.cosine, relevance=r.relevance, score=r.score,
+                calibrated=r.calibrated, prior=r.prior, eligible=r.eligible,
+            )
+        )
+    return out
+
+
+def _score_rows(
+    rows: Iterable[tuple], now: int, overrides: Mapping[str, Any],
+    coverages: Mapping[int, tuple[float, bool]] | None = None,
+) -> list[ScopedFact]:
     facts = []
     for fid, b, person_id, kind, content, slot, origin, strength, half_life, updated_at, active, _v in rows:
         ret = decay.retention(strength, updated_at, half_life, now)
@@ -312,12 +420,12 @@ def _score_rows(rows: Iterable[tuple], now: int, overrides: Mapping[str, Any]) -
         facts.append(
             ScopedFact(
                 id=fid, person_id=person_id, kind=kind, content=content, slot=slot, origin_kind=origin,
-                retention=ret, score=blend_score(lex, ret, overrides), lexical_relevance=lex, bm25=b,
-                half_life_hours=half_life, active=bool(active),
+                retention=ret, score=0.0, lexical_relevance=lex, bm25=b, half_life_hours=half_life,
+                active=bool(active), coverage=None if coverages is None else coverages.get(fid, (0.0, False))[0],
+                rarest=False if coverages is None else coverages.get(fid, (0.0, False))[1],
             )
         )
-    facts.sort(key=lambda f: f.score, reverse=True)  # stable: bm25 order breaks ties
-    return facts
+    return rank_facts(facts, overrides)  # stable: bm25 order breaks ties
 
 
 def _recall(
@@ -337,8 +445,10 @@ def _recall(
     _report_blocked(blocked, stream_kind, now, events)
     if stats is not None:
         stats["blocked"] = stats.get("blocked", 0) + blocked
-    pool = _score_rows(rows, now, _overrides(overrides))
-    return pool if return_candidates else pool[:limit]
+    ov = _overrides(overrides)
+    coverages = None if is_seed_profile(ov) else fact_coverages([r[0] for r in rows], query)
+    pool = _score_rows(rows, now, ov, coverages)
+    return pool if return_candidates else [f for f in pool if f.eligible][:limit]
 
 
 def recall_facts_in_scope(
@@ -357,8 +467,10 @@ def recall_facts_in_scope(
     """Lexical fact recall over the present persons; read-only.
 
     One FTS query over ``person_id IN (...)`` (valid facts, frozen included),
-    ``LIMIT limit*3``; visibility filtered before scoring; ``score =
-    blend_score(relevance_from_bm25(bm25), retention)``; stable sort.
+    ``LIMIT limit*3``; visibility filtered before scoring; each candidate's
+    relevance (``relevance_from_bm25``) and IDF coverage of the query go through
+    :func:`rank_facts` (the engine's ``rank``); without ``return_candidates`` only
+    eligible facts are returned.
     """
     persons = list(dict.fromkeys(person_ids))
     if not persons:
@@ -439,46 +551,43 @@ def dense_fact_candidates(
 ) -> list[ScopedFact]:
     """Dense channel: valid facts of the present persons ranked by SQ8 cosine (top ``limit*3``).
 
-    Facts are few per person, so their SQ8 blobs are read per call (no resident index).
-    ``lexical_relevance`` is 0 here; :func:`merge_dense_candidates` back-computes the real bm25.
+    Facts are few per person, so their vectors are read per call (:func:`fact_cosines`,
+    no resident index). ``lexical_relevance`` is 0 here; :func:`merge_dense_candidates`
+    back-computes the real bm25 and coverage. Scores are the engine's for this channel alone.
     """
-    q8 = _query_q8(query_vector)
     persons = list(dict.fromkeys(person_ids))
-    if q8 is None or not persons or limit < 1:
+    if _query_q8(query_vector) is None or not persons or limit < 1:
         return []
     rows = list(
         Fact.objects.filter(person_id__in=persons, superseded_by__isnull=True, embedding_q8__isnull=False).values_list(
             "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "half_life_hours",
-            "updated_at", "active", "embedding_q8",
+            "updated_at", "active",
         )
     )
     pig = _private_in_group(private_in_group)
     rows = [r for r in rows if stream_kind == SCOPE_ALL or fact_visible_in_stream(r[5], stream_kind, private_in_group=pig)]
     if not rows:
         return []
-    cosines = cosine_q8_many(q8, [bytes(r[10]) for r in rows])
-    ranked = sorted(
-        ((c, r) for c, r in zip(cosines, rows, strict=True) if not np.isnan(c)), key=lambda x: -x[0]
-    )[: limit * 3]
-    ov = _overrides(overrides)
+    cosines = fact_cosines([r[0] for r in rows], query_vector)
+    ranked = sorted(((cosines[r[0]], r) for r in rows if r[0] in cosines), key=lambda x: -x[0])[: limit * 3]
     out = []
-    for cos, (fid, pid, kind, content, slot, origin, strength, half_life, updated_at, active, _blob) in ranked:
+    for cos, (fid, pid, kind, content, slot, origin, strength, half_life, updated_at, active) in ranked:
         ret = decay.retention(strength, updated_at, half_life, now)
-        rel = fused_relevance(0.0, float(cos))
         out.append(
             ScopedFact(
                 id=fid, person_id=pid, kind=kind, content=content, slot=slot, origin_kind=origin, retention=ret,
-                score=blend_score(rel, ret, ov), lexical_relevance=0.0, bm25=None, half_life_hours=half_life,
-                active=bool(active), cosine=float(cos), relevance=rel, source="dense",
+                score=0.0, lexical_relevance=0.0, bm25=None, half_life_hours=half_life,
+                active=bool(active), cosine=float(cos), source="dense",
             )
         )
-    return out
+    scored = {f.id: f for f in rank_facts(out, overrides)}
+    return [scored[f.id] for f in out]  # cosine order: the merge appends them in this order
 
 
 def merge_dense_candidates(
     pool: Sequence[ScopedFact], dense: Sequence[ScopedFact], *, query: str
 ) -> list[ScopedFact]:
-    """Union by id (lexical pool first); dense-only hits get their real bm25 for ``query``.
+    """Union by id (lexical pool first); dense-only hits get their real bm25 and coverage for ``query``.
 
     Facts that do not match lexically keep relevance 0 on the lexical side.
     """
@@ -487,10 +596,16 @@ def merge_dense_candidates(
     if not extra:
         return list(pool)
     bm = lexical.fact_bm25(lexical.match_for("facts_fts", query), [f.id for f in extra])
+    cov = fact_coverages([f.id for f in extra], query)
     merged = list(pool)
     for f in extra:
         b = bm.get(f.id)
-        merged.append(replace(f, bm25=b, lexical_relevance=decay.relevance_from_bm25(b) if b is not None else 0.0))
+        merged.append(
+            replace(
+                f, bm25=b, lexical_relevance=decay.relevance_from_bm25(b) if b is not None else 0.0,
+                coverage=cov.get(f.id, (0.0, False))[0], rarest=cov.get(f.id, (0.0, False))[1],
+            )
+        )
     return merged
 
 
@@ -500,34 +615,19 @@ def rank_recalled_facts(
     limit: int,
     overrides: Mapping[str, Any] | None = None,
 ) -> list[ScopedFact]:
-    """Fused re-rank of a merged pool; returns re-scored copies, top ``limit``.
+    """Fused re-rank of a merged pool; returns re-scored copies, the eligible top ``limit``.
 
-    ``relevance = 0.4·lexical + 0.6·(cos+1)/2`` when the query vector and the
-    fact's SQ8 vector both exist (cosine on int8), else the lexical relevance;
-    retention is applied after fusion so the dense channel cannot bypass the
-    forgetting curve. Without a query vector the lexical order stands.
+    Each candidate's cosine comes from :func:`fact_cosines` (when the query vector and
+    the fact's SQ8 vector both exist), the score from the engine's ``rank``
+    (:func:`rank_facts`): relevance ``0.4·lexical + 0.6·(cos+1)/2`` with a cosine, else
+    the lexical one; the retention term is applied after fusion so the dense channel
+    cannot bypass the forgetting curve. Without a query vector the lexical order stands.
     """
     if limit < 0:
         raise ValueError("limit must be >= 0")
-    ov = _overrides(overrides)
-    q8 = _query_q8(query_vector)
-    cosines: dict[int, float] = {}
-    if q8 is not None and candidates:
-        blobs = dict(
-            Fact.objects.filter(id__in=[c.id for c in candidates], embedding_q8__isnull=False).values_list(
-                "id", "embedding_q8"
-            )
-        )
-        ids = list(blobs)
-        values = cosine_q8_many(q8, [bytes(blobs[i]) for i in ids])
-        cosines = {i: float(v) for i, v in zip(ids, values, strict=True) if not np.isnan(v)}
-    ranked = []
-    for c in candidates:
-        cos = cosines.get(c.id)
-        rel = fused_relevance(c.lexical_relevance, cos) if cos is not None else c.lexical_relevance
-        ranked.append(replace(c, cosine=cos, relevance=rel, score=blend_score(rel, c.retention, ov)))
-    ranked.sort(key=lambda f: f.score, reverse=True)
-    return ranked[:limit]
+    cosines = fact_cosines([c.id for c in candidates], query_vector) if query_vector is not None else {}
+    ranked = rank_facts(candidates, overrides, cosines=cosines)
+    return [f for f in ranked if f.eligible][:limit]
 
 
 # --- conflicts -----------------------------------------------------------------------------

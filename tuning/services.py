@@ -36,6 +36,18 @@ from django.db import transaction
 logger = logging.getLogger(__name__)
 
 DEFAULT_PROFILE_NAME = "default"
+#: Built-in profiles besides ``default``: "seed" ranks with the seed's ``blend_score``, so a
+#: deployment can compare both rankings on its own turns (trace replay, what-if).
+SEED_PROFILE_NAME = "seed"
+
+
+def _builtin_params(name: str) -> dict[str, Any] | None:
+    from memory.engine.tuning import BUILTIN_PROFILES
+
+    if name == DEFAULT_PROFILE_NAME:
+        return {}
+    values = BUILTIN_PROFILES.get(name)
+    return None if values is None else _validate(values)
 ACTIVE_PROFILE_META_KEY = "retrieval_tuning_active_profile"
 REVISION_META_KEY = "retrieval_tuning_revision"
 REFRESH_INTERVAL_S = 1.0
@@ -123,6 +135,9 @@ def _load_active() -> tuple[str, dict[str, Any]]:
     name = _meta_read(ACTIVE_PROFILE_META_KEY, DEFAULT_PROFILE_NAME)
     if not isinstance(name, str) or not name or name == DEFAULT_PROFILE_NAME:
         return DEFAULT_PROFILE_NAME, {}
+    builtin = _builtin_params(name)
+    if builtin is not None:
+        return name, builtin
     params = RetrievalProfile.objects.filter(name=name).values_list("params", flat=True).first()
     if params is None:  # the row vanished: default
         return DEFAULT_PROFILE_NAME, {}
@@ -246,8 +261,8 @@ def clean_profile_name(name: Any) -> str:
     if not isinstance(name, str) or not name.strip():
         raise ProfileError("profile 名称为空，不可保存", param="name")
     cleaned = name.strip()
-    if cleaned == DEFAULT_PROFILE_NAME:
-        raise ProfileError("default 是内置 profile，不可保存", param="name")
+    if _builtin_params(cleaned) is not None:
+        raise ProfileError(f"{cleaned} 是内置 profile，不可保存", param="name")
     if len(cleaned) > PROFILE_NAME_MAX:
         raise ProfileError(f"profile 名称超过 {PROFILE_NAME_MAX} 字符", param="name")
     return cleaned
@@ -280,6 +295,8 @@ def active_profile_name() -> str:
     name = _meta_read(ACTIVE_PROFILE_META_KEY, DEFAULT_PROFILE_NAME)
     if not isinstance(name, str) or not name or name == DEFAULT_PROFILE_NAME:
         return DEFAULT_PROFILE_NAME
+    if _builtin_params(name) is not None:
+        return name
     if not RetrievalProfile.objects.filter(name=name).exists():
         return DEFAULT_PROFILE_NAME
     return name
@@ -298,9 +315,17 @@ def list_profiles() -> list[ProfileRow]:
             last_applied_at=None,
             active=active == DEFAULT_PROFILE_NAME,
             builtin=True,
-        )
+        ),
+        ProfileRow(
+            name=SEED_PROFILE_NAME,
+            params=_builtin_params(SEED_PROFILE_NAME) or {},
+            created_at=None,
+            last_applied_at=None,
+            active=active == SEED_PROFILE_NAME,
+            builtin=True,
+        ),
     ]
-    for p in RetrievalProfile.objects.order_by("name"):
+    for p in RetrievalProfile.objects.exclude(name=SEED_PROFILE_NAME).order_by("name"):
         rows.append(
             ProfileRow(
                 name=p.name,
@@ -314,11 +339,12 @@ def list_profiles() -> list[ProfileRow]:
 
 
 def load_profile_params(name: str) -> dict[str, Any] | None:
-    """``default`` → ``{}``; unknown → None; stored params re-validated."""
+    """``default`` → ``{}``; ``seed`` → its built-in params; unknown → None; stored params re-validated."""
     from tuning.models import RetrievalProfile
 
-    if name == DEFAULT_PROFILE_NAME:
-        return {}
+    builtin = _builtin_params(name)
+    if builtin is not None:
+        return builtin
     params = RetrievalProfile.objects.filter(name=name).values_list("params", flat=True).first()
     if params is None:
         return None
@@ -359,8 +385,9 @@ def apply_profile(name: Any, *, at: int | None = None) -> dict[str, Any]:
     name = name.strip()
     at = _now_ms() if at is None else at
     with transaction.atomic():
-        if name == DEFAULT_PROFILE_NAME:
-            params: dict[str, Any] = {}
+        builtin = _builtin_params(name)
+        if builtin is not None:
+            params: dict[str, Any] = builtin
         else:
             row = RetrievalProfile.objects.select_for_update().filter(name=name).first()
             if row is None:
@@ -388,8 +415,8 @@ def delete_profile(name: Any, *, at: int | None = None) -> bool:
     if not isinstance(name, str) or not name.strip():
         raise ProfileError("profile 名称为空", param="name")
     name = name.strip()
-    if name == DEFAULT_PROFILE_NAME:
-        raise ProfileError("default 是内置 profile，不可删除", param="name")
+    if _builtin_params(name) is not None:
+        raise ProfileError(f"{name} 是内置 profile，不可删除", param="name")
     at = _now_ms() if at is None else at
     fell_back = False
     with transaction.atomic():

@@ -1,16 +1,30 @@
-"""Ranking arithmetic shared by every recall path.
+"""Ranking arithmetic shared by every recall path — one function, :func:`rank`.
+
+Every path that orders facts (turn prepare/confirm, ``/actions/recall``, the console
+playground and fact search, trace replay, ``make eval``) builds :class:`RankCandidate`
+rows (lexical relevance, IDF coverage, cosine, retention — never vectors) and calls
+:func:`rank`; a change of formula is one change here.
 
 * lexical relevance: :func:`memory.engine.decay.relevance_from_bm25` (0..1);
 * dense fusion (only when both vectors exist): :func:`fused_relevance`
   ``= 0.4 * lexical + 0.6 * (cos + 1) / 2`` — not tunable;
-* retention is applied *after* fusion: :func:`blend_score`
-  ``= max(0, relevance) ** bm25_weight * (floor + (1 - floor) * retention)``;
+* default ("relevance leads, forgetting is a prior"): relevance is calibrated within the
+  pool (share of the best eligible candidate), the retention term is a bounded prior
+  ``retention_prior * retention`` (0 when frozen), and candidates under both relevance
+  floors (:func:`passes_relevance_floor`: IDF coverage of the query / the query's most
+  specific word, or the cosine) never enter the prompt;
+* the seed's multiplicative blend stays as :func:`blend_score`
+  ``= max(0, relevance) ** bm25_weight * (floor + (1 - floor) * retention)``, used by
+  :func:`rank` under the built-in "seed" profile (``seed_blend = 1``);
 * the candidate pool may be cut by a score percentile: :func:`apply_pool_percentile`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "LEXICAL_WEIGHT",
@@ -20,6 +34,17 @@ __all__ = [
     "blend_score",
     "fused_relevance",
     "apply_pool_percentile",
+    "SEED_BLEND_PARAM",
+    "RankCandidate",
+    "RankedCandidate",
+    "is_seed_profile",
+    "idf",
+    "idf_coverage",
+    "holds_rarest",
+    "passes_relevance_floor",
+    "rank",
+    "prompt_cut",
+    "held_back",
 ]
 
 LEXICAL_WEIGHT: float = 0.4
@@ -62,3 +87,189 @@ def apply_pool_percentile(scores: Sequence[float], threshold: float) -> int:
         return n
     cut = sorted(scores)[min(n - 1, int(threshold * n))]
     return max(1, sum(1 for s in scores if s >= cut))
+
+
+# --- the one ranking function ------------------------------------------------------------
+
+#: Profile knob that selects the seed's multiplicative ranking (``blend_score``) — the
+#: built-in "seed" profile sets it to 1.
+SEED_BLEND_PARAM: str = "seed_blend"
+DEFAULT_RETENTION_PRIOR: float = 0.02
+DEFAULT_LEXICAL_COVERAGE_FLOOR: float = 0.5
+#: USE (the local model) puts unrelated pairs near 0.08 and paraphrases near 0.8.
+DEFAULT_DENSE_COSINE_FLOOR: float = 0.3
+
+
+@dataclass(frozen=True)
+class RankCandidate:
+    """What the ranking needs of one candidate — no vectors: the cosine is computed upstream.
+
+    ``lexical`` is ``relevance_from_bm25`` (0 when the candidate does not match lexically);
+    ``coverage`` the share of the query's achievable IDF mass the candidate matches
+    (:func:`idf_coverage`; ``None`` = not known, the lexical floor does not apply);
+    ``rarest`` True when it holds the query's most specific word (:func:`holds_rarest`);
+    ``cosine`` the query/fact cosine (``None`` = no vector on either side); ``active`` False
+    for a frozen fact.
+    """
+
+    id: Hashable
+    lexical: float
+    retention: float
+    cosine: float | None = None
+    coverage: float | None = None
+    active: bool = True
+    rarest: bool = False
+
+
+@dataclass(frozen=True)
+class RankedCandidate:
+    """A candidate with every term of its score.
+
+    ``relevance`` = fused relevance (with a cosine) or the lexical one; ``calibrated`` =
+    ``relevance ** bm25_weight`` divided by the best eligible one of the pool (seed: the
+    powered relevance itself); ``prior`` = the retention term (default: ``retention_prior *
+    retention``, 0 when frozen; seed: ``floor + (1 - floor) * retention``); ``score`` =
+    ``calibrated + prior`` (seed: ``calibrated * prior`` = ``blend_score``). ``eligible`` is
+    False when the candidate is under both relevance floors — it never enters the prompt.
+    """
+
+    id: Hashable
+    relevance: float
+    calibrated: float
+    prior: float
+    score: float
+    retention: float
+    eligible: bool = True
+    coverage: float | None = None
+    cosine: float | None = None
+    mode: str = "relevance"
+
+    def terms(self) -> dict[str, Any]:
+        return {
+            "relevance": self.relevance, "calibrated": self.calibrated, "prior": self.prior, "score": self.score,
+            "retention": self.retention, "eligible": self.eligible, "coverage": self.coverage,
+            "cosine": self.cosine, "mode": self.mode,
+        }
+
+
+def is_seed_profile(profile: Mapping[str, float] | None) -> bool:
+    """True iff the profile asks for the seed's ``blend_score`` ranking."""
+    return bool(profile) and int(profile.get(SEED_BLEND_PARAM, 0)) == 1  # type: ignore[union-attr]
+
+
+def idf(df: int, n_docs: int) -> float:
+    """``ln(1 + (N - df + 0.5) / (df + 0.5))`` — BM25's IDF kept positive (0 when ``df <= 0``)."""
+    if df <= 0:
+        return 0.0
+    return math.log(1.0 + (max(n_docs, df) - df + 0.5) / (df + 0.5))
+
+
+def idf_coverage(matched: Iterable[str], dfs: Mapping[str, int], n_docs: int) -> float:
+    """Share of the query's achievable IDF mass that a candidate matches, in ``[0, 1]``.
+
+    ``dfs`` maps every query term to its document frequency; terms no memory contains
+    (``df == 0``) cannot be matched by any candidate and are left out of the mass.
+    ``matched`` = the query terms the candidate contains. No achievable term → 0.
+    """
+    total = sum(idf(df, n_docs) for df in dfs.values())
+    if total <= 0:
+        return 0.0
+    got = sum(idf(dfs.get(t, 0), n_docs) for t in set(matched) if t in dfs)
+    return min(1.0, got / total)
+
+
+def holds_rarest(matched: Iterable[str], dfs: Mapping[str, int]) -> bool:
+    """True iff ``matched`` holds a query word of the smallest positive document frequency —
+    the most specific thing the query asks that memory could answer."""
+    known = [df for df in dfs.values() if df > 0]
+    if not known:
+        return False
+    rarest = min(known)
+    return any(dfs.get(t, 0) == rarest for t in set(matched))
+
+
+def _param(profile: Mapping[str, float], name: str, default: float) -> float:
+    return float(profile.get(name, default))
+
+
+def passes_relevance_floor(candidate: RankCandidate, profile: Mapping[str, float] | None = None) -> bool:
+    """Eligible iff it covers ``lexical_coverage_floor`` of the query's achievable IDF mass,
+    or holds the query's most specific word (``rarest``; only while the floor is above 0),
+    or its cosine reaches ``dense_cosine_floor``.
+
+    A floor of 0 (lexical) or -1 (dense) admits everything on that side. A candidate with
+    neither signal known (no coverage, no cosine) stays eligible.
+    """
+    opts = profile or {}
+    if candidate.coverage is None and candidate.cosine is None:
+        return True
+    lex_floor = _param(opts, "lexical_coverage_floor", DEFAULT_LEXICAL_COVERAGE_FLOOR)
+    cos_floor = _param(opts, "dense_cosine_floor", DEFAULT_DENSE_COSINE_FLOOR)
+    if candidate.coverage is not None and (candidate.coverage >= lex_floor or candidate.rarest):
+        return True
+    return candidate.cosine is not None and candidate.cosine >= cos_floor
+
+
+def rank(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | None = None) -> list[RankedCandidate]:
+    """Score and order a candidate pool — the one ranking every recall path calls.
+
+    Default ("relevance leads, forgetting is a prior"): candidates under both relevance
+    floors (:func:`passes_relevance_floor`) are not eligible; ``calibrated =
+    relevance ** w / max(eligible relevance ** w)``; ``score = calibrated +
+    retention_prior * retention`` (frozen: prior 0). A candidate more relevant by more
+    than ``retention_prior`` (as a share of the pool's best) wins whatever its age; within
+    that margin the fresher / stronger one wins.
+
+    Seed profile (``seed_blend = 1``): ``score = blend_score(relevance, retention)``,
+    every candidate eligible — today's ranking, bit for bit.
+
+    Order: eligible candidates by score (stable: input order breaks ties), then the
+    ineligible ones by score.
+    """
+    opts = profile or {}
+    weight = _param(opts, "bm25_weight", DEFAULT_BM25_WEIGHT)
+    out: list[RankedCandidate] = []
+    if is_seed_profile(opts):
+        floor = _param(opts, "retention_weight_floor", DEFAULT_RETENTION_WEIGHT_FLOOR)
+        for c in candidates:
+            rel = fused_relevance(c.lexical, c.cosine) if c.cosine is not None else c.lexical
+            powered = max(0.0, rel) ** weight if weight != 1.0 else max(0.0, rel)
+            out.append(
+                RankedCandidate(
+                    id=c.id, relevance=rel, calibrated=powered, prior=floor + (1.0 - floor) * c.retention,
+                    score=blend_score(rel, c.retention, opts), retention=c.retention, eligible=True,
+                    coverage=c.coverage, cosine=c.cosine, mode="seed",
+                )
+            )
+        out.sort(key=lambda r: r.score, reverse=True)
+        return out
+    beta = _param(opts, "retention_prior", DEFAULT_RETENTION_PRIOR)
+    rels = [fused_relevance(c.lexical, c.cosine) if c.cosine is not None else c.lexical for c in candidates]
+    powered = [max(0.0, r) ** weight if weight != 1.0 else max(0.0, r) for r in rels]
+    eligible = [passes_relevance_floor(c, opts) for c in candidates]
+    best = max((p for p, e in zip(powered, eligible, strict=True) if e), default=0.0)
+    for c, rel, p, ok in zip(candidates, rels, powered, eligible, strict=True):
+        calibrated = p / best if best > 0 else 0.0
+        prior = beta * c.retention if c.active else 0.0
+        out.append(
+            RankedCandidate(
+                id=c.id, relevance=rel, calibrated=calibrated, prior=prior, score=calibrated + prior,
+                retention=c.retention, eligible=ok, coverage=c.coverage, cosine=c.cosine,
+            )
+        )
+    out.sort(key=lambda r: (not r.eligible, -r.score))
+    return out
+
+
+def prompt_cut(ranked: Sequence[RankedCandidate], limit: int) -> list[RankedCandidate]:
+    """The head of a ranking that enters the prompt: eligible candidates only, at most ``limit``."""
+    return [r for r in ranked if r.eligible][: max(0, limit)]
+
+
+def held_back(ranked: Sequence[RankedCandidate], limit: int) -> list[RankedCandidate]:
+    """What forgetting held back: eligible candidates that relevance alone (``calibrated``,
+    stable) would put in the top ``limit`` but the score ranked out — in relevance order."""
+    eligible = [r for r in ranked if r.eligible]
+    by_relevance = sorted(eligible, key=lambda r: r.calibrated, reverse=True)[: max(0, limit)]
+    kept = {r.id for r in eligible[: max(0, limit)]}
+    return [r for r in by_relevance if r.id not in kept]

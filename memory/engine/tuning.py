@@ -2,7 +2,7 @@
 reconciliation. Pure — profile storage and the active-override state live in the
 ``tuning`` app.
 
-Only these eight parameters can be tuned; the 0.4/0.6 dense fusion, FREEZE/REVIVE and
+Only these parameters can be tuned; the 0.4/0.6 dense fusion, FREEZE/REVIVE and
 the half-lives deliberately cannot.
 """
 
@@ -14,11 +14,17 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .metrics import ndcg_at_k, recall_at_k
-from .scoring import apply_pool_percentile
+from .scoring import (
+    DEFAULT_DENSE_COSINE_FLOOR,
+    DEFAULT_LEXICAL_COVERAGE_FLOOR,
+    DEFAULT_RETENTION_PRIOR,
+    apply_pool_percentile,
+)
 
 __all__ = [
     "ParamSpec",
     "WHITELIST",
+    "BUILTIN_PROFILES",
     "TuningError",
     "validate_overrides",
     "tuned_value",
@@ -54,7 +60,15 @@ WHITELIST: dict[str, ParamSpec] = {
     "fact_recall_limit": ParamSpec("int", 1, 50, 6, "进提示词的事实条数上限"),
     "recalled_episode_limit": ParamSpec("int", 0, 30, 2, "情节召回条数"),
     "recent_episode_limit": ParamSpec("int", 0, 30, 2, "近期情节条数"),
+    # the ranking (memory/engine/scoring.py: rank); retention_weight_floor only acts with seed_blend = 1
+    "seed_blend": ParamSpec("int", 0, 1, 0, "沿用种子的乘法排序（1 = 种子）"),
+    "retention_prior": ParamSpec("float", 0.0, 1.0, DEFAULT_RETENTION_PRIOR, "留存度先验权重"),
+    "lexical_coverage_floor": ParamSpec("float", 0.0, 1.0, DEFAULT_LEXICAL_COVERAGE_FLOOR, "词面覆盖下限"),
+    "dense_cosine_floor": ParamSpec("float", -1.0, 1.0, DEFAULT_DENSE_COSINE_FLOOR, "向量余弦下限"),
 }
+
+#: Built-in profiles besides ``default`` (= no overrides): name → params.
+BUILTIN_PROFILES: dict[str, dict[str, float | int]] = {"seed": {"seed_blend": 1}}
 
 
 class TuningError(ValueError):

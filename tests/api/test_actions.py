@@ -85,3 +85,32 @@ def test_inspect_ranks_by_bm25(api):
     assert scores[rare] > scores[common[-1]] == scores[common[-2]] > 0
     # FTS syntax in the query is plain text
     assert api.post("actions/inspect", {"stream": stream(), "query": 'stream : "s1" OR 吃饭*'}).status_code == 200
+
+
+def test_recall_returns_the_confirmed_ranking_with_its_terms_and_what_forgetting_held_back(api, settings):
+    """Dense-only facts (no lexical match): the old fact is the most relevant (cosine 1) but
+    five fresh ones of comparable relevance (cosine 0.99) win the five places on retention."""
+    from memory import services
+
+    settings.EMBEDDING_PROVIDER = "none"
+    day = 24 * 3_600_000
+    post = {"person": person(), "kind": "偏好", "stream_kind": "group"}
+    old = api.post("facts", {**post, "content": "最早的那条记录", "at": T0 - 400 * day}).json()["fact_id"]
+    fresh = [api.post("facts", {**post, "content": f"新近的第{n}条", "at": T0}).json()["fact_id"] for n in "一二三四五"]
+    services.store_fact_vector(fact_id=old, vector=[1.0, 0.0, 0.0, 0.0])
+    for fid in fresh:
+        services.store_fact_vector(fact_id=fid, vector=[0.99, 0.141, 0.0, 0.0])
+    body = api.post("actions/recall", {
+        "stream": stream(), "speaker": person(), "query": "那件事", "at": T0 + 1000,
+        "query_embedding": [1.0, 0.0, 0.0, 0.0],
+    }).json()
+    assert body["used_vector"] is True
+    assert sorted(f["id"] for f in body["facts"]) == sorted(fresh)
+    assert [t["id"] for t in body["fact_terms"]] == [f["id"] for f in body["facts"]]
+    for t in body["fact_terms"]:
+        assert t["source"] == "dense" and t["eligible"] is True and t["lexical"] == 0.0
+        assert t["score"] == pytest.approx(t["calibrated"] + t["prior"])
+        assert t["cosine"] == pytest.approx(0.99, abs=0.01)
+    [held] = body["held_back"]
+    assert held["id"] == old and held["calibrated"] == 1.0 and held["cosine"] == pytest.approx(1.0, abs=0.01)
+    assert held["score"] < min(t["score"] for t in body["fact_terms"])

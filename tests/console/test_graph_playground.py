@@ -88,7 +88,7 @@ def test_playground_shows_the_turn_without_writing_anything(staff, memory_set, f
     response = staff.get(reverse("console:playground"), {"stream": direct.pk, "speaker": alice.pk, "text": "你住在哪里"})
     html = response.content.decode()
     assert "小林住在杭州" in html and "小林住在上海" in html
-    for term in ("BM25", "相关度", "留存权重", "得分", "进入提示词"):
+    for term in ("BM25", "相关度", "词面覆盖", "余弦", "校准相关度", "留存项", "得分", "进入提示词", "遗忘压下的事实"):
         assert term in html
     assert Turn.objects.count() == 0
     assert PipelineEvent.objects.count() == events_before
@@ -119,3 +119,30 @@ def test_playground_htmx_returns_the_result_fragment(staff, memory_set, frozen_n
                          headers={"HX-Request": "true"})
     html = response.content.decode()
     assert html.lstrip().startswith('<div id="playground-result">') and "小林喜欢猫" in html
+
+
+def test_playground_shows_the_confirmed_ranking_the_bot_would_get(staff, memory_set, frozen_now, settings):
+    """With an embedder the playground runs the confirm step's ranking (dense channel, cosines,
+    fused re-rank): the prompt and every score equal what prepare + confirm give the bot."""
+    from memory import recall
+    from memory.providers import config
+
+    settings.EMBEDDING_PROVIDER = "local"
+    config.reset_cache()
+    alice, direct = memory_set["alice"], memory_set["direct"]
+    embedder = config.get_embedder()
+    for fid in memory_set["facts"]:
+        row = Fact.objects.get(pk=fid)
+        services.store_fact_vector(fact_id=fid, vector=embedder.embed([row.content])[0])
+    text = "小林住在哪个城市"
+    response = staff.get(reverse("console:playground"), {"stream": direct.pk, "speaker": alice.pk, "text": text})
+    result = response.context["result"]
+    assert result["used_vector"] is True
+    shown = [(row["fact"].id, row["fact"].score) for row in result["pool"] if row["in_prompt"]]
+    assert all(row["fact"].cosine is not None for row in result["pool"])
+    ctx = recall.prepare_turn(stream_id=direct.pk, speaker_id=alice.pk, text=text, at=NOW)
+    confirmed = recall.confirm_turn(turn_id=ctx.turn_id, at=NOW)
+    assert shown == [(p.fact.id, p.fact.score) for p in confirmed.facts]
+    html = response.content.decode()
+    assert "dense" in html or "lexical" in html
+    assert f"{result['pool'][0]['fact'].cosine:.3f}" in html

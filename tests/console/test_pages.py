@@ -157,12 +157,14 @@ def test_fact_list_paginates(operator, memory_set):
 
 def test_fact_search_shows_every_score_term(operator, memory_set, frozen_now, django_assert_num_queries):
     operator.get(reverse("console:facts"), {"q": "住在哪里"})  # warms the lexical layer's cached row count
-    # AUTH + FTS match + "any vectors?" + rows of the hits + conflicted slots + person options + kinds.
-    with django_assert_num_queries(AUTH + 6):
+    # AUTH + FTS match + the query terms' document frequencies + the hits' tokens (IDF coverage,
+    # the ranking's relevance floor) + "any vectors?" + rows of the hits + conflicted slots +
+    # person options + kinds.
+    with django_assert_num_queries(AUTH + 8):
         response = operator.get(reverse("console:facts"), {"q": "住在哪里"})
     html = response.content.decode()
     assert "小林住在杭州" in html and "小林喜欢猫" not in html
-    for term in ("BM25", "相关度", "留存权重", "得分"):
+    for term in ("BM25", "相关度", "词面覆盖", "校准相关度", "留存项", "得分"):  # the ranking's own terms
         assert term in html
     assert "余弦" not in html  # no vectors yet
 

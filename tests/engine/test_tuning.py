@@ -34,6 +34,10 @@ def test_whitelist_table() -> None:
         "fact_recall_limit": ParamSpec("int", 1, 50, 6, "进提示词的事实条数上限"),
         "recalled_episode_limit": ParamSpec("int", 0, 30, 2, "情节召回条数"),
         "recent_episode_limit": ParamSpec("int", 0, 30, 2, "近期情节条数"),
+        "seed_blend": ParamSpec("int", 0, 1, 0, "沿用种子的乘法排序（1 = 种子）"),
+        "retention_prior": ParamSpec("float", 0.0, 1.0, 0.02, "留存度先验权重"),
+        "lexical_coverage_floor": ParamSpec("float", 0.0, 1.0, 0.5, "词面覆盖下限"),
+        "dense_cosine_floor": ParamSpec("float", -1.0, 1.0, 0.3, "向量余弦下限"),
     }
 
 

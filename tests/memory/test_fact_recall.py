@@ -70,10 +70,15 @@ class TestFts5Recall:
     def test_scores_and_bm25_are_consistent(self, person, six):
         from memory.engine import decay
 
-        hit = _recall([person.pk], "香菜")[0]
+        # the seed's numbers hold under the built-in seed profile (the default ranking changed on purpose)
+        hit = _recall([person.pk], "香菜", overrides={"seed_blend": 1})[0]
         assert hit.bm25 < 0
         assert hit.lexical_relevance == decay.relevance_from_bm25(hit.bm25)
-        assert hit.score == decay.score(hit.bm25, hit.retention)  # bit-identical with default overrides
+        assert hit.score == decay.score(hit.bm25, hit.retention)  # bit-identical under the seed profile
+        # default: the best candidate is the pool's relevance unit, plus the retention prior
+        best = _recall([person.pk], "香菜")[0]
+        assert best.id == hit.id and best.calibrated == 1.0 and best.coverage == 1.0
+        assert best.score == 1.0 + 0.02 * best.retention
 
     def test_limit_and_return_candidates(self, person, six):
         assert len(_recall([person.pk], "玩家", limit=2)) == 2

@@ -142,13 +142,18 @@ def test_confirm_skips_facts_invalidated_in_between(person, direct_stream):
 
 
 def test_dense_channel_adds_a_fact_without_lexical_match(person, direct_stream):
+    # The seed's numbers (reference-spec §6) under the built-in seed profile; the default
+    # ranking is checked in test_dense_channel_default_ranking_terms.
+    from tuning.services import overrides_scope
+
     lexical = _fact(person, "他喜欢喝咖啡")
     dense = _fact(person, "他每天早上都要来一杯浓缩", at=NOW - 30 * DAY)
     services.store_fact_vector(fact_id=lexical, vector=[0.0, 1.0, 0.0, 0.0])
     services.store_fact_vector(fact_id=dense, vector=[1.0, 0.0, 0.0, 0.0])
-    ctx = _prepare(direct_stream, person, "咖啡")
-    assert [f.id for f in ctx.pool] == [lexical]
-    result = recall.confirm_turn(turn_id=ctx.turn_id, query_embedding=[1.0, 0.0, 0.0, 0.0], at=NOW + DAY)
+    with overrides_scope({"seed_blend": 1}):
+        ctx = _prepare(direct_stream, person, "咖啡")
+        assert [f.id for f in ctx.pool] == [lexical]
+        result = recall.confirm_turn(turn_id=ctx.turn_id, query_embedding=[1.0, 0.0, 0.0, 0.0], at=NOW + DAY)
     assert result.used_vector is True
     by_id = {p.fact.id: p.fact for p in result.facts}
     assert set(by_id) == {lexical, dense}

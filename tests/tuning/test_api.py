@@ -69,8 +69,8 @@ def test_integer_parameter_saved_and_applied_over_http(api):
 
     state = api.get().json()
     assert state["active"] == {"profile": "hops", "overrides": {"ppr_hops": 3, "fact_recall_limit": 8, "bm25_weight": 2.0}}
-    assert [p["name"] for p in state["profiles"]] == ["default", "hops"]
-    assert state["profiles"][1]["active"] is True and state["profiles"][1]["last_applied_at"] is not None
+    assert [p["name"] for p in state["profiles"]] == ["default", "seed", "hops"]  # seed: built in
+    assert state["profiles"][2]["active"] is True and state["profiles"][2]["last_applied_at"] is not None
     assert state["whitelist"]["ppr_hops"] == {
         "kind": "int", "min": 1.0, "max": 4.0, "legacy": 2, "label": "PPR 跳数", "configured": None
     }
@@ -120,7 +120,7 @@ def test_export_and_delete(api):
     assert api.get("/export", name="ghost").status_code == 404
     r = api.delete("/profiles/b")
     assert r.status_code == 200
-    assert r.json() == {"deleted": True, "active": "default", "profiles": ["default"]}
+    assert r.json() == {"deleted": True, "active": "default", "profiles": ["default", "seed"]}
     assert services.active_overrides() == {}
     assert api.delete("/profiles/b").json()["deleted"] is False
     assert api.delete("/profiles/default").status_code == 400

@@ -75,10 +75,11 @@ def test_pool_percentile():
 
 
 def test_profile_lifecycle():
-    assert names() == ["default"]
+    # "seed" is built in next to "default" (issue 16: the seed's ranking stays comparable)
+    assert names() == ["default", "seed"]
     services.save_profile("boost", {"bm25_weight": 2.0}, at=1000)
-    assert names() == ["default", "boost"]
-    default, boost = services.list_profiles()
+    assert names() == ["default", "seed", "boost"]
+    default, _seed, boost = services.list_profiles()
     assert default.builtin and default.active and default.params == {} and default.created_at is None
     assert not boost.active and boost.created_at == 1000 and boost.last_applied_at is None
 
@@ -101,7 +102,7 @@ def test_profile_lifecycle():
     assert services.active_overrides() == {}
 
     assert services.delete_profile("boost") is True
-    assert names() == ["default"]
+    assert names() == ["default", "seed"]
     assert services.delete_profile("ghost") is False  # unknown names are silent
 
 
@@ -315,8 +316,12 @@ def test_applied_profile_reaches_the_production_recall_path():
         return fact
 
     plain = recalled()
-    assert plain.score == blend_score(plain.lexical_relevance, plain.retention)
-    services.save_profile("sharp", {"bm25_weight": 2.0, "retention_weight_floor": 0.8})
+    # default ranking: the only candidate is the pool's relevance unit, plus the retention prior
+    assert plain.score == 1.0 + 0.02 * plain.retention
+    services.save_profile("seedish", {"seed_blend": 1})
+    services.apply_profile("seedish")
+    assert recalled().score == blend_score(plain.lexical_relevance, plain.retention)
+    services.save_profile("sharp", {"seed_blend": 1, "bm25_weight": 2.0, "retention_weight_floor": 0.8})
     services.apply_profile("sharp")
     tuned = recalled()
     expected = tuned.lexical_relevance**2 * (0.8 + 0.2 * tuned.retention)

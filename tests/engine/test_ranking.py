@@ -1,0 +1,193 @@
+"""The one ranking function (memory/engine/scoring.py: rank) — relevance leads, forgetting is a prior.
+
+Exact expectations; the seed's multiplicative blend stays reachable through the "seed" profile.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from memory.engine import decay
+from memory.engine.scoring import (
+    RankCandidate,
+    blend_score,
+    fused_relevance,
+    held_back,
+    holds_rarest,
+    idf,
+    idf_coverage,
+    passes_relevance_floor,
+    prompt_cut,
+    rank,
+)
+
+SEED = {"seed_blend": 1}
+HOUR = decay.MS_PER_HOUR
+DAY = 24 * HOUR
+
+
+def _ids(ranked):
+    return [r.id for r in ranked]
+
+
+def test_seed_profile_reproduces_blend_score_exactly() -> None:
+    cands = [
+        RankCandidate(id="a", lexical=0.6, retention=1.0),
+        RankCandidate(id="b", lexical=0.8, retention=0.0),
+        RankCandidate(id="c", lexical=0.2, retention=0.5, cosine=0.7),
+        RankCandidate(id="d", lexical=0.6, retention=1.0),  # ties with a: input order stays
+    ]
+    ranked = rank(cands, SEED)
+    expected = {
+        "a": blend_score(0.6, 1.0),
+        "b": blend_score(0.8, 0.0),
+        "c": blend_score(fused_relevance(0.2, 0.7), 0.5),
+        "d": blend_score(0.6, 1.0),
+    }
+    assert {r.id: r.score for r in ranked} == expected  # bit-identical
+    assert _ids(ranked) == sorted(expected, key=lambda k: -expected[k])  # stable: a before d
+    assert _ids(ranked) == ["a", "d", "c", "b"]
+    assert all(r.eligible and r.mode == "seed" for r in ranked)
+    knobs = {"bm25_weight": 2.0, "retention_weight_floor": 0.5}
+    weighted = {r.id: r.score for r in rank(cands, {**SEED, **knobs})}
+    assert weighted["c"] == blend_score(fused_relevance(0.2, 0.7), 0.5, knobs)
+    assert weighted["b"] == blend_score(0.8, 0.0, knobs)
+
+
+def test_a_clearly_more_relevant_old_fact_beats_yesterdays_weaker_one() -> None:
+    old = RankCandidate(id="old", lexical=0.8, retention=0.0)  # three months ago, forgotten
+    new = RankCandidate(id="new", lexical=0.6, retention=1.0)  # yesterday
+    ranked = rank([new, old])
+    assert _ids(ranked) == ["old", "new"]
+    assert ranked[0].calibrated == 1.0 and ranked[0].prior == 0.0 and ranked[0].score == 1.0
+    assert ranked[1].calibrated == 0.6 / 0.8 and ranked[1].score == 0.6 / 0.8 + 0.02
+    # the seed's blend put yesterday's weaker fact first
+    assert _ids(rank([new, old], SEED)) == ["new", "old"]
+
+
+def test_at_comparable_relevance_the_fresher_fact_wins() -> None:
+    older = RankCandidate(id="older", lexical=0.80, retention=0.2)
+    fresher = RankCandidate(id="fresher", lexical=0.79, retention=0.9)
+    ranked = rank([older, fresher])
+    assert _ids(ranked) == ["fresher", "older"]
+    assert ranked[0].score == 0.79 / 0.80 + 0.02 * 0.9
+    assert ranked[1].score == 1.0 + 0.02 * 0.2
+    # the margin is the prior's weight: a gap above it is no longer "comparable"
+    assert _ids(rank([older, fresher], {"retention_prior": 0.0})) == ["older", "fresher"]
+
+
+def test_a_state_fact_fades_within_days() -> None:
+    now = 10 * DAY
+    said = now - 3 * DAY
+    state = decay.retention(1.0, said, decay.half_life_for("状态"), now)  # 12 h half-life: 2**-6
+    habit = decay.retention(1.0, said, decay.half_life_for("习惯"), now)
+    assert state == 2.0**-6
+    ranked = rank([
+        RankCandidate(id="state", lexical=0.7, retention=state),
+        RankCandidate(id="habit", lexical=0.7, retention=habit),
+    ])
+    assert _ids(ranked) == ["habit", "state"]
+    assert ranked[1].prior == 0.02 * 2.0**-6
+
+
+def test_frozen_facts_rank_below_active_ones_of_comparable_relevance() -> None:
+    frozen = RankCandidate(id="frozen", lexical=0.7, retention=0.12, active=False)
+    active = RankCandidate(id="active", lexical=0.7, retention=0.12)
+    ranked = rank([frozen, active])
+    assert _ids(ranked) == ["active", "frozen"]
+    assert ranked[1].prior == 0.0 and ranked[0].prior == 0.02 * 0.12
+
+
+def test_a_pinned_fact_keeps_its_place() -> None:
+    now = 400 * DAY
+    pinned = decay.retention(1.0, 0, decay.PIN_HALF_LIFE_HOURS, now)
+    event = decay.retention(1.0, 0, decay.half_life_for("事件"), now)
+    ranked = rank([
+        RankCandidate(id="event", lexical=0.7, retention=event),
+        RankCandidate(id="pinned", lexical=0.7, retention=pinned),
+    ])
+    assert _ids(ranked) == ["pinned", "event"]
+    assert pinned > 0.99
+
+
+def test_idf_coverage_counts_only_achievable_terms() -> None:
+    dfs = {"最近": 5, "杭州": 2, "想": 0, "我最": 0}
+    assert idf(0, 48) == 0.0
+    assert idf(5, 48) == math.log(1 + 43.5 / 5.5)
+    share = idf(5, 48) / (idf(5, 48) + idf(2, 48))
+    assert idf_coverage(["最近"], dfs, 48) == share
+    assert share == pytest.approx(0.4236, abs=1e-4)
+    assert idf_coverage(["最近", "杭州"], dfs, 48) == 1.0
+    assert idf_coverage(["想"], dfs, 48) == 0.0
+    assert idf_coverage([], {"想": 0}, 48) == 0.0
+
+
+def test_a_pool_matching_one_common_word_brings_nothing() -> None:
+    # 我最近想去杭州玩 against 主人最近在学做菜 / 主人最近在学书法: only 最近 matches
+    share = idf_coverage(["最近"], {"最近": 5, "杭州": 2}, 48)
+    pool = [
+        RankCandidate(id="cook", lexical=0.74, retention=1.0, coverage=share, cosine=0.18),
+        RankCandidate(id="calligraphy", lexical=0.74, retention=1.0, coverage=share, cosine=0.17),
+    ]
+    ranked = rank(pool)
+    assert [r.eligible for r in ranked] == [False, False]
+    assert prompt_cut(ranked, 6) == [] and held_back(ranked, 6) == []
+    # under the seed both would fill the prompt
+    assert _ids(prompt_cut(rank(pool, SEED), 6)) == ["cook", "calligraphy"]
+
+
+def test_the_querys_most_specific_word_admits_a_candidate() -> None:
+    dfs = {"橘猫": 1, "乌龙茶": 1, "喜欢": 8, "想": 0}
+    assert holds_rarest(["橘猫"], dfs) and holds_rarest(["乌龙茶", "喜欢"], dfs)
+    assert not holds_rarest(["喜欢"], dfs) and not holds_rarest([], dfs) and not holds_rarest(["想"], {"想": 0})
+    # 我最近想去杭州玩: 最近 (df 5) is not the most specific word, 杭州 (df 2) is
+    assert not holds_rarest(["最近"], {"最近": 5, "杭州": 2})
+    half = RankCandidate(id=1, lexical=0.7, retention=1, coverage=0.3, rarest=True)
+    assert passes_relevance_floor(half)
+    assert not passes_relevance_floor(RankCandidate(id=1, lexical=0.7, retention=1, coverage=0.3))
+
+
+def test_either_floor_admits_a_candidate() -> None:
+    assert passes_relevance_floor(RankCandidate(id=1, lexical=0.5, retention=1, coverage=0.5))
+    assert not passes_relevance_floor(RankCandidate(id=1, lexical=0.5, retention=1, coverage=0.49))
+    assert passes_relevance_floor(RankCandidate(id=1, lexical=0.0, retention=1, coverage=0.0, cosine=0.3))
+    assert not passes_relevance_floor(RankCandidate(id=1, lexical=0.0, retention=1, coverage=0.0, cosine=0.29))
+    assert passes_relevance_floor(RankCandidate(id=1, lexical=0.3, retention=1))  # nothing known: kept
+    assert passes_relevance_floor(
+        RankCandidate(id=1, lexical=0.0, retention=1, coverage=0.1), {"lexical_coverage_floor": 0.1}
+    )
+
+
+def test_calibration_is_relative_to_the_best_eligible_candidate() -> None:
+    ranked = rank([
+        RankCandidate(id="noise", lexical=0.9, retention=1.0, coverage=0.1),
+        RankCandidate(id="hit", lexical=0.6, retention=0.5, coverage=0.8),
+        RankCandidate(id="near", lexical=0.3, retention=1.0, coverage=0.6),
+    ])
+    assert _ids(ranked) == ["hit", "near", "noise"]  # ineligible last, whatever its score
+    assert [r.calibrated for r in ranked] == [1.0, 0.3 / 0.6, 0.9 / 0.6]
+    assert [r.eligible for r in ranked] == [True, True, False]
+
+
+def test_held_back_lists_what_retention_ranked_out() -> None:
+    ranked = rank([
+        RankCandidate(id="old", lexical=0.80, retention=0.0),
+        RankCandidate(id="fresh", lexical=0.79, retention=1.0),
+        RankCandidate(id="weak", lexical=0.3, retention=1.0),
+    ])
+    assert _ids(prompt_cut(ranked, 1)) == ["fresh"]
+    assert _ids(held_back(ranked, 1)) == ["old"]
+    assert held_back(ranked, 2) == []
+    assert _ids(held_back(rank([
+        RankCandidate(id="old", lexical=0.80, retention=0.0),
+        RankCandidate(id="fresh", lexical=0.5, retention=1.0),
+    ], SEED), 1)) == ["old"]
+
+
+def test_terms_are_exposed() -> None:
+    r = rank([RankCandidate(id=7, lexical=0.4, retention=0.5, cosine=0.6, coverage=0.7)])[0]
+    assert r.terms() == {
+        "relevance": fused_relevance(0.4, 0.6), "calibrated": 1.0, "prior": 0.01, "score": 1.01,
+        "retention": 0.5, "eligible": True, "coverage": 0.7, "cosine": 0.6, "mode": "relevance",
+    }

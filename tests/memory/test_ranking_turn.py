@@ -1,0 +1,139 @@
+"""The default ranking through prepare/confirm: relevance leads, forgetting is a prior.
+
+Each behaviour is also checked against the built-in "seed" profile where the two differ,
+so the tests show what changed (they fail with the seed's ranking as the default).
+"""
+from __future__ import annotations
+
+import pytest
+
+from memory import recall, services
+from memory.models import Turn
+from tests.memory.conftest import DAY, NOW, events
+from tuning.services import overrides_scope
+
+SEED = {"seed_blend": 1}
+FILLER = ["她养了一只猫", "她是一名护士", "她住在北京", "她喜欢爬山", "她对芒果过敏", "她的生日是六月", "她在学游泳", "她不喝咖啡"]
+
+
+@pytest.fixture(autouse=True)
+def _filler(db):
+    """Unrelated facts of another person: FTS5's IDF is degenerate in a two-row corpus."""
+    from tests.memory.conftest import make_person
+
+    stranger = make_person("filler", "路人")
+    for text in FILLER:
+        services.add_fact(person_id=stranger.pk, content=text, at=NOW, kind="身份")
+
+
+def _fact(person, content, *, at=NOW, kind="偏好", **kw):
+    return services.add_fact(person_id=person.pk, content=content, at=at, kind=kind, **kw).fact_id
+
+
+def _turn(stream, person, text, *, vector=None, at=NOW + DAY):
+    ctx = recall.prepare_turn(stream_id=stream.pk, speaker_id=person.pk, text=text, at=at)
+    result = recall.confirm_turn(turn_id=ctx.turn_id, query_embedding=vector, at=at + 1)
+    return ctx, result
+
+
+def _ids(result):
+    return [p.fact.id for p in result.facts]
+
+
+def test_a_clearly_relevant_old_fact_beats_a_fresh_fact_sharing_common_words(person, direct_stream):
+    old = _fact(person, "玩家不喜欢吃香菜", at=NOW - 180 * DAY)  # 偏好: half-life 90 days
+    fresh = _fact(person, "玩家昨天去吃了火锅", kind="事件")
+    ctx, result = _turn(direct_stream, person, "玩家吃香菜吗")
+    assert [f.id for f in ctx.pool] == [old, fresh]
+    assert _ids(result) == [old, fresh]
+    by_id = {f.id: f for f in ctx.pool}
+    # the fresh fact shares only 玩家/吃: clearly less relevant (by more than the prior's 0.02)
+    assert by_id[old].calibrated == 1.0 and by_id[fresh].calibrated < 0.95
+
+
+def test_the_seed_profile_lets_the_fresh_fact_win(person, direct_stream):
+    old = _fact(person, "玩家不喜欢吃香菜", at=NOW - 180 * DAY)
+    fresh = _fact(person, "玩家昨天去吃了火锅", kind="事件")
+    with overrides_scope(SEED):
+        _ctx, result = _turn(direct_stream, person, "玩家吃香菜吗")
+    assert _ids(result) == [fresh, old]
+
+
+def test_a_turn_matching_one_common_word_brings_nothing(person, other_person, direct_stream):
+    cook = _fact(person, "主人最近在学做菜", kind="习惯")
+    brush = _fact(person, "主人最近在学书法", kind="习惯")
+    _fact(other_person, "老周住在杭州", kind="身份")  # 杭州 is known to memory: part of the achievable mass
+    services.store_fact_vector(fact_id=cook, vector=[0.2, 1.0, 0.0, 0.0])
+    services.store_fact_vector(fact_id=brush, vector=[0.2, 0.0, 1.0, 0.0])
+    query = [1.0, 0.0, 0.0, 0.0]  # cosine 0.196 with both: the model's unrelated level
+    ctx, result = _turn(direct_stream, person, "我最近想去杭州玩", vector=query)
+    assert {f.id for f in ctx.pool} == {cook, brush}
+    assert all(not f.eligible for f in ctx.pool) and ctx.facts == []
+    assert result.facts == [] and result.reinforced == [] and result.held_back == []
+    with overrides_scope(SEED):
+        _ctx, seeded = _turn(direct_stream, person, "我最近想去杭州玩", vector=query, at=NOW + 2 * DAY)
+    assert sorted(_ids(seeded)) == sorted([cook, brush])
+
+
+def test_a_close_cosine_lifts_a_fact_over_the_lexical_floor(person, other_person, direct_stream):
+    cook = _fact(person, "主人最近在学做菜", kind="习惯")
+    _fact(other_person, "老周住在杭州", kind="身份")
+    services.store_fact_vector(fact_id=cook, vector=[1.0, 0.5, 0.0, 0.0])
+    _ctx, result = _turn(direct_stream, person, "我最近想去杭州玩", vector=[1.0, 0.0, 0.0, 0.0])
+    assert _ids(result) == [cook]
+    assert result.facts[0].fact.cosine == pytest.approx(0.894, abs=0.01)
+
+
+def test_at_comparable_relevance_the_fresher_fact_wins(person, direct_stream):
+    older = _fact(person, "他喜欢吃苹果", at=NOW - 60 * DAY)
+    fresher = _fact(person, "他喜欢吃香蕉", at=NOW)
+    _ctx, result = _turn(direct_stream, person, "他喜欢吃什么")
+    assert _ids(result) == [fresher, older]
+    a, b = (p.fact for p in result.facts)
+    assert a.calibrated == b.calibrated == 1.0 and a.prior > b.prior
+
+
+def test_frozen_facts_rank_below_active_ones_of_comparable_relevance(person, direct_stream):
+    frozen = _fact(person, "他在准备考试", kind="状态", at=NOW - 3 * DAY)  # 12 h half-life: frozen by the sweep
+    active = _fact(person, "他在准备搬家", kind="习惯", at=NOW - 3 * DAY)
+    ctx, result = _turn(direct_stream, person, "他在准备什么")
+    by_id = {f.id: f for f in ctx.pool}
+    assert by_id[frozen].active is False and by_id[frozen].prior == 0.0
+    assert _ids(result) == [active, frozen]
+
+
+def test_pinned_facts_stay(person, direct_stream):
+    from curation.services import pin_fact
+
+    other = _fact(person, "他的生日是五月一日", kind="日期", at=NOW - 400 * DAY)
+    pinned = _fact(person, "他的生日是三月一日", kind="日期", at=NOW - 400 * DAY)
+    pin_fact(fact_id=pinned, at=NOW - 400 * DAY)
+    ctx, result = _turn(direct_stream, person, "他的生日", at=NOW + 200 * DAY)
+    assert [f.id for f in ctx.pool] == [pinned, other]  # same relevance: the pin's retention decides
+    assert _ids(result) == [pinned, other]
+
+
+def test_slot_conflict_groups_are_still_completed_whole(person, direct_stream):
+    chengdu = _fact(person, "他现在住在成都", slot="居住地", kind="身份", at=NOW - 200 * DAY)
+    hangzhou = _fact(person, "他现在住在杭州", slot="居住地", kind="身份")
+    _ctx, result = _turn(direct_stream, person, "成都")
+    assert _ids(result) == [chengdu]
+    assert [p.fact.id for p in result.conflict_members] == [hangzhou]
+
+
+def test_what_forgetting_held_back_is_recorded(person, direct_stream):
+    # relevance alone puts the older, slightly more relevant fact first; the prior swaps them
+    older = _fact(person, "他喜欢吃苹果", at=NOW - 150 * DAY)
+    fresher = _fact(person, "他很喜欢吃苹果和梨", at=NOW)
+    with overrides_scope({"fact_recall_limit": 1, "retention_prior": 0.2}):
+        ctx, result = _turn(direct_stream, person, "苹果")
+    by_id = {f.id: f for f in ctx.pool}
+    assert by_id[older].calibrated == 1.0 and by_id[fresher].calibrated < 1.0
+    assert _ids(result) == [fresher]
+    assert [f.id for f in result.held_back] == [older]
+    turn = Turn.objects.get(pk=ctx.turn_id)
+    assert turn.prompt_fact_ids == [fresher] and turn.held_back_fact_ids == [older]
+    confirmed = events("memory_retrieval_confirmed")[-1]
+    assert confirmed["heldBackFactIds"] == [older]
+    assert [t["factId"] for t in confirmed["promptTerms"]] == [fresher]
+    assert events("memory_retrieval_trace")[-1]["heldBackFactIds"] == [older]
