@@ -36,10 +36,11 @@ from bench.common import BENCHMARKS_MD, RESULTS_DIR, md_table, replace_section, 
 
 DAY_MS = 86_400_000
 SHANGHAI = timezone(timedelta(hours=8))
+# retrieval-profile overrides of each variant (the tuning whitelist's context knobs)
 VARIANTS = {
-    "text": {"TURN_CONTEXT_LEXICAL_LINES": 0, "TURN_CONTEXT_DENSE_MESSAGES": 0},
-    "lexical": {"TURN_CONTEXT_DENSE_MESSAGES": 0},
-    "dense": {"TURN_CONTEXT_LEXICAL_LINES": 0},
+    "text": {"context_lexical_lines": 0, "context_dense_messages": 0},
+    "lexical": {"context_dense_messages": 0},
+    "dense": {"context_lexical_lines": 0},
     "both": {},
 }
 START = "<!-- eval-context:start -->"
@@ -163,11 +164,10 @@ def run_variant(sessions: list[Session], variant: str) -> dict:
 
 
 def _run(sessions: list[Session], variant: str, rows: list[dict[str, float]]) -> None:
-    from django.test import override_settings
-
     from memory import recall, services
+    from tuning.services import overrides_scope
 
-    with override_settings(**VARIANTS[variant]):
+    with overrides_scope(VARIANTS[variant]):
         for session in sessions:
             tag = f"{variant}-{session.key}"
             user = services.resolve_person(platform="eval", external_id=f"u-{tag}", name="用户")

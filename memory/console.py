@@ -867,7 +867,7 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
     limit = int(ctx.overrides.get("fact_recall_limit", settings.FACT_RECALL_LIMIT))
     vector = recall.embed_query(data["text"])
     ranking = recall.rank_pool(
-        pool=ctx.pool, query_vector=vector, person_ids=ctx.present_person_ids, text=data["text"],
+        pool=ctx.pool, query_vector=recall.conversation_query(vector, ctx.context, ctx.overrides), person_ids=ctx.present_person_ids, text=data["text"],
         stream_kind=ctx.stream.kind, now=ctx.now, limit=limit, overrides=ctx.overrides,
     )
     prompt = recall.complete_conflicts(ranking.prompt, now=ctx.now)

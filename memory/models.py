@@ -367,6 +367,8 @@ class Turn(models.Model):
     prompt_fact_ids = models.JSONField(default=list)
     confirmed_at = models.BigIntegerField(null=True, blank=True)
     reinforced_fact_ids = models.JSONField(default=list)
+    # the recent messages that joined the turn's query, newest first (recall.recent_context)
+    context_message_ids = models.JSONField(default=list)
     # eligible facts relevance alone would have put in the prompt but retention ranked out
     held_back_fact_ids = models.JSONField(default=list)
 

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import transaction
 
 from memory import selectors, services
+from memory.engine import context as conversation
 from memory.engine import spreading
 from memory.engine.scope import fact_visible_in_stream
 from memory.engine.scoring import apply_pool_percentile
@@ -72,6 +73,7 @@ def replay_turn_pool(
     overrides: Mapping[str, Any],
     events: bool = False,
     stats: dict[str, int] | None = None,
+    context: Sequence[tuple[str, float]] = (),
 ) -> list[ScopedFact]:
     """The lexical candidate pool of a turn — the same code path production runs.
 
@@ -82,6 +84,11 @@ def replay_turn_pool(
     cut by the tuned pool percentile. Candidates under the relevance floors stay
     in the pool (the confirm step may lift them with a cosine) but after the
     eligible ones.
+
+    ``context`` — ``(line, weight)`` for the recent user lines (:func:`conversation_lines`):
+    each line is a query of its own; what it finds joins the pool with its relevance and
+    coverage multiplied by the line's recency weight (a fact already found keeps its own
+    relevance and the better coverage).
     """
     limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
     pool: dict[int, ScopedFact] = {}
@@ -98,6 +105,20 @@ def replay_turn_pool(
                 pool[fact.id] = replace(
                     first, coverage=max(first.coverage or 0.0, fact.coverage), rarest=first.rarest or fact.rarest
                 )
+    for line, weight in context:
+        for fact in selectors.recall_facts_in_scope(
+            person_ids=person_ids, query=line, limit=limit, now=now, stream_kind=stream_kind,
+            return_candidates=True, overrides=overrides, events=False,
+        ):
+            coverage = fact.coverage * weight if fact.coverage is not None else None
+            first = pool.get(fact.id)
+            if first is None:
+                pool[fact.id] = replace(
+                    fact, lexical_relevance=fact.lexical_relevance * weight, coverage=coverage, rarest=False,
+                    source="context",
+                )
+            elif coverage is not None and coverage > (first.coverage or 0.0):
+                pool[fact.id] = replace(first, coverage=coverage)
     ordered = selectors.rank_facts(list(pool.values()), overrides)
     kept = apply_pool_percentile([f.score for f in ordered], float(overrides.get("pool_score_percentile", 0.0)))
     return ordered[:kept]
@@ -156,6 +177,83 @@ def complete_conflicts(facts: Sequence[ScopedFact], *, now: int) -> list[PromptF
     return out
 
 
+@dataclass(frozen=True)
+class ContextLine:
+    """A recent message of the turn's stream: ``position`` 1 is the one just before the turn's line."""
+
+    message_id: int
+    role: str
+    content: str
+    position: int
+
+
+def _context_knobs(overrides: Mapping[str, Any]) -> tuple[int, int, float]:
+    """``(lexical lines, dense messages, half-life)`` of the tuned profile (engine defaults otherwise)."""
+    return (
+        int(overrides.get("context_lexical_lines", conversation.DEFAULT_LEXICAL_LINES)),
+        int(overrides.get("context_dense_messages", conversation.DEFAULT_DENSE_MESSAGES)),
+        float(overrides.get("context_half_life", conversation.DEFAULT_HALF_LIFE)),
+    )
+
+
+def recent_context(*, stream_id: int, upto_id: int, text: str, overrides: Mapping[str, Any]) -> list[ContextLine]:
+    """The recent messages that join the turn's query, newest first.
+
+    The window is the last ``max(context_lexical_lines, context_dense_messages)`` messages
+    up to the turn's watermark (archived ones included: a summary does not end a topic),
+    without the turn's own line (the newest message when it says the same as ``text``).
+    """
+    lexical, dense, _ = _context_knobs(overrides)
+    size = max(lexical, dense)
+    if size <= 0 or not upto_id:
+        return []
+    rows = list(
+        Message.objects.filter(stream_id=stream_id, id__lte=upto_id).order_by("-id")
+        .values_list("id", "role", "content")[: size + 1]
+    )
+    if rows and " ".join(rows[0][2].split()) == " ".join(text.split()):
+        rows = rows[1:]
+    return [ContextLine(mid, role, content, k) for k, (mid, role, content) in enumerate(rows[:size], start=1)]
+
+
+def conversation_lines(context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """``(text, weight)`` of the user lines among the newest ``context_lexical_lines`` messages."""
+    lexical, _, half_life = _context_knobs(overrides)
+    return [
+        (line.content, 2.0 ** (-line.position / half_life))
+        for line in context
+        if line.position <= lexical and line.role == "user" and line.content.strip()
+    ]
+
+
+def conversation_query(
+    text_vector: Any, context: Sequence[ContextLine], overrides: Mapping[str, Any]
+) -> Any:
+    """The turn's query vector(s): its own vector plus the recency-weighted vectors of the newest
+    ``context_dense_messages`` messages (:func:`selectors.message_vectors`, each computed at most
+    once) as a :class:`ConversationQuery`; the plain vector when the context adds none."""
+    _, dense, half_life = _context_knobs(overrides)
+    window = [line for line in context if line.position <= dense]
+    if text_vector is None or not window:
+        return text_vector
+    vectors = selectors.message_vectors([line.message_id for line in window])
+    weights = conversation.recency_weights(max(line.position for line in window), half_life)
+    pairs = [(vectors.get(line.message_id), weights[line.position - 1]) for line in window]
+    if all(vector is None for vector, _ in pairs):
+        return text_vector
+    return conversation.ConversationQuery.build(text_vector, pairs)
+
+
+def context_from_ids(message_ids: Sequence[int]) -> list[ContextLine]:
+    """The context a turn recorded (message ids, newest first), read back for confirm and replay."""
+    rows = Message.objects.in_bulk(list(message_ids))
+    return [
+        ContextLine(mid, rows[mid].role, rows[mid].content, k)
+        for k, mid in enumerate(message_ids, start=1)
+        if mid in rows
+    ]
+
+
 @dataclass
 class TurnContext:
     turn_id: int | None
@@ -169,6 +267,7 @@ class TurnContext:
     episodes: list[RecalledEpisode]
     blocked: int = 0
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    context: list[ContextLine] = field(default_factory=list)
 
 
 def prepare_turn(
@@ -194,10 +293,11 @@ def prepare_turn(
     watermark = watermark_message_id
     before = watermark if watermark is not None else selectors.latest_message_id(stream_id=stream_id)
     persons = present_persons(stream_id=stream_id, speaker_id=speaker_id, before_id=before)
+    context = recent_context(stream_id=stream_id, upto_id=before, text=text, overrides=overrides)
     stats: dict[str, int] = {}
     pool = replay_turn_pool(
         person_ids=persons, text=text, impression=impression, now=now, stream_kind=stream.kind,
-        overrides=overrides, events=record, stats=stats,
+        overrides=overrides, events=record, stats=stats, context=conversation_lines(context, overrides),
     )
     limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
     facts = complete_conflicts(prompt_facts(pool, limit), now=now)
@@ -211,6 +311,7 @@ def prepare_turn(
                 stream=stream, speaker_id=speaker_id, at=now, text=text, impression=impression,
                 watermark_message_id=watermark, stream_kind=stream.kind, present_person_ids=persons,
                 pool=[f.as_dict() for f in pool], prompt_fact_ids=[],
+                context_message_ids=[line.message_id for line in context],
             )
             services.emit_event(
                 "memory_retrieval_trace",
@@ -221,6 +322,7 @@ def prepare_turn(
                     "candidatePool": [{"factId": f.id, "score": f.score} for f in pool],
                     "promptFactIds": prompt_ids, "presentPersonIds": persons, "streamKind": stream.kind,
                     "heldBackFactIds": [f.id for f in held_back_facts(pool, limit)],
+                    "contextMessageIds": [line.message_id for line in context],
                 },
                 at=now, stream_id=stream_id, turn_id=turn.pk, stage="turn",
             )
@@ -228,7 +330,7 @@ def prepare_turn(
     return TurnContext(
         turn_id=turn_id, stream=stream, speaker_id=speaker_id, now=now, working_memory=working,
         present_person_ids=persons, pool=pool, facts=facts, episodes=episodes, blocked=stats.get("blocked", 0),
-        overrides=overrides,
+        overrides=overrides, context=context,
     )
 
 
@@ -368,8 +470,9 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     overrides = _overrides()
     limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
     vector = query_embedding if query_embedding is not None else embed_query(turn.text)
+    query = conversation_query(vector, context_from_ids(turn.context_message_ids), overrides)
     ranking = rank_pool(
-        pool=_pool_facts(turn), query_vector=vector, person_ids=turn.present_person_ids, text=turn.text,
+        pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=turn.text,
         stream_kind=turn.stream_kind, now=turn.at, limit=limit, overrides=overrides,
     )
     ranked = ranking.prompt

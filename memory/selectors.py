@@ -24,6 +24,7 @@ from django.db.models import Count
 
 from memory import lexical
 from memory.engine import decay
+from memory.engine.context import ConversationQuery, weighted_max
 from memory.engine.quantize import HEADER_SIZE, MAGIC, Int8Matrix, cosine_q8_many, quantize_vector
 from memory.engine.scope import SCOPE_ALL, fact_visible_in_stream
 from memory.engine.scoring import (
@@ -362,17 +363,24 @@ def fact_coverages(ids: Sequence[int], query: str) -> dict[int, tuple[float, boo
 
 
 def fact_cosines(ids: Sequence[int], query_vector: Any) -> dict[int, float]:
-    """Cosine (on SQ8) of each fact's vector with the query vector — the one place it is computed.
+    """Cosine (on SQ8) of each fact's vector with the query — the one place it is computed.
 
-    Facts without a vector (or no query vector) are absent from the result.
+    ``query_vector`` is one vector or a :class:`~memory.engine.context.ConversationQuery`
+    (the turn's vector and the recent messages' vectors, recency-weighted): then a fact's
+    cosine is the weighted maximum over them. Facts without a vector (or no query vector)
+    are absent from the result.
     """
-    q8 = _query_q8(query_vector)
     ids = list(dict.fromkeys(ids))
-    if q8 is None or not ids:
+    if _query_q8(query_vector) is None or not ids:
         return {}
     blobs = dict(Fact.objects.filter(id__in=ids, embedding_q8__isnull=False).values_list("id", "embedding_q8"))
     found = [i for i in ids if i in blobs]
-    values = cosine_q8_many(q8, [bytes(blobs[i]) for i in found])
+    stored = [bytes(blobs[i]) for i in found]
+    if isinstance(query_vector, ConversationQuery):
+        rows = [cosine_q8_many(quantize_vector(v), stored) for v in query_vector.vectors]
+        values = weighted_max(np.vstack(rows), query_vector.weights) if rows and stored else []
+    else:
+        values = cosine_q8_many(_query_q8(query_vector), stored)
     return {i: float(v) for i, v in zip(found, values, strict=True) if not np.isnan(v)}
 
 
@@ -531,6 +539,9 @@ def top_facts(
 
 
 def _query_q8(query_vector: Any) -> bytes | None:
+    """SQ8 of a query vector (of the turn's own vector for a conversation query); None without one."""
+    if isinstance(query_vector, ConversationQuery):
+        query_vector = query_vector.primary
     if query_vector is None:
         return None
     vec = np.asarray(query_vector, dtype=np.float32).ravel()

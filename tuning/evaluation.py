@@ -77,6 +77,7 @@ class TraceSample:
     pool: tuple[tuple[int, float], ...]  # the recorded lexical pool, rank order
     prompt_fact_ids: tuple[int, ...]
     replied: bool
+    context_message_ids: tuple[int, ...] = ()  # the recent messages that joined the turn's query
 
     @property
     def scorable(self) -> bool:
@@ -106,6 +107,7 @@ def sample_from_turn(turn: Any) -> TraceSample:
         pool=_pool_pairs(turn.pool),
         prompt_fact_ids=tuple(int(f) for f in (turn.prompt_fact_ids or [])),
         replied=turn.confirmed_at is not None,
+        context_message_ids=tuple(int(m) for m in (getattr(turn, "context_message_ids", None) or [])),
     )
 
 
@@ -231,7 +233,12 @@ class Evaluator:
         self.k = fact_limit(self.overrides)
 
     def turn(self, sample: TraceSample) -> dict[str, Any]:
+        from memory import recall
+
+        overrides = dict(self.overrides)
         with services.overrides_scope(self.overrides):
+            # the turn's conversation as it recorded it, weighed by the evaluated profile
+            context = recall.context_from_ids(sample.context_message_ids)
             replayed = list(
                 self.replay(
                     person_ids=list(sample.person_ids),
@@ -239,12 +246,14 @@ class Evaluator:
                     impression=sample.impression,
                     now=sample.at,
                     stream_kind=sample.stream_kind,
-                    overrides=dict(self.overrides),
+                    overrides=overrides,
+                    context=recall.conversation_lines(context, overrides),
                 )
             )
             rec = reconcile_trace_pool([(f.id, f.score) for f in replayed], list(sample.pool))
-            vector = self.vectors(sample.text)
-            ranked = self.rank(sample, replayed, vector, self.k, dict(self.overrides))
+            text_vector = self.vectors(sample.text)
+            vector = recall.conversation_query(text_vector, context, overrides) if text_vector is not None else None
+            ranked = self.rank(sample, replayed, vector, self.k, overrides)
         ranked_ids = [f.id for f in ranked][: self.k]
         positives = list(dict.fromkeys(sample.prompt_fact_ids))
         top = set(ranked_ids)

@@ -13,6 +13,7 @@ import numbers
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .context import DEFAULT_DENSE_MESSAGES, DEFAULT_HALF_LIFE, DEFAULT_LEXICAL_LINES
 from .metrics import ndcg_at_k, recall_at_k
 from .scoring import (
     DEFAULT_DENSE_COSINE_FLOOR,
@@ -65,10 +66,16 @@ WHITELIST: dict[str, ParamSpec] = {
     "retention_prior": ParamSpec("float", 0.0, 1.0, DEFAULT_RETENTION_PRIOR, "留存度先验权重"),
     "lexical_coverage_floor": ParamSpec("float", 0.0, 1.0, DEFAULT_LEXICAL_COVERAGE_FLOOR, "词面覆盖下限"),
     "dense_cosine_floor": ParamSpec("float", -1.0, 1.0, DEFAULT_DENSE_COSINE_FLOOR, "向量余弦下限"),
+    # the conversation as the query (memory/engine/context.py); 0 turns a channel off
+    "context_lexical_lines": ParamSpec("int", 0, 10, DEFAULT_LEXICAL_LINES, "对话上下文：词面查询的用户行数"),
+    "context_dense_messages": ParamSpec("int", 0, 20, DEFAULT_DENSE_MESSAGES, "对话上下文：向量查询的消息条数"),
+    "context_half_life": ParamSpec("float", 0.5, 20.0, DEFAULT_HALF_LIFE, "对话上下文：权重半衰（条）"),
 }
 
 #: Built-in profiles besides ``default`` (= no overrides): name → params.
-BUILTIN_PROFILES: dict[str, dict[str, float | int]] = {"seed": {"seed_blend": 1}}
+BUILTIN_PROFILES: dict[str, dict[str, float | int]] = {
+    "seed": {"seed_blend": 1, "context_lexical_lines": 0, "context_dense_messages": 0},
+}
 
 
 class TuningError(ValueError):

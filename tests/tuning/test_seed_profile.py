@@ -38,15 +38,17 @@ def world():
 
 def test_seed_is_a_builtin_profile():
     rows = {p.name: p for p in services.list_profiles()}
-    assert rows["seed"].builtin and rows["seed"].params == {"seed_blend": 1}
-    assert services.load_profile_params("seed") == {"seed_blend": 1}
+    # the seed's multiplicative ranking, and a turn's query is its own text (no conversation)
+    seed = {"seed_blend": 1, "context_lexical_lines": 0, "context_dense_messages": 0}
+    assert rows["seed"].builtin and rows["seed"].params == seed
+    assert services.load_profile_params("seed") == seed
     with pytest.raises(services.ProfileError, match="内置"):
         services.save_profile("seed", {"bm25_weight": 2.0})
     with pytest.raises(services.ProfileError, match="内置"):
         services.delete_profile("seed")
     applied = services.apply_profile("seed")
-    assert applied["params"] == {"seed_blend": 1}
-    assert services.active_overrides() == {"seed_blend": 1} and services.active_profile_name() == "seed"
+    assert applied["params"] == seed
+    assert services.active_overrides() == seed and services.active_profile_name() == "seed"
 
 
 def test_a_turn_recorded_under_the_seed_profile_replays_with_zero_differences(world):

@@ -1,0 +1,95 @@
+"""The conversation as the query: recency weights and the weighted cosine of a turn.
+
+A turn's recall reads the stream's recent messages as well as the turn's own line. The
+``k``-th message before the turn's line (``k = 1`` is the one just before it) counts with
+weight ``2 ** (-k / half_life)``; the turn's line itself counts 1. So an older line can
+only decide what is recalled when it matches clearly better than the lines after it.
+
+* Lexical: each recent *user* line is its own query; a fact it finds enters the pool with
+  its relevance and query coverage multiplied by the line's weight.
+* Dense: a fact's cosine with the conversation is the weighted maximum
+  ``max_i(w_i * cos(q_i, fact))`` over the turn's vector (``w = 1``) and the recent
+  messages' vectors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_DENSE_MESSAGES",
+    "DEFAULT_HALF_LIFE",
+    "DEFAULT_LEXICAL_LINES",
+    "ConversationQuery",
+    "recency_weights",
+    "weighted_max",
+]
+
+#: messages; the line just before the turn counts 2 ** -0.5 ≈ 0.71, four lines back 0.25.
+DEFAULT_HALF_LIFE: float = 2.0
+#: the recent user lines (among this many newest messages) that query the lexical index.
+DEFAULT_LEXICAL_LINES: int = 3
+#: the newest messages whose vectors join the dense query.
+DEFAULT_DENSE_MESSAGES: int = 6
+
+
+def recency_weights(n: int, half_life: float = DEFAULT_HALF_LIFE) -> list[float]:
+    """Weights of the ``n`` messages before the turn, newest first: ``2 ** (-k / half_life)``, ``k = 1..n``."""
+    if n <= 0:
+        return []
+    if half_life <= 0:
+        raise ValueError("half_life must be positive")
+    return [2.0 ** (-k / half_life) for k in range(1, n + 1)]
+
+
+@dataclass(frozen=True)
+class ConversationQuery:
+    """The query vectors of a turn: the turn's own vector first (weight 1), then the
+    recent messages' vectors with their recency weights (rows of ``vectors``)."""
+
+    vectors: np.ndarray  # (m, d) float32, row 0 = the turn's line
+    weights: tuple[float, ...]
+
+    @classmethod
+    def build(cls, text_vector, context: Sequence[tuple[object, float]]) -> ConversationQuery | None:
+        """From the turn's vector (may be None) and ``(vector, weight)`` pairs (vectors may be None).
+
+        None when there is no vector at all. Without the turn's vector the context alone
+        forms the query (its weights unchanged).
+        """
+        rows, weights = [], []
+        if text_vector is not None:
+            rows.append(np.asarray(text_vector, dtype=np.float32).ravel())
+            weights.append(1.0)
+        for vector, weight in context:
+            if vector is None or weight <= 0:
+                continue
+            row = np.asarray(vector, dtype=np.float32).ravel()
+            if rows and row.shape != rows[0].shape:
+                continue  # a vector of another embedding space: not comparable
+            rows.append(row)
+            weights.append(float(weight))
+        if not rows:
+            return None
+        return cls(np.vstack(rows), tuple(weights))
+
+    @property
+    def primary(self) -> np.ndarray:
+        return self.vectors[0]
+
+
+def weighted_max(cosines: np.ndarray, weights: Sequence[float]) -> np.ndarray:
+    """``max_i(weights[i] * cosines[i, j])`` per column ``j``; NaN entries (no vector) are skipped.
+
+    ``cosines`` has one row per query vector. A column with no finite entry stays NaN.
+    """
+    matrix = np.asarray(cosines, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[0] != len(weights):
+        raise ValueError("one row of cosines per weight")
+    scaled = matrix * np.asarray(weights, dtype=np.float64)[:, None]
+    scaled = np.where(np.isnan(scaled), -np.inf, scaled)
+    best = scaled.max(axis=0) if scaled.size else np.full(matrix.shape[1], -np.inf)
+    return np.where(np.isneginf(best), np.nan, best)

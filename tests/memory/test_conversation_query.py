@@ -1,0 +1,140 @@
+"""A turn's recall reads the conversation, not only its own line (issue 16, item 3).
+
+The lexical channel queries the recent user lines, weighted by recency; the dense channel
+takes the weighted maximum of the cosines with the turn's vector and the recent messages'
+vectors (each computed at most once). The "seed" profile keeps the turn's own line only.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memory import recall, services
+from memory.models import Message, Turn
+from tests.memory.conftest import DAY, NOW, make_person
+from tuning import services as tuning_services
+from tuning.services import overrides_scope
+
+FILLER = ["她养了一只猫", "她是一名护士", "她住在北京", "她喜欢爬山", "她对芒果过敏", "她的生日是六月", "她在学游泳", "她不喝咖啡"]
+SEED = tuning_services.load_profile_params
+
+
+@pytest.fixture(autouse=True)
+def _filler(db):
+    stranger = make_person("filler", "路人")
+    for text in FILLER:
+        services.add_fact(person_id=stranger.pk, content=text, at=NOW, kind="身份")
+
+
+def _say(stream, person, text, at, role="user"):
+    message, _ = services.append_message(
+        stream_id=stream.pk, role=role, content=text, sender_person_id=person.pk if role == "user" else None, at=at
+    )
+    return message
+
+
+def _turn(stream, person, text, at, vector=None):
+    ctx = recall.prepare_turn(stream_id=stream.pk, speaker_id=person.pk, text=text, at=at)
+    return ctx, recall.confirm_turn(turn_id=ctx.turn_id, query_embedding=vector, at=at + 1)
+
+
+def test_the_previous_user_line_brings_the_fact_the_turn_is_about(person, direct_stream):
+    basketball = services.add_fact(person_id=person.pk, content="玩家周末喜欢打篮球", kind="偏好", at=NOW - 30 * DAY)
+    _say(direct_stream, person, "下午一起去打篮球吗", NOW)
+    _say(direct_stream, person, "好啊，几点？", NOW + 1000, role="assistant")
+    _say(direct_stream, person, "当然是三点啊", NOW + 2000)
+    ctx, result = _turn(direct_stream, person, "当然是三点啊", NOW + 3000)
+    assert [p.fact.id for p in result.facts] == [basketball.fact_id]
+    [line] = [f for f in ctx.pool if f.id == basketball.fact_id]
+    assert line.source == "context"
+    turn = Turn.objects.get(pk=ctx.turn_id)
+    assert len(turn.context_message_ids) == 2  # the two lines before the turn's own line, newest first
+    assert Message.objects.get(pk=turn.context_message_ids[1]).content == "下午一起去打篮球吗"
+
+
+def test_the_seed_profile_hears_only_the_turns_own_line(person, direct_stream):
+    services.add_fact(person_id=person.pk, content="玩家周末喜欢打篮球", kind="偏好", at=NOW - 30 * DAY)
+    _say(direct_stream, person, "下午一起去打篮球吗", NOW)
+    _say(direct_stream, person, "当然是三点啊", NOW + 2000)
+    with overrides_scope(SEED("seed")):
+        ctx, result = _turn(direct_stream, person, "当然是三点啊", NOW + 3000)
+    assert result.facts == [] and ctx.pool == []
+    assert Turn.objects.get(pk=ctx.turn_id).context_message_ids == []
+
+
+def test_an_old_line_weighs_less_than_the_turns_own_line(person, direct_stream):
+    """The turn's words win over a line three messages back that matches as well."""
+    tea = services.add_fact(person_id=person.pk, content="玩家喜欢喝乌龙茶", kind="偏好", at=NOW)
+    cat = services.add_fact(person_id=person.pk, content="玩家喜欢黑色的猫", kind="偏好", at=NOW)
+    _say(direct_stream, person, "你喜欢黑色的猫吗", NOW)
+    for i in range(2):
+        _say(direct_stream, person, f"嗯嗯第{i}句", NOW + 1000 * (i + 1))
+    ctx, _result = _turn(direct_stream, person, "来一杯乌龙茶", NOW + 9000)
+    by_id = {f.id: f for f in ctx.pool}
+    assert [f.id for f in ctx.pool][:2] == [tea.fact_id, cat.fact_id]
+    assert by_id[cat.fact_id].source == "context"
+    assert by_id[cat.fact_id].lexical_relevance < by_id[tea.fact_id].lexical_relevance
+
+
+class CountingEmbedder:
+    """Each text on its own axis family: 篮球 lines point one way, everything else another."""
+
+    name = "counting"
+    label = "test:counting"
+    dim = 4
+
+    def __init__(self):
+        self.texts: list[str] = []
+
+    def embed(self, texts):
+        self.texts.extend(texts)
+        out = []
+        for text in texts:
+            v = np.array([1.0, 0.0, 0.0, 0.0]) if "篮球" in text or "运动" in text else np.array([0.0, 1.0, 0.0, 0.0])
+            out.append(v.astype(np.float32))
+        return out
+
+
+def test_the_dense_channel_reads_the_recent_messages_vectors_once(person, direct_stream, monkeypatch):
+    from memory.providers import config
+
+    embedder = CountingEmbedder()
+    monkeypatch.setattr(config, "get_embedder", lambda: embedder)
+    sport = services.add_fact(person_id=person.pk, content="玩家热爱运动", kind="偏好", at=NOW - 30 * DAY).fact_id
+    other = services.add_fact(person_id=person.pk, content="玩家养了一条狗", kind="身份", at=NOW).fact_id
+    services.store_fact_vector(fact_id=sport, vector=[1.0, 0.0, 0.0, 0.0])
+    services.store_fact_vector(fact_id=other, vector=[0.0, 0.0, 1.0, 0.0])
+    first = _say(direct_stream, person, "下午一起去打篮球吗", NOW)
+    _say(direct_stream, person, "几点", NOW + 1000)
+    turn_vector = np.array([0.0, 1.0, 0.0, 0.0], dtype=np.float32)  # the turn's line says nothing of sport
+    ctx, result = _turn(direct_stream, person, "几点", NOW + 2000, vector=turn_vector)
+    assert [p.fact.id for p in result.facts] == [sport]
+    assert result.facts[0].fact.cosine == pytest.approx(2 ** -0.5, abs=0.02)  # weight of the line before
+    assert embedder.texts == ["下午一起去打篮球吗"]
+    # the next turn reuses the stored vector: nothing is embedded twice
+    _say(direct_stream, person, "三点吧", NOW + 3000)
+    _turn(direct_stream, person, "三点吧", NOW + 4000, vector=turn_vector)
+    assert embedder.texts.count("下午一起去打篮球吗") == 1
+    assert Message.objects.get(pk=first.pk).embedding_q8 is not None
+    with overrides_scope(SEED("seed")):
+        _ctx, seed = _turn(direct_stream, person, "三点吧", NOW + 5000, vector=turn_vector)
+    [seen] = [p.fact for p in seed.facts if p.fact.id == sport]
+    assert seen.cosine == pytest.approx(0.0, abs=0.02)  # the seed profile compares with the turn's line only
+
+
+def test_trace_replay_of_a_turn_with_its_conversation_reproduces_the_pool(person, direct_stream):
+    """The turn records which messages joined its query; the tuning replay reads them back."""
+    from tuning import evaluation
+
+    services.add_fact(person_id=person.pk, content="玩家周末喜欢打篮球", kind="偏好", at=NOW - 30 * DAY)
+    services.add_fact(person_id=person.pk, content="玩家三点要开会", kind="事件", at=NOW)
+    _say(direct_stream, person, "下午一起去打篮球吗", NOW)
+    _say(direct_stream, person, "当然是三点啊", NOW + 2000)
+    # prepared only: a confirm would reinforce the prompt facts and move their scores since
+    ctx = recall.prepare_turn(stream_id=direct_stream.pk, speaker_id=person.pk, text="当然是三点啊", at=NOW + 3000)
+    assert {f.source for f in ctx.pool} == {"lexical", "context"}
+    report = evaluation.evaluate(evaluation.build_samples(), {})
+    assert report["reconcile"] == {"matched": 1, "mismatched": 0, "drift_only": 0}
+    # without the conversation the replayed pool loses the fact the previous line found
+    off = evaluation.evaluate(evaluation.build_samples(), {"context_lexical_lines": 0})
+    assert off["reconcile"]["mismatched"] == 1
