@@ -2,7 +2,7 @@
 
 Each data set is lived through the product's own turn path (``recall.prepare_turn`` then
 ``recall.confirm_turn``, default profile, the local USE model for facts, queries and
-messages), once per *variant* of the turn's query — a settings switch of the product:
+messages), once per *variant* of the turn's query — a retrieval-profile switch of the product:
 
 * ``text``: the turn's line alone (the context channels off);
 * ``lexical``: plus the lexical terms of the last user lines, weighted by recency;
