@@ -54,7 +54,7 @@ from bench.common import KS, dia_ids, mean_rows, require_data, score_question
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 TOP = 10  # the pool limit and the deepest cut-off reported
 METHODS = {
-    "ours_lexical": "ours: lexical turn pool (FTS5 + blend score)",
+    "ours_lexical": "ours: lexical turn pool (FTS5 + engine rank, no query vector)",
     "ours_lexical_dense": "ours: lexical + dense (USE), fused re-rank",
     "dense_only": "dense only: USE cosine over the same facts",
     "bm25s_facts": "bm25s over the same facts, same tokens",
