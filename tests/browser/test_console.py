@@ -148,3 +148,24 @@ def test_screenshots_of_the_main_pages(login, live_server, memory_set, frozen_no
         shot(page, name)
     page.goto(f"{live_server.url}{reverse('console:dashboard')}")
     page.wait_for_selector("#worker-health")  # loaded by htmx after the page
+
+
+def test_api_docs_render_offline(login, live_server):
+    """Swagger UI comes from the installed packages: nothing outside the server is fetched."""
+    page = login("demo")
+    outside: list[str] = []
+
+    def only_the_server(route):
+        if route.request.url.startswith(live_server.url):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    page.context.route("**/*", only_the_server)
+    page.goto(f"{live_server.url}/api/docs")
+    # Swagger UI draws one block per operation once its script and the schema have loaded.
+    page.wait_for_selector(".swagger-ui .opblock")
+    assert page.locator(".swagger-ui .opblock").count() > 10
+    assert "/api/v1/messages" in page.content()
+    assert not outside, outside
