@@ -8,7 +8,7 @@ accepts an optional ``at`` (default: now) so replays and tests are deterministic
 Errors always have a JSON body ``{"detail": "<one sentence>", "errors": [...]}``:
 422 for malformed JSON, missing fields and wrong types (the field path is named),
 404 for unknown ids, 409 for a wrong state, 413 for oversized bodies, 401 without a
-valid token. Client input never produces a 500. Input is validated before anything is
+valid token, 403 for a token without the route's scope. Client input never produces a 500. Input is validated before anything is
 written; the write endpoints (messages, facts, knowledge, curation) run in one
 transaction, so nothing is half-written on an error. The read paths (turns, confirm,
 actions) are not held in a write transaction — that would block ingest for the whole
@@ -129,16 +129,42 @@ class StrictJsonParser(Parser):
         return data
 
 
-api = NinjaAPI(
+class ScopedNinjaAPI(NinjaAPI):
+    """States each route's token scope in the OpenAPI document (``x-token-scope`` + description).
+
+    The security requirement keeps an empty scope list: OpenAPI 3.0 allows scopes only for
+    OAuth2/OpenID schemes, and schema-driven clients read the bearer requirement as is.
+    """
+
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        schema = super().get_openapi_schema(**kwargs)
+        scopes: dict[str, str] = {}
+        for bound in self._get_bound_routers():
+            for path_view in bound.path_operations.values():
+                for operation in path_view.operations:
+                    scope = next((getattr(cb, "scope", "") for cb in operation.auth_callbacks), "")
+                    if scope:
+                        scopes[operation.operation_id or self.get_openapi_operation_id(operation)] = scope
+        for item in schema.get("paths", {}).values():
+            for operation in item.values():
+                scope = scopes.get(operation.get("operationId", "")) if isinstance(operation, dict) else None
+                if scope:
+                    operation["x-token-scope"] = scope
+                    note = f"**Token scope:** `{scope}` (or `admin`); without it the answer is 403."
+                    operation["description"] = f"{note}\n\n{operation.get('description', '')}".strip()
+        return schema
+
+
+api = ScopedNinjaAPI(
     title="Memory Console API",
     version="1",
     description=__doc__,
     urls_namespace="api",
-    auth=BearerTokenAuth(),
+    auth=BearerTokenAuth(scope="bot"),
     parser=StrictJsonParser(),
 )
 
-ERRORS: dict[int, Any] = {401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
+ERRORS: dict[int, Any] = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
 
 
 # --- error mapping ----------------------------------------------------------------

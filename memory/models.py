@@ -442,15 +442,26 @@ class Job(models.Model):
 
 
 class ApiToken(models.Model):
-    """A bot's bearer token; only its SHA-256 is stored."""
+    """A bot's bearer token; only its SHA-256 is stored.
+
+    ``scopes`` lists what the token may do (``memory.auth.SCOPES``; ``admin`` implies all).
+    A revoked token keeps its row (name, dates) for the record and is refused everywhere.
+    """
 
     name = models.CharField(max_length=100)
     token_hash = models.CharField(max_length=64, unique=True)
+    scopes = models.JSONField(default=list)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=150, default="", blank=True)
 
     class Meta:
         db_table = "api_tokens"
+        permissions = [("manage_api_tokens", "Can list, create and revoke API tokens")]
 
     def __str__(self) -> str:
         return self.name
+
+    def has_scope(self, scope: str) -> bool:
+        return "admin" in self.scopes or scope in self.scopes
