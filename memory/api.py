@@ -18,20 +18,21 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.db import DatabaseError, OperationalError, transaction
 from django.http import Http404, HttpRequest, HttpResponse
-from ninja import NinjaAPI, Query, Router, Status
+from ninja import NinjaAPI, Query, Router, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
+from pydantic import Field as PydanticField
 
 from curation import services as curation_services
 from curation.api import router as curation_router
-from memory import broker, pipeline, recall, services
+from memory import broker, forget, pipeline, recall, services
 from memory.auth import BearerTokenAuth, api_user
 from memory.engine.scope import origin_kind_for_stream
 from memory.engine.similarity import exact_key
@@ -44,12 +45,14 @@ from memory.schemas import (
     ConfirmOut,
     ConsultIn,
     ConsultOut,
+    EpochMs,
     ErrorOut,
     FactIn,
     FactWriteOut,
     Id,
     ImportIn,
     ImportOut,
+    In,
     InspectIn,
     InspectOut,
     KnowledgeIn,
@@ -255,6 +258,8 @@ api.add_exception_handler(pipeline.ImportLimitError, _status(422))
 api.add_exception_handler(pipeline.ImportBusyError, _status(409))
 api.add_exception_handler(pipeline.ImportBatchNotFoundError, _on_not_found)
 api.add_exception_handler(broker.BrokerUnavailable, _on_broker_down)
+api.add_exception_handler(forget.ForgetTargetNotFound, _on_not_found)
+api.add_exception_handler(forget.ForgetPlanChanged, _status(409))
 api.add_exception_handler(ValueError, _status(400))
 # a pydantic error escaping a view is a server bug (e.g. a response not matching its schema)
 api.add_exception_handler(pydantic.ValidationError, _on_unexpected)
@@ -542,6 +547,70 @@ def get_import(request: HttpRequest, job_id: Id):
     if job is None:
         raise Http404(f"import job {job_id} does not exist")
     return _job_out(job)
+
+
+# --- forgetting on request (scope ``forget``) ---------------------------------------
+
+
+class ForgetIn(In):
+    target: Literal["message", "fact", "episode", "person", "stream"]
+    id: Id
+
+
+class ForgetConfirmIn(ForgetIn):
+    digest: str | None = PydanticField(
+        None, max_length=64, description="the preview's digest: refused with 409 if the cascade changed since"
+    )
+    at: EpochMs | None = None
+
+
+class ForgetPlanOut(Schema):
+    target: str
+    id: int
+    label: str
+    digest: str
+    undoable: bool = False
+    counts: dict[str, int]
+    ids: dict[str, list[int]]
+
+
+class ForgetDoneOut(ForgetPlanOut):
+    record_id: int
+
+
+def _plan_out(plan: forget.ForgetPlan) -> dict[str, Any]:
+    return {
+        "target": plan.target, "id": plan.target_id, "label": plan.label, "digest": plan.digest(),
+        "undoable": False, "counts": plan.counts(), "ids": {name: getattr(plan, name) for name in plan.id_fields},
+    }
+
+
+FORGET_AUTH = BearerTokenAuth(scope="forget")
+
+
+@router.post("/forget/preview", response={200: ForgetPlanOut, **ERRORS}, summary="Preview a forgetting",
+             auth=FORGET_AUTH, tags=["forget"])
+def forget_preview(request: HttpRequest, payload: ForgetIn):
+    """Everything that forgetting the target would delete and touch, by id, with counts (nothing is changed).
+
+    Confirm with `POST /forget` and the same target, passing `digest` so a cascade that
+    changed in between is refused (409).
+    """
+    return _plan_out(forget.plan_forget(target=payload.target, target_id=payload.id))
+
+
+@router.post("/forget", response={200: ForgetDoneOut, **ERRORS}, summary="Forget (not undoable)", auth=FORGET_AUTH,
+             tags=["forget"])
+def forget_now(request: HttpRequest, payload: ForgetConfirmIn):
+    """Delete or redact everything the preview lists, in one transaction. **Cannot be undone.**
+
+    Journalled (who, when, counts — never the text) in `forget_log`.
+    """
+    plan, record = forget.forget(
+        target=payload.target, target_id=payload.id, user=api_user(request), expected_digest=payload.digest,
+        at=payload.at,
+    )
+    return {**_plan_out(plan), "record_id": record.pk}
 
 
 router.add_router("", curation_router)

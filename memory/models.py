@@ -465,3 +465,21 @@ class ApiToken(models.Model):
 
     def has_scope(self, scope: str) -> bool:
         return "admin" in self.scopes or scope in self.scopes
+
+
+class ForgetRecord(models.Model):
+    """One carried-out forgetting: who, when, what kind of target and how many rows — never the text."""
+
+    at = models.BigIntegerField()
+    user = models.CharField(max_length=150, default="", blank=True)  # console user or api:<token name>
+    target = models.CharField(max_length=16)  # message | fact | episode | person | stream
+    target_id = models.BigIntegerField()
+    counts = models.JSONField(default=dict)
+
+    class Meta:
+        db_table = "forget_log"
+        ordering = ["-id"]
+        permissions = [("forget_memory", "Can preview and carry out forgetting")]
+
+    def __str__(self) -> str:
+        return f"forget {self.target} #{self.target_id}"
