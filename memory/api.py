@@ -32,7 +32,7 @@ from pydantic import Field as PydanticField
 
 from curation import services as curation_services
 from curation.api import router as curation_router
-from memory import broker, forget, pipeline, recall, services
+from memory import broker, export, forget, pipeline, recall, services
 from memory.auth import BearerTokenAuth, api_user
 from memory.engine.scope import origin_kind_for_stream
 from memory.engine.similarity import exact_key
@@ -547,6 +547,20 @@ def get_import(request: HttpRequest, job_id: Id):
     if job is None:
         raise Http404(f"import job {job_id} does not exist")
     return _job_out(job)
+
+
+@router.get("/persons/{person_id}/export", response={200: dict[str, Any], **ERRORS}, summary="Export a person",
+            auth=BearerTokenAuth(scope="admin"), tags=["forget"])
+def person_export(request: HttpRequest, person_id: Id):
+    """Everything stored about a person as one JSON document: identities, the messages they
+    sent (every stream), facts with their decay state now, the episodes of those messages and
+    the journal of operations on their facts.
+
+    Needs the `admin` scope: the document crosses every stream (a `bot` token reads one
+    person's facts through `GET /persons/{id}/facts`).
+    """
+    _require(Person, person_id, "person")
+    return export.person_export(person_id=person_id, now=services.now_ms())
 
 
 # --- forgetting on request (scope ``forget``) ---------------------------------------

@@ -23,13 +23,16 @@ REFUSED_FOR_BOT = [
     ("get", "tuning", "tuning"),
     ("post", "tuning/apply", "tuning"),
     ("post", "tuning/rollback", "tuning"),
+    ("post", "forget/preview", "forget"),
+    ("post", "forget", "forget"),
+    ("get", "persons/1/export", "admin"),
 ]
 
 
 @pytest.mark.parametrize(("method", "path", "scope"), REFUSED_FOR_BOT)
 def test_a_bot_token_gets_403_naming_the_missing_scope(bot_token, method, path, scope):
     client = ApiClient(bot_token)
-    r = getattr(client, method)(path, **({"body": {}} if method == "post" else {}))
+    r = getattr(client, method)(path, **({"body": {"target": "fact", "id": 1}} if method == "post" else {}))
     assert r.status_code == 403
     assert f"'{scope}'" in r.json()["detail"]
 
@@ -92,3 +95,27 @@ def test_revoke_api_token_refuses_the_token_and_keeps_the_row(db):
     assert ApiToken.objects.get(name="gone").revoked_at is not None
     with pytest.raises(CommandError):
         call_command("revoke_api_token", "gone", stdout=out)
+
+
+def test_forget_preview_and_forget_through_the_api(db):
+    _, plain = issue_token("privacy", ["bot", "forget"])
+    client = ApiClient(plain)
+    sent = client.post("messages", {"stream": stream(), "sender": person(), "role": "user", "content": "我的门禁密码是九五二七"})
+    preview = client.post("forget/preview", {"target": "message", "id": sent.json()["id"]})
+    assert preview.status_code == 200 and preview.json()["counts"]["messages"] == 1
+    assert preview.json()["undoable"] is False
+    assert client.post("forget", {"target": "message", "id": sent.json()["id"], "digest": "0" * 16}).status_code == 409
+    done = client.post("forget", {"target": "message", "id": sent.json()["id"], "digest": preview.json()["digest"]})
+    assert done.status_code == 200 and done.json()["counts"] == preview.json()["counts"]
+    assert client.post("forget/preview", {"target": "message", "id": sent.json()["id"]}).status_code == 404
+
+
+def test_the_export_holds_identities_messages_facts_and_operations(api):
+    sent = api.post("messages", {"stream": stream(), "sender": person(name="小周"), "role": "user", "content": "我叫小周"})
+    pid = sent.json()["person_id"]
+    api.post("facts", {"person": person(), "content": "名字是小周", "kind": "身份"})
+    doc = api.get(f"persons/{pid}/export").json()
+    assert doc["identities"][0]["external_id"] == "u1"
+    assert [m["content"] for m in doc["messages"]] == ["我叫小周"]
+    assert doc["facts"][0]["content"] == "名字是小周" and "retention" in doc["facts"][0]
+    assert api.get("persons/99999/export").status_code == 404
