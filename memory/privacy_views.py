@@ -3,7 +3,7 @@
 Forgetting: ``GET`` shows the cascade preview (what goes, what is touched, "cannot be
 undone"); the form POSTs it back with the preview's digest, so a cascade that changed
 in between is refused and previewed again. htmx enhances the form with a confirmation
-dialog and follows the redirect (POST/redirect/GET). Operators (``memory.forget_memory``)
+dialog; after forgetting it navigates (``HX-Redirect``) — without htmx, POST/redirect/GET. Operators (``memory.forget_memory``)
 forget; the token page is for superusers and holders of ``memory.manage_api_tokens``.
 """
 from __future__ import annotations
@@ -107,7 +107,12 @@ def forget_target(request: HttpRequest, target: str, pk: int) -> HttpResponse:
         else:
             messages.success(request, _("已遗忘 %(label)s（记录 #%(id)s）：删除 %(n)s 条消息、%(f)s 条事实。") % {
                 "label": plan.label, "id": record.pk, "n": len(plan.messages), "f": len(plan.facts)})
-            return redirect(_next(request, reverse(AFTER[target])))
+            url = _next(request, reverse(AFTER[target]))
+            if request.htmx:  # the target's page is gone: a full navigation shows the next page and the message
+                response = HttpResponse(status=204)
+                response["HX-Redirect"] = url
+                return response
+            return redirect(url)
     try:
         plan = forget.plan_forget(target=target, target_id=pk)
     except forget.ForgetTargetNotFound as exc:

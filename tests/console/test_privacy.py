@@ -87,3 +87,9 @@ def test_token_page_is_for_superusers_and_token_managers(operator):
 def test_dashboard_warns_about_tokens_with_every_scope(admin_client_):
     issue_token("legacy", ["admin"])
     assert "请收窄" in admin_client_.get("/").content.decode()
+
+
+def test_an_htmx_confirmation_navigates_to_the_next_page(operator, alice):
+    digest = operator.get(f"/forget/person/{alice.pk}/").context["plan"].digest()
+    r = operator.post(f"/forget/person/{alice.pk}/", {"digest": digest, "next": "/persons/"}, headers={"HX-Request": "true"})
+    assert r.status_code == 204 and r["HX-Redirect"] == "/persons/"
