@@ -459,3 +459,51 @@ def _drop_cursor(stream_id: int) -> None:
     if isinstance(cursors, dict) and str(stream_id) in cursors:
         cursors.pop(str(stream_id))
         services.meta_set(CURSOR_KEY, cursors)
+
+
+# --- message retention (MESSAGE_RETENTION_DAYS) -------------------------------------------
+
+RETENTION_META_KEY = "message_retention"
+RETENTION_BATCH = 500
+
+
+def expire_message_bodies(*, days: int, at: int | None = None) -> int:
+    """Empty the bodies of messages older than ``days`` that are summarised *and* extracted.
+
+    A body goes only once its message has an episode (summarised) and the stream's
+    extraction cursor is past it; the row, its episode link and its sender stay, its
+    FTS row and vector go too. Batches of ``RETENTION_BATCH``, one transaction each;
+    ``days <= 0`` is off. Returns how many bodies were emptied (recorded in ``meta``).
+    """
+    if days <= 0:
+        return 0
+    from memory.pipeline import read_cursor
+
+    now = services.now_ms() if at is None else at
+    cutoff = now - int(days) * 86_400_000
+    stream_ids = Message.objects.filter(created_at__lt=cutoff, episode_id__isnull=False).exclude(content="")
+    stream_ids = sorted(set(stream_ids.values_list("stream_id", flat=True)))
+    emptied = 0
+    for stream_id in stream_ids:
+        cursor = read_cursor(stream_id)
+        while True:
+            with transaction.atomic():
+                rows = list(
+                    Message.objects.filter(stream_id=stream_id, created_at__lt=cutoff, episode_id__isnull=False,
+                                           pk__lte=cursor)
+                    .exclude(content="").only("id", "tokens", "stream_id")[:RETENTION_BATCH]
+                )
+                for row in rows:
+                    lexical.reindex_message(row.pk, "", stream_id, row.tokens)
+                Message.objects.filter(pk__in=[r.pk for r in rows]).update(content="", embedding=None, embedding_q8=None)
+                if rows:
+                    with connection.cursor() as cur:
+                        cur.execute("PRAGMA secure_delete = ON")
+                    lexical.purge_deleted(["messages_fts"])
+            emptied += len(rows)
+            if len(rows) < RETENTION_BATCH:
+                break
+    previous = services.meta_get(RETENTION_META_KEY, {})
+    total = (previous.get("total", 0) if isinstance(previous, dict) else 0) + emptied
+    services.meta_set(RETENTION_META_KEY, {"at": now, "days": int(days), "emptied": emptied, "total": total})
+    return emptied

@@ -93,3 +93,11 @@ def test_an_htmx_confirmation_navigates_to_the_next_page(operator, alice):
     digest = operator.get(f"/forget/person/{alice.pk}/").context["plan"].digest()
     r = operator.post(f"/forget/person/{alice.pk}/", {"digest": digest, "next": "/persons/"}, headers={"HX-Request": "true"})
     assert r.status_code == 204 and r["HX-Redirect"] == "/persons/"
+
+
+def test_dashboard_shows_message_retention(admin_client_, settings):
+    assert "永久保留" in admin_client_.get("/").content.decode()
+    settings.MESSAGE_RETENTION_DAYS = 30
+    services.meta_set("message_retention", {"at": NOW, "days": 30, "emptied": 4, "total": 9})
+    body = admin_client_.get("/").content.decode()
+    assert "保留 30 天" in body and "累计清空 9 条" in body
