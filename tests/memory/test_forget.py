@@ -127,3 +127,38 @@ def test_an_unknown_target_is_reported(db):
         forget.plan_forget(target="person", target_id=99999)
     with pytest.raises(ValueError):
         forget.plan_forget(target="everything", target_id=1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_resident_indexes_see_the_forgetting(settings):
+    """Outside a transaction the resident BM25, knowledge vectors and node texts answer: they must reload."""
+    from memory import lexical_index, selectors
+    from memory.vector_index import knowledge_index
+
+    settings.LEXICAL_RESIDENT_INDEX = True
+    lexical_index.reset_all()
+    selectors._node_texts.reset()
+    alice = services.resolve_person(platform="qq", external_id="res-a", name="A", at=NOW)
+    group = services.resolve_stream(platform="qq", kind="group", external_id="res-g", name="g")
+    said = _msg(group, "我最喜欢的乐队是银河漫游者乐团", alice.pk)
+    reply = _msg(group, "记下了：我最喜欢的乐队是银河漫游者乐团", role="assistant")
+    episode = services.add_episode(stream_id=group.pk, summary="聊到银河漫游者乐团", cues=["乐队"], started_at=NOW,
+                                   ended_at=NOW, message_ids=[said.pk, reply.pk], at=NOW)
+    fact = services.add_fact(person_id=alice.pk, content="喜欢银河漫游者乐团", kind="偏好", at=NOW).fact_id
+    kid = services.add_knowledge(content="我最喜欢的乐队是银河漫游者乐团", source="import", at=NOW)
+    services.store_knowledge_vector(knowledge_id=kid, vector=np.ones(8, dtype=np.float32) / np.sqrt(8))
+    services.link_together(refs=[("fact", fact), ("episode", episode.pk), ("knowledge", kid)], at=NOW)
+
+    def facts():
+        return [f.id for f in selectors.recall_facts_across_persons(query="银河漫游者", now=NOW, stream_kind="group")]
+
+    assert facts() == [fact]
+    assert [h.id for h in selectors.search_knowledge(query="银河漫游者")] == [kid]
+    assert knowledge_index().top_k(np.ones(8, dtype=np.float32) / np.sqrt(8), 5)
+    assert selectors._nodes_containing({"银河"})["银河"]
+
+    forget.forget(target="person", target_id=alice.pk, user="op")
+    assert facts() == []
+    assert selectors.search_knowledge(query="银河漫游者") == []
+    assert not knowledge_index().top_k(np.ones(8, dtype=np.float32) / np.sqrt(8), 5)
+    assert selectors._nodes_containing({"银河"})["银河"] == []  # the redacted summary no longer holds it
