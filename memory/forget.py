@@ -175,6 +175,8 @@ def _target_rows(plan: ForgetPlan) -> tuple[set[int], set[int], set[int]]:
         person = Person.objects.filter(pk=pk).first()
         if person is None:
             raise ForgetTargetNotFound(f"person {pk} does not exist")
+        if person.kind == "owner":
+            raise ValueError("the bot's owner person cannot be forgotten")
         messages.update(Message.objects.filter(sender_person_id=pk).values_list("id", flat=True))
         facts.update(Fact.objects.filter(person_id=pk).values_list("id", flat=True))
         plan.identities = list(Identity.objects.filter(person_id=pk).order_by("id").values_list("id", flat=True))

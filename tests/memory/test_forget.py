@@ -162,3 +162,10 @@ def test_resident_indexes_see_the_forgetting(settings):
     assert selectors.search_knowledge(query="银河漫游者") == []
     assert not knowledge_index().top_k(np.ones(8, dtype=np.float32) / np.sqrt(8), 5)
     assert selectors._nodes_containing({"银河"})["银河"] == []  # the redacted summary no longer holds it
+
+
+def test_the_owner_person_cannot_be_forgotten(db):
+    from memory.models import Person
+
+    with pytest.raises(ValueError, match="owner"):
+        forget.plan_forget(target="person", target_id=Person.objects.get(kind="owner").pk)
