@@ -129,7 +129,7 @@ def test_an_unknown_target_is_reported(db):
         forget.plan_forget(target="everything", target_id=1)
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_resident_indexes_see_the_forgetting(settings):
     """Outside a transaction the resident BM25, knowledge vectors and node texts answer: they must reload."""
     from memory import lexical_index, selectors
