@@ -11,7 +11,7 @@ from typing import Any
 from django.db.models import Count
 
 from curation.models import FactOperation
-from memory.models import Episode, Fact, Identity, Message, Person
+from memory.models import Episode, Fact, Identity, Message, Person, Stream
 from memory.schemas import fact_row
 
 FORMAT = "memory-console.person-export.v1"
@@ -70,3 +70,14 @@ def person_counts(person_ids: list[int]) -> dict[int, dict[str, int]]:
     for row in Fact.objects.filter(person_id__in=person_ids).values("person_id").annotate(n=Count("id")):
         out[row["person_id"]]["facts"] = row["n"]
     return out
+
+
+def person_streams(person_ids: list[int], limit: int = 5) -> dict[int, list[Stream]]:
+    """Up to ``limit`` streams each person has written in (two queries)."""
+    pairs = Message.objects.filter(sender_person_id__in=person_ids).values_list("sender_person_id", "stream_id").distinct()
+    by_person: dict[int, list[int]] = {}
+    for pid, sid in pairs:
+        if len(by_person.setdefault(pid, [])) < limit:
+            by_person[pid].append(sid)
+    streams = Stream.objects.in_bulk({sid for sids in by_person.values() for sid in sids})
+    return {pid: [streams[s] for s in sids if s in streams] for pid, sids in by_person.items()}

@@ -45,9 +45,11 @@ def persons(request: HttpRequest) -> HttpResponse:
         ).distinct()
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     counts = export.person_counts([p.pk for p in page])
+    streams = export.person_streams([p.pk for p in page])
     for p in page:
         p.counts = counts[p.pk]
         p.idents = list(p.identities.all())
+        p.stream_list = streams.get(p.pk, [])
     return render(request, "privacy/persons.html", {"page": page, "q": q})
 
 

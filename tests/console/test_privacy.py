@@ -101,3 +101,22 @@ def test_dashboard_shows_message_retention(admin_client_, settings):
     services.meta_set("message_retention", {"at": NOW, "days": 30, "emptied": 4, "total": 9})
     body = admin_client_.get("/").content.decode()
     assert "保留 30 天" in body and "累计清空 9 条" in body
+
+
+def test_forget_links_on_stream_fact_and_episode_pages(operator, memory_set):
+    stream = memory_set["direct"]
+    page = operator.get(f"/streams/{stream.pk}/").content.decode()
+    assert f"/forget/stream/{stream.pk}/" in page and "/forget/message/" in page
+    assert f"/forget/fact/{memory_set['facts'][0]}/" in operator.get(f"/facts/{memory_set['facts'][0]}/").content.decode()
+    assert f"/forget/episode/{memory_set['episode'].pk}/" in operator.get("/episodes/").content.decode()
+    persons = operator.get("/persons/", {"q": "alice"}).content.decode()
+    assert f"/streams/{stream.pk}/" in persons and f"/persons/{memory_set['alice'].pk}/export/" in persons
+
+
+def test_forgetting_a_message_from_the_stream_page_without_javascript(operator, memory_set):
+    message = memory_set["messages"][0]
+    preview = operator.get(f"/forget/message/{message.pk}/", {"next": f"/streams/{message.stream_id}/"})
+    digest = preview.context["plan"].digest()
+    r = operator.post(f"/forget/message/{message.pk}/", {"digest": digest, "next": f"/streams/{message.stream_id}/"})
+    assert r.status_code == 302 and r["Location"] == f"/streams/{message.stream_id}/"
+    assert not Message.objects.filter(pk=message.pk).exists()
