@@ -74,6 +74,10 @@ class ForgetTargetNotFound(LookupError):
     """The message, fact, episode, person or stream does not exist."""
 
 
+class ForgetRefused(Exception):
+    """A target that cannot be forgotten (the bot's owner person)."""
+
+
 class ForgetPlanChanged(Exception):
     """The memory changed between the preview and the confirmation; preview again."""
 
@@ -176,7 +180,7 @@ def _target_rows(plan: ForgetPlan) -> tuple[set[int], set[int], set[int]]:
         if person is None:
             raise ForgetTargetNotFound(f"person {pk} does not exist")
         if person.kind == "owner":
-            raise ValueError("the bot's owner person cannot be forgotten")
+            raise ForgetRefused("the bot's owner person cannot be forgotten")
         messages.update(Message.objects.filter(sender_person_id=pk).values_list("id", flat=True))
         facts.update(Fact.objects.filter(person_id=pk).values_list("id", flat=True))
         plan.identities = list(Identity.objects.filter(person_id=pk).order_by("id").values_list("id", flat=True))

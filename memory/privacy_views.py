@@ -103,9 +103,9 @@ def forget_target(request: HttpRequest, target: str, pk: int) -> HttpResponse:
                                          expected_digest=request.POST.get("digest") or "-")
         except forget.ForgetTargetNotFound as exc:
             raise Http404(str(exc)) from exc
-        except ValueError as exc:
+        except forget.ForgetRefused as exc:
             messages.error(request, str(exc))
-            return render(request, "console/_messages.html", status=400)
+            return render(request, "console/_messages.html", status=409)
         except forget.ForgetPlanChanged:
             messages.error(request, _("预览之后记忆有了变化，请核对新的预览后再确认。"))
             status = 409
@@ -122,9 +122,9 @@ def forget_target(request: HttpRequest, target: str, pk: int) -> HttpResponse:
         plan = forget.plan_forget(target=target, target_id=pk)
     except forget.ForgetTargetNotFound as exc:
         raise Http404(str(exc)) from exc
-    except ValueError as exc:  # e.g. the bot's owner person
+    except forget.ForgetRefused as exc:  # the bot's owner person
         messages.error(request, str(exc))
-        return render(request, "console/_messages.html", status=400)
+        return render(request, "console/_messages.html", status=409)
     context = {"plan": plan, "counts": plan.counts(), "samples": _samples(plan), "next": _next(request, "")}
     return render(request, "privacy/forget.html", context, status=status)
 

@@ -167,5 +167,5 @@ def test_resident_indexes_see_the_forgetting(settings):
 def test_the_owner_person_cannot_be_forgotten(db):
     from memory.models import Person
 
-    with pytest.raises(ValueError, match="owner"):
+    with pytest.raises(forget.ForgetRefused, match="owner"):
         forget.plan_forget(target="person", target_id=Person.objects.get(kind="owner").pk)
