@@ -66,6 +66,17 @@ REDACTED = "〔已遗忘〕"
 REDACTED_SUMMARY = "〔这一段对话含有应要求遗忘的内容，摘要已删除〕"
 CHUNK = 500
 
+
+def _turn_fields(*names: str) -> tuple[str, ...]:
+    present = {f.name for f in Turn._meta.get_fields()}
+    return tuple(name for name in names if name in present)
+
+
+#: id lists of a turn trace that name facts / messages: forgotten ids are removed from them
+#: (``held_back_fact_ids`` and ``context_message_ids`` are recorded once the turn keeps them)
+TURN_FACT_LISTS = _turn_fields("prompt_fact_ids", "reinforced_fact_ids", "held_back_fact_ids")
+TURN_MESSAGE_LISTS = _turn_fields("context_message_ids")
+
 _SENTENCE = re.compile(r"[。！？!?；;\n\r]+")
 _TRIM = " \t\u3000，,、：:\"'“”‘’…—-()（）[]【】<>《》"
 
@@ -265,12 +276,14 @@ def plan_forget(*, target: str, target_id: int) -> ForgetPlan:
     trimmed: list[int] = []
     person = plan.target_id if plan.target == "person" else None
     stream = plan.target_id if plan.target == "stream" else None
-    for tid, text, impression, speaker, sid, pool, prompt, reinforced in Turn.objects.values_list(
-        "id", "text", "impression", "speaker_id", "stream_id", "pool", "prompt_fact_ids", "reinforced_fact_ids"
+    for tid, text, impression, speaker, sid, pool, *lists in Turn.objects.values_list(
+        "id", "text", "impression", "speaker_id", "stream_id", "pool", *TURN_FACT_LISTS, *TURN_MESSAGE_LISTS
     ).iterator(chunk_size=2000):
+        fact_lists, message_lists = lists[:len(TURN_FACT_LISTS)], lists[len(TURN_FACT_LISTS):]
         if speaker == person or sid == stream or (pattern is not None and pattern.search(f"{text}\n{impression}")):
             turns.append(tid)
-        elif _pool_ids(pool) & facts or set(prompt or []) & facts or set(reinforced or []) & facts:
+        elif (_pool_ids(pool) & facts or any(set(ids or []) & facts for ids in fact_lists)
+              or any(set(ids or []) & messages for ids in message_lists)):
             trimmed.append(tid)
     events: list[int] = []
     for seq, sid, payload in PipelineEvent.objects.values_list("seq", "stream_id", "payload").iterator(chunk_size=2000):
@@ -412,11 +425,14 @@ def _carry_out(plan: ForgetPlan) -> None:
         FactOperation.objects.filter(pk__in=chunk).delete()
     for chunk in _chunks(plan.events):
         PipelineEvent.objects.filter(pk__in=chunk).delete()
+    gone_messages = set(plan.messages)
     for turn in _ids(Turn, plan.trimmed_turns):
         turn.pool = [e for e in turn.pool or [] if not (isinstance(e, dict) and e.get("factId") in forgotten)]
-        turn.prompt_fact_ids = [i for i in turn.prompt_fact_ids or [] if i not in forgotten]
-        turn.reinforced_fact_ids = [i for i in turn.reinforced_fact_ids or [] if i not in forgotten]
-        turn.save(update_fields=["pool", "prompt_fact_ids", "reinforced_fact_ids"])
+        for name in TURN_FACT_LISTS:
+            setattr(turn, name, [i for i in getattr(turn, name) or [] if i not in forgotten])
+        for name in TURN_MESSAGE_LISTS:
+            setattr(turn, name, [i for i in getattr(turn, name) or [] if i not in gone_messages])
+        turn.save(update_fields=["pool", *TURN_FACT_LISTS, *TURN_MESSAGE_LISTS])
     for chunk in _chunks(plan.turns):
         Turn.objects.filter(pk__in=chunk).delete()
 

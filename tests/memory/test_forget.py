@@ -169,3 +169,19 @@ def test_the_owner_person_cannot_be_forgotten(db):
 
     with pytest.raises(forget.ForgetRefused, match="owner"):
         forget.plan_forget(target="person", target_id=Person.objects.get(kind="owner").pk)
+
+
+def test_turn_traces_lose_the_forgotten_fact_but_stay(person, group_stream):
+    from memory.models import Turn
+
+    kept = services.add_fact(person_id=person.pk, content="喜欢围棋", kind="偏好", at=NOW).fact_id
+    gone = services.add_fact(person_id=person.pk, content="住在鼓楼区", kind="身份", at=NOW).fact_id
+    turn = Turn.objects.create(stream=group_stream, speaker=person, at=NOW, text="周末干什么", stream_kind="group",
+                               pool=[{"factId": gone, "score": 1.0}, {"factId": kept, "score": 0.5}],
+                               prompt_fact_ids=[gone, kept], reinforced_fact_ids=[gone])
+    plan = forget.plan_forget(target="fact", target_id=gone)
+    assert plan.trimmed_turns == [turn.pk] and plan.turns == []
+    forget.forget(target="fact", target_id=gone, user="op")
+    turn.refresh_from_db()
+    assert [e["factId"] for e in turn.pool] == [kept]
+    assert turn.prompt_fact_ids == [kept] and turn.reinforced_fact_ids == []
