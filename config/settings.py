@@ -205,6 +205,8 @@ CELERY_BEAT_SCHEDULE = {
     "memory-recover-jobs": {"task": "memory.tasks.jobs_recover_task", "schedule": crontab(minute="2-59/5")},
     # pipeline_events and turns are bounded (memory/retention.py): every hour at minute 17.
     "memory-retention": {"task": "memory.tasks.retention_sweep_task", "schedule": crontab(minute=17)},
+    # Message bodies past MESSAGE_RETENTION_DAYS (off by default): daily at 03:41.
+    "memory-message-retention": {"task": "memory.tasks.expire_message_bodies_task", "schedule": crontab(minute=41, hour=3)},
 }
 # A running job with no heartbeat (start or progress write) for this long lost its worker.
 JOB_LEASE_SECONDS = envint("JOB_LEASE_SECONDS", 900)
@@ -217,6 +219,9 @@ EVENT_RETENTION_COUNT = envint("EVENT_RETENTION_COUNT", 20_000)
 EVENT_RETENTION_HOURS = envfloat("EVENT_RETENTION_HOURS", 72)
 TURN_RETENTION_COUNT = envint("TURN_RETENTION_COUNT", 5_000)
 TURN_RETENTION_HOURS = envfloat("TURN_RETENTION_HOURS", 720)
+# Message bodies that are summarised and extracted and older than this many days are emptied
+# (the row and its links stay; its FTS row and vector go). 0 = keep bodies for ever (default).
+MESSAGE_RETENTION_DAYS = envint("MESSAGE_RETENTION_DAYS", 0)
 
 # --- Memory engine knobs (reference-spec §0.3 schema defaults) --------------
 WORKING_MEMORY_MESSAGES = envint("WORKING_MEMORY_MESSAGES", 40)

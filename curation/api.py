@@ -1,7 +1,7 @@
 """Curation routes of the bot API (mounted under ``/api/v1``).
 
 Pin, unpin, invalidate, restore and replace facts, resolve slot conflicts, read and undo
-the operation journal. Errors of ``curation.services`` map to HTTP statuses in
+the operation journal. Token scope ``curation``; undo needs ``undo``. Errors of ``curation.services`` map to HTTP statuses in
 ``memory.api``: ``FactNotFoundError`` → 404, ``FactStateError`` → 409,
 ``CurationInputError`` → 400.
 """
@@ -18,14 +18,14 @@ from pydantic import StringConstraints
 from curation import services
 from memory import selectors
 from memory import services as memory_services
-from memory.auth import api_user
+from memory.auth import BearerTokenAuth, api_user
 from memory.engine.similarity import exact_key
 from memory.models import Fact, Person
 from memory.schemas import EPOCH_MS_HELP, FACT_MAX_CHARS, HAS_WORD, MAX_EPOCH_MS, MAX_ID, EpochMs, ErrorOut, Id, In
 
-router = Router(tags=["curation"])
+router = Router(tags=["curation"], auth=BearerTokenAuth(scope="curation"))
 
-ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
+ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
 
 
 class AtIn(In):
@@ -221,7 +221,12 @@ def operations(
     }
 
 
-@router.post("/operations/{operation_id}/undo", response={200: OperationResult, **ERRORS}, summary="Undo an operation")
+@router.post(
+    "/operations/{operation_id}/undo",
+    response={200: OperationResult, **ERRORS},
+    summary="Undo an operation",
+    auth=BearerTokenAuth(scope="undo"),
+)
 def undo(request: HttpRequest, operation_id: Id, payload: AtIn | None = None):
     """Restore what an operation changed, exactly. Undoing twice, or undoing an undo, is a 409."""
     at = _at(payload.at if payload else None)

@@ -151,10 +151,19 @@ class JobAdmin(ReadOnlyAdmin):
 
 @admin.register(models.ApiToken)
 class ApiTokenAdmin(ReadOnlyAdmin):
-    """Tokens are issued by a management command (only the hash is stored); the admin may revoke them."""
+    """Tokens are issued by a management command or the console token page (only the hash is
+    stored); revoke them there (the row stays); deleting one here is refused within 1 s too."""
 
-    list_display = ["id", "name", "created_at", "last_used_at"]
+    list_display = ["id", "name", "scopes", "created_at", "last_used_at", "revoked_at"]
     exclude = ["token_hash"]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.has_perm("memory.delete_apitoken")
+
+
+@admin.register(models.ForgetRecord)
+class ForgetRecordAdmin(ReadOnlyAdmin):
+    """The forgetting journal: who, when, which target, counts (never text)."""
+
+    list_display = ["id", "at", "user", "target", "target_id"]
+    list_filter = ["target"]

@@ -8,7 +8,7 @@ accepts an optional ``at`` (default: now) so replays and tests are deterministic
 Errors always have a JSON body ``{"detail": "<one sentence>", "errors": [...]}``:
 422 for malformed JSON, missing fields and wrong types (the field path is named),
 404 for unknown ids, 409 for a wrong state, 413 for oversized bodies, 401 without a
-valid token. Client input never produces a 500. Input is validated before anything is
+valid token, 403 for a token without the route's scope. Client input never produces a 500. Input is validated before anything is
 written; the write endpoints (messages, facts, knowledge, curation) run in one
 transaction, so nothing is half-written on an error. The read paths (turns, confirm,
 actions) are not held in a write transaction — that would block ingest for the whole
@@ -18,20 +18,21 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.db import DatabaseError, OperationalError, transaction
 from django.http import Http404, HttpRequest, HttpResponse
-from ninja import NinjaAPI, Query, Router, Status
+from ninja import NinjaAPI, Query, Router, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
+from pydantic import Field as PydanticField
 
 from curation import services as curation_services
 from curation.api import router as curation_router
-from memory import broker, pipeline, recall, services
+from memory import broker, export, forget, pipeline, recall, services
 from memory.auth import BearerTokenAuth, api_user
 from memory.engine.scope import origin_kind_for_stream
 from memory.engine.similarity import exact_key
@@ -44,12 +45,14 @@ from memory.schemas import (
     ConfirmOut,
     ConsultIn,
     ConsultOut,
+    EpochMs,
     ErrorOut,
     FactIn,
     FactWriteOut,
     Id,
     ImportIn,
     ImportOut,
+    In,
     InspectIn,
     InspectOut,
     KnowledgeIn,
@@ -130,16 +133,42 @@ class StrictJsonParser(Parser):
         return data
 
 
-api = NinjaAPI(
+class ScopedNinjaAPI(NinjaAPI):
+    """States each route's token scope in the OpenAPI document (``x-token-scope`` + description).
+
+    The security requirement keeps an empty scope list: OpenAPI 3.0 allows scopes only for
+    OAuth2/OpenID schemes, and schema-driven clients read the bearer requirement as is.
+    """
+
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        schema = super().get_openapi_schema(**kwargs)
+        scopes: dict[str, str] = {}
+        for bound in self._get_bound_routers():
+            for path_view in bound.path_operations.values():
+                for operation in path_view.operations:
+                    scope = next((getattr(cb, "scope", "") for cb in operation.auth_callbacks), "")
+                    if scope:
+                        scopes[operation.operation_id or self.get_openapi_operation_id(operation)] = scope
+        for item in schema.get("paths", {}).values():
+            for operation in item.values():
+                scope = scopes.get(operation.get("operationId", "")) if isinstance(operation, dict) else None
+                if scope:
+                    operation["x-token-scope"] = scope
+                    note = f"**Token scope:** `{scope}` (or `admin`); without it the answer is 403."
+                    operation["description"] = f"{note}\n\n{operation.get('description', '')}".strip()
+        return schema
+
+
+api = ScopedNinjaAPI(
     title="Memory Console API",
     version="1",
     description=__doc__,
     urls_namespace="api",
-    auth=BearerTokenAuth(),
+    auth=BearerTokenAuth(scope="bot"),
     parser=StrictJsonParser(),
 )
 
-ERRORS: dict[int, Any] = {401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
+ERRORS: dict[int, Any] = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
 
 
 # --- error mapping ----------------------------------------------------------------
@@ -230,6 +259,9 @@ api.add_exception_handler(pipeline.ImportLimitError, _status(422))
 api.add_exception_handler(pipeline.ImportBusyError, _status(409))
 api.add_exception_handler(pipeline.ImportBatchNotFoundError, _on_not_found)
 api.add_exception_handler(broker.BrokerUnavailable, _on_broker_down)
+api.add_exception_handler(forget.ForgetTargetNotFound, _on_not_found)
+api.add_exception_handler(forget.ForgetPlanChanged, _status(409))
+api.add_exception_handler(forget.ForgetRefused, _status(409))
 api.add_exception_handler(ValueError, _status(400))
 # a pydantic error escaping a view is a server bug (e.g. a response not matching its schema)
 api.add_exception_handler(pydantic.ValidationError, _on_unexpected)
@@ -521,6 +553,84 @@ def get_import(request: HttpRequest, job_id: Id):
     if job is None:
         raise Http404(f"import job {job_id} does not exist")
     return _job_out(job)
+
+
+@router.get("/persons/{person_id}/export", response={200: dict[str, Any], **ERRORS}, summary="Export a person",
+            auth=BearerTokenAuth(scope="admin"), tags=["forget"])
+def person_export(request: HttpRequest, person_id: Id):
+    """Everything stored about a person as one JSON document: identities, the messages they
+    sent (every stream), facts with their decay state now, the episodes of those messages and
+    the journal of operations on their facts.
+
+    Needs the `admin` scope: the document crosses every stream (a `bot` token reads one
+    person's facts through `GET /persons/{id}/facts`).
+    """
+    _require(Person, person_id, "person")
+    return export.person_export(person_id=person_id, now=services.now_ms())
+
+
+# --- forgetting on request (scope ``forget``) ---------------------------------------
+
+
+class ForgetIn(In):
+    target: Literal["message", "fact", "episode", "person", "stream"]
+    id: Id
+
+
+class ForgetConfirmIn(ForgetIn):
+    digest: str | None = PydanticField(
+        None, max_length=64, description="the preview's digest: refused with 409 if the cascade changed since"
+    )
+    at: EpochMs | None = None
+
+
+class ForgetPlanOut(Schema):
+    target: str
+    id: int
+    label: str
+    digest: str
+    undoable: bool = False
+    counts: dict[str, int]
+    ids: dict[str, list[int]]
+
+
+class ForgetDoneOut(ForgetPlanOut):
+    record_id: int
+
+
+def _plan_out(plan: forget.ForgetPlan) -> dict[str, Any]:
+    return {
+        "target": plan.target, "id": plan.target_id, "label": plan.label, "digest": plan.digest(),
+        "undoable": False, "counts": plan.counts(), "ids": {name: getattr(plan, name) for name in plan.id_fields},
+    }
+
+
+FORGET_AUTH = BearerTokenAuth(scope="forget")
+
+
+@router.post("/forget/preview", response={200: ForgetPlanOut, **ERRORS}, summary="Preview a forgetting",
+             auth=FORGET_AUTH, tags=["forget"])
+def forget_preview(request: HttpRequest, payload: ForgetIn):
+    """Everything that forgetting the target would delete and touch, by id, with counts (nothing is changed).
+
+    Confirm with `POST /forget` and the same target, passing `digest` so a cascade that
+    changed in between is refused (409).
+    """
+    return _plan_out(forget.plan_forget(target=payload.target, target_id=payload.id))
+
+
+@router.post("/forget", response={200: ForgetDoneOut, **ERRORS}, summary="Forget (not undoable)", auth=FORGET_AUTH,
+             tags=["forget"])
+def forget_now(request: HttpRequest, payload: ForgetConfirmIn):
+    """Delete or redact everything the preview lists, in one transaction. **Cannot be undone.**
+
+    Journalled (who, when, counts — never the text) in `forget_log`.
+    """
+    plan, record = forget.forget(
+        target=payload.target, target_id=payload.id, user=api_user(request), expected_digest=payload.digest,
+        at=payload.at,
+    )
+    return {**_plan_out(plan), "record_id": record.pk}
 
 
 router.add_router("", curation_router)

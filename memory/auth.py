@@ -11,9 +11,14 @@ logs the raw value of a header that does not start with ``Bearer`` (``Unexpected
 itself. gunicorn's access log is configured in ``config/gunicorn.py`` without the
 ``%(u)s`` atom, which would print the user part of a ``Basic`` header.
 
-A verified token is remembered by the process for ``CACHE_SECONDS`` (10 s), which saves
-a query on every request of a busy bot; deleting a token therefore takes effect within
-10 seconds in other processes (at once in the process that deleted it).
+Scopes: every route names the one scope it needs (``BearerTokenAuth(scope=...)``); a token
+without it gets 403 naming the scope. ``admin`` implies every scope. The OpenAPI document
+states each route's scope (security requirement and description, see ``memory.api``).
+
+A verified token is remembered by the process for ``CACHE_SECONDS`` (0.5 s), which saves
+a query on most requests of a busy bot and still lets a revocation (``revoke_api_token``,
+the console token page) reach every process within a second (at once in the process that
+revoked it).
 """
 from __future__ import annotations
 
@@ -26,13 +31,39 @@ from datetime import datetime, timedelta
 from django.db.models.signals import post_delete, post_save
 from django.http import HttpRequest
 from django.utils import timezone
+from ninja.errors import HttpError
 from ninja.security import HttpBearer
 
 from memory.models import ApiToken
 
 TOKEN_PREFIX = "mc_"
 LAST_USED_RESOLUTION = timedelta(minutes=1)
-CACHE_SECONDS = 10.0
+CACHE_SECONDS = 0.5
+
+# What each scope allows (README has the same table). ``admin`` implies every scope.
+SCOPES: dict[str, str] = {
+    "bot": "store messages, facts and knowledge; run turns and recall/inspect/consult actions",
+    "curation": "pin, unpin, invalidate, restore, replace facts; resolve conflicts; read the journal",
+    "undo": "undo fact operations",
+    "forget": "preview and carry out forgetting (messages, facts, episodes, persons, streams)",
+    "tuning": "save, delete, apply, roll back and evaluate retrieval profiles",
+    "admin": "every scope, plus a person's export",
+}
+
+
+class TokenScopeError(ValueError):
+    """An unknown scope name."""
+
+
+def normalize_scopes(scopes: list[str] | tuple[str, ...]) -> list[str]:
+    """Sorted, deduplicated scope names; ``admin`` absorbs the others. Unknown names raise."""
+    wanted = {s.strip() for s in scopes if s and s.strip()}
+    unknown = sorted(wanted - set(SCOPES))
+    if unknown:
+        raise TokenScopeError(f"unknown scope(s): {', '.join(unknown)}; choose from {', '.join(SCOPES)}")
+    if not wanted:
+        raise TokenScopeError("a token needs at least one scope")
+    return ["admin"] if "admin" in wanted else sorted(wanted, key=list(SCOPES).index)
 
 # token hash → (row, monotonic expiry)
 _cache: dict[str, tuple[ApiToken, float]] = {}
@@ -52,15 +83,32 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def issue_token(name: str) -> tuple[ApiToken, str]:
+def issue_token(name: str, scopes: list[str] | tuple[str, ...] = ("bot",)) -> tuple[ApiToken, str]:
     """Create a token row and return it with the plain token (shown once, never stored)."""
     plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = ApiToken.objects.create(name=name, token_hash=hash_token(plain))
+    row = ApiToken.objects.create(name=name, token_hash=hash_token(plain), scopes=normalize_scopes(scopes))
     return row, plain
 
 
+def revoke_tokens(*, name: str = "", token_id: int | None = None, user: str = "") -> int:
+    """Revoke the live token(s) called ``name`` (or the one with ``token_id``); returns how many.
+
+    Refused by every process within ``CACHE_SECONDS`` (the row stays, for the record).
+    """
+    rows = ApiToken.objects.filter(revoked_at__isnull=True)
+    rows = rows.filter(pk=token_id) if token_id is not None else rows.filter(name=name)
+    count = rows.update(revoked_at=timezone.now(), revoked_by=user[:150])
+    clear_token_cache()
+    return count
+
+
 class BearerTokenAuth(HttpBearer):
-    """Resolves the bearer token to its :class:`ApiToken`; ``None`` means 401."""
+    """Resolves the bearer token to its :class:`ApiToken`; ``None`` means 401, a missing scope 403."""
+
+    def __init__(self, scope: str = "bot") -> None:
+        assert scope in SCOPES, scope
+        self.scope = scope
+        super().__init__()
 
     def __call__(self, request: HttpRequest) -> ApiToken | None:
         # Same parsing as HttpBearer.__call__, minus its log line quoting the header.
@@ -80,7 +128,11 @@ class BearerTokenAuth(HttpBearer):
         if hit is not None and hit[1] > clock:
             row = hit[0]
         else:
-            row = ApiToken.objects.filter(token_hash=digest).only("id", "name", "last_used_at").first()
+            row = (
+                ApiToken.objects.filter(token_hash=digest, revoked_at__isnull=True)
+                .only("id", "name", "scopes", "last_used_at")
+                .first()
+            )
             if row is None:
                 return None
             with _cache_lock:
@@ -89,6 +141,8 @@ class BearerTokenAuth(HttpBearer):
                 _cache[digest] = (row, clock + CACHE_SECONDS)
         self._touch(row)
         request.api_token = row  # type: ignore[attr-defined]
+        if not row.has_scope(self.scope):
+            raise HttpError(403, f"this token lacks the '{self.scope}' scope needed by this route")
         return row
 
     @staticmethod

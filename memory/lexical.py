@@ -204,6 +204,39 @@ def delete_row(table: str, rowid: int, tokens: str) -> None:
     _doc_counts.pop(table, None)
 
 
+def delete_fact_rows(rows: Sequence[tuple[int, str, int]]) -> None:
+    """Remove facts' FTS rows ``(rowid, tokens, person_id)`` (the exact indexed values)."""
+    _delete_scoped("facts_fts", "person", [(r, t, _person_token(p)) for r, t, p in rows])
+
+
+def delete_cue_rows(rows: Sequence[tuple[int, str, int]]) -> None:
+    """Remove episode cues' FTS rows ``(rowid, tokens, stream_id)``."""
+    _delete_scoped("cues_fts", "stream", [(r, t, _stream_token(s)) for r, t, s in rows])
+
+
+def _delete_scoped(table: str, column: str, rows: Sequence[tuple[int, str, str]]) -> None:
+    payload = [row for row in rows if row[1]]
+    if payload:
+        with connection.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO {table}({table}, rowid, tokens, {column}) VALUES ('delete', %s, %s, %s)", payload
+            )
+    _doc_counts.pop(table, None)
+
+
+def purge_deleted(tables: Sequence[str]) -> None:
+    """Rewrite the tables' segments so deleted rows' terms leave the file, not only the index.
+
+    A contentless FTS5 ``'delete'`` writes a tombstone; the old segment keeps the
+    terms until a merge. ``'optimize'`` merges every segment into one now (forgetting
+    is rare; with ``secure_delete`` the freed pages are zeroed).
+    """
+    with connection.cursor() as cur:
+        for table in dict.fromkeys(tables):
+            name = _check(table)
+            cur.execute(f"INSERT INTO {name}({name}) VALUES ('optimize')")
+
+
 def document_count(table: str) -> int:
     """Rows in the index (cached for a few seconds; it only steers pruning)."""
     hit = _doc_counts.get(table)

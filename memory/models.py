@@ -446,15 +446,44 @@ class Job(models.Model):
 
 
 class ApiToken(models.Model):
-    """A bot's bearer token; only its SHA-256 is stored."""
+    """A bot's bearer token; only its SHA-256 is stored.
+
+    ``scopes`` lists what the token may do (``memory.auth.SCOPES``; ``admin`` implies all).
+    A revoked token keeps its row (name, dates) for the record and is refused everywhere.
+    """
 
     name = models.CharField(max_length=100)
     token_hash = models.CharField(max_length=64, unique=True)
+    scopes = models.JSONField(default=list)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=150, default="", blank=True)
 
     class Meta:
         db_table = "api_tokens"
+        permissions = [("manage_api_tokens", "Can list, create and revoke API tokens")]
 
     def __str__(self) -> str:
         return self.name
+
+    def has_scope(self, scope: str) -> bool:
+        return "admin" in self.scopes or scope in self.scopes
+
+
+class ForgetRecord(models.Model):
+    """One carried-out forgetting: who, when, what kind of target and how many rows — never the text."""
+
+    at = models.BigIntegerField()
+    user = models.CharField(max_length=150, default="", blank=True)  # console user or api:<token name>
+    target = models.CharField(max_length=16)  # message | fact | episode | person | stream
+    target_id = models.BigIntegerField()
+    counts = models.JSONField(default=dict)
+
+    class Meta:
+        db_table = "forget_log"
+        ordering = ["-id"]
+        permissions = [("forget_memory", "Can preview and carry out forgetting")]
+
+    def __str__(self) -> str:
+        return f"forget {self.target} #{self.target_id}"

@@ -31,11 +31,12 @@ from typing import Any
 
 import redis
 from celery import shared_task
+from django.conf import settings
 from django.db import OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import LockError
 
-from memory import broker, jobs, pipeline, retention, services
+from memory import broker, forget, jobs, pipeline, retention, services
 from memory.providers.chat import ProviderRateLimited, ProviderTimeout
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ __all__ = [
     "enqueue_stream_check",
     "enqueue_stream_checks",
     "enqueue_vector_backfill",
+    "expire_message_bodies_task",
     "extract_stream_task",
     "facts_sweep_task",
     "import_knowledge_task",
@@ -334,6 +336,16 @@ def retention_sweep_task() -> dict[str, int]:
     if deleted["events"] or deleted["turns"]:
         logger.info("retention_swept events=%d turns=%d", deleted["events"], deleted["turns"])
     return deleted
+
+
+# Safe to redeliver: it empties bodies selected by age and state; a rerun finds none left.
+@shared_task(acks_late=True, soft_time_limit=600, time_limit=660, **RETRY)
+def expire_message_bodies_task() -> int:
+    """Empty old message bodies (``MESSAGE_RETENTION_DAYS``; 0 = off) — :func:`memory.forget.expire_message_bodies`."""
+    emptied = forget.expire_message_bodies(days=settings.MESSAGE_RETENTION_DAYS)
+    if emptied:
+        logger.info("message_bodies_expired count=%d", emptied)
+    return emptied
 
 
 # --- import centre ------------------------------------------------------------------------------

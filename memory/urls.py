@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from memory import views
+from memory import privacy_views, views
 
 app_name = "console"
 urlpatterns = [
@@ -20,4 +20,9 @@ urlpatterns = [
     path("playground/", views.playground, name="playground"),
     path("jobs/", views.jobs, name="jobs"),
     path("jobs/<int:pk>/", views.job, name="job"),
+    path("persons/", privacy_views.persons, name="persons"),
+    path("persons/<int:pk>/export/", privacy_views.person_export, name="person_export"),
+    path("forget/<str:target>/<int:pk>/", privacy_views.forget_target, name="forget"),
+    path("tokens/", privacy_views.tokens, name="tokens"),
+    path("tokens/<int:pk>/revoke/", privacy_views.token_revoke, name="token_revoke"),
 ]

@@ -8,7 +8,7 @@ Integers are accepted for float parameters and stored as floats.
 A refused parameter set is a 400 whose ``errors[0].field`` is ``body.params.<name>``;
 an unknown profile is a 404. Evaluation and comparison run as background jobs: the
 POST answers 202 with a job id, ``GET /tuning/jobs/{id}`` reports progress and, when
-done, the report.
+done, the report. Every route needs a token with the ``tuning`` scope (or ``admin``).
 """
 from __future__ import annotations
 
@@ -18,13 +18,14 @@ from django.http import HttpRequest
 from ninja import Field, Path, Router, Schema, Status
 from pydantic import ConfigDict
 
+from memory.auth import BearerTokenAuth
 from memory.engine.tuning import WHITELIST
 from memory.models import Job
 from memory.schemas import MAX_ID, NOT_BLANK, WHITESPACE, JsonInt
 from tuning import evaluation, services
 from tuning.services import PROFILE_NAME_MAX, ProfileError
 
-router = Router(tags=["tuning"])
+router = Router(tags=["tuning"], auth=BearerTokenAuth(scope="tuning"))
 
 
 class _In(Schema):
@@ -148,7 +149,7 @@ class JobOut(Schema):
 
 # 401 without a valid token, 422 for a malformed request (memory.api's handlers), 400 for a
 # refused parameter set, 404 for an unknown profile or job.
-ERRS = {400: ErrorBody, 401: ErrorBody, 404: ErrorBody, 422: ErrorBody}
+ERRS = {400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 404: ErrorBody, 422: ErrorBody}
 
 
 def _error(exc: ProfileError, prefix: str = "body") -> Status:
@@ -211,7 +212,7 @@ def _user(request: HttpRequest) -> str:
     return api_user(request)
 
 
-@router.get("", response={200: StateOut, 401: ErrorBody}, summary="Whitelist, active profile and stored profiles")
+@router.get("", response={200: StateOut, 401: ErrorBody, 403: ErrorBody}, summary="Whitelist, active profile and stored profiles")
 def get_state(request: HttpRequest):
     active = services.active_profile_name()
     return {
@@ -254,7 +255,7 @@ def post_apply(request: HttpRequest, payload: ApplyIn):
         return _error(exc)
 
 
-@router.post("/rollback", response={200: AppliedOut, 401: ErrorBody}, summary="Roll back to the built-in default")
+@router.post("/rollback", response={200: AppliedOut, 401: ErrorBody, 403: ErrorBody}, summary="Roll back to the built-in default")
 def post_rollback(request: HttpRequest):
     return services.rollback_to_default()
 

@@ -23,7 +23,14 @@ def _no_task_enqueueing(settings):
 
 @pytest.fixture
 def token(db) -> str:
-    _, plain = issue_token("test-bot")
+    """A token with every scope (``admin``); scope tests use ``bot_token``."""
+    _, plain = issue_token("test-bot", ["admin"])
+    return plain
+
+
+@pytest.fixture
+def bot_token(db) -> str:
+    _, plain = issue_token("only-bot", ["bot"])
     return plain
 
 

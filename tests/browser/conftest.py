@@ -49,7 +49,9 @@ def browser(django_db_setup, django_db_blocker):
     from django.db import connections
 
     with django_db_blocker.unblock():
-        _SERIALIZED["default"] = getattr(connections["default"], "_test_serialized_contents", None)
+        contents = getattr(connections["default"], "_test_serialized_contents", None)
+    if contents is not None:  # a later module's connection object may have lost it: keep the first capture
+        _SERIALIZED["default"] = contents
     executable = shutil.which("chromium") or shutil.which("chromium-browser")
     if executable is None:
         # `make test` needs it (.ci/run installs it); `make test-fast` leaves browser tests out.

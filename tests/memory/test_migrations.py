@@ -108,3 +108,15 @@ def test_system_check_reports_missing_fts5(monkeypatch):
 
 def test_fts5_is_available_here():
     assert memory.checks.fts5_available() is True
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_tokens_from_before_scopes_keep_every_scope():
+    call_command("migrate", "memory", "0011", verbosity=0)
+    with connection.cursor() as cur:  # a token issued before scopes existed
+        cur.execute("INSERT INTO api_tokens(name, token_hash, created_at) VALUES ('old-bot', 'ab12', '2026-01-01')")
+    call_command("migrate", verbosity=0)
+    from memory.models import ApiToken
+
+    token = ApiToken.objects.get(name="old-bot")
+    assert token.scopes == ["admin"] and token.has_scope("undo") and token.revoked_at is None

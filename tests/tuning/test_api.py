@@ -34,7 +34,7 @@ class Api:
 
 @pytest.fixture
 def api():
-    _, token = issue_token("tuner")
+    _, token = issue_token("tuner", ["tuning"])
     return Api(token)
 
 

@@ -85,7 +85,7 @@ def api(settings):
     settings.MEMORY_ENQUEUE_TASKS = True
     settings.EMBEDDING_PROVIDER = "none"
     clear_token_cache()
-    _, plain = issue_token("outage-bot")
+    _, plain = issue_token("outage-bot", ["bot", "tuning"])
     client = ApiClient(plain)
     # Warm up (jieba, URL resolver, schemas) with enqueueing off, so timings below are Redis's alone.
     settings.MEMORY_ENQUEUE_TASKS = False

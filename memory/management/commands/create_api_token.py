@@ -1,9 +1,9 @@
-"""``python manage.py create_api_token NAME`` — print a new bot API token once."""
+"""``python manage.py create_api_token NAME --scope bot`` — print a new API token once."""
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from memory.auth import issue_token
+from memory.auth import SCOPES, TokenScopeError, issue_token
 
 
 class Command(BaseCommand):
@@ -11,6 +11,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("name", help="a label for the bot or tool that will use the token")
+        parser.add_argument(
+            "--scope",
+            action="append",
+            choices=list(SCOPES),
+            dest="scopes",
+            help="what the token may do (repeat for several; default bot; admin implies all)",
+        )
 
     def handle(self, *args, **options) -> None:
         name = (options["name"] or "").strip()
@@ -18,6 +25,9 @@ class Command(BaseCommand):
             raise CommandError("NAME must not be blank.")
         if len(name) > 100:
             raise CommandError("NAME is limited to 100 characters.")
-        row, plain = issue_token(name)
-        self.stderr.write(f"Token #{row.pk} '{row.name}' created. It is shown only this once:")
+        try:
+            row, plain = issue_token(name, options["scopes"] or ["bot"])
+        except TokenScopeError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stderr.write(f"Token #{row.pk} '{row.name}' ({', '.join(row.scopes)}) created. It is shown only this once:")
         self.stdout.write(plain)

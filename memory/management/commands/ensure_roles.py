@@ -18,6 +18,8 @@ from django.core.management.base import BaseCommand
 CONSOLE_PERMISSIONS: list[tuple[str, str, str, str]] = [
     ("memory", "memoryedge", "preview_association", "Can view the association graph and preview spreading"),
     ("memory", "turn", "preview_recall", "Can use the recall playground"),
+    ("memory", "forgetrecord", "forget_memory", "Can preview and carry out forgetting"),
+    ("memory", "apitoken", "manage_api_tokens", "Can list, create and revoke API tokens"),
     ("memory", "importbatch", "import_knowledge", "Can import knowledge and delete import batches"),
 ]
 
@@ -31,8 +33,9 @@ BROWSE = [
 ]
 
 ROLES: dict[str, list[str]] = {
-    # Operators curate facts: pin, unpin, invalidate, restore, replace, adjudicate conflicts.
-    "operator": [*BROWSE, "curation.curate_fact"],
+    # Operators curate facts: pin, unpin, invalidate, restore, replace, adjudicate conflicts;
+    # and carry out forgetting on request (after its preview; not undoable).
+    "operator": [*BROWSE, "curation.curate_fact", "memory.forget_memory"],
     # Reviewers audit the operation journal and undo entries of it.
     "reviewer": [*BROWSE, "curation.view_factoperation", "curation.undo_operation"],
     # Staff preview association and recall, tune retrieval and import knowledge.
