@@ -14,7 +14,7 @@ def give_existing_tokens_every_scope(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memory", "0011_job_lease"),
+        ("memory", "0013_turn_context"),
     ]
 
     operations = [

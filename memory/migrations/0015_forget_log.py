@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memory", "0013_token_scopes"),
+        ("memory", "0014_token_scopes"),
     ]
 
     operations = [
