@@ -97,11 +97,11 @@ def stats(samples: Sequence[float]) -> dict[str, float]:
 class Deployment:
     """gunicorn + a celery worker on a fresh SQLite file in ``folder``, Redis at ``redis_url``."""
 
-    def __init__(self, folder: Path, redis_url: str, *, log: Callable[[str], None]):
+    def __init__(self, folder: Path, redis_url: str, *, log: Callable[[str], None], profile: dict | None = None):
         db_number = int((urlparse(redis_url).path or "/0").lstrip("/") or 0)
         if db_number == 0:
             raise SystemExit("the API evaluation flushes its Redis database: give it one other than DB 0")
-        self.folder, self.redis_url, self.log = folder, redis_url, log
+        self.folder, self.redis_url, self.log, self.profile = folder, redis_url, log, profile
         self.db = folder / "memory.sqlite3"
         env = {k: v for k, v in os.environ.items() if k not in PRODUCT_KEYS}
         env.update(DJANGO_SETTINGS_MODULE="config.settings", MEMORY_DB=str(self.db), REDIS_URL=redis_url,
@@ -123,7 +123,9 @@ class Deployment:
         self.redis().flushdb()
         manage = [sys.executable, "manage.py"]
         subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=self.env, check=True)
-        out = subprocess.run([*manage, "create_api_token", "eval-api"], cwd=ROOT, env=self.env, check=True,
+        # a bot's token; a diagnostic run with --profile also applies a retrieval profile
+        scopes = ["--scope", "bot", *(["--scope", "tuning"] if self.profile else [])]
+        out = subprocess.run([*manage, "create_api_token", "eval-api", *scopes], cwd=ROOT, env=self.env, check=True,
                              capture_output=True, text=True)
         self.token = out.stdout.strip().splitlines()[-1]
         celery = str(Path(sys.executable).with_name("celery"))
@@ -598,7 +600,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
         MemdailyStack(i, g) for i, g in enumerate(eval_memdaily.haystacks_from(eval_memdaily.load(), args.memdaily_haystacks))
     ]
     folder = Path(tempfile.mkdtemp(prefix="memory-eval-api-"))
-    dep = Deployment(folder, args.redis_url, log=log)
+    dep = Deployment(folder, args.redis_url, log=log, profile=args.profile)
     result: dict = {}
     try:
         dep.start()
@@ -607,6 +609,13 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
         from memory.providers.local import LocalUSEEmbedder
 
         client = Client(dep.server.base, dep.token)
+        if args.profile:  # a diagnostic: the product's result is the default profile's
+            client.post("tuning", "/api/v1/tuning/profiles", {"name": "eval-diagnostic", "params": args.profile})
+            applied = client.post("tuning", "/api/v1/tuning/apply", {"name": "eval-diagnostic"})
+            if applied is None:
+                raise SystemExit(f"could not apply the profile {args.profile}: {client.errors[-2:]}")
+            result["profile"] = args.profile
+            log(f"applied the diagnostic profile {args.profile}")
         warm_up(client)
 
         # 1. ingest, several client threads (one conversation / haystack per job, its own order kept)
@@ -822,6 +831,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="only the first N sessions of each conversation, and the questions whose evidence lies in them")
     p.add_argument("--memdaily-haystacks", type=int, default=12, help="MemDaily haystacks (default 12, as bench.eval)")
     p.add_argument("--memdaily-questions", type=int, default=None, help="cap on MemDaily questions per haystack")
+    p.add_argument("--profile", type=json.loads, default=None, metavar="JSON",
+                   help='a diagnostic: apply this retrieval profile first, e.g. \'{"context_dense_messages": 0}\' '
+                        "(the product's result is the default profile's: use --no-markdown)")
     p.add_argument("--skip-locomo", action="store_true")
     p.add_argument("--skip-memdaily", action="store_true")
     p.add_argument("--redis-url", default=DEFAULT_REDIS,
