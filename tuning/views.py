@@ -17,7 +17,6 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
@@ -273,18 +272,6 @@ def job(request: HttpRequest, pk: int) -> HttpResponse:
     job = _tuning_job(pk)
     template = "tuning/compare.html" if job.kind == "compare" else "tuning/report.html"
     return render(request, template, _report_context(job, request))
-
-
-@tuner_required
-@require_GET
-def job_progress(request: HttpRequest, pk: int) -> HttpResponse:
-    """The progress fragment; once the job has finished, htmx reloads the whole page."""
-    job = _tuning_job(pk)
-    if job.finished and getattr(request, "htmx", False):
-        response = HttpResponse("")
-        response["HX-Redirect"] = reverse("tuning:job", args=[job.pk])
-        return response
-    return render(request, "tuning/_progress.html", {"job": job})
 
 
 @tuner_required

@@ -10,6 +10,8 @@ import datetime as dt
 from django import template
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy as _lazy
 
 register = template.Library()
 
@@ -80,3 +82,74 @@ def query_with(context: template.Context, **changes: object) -> str:
             params[key] = str(value)
     encoded = params.urlencode()
     return f"?{encoded}" if encoded else "?"
+
+
+#: What a job kind does, in an operator's words.
+JOB_KINDS = {
+    "import": _lazy("导入知识"),
+    "evaluate": _lazy("检索评估"),
+    "compare": _lazy("参数对比"),
+    "backfill": _lazy("补全向量"),
+    "decay": _lazy("记忆衰减"),
+    "tuning_probe": _lazy("调优探针"),
+}
+
+
+@register.filter
+def job_kind(job: object) -> str:
+    kind = getattr(job, "kind", "")
+    return str(JOB_KINDS.get(kind, kind))
+
+
+def _ndcg(value: object) -> str:
+    return "—" if value is None else f"{float(value):.4f}"
+
+
+@register.filter
+def job_subject(job: object) -> str:
+    """What a job ran on: the import's source, the evaluated profile, the compared pair."""
+    params = getattr(job, "params", None) or {}
+    kind = getattr(job, "kind", "")
+    if kind == "import":
+        name = params.get("origin_name") or _("未命名来源")
+        return _("来源「%(name)s」") % {"name": name}
+    if kind == "evaluate":
+        target = params.get("target") or {}
+        return _("参数组「%(label)s」") % {"label": target.get("label") or target.get("profile") or _("草稿")}
+    if kind == "compare":
+        a, b = params.get("a") or {}, params.get("b") or {}
+        return _("「%(a)s」对比「%(b)s」") % {
+            "a": a.get("label") or a.get("profile") or "A", "b": b.get("label") or b.get("profile") or "B",
+        }
+    return ""
+
+
+@register.filter
+def job_headline(job: object) -> str:
+    """The headline result of a finished job in one line (empty while it runs or when it failed)."""
+    result = getattr(job, "result", None) or {}
+    if not result or getattr(job, "status", "") != "done":
+        return ""
+    kind = getattr(job, "kind", "")
+    try:
+        if kind == "import":
+            return _("提交 %(submitted)s 条：新增 %(added)s，重复 %(duplicated)s，已向量化 %(embedded)s") % {
+                key: result.get(key, 0) for key in ("submitted", "added", "duplicated", "embedded")
+            }
+        if kind == "evaluate":
+            overall = (result.get("groups") or {}).get("all") or {}
+            return _("%(n)s 个回合：nDCG@%(k)s %(ndcg)s，回放不一致 %(mismatched)s 个") % {
+                "n": result.get("sample_count", 0), "k": result.get("k", ""), "ndcg": _ndcg(overall.get("ndcg_mean")),
+                "mismatched": (result.get("reconcile") or {}).get("mismatched", 0),
+            }
+        if kind == "compare":
+            a = ((result.get("a") or {}).get("groups") or {}).get("all") or {}
+            b = ((result.get("b") or {}).get("groups") or {}).get("all") or {}
+            return _("%(n)s 个回合：nDCG %(a)s → %(b)s，%(changed)s 个回合的结果变了") % {
+                "n": result.get("sample_count", 0), "a": _ndcg(a.get("ndcg_mean")), "b": _ndcg(b.get("ndcg_mean")),
+                "changed": result.get("changed_turns", 0),
+            }
+    except (TypeError, ValueError, AttributeError):
+        return ""
+    # Other kinds: their plain numbers, never nested structures.
+    return " · ".join(f"{k} {v}" for k, v in result.items() if isinstance(v, int | float) and not isinstance(v, bool))

@@ -1,0 +1,79 @@
+"""Issue 14 — a console that speaks to operators: job cards, search, row feedback, loading
+states, links a role can follow, translations, browsing messages.
+
+Each test drives the system Chromium against the live server (see conftest.py).
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from tests.browser.conftest import shot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+RAW = re.compile(r"\{'|'\w+':|=\{|\bTrue\b|\bNone\b")
+
+
+def _finished_jobs():
+    from memory.models import Job
+
+    group = {"ndcg_mean": 0.8123, "scorable_count": 3}
+    evaluate = Job.objects.create(
+        kind="evaluate", status="done", progress=5, total=5,
+        params={"target": {"label": "当前生效", "profile": None, "params": {}}, "max_turns": 50},
+        result={"kind": "evaluate", "label": "当前生效", "k": 3, "sample_count": 5, "params": {},
+                "reconcile": {"matched": 4, "mismatched": 1, "drift_only": 0},
+                "groups": {"all": group, "direct": group}, "embedding": {"embedder": None}, "per_turn": []},
+    )
+    compare = Job.objects.create(
+        kind="compare", status="done", progress=5, total=5,
+        params={"a": {"label": "甲", "params": {}}, "b": {"label": "乙", "params": {"fact_recall_limit": 3}}},
+        result={"kind": "compare", "sample_count": 5, "changed_turns": 2,
+                "a": {"label": "甲", "profile": None, "params": {}, "k": 3, "groups": {"all": {"ndcg_mean": 0.5}}},
+                "b": {"label": "乙", "profile": None, "params": {}, "k": 3, "groups": {"all": {"ndcg_mean": 0.625}}},
+                "ndcg_delta": {"all": 0.125}, "per_turn": [], "facts": {}, "embedding": {}},
+    )
+    imported = Job.objects.create(
+        kind="import", status="done", progress=3, total=3, params={"batch_id": 1, "origin_name": "小知识"},
+        result={"batch_id": 1, "submitted": 3, "added": 2, "duplicated": 1, "embedded": 2},
+    )
+    return evaluate, compare, imported
+
+
+def test_finished_jobs_read_as_one_line_with_a_link_to_their_report(login, live_server, memory_set, frozen_now):
+    evaluate, compare, imported = _finished_jobs()
+    page = login("staff")
+    page.goto(f"{live_server.url}{reverse('console:jobs')}")
+    text = page.inner_text("main")
+    assert not RAW.search(text), text
+    assert "0.8123" in page.inner_text(f"#job-{evaluate.pk} .job-headline")
+    assert "0.5000 → 0.6250" in page.inner_text(f"#job-{compare.pk} .job-headline")
+    line = page.inner_text(f"#job-{imported.pk} .job-headline")
+    assert all(n in line for n in ("新增 2", "重复 1", "已向量化 2")), line
+    assert "小知识" in page.inner_text(f"#job-{imported.pk}")
+    page.click(f"#job-{compare.pk} .job-headline a")
+    page.wait_for_url(f"**{reverse('tuning:job', args=[compare.pk])}")
+    shot(page, "jobs-readable")
+
+    operator = login("operator")  # no tuning permission: no link to a report it cannot open
+    operator.goto(f"{live_server.url}{reverse('console:jobs')}")
+    assert operator.locator(f"#job-{compare.pk} .job-headline a").count() == 0
+
+
+def test_a_tuning_report_uses_the_one_job_card_and_reloads_when_done(login, live_server, memory_set, frozen_now,
+                                                                      monkeypatch):
+    from tuning import evaluation, tasks
+    from tuning.evaluation import QueryVectors
+
+    monkeypatch.setattr(tasks.evaluate_task, "delay", lambda job_id: None)
+    job = evaluation.submit_evaluation(evaluation.resolve_target(params={"fact_recall_limit": 3}), max_turns=10)
+    page = login("staff")
+    page.goto(f"{live_server.url}{reverse('tuning:job', args=[job.pk])}")
+    card = page.locator(f"#job-{job.pk}")
+    assert card.get_attribute("hx-trigger") == "every 2s"
+    evaluation.run_job(job.pk, vectors=QueryVectors(None))
+    page.wait_for_selector("#mismatch-count", timeout=8_000)
+    assert page.locator(f"#job-{job.pk}").count() == 0
