@@ -245,6 +245,29 @@ def filter_facts(qs: QuerySet[Fact], data: dict[str, Any]) -> QuerySet[Fact]:
     return qs.defer("embedding", "embedding_q8", "tokens_v2")
 
 
+def match_facts(qs: QuerySet[Fact], query: str, *, exclude: Iterable[int] = (), limit: int = 200) -> list[Fact]:
+    """Facts of ``qs`` whose text contains the query's terms, most terms first (newest on ties).
+
+    The fact search of the console covers what recall never sees (frozen, invalidated,
+    superseded facts) with this plain text match; valid facts are ranked by
+    :func:`search_facts` first and passed in ``exclude``.
+    """
+    from memory.engine import tokenize
+
+    terms = [t for t in tokenize.query_terms(query) if t][:16]
+    if not terms:
+        return []
+    any_term = Q()
+    for term in terms:
+        any_term |= Q(content__icontains=term)
+    rows = list(qs.filter(any_term).exclude(pk__in=list(exclude)).order_by("-updated_at", "-id")[: limit * 5])
+    def matched(fact: Fact) -> int:
+        text = fact.content.lower()
+        return sum(len(t) for t in terms if t in text)
+    rows.sort(key=matched, reverse=True)  # stable: newest first among equals
+    return rows[:limit]
+
+
 def fact_state(fact: Fact) -> str:
     """``invalid`` (manually), ``superseded``, ``frozen`` or ``active`` — frozen is never "deleted"."""
     if fact.superseded_by_id is not None:

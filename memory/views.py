@@ -177,6 +177,8 @@ def facts(request: HttpRequest) -> HttpResponse:
         by_id = qs.in_bulk([h.id for h in hits])
         rows = [by_id[h.id] for h in hits if h.id in by_id]
         breakdown = {h.id: h for h in hits}
+        # The search honours the state filter: facts recall never sees are matched by their text.
+        rows += console.match_facts(qs, data["q"], exclude=[h.id for h in hits])
         page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     else:
         page = Paginator(qs.order_by("-updated_at", "-id"), PAGE_SIZE).get_page(request.GET.get("page"))

@@ -77,3 +77,24 @@ def test_a_tuning_report_uses_the_one_job_card_and_reloads_when_done(login, live
     evaluation.run_job(job.pk, vectors=QueryVectors(None))
     page.wait_for_selector("#mismatch-count", timeout=8_000)
     assert page.locator(f"#job-{job.pk}").count() == 0
+
+
+def test_fact_search_honours_the_state_filter(login, live_server, memory_set, frozen_now):
+    from curation import services as curation
+    from memory import services
+
+    alice = memory_set["alice"]
+    gone = services.add_fact(person_id=alice.pk, content="主人住在苏州", kind="身份", origin_kind="direct",
+                             at=frozen_now - 3_600_000).fact_id
+    curation.invalidate_fact(fact_id=gone, user="operator", at=frozen_now)
+    old = services.add_fact(person_id=alice.pk, content="主人在苏州上班", kind="身份", origin_kind="direct",
+                            at=frozen_now - 3_600_000).fact_id
+    curation.replace_fact(fact_id=old, content="主人在无锡上班", user="operator", at=frozen_now)
+    page = login("operator")
+    for state, wanted, unwanted in (("invalid", {gone}, {old}), ("superseded", {old}, {gone}), ("", {gone, old}, set())):
+        page.goto(f"{live_server.url}{reverse('console:facts')}?state={state}&q=苏州")
+        for fact_id in wanted:
+            assert page.locator(f"#fact-row-{fact_id}").count() == 1, (state, fact_id)
+        for fact_id in unwanted:
+            assert page.locator(f"#fact-row-{fact_id}").count() == 0, (state, fact_id)
+    shot(page, "facts-search-all-states")
