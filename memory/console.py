@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Case, Count, F, Q, QuerySet, Value, When
 
 from memory import selectors, services
 from memory.engine import decay
@@ -245,27 +245,34 @@ def filter_facts(qs: QuerySet[Fact], data: dict[str, Any]) -> QuerySet[Fact]:
     return qs.defer("embedding", "embedding_q8", "tokens_v2")
 
 
-def match_facts(qs: QuerySet[Fact], query: str, *, exclude: Iterable[int] = (), limit: int = 200) -> list[Fact]:
-    """Facts of ``qs`` whose text contains the query's terms, most terms first (newest on ties).
+def match_facts(qs: QuerySet[Fact], query: str, *, ranked: Sequence[int] = (), limit: int = 200) -> list[Fact]:
+    """The rows of a fact search: the ``ranked`` hits of :func:`search_facts` (in their order)
+    that pass ``qs``, then the other facts of ``qs`` whose text contains query terms (most
+    terms first, newest on ties) — one query.
 
-    The fact search of the console covers what recall never sees (frozen, invalidated,
-    superseded facts) with this plain text match; valid facts are ranked by
-    :func:`search_facts` first and passed in ``exclude``.
+    Recall ranks only valid facts; this text match makes the frozen, invalidated and
+    superseded ones findable too, so the search honours the state filter.
     """
     from memory.engine import tokenize
 
     terms = [t for t in tokenize.query_terms(query) if t][:16]
-    if not terms:
-        return []
-    any_term = Q()
+    wanted = Q(pk__in=list(ranked))
     for term in terms:
-        any_term |= Q(content__icontains=term)
-    rows = list(qs.filter(any_term).exclude(pk__in=list(exclude)).order_by("-updated_at", "-id")[: limit * 5])
+        wanted |= Q(content__icontains=term)
+    rows = list(
+        qs.filter(wanted)
+        .annotate(_ranked=Case(When(pk__in=list(ranked), then=Value(0)), default=Value(1)))
+        .order_by("_ranked", "-updated_at", "-id")[: len(ranked) + limit * 5]
+    )
+    order = {fact_id: i for i, fact_id in enumerate(ranked)}
+    hits = sorted((f for f in rows if f.pk in order), key=lambda f: order[f.pk])
+
     def matched(fact: Fact) -> int:
         text = fact.content.lower()
         return sum(len(t) for t in terms if t in text)
-    rows.sort(key=matched, reverse=True)  # stable: newest first among equals
-    return rows[:limit]
+
+    others = sorted((f for f in rows if f.pk not in order), key=matched, reverse=True)  # stable: newest first
+    return hits + others[:limit]
 
 
 def fact_state(fact: Fact) -> str:

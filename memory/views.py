@@ -174,11 +174,9 @@ def facts(request: HttpRequest) -> HttpResponse:
     breakdown: dict[int, Any] = {}
     if data.get("q"):
         hits = console.search_facts(query=data["q"], now=now)
-        by_id = qs.in_bulk([h.id for h in hits])
-        rows = [by_id[h.id] for h in hits if h.id in by_id]
+        # The ranked hits, then (the search honours the state filter) facts recall never sees, matched by text.
+        rows = console.match_facts(qs, data["q"], ranked=[h.id for h in hits])
         breakdown = {h.id: h for h in hits}
-        # The search honours the state filter: facts recall never sees are matched by their text.
-        rows += console.match_facts(qs, data["q"], exclude=[h.id for h in hits])
         page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     else:
         page = Paginator(qs.order_by("-updated_at", "-id"), PAGE_SIZE).get_page(request.GET.get("page"))
