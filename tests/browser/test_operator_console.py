@@ -98,3 +98,23 @@ def test_fact_search_honours_the_state_filter(login, live_server, memory_set, fr
         for fact_id in unwanted:
             assert page.locator(f"#fact-row-{fact_id}").count() == 0, (state, fact_id)
     shot(page, "facts-search-all-states")
+
+
+@pytest.mark.parametrize("where", ["row", "fact-page"])
+def test_a_refused_action_rerenders_the_row_with_its_message_beside_it(login, live_server, memory_set, frozen_now,
+                                                                        where):
+    from curation import services as curation
+
+    fact_id = memory_set["facts"][2]
+    page = login("operator")
+    url = reverse("console:facts") if where == "row" else reverse("console:fact", args=[fact_id])
+    region = f"#fact-row-{fact_id}" if where == "row" else "#fact-summary"
+    page.goto(f"{live_server.url}{url}")
+    curation.invalidate_fact(fact_id=fact_id, user="someone-else", at=frozen_now)  # another operator was faster
+    page.locator(f'{region} button[data-action="invalidate"]').click()
+    page.wait_for_selector(f"{region} .refusal")
+    assert "操作被拒绝" in page.inner_text(f"{region} .refusal")
+    assert page.locator(f"{region} .chip.invalid").count() == 1  # the real state
+    assert page.locator(f'{region} button[data-action="restore"]').count() == 1
+    assert page.locator(f'{region} button[data-action="invalidate"]').count() == 0
+    shot(page, f"refusal-beside-{where}")
