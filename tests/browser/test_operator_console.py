@@ -118,3 +118,28 @@ def test_a_refused_action_rerenders_the_row_with_its_message_beside_it(login, li
     assert page.locator(f'{region} button[data-action="restore"]').count() == 1
     assert page.locator(f'{region} button[data-action="invalidate"]').count() == 0
     shot(page, f"refusal-beside-{where}")
+
+
+def test_an_action_shows_progress_and_disables_its_button_while_it_runs(login, live_server, memory_set, frozen_now,
+                                                                          monkeypatch):
+    import time
+
+    from curation import views as curation_views
+
+    service, label, text = curation_views.ACTIONS["pin"]
+
+    def slow_pin(**kwargs):
+        time.sleep(1.5)
+        return service(**kwargs)
+
+    monkeypatch.setitem(curation_views.ACTIONS, "pin", (slow_pin, label, text))
+    fact_id = memory_set["facts"][2]
+    page = login("operator")
+    page.goto(f"{live_server.url}{reverse('console:facts')}")
+    assert not page.locator("#busy").is_visible()
+    button = page.locator(f'#fact-row-{fact_id} button[data-action="pin"]')
+    button.click()
+    page.wait_for_selector("#busy.htmx-request", state="visible", timeout=1_000)
+    assert button.is_disabled()
+    page.wait_for_selector(f"#fact-row-{fact_id} .chip.pinned")
+    assert not page.locator("#busy").is_visible()
