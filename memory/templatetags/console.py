@@ -153,3 +153,12 @@ def job_headline(job: object) -> str:
         return ""
     # Other kinds: their plain numbers, never nested structures.
     return " · ".join(f"{k} {v}" for k, v in result.items() if isinstance(v, int | float) and not isinstance(v, bool))
+
+
+NODE_KINDS = {"fact": _lazy("事实"), "episode": _lazy("情节"), "knowledge": _lazy("知识")}
+
+
+@register.filter
+def node_kind(kind: object) -> str:
+    """A graph node kind (fact / episode / knowledge) in the interface language."""
+    return str(NODE_KINDS.get(str(kind), kind))
