@@ -182,6 +182,33 @@ def stream_rows() -> list[Stream]:
     return rows
 
 
+def filter_messages(stream: Stream, data: dict[str, Any]) -> QuerySet[Message]:
+    """A stream's messages, newest first, filtered by speaker, local date range and summarised or not."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    qs = Message.objects.filter(stream=stream).defer("embedding", "embedding_q8", "tokens")
+    speaker = data.get("speaker")
+    if speaker == "assistant":
+        qs = qs.filter(role="assistant")
+    elif speaker:
+        qs = qs.filter(sender_person_id=int(speaker))
+
+    def day_ms(day: dt.date) -> int:
+        return int(timezone.make_aware(dt.datetime.combine(day, dt.time.min)).timestamp() * 1000)
+
+    if data.get("since"):
+        qs = qs.filter(created_at__gte=day_ms(data["since"]))
+    if data.get("until"):
+        qs = qs.filter(created_at__lt=day_ms(data["until"] + dt.timedelta(days=1)))
+    if data.get("archived") == "yes":
+        qs = qs.filter(episode__isnull=False)
+    elif data.get("archived") == "no":
+        qs = qs.filter(episode__isnull=True)
+    return qs.order_by("-created_at", "-id")
+
+
 def attach_senders(messages: Iterable[Message]) -> list[Message]:
     """Set ``message.sender_name`` on a list of messages (one query for all senders)."""
     messages = list(messages)

@@ -11,6 +11,7 @@ urlpatterns = [
     path("streams/", views.streams, name="streams"),
     path("streams/<int:pk>/", views.stream, name="stream"),
     path("episodes/", views.episodes, name="episodes"),
+    path("episodes/<int:pk>/", views.episode, name="episode"),
     path("facts/", views.facts, name="facts"),
     path("facts/<int:pk>/", views.fact, name="fact"),
     path("knowledge/", views.knowledge, name="knowledge"),

@@ -27,6 +27,7 @@ from memory.forms import (
     FactFilterForm,
     GraphForm,
     ImportForm,
+    MessageFilterForm,
     PlaygroundForm,
     SearchForm,
     SpreadForm,
@@ -37,6 +38,8 @@ from memory.models import (
     ImportBatch,
     Job,
     Knowledge,
+    Message,
+    Person,
     PipelineEvent,
     Stream,
 )
@@ -125,8 +128,21 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
         .order_by("-ended_at", "-id"),
         20,
     ).get_page(request.GET.get("page"))
+    speakers = Person.objects.filter(
+        pk__in=Message.objects.filter(stream=obj, sender_person__isnull=False).values("sender_person").distinct()
+    ).order_by("id")
+    message_form = MessageFilterForm(request.GET, speakers=speakers)
+    message_form.is_valid()
+    messages_page = Paginator(console.filter_messages(obj, getattr(message_form, "cleaned_data", {})), PAGE_SIZE
+                              ).get_page(request.GET.get("mpage"))
+    messages_page.object_list = console.attach_senders(messages_page.object_list)
+    if wants_fragment(request) and request.htmx.target == "stream-messages":
+        return render(request, "console/stream.html#stream-messages",
+                      {"stream": obj, "message_form": message_form, "messages_page": messages_page})
     context = {
         "stream": obj,
+        "message_form": message_form,
+        "messages_page": messages_page,
         "working": console.attach_senders(selectors.working_memory(stream_id=obj.pk, limit=40)),
         "batches": batches,
         "form": form,
@@ -157,6 +173,19 @@ def episodes(request: HttpRequest) -> HttpResponse:
         console.placeholder_reasons(page.object_list)
     template = _partial(request, "console/episodes.html", "episode-results")
     return render(request, template, {"form": form, "page": page, "hits": hits})
+
+
+@login_required
+@permission_required("memory.view_episode", raise_exception=True)
+@require_GET
+def episode(request: HttpRequest, pk: int) -> HttpResponse:
+    """One episode: its summary and cues, and the messages it summarises."""
+    obj = get_object_or_404(Episode.objects.select_related("stream").annotate(n_messages=Count("messages")), pk=pk)
+    console.attach_cues([obj])
+    console.placeholder_reasons([obj])
+    page = Paginator(obj.messages.order_by("id"), PAGE_SIZE).get_page(request.GET.get("page"))
+    page.object_list = console.attach_senders(page.object_list)
+    return render(request, "console/episode.html", {"ep": obj, "page": page})
 
 
 # --- facts -----------------------------------------------------------------------

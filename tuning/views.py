@@ -24,6 +24,7 @@ from memory.broker import BrokerUnavailable
 from memory.models import Job, Turn
 from tuning import evaluation, services
 from tuning.forms import ACTIVE_CHOICE, CompareForm, DraftForm, draft_initial, target_for_choice
+from tuning.labels import GROUP_LABELS
 from tuning.services import ProfileError
 
 PERM = "tuning.tune_retrieval"
@@ -33,7 +34,6 @@ CONFIGURED = {
     "recalled_episode_limit": "RECALLED_EPISODE_LIMIT",
     "recent_episode_limit": "RECENT_EPISODE_LIMIT",
 }
-GROUP_LABELS = {"all": "全部", "group": "群聊", "direct": "私聊"}
 
 
 def tuner_required(view):

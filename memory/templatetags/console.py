@@ -11,7 +11,7 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy as _lazy
+from django.utils.translation import gettext_lazy
 
 register = template.Library()
 
@@ -40,6 +40,18 @@ def format_ms(value: object, pattern: str = "%Y-%m-%d %H:%M", *, local: bool = T
 def ms(value: int | None) -> str:
     """Epoch milliseconds → local ``YYYY-MM-DD HH:MM`` (empty for None, raw value when out of range)."""
     return format_ms(value)
+
+
+@register.filter
+def iso_time(value: object) -> str:
+    """An ISO 8601 instant (reports store UTC ``…Z``) → local ``YYYY-MM-DD HH:MM``, like every other time."""
+    try:
+        moment = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return str(value or "")
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M")
 
 
 @register.filter
@@ -86,12 +98,12 @@ def query_with(context: template.Context, **changes: object) -> str:
 
 #: What a job kind does, in an operator's words.
 JOB_KINDS = {
-    "import": _lazy("导入知识"),
-    "evaluate": _lazy("检索评估"),
-    "compare": _lazy("参数对比"),
-    "backfill": _lazy("补全向量"),
-    "decay": _lazy("记忆衰减"),
-    "tuning_probe": _lazy("调优探针"),
+    "import": gettext_lazy("导入知识"),
+    "evaluate": gettext_lazy("检索评估"),
+    "compare": gettext_lazy("参数对比"),
+    "backfill": gettext_lazy("补全向量"),
+    "decay": gettext_lazy("记忆衰减"),
+    "tuning_probe": gettext_lazy("调优探针"),
 }
 
 
@@ -99,6 +111,20 @@ JOB_KINDS = {
 def job_kind(job: object) -> str:
     kind = getattr(job, "kind", "")
     return str(JOB_KINDS.get(kind, kind))
+
+
+def _target(label: object) -> str:
+    from tuning.labels import target_label as label_of
+
+    return label_of(str(label or ""))
+
+
+STREAM_KINDS = {"direct": gettext_lazy("私聊"), "group": gettext_lazy("群聊"), "desktop": gettext_lazy("桌面")}
+
+
+@register.filter
+def stream_kind(kind: object) -> str:
+    return str(STREAM_KINDS.get(str(kind), kind))
 
 
 def _ndcg(value: object) -> str:
@@ -115,11 +141,11 @@ def job_subject(job: object) -> str:
         return _("来源「%(name)s」") % {"name": name}
     if kind == "evaluate":
         target = params.get("target") or {}
-        return _("参数组「%(label)s」") % {"label": target.get("label") or target.get("profile") or _("草稿")}
+        return _("参数组「%(label)s」") % {"label": _target(target.get("label") or target.get("profile"))}
     if kind == "compare":
         a, b = params.get("a") or {}, params.get("b") or {}
         return _("「%(a)s」对比「%(b)s」") % {
-            "a": a.get("label") or a.get("profile") or "A", "b": b.get("label") or b.get("profile") or "B",
+            "a": _target(a.get("label") or a.get("profile") or "A"), "b": _target(b.get("label") or b.get("profile") or "B"),
         }
     return ""
 
@@ -155,7 +181,58 @@ def job_headline(job: object) -> str:
     return " · ".join(f"{k} {v}" for k, v in result.items() if isinstance(v, int | float) and not isinstance(v, bool))
 
 
-NODE_KINDS = {"fact": _lazy("事实"), "episode": _lazy("情节"), "knowledge": _lazy("知识")}
+@register.filter
+def param_label(name: object) -> str:
+    """A tuning parameter's meaning in the interface language (its code name when unknown)."""
+    from tuning.labels import PARAM_LABELS
+
+    return str(PARAM_LABELS.get(str(name), name))
+
+
+@register.filter
+def param_kind(kind: object) -> str:
+    from tuning.labels import PARAM_KINDS
+
+    return str(PARAM_KINDS.get(str(kind), kind))
+
+
+@register.filter
+def target_label(label: object) -> str:
+    from tuning.labels import target_label as label_of
+
+    return label_of(str(label or ""))
+
+
+@register.filter
+def profile_name(name: object) -> str:
+    from tuning.labels import profile_name as name_of
+
+    return name_of(str(name or ""))
+
+
+ORIGINS = {"legacy": gettext_lazy("旧数据"), "direct": gettext_lazy("私聊"), "group": gettext_lazy("群聊")}
+ROLES = {"user": gettext_lazy("用户"), "assistant": gettext_lazy("机器人"), "system": gettext_lazy("系统")}
+SOURCES = {"import_center": gettext_lazy("导入中心"), "import": gettext_lazy("导入"), "seed": gettext_lazy("初始数据")}
+
+
+@register.filter
+def origin_label(origin: object) -> str:
+    """Where a fact was learnt (legacy / direct / group) in the interface language."""
+    return str(ORIGINS.get(str(origin), origin))
+
+
+@register.filter
+def role_label(role: object) -> str:
+    """Who wrote a message (user / assistant) in the interface language."""
+    return str(ROLES.get(str(role), role))
+
+
+@register.filter
+def source_label(source: object) -> str:
+    return str(SOURCES.get(str(source), source))
+
+
+NODE_KINDS = {"fact": gettext_lazy("事实"), "episode": gettext_lazy("情节"), "knowledge": gettext_lazy("知识")}
 
 
 @register.filter

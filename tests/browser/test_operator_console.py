@@ -171,3 +171,22 @@ def test_every_link_a_role_sees_it_can_follow(login, live_server, memory_set, fr
     dead = {url: status for url, status in followed.items() if status in (403, 404)}
     assert not dead, dead
     assert len(followed) > 10
+
+
+def test_a_streams_messages_are_browsable_and_an_episode_shows_its_messages(login, live_server, memory_set,
+                                                                              frozen_now):
+    direct, episode, msgs = memory_set["direct"], memory_set["episode"], memory_set["messages"]
+    page = login("operator")
+    page.goto(f"{live_server.url}{reverse('console:stream', args=[direct.pk])}")
+    listed = {int(x) for x in page.locator("#stream-messages tr[data-message]").evaluate_all(
+        "rows => rows.map(r => r.dataset.message)")}
+    assert {m.pk for m in msgs} <= listed  # archived (summarised) and pending alike
+    page.select_option('select[name="archived"]', "yes")
+    page.click("form:has(select[name=archived]) button")
+    page.wait_for_function("document.querySelectorAll('#stream-messages tr[data-message]').length == 2")
+    assert "archived=yes" in page.url  # the filter is in the address (pushed by htmx)
+    page.locator(f'#stream-messages tr[data-message="{msgs[0].pk}"] a').click()
+    page.wait_for_url(f"**{reverse('console:episode', args=[episode.pk])}")
+    shown = page.inner_text("#episode-messages")
+    assert "我住在杭州" in shown and "我喜欢猫" in shown and "我对花生过敏" not in shown
+    shot(page, "episode-messages")

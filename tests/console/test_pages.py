@@ -95,8 +95,9 @@ def test_streams_list(operator, memory_set, django_assert_num_queries):
 
 def test_stream_page_shows_working_memory_batches_and_search(operator, memory_set, django_assert_num_queries):
     url = reverse("console:stream", args=[memory_set["direct"].pk])
-    # AUTH + stream + batch count + working memory + their senders (one query) + batch page.
-    with django_assert_num_queries(AUTH + 5):
+    # AUTH + stream + batch count + working memory + their senders (one query) + batch page
+    # + the message browser: speaker options, message count, message page, its senders.
+    with django_assert_num_queries(AUTH + 9):
         response = operator.get(url)
     html = response.content.decode()
     assert "我对花生过敏" in html  # pending → working memory
@@ -187,7 +188,7 @@ def test_fact_detail(operator, memory_set, frozen_now, django_assert_num_queries
     with django_assert_num_queries(AUTH + 9):
         response = operator.get(reverse("console:fact", args=[f1]))
     html = response.content.decode()
-    assert 'class="past"' in html and 'class="projected"' in html and "FREEZE 0.1" in html and "REVIVE 0.15" in html
+    assert 'class="past"' in html and 'class="projected"' in html and "冻结线 0.1" in html and "复苏线 0.15" in html
     assert 'class="due-at"' in html
     assert "小林喜欢猫" in html  # a neighbour
     chain = operator.get(reverse("console:fact", args=[f2])).content.decode()

@@ -62,7 +62,7 @@ def test_index_shows_the_parameter_table_and_profiles(tuner):
                   "fact_recall_limit", "recalled_episode_limit", "recent_episode_limit"):
         assert f'data-param="{param}"' in html
     assert 'data-active-profile="boost"' in html
-    assert "回滚到 default" in html and "生效中" in html and "由配置提供" in html
+    assert "回滚到默认方案" in html and "生效中" in html and "由配置提供" in html
     assert 'name="p_ppr_hops"' in html and 'value="3"' in html  # draft prefilled with the override
     assert "[1.0, 4.0]" in html or "[1, 4]" in html
     assert "还没跑过评估" in html
