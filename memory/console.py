@@ -209,6 +209,29 @@ def filter_messages(stream: Stream, data: dict[str, Any]) -> QuerySet[Message]:
     return qs.order_by("-created_at", "-id")
 
 
+def at_a_glance(*, now: int) -> dict[str, Any]:
+    """What an operator checks first: facts learnt today (local midnight), conflict groups
+    waiting, jobs running and failed in the last 24 h, messages waiting to be summarised."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from memory.models import Job
+
+    midnight = timezone.localtime(dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC)).replace(
+        hour=0, minute=0, second=0, microsecond=0)
+    day_ago = dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC) - dt.timedelta(hours=24)
+    jobs = Job.objects.filter(Q(status__in=[Job.Status.QUEUED, Job.Status.RUNNING]) | Q(
+        status=Job.Status.FAILED, finished_at__gte=day_ago)).values_list("status", flat=True)
+    return {
+        "learnt_today": Fact.objects.filter(created_at__gte=int(midnight.timestamp() * 1000)).count(),
+        "conflicts": len(selectors.conflict_group_keys()),
+        "jobs_running": sum(1 for s in jobs if s != Job.Status.FAILED),
+        "jobs_failed": sum(1 for s in jobs if s == Job.Status.FAILED),
+        "pending": sum(selectors.pending_counts().values()),
+    }
+
+
 def attach_senders(messages: Iterable[Message]) -> list[Message]:
     """Set ``message.sender_name`` on a list of messages (one query for all senders)."""
     messages = list(messages)

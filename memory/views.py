@@ -78,6 +78,7 @@ def _partial(request: HttpRequest, template_name: str, partial: str) -> str:
 def dashboard(request: HttpRequest) -> HttpResponse:
     now = services.now_ms()
     context = {
+        "glance": console.at_a_glance(now=now),
         "layers": console.layer_counts(),
         "queues": console.stream_queues(),
         "vectors": console.vector_coverage(),

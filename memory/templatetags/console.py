@@ -232,6 +232,21 @@ def source_label(source: object) -> str:
     return str(SOURCES.get(str(source), source))
 
 
+EVENTS = {
+    "memory_fact_scope_blocked": gettext_lazy("一条私聊里学到的事实没有在群聊里说出（可见性规则）"),
+    "memory_ppr_timeout": gettext_lazy("联想扩散超时，已改用固定跳数"),
+    "memory_extract_failed": gettext_lazy("事实抽取失败，稍后重试"),
+    "summary_batch_skipped": gettext_lazy("一批消息三次总结失败，已跳过（留了占位情节）"),
+    "fact_extract_batch_skipped": gettext_lazy("一批消息的事实抽取多次失败，已跳过"),
+}
+
+
+@register.filter
+def event_label(kind: object) -> str:
+    """A pipeline event in an operator's words (the code name only for kinds not listed)."""
+    return str(EVENTS.get(str(kind), kind))
+
+
 NODE_KINDS = {"fact": gettext_lazy("事实"), "episode": gettext_lazy("情节"), "knowledge": gettext_lazy("知识")}
 
 

@@ -190,3 +190,26 @@ def test_a_streams_messages_are_browsable_and_an_episode_shows_its_messages(logi
     shown = page.inner_text("#episode-messages")
     assert "我住在杭州" in shown and "我喜欢猫" in shown and "我对花生过敏" not in shown
     shot(page, "episode-messages")
+
+
+def test_the_dashboard_shows_what_an_operator_needs_at_a_glance(login, live_server, memory_set, frozen_now):
+    from memory import services
+    from memory.models import Job
+
+    Job.objects.create(kind="import", status="failed", error="boom", finished_at=__import__("django.utils.timezone",
+                       fromlist=["now"]).now())
+    services.emit_event("memory_fact_scope_blocked", {"factId": memory_set["facts"][0], "reason": "private"},
+                        at=frozen_now, stream_id=memory_set["group"].pk)
+    page = login("operator")
+    glance = page.locator("#glance")
+    for key, url in (("learnt", "console:facts"), ("conflicts", "curation:conflicts"), ("jobs", "console:jobs"),
+                     ("workers", "console:worker_health"), ("pending", "console:streams")):
+        assert glance.locator(f'a[data-glance="{key}"]').get_attribute("href") == reverse(url), key
+    assert glance.locator('[data-glance="conflicts"] .metric').inner_text() == "1"
+    assert glance.locator('[data-glance="pending"] .metric').inner_text() == "3"  # two direct + one group message
+    assert "1" in glance.locator('[data-glance="jobs"] .danger-text').inner_text()  # the failed job
+    page.wait_for_selector("#glance #worker-health")
+    text = page.inner_text("main")
+    assert "memory_fact_scope_blocked" not in text and "{'" not in text and "抽取游标" not in text
+    assert "可见性规则" in text
+    shot(page, "dashboard-at-a-glance")

@@ -44,12 +44,13 @@ def test_dashboard_shows_layers_queues_vectors_edges_and_events(operator, memory
     # knowledge, nodes) + streams + pending counts + the cursor meta row + lag counts
     # (one grouped query) + 2 × 3 vector coverage counts (total, without a vector, SQ8
     # pending: each answered by an index) + edge aggregate + last decay event + recent
-    # events = AUTH + 20.
-    with django_assert_num_queries(AUTH + 20):
+    # events = AUTH + 20; the at-a-glance row: facts learnt today, conflict groups, jobs,
+    # pending counts = 4 more.
+    with django_assert_num_queries(AUTH + 24):
         response = operator.get(reverse("console:dashboard"))
     html = response.content.decode()
     assert response.status_code == 200
-    assert "memory_ppr_timeout" in html
+    assert ">memory_ppr_timeout<" not in html and "联想扩散超时" in html  # events in an operator's words
     assert "最近一次衰减" in html and "还没有运行过" not in html
     # The direct stream: cursor after the second of its 4 messages → lag 2; no cursor → every message.
     queues = {q["stream"].pk: q for q in response.context["queues"]}
