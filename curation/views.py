@@ -257,7 +257,7 @@ def operations(request: HttpRequest) -> HttpResponse:
         if data.get(field):
             rows = rows.filter(**{field: data[field]})
     if data.get("person"):
-        rows = rows.filter(person_id=data["person"])
+        rows = rows.filter(person=data["person"])
     if data.get("fact"):
         rows = rows.filter(fact_id=data["fact"])
     page = Paginator(rows.defer("fact__embedding", "fact__embedding_q8", "related_fact__embedding",

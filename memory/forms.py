@@ -161,7 +161,7 @@ class SpreadForm(forms.Form):
     kind = forms.ChoiceField(choices=NODE_KINDS, required=False)
     ref = IdField(required=False)
     q = forms.CharField(required=False, max_length=200, strip=True)
-    hops = forms.IntegerField(required=False, min_value=1, max_value=3, initial=2)
+    hops = forms.IntegerField(required=False, min_value=1, max_value=4, initial=2)  # as tuning (ppr_hops ≤ 4)
     alpha = forms.FloatField(required=False, min_value=0.05, max_value=0.95)
     limit = forms.IntegerField(required=False, min_value=1, max_value=20, initial=8)
 
@@ -211,7 +211,9 @@ class ImportForm(forms.Form):
 class OperationFilterForm(forms.Form):
     actor = forms.ChoiceField(required=False, choices=[])
     op = forms.ChoiceField(required=False, choices=[])
-    person = IdField(required=False)
+    # The same person picker as the facts page (owner marked, ids beside names), not a raw id.
+    person = PersonChoiceField(Person.objects.order_by("id"), required=False, empty_label=_("全部人物"),
+                               error_messages={"invalid_choice": _("没有这个人物，或编号超出范围。")})
     fact = IdField(required=False)
 
     def __init__(self, *args: object, **kwargs: object) -> None:

@@ -213,3 +213,26 @@ def test_the_dashboard_shows_what_an_operator_needs_at_a_glance(login, live_serv
     assert "memory_fact_scope_blocked" not in text and "{'" not in text and "抽取游标" not in text
     assert "可见性规则" in text
     shot(page, "dashboard-at-a-glance")
+
+
+def test_papercuts(login, live_server, memory_set, frozen_now):
+    page = login("demo")
+    not_found = []
+    page.on("response", lambda r: not_found.append(r.url) if r.status == 404 else None)
+    page.context.add_cookies([{"name": "django_language", "value": "en", "url": live_server.url}])
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(f"{live_server.url}{reverse('console:dashboard')}")
+    first, last = page.locator("header nav a").first.bounding_box(), page.locator("header nav a").last.bounding_box()
+    assert abs(first["y"] - last["y"]) < 4, (first, last)  # the English nav fits on one line at 1440 px
+    page.goto(f"{live_server.url}{reverse('tuning:index')}")
+    inputs = page.locator("input.draft")
+    assert inputs.count() > 0
+    assert all(inputs.nth(i).evaluate("e => e.scrollWidth <= e.clientWidth") for i in range(inputs.count()))
+    page.goto(f"{live_server.url}{reverse('console:graph')}")
+    assert page.get_attribute('input[name="hops"]', "max") == "4"  # as far as tuning's ppr_hops goes
+    page.goto(f"{live_server.url}{reverse('curation:operations')}")
+    assert page.locator('select[name="person"] option').count() >= 3  # a person picker, not a raw id
+    page.goto(f"{live_server.url}/admin/memory/")
+    admin = page.inner_text("#content")
+    assert "Identitys" not in admin and "Knowledges" not in admin and "Import batchs" not in admin
+    assert not [u for u in not_found if "favicon" in u], not_found
