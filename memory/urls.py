@@ -20,5 +20,6 @@ urlpatterns = [
     path("graph/", views.graph, name="graph"),
     path("playground/", views.playground, name="playground"),
     path("jobs/", views.jobs, name="jobs"),
+    path("help/", views.help_page, name="help"),
     path("jobs/<int:pk>/", views.job, name="job"),
 ]

@@ -18,6 +18,7 @@ from django.db.models import Count, Max, Min, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import trigger_client_event
 
@@ -336,6 +337,32 @@ def playground(request: HttpRequest) -> HttpResponse:
         result = console.preview_turn(form.cleaned_data)
     return render(request, _partial(request, "console/playground.html", "playground-result"),
                   {"form": form, "result": result})
+
+
+# --- help ------------------------------------------------------------------------
+
+#: What each role can do: (what, the permission that allows it). README.md has the same table.
+CAPABILITIES = [
+    (gettext_lazy("浏览记忆：总览、会话流、情节、事实、知识、后台任务"), VIEW),
+    (gettext_lazy("整理事实：永久保留、标失效、恢复、改写；裁决冲突组"), "curation.curate_fact"),
+    (gettext_lazy("查看操作流水"), "curation.view_factoperation"),
+    (gettext_lazy("撤销操作"), "curation.undo_operation"),
+    (gettext_lazy("导入知识、删除导入批次"), "memory.import_knowledge"),
+    (gettext_lazy("联想网络与扩散预览"), "memory.preview_association"),
+    (gettext_lazy("召回演练"), "memory.preview_recall"),
+    (gettext_lazy("检索调优：评估、对比、应用参数方案"), "tuning.tune_retrieval"),
+]
+
+
+@login_required
+@require_GET
+def help_page(request: HttpRequest) -> HttpResponse:
+    """Who can do what (from the role definitions themselves), and how the console is organised."""
+    from memory.management.commands.ensure_roles import ROLES
+
+    rows = [(label, [perm in ROLES[role] for role in ROLES] + [True]) for label, perm in CAPABILITIES]
+    rows.append((gettext_lazy("管理后台"), [False for _role in ROLES] + [True]))
+    return render(request, "console/help.html", {"roles": list(ROLES), "rows": rows})
 
 
 # --- jobs ------------------------------------------------------------------------

@@ -236,3 +236,13 @@ def test_papercuts(login, live_server, memory_set, frozen_now):
     admin = page.inner_text("#content")
     assert "Identitys" not in admin and "Knowledges" not in admin and "Import batchs" not in admin
     assert not [u for u in not_found if "favicon" in u], not_found
+
+
+def test_the_help_page_shows_who_can_do_what(login, live_server, memory_set, frozen_now):
+    page = login("reviewer")
+    page.click("header a.help")
+    page.wait_for_selector("#roles")
+    header = page.locator("#roles thead th").all_inner_texts()
+    assert header[1:] == ["operator", "reviewer", "staff", "超级用户"]
+    undo = page.locator("#roles tr", has_text="撤销操作").locator("td").all_inner_texts()
+    assert undo[1:] == ["—", "✓", "—", "✓"]

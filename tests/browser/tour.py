@@ -113,6 +113,7 @@ def pages(ids: dict) -> list[tuple[str, str, str]]:
         ("tuning", reverse("tuning:index"), "tuning.tune_retrieval"),
         ("tuning-report", reverse("tuning:job", args=[evaluate]), "tuning.tune_retrieval"),
         ("tuning-compare", reverse("tuning:job", args=[compare]), "tuning.tune_retrieval"),
+        ("help", reverse("console:help"), view),
     ]
 
 
