@@ -246,3 +246,18 @@ def test_the_help_page_shows_who_can_do_what(login, live_server, memory_set, fro
     assert header[1:] == ["operator", "reviewer", "staff", "超级用户"]
     undo = page.locator("#roles tr", has_text="撤销操作").locator("td").all_inner_texts()
     assert undo[1:] == ["—", "✓", "—", "✓"]
+
+
+def test_a_refusal_speaks_the_interface_language(login, live_server, memory_set, frozen_now):
+    from curation import services as curation
+
+    fact_id = memory_set["facts"][2]
+    page = login("operator")
+    page.context.add_cookies([{"name": "django_language", "value": "en", "url": live_server.url}])
+    page.goto(f"{live_server.url}{reverse('console:facts')}")
+    curation.invalidate_fact(fact_id=fact_id, user="someone-else", at=frozen_now)
+    page.locator(f'#fact-row-{fact_id} button[data-action="invalidate"]').click()
+    refusal = page.locator(f"#fact-row-{fact_id} .refusal")
+    refusal.wait_for()
+    assert f"fact #{fact_id} is already invalid" in refusal.inner_text()
+    assert not re.search(r"[\u4e00-\u9fff]", refusal.inner_text())
