@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# serialized_rollback as every browser module: a plain flush re-runs post_migrate and breaks the next module.
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 
 def test_api_docs_render_offline(browser, live_server):
