@@ -17,6 +17,17 @@ PARAM_LABELS = {
     "recalled_episode_limit": gettext_lazy("情节召回条数"),
     "recent_episode_limit": gettext_lazy("近期情节条数"),
 }
+#: What turning each parameter changes (the "meaning" column of the parameter table).
+PARAM_HELP = {
+    "bm25_weight": gettext_lazy("词面命中（BM25）在相关度里占多大分量"),
+    "retention_weight_floor": gettext_lazy("快被遗忘的事实在得分里至少还占多少分量"),
+    "ppr_alpha": gettext_lazy("联想扩散每一步回到起点的概率；越大越贴近起点"),
+    "ppr_hops": gettext_lazy("联想最多走几步"),
+    "pool_score_percentile": gettext_lazy("只保留得分在这个百分位以上的候选（0 = 全部保留）"),
+    "fact_recall_limit": gettext_lazy("每轮最多放进提示词的事实条数"),
+    "recalled_episode_limit": gettext_lazy("每轮按话题想起的情节条数"),
+    "recent_episode_limit": gettext_lazy("每轮按时间带上的最近情节条数"),
+}
 PARAM_KINDS = {"float": gettext_lazy("小数"), "int": gettext_lazy("整数")}
 GROUP_LABELS = {"all": gettext_lazy("全部"), "group": gettext_lazy("群聊"), "direct": gettext_lazy("私聊")}
 

@@ -190,6 +190,13 @@ def param_label(name: object) -> str:
 
 
 @register.filter
+def param_help(name: object) -> str:
+    from tuning.labels import PARAM_HELP
+
+    return str(PARAM_HELP.get(str(name), ""))
+
+
+@register.filter
 def param_kind(kind: object) -> str:
     from tuning.labels import PARAM_KINDS
 
