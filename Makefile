@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 export DJANGO_SETTINGS_MODULE := config.settings
 
-.PHONY: setup run web worker beat test test-fast bench eval lint check demo clean
+.PHONY: setup run web worker beat test test-fast bench eval lint check demo clean screenshots
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -47,6 +47,11 @@ test: $(VENV)/.installed
 
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -m "not integration and not browser"
+
+# Every console page in both languages, per role (system Chromium): test-artifacts/screenshots/index.html
+screenshots: $(VENV)/.installed
+	SCREENSHOTS=1 $(BIN)/python -m pytest -q -p no:randomly tests/browser/test_screenshots.py
+	@echo "Open test-artifacts/screenshots/index.html"
 
 bench: $(VENV)/.installed
 	$(BIN)/python -m bench.run

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from curation.models import FactOperation
 from memory import services
@@ -36,7 +37,7 @@ class CurationInputError(ValueError):
 def _fact(fact_id: int) -> Fact:
     fact = Fact.objects.select_for_update().filter(pk=fact_id).first()
     if fact is None:
-        raise FactNotFoundError(f"事实 #{fact_id} 不存在")
+        raise FactNotFoundError(_("事实 #%(id)s 不存在") % {"id": fact_id})
     return fact
 
 
@@ -65,7 +66,7 @@ def invalidate_fact(*, fact_id: int, user: str = "", at: int | None = None) -> F
     with transaction.atomic():
         fact = _fact(fact_id)
         if fact.superseded_by_id is not None:
-            raise FactStateError(f"事实 #{fact_id} 已经失效")
+            raise FactStateError(_("事实 #%(id)s 已经失效") % {"id": fact_id})
         Fact.objects.filter(pk=fact.pk).update(superseded_by=fact.pk)
         op = _log(op="invalidate", fact=fact, prev={"superseded_by": None}, at=at, user=user)
         _event("memory_fact_invalidated", {"factId": fact.pk, "personId": fact.person_id, "operationId": op.pk}, at)
@@ -78,7 +79,7 @@ def restore_fact(*, fact_id: int, user: str = "", at: int | None = None) -> Fact
     with transaction.atomic():
         fact = _fact(fact_id)
         if fact.superseded_by_id is None:
-            raise FactStateError(f"事实 #{fact_id} 仍然有效，无需恢复")
+            raise FactStateError(_("事实 #%(id)s 仍然有效，无需恢复") % {"id": fact_id})
         Fact.objects.filter(pk=fact.pk).update(superseded_by=None)
         op = _log(op="restore", fact=fact, prev={"superseded_by": fact.superseded_by_id}, at=at, user=user)
         _event("memory_fact_restored", {"factId": fact.pk, "personId": fact.person_id, "operationId": op.pk}, at)
@@ -91,11 +92,11 @@ def pin_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOper
     with transaction.atomic():
         fact = _fact(fact_id)
         if fact.superseded_by_id is not None:
-            raise FactStateError(f"事实 #{fact_id} 已失效，不能永久保留")
+            raise FactStateError(_("事实 #%(id)s 已失效，不能永久保留") % {"id": fact_id})
         if fact.pinned:
-            raise FactStateError(f"事实 #{fact_id} 已经是永久保留")
+            raise FactStateError(_("事实 #%(id)s 已经是永久保留") % {"id": fact_id})
         if not fact.active:
-            raise FactStateError(f"事实 #{fact_id} 已冻结，请先让它被想起或恢复后再永久保留")
+            raise FactStateError(_("事实 #%(id)s 已冻结，请先让它被想起或恢复后再永久保留") % {"id": fact_id})
         prev = _decay_snapshot(fact)
         Fact.objects.filter(pk=fact.pk).update(
             strength=1.0, half_life_hours=decay.PIN_HALF_LIFE_HOURS, updated_at=at,
@@ -112,7 +113,7 @@ def unpin_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOp
     with transaction.atomic():
         fact = _fact(fact_id)
         if not fact.pinned:
-            raise FactStateError(f"事实 #{fact_id} 不是永久保留")
+            raise FactStateError(_("事实 #%(id)s 不是永久保留") % {"id": fact_id})
         prev = _decay_snapshot(fact)
         half_life = decay.half_life_for(fact.kind)
         Fact.objects.filter(pk=fact.pk).update(
@@ -129,24 +130,24 @@ def replace_fact(*, fact_id: int, content: str, user: str = "", at: int | None =
     at = services.now_ms() if at is None else at
     text = (content or "").strip()
     if not text:
-        raise CurationInputError("新的事实内容不能为空")
+        raise CurationInputError(_("新的事实内容不能为空"))
     if len(text) > 2000:
-        raise CurationInputError("新的事实内容不能超过 2000 个字符")
+        raise CurationInputError(_("新的事实内容不能超过 2000 个字符"))
     with transaction.atomic():
         fact = _fact(fact_id)
         if fact.superseded_by_id is not None:
-            raise FactStateError(f"事实 #{fact_id} 已失效，不能改写")
+            raise FactStateError(_("事实 #%(id)s 已失效，不能改写") % {"id": fact_id})
         if is_same_fact(text, fact.content):
-            raise CurationInputError("新内容与原事实意思相同，无需改写")
+            raise CurationInputError(_("新内容与原事实意思相同，无需改写"))
         key = exact_key(text)
         if Fact.objects.filter(person_id=fact.person_id, content_key=key, superseded_by__isnull=False).exists():
-            raise FactStateError("同样内容的事实已被标失效，请先恢复那条事实")
+            raise FactStateError(_("同样内容的事实已被标失效，请先恢复那条事实"))
         write = services.add_fact(
             person_id=fact.person_id, content=text, kind=fact.kind, slot=fact.slot, supersedes=fact.pk,
             origin_kind=fact.origin_kind, actor=ACTOR_MANUAL, source="manual", user=user, at=at,
         )
         if not write.fact_id or not write.superseded:
-            raise FactStateError(f"事实 #{fact_id} 无法被取代")
+            raise FactStateError(_("事实 #%(id)s 无法被取代") % {"id": fact_id})
         _event(
             "memory_fact_replaced",
             {"factId": fact.pk, "newFactId": write.fact_id, "personId": fact.person_id, "operationId": write.operation_id},
@@ -159,18 +160,18 @@ def adjudicate(*, keep_fact_id: int, drop_fact_id: int, user: str = "", at: int 
     """Resolve a slot conflict: keep one member, invalidate another (one drop per call)."""
     at = services.now_ms() if at is None else at
     if keep_fact_id == drop_fact_id:
-        raise CurationInputError("保留的和标失效的不能是同一条事实")
+        raise CurationInputError(_("保留的和标失效的不能是同一条事实"))
     with transaction.atomic():
         rows = Fact.objects.select_for_update().in_bulk([keep_fact_id, drop_fact_id])
         missing = [i for i in (keep_fact_id, drop_fact_id) if i not in rows]
         if missing:
-            raise FactNotFoundError("事实不存在：" + "、".join(f"#{i}" for i in missing))
+            raise FactNotFoundError(_("事实不存在：%(ids)s") % {"ids": _("、").join(f"#{i}" for i in missing)})
         keep, drop = rows[keep_fact_id], rows[drop_fact_id]
         if keep.person_id != drop.person_id or not keep.slot or keep.slot != drop.slot:
-            raise CurationInputError("两条事实必须属于同一人物的同一个槽位")
+            raise CurationInputError(_("两条事实必须属于同一人物的同一个槽位"))
         for f in (keep, drop):
             if f.superseded_by_id is not None or not f.active:
-                raise FactStateError(f"事实 #{f.pk} 不是活跃有效的冲突成员")
+                raise FactStateError(_("事实 #%(id)s 不是活跃有效的冲突成员") % {"id": f.pk})
         Fact.objects.filter(pk=drop.pk).update(superseded_by=drop.pk)
         op = _log(op="adjudicate", fact=drop, prev={"superseded_by": None}, at=at, user=user, related=keep.pk)
         _event(
@@ -192,11 +193,11 @@ def undo_operation(*, operation_id: int, user: str = "", at: int | None = None) 
     with transaction.atomic():
         op = FactOperation.objects.select_for_update().filter(pk=operation_id).first()
         if op is None:
-            raise FactNotFoundError(f"操作 #{operation_id} 不存在")
+            raise FactNotFoundError(_("操作 #%(id)s 不存在") % {"id": operation_id})
         if op.op == FactOperation.Op.UNDO:
-            raise FactStateError("撤销条目本身不能再撤销")
+            raise FactStateError(_("撤销条目本身不能再撤销"))
         if op.undone_by_id is not None:
-            raise FactStateError(f"操作 #{operation_id} 已经撤销过了")
+            raise FactStateError(_("操作 #%(id)s 已经撤销过了") % {"id": operation_id})
         fact = _fact(op.fact_id)
         prev = op.prev or {}
         if op.op in ("invalidate", "restore", "adjudicate"):
@@ -214,7 +215,7 @@ def undo_operation(*, operation_id: int, user: str = "", at: int | None = None) 
                 ):
                     undo_prev["related_fact_invalidated"] = op.related_fact_id
         else:
-            raise FactStateError(f"未知的操作类型 {op.op}")
+            raise FactStateError(_("未知的操作类型 %(id)s") % {"id": op.op})
         undo = _log(
             op="undo", fact=fact, prev=undo_prev, at=at, user=user, related=op.fact_id, undo_of=op.pk,
         )

@@ -23,6 +23,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, pgettext_lazy
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import reselect, reswap, retarget
 
 from curation import services
 from curation.models import FactOperation
@@ -67,15 +68,52 @@ def _confirmed(request: HttpRequest) -> bool:
 
 
 def _refused(request: HttpRequest, exc: Exception, template: str, context: dict[str, Any]) -> HttpResponse:
-    """Show a refusal verbatim with its status (409 state, 400 input, 404 missing)."""
+    """Show a refusal verbatim with its status (409 state, 400 input, 404 missing).
+
+    htmx from a fact row or a fact page: that region re-renders with the fact's real
+    state (another operator may have changed it) and the refusal beside its buttons.
+    """
     status = ERROR_STATUS.get(type(exc), 400)
     text = _("操作被拒绝：%(reason)s") % {"reason": exc}
+    fact = context.get("fact")
+    if request.htmx and fact is not None and status != 404:
+        region = _fact_region(request, fact.pk, text, context.get("next", ""))
+        if region is not None:
+            return _with_status(region, status)
     if request.htmx:
         messages.error(request, text)
         response = render(request, "console/_messages.html", {}, status=status)
         response["HX-Reswap"] = "none"
         return response
     return render(request, template, {**context, "refusal": text}, status=status)
+
+
+def _with_status(response: HttpResponse, status: int) -> HttpResponse:
+    response.status_code = status
+    return response
+
+
+def _fact_region(request: HttpRequest, pk: int, text: str, next_url: str) -> HttpResponse | None:
+    """The fact's row (facts table) or summary card (fact page), fresh from the database, with ``text``."""
+    from memory import console
+
+    target = request.htmx.target or ""
+    fact = Fact.objects.select_related("person").filter(pk=pk).first()
+    if fact is None:
+        return None
+    console.decorate_facts([fact], now=memory_services.now_ms())
+    context = {"fact": fact, "row_refusal": text, "next_url": next_url}
+    if target == f"fact-row-{pk}":
+        response = render(request, "console/facts.html#fact-row", context)
+        selector = f"#fact-row-{pk}"
+    elif target == "fact-page":
+        response = render(request, "console/fact.html#fact-summary", context)
+        selector = "#fact-summary"
+    else:
+        return None
+    retarget(response, selector)
+    reselect(response, selector)
+    return reswap(response, "outerHTML")
 
 
 # --- single fact actions -----------------------------------------------------------
@@ -219,7 +257,7 @@ def operations(request: HttpRequest) -> HttpResponse:
         if data.get(field):
             rows = rows.filter(**{field: data[field]})
     if data.get("person"):
-        rows = rows.filter(person_id=data["person"])
+        rows = rows.filter(person=data["person"])
     if data.get("fact"):
         rows = rows.filter(fact_id=data["fact"])
     page = Paginator(rows.defer("fact__embedding", "fact__embedding_q8", "related_fact__embedding",

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Case, Count, F, Q, QuerySet, Value, When
 
 from memory import selectors, services
 from memory.engine import decay
@@ -184,6 +184,56 @@ def stream_rows() -> list[Stream]:
     return rows
 
 
+def filter_messages(stream: Stream, data: dict[str, Any]) -> QuerySet[Message]:
+    """A stream's messages, newest first, filtered by speaker, local date range and summarised or not."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    qs = Message.objects.filter(stream=stream).defer("embedding", "embedding_q8", "tokens")
+    speaker = data.get("speaker")
+    if speaker == "assistant":
+        qs = qs.filter(role="assistant")
+    elif speaker:
+        qs = qs.filter(sender_person_id=int(speaker))
+
+    def day_ms(day: dt.date) -> int:
+        return int(timezone.make_aware(dt.datetime.combine(day, dt.time.min)).timestamp() * 1000)
+
+    if data.get("since"):
+        qs = qs.filter(created_at__gte=day_ms(data["since"]))
+    if data.get("until"):
+        qs = qs.filter(created_at__lt=day_ms(data["until"] + dt.timedelta(days=1)))
+    if data.get("archived") == "yes":
+        qs = qs.filter(episode__isnull=False)
+    elif data.get("archived") == "no":
+        qs = qs.filter(episode__isnull=True)
+    return qs.order_by("-created_at", "-id")
+
+
+def at_a_glance(*, now: int) -> dict[str, Any]:
+    """What an operator checks first: facts learnt today (local midnight), conflict groups
+    waiting, jobs running and failed in the last 24 h, messages waiting to be summarised."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from memory.models import Job
+
+    midnight = timezone.localtime(dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC)).replace(
+        hour=0, minute=0, second=0, microsecond=0)
+    day_ago = dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC) - dt.timedelta(hours=24)
+    jobs = Job.objects.filter(Q(status__in=[Job.Status.QUEUED, Job.Status.RUNNING]) | Q(
+        status=Job.Status.FAILED, finished_at__gte=day_ago)).values_list("status", flat=True)
+    return {
+        "learnt_today": Fact.objects.filter(created_at__gte=int(midnight.timestamp() * 1000)).count(),
+        "conflicts": len(selectors.conflict_group_keys()),
+        "jobs_running": sum(1 for s in jobs if s != Job.Status.FAILED),
+        "jobs_failed": sum(1 for s in jobs if s == Job.Status.FAILED),
+        "pending": sum(selectors.pending_counts().values()),
+    }
+
+
 def attach_senders(messages: Iterable[Message]) -> list[Message]:
     """Set ``message.sender_name`` on a list of messages (one query for all senders)."""
     messages = list(messages)
@@ -245,6 +295,36 @@ def filter_facts(qs: QuerySet[Fact], data: dict[str, Any]) -> QuerySet[Fact]:
     if data.get("origin"):
         qs = qs.filter(origin_kind=data["origin"])
     return qs.defer("embedding", "embedding_q8", "tokens_v2")
+
+
+def match_facts(qs: QuerySet[Fact], query: str, *, ranked: Sequence[int] = (), limit: int = 200) -> list[Fact]:
+    """The rows of a fact search: the ``ranked`` hits of :func:`search_facts` (in their order)
+    that pass ``qs``, then the other facts of ``qs`` whose text contains query terms (most
+    terms first, newest on ties) — one query.
+
+    Recall ranks only valid facts; this text match makes the frozen, invalidated and
+    superseded ones findable too, so the search honours the state filter.
+    """
+    from memory.engine import tokenize
+
+    terms = [t for t in tokenize.query_terms(query) if t][:16]
+    wanted = Q(pk__in=list(ranked))
+    for term in terms:
+        wanted |= Q(content__icontains=term)
+    rows = list(
+        qs.filter(wanted)
+        .annotate(_ranked=Case(When(pk__in=list(ranked), then=Value(0)), default=Value(1)))
+        .order_by("_ranked", "-updated_at", "-id")[: len(ranked) + limit * 5]
+    )
+    order = {fact_id: i for i, fact_id in enumerate(ranked)}
+    hits = sorted((f for f in rows if f.pk in order), key=lambda f: order[f.pk])
+
+    def matched(fact: Fact) -> int:
+        text = fact.content.lower()
+        return sum(len(t) for t in terms if t in text)
+
+    others = sorted((f for f in rows if f.pk not in order), key=matched, reverse=True)  # stable: newest first
+    return hits + others[:limit]
 
 
 def fact_state(fact: Fact) -> str:

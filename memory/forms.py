@@ -71,7 +71,9 @@ class PersonChoiceField(forms.ModelChoiceField):
     widget = FastSelect
 
     def label_from_instance(self, obj: Person) -> str:
-        return f"{obj}（{_('主人')}）" if obj.kind == "owner" else f"{obj}（#{obj.pk}）"
+        if obj.kind == "owner":
+            return str(_("%(name)s（主人）")) % {"name": obj}
+        return str(_("%(name)s（#%(id)s）")) % {"name": obj, "id": obj.pk}
 
 
 class ConflictFilterForm(forms.Form):
@@ -91,7 +93,7 @@ FACT_STATES = [
     ("superseded", _("已被取代")),
     ("pinned", _("永久保留")),
 ]
-ORIGINS = [("", _("全部来源")), ("legacy", "legacy"), ("direct", "direct"), ("group", "group")]
+ORIGINS = [("", _("全部来源")), ("legacy", _("旧数据")), ("direct", _("私聊")), ("group", _("群聊"))]
 NODE_KINDS = [("fact", _("事实")), ("episode", _("情节")), ("knowledge", _("知识"))]
 
 
@@ -108,6 +110,22 @@ class FactFilterForm(forms.Form):
 
 class SearchForm(forms.Form):
     q = forms.CharField(required=False, max_length=200, strip=True)
+
+
+class MessageFilterForm(forms.Form):
+    """Browse one stream's messages: who wrote them, when, summarised into an episode or not."""
+
+    ARCHIVED = [("", _("全部消息")), ("yes", _("已总结进情节")), ("no", _("未总结"))]
+
+    speaker = forms.ChoiceField(required=False)
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    archived = forms.ChoiceField(choices=ARCHIVED, required=False)
+
+    def __init__(self, *args: Any, speakers: Any = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["speaker"].choices = [("", _("全部发言者")), ("assistant", _("机器人")),
+                                          *((str(p.pk), str(p)) for p in speakers)]
 
 
 class EpisodeSearchForm(forms.Form):
@@ -143,7 +161,7 @@ class SpreadForm(forms.Form):
     kind = forms.ChoiceField(choices=NODE_KINDS, required=False)
     ref = IdField(required=False)
     q = forms.CharField(required=False, max_length=200, strip=True)
-    hops = forms.IntegerField(required=False, min_value=1, max_value=3, initial=2)
+    hops = forms.IntegerField(required=False, min_value=1, max_value=4, initial=2)  # as tuning (ppr_hops ≤ 4)
     alpha = forms.FloatField(required=False, min_value=0.05, max_value=0.95)
     limit = forms.IntegerField(required=False, min_value=1, max_value=20, initial=8)
 
@@ -193,7 +211,9 @@ class ImportForm(forms.Form):
 class OperationFilterForm(forms.Form):
     actor = forms.ChoiceField(required=False, choices=[])
     op = forms.ChoiceField(required=False, choices=[])
-    person = IdField(required=False)
+    # The same person picker as the facts page (owner marked, ids beside names), not a raw id.
+    person = PersonChoiceField(Person.objects.order_by("id"), required=False, empty_label=_("全部人物"),
+                               error_messages={"invalid_choice": _("没有这个人物，或编号超出范围。")})
     fact = IdField(required=False)
 
     def __init__(self, *args: object, **kwargs: object) -> None:

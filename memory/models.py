@@ -35,6 +35,7 @@ class Identity(models.Model):
     display_name = models.CharField(max_length=200, blank=True, default="")
 
     class Meta:
+        verbose_name_plural = "identities"
         db_table = "identities"
         constraints = [models.UniqueConstraint(fields=["platform", "external_id"], name="identity_platform_external")]
 
@@ -200,6 +201,7 @@ class ImportBatch(models.Model):
     error = models.TextField(default="", blank=True)
 
     class Meta:
+        verbose_name_plural = "import batches"
         db_table = "import_batches"
         indexes = [models.Index(fields=["created_at"], name="idx_import_batches_created")]
         permissions = [("import_knowledge", "Can import knowledge and delete import batches")]
@@ -223,6 +225,7 @@ class Knowledge(models.Model):
     )
 
     class Meta:
+        verbose_name_plural = "knowledge"
         db_table = "knowledge"
         indexes = [
             models.Index(fields=["import_batch"], name="idx_knowledge_import_batch"),

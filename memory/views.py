@@ -18,6 +18,7 @@ from django.db.models import Count, Max, Min, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import trigger_client_event
 
@@ -27,6 +28,7 @@ from memory.forms import (
     FactFilterForm,
     GraphForm,
     ImportForm,
+    MessageFilterForm,
     PlaygroundForm,
     SearchForm,
     SpreadForm,
@@ -37,6 +39,8 @@ from memory.models import (
     ImportBatch,
     Job,
     Knowledge,
+    Message,
+    Person,
     PipelineEvent,
     Stream,
 )
@@ -75,6 +79,7 @@ def _partial(request: HttpRequest, template_name: str, partial: str) -> str:
 def dashboard(request: HttpRequest) -> HttpResponse:
     now = services.now_ms()
     context = {
+        "glance": console.at_a_glance(now=now),
         "layers": console.layer_counts(),
         "queues": console.stream_queues(),
         "vectors": console.vector_coverage(),
@@ -125,8 +130,21 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
         .order_by("-ended_at", "-id"),
         20,
     ).get_page(request.GET.get("page"))
+    speakers = Person.objects.filter(
+        pk__in=Message.objects.filter(stream=obj, sender_person__isnull=False).values("sender_person").distinct()
+    ).order_by("id")
+    message_form = MessageFilterForm(request.GET, speakers=speakers)
+    message_form.is_valid()
+    messages_page = Paginator(console.filter_messages(obj, getattr(message_form, "cleaned_data", {})), PAGE_SIZE
+                              ).get_page(request.GET.get("mpage"))
+    messages_page.object_list = console.attach_senders(messages_page.object_list)
+    if wants_fragment(request) and request.htmx.target == "stream-messages":
+        return render(request, "console/stream.html#stream-messages",
+                      {"stream": obj, "message_form": message_form, "messages_page": messages_page})
     context = {
         "stream": obj,
+        "message_form": message_form,
+        "messages_page": messages_page,
         "working": console.attach_senders(selectors.working_memory(stream_id=obj.pk, limit=40)),
         "batches": batches,
         "form": form,
@@ -159,6 +177,19 @@ def episodes(request: HttpRequest) -> HttpResponse:
     return render(request, template, {"form": form, "page": page, "hits": hits})
 
 
+@login_required
+@permission_required("memory.view_episode", raise_exception=True)
+@require_GET
+def episode(request: HttpRequest, pk: int) -> HttpResponse:
+    """One episode: its summary and cues, and the messages it summarises."""
+    obj = get_object_or_404(Episode.objects.select_related("stream").annotate(n_messages=Count("messages")), pk=pk)
+    console.attach_cues([obj])
+    console.placeholder_reasons([obj])
+    page = Paginator(obj.messages.order_by("id"), PAGE_SIZE).get_page(request.GET.get("page"))
+    page.object_list = console.attach_senders(page.object_list)
+    return render(request, "console/episode.html", {"ep": obj, "page": page})
+
+
 # --- facts -----------------------------------------------------------------------
 
 
@@ -174,8 +205,8 @@ def facts(request: HttpRequest) -> HttpResponse:
     breakdown: dict[int, Any] = {}
     if data.get("q"):
         hits = console.search_facts(query=data["q"], now=now)
-        by_id = qs.in_bulk([h.id for h in hits])
-        rows = [by_id[h.id] for h in hits if h.id in by_id]
+        # The ranked hits, then (the search honours the state filter) facts recall never sees, matched by text.
+        rows = console.match_facts(qs, data["q"], ranked=[h.id for h in hits])
         breakdown = {h.id: h for h in hits}
         page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     else:
@@ -306,6 +337,32 @@ def playground(request: HttpRequest) -> HttpResponse:
         result = console.preview_turn(form.cleaned_data)
     return render(request, _partial(request, "console/playground.html", "playground-result"),
                   {"form": form, "result": result})
+
+
+# --- help ------------------------------------------------------------------------
+
+#: What each role can do: (what, the permission that allows it). README.md has the same table.
+CAPABILITIES = [
+    (gettext_lazy("浏览记忆：总览、会话流、情节、事实、知识、后台任务"), VIEW),
+    (gettext_lazy("整理事实：永久保留、标失效、恢复、改写；裁决冲突组"), "curation.curate_fact"),
+    (gettext_lazy("查看操作流水"), "curation.view_factoperation"),
+    (gettext_lazy("撤销操作"), "curation.undo_operation"),
+    (gettext_lazy("导入知识、删除导入批次"), "memory.import_knowledge"),
+    (gettext_lazy("联想网络与扩散预览"), "memory.preview_association"),
+    (gettext_lazy("召回演练"), "memory.preview_recall"),
+    (gettext_lazy("检索调优：评估、对比、应用参数方案"), "tuning.tune_retrieval"),
+]
+
+
+@login_required
+@require_GET
+def help_page(request: HttpRequest) -> HttpResponse:
+    """Who can do what (from the role definitions themselves), and how the console is organised."""
+    from memory.management.commands.ensure_roles import ROLES
+
+    rows = [(label, [perm in ROLES[role] for role in ROLES] + [True]) for label, perm in CAPABILITIES]
+    rows.append((gettext_lazy("管理后台"), [False for _role in ROLES] + [True]))
+    return render(request, "console/help.html", {"roles": list(ROLES), "rows": rows})
 
 
 # --- jobs ------------------------------------------------------------------------

@@ -57,7 +57,7 @@ class DraftForm(forms.Form):
                 required=False,
                 label=param,
                 widget=forms.NumberInput(
-                    attrs={"step": step, "min": spec.min, "max": spec.max, "placeholder": _("不改"), "class": "draft"}
+                    attrs={"step": step, "min": spec.min, "max": spec.max, "placeholder": _("不改"), "class": "draft", "size": 10}
                 ),
             )
 

@@ -15,6 +15,5 @@ urlpatterns = [
     path("export/", views.export, name="export"),
     path("compare/", views.compare, name="compare"),
     path("jobs/<int:pk>/", views.job, name="job"),
-    path("jobs/<int:pk>/progress/", views.job_progress, name="job_progress"),
     path("jobs/<int:pk>/report.json", views.job_json, name="job_json"),
 ]

@@ -17,7 +17,6 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
@@ -25,6 +24,7 @@ from memory.broker import BrokerUnavailable
 from memory.models import Job, Turn
 from tuning import evaluation, services
 from tuning.forms import ACTIVE_CHOICE, CompareForm, DraftForm, draft_initial, target_for_choice
+from tuning.labels import GROUP_LABELS
 from tuning.services import ProfileError
 
 PERM = "tuning.tune_retrieval"
@@ -34,7 +34,6 @@ CONFIGURED = {
     "recalled_episode_limit": "RECALLED_EPISODE_LIMIT",
     "recent_episode_limit": "RECENT_EPISODE_LIMIT",
 }
-GROUP_LABELS = {"all": "全部", "group": "群聊", "direct": "私聊"}
 
 
 def tuner_required(view):
@@ -273,18 +272,6 @@ def job(request: HttpRequest, pk: int) -> HttpResponse:
     job = _tuning_job(pk)
     template = "tuning/compare.html" if job.kind == "compare" else "tuning/report.html"
     return render(request, template, _report_context(job, request))
-
-
-@tuner_required
-@require_GET
-def job_progress(request: HttpRequest, pk: int) -> HttpResponse:
-    """The progress fragment; once the job has finished, htmx reloads the whole page."""
-    job = _tuning_job(pk)
-    if job.finished and getattr(request, "htmx", False):
-        response = HttpResponse("")
-        response["HX-Redirect"] = reverse("tuning:job", args=[job.pk])
-        return response
-    return render(request, "tuning/_progress.html", {"job": job})
 
 
 @tuner_required

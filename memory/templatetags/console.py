@@ -10,6 +10,8 @@ import datetime as dt
 from django import template
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 register = template.Library()
 
@@ -38,6 +40,18 @@ def format_ms(value: object, pattern: str = "%Y-%m-%d %H:%M", *, local: bool = T
 def ms(value: int | None) -> str:
     """Epoch milliseconds → local ``YYYY-MM-DD HH:MM`` (empty for None, raw value when out of range)."""
     return format_ms(value)
+
+
+@register.filter
+def iso_time(value: object) -> str:
+    """An ISO 8601 instant (reports store UTC ``…Z``) → local ``YYYY-MM-DD HH:MM``, like every other time."""
+    try:
+        moment = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return str(value or "")
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M")
 
 
 @register.filter
@@ -80,3 +94,170 @@ def query_with(context: template.Context, **changes: object) -> str:
             params[key] = str(value)
     encoded = params.urlencode()
     return f"?{encoded}" if encoded else "?"
+
+
+#: What a job kind does, in an operator's words.
+JOB_KINDS = {
+    "import": gettext_lazy("导入知识"),
+    "evaluate": gettext_lazy("检索评估"),
+    "compare": gettext_lazy("参数对比"),
+    "backfill": gettext_lazy("补全向量"),
+    "decay": gettext_lazy("记忆衰减"),
+    "tuning_probe": gettext_lazy("调优探针"),
+}
+
+
+@register.filter
+def job_kind(job: object) -> str:
+    kind = getattr(job, "kind", "")
+    return str(JOB_KINDS.get(kind, kind))
+
+
+def _target(label: object) -> str:
+    from tuning.labels import target_label as label_of
+
+    return label_of(str(label or ""))
+
+
+STREAM_KINDS = {"direct": gettext_lazy("私聊"), "group": gettext_lazy("群聊"), "desktop": gettext_lazy("桌面")}
+
+
+@register.filter
+def stream_kind(kind: object) -> str:
+    return str(STREAM_KINDS.get(str(kind), kind))
+
+
+def _ndcg(value: object) -> str:
+    return "—" if value is None else f"{float(value):.4f}"
+
+
+@register.filter
+def job_subject(job: object) -> str:
+    """What a job ran on: the import's source, the evaluated profile, the compared pair."""
+    params = getattr(job, "params", None) or {}
+    kind = getattr(job, "kind", "")
+    if kind == "import":
+        name = params.get("origin_name") or _("未命名来源")
+        return _("来源「%(name)s」") % {"name": name}
+    if kind == "evaluate":
+        target = params.get("target") or {}
+        return _("参数组「%(label)s」") % {"label": _target(target.get("label") or target.get("profile"))}
+    if kind == "compare":
+        a, b = params.get("a") or {}, params.get("b") or {}
+        return _("「%(a)s」对比「%(b)s」") % {
+            "a": _target(a.get("label") or a.get("profile") or "A"), "b": _target(b.get("label") or b.get("profile") or "B"),
+        }
+    return ""
+
+
+@register.filter
+def job_headline(job: object) -> str:
+    """The headline result of a finished job in one line (empty while it runs or when it failed)."""
+    result = getattr(job, "result", None) or {}
+    if not result or getattr(job, "status", "") != "done":
+        return ""
+    kind = getattr(job, "kind", "")
+    try:
+        if kind == "import":
+            return _("提交 %(submitted)s 条：新增 %(added)s，重复 %(duplicated)s，已向量化 %(embedded)s") % {
+                key: result.get(key, 0) for key in ("submitted", "added", "duplicated", "embedded")
+            }
+        if kind == "evaluate":
+            overall = (result.get("groups") or {}).get("all") or {}
+            return _("%(n)s 个回合：nDCG@%(k)s %(ndcg)s，回放不一致 %(mismatched)s 个") % {
+                "n": result.get("sample_count", 0), "k": result.get("k", ""), "ndcg": _ndcg(overall.get("ndcg_mean")),
+                "mismatched": (result.get("reconcile") or {}).get("mismatched", 0),
+            }
+        if kind == "compare":
+            a = ((result.get("a") or {}).get("groups") or {}).get("all") or {}
+            b = ((result.get("b") or {}).get("groups") or {}).get("all") or {}
+            return _("%(n)s 个回合：nDCG %(a)s → %(b)s，%(changed)s 个回合的结果变了") % {
+                "n": result.get("sample_count", 0), "a": _ndcg(a.get("ndcg_mean")), "b": _ndcg(b.get("ndcg_mean")),
+                "changed": result.get("changed_turns", 0),
+            }
+    except (TypeError, ValueError, AttributeError):
+        return ""
+    # Other kinds: their plain numbers, never nested structures.
+    return " · ".join(f"{k} {v}" for k, v in result.items() if isinstance(v, int | float) and not isinstance(v, bool))
+
+
+@register.filter
+def param_label(name: object) -> str:
+    """A tuning parameter's meaning in the interface language (its code name when unknown)."""
+    from tuning.labels import PARAM_LABELS
+
+    return str(PARAM_LABELS.get(str(name), name))
+
+
+@register.filter
+def param_help(name: object) -> str:
+    from tuning.labels import PARAM_HELP
+
+    return str(PARAM_HELP.get(str(name), ""))
+
+
+@register.filter
+def param_kind(kind: object) -> str:
+    from tuning.labels import PARAM_KINDS
+
+    return str(PARAM_KINDS.get(str(kind), kind))
+
+
+@register.filter
+def target_label(label: object) -> str:
+    from tuning.labels import target_label as label_of
+
+    return label_of(str(label or ""))
+
+
+@register.filter
+def profile_name(name: object) -> str:
+    from tuning.labels import profile_name as name_of
+
+    return name_of(str(name or ""))
+
+
+ORIGINS = {"legacy": gettext_lazy("旧数据"), "direct": gettext_lazy("私聊"), "group": gettext_lazy("群聊")}
+ROLES = {"user": gettext_lazy("用户"), "assistant": gettext_lazy("机器人"), "system": gettext_lazy("系统")}
+SOURCES = {"import_center": gettext_lazy("导入中心"), "import": gettext_lazy("导入"), "seed": gettext_lazy("初始数据")}
+
+
+@register.filter
+def origin_label(origin: object) -> str:
+    """Where a fact was learnt (legacy / direct / group) in the interface language."""
+    return str(ORIGINS.get(str(origin), origin))
+
+
+@register.filter
+def role_label(role: object) -> str:
+    """Who wrote a message (user / assistant) in the interface language."""
+    return str(ROLES.get(str(role), role))
+
+
+@register.filter
+def source_label(source: object) -> str:
+    return str(SOURCES.get(str(source), source))
+
+
+EVENTS = {
+    "memory_fact_scope_blocked": gettext_lazy("一条私聊里学到的事实没有在群聊里说出（可见性规则）"),
+    "memory_ppr_timeout": gettext_lazy("联想扩散超时，已改用固定跳数"),
+    "memory_extract_failed": gettext_lazy("事实抽取失败，稍后重试"),
+    "summary_batch_skipped": gettext_lazy("一批消息三次总结失败，已跳过（留了占位情节）"),
+    "fact_extract_batch_skipped": gettext_lazy("一批消息的事实抽取多次失败，已跳过"),
+}
+
+
+@register.filter
+def event_label(kind: object) -> str:
+    """A pipeline event in an operator's words (the code name only for kinds not listed)."""
+    return str(EVENTS.get(str(kind), kind))
+
+
+NODE_KINDS = {"fact": gettext_lazy("事实"), "episode": gettext_lazy("情节"), "knowledge": gettext_lazy("知识")}
+
+
+@register.filter
+def node_kind(kind: object) -> str:
+    """A graph node kind (fact / episode / knowledge) in the interface language."""
+    return str(NODE_KINDS.get(str(kind), kind))

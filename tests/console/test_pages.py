@@ -44,12 +44,13 @@ def test_dashboard_shows_layers_queues_vectors_edges_and_events(operator, memory
     # knowledge, nodes) + streams + pending counts + the cursor meta row + lag counts
     # (one grouped query) + 2 × 3 vector coverage counts (total, without a vector, SQ8
     # pending: each answered by an index) + edge aggregate + last decay event + recent
-    # events = AUTH + 20.
-    with django_assert_num_queries(AUTH + 20):
+    # events = AUTH + 20; the at-a-glance row: facts learnt today, conflict groups, jobs,
+    # pending counts = 4 more.
+    with django_assert_num_queries(AUTH + 24):
         response = operator.get(reverse("console:dashboard"))
     html = response.content.decode()
     assert response.status_code == 200
-    assert "memory_ppr_timeout" in html
+    assert ">memory_ppr_timeout<" not in html and "联想扩散超时" in html  # events in an operator's words
     assert "最近一次衰减" in html and "还没有运行过" not in html
     # The direct stream: cursor after the second of its 4 messages → lag 2; no cursor → every message.
     queues = {q["stream"].pk: q for q in response.context["queues"]}
@@ -95,8 +96,9 @@ def test_streams_list(operator, memory_set, django_assert_num_queries):
 
 def test_stream_page_shows_working_memory_batches_and_search(operator, memory_set, django_assert_num_queries):
     url = reverse("console:stream", args=[memory_set["direct"].pk])
-    # AUTH + stream + batch count + working memory + their senders (one query) + batch page.
-    with django_assert_num_queries(AUTH + 5):
+    # AUTH + stream + batch count + working memory + their senders (one query) + batch page
+    # + the message browser: speaker options, message count, message page, its senders.
+    with django_assert_num_queries(AUTH + 9):
         response = operator.get(url)
     html = response.content.decode()
     assert "我对花生过敏" in html  # pending → working memory
@@ -189,7 +191,7 @@ def test_fact_detail(operator, memory_set, frozen_now, django_assert_num_queries
     with django_assert_num_queries(AUTH + 9):
         response = operator.get(reverse("console:fact", args=[f1]))
     html = response.content.decode()
-    assert 'class="past"' in html and 'class="projected"' in html and "FREEZE 0.1" in html and "REVIVE 0.15" in html
+    assert 'class="past"' in html and 'class="projected"' in html and "冻结线 0.1" in html and "复苏线 0.15" in html
     assert 'class="due-at"' in html
     assert "小林喜欢猫" in html  # a neighbour
     chain = operator.get(reverse("console:fact", args=[f2])).content.decode()
@@ -225,8 +227,8 @@ def test_operations_log_filters(reviewer, memory_set, frozen_now, django_assert_
     pin = curation.pin_fact(fact_id=f3, user="op", at=NOW)
     curation.invalidate_fact(fact_id=f1, user="op", at=NOW + 1)
     curation.undo_operation(operation_id=pin.pk, user="rev", at=NOW + 2)
-    # AUTH + count + page (fact, related fact and person joined).
-    with django_assert_num_queries(AUTH + 2):
+    # AUTH + count + page (fact, related fact and person joined) + the person picker's options.
+    with django_assert_num_queries(AUTH + 3):
         response = reviewer.get(reverse("curation:operations"))
     html = response.content.decode()
     assert "已撤销" in html and "撤销条目" in html and html.count('data-undo="') == 1

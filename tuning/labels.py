@@ -1,0 +1,51 @@
+"""Operator-facing names of tuning codes (the engine keeps its code names and Chinese labels
+without Django; these are the translatable ones the console shows)."""
+from __future__ import annotations
+
+import re
+
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+PARAM_LABELS = {
+    "bm25_weight": gettext_lazy("词面相关度权重"),
+    "retention_weight_floor": gettext_lazy("留存度权重下限"),
+    "ppr_alpha": gettext_lazy("PPR 回迁概率"),
+    "ppr_hops": gettext_lazy("PPR 跳数"),
+    "pool_score_percentile": gettext_lazy("候选池分数百分位"),
+    "fact_recall_limit": gettext_lazy("进提示词的事实条数上限"),
+    "recalled_episode_limit": gettext_lazy("情节召回条数"),
+    "recent_episode_limit": gettext_lazy("近期情节条数"),
+}
+#: What turning each parameter changes (the "meaning" column of the parameter table).
+PARAM_HELP = {
+    "bm25_weight": gettext_lazy("词面命中（BM25）在相关度里占多大分量"),
+    "retention_weight_floor": gettext_lazy("快被遗忘的事实在得分里至少还占多少分量"),
+    "ppr_alpha": gettext_lazy("联想扩散每一步回到起点的概率；越大越贴近起点"),
+    "ppr_hops": gettext_lazy("联想最多走几步"),
+    "pool_score_percentile": gettext_lazy("只保留得分在这个百分位以上的候选（0 = 全部保留）"),
+    "fact_recall_limit": gettext_lazy("每轮最多放进提示词的事实条数"),
+    "recalled_episode_limit": gettext_lazy("每轮按话题想起的情节条数"),
+    "recent_episode_limit": gettext_lazy("每轮按时间带上的最近情节条数"),
+}
+PARAM_KINDS = {"float": gettext_lazy("小数"), "int": gettext_lazy("整数")}
+GROUP_LABELS = {"all": gettext_lazy("全部"), "group": gettext_lazy("群聊"), "direct": gettext_lazy("私聊")}
+
+_ACTIVE = re.compile(r"^当前生效（(.*)）$")
+
+
+def profile_name(name: str | None) -> str:
+    """A profile name; the built-in ``default`` profile in the interface language."""
+    return _("默认") if not name or name == "default" else str(name)
+
+
+def target_label(label: str | None) -> str:
+    """The label of an evaluated target; the ones the console wrote itself are translated
+    (``草稿``, ``当前生效（name）``), a name an operator typed is shown as typed."""
+    label = label or ""
+    if label in ("", "草稿"):
+        return _("草稿")
+    match = _ACTIVE.match(label)
+    if match:
+        return _("当前生效（%(name)s）") % {"name": profile_name(match.group(1))}
+    return label
