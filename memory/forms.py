@@ -173,9 +173,12 @@ class SpreadForm(forms.Form):
 
 
 class PlaygroundForm(forms.Form):
-    stream = forms.ModelChoiceField(Stream.objects.order_by("id"), empty_label=None, widget=FastSelect)
-    speaker = forms.ModelChoiceField(Person.objects.order_by("id"), empty_label=None, widget=FastSelect)
-    text = forms.CharField(max_length=2000, strip=True, widget=forms.Textarea(attrs={"rows": 3}))
+    stream = forms.ModelChoiceField(Stream.objects.order_by("id"), empty_label=None, widget=FastSelect,
+                                    label=_("会话流"))
+    speaker = forms.ModelChoiceField(Person.objects.order_by("id"), empty_label=None, widget=FastSelect,
+                                     label=_("说话人"))
+    text = forms.CharField(max_length=2000, strip=True, widget=forms.Textarea(attrs={"rows": 3}), label=_("这句话"),
+                           error_messages={"required": _("请输入一句话（只有空白不算）。")})
     impression = forms.CharField(required=False, max_length=2000, strip=True, widget=forms.Textarea(attrs={"rows": 2}))
 
 

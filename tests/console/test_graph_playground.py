@@ -146,3 +146,20 @@ def test_playground_shows_the_confirmed_ranking_the_bot_would_get(staff, memory_
     html = response.content.decode()
     assert "dense" in html or "lexical" in html
     assert f"{result['pool'][0]['fact'].cosine:.3f}" in html
+
+
+def test_playground_says_why_a_whitespace_only_text_shows_nothing(staff, memory_set, frozen_now):
+    direct, alice = memory_set["direct"], memory_set["alice"]
+    response = staff.get(reverse("console:playground"), {"stream": direct.pk, "speaker": alice.pk, "text": "   "},
+                         HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert 'id="playground-errors"' in body and "只有空白不算" in body
+
+
+def test_playground_with_an_empty_prompt_numbers_nothing(staff, memory_set, frozen_now):
+    direct, alice = memory_set["direct"], memory_set["alice"]
+    response = staff.get(reverse("console:playground"), {"stream": direct.pk, "speaker": alice.pk, "text": "量子色动力学"})
+    body = response.content.decode()
+    assert 'id="playground-no-facts"' in body
+    assert '<li class="muted">' not in body
