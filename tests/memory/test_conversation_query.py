@@ -38,15 +38,19 @@ def _turn(stream, person, text, at, vector=None):
     return ctx, recall.confirm_turn(turn_id=ctx.turn_id, query_embedding=vector, at=at + 1)
 
 
-def test_the_previous_user_line_brings_the_fact_the_turn_is_about(person, direct_stream):
+def test_the_previous_user_line_brings_the_fact_the_turn_is_about_into_the_pool(person, direct_stream):
+    """The lexical channel finds it; weighted by recency (two lines back: 0.25) its coverage is
+    under the lexical floor, so it enters the prompt only on its cosine (the dense test below)."""
     basketball = services.add_fact(person_id=person.pk, content="玩家周末喜欢打篮球", kind="偏好", at=NOW - 30 * DAY)
     _say(direct_stream, person, "下午一起去打篮球吗", NOW)
     _say(direct_stream, person, "好啊，几点？", NOW + 1000, role="assistant")
     _say(direct_stream, person, "当然是三点啊", NOW + 2000)
     ctx, result = _turn(direct_stream, person, "当然是三点啊", NOW + 3000)
-    assert [p.fact.id for p in result.facts] == [basketball.fact_id]
     [line] = [f for f in ctx.pool if f.id == basketball.fact_id]
-    assert line.source == "context"
+    assert line.source == "context" and not line.eligible and result.facts == []
+    with overrides_scope({"context_half_life": 20.0}):  # a long memory of the conversation: weight ≈ 0.93
+        ctx, result = _turn(direct_stream, person, "当然是三点啊", NOW + 4000)
+    assert [p.fact.id for p in result.facts] == [basketball.fact_id]
     turn = Turn.objects.get(pk=ctx.turn_id)
     assert len(turn.context_message_ids) == 2  # the two lines before the turn's own line, newest first
     assert Message.objects.get(pk=turn.context_message_ids[1]).content == "下午一起去打篮球吗"
@@ -109,7 +113,7 @@ def test_the_dense_channel_reads_the_recent_messages_vectors_once(person, direct
     turn_vector = np.array([0.0, 1.0, 0.0, 0.0], dtype=np.float32)  # the turn's line says nothing of sport
     ctx, result = _turn(direct_stream, person, "几点", NOW + 2000, vector=turn_vector)
     assert [p.fact.id for p in result.facts] == [sport]
-    assert result.facts[0].fact.cosine == pytest.approx(2 ** -0.5, abs=0.02)  # weight of the line before
+    assert result.facts[0].fact.cosine == pytest.approx(0.5, abs=0.02)  # the weight of the line before
     assert embedder.texts == ["下午一起去打篮球吗"]
     # the next turn reuses the stored vector: nothing is embedded twice
     _say(direct_stream, person, "三点吧", NOW + 3000)
