@@ -223,11 +223,43 @@ def render(results: dict) -> str:
         "`both` is the product default. See `bench/eval_context.py` for how each data set becomes turns.",
         "",
     ]
+    lines += _locomo_api_rows()
     for name, block in results["datasets"].items():
         lines += [f"**{name}** ({block['variants']['both'].get('n', 0)} turns)", ""]
         rows = [[v, *(block["variants"][v].get(k, 0.0) for k in ("R@1", "R@3", "R@5", "MRR"))] for v in VARIANTS]
         lines += [md_table(["variant", "R@1", "R@3", "R@5", "MRR"], rows), ""]
     return "\n".join(lines)
+
+
+#: LoCoMo lived through the API (``bench.eval_api``) with the conversation off and at the old
+#: half-life, next to the product's own run: its questions come after the conversation's last
+#: lines, so the context can only cost (the check that it does not cost much).
+API_RUNS = {
+    "context off (`--profile '{\"context_lexical_lines\": 0, \"context_dense_messages\": 0}'`)": "eval_api_context_off.json",
+    "context, half-life 2 messages (`--profile '{\"context_half_life\": 2.0}'`)": "eval_api_context_halflife2.json",
+    "context, half-life 1 message — the default (`make eval`)": "eval_api.json",
+}
+
+
+def _locomo_api_rows() -> list[str]:
+    rows = []
+    for label, name in API_RUNS.items():
+        path = RESULTS_DIR / name
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text(encoding="utf-8"))
+        methods = data.get("locomo", {}).get("methods", {})
+        if "ours_turn" not in methods:
+            continue
+        ours, bm25 = methods["ours_turn"]["overall"], methods["bm25s_facts"]["overall"]
+        rows.append([label, ours["R@1"], ours["R@5"], ours["nDCG@5"], f"{ours['R@5'] / bm25['R@5']:.3f}×"])
+    if not rows:
+        return []
+    return [
+        f"**LoCoMo through the API** ({methods['ours_turn']['overall'].get('n', 0)} questions after the last session; "
+        "`python -m bench.eval_api --skip-memdaily --no-markdown --output … --profile …`)", "",
+        md_table(["turn query", "R@1", "R@5", "nDCG@5", "R@5 / bm25s"], rows), "",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
