@@ -16,6 +16,13 @@ PARAM_LABELS = {
     "fact_recall_limit": gettext_lazy("进提示词的事实条数上限"),
     "recalled_episode_limit": gettext_lazy("情节召回条数"),
     "recent_episode_limit": gettext_lazy("近期情节条数"),
+    "seed_blend": gettext_lazy("沿用种子的乘法排序"),
+    "retention_prior": gettext_lazy("留存度先验权重"),
+    "lexical_coverage_floor": gettext_lazy("词面覆盖下限"),
+    "dense_cosine_floor": gettext_lazy("向量余弦下限"),
+    "context_lexical_lines": gettext_lazy("对话上下文：词面查询的用户行数"),
+    "context_dense_messages": gettext_lazy("对话上下文：向量查询的消息条数"),
+    "context_half_life": gettext_lazy("对话上下文：权重半衰（条）"),
 }
 #: What turning each parameter changes (the "meaning" column of the parameter table).
 PARAM_HELP = {
@@ -27,6 +34,13 @@ PARAM_HELP = {
     "fact_recall_limit": gettext_lazy("每轮最多放进提示词的事实条数"),
     "recalled_episode_limit": gettext_lazy("每轮按话题想起的情节条数"),
     "recent_episode_limit": gettext_lazy("每轮按时间带上的最近情节条数"),
+    "seed_blend": gettext_lazy("1 = 种子的排序：相关度 × 留存权重，没有相关度下限（用来和默认排序对比）"),
+    "retention_prior": gettext_lazy("相关度相近时，留存度（新鲜、牢固）能把一条事实往前推多少（占候选池最佳相关度的比例）"),
+    "lexical_coverage_floor": gettext_lazy("事实至少要覆盖查询多少信息量（IDF）才算相关；不够又没有向量支撑的不进提示词"),
+    "dense_cosine_floor": gettext_lazy("事实与查询的向量余弦至少多少才算相关"),
+    "context_lexical_lines": gettext_lazy("最近几条用户发言也用来检索（0 = 只看这一句）"),
+    "context_dense_messages": gettext_lazy("最近几条消息的向量也参与比较（0 = 只看这一句）"),
+    "context_half_life": gettext_lazy("越早的发言权重越低：每隔这么多条减半"),
 }
 PARAM_KINDS = {"float": gettext_lazy("小数"), "int": gettext_lazy("整数")}
 GROUP_LABELS = {"all": gettext_lazy("全部"), "group": gettext_lazy("群聊"), "direct": gettext_lazy("私聊")}

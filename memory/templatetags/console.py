@@ -234,6 +234,15 @@ def role_label(role: object) -> str:
     return str(ROLES.get(str(role), role))
 
 
+CHANNELS = {"lexical": gettext_lazy("词面"), "dense": gettext_lazy("向量"), "context": gettext_lazy("对话上下文")}
+
+
+@register.filter
+def channel_label(channel: object) -> str:
+    """Which channel found a recall candidate (lexical / dense / context) in the interface language."""
+    return str(CHANNELS.get(str(channel), channel))
+
+
 @register.filter
 def source_label(source: object) -> str:
     return str(SOURCES.get(str(source), source))

@@ -20,8 +20,10 @@ NAV = {
     "operator": {"总览", "事实", "冲突组"},
     "reviewer": {"总览", "事实", "操作流水"},
     "staff": {"总览", "导入中心", "联想网络", "召回演练", "检索调优"},
-    "demo": {"总览", "事实", "冲突组", "操作流水", "导入中心", "联想网络", "召回演练", "检索调优", "管理后台"},
+    "demo": {"总览", "事实", "冲突组", "操作流水", "导入中心", "联想网络", "召回演练", "检索调优"},
 }
+#: account-level links beside the user name (not in the nav): the admin site and API tokens
+ACCOUNT = {"operator": set(), "reviewer": set(), "staff": set(), "demo": {"管理后台", "API 令牌", "帮助"}}
 HIDDEN = {"operator": {"操作流水", "联想网络"}, "reviewer": {"导入中心", "召回演练"}, "staff": {"操作流水"}, "demo": set()}
 
 
@@ -31,6 +33,10 @@ def test_each_role_logs_in_and_sees_its_part_of_the_console(login, live_server, 
         links = set(page.locator("header nav a").all_inner_texts())
         assert NAV[username] <= links, (username, links)
         assert not (HIDDEN[username] & links), (username, links)
+        account = set(page.locator("header .who a").all_inner_texts())
+        assert ACCOUNT[username] <= account and "帮助" in account, (username, account)
+        if username != "demo":
+            assert not ({"管理后台", "API 令牌"} & account), (username, account)
         forbidden = page.goto(f"{live_server.url}{reverse('console:graph')}")
         assert forbidden.status == (200 if username in ("staff", "demo") else 403)
 

@@ -19,9 +19,10 @@ CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]+")
 #: Latin words allowed in the Chinese interface: proper names, units, metric names.
 LATIN_OK = {
     "Memory", "Console", "BM25", "nDCG", "PPR", "JSON", "ID", "SQ8", "API", "top", "k", "ms", "h", "s", "qq",
-    "Celery", "Redis", "FTS5", "A", "B", "PageRank", "Ctrl", "C", "PORT", "make", "run", "KB", "UTF",
+    "Celery", "Redis", "FTS5", "A", "B", "PageRank", "IDF", "Ctrl", "C", "PORT", "make", "run", "KB", "UTF",
     "desktop",  # data: the platform of the desktop stream, like qq
     "demo", "operator", "reviewer", "staff",  # data: user names
+    "seed",  # the name of the built-in retrieval profile (a name, like a profile an operator saves)
 }
 LATIN = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 

@@ -41,7 +41,7 @@ def test_an_admin_creates_a_token_sees_it_once_and_revokes_it(login, live_server
     from memory.models import ApiToken
 
     admin = login("demo")
-    admin.click("header nav >> text=API 令牌")
+    admin.click("header .who >> text=API 令牌")
     admin.fill("input[name=name]", "读书群机器人")
     admin.check('input[name=scopes][value="curation"]')
     admin.click("form button.primary >> text=创建")
