@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -266,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memdaily-limit", type=int, default=None, help="at most this many MemDaily noisy questions")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     setup_store()
     from django.conf import settings
