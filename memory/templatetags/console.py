@@ -217,35 +217,28 @@ def profile_name(name: object) -> str:
     return name_of(str(name or ""))
 
 
-ORIGINS = {"legacy": gettext_lazy("旧数据"), "direct": gettext_lazy("私聊"), "group": gettext_lazy("群聊")}
-ROLES = {"user": gettext_lazy("用户"), "assistant": gettext_lazy("机器人"), "system": gettext_lazy("系统")}
-SOURCES = {"import_center": gettext_lazy("导入中心"), "import": gettext_lazy("导入"), "seed": gettext_lazy("初始数据")}
+#: Codes shown to operators, by filter: each filter gives a code's label in the interface
+#: language (an unknown code is shown as it is).
+CODE_LABELS = {
+    # where a fact was learnt
+    "origin_label": {"legacy": gettext_lazy("旧数据"), "direct": gettext_lazy("私聊"), "group": gettext_lazy("群聊")},
+    # who wrote a message
+    "role_label": {"user": gettext_lazy("用户"), "assistant": gettext_lazy("机器人"), "system": gettext_lazy("系统")},
+    # which channel found a recall candidate
+    "channel_label": {"lexical": gettext_lazy("词面"), "dense": gettext_lazy("向量"), "context": gettext_lazy("对话上下文")},
+    # where knowledge came from
+    "source_label": {
+        "import_center": gettext_lazy("导入中心"), "import": gettext_lazy("导入"), "seed": gettext_lazy("初始数据"),
+    },
+}
 
 
-@register.filter
-def origin_label(origin: object) -> str:
-    """Where a fact was learnt (legacy / direct / group) in the interface language."""
-    return str(ORIGINS.get(str(origin), origin))
+def _code_filter(name: str, labels: dict) -> None:
+    register.filter(name, lambda code: str(labels.get(str(code), code)))
 
 
-@register.filter
-def role_label(role: object) -> str:
-    """Who wrote a message (user / assistant) in the interface language."""
-    return str(ROLES.get(str(role), role))
-
-
-CHANNELS = {"lexical": gettext_lazy("词面"), "dense": gettext_lazy("向量"), "context": gettext_lazy("对话上下文")}
-
-
-@register.filter
-def channel_label(channel: object) -> str:
-    """Which channel found a recall candidate (lexical / dense / context) in the interface language."""
-    return str(CHANNELS.get(str(channel), channel))
-
-
-@register.filter
-def source_label(source: object) -> str:
-    return str(SOURCES.get(str(source), source))
+for _name, _labels in CODE_LABELS.items():
+    _code_filter(_name, _labels)
 
 
 EVENTS = {

@@ -144,7 +144,7 @@ def test_playground_shows_the_confirmed_ranking_the_bot_would_get(staff, memory_
     confirmed = recall.confirm_turn(turn_id=ctx.turn_id, at=NOW)
     assert shown == [(p.fact.id, p.fact.score) for p in confirmed.facts]
     html = response.content.decode()
-    assert "dense" in html or "lexical" in html
+    assert "向量" in html or "词面" in html  # the channel, in the interface language
     assert f"{result['pool'][0]['fact'].cosine:.3f}" in html
 
 
