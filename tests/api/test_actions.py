@@ -80,9 +80,11 @@ def test_inspect_ranks_by_bm25(api):
     assert r.status_code == 200, r.content
     assert [m["id"] for m in r.json()["messages"]] == [rare]
     body = api.post("actions/inspect", {"stream": stream(), "query": "吃饭 乌龙茶", "limit": 3}).json()["messages"]
-    assert [m["id"] for m in body] == [rare, common[-2], common[-1]]  # chronological; ties: newer first
+    ids = [m["id"] for m in body]
+    # chronological; the rare match first, then two of the six equally scored common ones
+    assert ids[0] == rare and set(ids[1:]) <= set(common) and ids == sorted(ids)
     scores = {m["id"]: m["score"] for m in body}
-    assert scores[rare] > scores[common[-1]] == scores[common[-2]] > 0
+    assert scores[rare] > scores[ids[1]] > 0 and scores[ids[1]] == pytest.approx(scores[ids[2]], rel=1e-6)
     # FTS syntax in the query is plain text
     assert api.post("actions/inspect", {"stream": stream(), "query": 'stream : "s1" OR 吃饭*'}).status_code == 200
 
