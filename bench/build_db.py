@@ -2,8 +2,8 @@
 
 Text: template sentences mixed with real Chinese sentences of MemDaily (read from
 ``../shared/data``; ``--templates-only`` without them). Default scale (the engine issue's): 2,000 persons, 20,000 facts, 25,000 knowledge
-items with 512-d vectors, 200,000 messages, 20,000 episodes (3 cues each) and
-100,000 association edges. Rows are written in bulk, but every FTS row is
+items with 512-d vectors, 200,000 messages (each with a 512-d vector, as the embedding
+backfill leaves them), 20,000 episodes (3 cues each) and 100,000 association edges. Rows are written in bulk, but every FTS row is
 produced by the same tokeniser and lexical module the services use.
 
     python -m bench.build_db --out /tmp/memory-bench.sqlite3 [--scale 0.1]
@@ -226,11 +226,17 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512, real_tex
         cur.executemany("INSERT INTO episode_cues(id, episode_id, cue) VALUES (%s,%s,%s)", cue_rows)
         stream_of = {e: st for e, _s, _a, _b, st in episode_rows}
         lexical.index_cues([(c, t, stream_of[e]) for c, e, t in cue_rows])
-        cur.executemany(
-            "INSERT INTO messages(id, role, content, created_at, episode_id, stream_id, sender_person_id)"
-            " VALUES (%s,%s,%s,%s,%s,%s,%s)",
-            msg_rows,
-        )
+        # every message has its vector, as the embedding backfill leaves a live store (the turn's
+        # context vectors and inspect's dense channel read them); written in chunks
+        for start in range(0, len(msg_rows), 10_000):
+            chunk = msg_rows[start:start + 10_000]
+            m_vecs = nprng.standard_normal((len(chunk), dim)).astype(np.float32)
+            m_vecs /= np.linalg.norm(m_vecs, axis=1, keepdims=True)
+            cur.executemany(
+                "INSERT INTO messages(id, role, content, created_at, episode_id, stream_id, sender_person_id,"
+                " embedding, embedding_q8) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                [(*row, pack_float32(v), quantize_vector(v)) for row, v in zip(chunk, m_vecs, strict=True)],
+            )
         lexical.index_messages([(r[0], r[2], r[5]) for r in msg_rows])
         # association graph: nodes for facts, episodes, knowledge; edges mostly local (same person / neighbours)
         node_rows = [("fact", i) for i in range(1, n_facts + 1)]

@@ -70,8 +70,12 @@ def timed(fn: Callable[[], object], n: int) -> dict[str, float]:
 
 
 def schema_signature() -> str:
-    """Names of every migration: a cached database built before a new one is rebuilt."""
-    return ",".join(sorted(p.name for p in ROOT.glob("*/migrations/0*.py")))
+    """Names of every migration and a digest of the builder: a cached database built before a
+    new migration or by another version of ``bench/build_db.py`` is rebuilt."""
+    import hashlib
+
+    builder = hashlib.sha256((ROOT / "bench" / "build_db.py").read_bytes()).hexdigest()[:12]
+    return ",".join(sorted(p.name for p in ROOT.glob("*/migrations/0*.py"))) + f";build_db={builder}"
 
 
 def ensure_db(path: Path, scale: float, rebuild: bool) -> dict:

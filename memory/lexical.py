@@ -31,6 +31,7 @@ import re
 import time
 from collections.abc import Sequence
 
+import numpy as np
 from django.db import connection
 
 from memory.engine.tokenize import index_tokens, match_expression, query_terms
@@ -254,6 +255,9 @@ def document_frequencies(table: str, terms: Sequence[str]) -> dict[str, int]:
     """Rows containing each single-token term (phrase terms are absent from the result)."""
     if not terms:
         return {}
+    index = resident(table) if table in SOURCES else None
+    if index is not None:  # the vocab table would read each term's whole doclist
+        return index.document_frequencies(terms)
     placeholders = ",".join(["%s"] * len(terms))
     with connection.cursor() as cur:
         cur.execute(f"SELECT term, doc FROM {_check(table)}_vocab WHERE term IN ({placeholders})", list(terms))
@@ -328,6 +332,10 @@ def fact_candidates(
         if rows is not None:
             return rows
         match = _pruned("facts_fts", match) or match
+    else:
+        rows = _resident_scoped_facts(match, person_ids, limit, include_invalid)
+        if rows is not None:
+            return rows
     where = ["facts_fts MATCH %s"]
     params: list = [_fact_expression(match, person_ids)]
     if not include_invalid:
@@ -341,6 +349,36 @@ def fact_candidates(
     with connection.cursor() as cur:
         cur.execute(sql, params)
         return cur.fetchall()
+
+
+def _resident_scoped_facts(
+    match: str, person_ids: Sequence[int], limit: int, include_invalid: bool
+) -> list[tuple] | None:
+    """The resident-index form of a person-scoped :func:`fact_candidates` (``None``: ask FTS5).
+
+    The persons' facts are read by their ``person_id`` index and scored by the resident
+    index with the whole table's statistics — FTS5's bm25 of the ``tokens : (…) AND
+    person : (…)`` query, whose person phrases weigh 0 — instead of FTS5 reading every query
+    term's doclist over all persons for its IDF. Ties: lower id first.
+    """
+    index = resident("facts_fts")
+    if index is None:
+        return None
+    persons = list(dict.fromkeys(int(p) for p in person_ids))
+    valid = "" if include_invalid else " AND f.superseded_by IS NULL"
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT {_FACT_COLUMNS.format(bm25='0')} FROM facts f"
+            f" WHERE f.person_id IN ({','.join(['%s'] * len(persons))}){valid}",
+            persons,
+        )
+        found = {r[0]: r for r in cur.fetchall()}
+    scored = index.scores_for(terms_of(match), list(found))
+    if scored is None:
+        return None
+    ids, bm25 = scored
+    order = np.lexsort((ids, bm25))[:limit]
+    return [(int(ids[k]), float(bm25[k]), *found[int(ids[k])][2:]) for k in order]
 
 
 def _resident_fact_candidates(match: str, limit: int, include_invalid: bool) -> list[tuple] | None:
@@ -413,6 +451,10 @@ def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tup
         if hits is not None:
             return _cue_rows(hits)
         match = _pruned("cues_fts", match) or match
+    else:
+        rows = _resident_stream_cues(match, stream_id, limit)
+        if rows is not None:
+            return rows
     expression = f"tokens : ({match})"
     if stream_id is not None:
         expression += f' AND stream : "{_stream_token(stream_id)}"'
@@ -430,6 +472,28 @@ def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tup
             params,
         )
         return cur.fetchall()
+
+
+def _resident_stream_cues(match: str, stream_id: int, limit: int) -> list[tuple[int, int, float]] | None:
+    """The resident-index form of a stream-scoped :func:`cue_candidates` (``None``: ask FTS5):
+    the stream's cues (summarised episodes) scored with the whole table's statistics. Ties:
+    lower cue id first."""
+    index = resident("cues_fts")
+    if index is None:
+        return None
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT c.id, c.episode_id FROM episode_cues c JOIN episodes e ON e.id = c.episode_id"
+            " WHERE e.stream_id = %s AND e.kind <> 'unsummarized'",
+            [stream_id],
+        )
+        episode_of = dict(cur.fetchall())
+    scored = index.scores_for(terms_of(match), list(episode_of))
+    if scored is None:
+        return None
+    ids, bm25 = scored
+    order = np.lexsort((ids, bm25))[:limit]
+    return [(episode_of[int(ids[k])], int(ids[k]), float(bm25[k])) for k in order]
 
 
 def _cue_rows(hits: list[tuple[int, float]]) -> list[tuple[int, int, float]]:

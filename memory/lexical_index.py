@@ -240,7 +240,8 @@ class ResidentBM25:
             positions, bm25 = scored
             return self._rowids(positions), bm25
 
-    def _scores(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    @staticmethod
+    def _tokens(terms: Sequence[str]) -> list[str] | None:
         tokens = []
         for term in terms:
             toks = fts_tokens(term)
@@ -248,6 +249,12 @@ class ResidentBM25:
                 return None
             if toks:
                 tokens.append(toks[0])  # one FTS5 phrase per term, duplicates included
+        return tokens
+
+    def _scores(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        tokens = self._tokens(terms)
+        if tokens is None:
+            return None
         n = len(self)
         total = np.zeros(n)
         hit = np.zeros(n, dtype=bool)
@@ -265,6 +272,86 @@ class ResidentBM25:
             hit[docs] = True
         positions = np.flatnonzero(hit)
         return positions, -total[positions]
+
+    def scores_for(self, terms: Sequence[str], rowids: Sequence[int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(rowids, bm25)`` of those of ``rowids`` that match a term — the numbers :meth:`scores`
+        gives them (same statistics of the whole table, same operations), at the cost of the
+        given rows only: a scoped query (one person's facts, one stream's cues) ranks a few
+        dozen rows, while FTS5 reads every query term's whole doclist for its IDF.
+
+        ``None`` when a term is a multi-token phrase for FTS5, or when a rowid is not in the
+        index (committed after the last refresh): the caller asks FTS5. Rowids come in
+        ascending order.
+        """
+        with self._lock:
+            tokens = self._tokens(terms)
+            if tokens is None:
+                return None
+            wanted = np.unique(np.fromiter((int(r) for r in rowids), dtype=np.int64))
+            at = self._positions(wanted)
+            if at is None:
+                return None
+            n = len(self)
+            total = np.zeros(len(at))
+            hit = np.zeros(len(at), dtype=bool)
+            if not tokens or not len(at):
+                return np.zeros(0, dtype=np.int64), np.zeros(0)
+            norms = self._norms()[at]
+            for token in tokens:
+                tid = self._vocab.get(token)
+                main = (
+                    self._docs[self._indptr[tid]:self._indptr[tid + 1]]
+                    if tid is not None and tid + 1 < len(self._indptr) else self._docs[:0]
+                )
+                tail = self._tail.get(token) or ()
+                df = len(main) + len(tail)
+                if not df:
+                    continue
+                idf = math.log((n - df + 0.5) / (df + 0.5))
+                if idf <= 0.0:
+                    idf = IDF_FLOOR
+                found = np.zeros(len(at), dtype=bool)
+                tf = np.zeros(len(at))
+                if len(main):  # a term's positions are ascending: binary search, no copy of the doclist
+                    k = np.minimum(np.searchsorted(main, at), len(main) - 1)
+                    found = main[k] == at
+                    tf[found] = self._tfs[self._indptr[tid] + k[found]]
+                if tail:  # appended rows, not merged yet
+                    tp = np.fromiter((p for p, _ in tail), dtype=np.int64, count=len(tail))
+                    j = np.searchsorted(at, tp)
+                    ok = j < len(at)
+                    ok[ok] = at[j[ok]] == tp[ok]
+                    found[j[ok]] = True
+                    tf[j[ok]] = np.fromiter((c for _, c in tail), dtype=np.float64, count=len(tail))[ok]
+                tf = tf[found]
+                total[found] += idf * ((tf * (K1 + 1.0)) / (tf + norms[found]))  # as in _scores
+                hit |= found
+            return wanted[hit], -total[hit]
+
+    def _positions(self, rowids: np.ndarray) -> np.ndarray | None:
+        """Document positions of ascending unique ``rowids``; ``None`` if one is not loaded."""
+        main = np.searchsorted(self._ids, rowids)
+        inside = main < len(self._ids)
+        ok = inside.copy()
+        ok[inside] = self._ids[main[inside]] == rowids[inside]
+        if ok.all():
+            return main
+        tail_ids = np.asarray(self._tail_ids, dtype=np.int64)
+        rest = np.searchsorted(tail_ids, rowids[~ok])
+        if (rest >= len(tail_ids)).any() or not np.array_equal(tail_ids[rest], rowids[~ok]):
+            return None
+        main[~ok] = len(self._ids) + rest
+        return main
+
+    def document_frequencies(self, terms: Sequence[str]) -> dict[str, int]:
+        """Rows holding each term, for the terms the index knows (as the ``*_vocab`` table gives them)."""
+        with self._lock:
+            out = {}
+            for term in dict.fromkeys(terms):
+                df = len(self._postings(term)[0]) if term in self._vocab or term in self._tail else 0
+                if df:
+                    out[term] = df
+            return out
 
     def _rowids(self, positions: np.ndarray) -> np.ndarray:
         if not self._tail_ids:

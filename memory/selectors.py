@@ -25,7 +25,14 @@ from django.db.models import Count
 from memory import lexical
 from memory.engine import decay
 from memory.engine.context import ConversationQuery, weighted_max
-from memory.engine.quantize import HEADER_SIZE, MAGIC, Int8Matrix, cosine_q8_many, quantize_vector
+from memory.engine.quantize import (
+    HEADER_SIZE,
+    MAGIC,
+    Int8Matrix,
+    cosine_q8_many,
+    cosine_q8_matrix,
+    quantize_vector,
+)
 from memory.engine.scope import SCOPE_ALL, fact_visible_in_stream
 from memory.engine.scoring import (
     RankCandidate,
@@ -377,8 +384,8 @@ def fact_cosines(ids: Sequence[int], query_vector: Any) -> dict[int, float]:
     found = [i for i in ids if i in blobs]
     stored = [bytes(blobs[i]) for i in found]
     if isinstance(query_vector, ConversationQuery):
-        rows = [cosine_q8_many(quantize_vector(v), stored) for v in query_vector.vectors]
-        values = weighted_max(np.vstack(rows), query_vector.weights) if rows and stored else []
+        rows = cosine_q8_matrix([quantize_vector(v) for v in query_vector.vectors], stored)
+        values = weighted_max(rows, query_vector.weights) if stored else []
     else:
         values = cosine_q8_many(_query_q8(query_vector), stored)
     return {i: float(v) for i, v in zip(found, values, strict=True) if not np.isnan(v)}

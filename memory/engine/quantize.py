@@ -46,6 +46,7 @@ __all__ = [
     "embedding_dimension",
     "cosine_q8",
     "cosine_q8_many",
+    "cosine_q8_matrix",
     "Int8Matrix",
 ]
 
@@ -174,31 +175,67 @@ def cosine_q8(a: BytesLike, b: BytesLike) -> float:
     return _int_cosine(qa, qb)
 
 
+def _payloads(blobs: Sequence[BytesLike | None], dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(positions, int64 payload rows)`` of the blobs that are valid SQ8 of dimension ``dim``.
+
+    The checks are :func:`decode_q8`'s (length, magic, dimension, finite positive scale,
+    no ``-128``), done on all blobs at once.
+    """
+    size = HEADER_SIZE + dim
+    good = [(i, bytes(b)) for i, b in enumerate(blobs) if b is not None and len(b) == size]
+    if not good:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.int64)
+    raw = np.frombuffer(b"".join(b for _, b in good), dtype=np.uint8).reshape(len(good), size)
+    keep = (raw[:, :4] == np.frombuffer(MAGIC, dtype=np.uint8)).all(axis=1)
+    keep &= raw[:, 4:8].copy().view("<u4").ravel() == dim
+    scales = raw[:, 8:12].copy().view(_F32_LE).ravel().astype(np.float64)
+    keep &= np.isfinite(scales) & (scales > 0.0)
+    payload = raw[:, HEADER_SIZE:].view(np.int8)
+    keep &= ~(payload == -128).any(axis=1)
+    positions = np.fromiter((i for (i, _), k in zip(good, keep, strict=True) if k), dtype=np.int64)
+    return positions, payload[keep].astype(np.int64)
+
+
+def cosine_q8_matrix(queries_q8: Sequence[BytesLike], blobs: Sequence[BytesLike | None]) -> np.ndarray:
+    """Cosines of several SQ8 queries against many SQ8 blobs: one row per query (float64).
+
+    Each row equals :func:`cosine_q8_many` of that query — the same integer dot products and
+    norms, the same float operations (``dot / sqrt(|a|²·|b|²)`` clamped to ``[-1, 1]``, 0 for a
+    zero vector), so the values are identical — but the blobs are decoded once and the
+    products taken as one integer matrix product. All queries must share one dimension;
+    an invalid query raises ``ValueError``; an invalid blob or one of another dimension
+    gives ``NaN`` in its column.
+    """
+    decoded = [decode_q8(q) for q in queries_q8]
+    out = np.full((len(decoded), len(blobs)), np.nan, dtype=np.float64)
+    if not decoded or not len(blobs):
+        return out
+    dim = decoded[0][0]
+    if any(d != dim for d, _s, _q in decoded):
+        raise ValueError("SQ8 查询向量维度不一致")
+    positions, rows = _payloads(blobs, dim)
+    if not len(positions):
+        return out
+    q64 = np.vstack([q for _d, _s, q in decoded]).astype(np.int64)
+    dots = (q64 @ rows.T).astype(np.float64)  # exact: |dot| ≤ dim · 127² < 2**53
+    q_norms = np.einsum("ij,ij->i", q64, q64)
+    r_norms = np.einsum("ij,ij->i", rows, rows)
+    products = (q_norms[:, None] * r_norms[None, :]).astype(np.float64)  # exact below 2**53 (dim ≤ 2**17)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = np.clip(dots / np.sqrt(products), -1.0, 1.0)
+    values[products == 0] = 0.0
+    out[:, positions] = values
+    return out
+
+
 def cosine_q8_many(query_q8: BytesLike, blobs: Sequence[BytesLike | None]) -> np.ndarray:
     """Cosines of one SQ8 query against many SQ8 blobs (float64 array, one per blob).
 
     An invalid query raises ``ValueError``. A blob that is ``None``, invalid, or of another
     dimension yields ``NaN`` at its position, so callers can keep the lexical relevance
-    of that row only.
+    of that row only. (:func:`cosine_q8_matrix` with one query.)
     """
-    dim, _scale, q = decode_q8(query_q8)
-    q64 = q.astype(np.int64)
-    q_norm = int(q64 @ q64)
-    out = np.full(len(blobs), np.nan, dtype=np.float64)
-    for i, blob in enumerate(blobs):
-        if blob is None:
-            continue
-        try:
-            d, _s, row = decode_q8(blob)
-        except ValueError:
-            continue
-        if d != dim:
-            continue
-        if q_norm == 0:
-            out[i] = 0.0
-        else:
-            out[i] = _int_cosine(q, row)
-    return out
+    return cosine_q8_matrix([query_q8], blobs)[0]
 
 
 @dataclass

@@ -14,6 +14,7 @@ pay that cost (1–3 s) up front.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -66,9 +67,15 @@ def words(text: str) -> list[str]:
     whitespace) and single-character CJK tokens in :data:`STOP_CHARS`. Order is kept and
     duplicates are kept (BM25 needs term frequency).
     """
-    out: list[str] = []
     if not text:
-        return out
+        return []
+    if len(text) > _CACHED_TEXT_CHARS:
+        return list(_words(text))
+    return list(_cached_words(text))
+
+
+def _words(text: str) -> tuple[str, ...]:
+    out: list[str] = []
     for raw in jieba.cut(text, cut_all=False):
         token = raw.strip().lower()
         if not token or _WORD_CHAR_RE.search(token) is None:
@@ -76,7 +83,14 @@ def words(text: str) -> list[str]:
         if len(token) == 1 and token in STOP_CHARS:
             continue
         out.append(token)
-    return out
+    return tuple(out)
+
+
+# A turn cuts the same short texts several times (its match expression, the IDF coverage of
+# each candidate pool, the context lines of the next turns): the words of recent short texts
+# are remembered. jieba's dictionary is never changed at run time (no add_word / user dict).
+_CACHED_TEXT_CHARS = 500
+_cached_words = functools.lru_cache(maxsize=4096)(_words)
 
 
 def bigrams(text: str) -> list[str]:

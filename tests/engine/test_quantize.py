@@ -16,6 +16,7 @@ from memory.engine.quantize import (
     Int8Matrix,
     cosine_q8,
     cosine_q8_many,
+    cosine_q8_matrix,
     decode_q8,
     dequantize,
     embedding_dimension,
@@ -236,3 +237,37 @@ def test_simd_int8_dot_products_equal_the_numpy_path_exactly(seed, monkeypatch):
     monkeypatch.setattr(quantize, "simsimd", None)
     assert matrix.cosines(query).tolist() == simd.tolist()
     assert simd[3] == 0.0
+
+
+def _scalar_cosines(query: bytes, blobs: list) -> list[float]:
+    """The per-blob loop cosine_q8_many used to run: cosine_q8 or NaN."""
+    out = []
+    for blob in blobs:
+        try:
+            out.append(cosine_q8(query, blob) if blob is not None else math.nan)
+        except ValueError:
+            out.append(math.nan)
+    return out
+
+
+def test_cosine_q8_matrix_is_the_scalar_cosine_bit_for_bit() -> None:
+    rng = np.random.default_rng(11)
+    vecs = rng.standard_normal((200, 96)).astype(np.float32)
+    vecs[3] = 0.0
+    blobs: list = [quantize_vector(v) for v in vecs]
+    bad_magic = b"XQ8\x01" + blobs[0][4:]
+    minus_128 = bytearray(blobs[1])
+    minus_128[HEADER_SIZE + 5] = 0x80
+    nan_scale = blobs[2][:8] + struct.pack("<f", float("nan")) + blobs[2][12:]
+    blobs += [None, b"junk", bad_magic, bytes(minus_128), nan_scale, quantize_vector([1.0, 2.0])]
+    queries = [quantize_vector(v) for v in rng.standard_normal((7, 96)).astype(np.float32)]
+    queries.append(quantize_vector(np.zeros(96, dtype=np.float32)))
+    matrix = cosine_q8_matrix(queries, blobs)
+    assert matrix.shape == (len(queries), len(blobs))
+    for row, query in zip(matrix, queries, strict=True):
+        want = _scalar_cosines(query, blobs)
+        assert np.array_equal(row, np.asarray(want), equal_nan=True)  # identical values, NaN where invalid
+        assert np.array_equal(cosine_q8_many(query, blobs), row, equal_nan=True)
+    assert np.isnan(matrix[:, -6:]).all() and (matrix[-1, :200] == 0.0).all()
+    with pytest.raises(ValueError):
+        cosine_q8_matrix([queries[0], quantize_vector([1.0, 2.0])], blobs)

@@ -203,3 +203,91 @@ def test_revision_moves_on_token_change_and_delete_but_not_on_insert():
     assert changed != before
     Knowledge.objects.filter(pk=kid).delete()
     assert revision() not in (before, changed)
+
+
+def _fts5(fn, *args, **kwargs):
+    """The same call answered by FTS5 alone (the path taken without the resident index)."""
+    from django.test import override_settings
+
+    with override_settings(LEXICAL_RESIDENT_INDEX=False):
+        return fn(*args, **kwargs)
+
+
+def _same_rows(got: list[tuple], want: list[tuple], score_at: int) -> None:
+    assert [r[:score_at] for r in got] == [tuple(r[:score_at]) for r in want]
+    assert [r[score_at] for r in got] == pytest.approx([r[score_at] for r in want], rel=1e-12, abs=1e-15)
+    assert [r[score_at + 1:] for r in got] == [tuple(r[score_at + 1:]) for r in want]
+
+
+def test_person_and_stream_scoped_queries_rank_like_fts5_ties_included(monkeypatch):
+    calls = []
+    scores_for = lexical_index.ResidentBM25.scores_for
+    monkeypatch.setattr(lexical_index.ResidentBM25, "scores_for",
+                        lambda self, *args: calls.append(self.source.fts) or scores_for(self, *args))
+    a, b, stream = _people_and_stream()
+    c = services.resolve_person(platform="t", external_id="c", name="阿强", at=NOW)
+    other = services.resolve_stream(platform="t", kind="direct", external_id="d")
+    people = (a, b, c)
+    for i, text in enumerate(KNOWLEDGE):
+        services.add_fact(person_id=people[i % 3].pk, content=text, kind="偏好", origin_kind="direct", at=NOW + i)
+    for i, name in enumerate("甲乙丙丁戊己"):  # equal bm25 within a person: ties go to the lower id in both
+        services.add_fact(person_id=people[i % 2].pk, content=f"{name}喜欢月球", kind="偏好", origin_kind="direct", at=NOW)
+    old = services.add_fact(person_id=a.pk, content="我住在杭州", kind="身份", origin_kind="direct", at=NOW).fact_id
+    services.add_fact(person_id=a.pk, content="我搬到杭州西湖边住了", kind="身份", origin_kind="direct", at=NOW + 1,
+                      supersedes=old)
+    for i in range(0, len(KNOWLEDGE), 2):
+        services.add_episode(
+            stream_id=(stream, other)[i % 4 // 2].pk, summary="s", cues=[*KNOWLEDGE[i : i + 2], "月球"],
+            started_at=NOW, ended_at=NOW + 1, message_ids=[], at=NOW,
+        )
+    scoped = [[a.pk], [b.pk, c.pk], [a.pk, b.pk, c.pk]]
+    for query in [*QUERIES, "月球", "住在杭州"]:
+        match = lexical.match_for("facts_fts", query)
+        for persons in scoped:
+            for limit, invalid in ((2, False), (30, False), (30, True)):
+                got = lexical.fact_candidates(match, person_ids=persons, limit=limit, include_invalid=invalid)
+                want = _fts5(lexical.fact_candidates, match, person_ids=persons, limit=limit, include_invalid=invalid)
+                _same_rows(got, want, 1)
+        for sid in (stream.pk, other.pk):
+            got = lexical.cue_candidates(match, stream_id=sid, limit=4)
+            _same_rows(got, _fts5(lexical.cue_candidates, match, stream_id=sid, limit=4), 2)
+    assert {"facts_fts", "cues_fts"} <= set(calls)  # the resident index answered (FTS5 only for want)
+
+
+def test_scoped_queries_see_new_rows_and_changed_tokens():
+    a, _b, stream = _people_and_stream()
+    services.add_fact(person_id=a.pk, content="阿明喜欢火锅", kind="偏好", origin_kind="direct", at=NOW)
+    match = lexical.match_for("facts_fts", "月球")
+    assert lexical.fact_candidates(match, person_ids=[a.pk], limit=5) == []
+    index = resident("facts_fts")
+    rebuilds = index.rebuilds
+    fid = services.add_fact(person_id=a.pk, content="阿明想去月球", kind="偏好", origin_kind="direct", at=NOW).fact_id
+    got = lexical.fact_candidates(match, person_ids=[a.pk], limit=5)
+    assert [r[0] for r in got] == [fid] and index.rebuilds == rebuilds  # appended, not rebuilt
+    _same_rows(got, _fts5(lexical.fact_candidates, match, person_ids=[a.pk], limit=5), 1)
+    with connection.cursor() as cur:  # the row's indexed tokens change: the revision trigger rebuilds
+        cur.execute("SELECT tokens_v2 FROM facts WHERE id = %s", [fid])
+        tokens = cur.fetchone()[0]
+    lexical.delete_fact_rows([(fid, tokens, a.pk)])
+    with connection.cursor() as cur:
+        cur.execute("UPDATE facts SET tokens_v2 = '' WHERE id = %s", [fid])
+    lexical.index_fact(fid, "阿明想去火星", a.pk)
+    assert lexical.fact_candidates(match, person_ids=[a.pk], limit=5) == []
+    assert [r[0] for r in lexical.fact_candidates(lexical.match_for("facts_fts", "火星"), person_ids=[a.pk], limit=5)] == [fid]
+    assert index.rebuilds > rebuilds
+    services.add_episode(stream_id=stream.pk, summary="s", cues=["聊到月球"], started_at=NOW, ended_at=NOW + 1,
+                         message_ids=[], at=NOW)
+    assert len(lexical.cue_candidates(match, stream_id=stream.pk, limit=3)) == 1
+    episode = services.add_episode(stream_id=stream.pk, summary="s2", cues=["又聊到月球"], started_at=NOW,
+                                   ended_at=NOW + 2, message_ids=[], at=NOW)
+    got = lexical.cue_candidates(match, stream_id=stream.pk, limit=3)
+    assert episode.pk in [e for e, _c, _b in got] and len(got) == 2
+
+
+def test_document_frequencies_come_from_the_index_like_the_vocab_table():
+    a, b, _stream = _people_and_stream()
+    for i, text in enumerate(KNOWLEDGE):
+        services.add_fact(person_id=(a, b)[i % 2].pk, content=text, kind="偏好", origin_kind="direct", at=NOW + i)
+    terms = ["月球", "地球", "卫星", "the", "CAFÉ", "café", "不存在的词", "3.14"]
+    want = _fts5(lexical.document_frequencies, "facts_fts", terms)
+    assert lexical.document_frequencies("facts_fts", terms) == want and want["月球"] >= 2
