@@ -437,7 +437,7 @@ def decay_curve_svg(fact: Fact, *, now: int, width: int = 680, height: int = 240
     Past (``updated_at`` → now) is solid, the projection (now → end) dashed; the
     end is ``due_at`` plus a quarter of the span (a pinned fact: one year ahead).
     """
-    from memory.templatetags.console import format_ms
+    from console.templatetags.console import format_ms
 
     start = min(fact.updated_at, now)
     if fact.pinned:
