@@ -6,8 +6,9 @@ returns plain objects the templates render. Nothing here writes memory rows;
 searches go through ``memory.selectors`` / ``memory.recall`` / ``memory.lexical``
 and imports through ``memory.pipeline``.
 
-SVG drawings (decay curve, association graph) are computed here as coordinates;
-templates emit the elements, so every label is escaped by the template engine.
+SVG drawings (decay curve, association graph) get their coordinates from
+:mod:`memory.engine.geometry`; templates emit the elements, so every label is
+escaped by the template engine.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import math
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,8 @@ from django.conf import settings
 from django.db.models import Case, Count, F, Q, QuerySet, Value, When
 
 from memory import selectors, services
-from memory.engine import decay
+from memory.engine import decay, geometry
+from memory.engine.geometry import CurveGeometry
 from memory.engine.scoring import is_seed_profile
 from memory.models import (
     Episode,
@@ -413,73 +415,16 @@ def fact_operations(fact_id: int) -> list[Any]:
 # --- decay curve as SVG ----------------------------------------------------------
 
 
-@dataclass
-class CurveSVG:
-    width: int
-    height: int
-    past: str  # polyline points
-    projected: str
-    freeze_y: float
-    revive_y: float
-    now_x: float
-    due_x: float | None
-    x_ticks: list[tuple[float, str, str]] = field(default_factory=list)
-    y_ticks: list[tuple[float, str]] = field(default_factory=list)
-    left: int = 44
-    right: int = 0
-    top: int = 12
-    bottom: int = 0
-
-
-def decay_curve_svg(fact: Fact, *, now: int, width: int = 680, height: int = 240) -> CurveSVG:
-    """The retention curve from the last strength change to past ``due_at``, as SVG coordinates.
-
-    Past (``updated_at`` → now) is solid, the projection (now → end) dashed; the
-    end is ``due_at`` plus a quarter of the span (a pinned fact: one year ahead).
-    """
+def decay_curve_svg(fact: Fact, *, now: int, width: int = 680, height: int = 240) -> CurveGeometry:
+    """The fact's retention curve as SVG coordinates (:func:`memory.engine.geometry.decay_curve_geometry`),
+    the x ticks labelled with their dates."""
     from console.templatetags.console import format_ms
 
-    start = min(fact.updated_at, now)
-    if fact.pinned:
-        end = now + 365 * 24 * decay.MS_PER_HOUR
-    else:
-        end = max(now, fact.due_at)
-        end = end + max((end - start) // 4, 24 * decay.MS_PER_HOUR)
-    left, right, top, bottom = 44, width - 12, 12, height - 28
-    span = max(1, end - start)
-
-    def x(t: int) -> float:
-        return round(left + (right - left) * (t - start) / span, 1)
-
-    def y(r: float) -> float:
-        return round(bottom - (bottom - top) * r, 1)
-
-    def points(samples: Sequence[tuple[int, float]]) -> str:
-        return " ".join(f"{x(t)},{y(r)}" for t, r in samples)
-
-    past = decay.decay_curve(fact.strength, fact.updated_at, fact.half_life_hours, start, now, 40)
-    projected = decay.decay_curve(fact.strength, fact.updated_at, fact.half_life_hours, now, end, 60)
-    ticks = []
-    for i in range(5):
-        t = start + span * i // 4
-        label = format_ms(t, "%Y-%m-%d", local=False)
-        ticks.append((x(t), label, "start" if i == 0 else "end" if i == 4 else "middle"))
-    return CurveSVG(
-        width=width,
-        height=height,
-        past=points(past),
-        projected=points(projected),
-        freeze_y=y(decay.FREEZE),
-        revive_y=y(decay.REVIVE),
-        now_x=x(now),
-        due_x=x(fact.due_at) if not fact.pinned and start <= fact.due_at <= end else None,
-        x_ticks=ticks,
-        y_ticks=[(y(v), f"{v:g}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)],
-        left=left,
-        right=right,
-        top=top,
-        bottom=bottom,
+    curve = geometry.decay_curve_geometry(
+        fact.strength, fact.updated_at, fact.half_life_hours, due_at=fact.due_at, now=now, width=width, height=height
     )
+    curve.x_ticks = [(x, format_ms(t, "%Y-%m-%d", local=False), anchor) for x, t, anchor in curve.x_ticks]
+    return curve
 
 
 # --- association graph -----------------------------------------------------------
@@ -599,52 +544,10 @@ class GraphView:
             node.role = roles.get((node.kind, node.ref_id), "")
 
 
-def layout(n: int, edges: Sequence[tuple[int, int, float]], *, size: tuple[int, int], iterations: int = 50) -> np.ndarray:
-    """Deterministic Fruchterman–Reingold layout of ``n`` nodes (numpy, O(iterations · n²)).
-
-    Starts from a circle (node order = degree order) so the same graph always draws
-    the same way; springs are weighted by edge retention. 200 nodes take ~30 ms.
-    """
-    width, height = size
-    if n == 0:
-        return np.zeros((0, 2))
-    angles = np.linspace(0, 2 * math.pi, n, endpoint=False)
-    pos = (np.column_stack([np.cos(angles), np.sin(angles)]) * 0.5).astype(np.float32)
-    if n > 1:
-        k2 = np.float32(1.0 / n)
-        k = math.sqrt(1.0 / n)
-        src = np.array([e[0] for e in edges], dtype=np.intp)
-        dst = np.array([e[1] for e in edges], dtype=np.intp)
-        weight = np.array([max(0.2, e[2]) for e in edges], dtype=np.float32)
-        temperature = 0.1
-        for _ in range(iterations):
-            delta = pos[:, None, :] - pos[None, :, :]
-            dist2 = np.einsum("ijk,ijk->ij", delta, delta) + np.float32(1e-6)
-            force = np.einsum("ijk,ij->ik", delta, k2 / dist2)  # repulsion k²/d along the unit vector
-            if len(src):
-                d = pos[src] - pos[dst]
-                dd = np.sqrt(np.einsum("ij,ij->i", d, d)) + np.float32(1e-6)
-                pull = d * (dd / k * weight)[:, None]
-                np.add.at(force, src, -pull)
-                np.add.at(force, dst, pull)
-            force -= pos * np.float32(0.05 * n)  # gravity keeps components on the canvas
-            length = np.sqrt(np.einsum("ij,ij->i", force, force)) + np.float32(1e-9)
-            pos += force / length[:, None] * np.minimum(length, temperature)[:, None]
-            temperature *= 0.93
-    pos = pos.astype(np.float64)
-    lo, hi = pos.min(0), pos.max(0)
-    span = np.where(hi - lo < 1e-9, 1.0, hi - lo)
-    margin_x, margin_y = 80, 30  # room for the labels under the nodes
-    pos = (pos - lo) / span
-    pos[:, 0] = margin_x + pos[:, 0] * (width - 2 * margin_x)
-    pos[:, 1] = margin_y + pos[:, 1] * (height - 2 * margin_y - 16)
-    return pos
-
-
 def cached_layout(
     n: int, edges: Sequence[tuple[int, int, float]], *, key: Sequence[int], size: tuple[int, int]
 ) -> np.ndarray:
-    """:func:`layout`, cached for five minutes per drawn graph (node ids, edges, strengths to 0.1)."""
+    """:func:`memory.engine.geometry.force_layout`, cached for five minutes per drawn graph (node ids, edges, strengths to 0.1)."""
     import hashlib
 
     from django.core.cache import cache
@@ -653,7 +556,7 @@ def cached_layout(
     cache_key = "console:layout:" + hashlib.sha1(signature.encode()).hexdigest()
     pos = cache.get(cache_key)
     if pos is None:
-        pos = layout(n, edges, size=size)
+        pos = geometry.force_layout(n, edges, size=size)
         cache.set(cache_key, pos, 300)
     return pos
 
