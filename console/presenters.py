@@ -336,22 +336,6 @@ def fact_state(fact: Fact) -> str:
     return "active" if fact.active else "frozen"
 
 
-def conflicted_slots(person_ids: Iterable[int]) -> set[tuple[int, str]]:
-    """``(person, slot)`` pairs with ≥ 2 valid members among the given persons (one query)."""
-    person_ids = set(person_ids)
-    if not person_ids:
-        return set()
-    rows = (
-        Fact.objects.filter(person_id__in=person_ids, superseded_by__isnull=True, active=True)
-        .exclude(slot="")
-        .values_list("person_id", "slot")
-        .annotate(n=Count("id"))
-        .filter(n__gte=2)
-        .order_by()
-    )
-    return {(p, s) for p, s, _ in rows}
-
-
 @dataclass
 class ScoreBreakdown:
     """Every term of a search hit's score, for display."""
@@ -368,7 +352,7 @@ class ScoreBreakdown:
 def decorate_facts(facts: Iterable[Fact], *, now: int, breakdown: dict[int, Any] | None = None) -> None:
     """Set ``retention``, ``state``, ``conflicted`` and (for search hits) ``breakdown`` on facts."""
     facts = list(facts)
-    conflicted = conflicted_slots(f.person_id for f in facts if f.slot)
+    conflicted = set(selectors.conflict_group_keys(person_ids={f.person_id for f in facts if f.slot}))
     for f in facts:
         f.retention = decay.retention(f.strength, f.updated_at, f.half_life_hours, now)
         f.state = fact_state(f)

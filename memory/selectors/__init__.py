@@ -16,7 +16,6 @@ from memory.selectors.conflicts import (
     conflict_group_keys,
     conflict_groups,
     conflict_members,
-    slot_conflicts,
 )
 from memory.selectors.episodes import (
     RecalledEpisode,
@@ -103,7 +102,6 @@ __all__ = [
     "search_knowledge",
     "search_messages",
     "short_term_activation",
-    "slot_conflicts",
     "spread",
     "top_facts",
     "working_memory",
