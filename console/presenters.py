@@ -12,6 +12,8 @@ escaped by the template engine.
 """
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 import math
 import threading
 from collections import defaultdict
@@ -21,16 +23,24 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.db.models import Case, Count, F, Q, QuerySet, Value, When
+from django.core.cache import cache
+from django.db import connection
+from django.db.models import Case, Count, F, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.db.models.functions import Coalesce
+from django.utils import timezone
 
-from memory import selectors, services
-from memory.engine import decay, geometry
+from config.celery import app
+from console.templatetags.console import format_ms
+from curation.models import FactOperation
+from memory import broker, recall, selectors, services
+from memory.engine import decay, geometry, tokenize
 from memory.engine.geometry import CurveGeometry
 from memory.engine.scoring import is_seed_profile
 from memory.models import (
     Episode,
     EpisodeCue,
     Fact,
+    Job,
     Knowledge,
     MemoryEdge,
     MemoryNode,
@@ -39,6 +49,7 @@ from memory.models import (
     PipelineEvent,
     Stream,
 )
+from tuning.services import active_overrides
 
 EXTRACT_CURSOR_KEY = "fact_extract_cursor"
 
@@ -135,8 +146,6 @@ def ping_workers(timeout: float = 0.5) -> dict[str, Any]:
     not answer must not hold a web request for its whole connection-retry loop.
     """
     outcome: dict[str, Any] = {"status": "unknown", "workers": [], "error": ""}
-    from memory import broker
-
     try:
         broker.check()  # ≤ ~0.1 s, and nothing at all while the breaker is open
     except broker.BrokerUnavailable as exc:
@@ -144,8 +153,6 @@ def ping_workers(timeout: float = 0.5) -> dict[str, Any]:
 
     def run() -> None:
         try:
-            from config.celery import app
-
             replies = app.control.ping(timeout=timeout) or []
             names = sorted(name for reply in replies for name in reply)
             outcome.update(status="ok" if names else "down", workers=names)
@@ -165,9 +172,6 @@ def ping_workers(timeout: float = 0.5) -> dict[str, Any]:
 
 def stream_rows() -> list[Stream]:
     """Streams with message, pending and episode counts (subquery counts, one query + pending)."""
-    from django.db.models import OuterRef, Subquery
-    from django.db.models.functions import Coalesce
-
     def count_of(qs: QuerySet) -> Any:
         return Coalesce(Subquery(qs.values("stream_id").annotate(n=Count("id")).values("n")[:1]), 0)
 
@@ -188,10 +192,6 @@ def stream_rows() -> list[Stream]:
 
 def filter_messages(stream: Stream, data: dict[str, Any]) -> QuerySet[Message]:
     """A stream's messages, newest first, filtered by speaker, local date range and summarised or not."""
-    import datetime as dt
-
-    from django.utils import timezone
-
     qs = Message.objects.filter(stream=stream).defer("embedding", "embedding_q8", "tokens")
     speaker = data.get("speaker")
     if speaker == "assistant":
@@ -216,12 +216,6 @@ def filter_messages(stream: Stream, data: dict[str, Any]) -> QuerySet[Message]:
 def at_a_glance(*, now: int) -> dict[str, Any]:
     """What an operator checks first: facts learnt today (local midnight), conflict groups
     waiting, jobs running and failed in the last 24 h, messages waiting to be summarised."""
-    import datetime as dt
-
-    from django.utils import timezone
-
-    from memory.models import Job
-
     midnight = timezone.localtime(dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC)).replace(
         hour=0, minute=0, second=0, microsecond=0)
     day_ago = dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC) - dt.timedelta(hours=24)
@@ -307,8 +301,6 @@ def match_facts(qs: QuerySet[Fact], query: str, *, ranked: Sequence[int] = (), l
     Recall ranks only valid facts; this text match makes the frozen, invalidated and
     superseded ones findable too, so the search honours the state filter.
     """
-    from memory.engine import tokenize
-
     terms = [t for t in tokenize.query_terms(query) if t][:16]
     wanted = Q(pk__in=list(ranked))
     for term in terms:
@@ -389,8 +381,6 @@ def supersede_chain(fact: Fact, max_steps: int = 20) -> dict[str, list[Fact]]:
 
 
 def fact_operations(fact_id: int) -> list[Any]:
-    from curation.models import FactOperation
-
     return list(
         FactOperation.objects.filter(Q(fact_id=fact_id) | Q(related_fact_id=fact_id)).order_by("-at", "-id")[:50]
     )
@@ -402,8 +392,6 @@ def fact_operations(fact_id: int) -> list[Any]:
 def decay_curve_svg(fact: Fact, *, now: int, width: int = 680, height: int = 240) -> CurveGeometry:
     """The fact's retention curve as SVG coordinates (:func:`memory.engine.geometry.decay_curve_geometry`),
     the x ticks labelled with their dates."""
-    from console.templatetags.console import format_ms
-
     curve = geometry.decay_curve_geometry(
         fact.strength, fact.updated_at, fact.half_life_hours, due_at=fact.due_at, now=now, width=width, height=height
     )
@@ -532,10 +520,6 @@ def cached_layout(
     n: int, edges: Sequence[tuple[int, int, float]], *, key: Sequence[int], size: tuple[int, int]
 ) -> np.ndarray:
     """:func:`memory.engine.geometry.force_layout`, cached for five minutes per drawn graph (node ids, edges, strengths to 0.1)."""
-    import hashlib
-
-    from django.core.cache import cache
-
     signature = repr((list(key), sorted((s, t, round(w, 1)) for s, t, w in edges), size))
     cache_key = "console:layout:" + hashlib.sha1(signature.encode()).hexdigest()
     pos = cache.get(cache_key)
@@ -551,8 +535,6 @@ def memory_graph(*, now: int, include_frozen: bool = False, limit: int = 200) ->
     Queries: all edges (one), node rows of the kept nodes (one), one per layer to
     resolve the rows, plus the node total and the spread-run count.
     """
-    from django.db import connection
-
     active_only = "" if include_frozen else " WHERE active = 1"
     with connection.cursor() as cur:
         cur.execute("SELECT COUNT(*), COALESCE(SUM(active = 0), 0) FROM memory_edges")
@@ -657,23 +639,7 @@ SEARCH_LIMIT = 100
 
 
 def _overrides() -> dict[str, Any]:
-    from tuning.services import active_overrides
-
     return dict(active_overrides())
-
-
-def _query_vector(text: str) -> Any:
-    """The query's embedding, or None when no embedder is configured or it fails (logged)."""
-    from memory.providers.config import get_embedder
-
-    try:
-        embedder = get_embedder()
-        return embedder.embed([text])[0] if embedder is not None else None
-    except Exception:  # the dense side channel is optional: failure only logs
-        import logging
-
-        logging.getLogger(__name__).warning("console_query_embedding_failed", exc_info=True)
-        return None
 
 
 def search_facts(*, query: str, now: int) -> list[ScoreBreakdown | Any]:
@@ -690,7 +656,7 @@ def search_facts(*, query: str, now: int) -> list[ScoreBreakdown | Any]:
         return_candidates=True,
     )[:SEARCH_LIMIT]
     if hits and Fact.objects.filter(pk__in=[h.id for h in hits], embedding_q8__isnull=False).exists():
-        vector = _query_vector(query)
+        vector = recall.embed_query(query)
         if vector is not None:
             hits = selectors.rank_facts(hits, overrides, cosines=selectors.fact_cosines([h.id for h in hits], vector))
     return [
@@ -739,23 +705,6 @@ def search_episodes(*, query: str, stream_id: int | None) -> list[Episode]:
     attach_cues(out)
     placeholder_reasons(out)
     return out
-
-
-def inspect_messages(*, stream_id: int, query: str) -> list[Any]:
-    """The bot's ``inspect`` action (message search) exactly as a turn would run it."""
-    from memory import recall
-
-    return recall.inspect_messages(stream_id=stream_id, query=query, limit=20)
-
-
-def search_knowledge(*, query: str) -> list[Any]:
-    """The bot's ``consult`` path over knowledge (lexical + resident int8 vectors).
-
-    ``touch=False``: a console search is not a consultation, so hit counts stay as they are.
-    """
-    from memory import recall
-
-    return recall.consult_knowledge(query=query, limit=20, touch=False)
 
 
 # --- spreading preview -----------------------------------------------------------
@@ -825,8 +774,6 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
     ``held_back`` lists the facts relevance alone would have put in the prompt but
     retention ranked out.
     """
-    from memory import recall
-
     ctx = recall.prepare_turn(
         stream_id=data["stream"].pk, speaker_id=data["speaker"].pk, text=data["text"],
         impression=data.get("impression") or "", record=False,
@@ -857,34 +804,3 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
         "persons": persons,
     }
 
-
-# --- imports ---------------------------------------------------------------------
-
-
-class ImportRefused(Exception):
-    """The import could not start (limits, or another import is running)."""
-
-
-def start_import(data: dict[str, Any], *, user: str) -> Any:
-    from memory import broker, pipeline
-
-    try:
-        return pipeline.start_import(
-            text=data["text"], origin_name=data.get("origin_name") or "", kind=data["kind"], user=user
-        )
-    except (pipeline.ImportLimitError, pipeline.ImportBusyError) as exc:
-        raise ImportRefused(str(exc)) from exc
-    except broker.BrokerUnavailable as exc:  # the job and batch are already marked failed
-        raise ImportRefused(pipeline.IMPORT_NOT_SENT.format(reason=exc)) from exc
-
-
-def delete_batch_preview(batch_id: int) -> dict[str, Any]:
-    from memory import pipeline
-
-    return pipeline.delete_batch_preview(batch_id)
-
-
-def delete_batch(batch_id: int) -> int:
-    from memory import pipeline
-
-    return pipeline.delete_batch(batch_id)

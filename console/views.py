@@ -33,7 +33,7 @@ from console.forms import (
     SearchForm,
     SpreadForm,
 )
-from memory import selectors, services
+from memory import broker, pipeline, recall, selectors, services
 from memory.models import (
     Episode,
     Fact,
@@ -122,7 +122,8 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
     form = SearchForm(request.GET)
     hits = None
     if form.is_valid() and form.cleaned_data["q"]:
-        hits = presenters.attach_senders(presenters.inspect_messages(stream_id=obj.pk, query=form.cleaned_data["q"]))
+        # the bot's ``inspect`` action (message search) exactly as a turn would run it
+        hits = presenters.attach_senders(recall.inspect_messages(stream_id=obj.pk, query=form.cleaned_data["q"], limit=20))
         if wants_fragment(request):
             return render(request, "console/stream.html#message-hits", {"hits": hits, "form": form, "stream": obj})
     batches = Paginator(
@@ -253,7 +254,8 @@ def knowledge(request: HttpRequest) -> HttpResponse:
     hits = None
     page = None
     if form.is_valid() and form.cleaned_data["q"]:
-        hits = presenters.search_knowledge(query=form.cleaned_data["q"])
+        # the bot's ``consult`` path; touch=False: a console search is not a consultation (hit counts stay)
+        hits = recall.consult_knowledge(query=form.cleaned_data["q"], limit=20, touch=False)
     else:
         page = Paginator(
             Knowledge.objects.select_related("import_batch").order_by("-id").defer("embedding", "embedding_q8", "tokens_v2"),
@@ -269,10 +271,14 @@ def knowledge(request: HttpRequest) -> HttpResponse:
 def imports(request: HttpRequest) -> HttpResponse:
     form = ImportForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
         try:
-            job = presenters.start_import(form.cleaned_data, user=request.user.get_username())
-        except presenters.ImportRefused as exc:
+            job = pipeline.start_import(text=data["text"], origin_name=data.get("origin_name") or "", kind=data["kind"],
+                                        user=request.user.get_username())
+        except (pipeline.ImportLimitError, pipeline.ImportBusyError) as exc:
             form.add_error(None, str(exc))
+        except broker.BrokerUnavailable as exc:  # the job and batch are already marked failed
+            form.add_error(None, pipeline.IMPORT_NOT_SENT.format(reason=exc))
         else:
             messages.success(request, _("导入任务 #%(id)s 已开始。") % {"id": job.pk})
             return redirect("console:imports")
@@ -291,10 +297,10 @@ def imports(request: HttpRequest) -> HttpResponse:
 def import_delete(request: HttpRequest, pk: int) -> HttpResponse:
     batch = get_object_or_404(ImportBatch, pk=pk)
     if request.method == "POST":
-        deleted = presenters.delete_batch(batch.pk)
+        deleted = pipeline.delete_batch(batch.pk)
         messages.success(request, _("已删除导入批次 #%(id)s 的 %(n)s 条知识。") % {"id": batch.pk, "n": deleted})
         return redirect("console:imports")
-    preview = presenters.delete_batch_preview(batch.pk)
+    preview = pipeline.delete_batch_preview(batch.pk)
     return render(request, "console/import_delete.html", {"batch": batch, "preview": preview})
 
 

@@ -177,7 +177,7 @@ def test_fact_search_adds_cosine_and_fused_when_vectors_exist(operator, memory_s
     vector = np.ones(8, dtype=np.float32) / np.sqrt(8)
     for fid in memory_set["facts"]:
         services.store_fact_vector(fact_id=fid, vector=vector)
-    monkeypatch.setattr("console.presenters._query_vector", lambda text: vector)
+    monkeypatch.setattr("memory.recall.embed_query", lambda text: vector)
     html = operator.get(reverse("console:facts"), {"q": "住在哪里"}).content.decode()
     assert "余弦" in html and "融合相关度" in html and "1.000" in html
 
