@@ -80,11 +80,11 @@ def _partial(request: HttpRequest, template_name: str, partial: str) -> str:
 def dashboard(request: HttpRequest) -> HttpResponse:
     now = services.now_ms()
     context = {
-        "glance": presenters.at_a_glance(now=now),
-        "layers": presenters.layer_counts(),
-        "queues": presenters.stream_queues(),
-        "vectors": presenters.vector_coverage(),
-        "edges": presenters.edge_stats(),
+        "glance": selectors.at_a_glance(now=now),
+        "layers": selectors.layer_counts(),
+        "queues": selectors.stream_queues(),
+        "vectors": selectors.vector_coverage(),
+        "edges": selectors.edge_stats(),
         "events": PipelineEvent.objects.filter(kind__in=DASHBOARD_EVENTS).order_by("-seq")[:20],
         "now": now,
     }
@@ -110,7 +110,7 @@ def worker_health(request: HttpRequest) -> HttpResponse:
 @permission_required("memory.view_message", raise_exception=True)
 @require_GET
 def streams(request: HttpRequest) -> HttpResponse:
-    rows = presenters.stream_rows()
+    rows = selectors.stream_rows()
     return render(request, "console/streams.html", {"streams": rows})
 
 
@@ -137,7 +137,7 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
     ).order_by("id")
     message_form = MessageFilterForm(request.GET, speakers=speakers)
     message_form.is_valid()
-    messages_page = Paginator(presenters.filter_messages(obj, getattr(message_form, "cleaned_data", {})), PAGE_SIZE
+    messages_page = Paginator(selectors.filter_messages(obj, getattr(message_form, "cleaned_data", {})), PAGE_SIZE
                               ).get_page(request.GET.get("mpage"))
     messages_page.object_list = presenters.attach_senders(messages_page.object_list)
     if wants_fragment(request) and request.htmx.target == "stream-messages":

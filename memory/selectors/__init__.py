@@ -52,6 +52,7 @@ from memory.selectors.knowledge import (
 from memory.selectors.messages import (
     MESSAGE_DENSE_SCAN,
     MESSAGE_POOL,
+    filter_messages,
     latest_message_id,
     message_count_after,
     message_vectors,
@@ -61,7 +62,16 @@ from memory.selectors.messages import (
     pending_counts,
     recent_speakers,
     search_messages,
+    stream_rows,
     working_memory,
+)
+from memory.selectors.overview import (
+    at_a_glance,
+    edge_stats,
+    extraction_cursors,
+    layer_counts,
+    stream_queues,
+    vector_coverage,
 )
 
 __all__ = [
@@ -75,13 +85,18 @@ __all__ = [
     "ScopedFact",
     "SpreadItem",
     "Spreading",
+    "at_a_glance",
     "conflict_group_keys",
     "conflict_groups",
     "conflict_members",
     "dense_fact_candidates",
+    "edge_stats",
+    "extraction_cursors",
     "fact_cosines",
     "fact_coverages",
+    "filter_messages",
     "latest_message_id",
+    "layer_counts",
     "merge_dense_candidates",
     "message_count_after",
     "message_vectors",
@@ -103,6 +118,9 @@ __all__ = [
     "search_messages",
     "short_term_activation",
     "spread",
+    "stream_queues",
+    "stream_rows",
     "top_facts",
+    "vector_coverage",
     "working_memory",
 ]

@@ -1,6 +1,7 @@
-"""L1 reads: a stream's messages (working memory, pending counts, search, vectors)."""
+"""L1 reads: a stream's messages (working memory, pending counts, search, vectors) and the stream lists."""
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -8,19 +9,18 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from memory import lexical
 from memory.engine import decay
 from memory.engine.quantize import HEADER_SIZE, MAGIC, Int8Matrix, cosine_q8_many, quantize_vector
-from memory.engine.scoring import (
-    fused_relevance,
-)
-from memory.models import Message
+from memory.engine.scoring import fused_relevance
+from memory.models import Episode, Message, Stream
 from memory.selectors._common import _query_q8
 
 logger = logging.getLogger(__name__)
-
 
 MESSAGE_POOL = 30           # inspect's fused ranking: candidates per channel (at least limit × 3)
 MESSAGE_DENSE_SCAN = 5_000  # inspect's dense channel reads the SQ8 vectors of the stream's newest N messages
@@ -221,3 +221,49 @@ def message_vectors(message_ids: Iterable[int], *, embedder: Any = None) -> dict
                     services.store_message_vector(message_id=mid, vector=arr)
             out.update(fresh)
     return out
+
+
+# --- the console's stream pages ---------------------------------------------------------------
+
+
+def stream_rows() -> list[Stream]:
+    """Streams with message, pending and episode counts (subquery counts, one query + pending)."""
+    def count_of(qs: QuerySet) -> Any:
+        return Coalesce(Subquery(qs.values("stream_id").annotate(n=Count("id")).values("n")[:1]), 0)
+
+    rows = list(
+        Stream.objects.annotate(
+            n_messages=count_of(Message.objects.filter(stream_id=OuterRef("pk")).order_by()),
+            n_episodes=count_of(Episode.objects.filter(stream_id=OuterRef("pk")).order_by()),
+            last_at=Subquery(
+                Message.objects.filter(stream_id=OuterRef("pk")).order_by("-id").values("created_at")[:1]
+            ),
+        ).order_by("id")
+    )
+    pending = pending_counts()
+    for row in rows:
+        row.pending = pending.get(row.pk, 0)
+    return rows
+
+
+def filter_messages(stream: Stream, data: dict[str, Any]) -> QuerySet[Message]:
+    """A stream's messages, newest first, filtered by speaker, local date range and summarised or not."""
+    qs = Message.objects.filter(stream=stream).defer("embedding", "embedding_q8", "tokens")
+    speaker = data.get("speaker")
+    if speaker == "assistant":
+        qs = qs.filter(role="assistant")
+    elif speaker:
+        qs = qs.filter(sender_person_id=int(speaker))
+
+    def day_ms(day: dt.date) -> int:
+        return int(timezone.make_aware(dt.datetime.combine(day, dt.time.min)).timestamp() * 1000)
+
+    if data.get("since"):
+        qs = qs.filter(created_at__gte=day_ms(data["since"]))
+    if data.get("until"):
+        qs = qs.filter(created_at__lt=day_ms(data["until"] + dt.timedelta(days=1)))
+    if data.get("archived") == "yes":
+        qs = qs.filter(episode__isnull=False)
+    elif data.get("archived") == "no":
+        qs = qs.filter(episode__isnull=True)
+    return qs.order_by("-created_at", "-id")
