@@ -9,8 +9,10 @@ The writer of a row writes its FTS row (:func:`index_row`, :func:`index_fact`,
 the writer's job, not a trigger's) and keeps the tokens on the row too.
 
 ``messages_fts`` indexes chat messages the same way, scoped by a ``stream``
-column; ``inspect`` only ever searches one stream (:func:`message_candidates`),
-so it has no resident index and no pruning. A message without a searchable
+column; ``inspect`` only ever searches one stream (:func:`message_candidates`).
+FTS5 would read every query term's doclist over all streams for its IDF, so outside a
+transaction the resident message statistics (:class:`memory.lexical_index.ResidentMessages`)
+score the stream's rows with the same numbers; there is no pruning. A message without a searchable
 term has no FTS row; a trigger deletes the FTS row of a deleted message.
 
 Queries over a whole table (every person's facts, every stream's cues,
@@ -35,7 +37,7 @@ import numpy as np
 from django.db import connection
 
 from memory.engine.tokenize import index_tokens, match_expression, query_terms
-from memory.lexical_index import SOURCES, resident
+from memory.lexical_index import SOURCES, resident, resident_messages
 
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")
 #: where each FTS table's rows keep their indexed tokens: (table, column)
@@ -164,6 +166,12 @@ def message_candidates(
     """
     if not match or limit < 1:
         return []
+    index = resident_messages()
+    scored = index.scores(stream_id, terms_of(match), before_id=before_id) if index is not None else None
+    if scored is not None:
+        ids, bm25 = scored
+        order = np.lexsort((-ids, bm25))[:limit]  # best first, ties: newer first
+        return [(int(ids[k]), float(bm25[k])) for k in order]
     params: list = [f'tokens : ({match}) AND stream : "{_stream_token(stream_id)}"']
     where = "messages_fts MATCH %s"
     if before_id is not None:
@@ -187,6 +195,10 @@ def message_bm25(match: str, *, stream_id: int, message_ids: Sequence[int]) -> d
     """
     if not match or not message_ids:
         return {}
+    index = resident_messages()
+    scored = index.scores(stream_id, terms_of(match), rowids=message_ids) if index is not None else None
+    if scored is not None:
+        return {int(i): float(b) for i, b in zip(*scored, strict=True)}
     wanted = {int(i) for i in message_ids}
     with connection.cursor() as cur:
         cur.execute(

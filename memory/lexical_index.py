@@ -28,6 +28,7 @@ import math
 import re
 import threading
 import unicodedata
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -41,6 +42,7 @@ IDF_FLOOR = 1e-6          # FTS5 replaces a non-positive IDF by this
 TAIL_MERGE_ROWS = 512     # appended rows kept aside before they are merged into the arrays
 
 _TOKEN = re.compile(r"[^\W_]+")
+_FOLDABLE = re.compile("[\u0080-\u024f\u1e00-\u1eff]")  # the characters _fold may change
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ SOURCES = {
 def _fold(text: str) -> str:
     """Lower-case and drop Latin diacritics, as ``unicode61`` (remove_diacritics=1) does."""
     text = text.lower()
-    if text.isascii():
+    if text.isascii() or _FOLDABLE.search(text) is None:  # nothing a diacritic could sit on (CJK text)
         return text
     return "".join(
         unicodedata.normalize("NFD", ch)[0] if ch < "\u0250" or "\u1e00" <= ch <= "\u1eff" else ch for ch in text
@@ -408,3 +410,264 @@ def reset_all() -> None:
     """Forget every resident index (tests; a restored database file)."""
     for index in list(_indexes.values()):
         index.reset()
+    _messages.reset()
+
+
+# --- messages: one stream at a time, with the whole table's statistics ---------------------------
+
+MESSAGE_REVISION_KEY = "lexical_revision:messages"
+STREAMS_CACHED = 256          # streams whose postings stay resident (least recently searched dropped first)
+STREAM_TAIL_MERGE_ROWS = 64   # a stream's appended rows kept aside before its arrays are rebuilt
+_STREAM_TOKEN = re.compile(r"s\d+")  # the ``stream`` column's token shape (see below)
+
+
+class _StreamPostings:
+    """One stream's indexed messages: rowids, lengths (all columns) and postings.
+
+    Postings are one sorted array of ``term id × rows + position`` keys (term ids are the
+    table-wide ones of :class:`ResidentMessages`) with the term frequencies beside them:
+    about 12 bytes per distinct (term, message) pair and no per-stream dictionary.
+    """
+
+    def __init__(self, rows: Sequence[tuple[int, str]], term_ids: dict[str, int]) -> None:
+        self._term_ids = term_ids
+        self._load(rows)
+
+    def _load(self, rows: Sequence[tuple[int, str]]) -> None:
+        """Arrays of ``rows`` (ascending ids), built with a few C-level passes over all their tokens."""
+        docs = _split_all([tokens or "" for _, tokens in rows])
+        self.ids = np.fromiter((int(r) for r, _ in rows), dtype=np.int64, count=len(rows))
+        sizes = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+        self.lengths = (sizes + 1).astype(np.float64)  # + the stream column's token
+        flat = list(chain.from_iterable(docs))
+        ids = self._term_ids
+        for t in dict.fromkeys(flat):  # a token the statistics do not hold yet (never, normally)
+            if t not in ids:
+                ids[t] = len(ids)
+        terms = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
+        positions = np.repeat(np.arange(len(docs), dtype=np.int64), sizes)
+        self._n = max(1, len(docs))
+        self._keys, counts = np.unique(terms * self._n + positions, return_counts=True)
+        self._tfs = counts.astype(np.float32)  # exact integers
+        self.max_id = int(self.ids[-1]) if len(self.ids) else 0
+        self._tail: list[tuple[int, int, dict[str, int]]] = []  # (rowid, length, term counts)
+
+    def extend(self, rows: Sequence[tuple[int, str]], reload) -> None:
+        """Append rows committed since; past :data:`STREAM_TAIL_MERGE_ROWS` of them, ``reload()``
+        gives every row again and the arrays are rebuilt."""
+        for rowid, tokens in rows:
+            toks = fts_tokens(tokens or "")
+            counts: dict[str, int] = {}
+            for t in toks:
+                counts[t] = counts.get(t, 0) + 1
+            self._tail.append((int(rowid), len(toks) + 1, counts))
+            self.max_id = max(self.max_id, int(rowid))
+        if len(self._tail) >= STREAM_TAIL_MERGE_ROWS:
+            self._load(reload())
+
+    def postings(self, token: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(document positions, term frequencies)`` of ``token`` in this stream (tail included)."""
+        tid = self._term_ids.get(token)
+        if tid is None:
+            docs, tfs = np.zeros(0, dtype=np.int64), np.zeros(0)
+        else:
+            lo, hi = np.searchsorted(self._keys, [tid * self._n, (tid + 1) * self._n])
+            docs, tfs = self._keys[lo:hi] - tid * self._n, self._tfs[lo:hi].astype(np.float64)
+        base = len(self.ids)
+        extra = [(base + k, c[token]) for k, (_r, _n, c) in enumerate(self._tail) if token in c]
+        if extra:
+            docs = np.concatenate([docs, np.fromiter((p for p, _ in extra), dtype=np.int64, count=len(extra))])
+            tfs = np.concatenate([tfs, np.fromiter((c for _, c in extra), dtype=np.float64, count=len(extra))])
+        return docs, tfs
+
+    def all_ids(self) -> np.ndarray:
+        if not self._tail:
+            return self.ids
+        return np.concatenate([self.ids, np.fromiter((r for r, _n, _c in self._tail), dtype=np.int64)])
+
+    def all_lengths(self) -> np.ndarray:
+        if not self._tail:
+            return self.lengths
+        return np.concatenate([self.lengths, np.fromiter((n for _r, n, _c in self._tail), dtype=np.float64)])
+
+
+_DOC_BREAK = "\x00"  # never a token character, never in stored tokens
+
+
+_NOT_PLAIN = re.compile("[^\\w\\s\x00]|_")  # a character that makes unicode61 split other than str.split()
+
+
+def _split_all(texts: Sequence[str]) -> list[list[str]]:
+    """``[fts_tokens(t) for t in texts]``, cheaply: stored tokens are space-separated runs of
+    letters and digits, which ``str.split`` cuts exactly as the regex does; the texts that hold
+    anything else (``3.14``, ``a_b``, a diacritic) go through :func:`fts_tokens`."""
+    joined = _DOC_BREAK.join(texts)
+    if _DOC_BREAK in "".join(texts):
+        return [fts_tokens(t) for t in texts]
+    folded = joined.lower()
+    parts = folded.split(_DOC_BREAK)
+    if len(parts) != len(texts):  # pragma: no cover - lower() never makes or eats a NUL
+        return [fts_tokens(t) for t in texts]
+    odd: set[int] = set()
+    if not folded.isascii() and _FOLDABLE.search(folded) is not None or _NOT_PLAIN.search(folded) is not None:
+        starts, at = [], 0
+        for part in parts:
+            starts.append(at)
+            at += len(part) + 1
+        for pattern in (_FOLDABLE, _NOT_PLAIN):
+            odd.update(bisect_right(starts, m.start()) - 1 for m in pattern.finditer(folded))
+    return [fts_tokens(texts[i]) if i in odd else part.split() for i, part in enumerate(parts)]
+
+
+class ResidentMessages:
+    """FTS5's bm25 of one stream's messages, without FTS5 reading whole doclists.
+
+    A stream-scoped ``messages_fts`` query (``tokens : (…) AND stream : "s<id>"``) is
+    cheap to match but not to rank: FTS5 computes each term's IDF by counting the rows of
+    its doclist over *every* stream. This keeps, per process, the table's statistics —
+    each term's document frequency, the row count and the token total (FTS5's own
+    numbers, read from ``messages_fts_vocab`` / ``messages_fts_docsize`` in one
+    statement) — and the postings of the most recently searched streams
+    (:data:`STREAMS_CACHED`), and computes the very score FTS5 would for that stream's
+    rows (same IDF, k1, b, document lengths over both columns, order of operations).
+
+    Freshness as :class:`ResidentBM25`: rows above the last id loaded are appended to the
+    statistics (and to a cached stream's postings); triggers bump
+    ``meta['lexical_revision:messages']`` when a message with an FTS row is deleted, its
+    stored tokens change, or its content is edited (a placeholder body filled in), and a
+    changed revision reloads everything. Used only outside a transaction. A query term
+    shaped like the ``stream`` column's tokens (``s123``) is left to FTS5: the vocabulary
+    counts it in both columns, FTS5's IDF only in ``tokens``.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.rebuilds = 0
+        self._clear()
+
+    def _clear(self) -> None:
+        self._revision: str | None = None
+        self._max_id = 0
+        self._df: dict[str, int] = {}
+        self._term_ids: dict[str, int] = {}  # table-wide ids of the streams' postings
+        self._rows = 0
+        self._total_tokens = 0.0
+        self._streams: dict[int, _StreamPostings] = {}  # insertion order = least recently used first
+
+    def reset(self) -> None:
+        with self._lock:
+            self._clear()
+
+    def _load(self, revision: str) -> None:
+        with connection.cursor() as cur:  # one statement: one snapshot of the vocabulary, row count and last id
+            cur.execute(
+                "SELECT term, doc, cnt FROM messages_fts_vocab UNION ALL"
+                " SELECT NULL, (SELECT count(*) FROM messages_fts_docsize), (SELECT max(id) FROM messages)"
+            )
+            rows = cur.fetchall()
+        self._clear()
+        for term, doc, cnt in rows:
+            if term is None:
+                self._rows, self._max_id = int(doc or 0), int(cnt or 0)
+            else:
+                self._df[term] = int(doc)
+                self._term_ids[term] = len(self._term_ids)
+                self._total_tokens += int(cnt)
+        self._revision = revision
+        self.rebuilds += 1
+
+    def refresh(self) -> None:
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT (SELECT value FROM meta WHERE key = %s), (SELECT max(id) FROM messages)", [MESSAGE_REVISION_KEY]
+            )
+            revision, max_id = cur.fetchone()
+        revision, max_id = revision or "0", int(max_id or 0)
+        if revision == self._revision and max_id == self._max_id:
+            return
+        with self._lock:
+            if revision != self._revision or max_id < self._max_id:
+                self._load(revision)
+                return
+            with connection.cursor() as cur:
+                cur.execute(
+                    "SELECT id, stream_id, tokens FROM messages WHERE id > %s AND tokens <> '' ORDER BY id",
+                    [self._max_id],
+                )
+                fresh = cur.fetchall()
+            for rowid, stream_id, tokens in fresh:
+                toks = fts_tokens(tokens)
+                for t in set(toks) | {f"s{int(stream_id)}"}:
+                    self._df[t] = self._df.get(t, 0) + 1
+                self._rows += 1
+                self._total_tokens += len(toks) + 1
+                cached = self._streams.get(int(stream_id))
+                if cached is not None:
+                    cached.extend([(rowid, tokens)], lambda s=int(stream_id), m=int(rowid): self._read_stream(s, m))
+            self._max_id = max(max_id, int(fresh[-1][0]) if fresh else 0)
+
+    @staticmethod
+    def _read_stream(stream_id: int, upto: int) -> list[tuple[int, str]]:
+        with connection.cursor() as cur:  # the covering index idx_messages_stream_tokens answers
+            cur.execute(
+                "SELECT id, tokens FROM messages WHERE stream_id = %s AND NOT (tokens = '') AND id <= %s ORDER BY id",
+                [stream_id, upto],
+            )
+            return cur.fetchall()
+
+    def _stream(self, stream_id: int) -> _StreamPostings:
+        cached = self._streams.pop(stream_id, None)
+        if cached is None:
+            cached = _StreamPostings(self._read_stream(stream_id, self._max_id), self._term_ids)
+            while len(self._streams) >= STREAMS_CACHED:
+                self._streams.pop(next(iter(self._streams)))
+        self._streams[stream_id] = cached
+        return cached
+
+    def scores(
+        self, stream_id: int, terms: Sequence[str], *, before_id: int | None = None, rowids: Sequence[int] | None = None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(rowids, bm25)`` of the stream's messages matching any of ``terms`` (ascending rowids),
+        only those below ``before_id`` / among ``rowids`` when given; ``None``: ask FTS5."""
+        tokens = ResidentBM25._tokens(terms)
+        if tokens is None or any(_STREAM_TOKEN.fullmatch(t) for t in tokens):
+            return None
+        with self._lock:
+            postings = self._stream(int(stream_id))
+            ids, lengths = postings.all_ids(), postings.all_lengths()
+            n = self._rows
+            avgdl = self._total_tokens / n if n else 1.0
+            total = np.zeros(len(ids))
+            hit = np.zeros(len(ids), dtype=bool)
+            for token in tokens:
+                df = self._df.get(token, 0)
+                if not df:
+                    continue
+                docs, tfs = postings.postings(token)
+                if not len(docs):
+                    continue
+                idf = math.log((n - df + 0.5) / (df + 0.5))
+                if idf <= 0.0:
+                    idf = IDF_FLOOR
+                norms = K1 * ((1.0 - B) + B * lengths[docs] / avgdl)  # FTS5's order of operations
+                total[docs] += idf * ((tfs * (K1 + 1.0)) / (tfs + norms))
+                hit[docs] = True
+            keep = hit
+            if before_id is not None:
+                keep = keep & (ids < before_id)
+            if rowids is not None:
+                keep = keep & np.isin(ids, np.fromiter((int(r) for r in rowids), dtype=np.int64))
+            return ids[keep], -total[keep]
+
+
+_messages = ResidentMessages()
+
+
+def resident_messages() -> ResidentMessages | None:
+    """The fresh resident message statistics, or ``None`` when FTS5 must answer (see :func:`resident`)."""
+    from django.conf import settings
+
+    if not getattr(settings, "LEXICAL_RESIDENT_INDEX", True) or connection.in_atomic_block:
+        return None
+    _messages.refresh()
+    return _messages

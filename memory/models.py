@@ -116,6 +116,15 @@ class Message(models.Model):
             models.Index(fields=["stream", "episode", "id"], name="idx_messages_stream_pending"),
             models.Index(fields=["stream", "created_at"], name="idx_messages_stream_created"),
             models.Index(fields=["id"], condition=models.Q(embedding__isnull=True), name="idx_messages_no_vector"),
+            # covering: a stream's indexed tokens without reading its rows (resident message statistics)
+            models.Index(
+                fields=["stream", "id", "tokens"], condition=~models.Q(tokens=""), name="idx_messages_stream_tokens"
+            ),
+            # covering: inspect's dense channel reads a stream's SQ8 vectors from the index (~7 a page)
+            models.Index(
+                fields=["stream", "id", "embedding_q8"], condition=models.Q(embedding_q8__isnull=False),
+                name="idx_messages_stream_q8",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(

@@ -10,7 +10,7 @@ from django.db import connection, transaction
 
 from memory import lexical, lexical_index, selectors, services
 from memory.lexical_index import fts_tokens, resident
-from memory.models import ImportBatch
+from memory.models import ImportBatch, Message
 from tests.memory.conftest import NOW
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
@@ -291,3 +291,80 @@ def test_document_frequencies_come_from_the_index_like_the_vocab_table():
     terms = ["月球", "地球", "卫星", "the", "CAFÉ", "café", "不存在的词", "3.14"]
     want = _fts5(lexical.document_frequencies, "facts_fts", terms)
     assert lexical.document_frequencies("facts_fts", terms) == want and want["月球"] >= 2
+
+
+# --- messages: one stream scored with the whole table's statistics -------------------------------
+
+CHAT = [
+    "晚上喝了乌龙茶", "周末去爬山了，山上好冷", "月球好亮啊今天", "我养的猫叫咪咪", "今天加班到很晚",
+    "明天要去杭州出差", "乌龙茶和红茶哪个好喝", "猫又把杯子打翻了", "Café au lait please", "3.14 是圆周率",
+]
+
+
+def _messages(stream, sender, texts, at=NOW):
+    return [
+        services.append_message(stream_id=stream.pk, role="user", content=t, sender_person_id=sender.pk, at=at + i)[0].pk
+        for i, t in enumerate(texts)
+    ]
+
+
+def _same_messages(stream_id: int, query: str, **kw) -> list[tuple[int, float]]:
+    match = lexical.match_for("messages_fts", query)
+    got = lexical.message_candidates(match, stream_id=stream_id, **kw)
+    want = _fts5(lexical.message_candidates, match, stream_id=stream_id, **kw)
+    _same_rows(got, want, 1)
+    return got
+
+
+def test_stream_scoped_message_search_ranks_like_fts5(monkeypatch):
+    a, b, stream = _people_and_stream()
+    other = services.resolve_stream(platform="t", kind="direct", external_id="d")
+    ids = _messages(stream, a, CHAT * 2) + _messages(other, b, CHAT[::-1])
+    calls = []
+    scores = lexical_index.ResidentMessages.scores
+    monkeypatch.setattr(lexical_index.ResidentMessages, "scores",
+                        lambda self, *args, **kw: calls.append(1) or scores(self, *args, **kw))
+    for query in [*QUERIES, *CHAT, "乌龙茶", "猫", "s2"]:
+        for sid in (stream.pk, other.pk):
+            _same_messages(sid, query, limit=5)
+            _same_messages(sid, query, limit=30, before_id=ids[7])
+            match = lexical.match_for("messages_fts", query)
+            some = ids[::3]
+            assert lexical.message_bm25(match, stream_id=sid, message_ids=some) == pytest.approx(
+                _fts5(lexical.message_bm25, match, stream_id=sid, message_ids=some), rel=1e-12)
+    assert calls  # the resident statistics answered (FTS5 only for want)
+    tied = _same_messages(stream.pk, "乌龙茶", limit=10)
+    assert [i for i, _ in tied][:2] == [ids[10], ids[0]]  # the same line twice: newer first, as FTS5 orders them
+
+
+def test_message_statistics_follow_appends_edits_and_deletes():
+    a, _b, stream = _people_and_stream()
+    _messages(stream, a, CHAT)
+    _same_messages(stream.pk, "乌龙茶", limit=5)  # loads the statistics and the stream's postings
+    index = lexical_index.resident_messages()
+    rebuilds = index.rebuilds
+    fresh = _messages(stream, a, ["乌龙茶真香"] * 3, at=NOW + 100)
+    got = _same_messages(stream.pk, "乌龙茶", limit=10)
+    assert set(fresh) <= {i for i, _ in got} and index.rebuilds == rebuilds  # appended, not reloaded
+    placeholder = _messages(stream, a, [""], at=NOW + 200)[0]
+    _same_messages(stream.pk, "乌龙茶", limit=10)
+    services.update_message_content(message_id=placeholder, content="这杯乌龙茶太浓了")  # first FTS row at an old id
+    got = _same_messages(stream.pk, "乌龙茶", limit=10)
+    assert placeholder in {i for i, _ in got} and index.rebuilds == rebuilds + 1
+    Message.objects.filter(pk=fresh[0]).delete()
+    got = _same_messages(stream.pk, "乌龙茶", limit=10)
+    assert fresh[0] not in {i for i, _ in got} and index.rebuilds == rebuilds + 2
+    for k in range(lexical_index.STREAM_TAIL_MERGE_ROWS + 3):  # a long tail is merged into the stream's arrays
+        _messages(stream, a, [f"第{k}杯乌龙茶"], at=NOW + 300 + k)
+        if k % 20 == 0:
+            _same_messages(stream.pk, "乌龙茶", limit=10)
+    _same_messages(stream.pk, "乌龙茶 第三杯", limit=30)
+
+
+def test_search_messages_inside_a_transaction_is_fts5s():
+    a, _b, stream = _people_and_stream()
+    _messages(stream, a, CHAT)
+    with transaction.atomic():
+        assert lexical_index.resident_messages() is None
+        mine = _messages(stream, a, ["乌龙茶喝完了"], at=NOW + 50)[0]
+        assert mine in [m.pk for m in selectors.search_messages(stream_id=stream.pk, query="乌龙茶", limit=6)]
