@@ -34,13 +34,24 @@ def render() -> str:
             f"| {ing['direct']['median_ms']} / {ing['direct']['p95_ms']} ms | {ing['http']['latency']['median_ms'] / ing['direct']['median_ms']:.1f} |",
             f"| POST /turns median / p95 (target p95 ≤ 30 ms) | {turns['http']['median_ms']} / {turns['http']['p95_ms']} ms "
             f"| {turns['direct']['median_ms']} / {turns['direct']['p95_ms']} ms | {turns['ratio_median']} |",
-            f"| POST /turns/{{id}}/confirm median / p95 | {confirm['http']['median_ms']} / {confirm['http']['p95_ms']} ms "
+            f"| POST /turns/{{id}}/confirm median / p95 (target p95 ≤ 30 ms) | {confirm['http']['median_ms']} / {confirm['http']['p95_ms']} ms "
             f"| {confirm['direct']['median_ms']} / {confirm['direct']['p95_ms']} ms | {confirm['ratio_median']} |",
             "",
             f"Targets met: {api.get('targets_met')}. Server CPU per ingested message: "
             f"{ing['http']['server_cpu_ms_per_request']} ms.",
             "",
         ]
+        ctx = (api.get("context") or {}).get("http")
+        if ctx:
+            lines += [
+                "Each turn is lived as a bot lives it: the user's line is stored first (`POST /messages`, not timed) "
+                "and the turn is prepared on it; the messages posted before the turns got their vectors as the "
+                "embedding backfill gives them. Per measured turn the conversation held "
+                f"{ctx['mean_context_messages']} recent messages, {ctx['mean_context_vectors']} of them with a vector "
+                f"(the confirm's cosine is the weighted max over the turn's vector and theirs), and "
+                f"{ctx['mean_context_user_lines']} user lines among the newest 3 (each a lexical query of its own).",
+                "",
+            ]
     console = _load("console")
     if console:
         lines += [

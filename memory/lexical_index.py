@@ -426,7 +426,8 @@ class _StreamPostings:
 
     Postings are one sorted array of ``term id × rows + position`` keys (term ids are the
     table-wide ones of :class:`ResidentMessages`) with the term frequencies beside them:
-    about 12 bytes per distinct (term, message) pair and no per-stream dictionary.
+    about 8 bytes per distinct (term, message) pair (~0.2 MB for a 1,000-message stream of
+    chat) and no per-stream dictionary.
     """
 
     def __init__(self, rows: Sequence[tuple[int, str]], term_ids: dict[str, int]) -> None:
@@ -447,7 +448,8 @@ class _StreamPostings:
         terms = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
         positions = np.repeat(np.arange(len(docs), dtype=np.int64), sizes)
         self._n = max(1, len(docs))
-        self._keys, counts = np.unique(terms * self._n + positions, return_counts=True)
+        keys, counts = np.unique(terms * self._n + positions, return_counts=True)
+        self._keys = keys.astype(np.uint32) if not len(keys) or keys[-1] < 2**32 - self._n else keys  # half the bytes
         self._tfs = counts.astype(np.float32)  # exact integers
         self.max_id = int(self.ids[-1]) if len(self.ids) else 0
         self._tail: list[tuple[int, int, dict[str, int]]] = []  # (rowid, length, term counts)
@@ -471,8 +473,8 @@ class _StreamPostings:
         if tid is None:
             docs, tfs = np.zeros(0, dtype=np.int64), np.zeros(0)
         else:
-            lo, hi = np.searchsorted(self._keys, [tid * self._n, (tid + 1) * self._n])
-            docs, tfs = self._keys[lo:hi] - tid * self._n, self._tfs[lo:hi].astype(np.float64)
+            lo, hi = np.searchsorted(self._keys, np.array([tid * self._n, (tid + 1) * self._n], dtype=np.int64))
+            docs, tfs = self._keys[lo:hi].astype(np.int64) - tid * self._n, self._tfs[lo:hi].astype(np.float64)
         base = len(self.ids)
         extra = [(base + k, c[token]) for k, (_r, _n, c) in enumerate(self._tail) if token in c]
         if extra:
@@ -509,12 +511,13 @@ def _split_all(texts: Sequence[str]) -> list[list[str]]:
     if len(parts) != len(texts):  # pragma: no cover - lower() never makes or eats a NUL
         return [fts_tokens(t) for t in texts]
     odd: set[int] = set()
-    if not folded.isascii() and _FOLDABLE.search(folded) is not None or _NOT_PLAIN.search(folded) is not None:
+    patterns = [p for p in (_FOLDABLE, _NOT_PLAIN) if p.search(folded) is not None]
+    if patterns:
         starts, at = [], 0
         for part in parts:
             starts.append(at)
             at += len(part) + 1
-        for pattern in (_FOLDABLE, _NOT_PLAIN):
+        for pattern in patterns:
             odd.update(bisect_right(starts, m.start()) - 1 for m in pattern.finditer(folded))
     return [fts_tokens(texts[i]) if i in odd else part.split() for i, part in enumerate(parts)]
 
