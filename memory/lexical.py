@@ -422,9 +422,17 @@ def _resident_fact_candidates(match: str, limit: int, include_invalid: bool) -> 
 
 
 def fact_bm25(match: str, fact_ids: Sequence[int]) -> dict[int, float]:
-    """Real bm25 of specific facts for ``match`` (facts that do not match are absent)."""
+    """Real bm25 of specific facts for ``match`` (facts that do not match are absent).
+
+    The resident index scores just these rows; FTS5 (inside a transaction) runs the whole
+    query once per id of ``rowid IN (…)``.
+    """
     if not match or not fact_ids:
         return {}
+    index = resident("facts_fts")
+    scored = index.scores_for(terms_of(match), fact_ids) if index is not None else None
+    if scored is not None:
+        return {int(i): float(b) for i, b in zip(*scored, strict=True)}
     placeholders = ",".join(["%s"] * len(fact_ids))
     with connection.cursor() as cur:
         cur.execute(

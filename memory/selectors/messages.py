@@ -32,10 +32,10 @@ def working_memory(*, stream_id: int, limit: int = 40, watermark: int | None = N
     With a user-message ``watermark`` the user messages stored after it are left
     out (assistant rows after it stay), fixing the turn's snapshot.
     """
-    rows = Message.objects.filter(stream_id=stream_id, episode__isnull=True)
+    rows = Message.objects.filter(stream_id=stream_id, episode__isnull=True).defer("embedding", "embedding_q8")
     if watermark is not None:
         rows = rows.exclude(role="user", id__gt=watermark)
-    return list(reversed(rows.order_by("-id")[:limit]))
+    return list(reversed(rows.order_by("-id")[:limit]))  # the vectors (~2.5 kB a message) are not read
 
 
 def pending_count(*, stream_id: int) -> int:

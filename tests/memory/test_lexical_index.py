@@ -368,3 +368,16 @@ def test_search_messages_inside_a_transaction_is_fts5s():
         assert lexical_index.resident_messages() is None
         mine = _messages(stream, a, ["乌龙茶喝完了"], at=NOW + 50)[0]
         assert mine in [m.pk for m in selectors.search_messages(stream_id=stream.pk, query="乌龙茶", limit=6)]
+
+
+def test_fact_bm25_of_given_facts_is_fts5s():
+    a, b, _stream = _people_and_stream()
+    ids = [
+        services.add_fact(person_id=(a, b)[i % 2].pk, content=t, kind="偏好", origin_kind="direct", at=NOW + i).fact_id
+        for i, t in enumerate(KNOWLEDGE)
+    ]
+    for query in QUERIES:
+        match = lexical.match_for("facts_fts", query)
+        got = lexical.fact_bm25(match, ids[::2])
+        assert got == pytest.approx(_fts5(lexical.fact_bm25, match, ids[::2]), rel=1e-12)
+        assert set(got) <= set(ids[::2])
