@@ -50,6 +50,7 @@ _DOC_COUNT_TTL = 5.0       # seconds a cached row count is trusted
 
 _doc_counts: dict[str, tuple[float, int]] = {}
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"')
+_SCOPE_TOKEN = re.compile(r"[ps]\d+")  # the person / stream columns' tokens
 
 
 def _check(table: str) -> str:
@@ -267,8 +268,10 @@ def document_frequencies(table: str, terms: Sequence[str]) -> dict[str, int]:
     """Rows containing each single-token term (phrase terms are absent from the result)."""
     if not terms:
         return {}
-    index = resident(table) if table in SOURCES else None
-    if index is not None:  # the vocab table would read each term's whole doclist
+    # the vocab table reads each term's whole doclist; the resident index counts the ``tokens``
+    # column only, so a term shaped like a scope column's token (p12, s3) is left to the vocab
+    index = resident(table) if table in SOURCES and not any(_SCOPE_TOKEN.fullmatch(t) for t in terms) else None
+    if index is not None:
         return index.document_frequencies(terms)
     placeholders = ",".join(["%s"] * len(terms))
     with connection.cursor() as cur:

@@ -289,6 +289,8 @@ def test_document_frequencies_come_from_the_index_like_the_vocab_table():
     for i, text in enumerate(KNOWLEDGE):
         services.add_fact(person_id=(a, b)[i % 2].pk, content=text, kind="偏好", origin_kind="direct", at=NOW + i)
     terms = ["月球", "地球", "卫星", "the", "CAFÉ", "café", "不存在的词", "3.14"]
+    scope = [*terms, f"p{a.pk}"]  # a person column's token: the vocab counts that column too
+    assert lexical.document_frequencies("facts_fts", scope) == _fts5(lexical.document_frequencies, "facts_fts", scope)
     want = _fts5(lexical.document_frequencies, "facts_fts", terms)
     assert lexical.document_frequencies("facts_fts", terms) == want and want["月球"] >= 2
 
