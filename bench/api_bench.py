@@ -355,7 +355,7 @@ def direct_turns(inputs: list[dict], warmup: int) -> dict:
 
     from memory import recall, services
 
-    prep, conf = [], []
+    prep, conf, prep_cpu, conf_cpu = [], [], [], []
     for i, item in enumerate(inputs):
         s, p = item["stream"], item["speaker"]
         with transaction.atomic():  # the user's line arrives first (not timed), as over HTTP
@@ -365,19 +365,21 @@ def direct_turns(inputs: list[dict], warmup: int) -> dict:
                                               sender_person_id=speaker.pk, at=item["at"] - 1)
         # as the views do: the reads of a turn run outside a transaction (prepare_turn and
         # confirm_turn open their own short ones for their writes)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         stream = services.resolve_stream(platform=s["platform"], kind=s["kind"], external_id=s["external_id"])
         speaker = services.resolve_person(platform=p["platform"], external_id=p["external_id"], at=item["at"])
         ctx = recall.prepare_turn(stream_id=stream.pk, speaker_id=speaker.pk, text=item["text"],
                                   watermark_message_id=line.pk, at=item["at"])
-        dt = (time.perf_counter() - t) * 1000
-        t = time.perf_counter()
+        dt, dtc = (time.perf_counter() - t) * 1000, (time.process_time() - c) * 1000
+        t, c = time.perf_counter(), time.process_time()
         recall.confirm_turn(turn_id=ctx.turn_id, query_embedding=item["embedding"], at=item["at"] + 500)
-        dc = (time.perf_counter() - t) * 1000
+        dc, dcc = (time.perf_counter() - t) * 1000, (time.process_time() - c) * 1000
         if i >= warmup:
             prep.append(dt)
             conf.append(dc)
-    return {"turns": stats(prep), "confirm": stats(conf)}
+            prep_cpu.append(dtc)
+            conf_cpu.append(dcc)
+    return {"turns": stats(prep), "confirm": stats(conf), "turns_cpu": stats(prep_cpu), "confirm_cpu": stats(conf_cpu)}
 
 
 def backfill_message_vectors(seed: int) -> int:
@@ -518,6 +520,7 @@ def main(argv: list[str] | None = None) -> dict:
         "confirm": {"http": turns["confirm"], "direct": direct["confirm"],
                     "ratio_median": ratio(turns["confirm"]["median_ms"], direct["confirm"]["median_ms"]),
                     "ratio_p95": ratio(turns["confirm"]["p95_ms"], direct["confirm"]["p95_ms"])},
+        "direct_cpu": {"turns": direct["turns_cpu"], "confirm": direct["confirm_cpu"]},
         "mean_facts_per_turn": turns["mean_facts"],
         "context": {"http": http_context, "direct": direct_context, "message_vectors_backfilled": backfilled},
         "errors": {"ingest": ingest["first_errors"], "turns": turns["first_errors"]},

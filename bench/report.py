@@ -41,6 +41,15 @@ def render() -> str:
             f"{ing['http']['server_cpu_ms_per_request']} ms.",
             "",
         ]
+        cpu = api.get("direct_cpu")
+        if cpu:
+            lines += [
+                f"Load average before the run: {api.get('load_average_before')} (2 cores shared). CPU time of the "
+                f"direct calls (the process's own time, whatever the load): prepare median / p95 "
+                f"{cpu['turns']['median_ms']} / {cpu['turns']['p95_ms']} ms, confirm "
+                f"{cpu['confirm']['median_ms']} / {cpu['confirm']['p95_ms']} ms.",
+                "",
+            ]
         ctx = (api.get("context") or {}).get("http")
         if ctx:
             lines += [

@@ -325,9 +325,15 @@ def _concept_spread(
             continue
         share = ranks[cid] / len(matched)
         hop = distances[cid]
-        for node in matched:
-            scores[node] = scores.get(node, 0.0) + share
-            node_distances[node] = min(node_distances.get(node, hop), hop)
+        # a concept can be held by thousands of nodes, most of them reached by this concept only:
+        # nodes already scored add the share, new ones are inserted in bulk (same values, same order)
+        for node in [node for node in matched if node in scores]:
+            scores[node] += share
+            if hop < node_distances[node]:
+                node_distances[node] = hop
+        fresh = [node for node in matched if node not in node_distances]
+        scores.update(dict.fromkeys(fresh, 0.0 + share))
+        node_distances.update(dict.fromkeys(fresh, hop))
     return scores, node_distances
 
 
