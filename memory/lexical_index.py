@@ -28,10 +28,9 @@ import math
 import re
 import threading
 import unicodedata
-from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 
 import numpy as np
 from django.db import connection
@@ -436,18 +435,17 @@ class _StreamPostings:
 
     def _load(self, rows: Sequence[tuple[int, str]]) -> None:
         """Arrays of ``rows`` (ascending ids), built with a few C-level passes over all their tokens."""
-        docs = _split_all([tokens or "" for _, tokens in rows])
+        flat, counts_per_doc = _split_all([tokens or "" for _, tokens in rows])
         self.ids = np.fromiter((int(r) for r, _ in rows), dtype=np.int64, count=len(rows))
-        sizes = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+        sizes = np.asarray(counts_per_doc, dtype=np.int64)
         self.lengths = (sizes + 1).astype(np.float64)  # + the stream column's token
-        flat = list(chain.from_iterable(docs))
         ids = self._term_ids
-        for t in dict.fromkeys(flat):  # a token the statistics do not hold yet (never, normally)
-            if t not in ids:
-                ids[t] = len(ids)
-        terms = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
-        positions = np.repeat(np.arange(len(docs), dtype=np.int64), sizes)
-        self._n = max(1, len(docs))
+        terms = np.fromiter(map(ids.get, flat, repeat(-1)), dtype=np.int64, count=len(flat))
+        if len(terms) and terms.min() < 0:  # a token the statistics do not hold yet (never, normally)
+            for k in np.flatnonzero(terms < 0):
+                terms[k] = ids.setdefault(flat[k], len(ids))
+        positions = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
+        self._n = max(1, len(sizes))
         keys, counts = np.unique(terms * self._n + positions, return_counts=True)
         self._keys = keys.astype(np.uint32) if not len(keys) or keys[-1] < 2**32 - self._n else keys  # half the bytes
         self._tfs = counts.astype(np.float32)  # exact integers
@@ -499,27 +497,17 @@ _DOC_BREAK = "\x00"  # never a token character, never in stored tokens
 _NOT_PLAIN = re.compile("[^\\w\\s\x00]|_")  # a character that makes unicode61 split other than str.split()
 
 
-def _split_all(texts: Sequence[str]) -> list[list[str]]:
-    """``[fts_tokens(t) for t in texts]``, cheaply: stored tokens are space-separated runs of
-    letters and digits, which ``str.split`` cuts exactly as the regex does; the texts that hold
-    anything else (``3.14``, ``a_b``, a diacritic) go through :func:`fts_tokens`."""
-    joined = _DOC_BREAK.join(texts)
-    if _DOC_BREAK in "".join(texts):
-        return [fts_tokens(t) for t in texts]
-    folded = joined.lower()
-    parts = folded.split(_DOC_BREAK)
-    if len(parts) != len(texts):  # pragma: no cover - lower() never makes or eats a NUL
-        return [fts_tokens(t) for t in texts]
-    odd: set[int] = set()
-    patterns = [p for p in (_FOLDABLE, _NOT_PLAIN) if p.search(folded) is not None]
-    if patterns:
-        starts, at = [], 0
-        for part in parts:
-            starts.append(at)
-            at += len(part) + 1
-        for pattern in patterns:
-            odd.update(bisect_right(starts, m.start()) - 1 for m in pattern.finditer(folded))
-    return [fts_tokens(texts[i]) if i in odd else part.split() for i, part in enumerate(parts)]
+def _split_all(texts: Sequence[str]) -> tuple[list[str], list[int]]:
+    """All of ``texts``' :func:`fts_tokens` in one list, and how many each text has, in a few
+    C-level passes: once every character that is neither a letter, a digit nor whitespace
+    (``_`` included) is made a space, ``str.split`` cuts exactly the runs the regex finds.
+    Texts with a diacritic to drop (or a NUL) go through :func:`fts_tokens` one by one."""
+    folded = _DOC_BREAK.join(texts).lower()
+    if (not folded.isascii() and _FOLDABLE.search(folded) is not None) or folded.count(_DOC_BREAK) != len(texts) - 1:
+        docs = [fts_tokens(t) for t in texts]
+        return list(chain.from_iterable(docs)), [len(d) for d in docs]
+    plain = _NOT_PLAIN.sub(" ", folded)
+    return plain.replace(_DOC_BREAK, " ").split(), list(map(len, map(str.split, plain.split(_DOC_BREAK))))
 
 
 class ResidentMessages:
