@@ -383,3 +383,15 @@ def test_fact_bm25_of_given_facts_is_fts5s():
         got = lexical.fact_bm25(match, ids[::2])
         assert got == pytest.approx(_fts5(lexical.fact_bm25, match, ids[::2]), rel=1e-12)
         assert set(got) <= set(ids[::2])
+
+
+def test_a_streams_tokens_split_at_once_like_unicode61():
+    import random
+    from itertools import chain
+
+    rng = random.Random(7)
+    for alphabet in ("ab你好世界 _.-é\u3000\t²ﬁİΣ3^\x00", "你好 世界_ab.3^~", "月球 的 引力 ab 12"):
+        for _ in range(3000):
+            texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(12))) for _ in range(rng.randrange(1, 7))]
+            docs = [fts_tokens(t) for t in texts]
+            assert lexical_index._split_all(texts) == (list(chain.from_iterable(docs)), [len(d) for d in docs]), texts
