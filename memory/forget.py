@@ -59,7 +59,7 @@ from memory.models import (
     Turn,
 )
 
-TARGETS = ("message", "fact", "episode", "person", "stream")
+TARGETS = tuple(ForgetRecord.Target.values)
 MIN_QUOTE = 6  # characters: shorter sentences are too common to count as a quote
 MIN_EXTRACTED = 2  # a sender's fact contained in the message counts as extracted from it
 REDACTED = "〔已遗忘〕"

@@ -17,7 +17,11 @@ class StreamKind(models.TextChoices):
 
 
 class Person(models.Model):
-    kind = models.CharField(max_length=16, default="user")  # owner | user
+    class Kind(models.TextChoices):
+        OWNER = "owner", _("主人")
+        USER = "user", _("用户")
+
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.USER)
     display_name = models.CharField(max_length=200, blank=True, default="")
     first_seen_at = models.BigIntegerField()
 
@@ -60,10 +64,14 @@ class Stream(models.Model):
 
 
 class Episode(models.Model):
-    CONVERSATION = "conversation"
-    UNSUMMARIZED = "unsummarized"
+    class Kind(models.TextChoices):
+        CONVERSATION = "conversation", _("对话情节")
+        UNSUMMARIZED = "unsummarized", _("未总结")
 
-    kind = models.CharField(max_length=32, default=CONVERSATION)
+    CONVERSATION = Kind.CONVERSATION
+    UNSUMMARIZED = Kind.UNSUMMARIZED
+
+    kind = models.CharField(max_length=32, choices=Kind.choices, default=Kind.CONVERSATION)
     summary = models.TextField()
     started_at = models.BigIntegerField()
     ended_at = models.BigIntegerField()
@@ -84,7 +92,7 @@ class Episode(models.Model):
 
     @property
     def is_placeholder(self) -> bool:
-        return self.kind == self.UNSUMMARIZED
+        return self.kind == self.Kind.UNSUMMARIZED
 
 
 class EpisodeCue(models.Model):
@@ -98,7 +106,12 @@ class EpisodeCue(models.Model):
 
 
 class Message(models.Model):
-    role = models.CharField(max_length=16)  # user | assistant
+    class Role(models.TextChoices):
+        USER = "user", _("用户")
+        ASSISTANT = "assistant", _("机器人")
+        SYSTEM = "system", _("系统")
+
+    role = models.CharField(max_length=16, choices=Role.choices)
     content = models.TextField()
     created_at = models.BigIntegerField()
     episode = models.ForeignKey(Episode, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages")
@@ -130,6 +143,13 @@ class Message(models.Model):
 
 
 class Fact(models.Model):
+    class Origin(models.TextChoices):
+        """Where a fact was learnt: a direct chat, a group, or before origins were recorded."""
+
+        LEGACY = "legacy", _("旧数据")
+        DIRECT = "direct", _("私聊")
+        GROUP = "group", _("群聊")
+
     person = models.ForeignKey(Person, on_delete=models.CASCADE, related_name="facts")
     kind = models.CharField(max_length=32, default="未分类")
     content = models.TextField()
@@ -145,7 +165,7 @@ class Fact(models.Model):
     tokens_v2 = models.TextField(default="", blank=True)
     embedding = models.BinaryField(null=True, blank=True)
     embedding_q8 = models.BinaryField(null=True, blank=True)
-    origin_kind = models.CharField(max_length=16, default="legacy")  # legacy | direct | group
+    origin_kind = models.CharField(max_length=16, choices=Origin.choices, default=Origin.LEGACY)
     slot = models.CharField(max_length=32, default="", blank=True)
     # NULL = valid; another fact's id = superseded by it; own id = manual invalidation.
     superseded_by = models.ForeignKey(
@@ -190,12 +210,21 @@ class Fact(models.Model):
 
 
 class ImportBatch(models.Model):
-    kind = models.CharField(max_length=16)  # paste | upload
+    class Kind(models.TextChoices):
+        PASTE = "paste", _("粘贴")
+        UPLOAD = "upload", _("上传")
+
+    class Status(models.TextChoices):
+        RUNNING = "running", _("运行中")
+        DONE = "done", _("完成")
+        FAILED = "failed", _("失败")
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
     origin_name = models.CharField(max_length=255, default="", blank=True)
     summary = models.CharField(max_length=120, default="", blank=True)
     submitted = models.IntegerField(default=0)
     added = models.IntegerField(default=0)
-    status = models.CharField(max_length=16, default="running")  # running | done | failed
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
     created_at = models.BigIntegerField()
     finished_at = models.BigIntegerField(null=True, blank=True)
     error = models.TextField(default="", blank=True)
@@ -268,7 +297,12 @@ class KnowledgeEdge(models.Model):
 class MemoryNode(models.Model):
     """A pointer to a fact, episode or knowledge row in the association graph."""
 
-    ref_kind = models.CharField(max_length=16)  # fact | episode | knowledge
+    class RefKind(models.TextChoices):
+        FACT = "fact", _("事实")
+        EPISODE = "episode", _("情节")
+        KNOWLEDGE = "knowledge", _("知识")
+
+    ref_kind = models.CharField(max_length=16, choices=RefKind.choices)
     ref_id = models.BigIntegerField()
 
     class Meta:
@@ -341,7 +375,12 @@ class PipelineEvent(models.Model):
 class VectorSpace(models.Model):
     """Which embedding space the stored vectors of a consumer belong to."""
 
-    consumer = models.CharField(max_length=32, primary_key=True)  # facts | knowledge
+    class Consumer(models.TextChoices):
+        FACTS = "facts", _("事实")
+        KNOWLEDGE = "knowledge", _("知识")
+        MESSAGES = "messages", _("消息")
+
+    consumer = models.CharField(max_length=32, primary_key=True, choices=Consumer.choices)
     model = models.CharField(max_length=200)
     api_format = models.CharField(max_length=32)
     dim = models.IntegerField()
@@ -392,7 +431,11 @@ class QueueFailure(models.Model):
     """
 
     stream = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="+")
-    queue = models.CharField(max_length=16)  # summarize | extract
+    class Queue(models.TextChoices):
+        SUMMARIZE = "summarize", _("总结")
+        EXTRACT = "extract", _("抽取")
+
+    queue = models.CharField(max_length=16, choices=Queue.choices)
     head_message_id = models.BigIntegerField()
     failures = models.IntegerField(default=0)
     last_error = models.TextField(default="", blank=True)
@@ -412,7 +455,17 @@ class Job(models.Model):
         DONE = "done", _("完成")
         FAILED = "failed", _("失败")
 
-    kind = models.CharField(max_length=32)  # import | evaluate | compare | backfill | decay
+    class Kind(models.TextChoices):
+        """What a job does, in an operator's words."""
+
+        IMPORT = "import", _("导入知识")
+        EVALUATE = "evaluate", _("检索评估")
+        COMPARE = "compare", _("参数对比")
+        BACKFILL = "backfill", _("补全向量")
+        DECAY = "decay", _("记忆衰减")
+        TUNING_PROBE = "tuning_probe", _("调优探针")
+
+    kind = models.CharField(max_length=32, choices=Kind.choices)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     progress = models.IntegerField(default=0)
     total = models.IntegerField(default=0)
@@ -479,7 +532,14 @@ class ForgetRecord(models.Model):
 
     at = models.BigIntegerField()
     user = models.CharField(max_length=150, default="", blank=True)  # console user or api:<token name>
-    target = models.CharField(max_length=16)  # message | fact | episode | person | stream
+    class Target(models.TextChoices):
+        MESSAGE = "message", _("消息")
+        FACT = "fact", _("事实")
+        EPISODE = "episode", _("情节")
+        PERSON = "person", _("人物")
+        STREAM = "stream", _("会话")
+
+    target = models.CharField(max_length=16, choices=Target.choices)
     target_id = models.BigIntegerField()
     counts = models.JSONField(default=dict)
 

@@ -73,8 +73,8 @@ __all__ = [
     "validate_upload",
 ]
 
-SUMMARIZE = "summarize"
-EXTRACT = "extract"
+SUMMARIZE = QueueFailure.Queue.SUMMARIZE
+EXTRACT = QueueFailure.Queue.EXTRACT
 
 #: A summary batch never has fewer messages than this (§3.15).
 MIN_SUMMARY_BATCH = 4
