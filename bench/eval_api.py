@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import numpy as np
@@ -65,6 +66,9 @@ from bench.common import (
     require_data,
     score_question,
 )
+
+if TYPE_CHECKING:
+    from memory.providers import Embedder
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- eval-api:start -->", "<!-- eval-api:end -->"
@@ -398,7 +402,7 @@ LOCOMO_DIAGNOSTICS = {
 }
 
 
-def score_locomo(convs: Sequence[LocomoConv], answers: dict[str, list], embedder) -> dict:
+def score_locomo(convs: Sequence[LocomoConv], answers: dict[str, list], embedder: Embedder) -> dict:
     from bench.eval_locomo import TOP, Bm25Units, dense_top, summarise
 
     rows: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
@@ -531,7 +535,7 @@ def fact_sources(texts: Sequence[str]) -> dict[str, set[str]]:
     return out
 
 
-def score_memdaily(stacks: Sequence[MemdailyStack], answers: dict[int, list], embedder) -> dict:
+def score_memdaily(stacks: Sequence[MemdailyStack], answers: dict[int, list], embedder: Embedder) -> dict:
     from bench.eval_locomo import TOP, Bm25Units, dense_top
     from bench.eval_memdaily import norm, question_type
 

@@ -33,11 +33,15 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bench.common import KS, mean_rows, recall_at, require_data
 from bench.eval_locomo import Bm25Units, dense_top
+
+if TYPE_CHECKING:
+    from memory.providers import Embedder, Extractor
 
 TOP = 10
 SEED = 20240401
@@ -132,7 +136,7 @@ def gold_questions(trajectories: Sequence[tuple[str, dict]]) -> list[tuple[str, 
     return out
 
 
-def build(index: int, trajectories: Sequence[tuple[str, dict]], embedder, extractor) -> Haystack:
+def build(index: int, trajectories: Sequence[tuple[str, dict]], embedder: Embedder, extractor: Extractor) -> Haystack:
     from django.db import transaction
 
     from memory import services
@@ -223,7 +227,7 @@ def question_type(fname: str) -> str:
     return "_".join(fname.split("_")[:-1])  # '06_noisy_roles' -> '06_noisy'
 
 
-def evaluate(haystacks: Sequence[Haystack], embedder, *, log: Callable[[str], None] = print) -> dict:
+def evaluate(haystacks: Sequence[Haystack], embedder: Embedder, *, log: Callable[[str], None] = print) -> dict:
     from memory import selectors
     from memory.recall import replay_turn_pool
     from tuning.services import active_overrides
@@ -292,7 +296,7 @@ def evaluate(haystacks: Sequence[Haystack], embedder, *, log: Callable[[str], No
     }
 
 
-def run(*, haystacks: int | None, embedder, log: Callable[[str], None] = print) -> dict:
+def run(*, haystacks: int | None, embedder: Embedder, log: Callable[[str], None] = print) -> dict:
     from memory.providers.heuristic import HeuristicExtractor
 
     data = load()

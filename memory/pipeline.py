@@ -47,7 +47,7 @@ from memory.models import (
     QueueFailure,
     Stream,
 )
-from memory.providers import DialogueLine, KnownFact, Participant
+from memory.providers import DialogueLine, Embedder, Emit, Extractor, KnownFact, Participant, Summariser
 
 logger = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ def summarize_due(stream_id: int) -> bool:
     return selectors.pending_count(stream_id=stream_id) >= settings.SUMMARIZE_TRIGGER_MESSAGES
 
 
-def summarize_stream(*, stream_id: int, summariser: Any = None, at: int | None = None) -> BatchOutcome:
+def summarize_stream(*, stream_id: int, summariser: Summariser | None = None, at: int | None = None) -> BatchOutcome:
     """Summarise the oldest pending batch of a stream into one episode, if it is due.
 
     1. Nothing happens below ``SUMMARIZE_TRIGGER_MESSAGES`` (48) pending messages
@@ -390,7 +390,7 @@ def _person_ref(raw: str) -> str:
     return (raw or "").strip().strip("[]").strip()
 
 
-def extract_stream(*, stream_id: int, extractor: Any = None, at: int | None = None) -> BatchOutcome:
+def extract_stream(*, stream_id: int, extractor: Extractor | None = None, at: int | None = None) -> BatchOutcome:
     """Extract facts and knowledge from the next batch after the stream's cursor.
 
     1. Nothing happens below ``FACT_EXTRACT_TRIGGER_MESSAGES`` (32) messages
@@ -473,7 +473,7 @@ def extract_stream(*, stream_id: int, extractor: Any = None, at: int | None = No
 
 def _persist_facts(
     facts: Sequence[Any], by_ref: dict[str, Participant], *, origin: str, stream_id: int, at: int,
-    emit: Callable[[str, dict[str, Any]], None],
+    emit: Emit,
 ) -> list[int]:
     written: list[int] = []
     for fact in facts:
@@ -503,7 +503,7 @@ def _persist_facts(
     return written
 
 
-def _persist_knowledge(items: Sequence[str], *, at: int, emit: Callable[[str, dict[str, Any]], None]) -> list[int]:
+def _persist_knowledge(items: Sequence[str], *, at: int, emit: Emit) -> list[int]:
     ids: list[int] = []
     for item in items:
         kid = services.add_knowledge(content=item, source=KNOWLEDGE_SOURCE, at=at)
@@ -596,7 +596,7 @@ def _batch_size(batch: int | None) -> int:
     return clamp_batch(batch or getattr(settings, "EMBEDDING_BATCH", 20))
 
 
-def _api_format(embedder: Any) -> str:
+def _api_format(embedder: Embedder) -> str:
     fmt = getattr(embedder, "api_format", "")
     if fmt:
         return str(fmt)
@@ -604,7 +604,7 @@ def _api_format(embedder: Any) -> str:
     return label.split(":", 1)[0] if ":" in label else type(embedder).__name__
 
 
-def reconcile_spaces(embedder: Any, consumers: Sequence[str] = tuple(_VECTOR_MODELS)) -> int:
+def reconcile_spaces(embedder: Embedder, consumers: Sequence[str] = tuple(_VECTOR_MODELS)) -> int:
     """Register the embedder's space for each consumer; a changed space clears that table's vectors."""
     cleared = 0
     for consumer in consumers:
@@ -614,7 +614,7 @@ def reconcile_spaces(embedder: Any, consumers: Sequence[str] = tuple(_VECTOR_MOD
     return cleared
 
 
-def _embed_rows(consumer: str, rows: Sequence[tuple[int, str]], embedder: Any) -> tuple[int, int]:
+def _embed_rows(consumer: str, rows: Sequence[tuple[int, str]], embedder: Embedder) -> tuple[int, int]:
     """Embed one batch and store the vectors in one transaction; returns (stored, failed)."""
     vectors = list(embedder.embed([content for _, content in rows]))
     if len(vectors) != len(rows):  # breaks the embedder contract: trust none of it
@@ -637,7 +637,7 @@ def _embed_rows(consumer: str, rows: Sequence[tuple[int, str]], embedder: Any) -
 
 
 def backfill_vectors(
-    *, embedder: Any = None, batch: int | None = None, max_rows: int | None = None,
+    *, embedder: Embedder | None = None, batch: int | None = None, max_rows: int | None = None,
     only_ids: dict[str, Sequence[int]] | None = None,
 ) -> BackfillResult:
     """Embed facts, then knowledge, then messages whose ``embedding`` is NULL, one bounded batch at a time.
@@ -886,7 +886,7 @@ def _public_params(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_import(
-    *, job_id: int, embedder: Any = None, embed: bool = True, at: int | None = None,
+    *, job_id: int, embedder: Embedder | None = None, embed: bool = True, at: int | None = None,
     on_progress: Callable[[int, int], None] | None = None, worker: str = "",
 ) -> dict[str, Any] | None:
     """Run an import job: chunks → knowledge rows of its batch, then their vectors.
