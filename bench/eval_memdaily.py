@@ -25,7 +25,6 @@ provenance). No known facts are offered, so nothing is superseded.
 """
 from __future__ import annotations
 
-import json
 import random
 import re
 import time
@@ -37,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bench.common import KS, mean_rows, recall_at, require_data
+from bench.common import KS, load_memdaily, mean_rows, recall_at
 from bench.eval_locomo import Bm25Units, dense_top
 
 if TYPE_CHECKING:
@@ -70,14 +69,6 @@ def time_ms(text: str) -> int:
         return 0
     y, mo, d, h, mi = (int(x) for x in m.groups())
     return int(datetime(y, mo, d, h, mi, tzinfo=UTC).timestamp() * 1000)
-
-
-def load() -> dict[str, list[dict]]:
-    folder = require_data("memdaily")
-    files = sorted(folder.glob("*.json"))
-    if not files:
-        raise FileNotFoundError(f"no MemDaily files in {folder}")
-    return {f.stem: json.loads(f.read_text(encoding="utf-8")) for f in files}
 
 
 def haystacks_from(data: dict[str, list[dict]], count: int | None) -> list[list[tuple[str, dict]]]:
@@ -299,7 +290,7 @@ def evaluate(haystacks: Sequence[Haystack], embedder: Embedder, *, log: Callable
 def run(*, haystacks: int | None, embedder: Embedder, log: Callable[[str], None] = print) -> dict:
     from memory.providers.heuristic import HeuristicExtractor
 
-    data = load()
+    data = load_memdaily()
     groups = haystacks_from(data, haystacks)
     extractor = HeuristicExtractor()
     t0 = time.perf_counter()
