@@ -428,24 +428,6 @@ def rank_pool(
     return PromptRanking(prompt=prompt_facts(ranked, limit), held_back=held_back_facts(ranked, limit), ranked=ranked)
 
 
-def rank_for_prompt(
-    *,
-    pool: Sequence[ScopedFact],
-    query_vector: Any,
-    person_ids: Sequence[int],
-    text: str,
-    stream_kind: str,
-    now: int,
-    limit: int,
-    overrides: Mapping[str, Any],
-) -> list[ScopedFact]:
-    """The prompt facts of :func:`rank_pool`."""
-    return rank_pool(
-        pool=pool, query_vector=query_vector, person_ids=person_ids, text=text, stream_kind=stream_kind, now=now,
-        limit=limit, overrides=overrides,
-    ).prompt
-
-
 @dataclass
 class ConfirmResult:
     turn_id: int
