@@ -10,6 +10,16 @@ from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 
+def vector_indexes(table: str, *, q8_pending: bool = True) -> list[models.Index]:
+    """The partial indexes the vector backfill reads: rows without a vector and (``q8_pending``)
+    rows whose SQ8 copy is still to be written."""
+    no_vector = models.Index(fields=["id"], condition=models.Q(embedding__isnull=True), name=f"idx_{table}_no_vector")
+    if not q8_pending:
+        return [no_vector]
+    pending = models.Q(embedding__isnull=False, embedding_q8__isnull=True)
+    return [no_vector, models.Index(fields=["id"], condition=pending, name=f"idx_{table}_q8_pending")]
+
+
 class StreamKind(models.TextChoices):
     DIRECT = "direct", _("私聊")
     GROUP = "group", _("群聊")
@@ -128,7 +138,7 @@ class Message(models.Model):
             models.Index(fields=["episode", "id"], name="idx_messages_pending"),
             models.Index(fields=["stream", "episode", "id"], name="idx_messages_stream_pending"),
             models.Index(fields=["stream", "created_at"], name="idx_messages_stream_created"),
-            models.Index(fields=["id"], condition=models.Q(embedding__isnull=True), name="idx_messages_no_vector"),
+            *vector_indexes("messages", q8_pending=False),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -186,11 +196,7 @@ class Fact(models.Model):
             models.Index(fields=["kind"], name="idx_facts_kind"),
             # dashboard counts read these instead of scanning rows that carry 2 KB vectors
             models.Index(fields=["active", "superseded_by", "half_life_hours"], name="idx_facts_state"),
-            models.Index(fields=["id"], condition=models.Q(embedding__isnull=True), name="idx_facts_no_vector"),
-            models.Index(
-                fields=["id"], condition=models.Q(embedding__isnull=False, embedding_q8__isnull=True),
-                name="idx_facts_q8_pending",
-            ),
+            *vector_indexes("facts"),
         ]
 
     def __str__(self) -> str:
@@ -258,11 +264,7 @@ class Knowledge(models.Model):
         db_table = "knowledge"
         indexes = [
             models.Index(fields=["import_batch"], name="idx_knowledge_import_batch"),
-            models.Index(fields=["id"], condition=models.Q(embedding__isnull=True), name="idx_knowledge_no_vector"),
-            models.Index(
-                fields=["id"], condition=models.Q(embedding__isnull=False, embedding_q8__isnull=True),
-                name="idx_knowledge_q8_pending",
-            ),
+            *vector_indexes("knowledge"),
         ]
 
     def __str__(self) -> str:
