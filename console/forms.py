@@ -10,7 +10,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from memory.models import Person, Stream
+from memory.models import PINNED, Fact, FactState, MemoryNode, Person, Stream
 
 
 class FastSelect(forms.Select):
@@ -85,16 +85,9 @@ class ConflictFilterForm(forms.Form):
             self.fields["person"].queryset = persons
 
 
-FACT_STATES = [
-    ("", _("全部状态")),
-    ("active", _("活跃")),
-    ("frozen", _("已冻结")),
-    ("invalid", _("已失效")),
-    ("superseded", _("已被取代")),
-    ("pinned", _("永久保留")),
-]
-ORIGINS = [("", _("全部来源")), ("legacy", _("旧数据")), ("direct", _("私聊")), ("group", _("群聊"))]
-NODE_KINDS = [("fact", _("事实")), ("episode", _("情节")), ("knowledge", _("知识"))]
+FACT_STATES = [("", _("全部状态")), *FactState.choices, (PINNED, _("永久保留"))]
+ORIGINS = [("", _("全部来源")), *Fact.Origin.choices]
+NODE_KINDS = MemoryNode.RefKind.choices
 
 
 class FactFilterForm(forms.Form):

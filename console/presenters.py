@@ -24,7 +24,7 @@ import numpy as np
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Case, Count, F, Q, QuerySet, Value, When
+from django.db.models import Case, Count, Q, QuerySet, Value, When
 
 from config.celery import app
 from console.templatetags.console import format_ms
@@ -34,9 +34,12 @@ from memory.engine import decay, geometry, tokenize
 from memory.engine.geometry import CurveGeometry
 from memory.engine.scoring import is_seed_profile
 from memory.models import (
+    PINNED,
     Episode,
     EpisodeCue,
     Fact,
+    FactQuerySet,
+    FactState,
     Knowledge,
     MemoryEdge,
     MemoryNode,
@@ -120,16 +123,7 @@ def placeholder_reasons(episodes: Iterable[Episode]) -> None:
 
 # --- facts -----------------------------------------------------------------------
 
-STATE_FILTERS: dict[str, Q] = {
-    "active": Q(superseded_by__isnull=True, active=True),
-    "frozen": Q(superseded_by__isnull=True, active=False),
-    "invalid": Q(superseded_by=F("id")),
-    "superseded": Q(superseded_by__isnull=False) & ~Q(superseded_by=F("id")),
-    "pinned": Q(half_life_hours__gte=decay.PIN_HALF_LIFE_HOURS),
-}
-
-
-def filter_facts(qs: QuerySet[Fact], data: dict[str, Any]) -> QuerySet[Fact]:
+def filter_facts(qs: FactQuerySet, data: dict[str, Any]) -> FactQuerySet:
     """Apply the fact-table filters (person, kind, slot, state, origin)."""
     if data.get("person"):
         qs = qs.filter(person=data["person"])
@@ -137,8 +131,8 @@ def filter_facts(qs: QuerySet[Fact], data: dict[str, Any]) -> QuerySet[Fact]:
         qs = qs.filter(kind=data["kind"])
     if data.get("slot"):
         qs = qs.filter(slot=data["slot"])
-    if data.get("state") in STATE_FILTERS:
-        qs = qs.filter(STATE_FILTERS[data["state"]])
+    if data.get("state") in (*FactState.values, PINNED):
+        qs = qs.in_state(data["state"])
     if data.get("origin"):
         qs = qs.filter(origin_kind=data["origin"])
     return qs.defer("embedding", "embedding_q8", "tokens_v2")
@@ -172,13 +166,6 @@ def match_facts(qs: QuerySet[Fact], query: str, *, ranked: Sequence[int] = (), l
     return hits + others[:limit]
 
 
-def fact_state(fact: Fact) -> str:
-    """``invalid`` (manually), ``superseded``, ``frozen`` or ``active`` — frozen is never "deleted"."""
-    if fact.superseded_by_id is not None:
-        return "invalid" if fact.superseded_by_id == fact.pk else "superseded"
-    return "active" if fact.active else "frozen"
-
-
 @dataclass
 class ScoreBreakdown:
     """Every term of a search hit's score, for display."""
@@ -193,13 +180,12 @@ class ScoreBreakdown:
 
 
 def decorate_facts(facts: Iterable[Fact], *, now: int, breakdown: dict[int, Any] | None = None) -> None:
-    """Set ``retention``, ``state``, ``conflicted`` and (for search hits) ``breakdown`` on facts."""
+    """Set ``retention``, ``conflicted`` and (for search hits) ``breakdown`` on facts."""
     facts = list(facts)
     conflicted = set(selectors.conflict_group_keys(person_ids={f.person_id for f in facts if f.slot}))
     for f in facts:
-        f.retention = decay.retention(f.strength, f.updated_at, f.half_life_hours, now)
-        f.state = fact_state(f)
-        f.conflicted = f.state == "active" and (f.person_id, f.slot) in conflicted
+        f.retention = f.retention_at(now)
+        f.conflicted = f.state == FactState.ACTIVE and (f.person_id, f.slot) in conflicted
         hit = (breakdown or {}).get(f.pk)
         f.breakdown = hit
 
@@ -315,9 +301,9 @@ def resolve_nodes(refs: Iterable[tuple[int, str, int]], *, now: int) -> dict[int
         if kind == "fact" and ref_id in facts:
             f = facts[ref_id]
             info.text, info.label = f.content, f.kind
-            info.retention = decay.retention(f.strength, f.updated_at, f.half_life_hours, now)
+            info.retention = f.retention_at(now)
             info.updated_at, info.hits, info.person = f.updated_at, f.hit_count, str(f.person)
-            info.state = fact_state(f)
+            info.state = f.state
         elif kind == "episode" and ref_id in episodes:
             e = episodes[ref_id]
             info.text, info.label, info.updated_at = e.summary, e.kind, e.ended_at

@@ -498,7 +498,7 @@ def person_facts(
     now = _at(at)
     rows = Fact.objects.filter(person_id=person_id).defer("embedding", "embedding_q8", "tokens_v2").order_by("id")
     if not include_invalid:
-        rows = rows.filter(superseded_by__isnull=True)
+        rows = rows.valid()
     return {"person_id": person_id, "at": now, "facts": [fact_row(f, now) for f in rows]}
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from memory.engine import decay
+
 
 def vector_indexes(table: str, *, q8_pending: bool = True) -> list[models.Index]:
     """The partial indexes the vector backfill reads: rows without a vector and (``q8_pending``)
@@ -152,6 +154,37 @@ class Message(models.Model):
         return f"Message #{self.pk}"
 
 
+class FactState(models.TextChoices):
+    """What a fact is now. Frozen is never "deleted": it revives when recalled or reinforced."""
+
+    ACTIVE = "active", _("活跃")
+    FROZEN = "frozen", _("已冻结")  # retention fell below 0.1: not surfaced on its own
+    INVALID = "invalid", _("已失效")  # invalidated by hand (superseded by itself)
+    SUPERSEDED = "superseded", _("已被取代")  # replaced by a newer fact
+
+
+#: A filter beside the states: pinned facts (any state) — ``Fact.objects.in_state(PINNED)``.
+PINNED = "pinned"
+
+_STATE_CONDITIONS: dict[str, models.Q] = {
+    FactState.ACTIVE: models.Q(superseded_by__isnull=True, active=True),
+    FactState.FROZEN: models.Q(superseded_by__isnull=True, active=False),
+    FactState.INVALID: models.Q(superseded_by=models.F("id")),
+    FactState.SUPERSEDED: models.Q(superseded_by__isnull=False) & ~models.Q(superseded_by=models.F("id")),
+    PINNED: models.Q(half_life_hours__gte=decay.PIN_HALF_LIFE_HOURS),
+}
+
+
+class FactQuerySet(models.QuerySet["Fact"]):
+    def valid(self) -> FactQuerySet:
+        """Facts nobody replaced or invalidated (active or frozen)."""
+        return self.filter(superseded_by__isnull=True)
+
+    def in_state(self, state: str) -> FactQuerySet:
+        """Facts in ``state`` (a :class:`FactState` value, or :data:`PINNED`)."""
+        return self.filter(Fact.state_condition(state))
+
+
 class Fact(models.Model):
     class Origin(models.TextChoices):
         """Where a fact was learnt: a direct chat, a group, or before origins were recorded."""
@@ -184,6 +217,8 @@ class Fact(models.Model):
     )
     source = models.CharField(max_length=120, default="", blank=True)  # where it was heard (extraction, api …)
 
+    objects = FactQuerySet.as_manager()
+
     class Meta:
         db_table = "facts"
         constraints = [models.UniqueConstraint(fields=["person", "content_key"], name="fact_person_content_key")]
@@ -202,17 +237,24 @@ class Fact(models.Model):
     def __str__(self) -> str:
         return f"Fact #{self.pk}"
 
-    @property
-    def invalid(self) -> bool:
-        return self.superseded_by_id is not None
+    @staticmethod
+    def state_condition(state: str) -> models.Q:
+        """The row condition of ``state`` (a :class:`FactState` value, or :data:`PINNED`), for filters and counts."""
+        return _STATE_CONDITIONS[state]
 
     @property
-    def manually_invalidated(self) -> bool:
-        return self.superseded_by_id == self.pk
+    def state(self) -> FactState:
+        if self.superseded_by_id is not None:
+            return FactState.INVALID if self.superseded_by_id == self.pk else FactState.SUPERSEDED
+        return FactState.ACTIVE if self.active else FactState.FROZEN
 
     @property
     def pinned(self) -> bool:
-        return self.half_life_hours >= 876_000.0
+        return decay.is_pinned(self.half_life_hours)
+
+    def retention_at(self, now: int) -> float:
+        """Retention (0..1) at ``now`` (epoch ms): strength decayed over the half-life since ``updated_at``."""
+        return decay.retention(self.strength, self.updated_at, self.half_life_hours, now)
 
 
 class ImportBatch(models.Model):

@@ -159,15 +159,13 @@ def complete_conflicts(facts: Sequence[ScopedFact], *, now: int) -> list[PromptF
     # Groups are per (person, slot): two persons may both have a 居住地 conflict.
     missing = [m for members in groups.values() for m, _c in members if m not in present]
     if missing:
-        from memory.engine import decay
-
         rows = Fact.objects.only(
             "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "updated_at",
             "half_life_hours", "active",
         ).in_bulk(missing)
         for fid in missing:
             row = rows[fid]
-            ret = decay.retention(row.strength, row.updated_at, row.half_life_hours, now)
+            ret = row.retention_at(now)
             extra = ScopedFact(
                 id=row.id, person_id=row.person_id, kind=row.kind, content=row.content, slot=row.slot,
                 origin_kind=row.origin_kind, retention=ret, score=0.0, lexical_relevance=0.0, bm25=None,
@@ -420,7 +418,7 @@ def rank_pool(
         )
         pool = selectors.merge_dense_candidates(pool, dense, query=text)
     still_valid = set(
-        Fact.objects.filter(pk__in=[f.id for f in pool], superseded_by__isnull=True).values_list("id", flat=True)
+        Fact.objects.valid().filter(pk__in=[f.id for f in pool]).values_list("id", flat=True)
     )
     pool = [f for f in pool if f.id in still_valid]
     cosines = selectors.fact_cosines([f.id for f in pool], query_vector) if query_vector is not None else {}

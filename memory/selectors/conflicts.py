@@ -10,13 +10,12 @@ from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
-from memory.engine import decay
-from memory.models import Fact, Identity, Person
+from memory.models import Fact, FactState, Identity, Person
 
 
 def _members() -> QuerySet[Fact]:
     """Facts that can be in a slot-conflict group: active, valid (not superseded), with a slot."""
-    return Fact.objects.filter(active=True, superseded_by__isnull=True).exclude(slot="")
+    return Fact.objects.in_state(FactState.ACTIVE).exclude(slot="")
 
 
 def _of_groups(keys: Iterable[tuple[int, str]]) -> Q:
@@ -77,7 +76,7 @@ def conflict_groups(
         members[(f.person_id, f.slot)].append(
             {
                 "id": f.id, "kind": f.kind, "content": f.content, "origin_kind": f.origin_kind,
-                "retention": decay.retention(f.strength, f.updated_at, f.half_life_hours, now),
+                "retention": f.retention_at(now),
                 "strength": f.strength, "half_life_hours": f.half_life_hours, "updated_at": f.updated_at,
                 "created_at": f.created_at, "source": f.source, "hit_count": f.hit_count,
             }
