@@ -171,7 +171,7 @@ def episodes(request: HttpRequest) -> HttpResponse:
         if data.get("stream"):
             qs = qs.filter(stream=data["stream"])
         if data.get("placeholders"):
-            qs = qs.filter(kind=Episode.UNSUMMARIZED)
+            qs = qs.filter(kind=Episode.Kind.UNSUMMARIZED)
         page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
         presenters.attach_cues(page.object_list)
         presenters.placeholder_reasons(page.object_list)

@@ -406,7 +406,7 @@ def _carry_out(plan: ForgetPlan) -> None:
         lexical.reindex_message(message.pk, content, message.stream_id, message.tokens)
         tables.add("messages_fts")
     for chunk in _chunks(plan.redacted_episodes):
-        Episode.objects.filter(pk__in=chunk).update(summary=REDACTED_SUMMARY, kind=Episode.UNSUMMARIZED)
+        Episode.objects.filter(pk__in=chunk).update(summary=REDACTED_SUMMARY, kind=Episode.Kind.UNSUMMARIZED)
     for chunk in _chunks(plan.cues):
         EpisodeCue.objects.filter(pk__in=chunk).delete()
 

@@ -80,9 +80,6 @@ class Episode(models.Model):
         CONVERSATION = "conversation", _("对话情节")
         UNSUMMARIZED = "unsummarized", _("未总结")
 
-    CONVERSATION = Kind.CONVERSATION
-    UNSUMMARIZED = Kind.UNSUMMARIZED
-
     kind = models.CharField(max_length=32, choices=Kind.choices, default=Kind.CONVERSATION)
     summary = models.TextField()
     started_at = models.BigIntegerField()

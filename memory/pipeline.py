@@ -322,7 +322,7 @@ def _summary_failed(stream_id: int, batch: Sequence[Message], reason: str, at: i
                 started_at=batch[0].created_at,
                 ended_at=batch[-1].created_at,
                 message_ids=ids,
-                kind=Episode.UNSUMMARIZED,
+                kind=Episode.Kind.UNSUMMARIZED,
                 at=at,
             )
             _clear_failures(stream_id=stream_id, queue=SUMMARIZE)

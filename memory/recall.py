@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
@@ -24,6 +24,9 @@ from memory.engine import spreading
 from memory.engine.scope import fact_visible_in_stream
 from memory.engine.scoring import apply_pool_percentile
 from memory.models import Fact, Identity, Message, Stream, Turn
+
+if TYPE_CHECKING:
+    import numpy as np
 from memory.selectors import RecalledEpisode, ScopedFact
 
 logger = logging.getLogger(__name__)
@@ -332,7 +335,7 @@ def prepare_turn(
     )
 
 
-def embed_query(text: str) -> Any:
+def embed_query(text: str) -> np.ndarray | None:
     """Query vector from the configured embedding provider, or None (disabled or failed)."""
     from memory.providers.config import get_embedder
 

@@ -267,7 +267,7 @@ def add_episode(
     started_at: int,
     ended_at: int,
     message_ids: Sequence[int],
-    kind: str = Episode.CONVERSATION,
+    kind: str = Episode.Kind.CONVERSATION,
     source: str = "",
     at: int | None = None,
 ) -> Episode:

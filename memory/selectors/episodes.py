@@ -44,7 +44,7 @@ def recent_episodes(*, stream_id: int, limit: int = 4) -> list[RecalledEpisode]:
     """Newest episodes of a stream by end time; placeholders excluded; score 1.0."""
     if limit < 1:
         return []
-    rows = Episode.objects.filter(stream_id=stream_id).exclude(kind=Episode.UNSUMMARIZED).order_by("-ended_at", "-id")
+    rows = Episode.objects.filter(stream_id=stream_id).exclude(kind=Episode.Kind.UNSUMMARIZED).order_by("-ended_at", "-id")
     return [
         RecalledEpisode(
             id=e.id, summary=e.summary, kind=e.kind, started_at=e.started_at, ended_at=e.ended_at, score=1.0,

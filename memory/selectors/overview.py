@@ -36,7 +36,7 @@ def layer_counts() -> dict[str, int]:
         n_pinned=Count("id", filter=Fact.state_condition(PINNED)),
     )
     episodes = Episode.objects.aggregate(
-        n_total=Count("id"), n_placeholders=Count("id", filter=Q(kind=Episode.UNSUMMARIZED))
+        n_total=Count("id"), n_placeholders=Count("id", filter=Q(kind=Episode.Kind.UNSUMMARIZED))
     )
     return {
         "persons": Person.objects.count(),
