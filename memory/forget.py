@@ -37,7 +37,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import F, Q
 
 from curation.models import FactOperation
@@ -150,6 +150,12 @@ def _chunks(ids: Sequence[int]) -> Iterator[list[int]]:
     ids = list(ids)
     for start in range(0, len(ids), CHUNK):
         yield ids[start:start + CHUNK]
+
+
+def _delete(model: type[models.Model], ids: Sequence[int]) -> None:
+    """Delete the rows of ``model`` with these ids, in chunks."""
+    for chunk in _chunks(ids):
+        model.objects.filter(pk__in=chunk).delete()
 
 
 def _ids(model: Any, ids: Iterable[int]) -> Iterator[Any]:
@@ -407,13 +413,10 @@ def _carry_out(plan: ForgetPlan) -> None:
         tables.add("messages_fts")
     for chunk in _chunks(plan.redacted_episodes):
         Episode.objects.filter(pk__in=chunk).update(summary=REDACTED_SUMMARY, kind=Episode.Kind.UNSUMMARIZED)
-    for chunk in _chunks(plan.cues):
-        EpisodeCue.objects.filter(pk__in=chunk).delete()
+    _delete(EpisodeCue, plan.cues)
 
-    for chunk in _chunks(plan.edges):
-        MemoryEdge.objects.filter(pk__in=chunk).delete()
-    for chunk in _chunks(plan.nodes):
-        MemoryNode.objects.filter(pk__in=chunk).delete()
+    _delete(MemoryEdge, plan.edges)
+    _delete(MemoryNode, plan.nodes)
 
     forgotten = set(plan.facts)
     for op in _ids(FactOperation, plan.redacted_operations):
@@ -424,8 +427,7 @@ def _carry_out(plan: ForgetPlan) -> None:
         FactOperation.objects.filter(pk__in=chunk).update(undone_by=None, undo_of=None)
         FactOperation.objects.filter(Q(undone_by__in=chunk) | Q(undo_of__in=chunk)).update(undone_by=None, undo_of=None)
         FactOperation.objects.filter(pk__in=chunk).delete()
-    for chunk in _chunks(plan.events):
-        PipelineEvent.objects.filter(pk__in=chunk).delete()
+    _delete(PipelineEvent, plan.events)
     gone_messages = set(plan.messages)
     for turn in _ids(Turn, plan.trimmed_turns):
         turn.pool = [e for e in turn.pool or [] if not (isinstance(e, dict) and e.get("factId") in forgotten)]
@@ -434,21 +436,16 @@ def _carry_out(plan: ForgetPlan) -> None:
         for name in TURN_MESSAGE_LISTS:
             setattr(turn, name, [i for i in getattr(turn, name) or [] if i not in gone_messages])
         turn.save(update_fields=["pool", *TURN_FACT_LISTS, *TURN_MESSAGE_LISTS])
-    for chunk in _chunks(plan.turns):
-        Turn.objects.filter(pk__in=chunk).delete()
+    _delete(Turn, plan.turns)
 
-    for chunk in _chunks(plan.messages):
-        Message.objects.filter(pk__in=chunk).delete()  # a trigger removes their messages_fts rows
+    _delete(Message, plan.messages)  # a trigger removes their messages_fts rows
     if plan.messages:
         tables.add("messages_fts")
     for chunk in _chunks(plan.invalidated_facts):
         Fact.objects.filter(pk__in=chunk).update(superseded_by=F("id"))
-    for chunk in _chunks(plan.facts):
-        Fact.objects.filter(pk__in=chunk).delete()
-    for chunk in _chunks(plan.episodes):
-        Episode.objects.filter(pk__in=chunk).delete()
-    for chunk in _chunks(plan.knowledge):
-        Knowledge.objects.filter(pk__in=chunk).delete()
+    _delete(Fact, plan.facts)
+    _delete(Episode, plan.episodes)
+    _delete(Knowledge, plan.knowledge)
     Identity.objects.filter(pk__in=plan.identities).delete()
     Person.objects.filter(pk__in=plan.persons).delete()
     QueueFailure.objects.filter(pk__in=plan.queue_failures).delete()
