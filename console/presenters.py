@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection
 from django.db.models import Case, Count, F, Q, QuerySet, Value, When
 
 from config.celery import app
@@ -38,8 +37,6 @@ from memory.models import (
     EpisodeCue,
     Fact,
     Knowledge,
-    MemoryEdge,
-    MemoryNode,
     Message,
     Person,
     PipelineEvent,
@@ -383,43 +380,17 @@ def cached_layout(
 def memory_graph(*, now: int, include_frozen: bool = False, limit: int = 200) -> GraphView:
     """The densest ``limit`` nodes of the memory graph with their kept edges, laid out.
 
-    Queries: all edges (one), node rows of the kept nodes (one), one per layer to
-    resolve the rows, plus the node total and the spread-run count.
+    Queries: :func:`memory.selectors.densest_subgraph`, the node rows of the kept nodes
+    (one), one per layer to resolve the rows.
     """
-    active_only = "" if include_frozen else " WHERE active = 1"
-    with connection.cursor() as cur:
-        cur.execute("SELECT COUNT(*), COALESCE(SUM(active = 0), 0) FROM memory_edges")
-        edge_total, frozen = cur.fetchone()
-        # Degrees are counted and ranked in SQL: the graph can hold far more edges than a page shows.
-        cur.execute(
-            f"WITH deg AS (SELECT node, COUNT(*) AS d FROM (SELECT source_id AS node FROM memory_edges{active_only}"
-            f" UNION ALL SELECT target_id FROM memory_edges{active_only}) GROUP BY node)"
-            " SELECT node, d, (SELECT COUNT(*) FROM deg) FROM deg ORDER BY d DESC, node LIMIT %s",
-            [limit + 1],
-        )
-        ranked = cur.fetchall()
-        connected = ranked[0][2] if ranked else 0
-        degree: dict[int, int] = {node: d for node, d, _n in ranked}
-        truncated = connected > limit
-        chosen = [node for node, _d, _n in ranked[:limit]]
-        index = {nid: i for i, nid in enumerate(chosen)}
-        kept: list[tuple] = []
-        if chosen:
-            marks = ",".join(["%s"] * len(chosen))
-            cur.execute(
-                "SELECT source_id, target_id, strength, updated_at, active FROM memory_edges"
-                f" WHERE source_id IN ({marks}) AND target_id IN ({marks})"
-                + ("" if include_frozen else " AND active = 1"),
-                chosen + chosen,
-            )
-            kept = cur.fetchall()
-    rows_total = edge_total
-    node_total = MemoryNode.objects.count()
-    refs = MemoryNode.objects.filter(pk__in=chosen).values_list("id", "ref_kind", "ref_id")
-    infos = resolve_nodes(refs, now=now)
+    sub = selectors.densest_subgraph(limit=limit, include_frozen=include_frozen)
+    degree = dict(sub.degrees)
+    chosen = [node for node, _d in sub.degrees]
+    index = {nid: i for i, nid in enumerate(chosen)}
+    infos = resolve_nodes(selectors.node_refs(chosen), now=now)
     edges = [
-        EdgeInfo(s, t, strength, decay.retention(strength, updated_at, decay.EDGE_HALF_LIFE_HOURS, now), bool(active))
-        for s, t, strength, updated_at, active in kept
+        EdgeInfo(s, t, strength, decay.retention(strength, updated_at, decay.EDGE_HALF_LIFE_HOURS, now), active)
+        for s, t, strength, updated_at, active in sub.edges
     ]
     view_w, view_h = 900, 640
     pos = cached_layout(len(chosen), [(index[e.source], index[e.target], e.retention) for e in edges],
@@ -436,13 +407,13 @@ def memory_graph(*, now: int, include_frozen: bool = False, limit: int = 200) ->
         e.x1, e.y1 = nodes[index[e.source]].x, nodes[index[e.source]].y
         e.x2, e.y2 = nodes[index[e.target]].x, nodes[index[e.target]].y
     stats = {
-        "node_total": node_total,
-        "edge_total": rows_total,
-        "active_edges": rows_total - frozen,
-        "frozen_edges": frozen,
-        "isolated": node_total - connected,
-        "spread_runs": PipelineEvent.objects.filter(kind="memory_spread").count(),
-        "truncated": truncated,
+        "node_total": sub.node_total,
+        "edge_total": sub.edge_total,
+        "active_edges": sub.edge_total - sub.frozen_edges,
+        "frozen_edges": sub.frozen_edges,
+        "isolated": sub.node_total - sub.connected,
+        "spread_runs": sub.spread_runs,
+        "truncated": sub.truncated,
         "shown_nodes": len(nodes),
         "shown_edges": len(edges),
         "limit": limit,
@@ -452,17 +423,11 @@ def memory_graph(*, now: int, include_frozen: bool = False, limit: int = 200) ->
 
 def neighbours(kind: str, ref_id: int, *, now: int) -> list[dict[str, Any]]:
     """Direct neighbours of a memory item, sorted by edge retention (frozen edges last)."""
-    node = MemoryNode.objects.filter(ref_kind=kind, ref_id=ref_id).first()
+    node = selectors.node_of(kind, ref_id)
     if node is None:
         return []
-    edges = list(
-        MemoryEdge.objects.filter(Q(source=node) | Q(target=node)).values_list(
-            "source_id", "target_id", "strength", "updated_at", "active"
-        )
-    )
-    other = {(t if s == node.pk else s): (strength, updated_at, active) for s, t, strength, updated_at, active in edges}
-    refs = MemoryNode.objects.filter(pk__in=other).values_list("id", "ref_kind", "ref_id")
-    infos = resolve_nodes(refs, now=now)
+    other = selectors.node_edges(node)
+    infos = resolve_nodes(selectors.node_refs(other), now=now)
     out = []
     for nid, (strength, updated_at, active) in other.items():
         ret = decay.retention(strength, updated_at, decay.EDGE_HALF_LIFE_HOURS, now)
@@ -473,9 +438,8 @@ def neighbours(kind: str, ref_id: int, *, now: int) -> list[dict[str, Any]]:
 
 def node_panel(kind: str, ref_id: int, *, now: int) -> dict[str, Any]:
     """The selected node's row (resolved even when it has no graph node yet) and its neighbours."""
-    node = MemoryNode.objects.filter(ref_kind=kind, ref_id=ref_id).values_list("id", "ref_kind", "ref_id").first()
-    node = node or (0, kind, ref_id)
-    return {"node": resolve_nodes([node], now=now)[node[0]], "neighbours": neighbours(kind, ref_id, now=now)}
+    node = selectors.node_of(kind, ref_id) or 0
+    return {"node": resolve_nodes([(node, kind, ref_id)], now=now)[node], "neighbours": neighbours(kind, ref_id, now=now)}
 
 
 # --- searches --------------------------------------------------------------------
