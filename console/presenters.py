@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import Case, Count, F, Q, QuerySet, Value, When
+from django.db.models import Case, F, Q, QuerySet, Value, When
 
 from config.celery import app
 from console.templatetags.console import format_ms
@@ -510,7 +510,7 @@ class _Hit:
 def search_episodes(*, query: str, stream_id: int | None) -> list[Episode]:
     """Cue search over one stream (``selectors.recall_episodes``) or all of them (stream None)."""
     hits = selectors.recall_episodes(stream_id=stream_id, query=query, limit=50)
-    rows = Episode.objects.select_related("stream").annotate(n_messages=Count("messages")).in_bulk([h.id for h in hits])
+    rows = selectors.episodes_with_counts().in_bulk([h.id for h in hits])
     out = []
     for h in hits:
         if h.id in rows:

@@ -19,6 +19,9 @@ from memory.selectors.conflicts import (
 )
 from memory.selectors.episodes import (
     RecalledEpisode,
+    episode_batches,
+    episode_list,
+    episodes_with_counts,
     recall_episodes,
     recent_episodes,
 )
@@ -27,6 +30,7 @@ from memory.selectors.facts import (
     dense_fact_candidates,
     fact_cosines,
     fact_coverages,
+    fact_kinds,
     merge_dense_candidates,
     rank_facts,
     rank_recalled_facts,
@@ -52,6 +56,8 @@ from memory.selectors.graph import (
 )
 from memory.selectors.knowledge import (
     KnowledgeHit,
+    import_batches,
+    knowledge_list,
     search_knowledge,
 )
 from memory.selectors.messages import (
@@ -68,6 +74,7 @@ from memory.selectors.messages import (
     recent_speakers,
     search_messages,
     stream_rows,
+    stream_speakers,
     working_memory,
 )
 from memory.selectors.overview import (
@@ -75,8 +82,17 @@ from memory.selectors.overview import (
     edge_stats,
     extraction_cursors,
     layer_counts,
+    recent_events,
+    recent_jobs,
     stream_queues,
     vector_coverage,
+)
+from memory.selectors.persons import (
+    api_tokens,
+    broad_token_count,
+    forget_samples,
+    search_persons,
+    streams_by_id,
 )
 
 __all__ = [
@@ -91,17 +107,26 @@ __all__ = [
     "ScopedFact",
     "SpreadItem",
     "Spreading",
+    "api_tokens",
     "at_a_glance",
+    "broad_token_count",
     "conflict_group_keys",
     "conflict_groups",
     "conflict_members",
     "dense_fact_candidates",
     "densest_subgraph",
     "edge_stats",
+    "episode_batches",
+    "episode_list",
+    "episodes_with_counts",
     "extraction_cursors",
     "fact_cosines",
     "fact_coverages",
+    "fact_kinds",
     "filter_messages",
+    "forget_samples",
+    "import_batches",
+    "knowledge_list",
     "latest_message_id",
     "layer_counts",
     "merge_dense_candidates",
@@ -122,14 +147,19 @@ __all__ = [
     "recall_facts_across_persons",
     "recall_facts_in_scope",
     "recent_episodes",
+    "recent_events",
+    "recent_jobs",
     "recent_speakers",
     "resident_node_texts",
     "search_knowledge",
     "search_messages",
+    "search_persons",
     "short_term_activation",
     "spread",
     "stream_queues",
     "stream_rows",
+    "stream_speakers",
+    "streams_by_id",
     "top_facts",
     "vector_coverage",
     "working_memory",

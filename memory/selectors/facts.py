@@ -389,3 +389,8 @@ def rank_recalled_facts(
     cosines = fact_cosines([c.id for c in candidates], query_vector) if query_vector is not None else {}
     ranked = rank_facts(candidates, overrides, cosines=cosines)
     return [f for f in ranked if f.eligible][:limit]
+
+
+def fact_kinds() -> list[str]:
+    """The distinct kinds of the stored facts, sorted (the fact table's kind filter)."""
+    return list(Fact.objects.order_by("kind").values_list("kind", flat=True).distinct())
