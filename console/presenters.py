@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import Case, F, Q, QuerySet, Value, When
+from django.db.models import F, Q, QuerySet
 
 from config.celery import app
 from console.templatetags.console import format_ms
 from curation.models import FactOperation
 from memory import broker, recall, selectors
-from memory.engine import decay, geometry, tokenize
+from memory.engine import decay, geometry
 from memory.engine.geometry import CurveGeometry
 from memory.engine.scoring import is_seed_profile
 from memory.models import (
@@ -141,34 +141,6 @@ def filter_facts(qs: QuerySet[Fact], data: dict[str, Any]) -> QuerySet[Fact]:
     return qs.defer("embedding", "embedding_q8", "tokens_v2")
 
 
-def match_facts(qs: QuerySet[Fact], query: str, *, ranked: Sequence[int] = (), limit: int = 200) -> list[Fact]:
-    """The rows of a fact search: the ``ranked`` hits of :func:`search_facts` (in their order)
-    that pass ``qs``, then the other facts of ``qs`` whose text contains query terms (most
-    terms first, newest on ties) — one query.
-
-    Recall ranks only valid facts; this text match makes the frozen, invalidated and
-    superseded ones findable too, so the search honours the state filter.
-    """
-    terms = [t for t in tokenize.query_terms(query) if t][:16]
-    wanted = Q(pk__in=list(ranked))
-    for term in terms:
-        wanted |= Q(content__icontains=term)
-    rows = list(
-        qs.filter(wanted)
-        .annotate(_ranked=Case(When(pk__in=list(ranked), then=Value(0)), default=Value(1)))
-        .order_by("_ranked", "-updated_at", "-id")[: len(ranked) + limit * 5]
-    )
-    order = {fact_id: i for i, fact_id in enumerate(ranked)}
-    hits = sorted((f for f in rows if f.pk in order), key=lambda f: order[f.pk])
-
-    def matched(fact: Fact) -> int:
-        text = fact.content.lower()
-        return sum(len(t) for t in terms if t in text)
-
-    others = sorted((f for f in rows if f.pk not in order), key=matched, reverse=True)  # stable: newest first
-    return hits + others[:limit]
-
-
 def fact_state(fact: Fact) -> str:
     """``invalid`` (manually), ``superseded``, ``frozen`` or ``active`` — frozen is never "deleted"."""
     if fact.superseded_by_id is not None:
@@ -199,33 +171,6 @@ def decorate_facts(facts: Iterable[Fact], *, now: int, breakdown: dict[int, Any]
         f.conflicted = f.state == "active" and (f.person_id, f.slot) in conflicted
         hit = (breakdown or {}).get(f.pk)
         f.breakdown = hit
-
-
-def supersede_chain(fact: Fact, max_steps: int = 20) -> dict[str, list[Fact]]:
-    """Older facts this one replaced (``before``) and the newer ones that replaced it (``after``).
-
-    One query per step in each direction; chains are short (a slot changes a few times).
-    """
-    before: list[Fact] = []
-    ids = [fact.pk]
-    for _ in range(max_steps):
-        older = list(Fact.objects.filter(superseded_by_id__in=ids).exclude(pk__in=ids).order_by("-id"))
-        older = [f for f in older if f.pk != f.superseded_by_id and f not in before]
-        if not older:
-            break
-        before.extend(older)
-        ids = [f.pk for f in older]
-    after: list[Fact] = []
-    current = fact
-    for _ in range(max_steps):
-        if current.superseded_by_id in (None, current.pk):
-            break
-        nxt = Fact.objects.filter(pk=current.superseded_by_id).first()
-        if nxt is None or nxt in after:
-            break
-        after.append(nxt)
-        current = nxt
-    return {"before": before, "after": after}
 
 
 def fact_operations(fact_id: int) -> list[Any]:

@@ -190,7 +190,7 @@ def facts(request: HttpRequest) -> HttpResponse:
     if data.get("q"):
         hits = presenters.search_facts(query=data["q"], now=now)
         # The ranked hits, then (the search honours the state filter) facts recall never sees, matched by text.
-        rows = presenters.match_facts(qs, data["q"], ranked=[h.id for h in hits])
+        rows = selectors.match_facts(qs, data["q"], ranked=[h.id for h in hits])
         breakdown = {h.id: h for h in hits}
         page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     else:
@@ -216,7 +216,7 @@ def fact(request: HttpRequest, pk: int) -> HttpResponse:
     context = {
         "fact": obj,
         "curve": presenters.decay_curve_svg(obj, now=now),
-        "chain": presenters.supersede_chain(obj),
+        "chain": selectors.supersede_chain(obj),
         "operations": presenters.fact_operations(obj.pk),
         "neighbours": presenters.neighbours("fact", obj.pk, now=now),
         "now": now,
