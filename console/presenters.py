@@ -148,19 +148,6 @@ def fact_state(fact: Fact) -> str:
     return "active" if fact.active else "frozen"
 
 
-@dataclass
-class ScoreBreakdown:
-    """Every term of a search hit's score, for display."""
-
-    bm25: float
-    relevance: float
-    retention: float
-    retention_weight: float
-    score: float
-    cosine: float | None = None
-    fused: float | None = None
-
-
 def decorate_facts(facts: Iterable[Fact], *, now: int, breakdown: dict[int, Any] | None = None) -> None:
     """Set ``retention``, ``state``, ``conflicted`` and (for search hits) ``breakdown`` on facts."""
     facts = list(facts)
@@ -398,11 +385,24 @@ CONSOLE_STREAM_KIND = "desktop"
 SEARCH_LIMIT = 100
 
 
-def _overrides() -> dict[str, Any]:
-    return dict(active_overrides())
+@dataclass(frozen=True)
+class ScoreBreakdown:
+    """Every term of a fact search hit's score, for display."""
+
+    id: int
+    bm25: float | None
+    relevance: float
+    retention: float
+    retention_weight: float  # the retention term of the score (``prior``)
+    score: float
+    cosine: float | None = None
+    fused: float | None = None
+    coverage: float | None = None
+    calibrated: float | None = None
+    eligible: bool = True
 
 
-def search_facts(*, query: str, now: int) -> list[ScoreBreakdown | Any]:
+def search_facts(*, query: str, now: int) -> list[ScoreBreakdown]:
     """FTS search over every person's valid facts, each hit with its full score breakdown.
 
     The hits are ranked by the engine's ``rank`` (``selectors.rank_facts``) like a turn:
@@ -410,17 +410,17 @@ def search_facts(*, query: str, now: int) -> list[ScoreBreakdown | Any]:
     (``selectors.fact_cosines``) and fused relevance join its terms. Hits under both
     relevance floors stay listed (last, marked) — a search shows what matched.
     """
-    overrides = _overrides()
+    overrides = dict(active_overrides())
     hits = selectors.recall_facts_across_persons(
         query=query, limit=SEARCH_LIMIT, now=now, stream_kind=CONSOLE_STREAM_KIND, overrides=overrides, events=False,
         return_candidates=True,
     )[:SEARCH_LIMIT]
-    if hits and Fact.objects.filter(pk__in=[h.id for h in hits], embedding_q8__isnull=False).exists():
+    if hits and selectors.any_fact_vector([h.id for h in hits]):
         vector = recall.embed_query(query)
         if vector is not None:
             hits = selectors.rank_facts(hits, overrides, cosines=selectors.fact_cosines([h.id for h in hits], vector))
     return [
-        _Hit(
+        ScoreBreakdown(
             id=h.id,
             bm25=h.bm25,
             relevance=h.lexical_relevance,
@@ -435,21 +435,6 @@ def search_facts(*, query: str, now: int) -> list[ScoreBreakdown | Any]:
         )
         for h in hits
     ]
-
-
-@dataclass(frozen=True)
-class _Hit:
-    id: int
-    bm25: float | None
-    relevance: float
-    retention: float
-    retention_weight: float  # the retention term of the score (``prior``)
-    score: float
-    cosine: float | None = None
-    fused: float | None = None
-    coverage: float | None = None
-    calibrated: float | None = None
-    eligible: bool = True
 
 
 def search_episodes(*, query: str, stream_id: int | None) -> list[Episode]:

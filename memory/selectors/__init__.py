@@ -27,6 +27,7 @@ from memory.selectors.episodes import (
 )
 from memory.selectors.facts import (
     ScopedFact,
+    any_fact_vector,
     dense_fact_candidates,
     fact_cosines,
     fact_coverages,
@@ -109,6 +110,7 @@ __all__ = [
     "ScopedFact",
     "SpreadItem",
     "Spreading",
+    "any_fact_vector",
     "api_tokens",
     "at_a_glance",
     "broad_token_count",

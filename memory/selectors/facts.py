@@ -148,6 +148,11 @@ def fact_cosines(ids: Sequence[int], query_vector: Any) -> dict[int, float]:
     return {i: float(v) for i, v in zip(found, values, strict=True) if not np.isnan(v)}
 
 
+def any_fact_vector(ids: Sequence[int]) -> bool:
+    """Whether any of the facts has a (SQ8) vector: a query is worth embedding only then."""
+    return Fact.objects.filter(pk__in=list(ids), embedding_q8__isnull=False).exists()
+
+
 def rank_facts(
     candidates: Sequence[ScopedFact],
     overrides: Mapping[str, Any] | None = None,
