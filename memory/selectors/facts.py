@@ -23,6 +23,7 @@ from memory.engine.scoring import (
 from memory.engine.tokenize import bigrams, words
 from memory.models import Fact
 from memory.selectors._common import _overrides, _private_in_group, _query_q8
+from memory.services import emit_event
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,6 @@ def _visible_rows(rows: Sequence[tuple], stream_kind: str, private_in_group: boo
 
 def _report_blocked(blocked: int, stream_kind: str, now: int, events: bool) -> None:
     if blocked and events:
-        from memory.services import emit_event
-
         emit_event("memory_fact_scope_blocked", {"streamKind": stream_kind, "blocked": blocked}, at=now)
 
 
