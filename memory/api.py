@@ -549,7 +549,7 @@ def post_import(request: HttpRequest, payload: ImportIn):
 
 @router.get("/knowledge/imports/{job_id}", response={200: ImportOut, **ERRORS}, summary="An import job's state")
 def get_import(request: HttpRequest, job_id: Id):
-    job = Job.objects.filter(pk=job_id, kind="import").first()
+    job = Job.objects.filter(pk=job_id, kind=Job.Kind.IMPORT).first()
     if job is None:
         raise Http404(f"import job {job_id} does not exist")
     return _job_out(job)

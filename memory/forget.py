@@ -321,8 +321,9 @@ def plan_forget(*, target: str, target_id: int) -> ForgetPlan:
     plan.redacted_episodes = sorted(redacted_episodes - episodes)
     plan.cues = sorted(cues)
     plan.knowledge = sorted(knowledge)
-    refs = Q(ref_kind="fact", ref_id__in=plan.facts) | Q(ref_kind="episode", ref_id__in=plan.episodes)
-    refs |= Q(ref_kind="knowledge", ref_id__in=plan.knowledge)
+    kinds = MemoryNode.RefKind
+    refs = Q(ref_kind=kinds.FACT, ref_id__in=plan.facts) | Q(ref_kind=kinds.EPISODE, ref_id__in=plan.episodes)
+    refs |= Q(ref_kind=kinds.KNOWLEDGE, ref_id__in=plan.knowledge)
     plan.nodes = sorted(MemoryNode.objects.filter(refs).values_list("id", flat=True))
     plan.edges = sorted(
         MemoryEdge.objects.filter(Q(source_id__in=plan.nodes) | Q(target_id__in=plan.nodes)).values_list("id", flat=True)

@@ -834,8 +834,8 @@ def _enqueue_import(job_id: int, batch_id: int) -> None:
         error = IMPORT_NOT_SENT.format(reason=exc)
         now = services.now_ms()
         with transaction.atomic():
-            ImportBatch.objects.filter(pk=batch_id, status="running").update(
-                status="failed", error=error, finished_at=now
+            ImportBatch.objects.filter(pk=batch_id, status=ImportBatch.Status.RUNNING).update(
+                status=ImportBatch.Status.FAILED, error=error, finished_at=now
             )
             job = Job.objects.filter(pk=job_id).only("params").first()
             job_fail(job_id=job_id, error=error, params=_public_params(job.params if job else {}))
@@ -863,16 +863,16 @@ def start_import(
     chunks = _check_limits(text, kind)
     now = _now(at)
     with transaction.atomic():
-        stale = ImportBatch.objects.filter(status="running", created_at__lt=now - IMPORT_STALE_MS)
-        stale.update(status="failed", error="导入超时未完成（工作进程可能已退出）", finished_at=now)
-        if ImportBatch.objects.filter(status="running").exists():
+        stale = ImportBatch.objects.filter(status=ImportBatch.Status.RUNNING, created_at__lt=now - IMPORT_STALE_MS)
+        stale.update(status=ImportBatch.Status.FAILED, error="导入超时未完成（工作进程可能已退出）", finished_at=now)
+        if ImportBatch.objects.filter(status=ImportBatch.Status.RUNNING).exists():
             raise ImportBusyError("另一个导入正在进行，请等它完成后再试")
         batch = ImportBatch.objects.create(
             kind=kind, origin_name=(origin_name or "")[:255], summary=_first_line(text), submitted=len(chunks),
-            status="running", created_at=now,
+            status=ImportBatch.Status.RUNNING, created_at=now,
         )
         job = job_create(
-            kind="import", total=len(chunks), user=user,
+            kind=Job.Kind.IMPORT, total=len(chunks), user=user,
             params={"batch_id": batch.pk, "origin_name": batch.origin_name, "kind": kind, "text": text},
         )
         if enqueue:
@@ -897,7 +897,7 @@ def run_import(
     finished job returns its stored result; a job another delivery is running,
     and a missing job, return None.
     """
-    job = Job.objects.filter(pk=job_id, kind="import").first()
+    job = Job.objects.filter(pk=job_id, kind=Job.Kind.IMPORT).first()
     if job is None:
         return None
     if job.status == Job.Status.DONE:
@@ -940,8 +940,8 @@ def run_import(
                   "embedded": embedded}
         finished = services.now_ms()
         with transaction.atomic():
-            ImportBatch.objects.filter(pk=batch.pk, status="running").update(
-                status="done", added=added, finished_at=finished
+            ImportBatch.objects.filter(pk=batch.pk, status=ImportBatch.Status.RUNNING).update(
+                status=ImportBatch.Status.DONE, added=added, finished_at=finished
             )
             job_finish(job_id=job_id, result=result, params=_public_params(params))
         services.emit_event("import_done", {"batchId": batch.pk, "jobId": job_id, **result}, at=finished,
@@ -951,8 +951,8 @@ def run_import(
         error = _error_text(exc)[:500]
         finished = services.now_ms()
         try:
-            ImportBatch.objects.filter(pk=batch.pk, status="running").update(
-                status="failed", error=error, finished_at=finished
+            ImportBatch.objects.filter(pk=batch.pk, status=ImportBatch.Status.RUNNING).update(
+                status=ImportBatch.Status.FAILED, error=error, finished_at=finished
             )
             job_fail(job_id=job_id, error=error, params=_public_params(params))
             services.emit_event("import_failed", {"batchId": batch.pk, "jobId": job_id, "error": error},
@@ -991,7 +991,7 @@ def delete_batch(batch_id: int, *, at: int | None = None) -> int:
                 lexical.delete_row("knowledge_fts", row_id, tokens)
         for start in range(0, len(ids), 500):
             part = ids[start : start + 500]
-            MemoryNode.objects.filter(ref_kind="knowledge", ref_id__in=part).delete()
+            MemoryNode.objects.filter(ref_kind=MemoryNode.RefKind.KNOWLEDGE, ref_id__in=part).delete()
             Knowledge.objects.filter(pk__in=part, import_batch_id=batch_id).delete()
         services.emit_event("import_batch_deleted", {"batchId": batch_id, "deleted": len(ids)}, at=now,
                             stage="import")
