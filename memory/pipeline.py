@@ -20,9 +20,7 @@ cursor past the batch (extraction).
 from __future__ import annotations
 
 import logging
-import os
 import re
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,9 +29,9 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import DatabaseError, transaction
 
-from memory import lexical, selectors, services
+from memory import broker, enqueue, jobs, lexical, selectors, services, triggers
 from memory.engine.scope import SCOPE_ALL, origin_kind_for_stream
-from memory.jobs import job_create, job_fail, job_finish, job_progress, job_start
+from memory.meta import meta_set
 from memory.models import (
     Episode,
     Fact,
@@ -48,6 +46,7 @@ from memory.models import (
     Stream,
 )
 from memory.providers import DialogueLine, KnownFact, Participant
+from memory.triggers import CURSOR_KEY, EXTRACT, SUMMARIZE, extract_due, read_cursor, summarize_due
 
 logger = logging.getLogger(__name__)
 
@@ -61,20 +60,13 @@ __all__ = [
     "delete_batch",
     "delete_batch_preview",
     "edges_decay",
-    "extract_due",
     "extract_stream",
-    "read_cursor",
     "run_import",
     "split_into_chunks",
     "start_import",
-    "streams_due",
-    "summarize_due",
     "summarize_stream",
     "validate_upload",
 ]
-
-SUMMARIZE = "summarize"
-EXTRACT = "extract"
 
 #: A summary batch never has fewer messages than this (§3.15).
 MIN_SUMMARY_BATCH = 4
@@ -84,7 +76,6 @@ BATCH_RETRY_LIMIT = 3
 PARTICIPANT_LIMIT = 12
 KNOWN_FACT_PER_PERSON = 6
 KNOWN_FACT_LIMIT = 30
-CURSOR_KEY = "fact_extract_cursor"
 KNOWLEDGE_SOURCE = "fact_extract"
 UNSUMMARIZED_SUMMARY = "这一批对话未能生成摘要：{reason}"
 NO_SUMMARY_REASON = "模型未返回合法的摘要 JSON"
@@ -94,13 +85,6 @@ ERROR_MAX_CHARS = 300
 
 def _now(at: int | None) -> int:
     return services.now_ms() if at is None else int(at)
-
-
-def _test_delay(name: str) -> None:
-    """Sleep for ``$name`` seconds when that variable is set (integration tests only)."""
-    value = os.environ.get(name)
-    if value:
-        time.sleep(float(value))
 
 
 def _error_text(exc: BaseException) -> str:
@@ -229,10 +213,6 @@ def _still_pending(stream_id: int, message_ids: Sequence[int]) -> bool:
 # --- summarisation (§3.15) -----------------------------------------------------------
 
 
-def summarize_due(stream_id: int) -> bool:
-    return selectors.pending_count(stream_id=stream_id) >= settings.SUMMARIZE_TRIGGER_MESSAGES
-
-
 def summarize_stream(*, stream_id: int, summariser: Any = None, at: int | None = None) -> BatchOutcome:
     """Summarise the oldest pending batch of a stream into one episode, if it is due.
 
@@ -294,7 +274,6 @@ def summarize_stream(*, stream_id: int, summariser: Any = None, at: int | None =
             at=at,
         )
         logger.info("summary_writing stream=%s episode=%s messages=%d", stream_id, episode.pk, len(ids))
-        _test_delay("MEMORY_TEST_SUMMARY_DELAY")  # widens the window an integration test kills the worker in
         _clear_failures(stream_id=stream_id, queue=SUMMARIZE)
     return BatchOutcome("written", stream_id, messages=len(ids), episode_id=episode.pk, more=summarize_due(stream_id))
 
@@ -346,27 +325,11 @@ def _summary_failed(stream_id: int, batch: Sequence[Message], reason: str, at: i
 # --- fact extraction (§3.14) --------------------------------------------------------------
 
 
-def _cursor_map() -> dict[str, Any]:
-    value = services.meta_get(CURSOR_KEY, {})
-    return value if isinstance(value, dict) else {}
-
-
-def read_cursor(stream_id: int) -> int:
-    """Id of the last message already given to the extractor (0 = none)."""
-    value = _cursor_map().get(str(stream_id))
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def advance_cursor(stream_id: int, message_id: int) -> None:
-    """Set a stream's cursor; call inside the transaction that wrote the batch."""
-    cursors = _cursor_map()
+    """Set a stream's cursor (:mod:`memory.triggers`); call inside the transaction that wrote the batch."""
+    cursors = triggers.cursor_map()
     cursors[str(stream_id)] = int(message_id)
-    services.meta_set(CURSOR_KEY, cursors)
-
-
-def extract_due(stream_id: int) -> bool:
-    count = selectors.message_count_after(stream_id=stream_id, since_id=read_cursor(stream_id))
-    return count >= settings.FACT_EXTRACT_TRIGGER_MESSAGES
+    meta_set(CURSOR_KEY, cursors)
 
 
 def _known_facts(participants: Sequence[Participant], now: int) -> list[KnownFact]:
@@ -537,19 +500,6 @@ def _extract_failed(stream_id: int, batch: Sequence[Message], cursor: int, reaso
     logger.warning("fact_extract_batch_skipped stream=%s head=%s reason=%s", stream_id, head, reason)
     return BatchOutcome("skipped", stream_id, messages=len(batch), failures=failures, error=reason,
                         more=extract_due(stream_id))
-
-
-def streams_due() -> list[tuple[str, int]]:
-    """``(queue, stream_id)`` of every stream whose summarisation or extraction is due."""
-    due: list[tuple[str, int]] = []
-    trigger = settings.SUMMARIZE_TRIGGER_MESSAGES
-    for stream_id, n in sorted(selectors.pending_counts().items()):
-        if n >= trigger:
-            due.append((SUMMARIZE, stream_id))
-    for stream_id in Stream.objects.order_by("id").values_list("id", flat=True):
-        if extract_due(stream_id):
-            due.append((EXTRACT, stream_id))
-    return due
 
 
 # --- embeddings (§3.5) -----------------------------------------------------------------
@@ -823,13 +773,10 @@ def _enqueue_import(job_id: int, batch_id: int) -> None:
     Runs right after the registering transaction commits, so a failed send
     leaves nothing ``queued``/``running`` behind to block later imports (409).
     """
-    if not getattr(settings, "MEMORY_ENQUEUE_TASKS", True):
+    if not enqueue.enabled():
         return
-    from memory import broker
-    from memory.tasks import import_knowledge_task
-
     try:
-        broker.publish(import_knowledge_task, (job_id, batch_id))
+        enqueue.publish(enqueue.IMPORT_TASK, (job_id, batch_id))
     except broker.BrokerUnavailable as exc:
         error = IMPORT_NOT_SENT.format(reason=exc)
         now = services.now_ms()
@@ -838,7 +785,7 @@ def _enqueue_import(job_id: int, batch_id: int) -> None:
                 status="failed", error=error, finished_at=now
             )
             job = Job.objects.filter(pk=job_id).only("params").first()
-            job_fail(job_id=job_id, error=error, params=_public_params(job.params if job else {}))
+            jobs.job_fail(job_id=job_id, error=error, params=_public_params(job.params if job else {}))
         logger.warning("import_enqueue_failed job=%s batch=%s error=%s", job_id, batch_id, exc)
         raise
 
@@ -871,7 +818,7 @@ def start_import(
             kind=kind, origin_name=(origin_name or "")[:255], summary=_first_line(text), submitted=len(chunks),
             status="running", created_at=now,
         )
-        job = job_create(
+        job = jobs.job_create(
             kind="import", total=len(chunks), user=user,
             params={"batch_id": batch.pk, "origin_name": batch.origin_name, "kind": kind, "text": text},
         )
@@ -886,7 +833,7 @@ def _public_params(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_import(
-    *, job_id: int, embedder: Any = None, embed: bool = True, at: int | None = None,
+    *, job_id: int, batch_id: int | None = None, embedder: Any = None, embed: bool = True, at: int | None = None,
     on_progress: Callable[[int, int], None] | None = None, worker: str = "",
 ) -> dict[str, Any] | None:
     """Run an import job: chunks → knowledge rows of its batch, then their vectors.
@@ -895,7 +842,8 @@ def run_import(
     knowledge is deduplicated by content, so a job re-queued after its worker
     died (:func:`memory.jobs.recover_orphaned_jobs`) only re-finds its rows; a
     finished job returns its stored result; a job another delivery is running,
-    and a missing job, return None.
+    a missing job, and a job of another batch than ``batch_id`` (when given: the
+    batch the task was sent for) return None without touching it.
     """
     job = Job.objects.filter(pk=job_id, kind="import").first()
     if job is None:
@@ -905,11 +853,14 @@ def run_import(
     if job.status == Job.Status.FAILED:
         return None
     params = dict(job.params or {})
+    if batch_id is not None and params.get("batch_id") != batch_id:
+        logger.warning("import_batch_mismatch job=%s sent=%s stored=%s", job_id, batch_id, params.get("batch_id"))
+        return None
     batch = ImportBatch.objects.filter(pk=params.get("batch_id")).first()
     if batch is None or batch.status != "running":
-        job_fail(job_id=job_id, error="导入批次不存在或已结束", params=_public_params(params))
+        jobs.job_fail(job_id=job_id, error="导入批次不存在或已结束", params=_public_params(params))
         return None
-    if not job_start(job_id=job_id, worker=worker):
+    if not jobs.job_start(job_id=job_id, worker=worker):
         return None  # running elsewhere; a dead worker's job is re-queued by the lease sweep
     now = _now(at)
     chunks = split_into_chunks(params.get("text", ""))
@@ -925,16 +876,15 @@ def run_import(
                 for chunk in chunks[start : start + IMPORT_PROGRESS_EVERY]:
                     ids.append(services.add_knowledge(content=chunk, source=IMPORT_SOURCE, at=now, batch_id=batch.pk))
             done = min(total, start + IMPORT_PROGRESS_EVERY)
-            job_progress(job_id=job_id, progress=done)
-            _test_delay("MEMORY_TEST_IMPORT_DELAY")  # between transactions: lets an integration test kill the worker
+            jobs.job_progress(job_id=job_id, progress=done)
             if on_progress is not None:
                 on_progress(done, total)
         embedded = 0
         if embed:
             vectors = backfill_vectors(embedder=embedder, only_ids={"knowledge": ids})
             embedded = vectors.knowledge
-            if vectors.cleared:  # a new embedding space: everything else needs its vector again
-                services.enqueue_vectors()
+            if vectors.cleared and enqueue.enabled():  # a new embedding space: everything else needs its vector again
+                enqueue.vector_backfill()
         added = Knowledge.objects.filter(import_batch_id=batch.pk).count()
         result = {"batch_id": batch.pk, "submitted": total, "added": added, "duplicated": total - added,
                   "embedded": embedded}
@@ -943,7 +893,7 @@ def run_import(
             ImportBatch.objects.filter(pk=batch.pk, status="running").update(
                 status="done", added=added, finished_at=finished
             )
-            job_finish(job_id=job_id, result=result, params=_public_params(params))
+            jobs.job_finish(job_id=job_id, result=result, params=_public_params(params))
         services.emit_event("import_done", {"batchId": batch.pk, "jobId": job_id, **result}, at=finished,
                             stage="import")
         return result
@@ -954,7 +904,7 @@ def run_import(
             ImportBatch.objects.filter(pk=batch.pk, status="running").update(
                 status="failed", error=error, finished_at=finished
             )
-            job_fail(job_id=job_id, error=error, params=_public_params(params))
+            jobs.job_fail(job_id=job_id, error=error, params=_public_params(params))
             services.emit_event("import_failed", {"batchId": batch.pk, "jobId": job_id, "error": error},
                                 at=finished, stage="import")
         except DatabaseError:

@@ -18,12 +18,12 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from memory import selectors, services
+from memory import overrides, selectors, services
 from memory.engine import context as conversation
-from memory.engine import spreading
+from memory.engine import decay, spreading
 from memory.engine.scope import fact_visible_in_stream
-from memory.engine.scoring import apply_pool_percentile
-from memory.models import Fact, Identity, Message, Stream, Turn
+from memory.engine.scoring import RankedCandidate, apply_pool_percentile, held_back
+from memory.models import Episode, Fact, Identity, Message, Person, Stream, Turn
 from memory.selectors import RecalledEpisode, ScopedFact
 
 logger = logging.getLogger(__name__)
@@ -42,9 +42,7 @@ class TurnStateError(Exception):
 
 
 def _overrides() -> Mapping[str, Any]:
-    from tuning.services import active_overrides
-
-    return active_overrides()
+    return overrides.active_overrides()
 
 
 def _limit(overrides: Mapping[str, Any], name: str, default: int) -> int:
@@ -159,8 +157,6 @@ def complete_conflicts(facts: Sequence[ScopedFact], *, now: int) -> list[PromptF
     # Groups are per (person, slot): two persons may both have a 居住地 conflict.
     missing = [m for members in groups.values() for m, _c in members if m not in present]
     if missing:
-        from memory.engine import decay
-
         rows = Fact.objects.only(
             "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "updated_at",
             "half_life_hours", "active",
@@ -356,8 +352,6 @@ def prompt_facts(ranked: Sequence[ScopedFact], limit: int) -> list[ScopedFact]:
 def held_back_facts(ranked: Sequence[ScopedFact], limit: int) -> list[ScopedFact]:
     """What forgetting held back (:func:`memory.engine.scoring.held_back` on a ranked pool):
     eligible facts relevance alone would have put in the prompt but the score ranked out."""
-    from memory.engine.scoring import RankedCandidate, held_back
-
     terms = [
         RankedCandidate(
             id=i, relevance=f.relevance if f.relevance is not None else f.lexical_relevance,
@@ -512,8 +506,6 @@ def _clip(text: str, limit: int = ITEM_LIMIT) -> str:
 
 
 def _person_names(person_ids: Sequence[int]) -> dict[int, str]:
-    from memory.models import Person
-
     names = {pid: name for pid, name in Person.objects.filter(pk__in=person_ids).values_list("id", "display_name")}
     for pid, name in Identity.objects.filter(person_id__in=person_ids).values_list("person_id", "display_name"):
         if not names.get(pid) and name:
@@ -598,8 +590,6 @@ def cognitive_recall(
     blocked = {"blockedEpisodes": 0, "blockedSuperseded": 0, "blockedScope": 0}
     visible: list[selectors.SpreadItem] = []
     fact_rows = Fact.objects.in_bulk([h.ref_id for h in spreading_result.hits if h.kind == "fact"])
-    from memory.models import Episode
-
     episode_rows = Episode.objects.in_bulk([h.ref_id for h in spreading_result.hits if h.kind == "episode"])
     for hit in spreading_result.hits:
         if hit.kind == "fact" and hit.ref_id in fact_rows:

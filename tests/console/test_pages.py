@@ -10,7 +10,7 @@ import pytest
 from django.urls import reverse
 
 from curation import services as curation
-from memory import services
+from memory import meta, services
 from tests.console.conftest import HOUR, NOW
 
 pytestmark = pytest.mark.django_db
@@ -36,7 +36,7 @@ def _more_rows(memory_set, n=8):
 
 def test_dashboard_shows_layers_queues_vectors_edges_and_events(operator, memory_set, frozen_now,
                                                                 django_assert_num_queries):
-    services.meta_set("fact_extract_cursor", {str(memory_set["direct"].pk): memory_set["messages"][1].pk})
+    meta.meta_set("fact_extract_cursor", {str(memory_set["direct"].pk): memory_set["messages"][1].pk})
     services.emit_event("memory_ppr_timeout", {"graph": "memory"}, at=NOW)
     services.decay_edges(at=NOW)
     _more_rows(memory_set)

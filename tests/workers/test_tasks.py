@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from memory import pipeline, services, tasks
+from memory import enqueue, pipeline, services, tasks
 from memory.models import Episode, Fact, ImportBatch, Job, MemoryEdge, MemoryNode, PipelineEvent
 from tests.workers.conftest import T0, FakeEmbedder, make_person, make_stream, post_messages
 
@@ -39,7 +39,7 @@ def test_a_burst_of_messages_queues_each_check_once(settings, redis_db, burst, d
     post_messages(stream, 48)
 
     for _ in range(5):
-        tasks.enqueue_stream_checks(stream.pk)
+        enqueue.stream_checks(stream.pk)
 
     assert sorted(burst.names()) == ["extract_stream_task", "summarize_stream_task"]
 
@@ -47,7 +47,7 @@ def test_a_burst_of_messages_queues_each_check_once(settings, redis_db, burst, d
 def test_a_stream_that_is_not_due_is_not_queued(redis_db, burst):
     stream = make_stream()
     post_messages(stream, 10)
-    tasks.enqueue_stream_checks(stream.pk)
+    enqueue.stream_checks(stream.pk)
     assert burst.calls == []
 
 
@@ -56,7 +56,7 @@ def test_a_held_lock_skips_the_enqueue_and_the_task(redis_db, burst):
     post_messages(stream, 48)
     redis_db.set(f"memory:lock:summarize:{stream.pk}", "other-worker|abc", ex=60)
 
-    tasks.enqueue_stream_check("summarize", stream.pk)
+    enqueue.stream_check("summarize", stream.pk)
     result = tasks.summarize_stream_task(stream.pk)
 
     assert burst.calls == []
@@ -202,7 +202,7 @@ def test_enqueueing_survives_a_redis_outage(settings, burst):
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
     stream = make_stream()
     post_messages(stream, 48)
-    tasks.enqueue_stream_checks(stream.pk)  # logged, not raised
+    enqueue.stream_checks(stream.pk)  # logged, not raised
     assert burst.calls == []
 
 
