@@ -172,6 +172,16 @@ def test_import_task_twice_imports_once(redis_db):
     assert tasks.import_knowledge_task(99999, None) is None
 
 
+def test_an_import_task_sent_for_another_batch_leaves_the_job_alone(redis_db):
+    job = pipeline.start_import(text="第一条。\n\n第二条。", origin_name="t")
+    batch_id = job.params["batch_id"]
+
+    assert tasks.import_knowledge_task(job.pk, batch_id + 1) is None
+    job.refresh_from_db()
+    assert job.status == "queued" and ImportBatch.objects.get().status == "running"
+    assert tasks.import_knowledge_task(job.pk)["added"] == 2  # a re-queued job is sent without its batch
+
+
 def test_worker_startup_releases_only_its_own_locks_and_enqueues_housekeeping(redis_db, burst):
     redis_db.set("memory:lock:summarize:1", "celery@box|dead", ex=300)
     redis_db.set("memory:lock:extract:1", "celery@other|alive", ex=300)
