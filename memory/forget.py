@@ -44,6 +44,7 @@ from curation.models import FactOperation
 from memory import lexical, services
 from memory.meta import meta_get, meta_set
 from memory.models import (
+    EXTRACT_CURSOR_KEY,
     Episode,
     EpisodeCue,
     Fact,
@@ -59,7 +60,7 @@ from memory.models import (
     Stream,
     Turn,
 )
-from memory.triggers import CURSOR_KEY, read_cursor
+from memory.triggers import read_cursor
 
 TARGETS = ("message", "fact", "episode", "person", "stream")
 MIN_QUOTE = 6  # characters: shorter sentences are too common to count as a quote
@@ -477,10 +478,10 @@ def _redact_json(value: Any, pattern: re.Pattern[str] | None) -> Any:
 
 
 def _drop_cursor(stream_id: int) -> None:
-    cursors = meta_get(CURSOR_KEY, {})
+    cursors = meta_get(EXTRACT_CURSOR_KEY, {})
     if isinstance(cursors, dict) and str(stream_id) in cursors:
         cursors.pop(str(stream_id))
-        meta_set(CURSOR_KEY, cursors)
+        meta_set(EXTRACT_CURSOR_KEY, cursors)
 
 
 # --- message retention (MESSAGE_RETENTION_DAYS) -------------------------------------------

@@ -33,6 +33,7 @@ from memory import broker, enqueue, jobs, lexical, selectors, services, triggers
 from memory.engine.scope import SCOPE_ALL, origin_kind_for_stream
 from memory.meta import meta_set
 from memory.models import (
+    EXTRACT_CURSOR_KEY,
     Episode,
     Fact,
     Identity,
@@ -46,7 +47,7 @@ from memory.models import (
     Stream,
 )
 from memory.providers import DialogueLine, KnownFact, Participant
-from memory.triggers import CURSOR_KEY, EXTRACT, SUMMARIZE, extract_due, read_cursor, summarize_due
+from memory.triggers import EXTRACT, SUMMARIZE, extract_due, read_cursor, summarize_due
 
 logger = logging.getLogger(__name__)
 
@@ -329,7 +330,7 @@ def advance_cursor(stream_id: int, message_id: int) -> None:
     """Set a stream's cursor (:mod:`memory.triggers`); call inside the transaction that wrote the batch."""
     cursors = triggers.cursor_map()
     cursors[str(stream_id)] = int(message_id)
-    meta_set(CURSOR_KEY, cursors)
+    meta_set(EXTRACT_CURSOR_KEY, cursors)
 
 
 def _known_facts(participants: Sequence[Participant], now: int) -> list[KnownFact]:

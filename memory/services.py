@@ -22,7 +22,6 @@ from memory.engine import decay
 from memory.engine.quantize import pack_float32, quantize_vector
 from memory.engine.scope import upgraded_origin
 from memory.engine.similarity import exact_key, is_same_fact
-from memory.meta import meta_get, meta_set  # noqa: F401  TEMPORARY: memory/console.py reads them here until its move lands
 from memory.models import (
     Episode,
     EpisodeCue,

@@ -2,7 +2,7 @@
 
 * summarisation is due at ``SUMMARIZE_TRIGGER_MESSAGES`` messages not yet in an episode;
 * extraction is due at ``FACT_EXTRACT_TRIGGER_MESSAGES`` messages after the stream's
-  extraction cursor (``meta["fact_extract_cursor"]``: ``{stream id: last message id given
+  extraction cursor (``meta[EXTRACT_CURSOR_KEY]``, ``memory.models``: ``{stream id: last message id given
   to the extractor}``).
 
 Reads only. :mod:`memory.enqueue` asks before sending a stream's check, the pipeline
@@ -16,18 +16,17 @@ from django.conf import settings
 from django.db.models import Count
 
 from memory.meta import meta_get
-from memory.models import Message, Stream
+from memory.models import EXTRACT_CURSOR_KEY, Message, Stream
 
-__all__ = ["CURSOR_KEY", "EXTRACT", "SUMMARIZE", "extract_due", "read_cursor", "streams_due", "summarize_due"]
+__all__ = ["EXTRACT", "SUMMARIZE", "extract_due", "read_cursor", "streams_due", "summarize_due"]
 
 SUMMARIZE = "summarize"
 EXTRACT = "extract"
-CURSOR_KEY = "fact_extract_cursor"
 
 
 def cursor_map() -> dict[str, Any]:
     """Every stream's extraction cursor (``{"<stream id>": message id}``), as stored."""
-    value = meta_get(CURSOR_KEY, {})
+    value = meta_get(EXTRACT_CURSOR_KEY, {})
     return value if isinstance(value, dict) else {}
 
 

@@ -23,7 +23,6 @@ from memory.engine.tuning import TuningError
 from memory.overrides import (
     DEFAULT_PROFILE_NAME,
     SEED_PROFILE_NAME,
-    active_overrides,  # noqa: F401  TEMPORARY: memory/selectors.py and memory/console.py read it here until their move lands
     builtin_params,
 )
 from memory.services import emit_event

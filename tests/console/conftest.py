@@ -26,7 +26,6 @@ def _console_settings(settings, monkeypatch):
 
     config.reset_cache()
     monkeypatch.setattr("memory.overrides.active_overrides", lambda: {})
-    monkeypatch.setattr("tuning.services.active_overrides", lambda: {})  # TEMPORARY: until memory/console.py moves
     cache.clear()
 
 
