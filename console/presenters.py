@@ -28,7 +28,6 @@ from django.db import connection
 from django.db.models import Case, Count, F, Q, QuerySet, Value, When
 
 from console.templatetags.console import format_ms
-from curation.models import FactOperation
 from memory import broker, overrides, recall, selectors
 from memory.engine import decay, geometry, tokenize
 from memory.engine.geometry import CurveGeometry
@@ -37,6 +36,7 @@ from memory.models import (
     Episode,
     EpisodeCue,
     Fact,
+    FactOperation,
     Knowledge,
     MemoryEdge,
     MemoryNode,

@@ -12,11 +12,10 @@ from typing import Any
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from curation.models import FactOperation
 from memory import services
 from memory.engine import decay
 from memory.engine.similarity import exact_key, is_same_fact
-from memory.models import Fact
+from memory.models import Fact, FactOperation
 
 ACTOR_MANUAL = "manual"
 DECAY_FIELDS = ("strength", "half_life_hours", "updated_at", "due_at", "active")
@@ -43,9 +42,9 @@ def _fact(fact_id: int) -> Fact:
 
 def _log(*, op: str, fact: Fact, prev: dict[str, Any], at: int, user: str, related: int | None = None,
          undo_of: int | None = None, actor: str = ACTOR_MANUAL) -> FactOperation:
-    return FactOperation.objects.create(
-        at=at, actor=actor, op=op, person_id=fact.person_id, fact_id=fact.pk, related_fact_id=related,
-        prev=prev, user=user, undo_of_id=undo_of,
+    return services.journal_operation(
+        op=op, actor=actor, person_id=fact.person_id, fact_id=fact.pk, related_fact_id=related, prev=prev,
+        at=at, user=user, undo_of_id=undo_of,
     )
 
 

@@ -28,10 +28,9 @@ from django_htmx.http import reselect, reswap, retarget
 from console.forms import MAX_ID, ConflictFilterForm, OperationFilterForm, ReplaceForm, parse_id
 from console.views import wants_fragment
 from curation import services
-from curation.models import FactOperation
 from memory import selectors
 from memory import services as memory_services
-from memory.models import Fact, Person
+from memory.models import Fact, FactOperation, Person
 
 CURATE = "curation.curate_fact"
 

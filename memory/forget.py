@@ -40,7 +40,6 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import F, Q
 
-from curation.models import FactOperation
 from memory import lexical, services
 from memory.meta import meta_get, meta_set
 from memory.models import (
@@ -48,6 +47,7 @@ from memory.models import (
     Episode,
     EpisodeCue,
     Fact,
+    FactOperation,
     ForgetRecord,
     Identity,
     Knowledge,

@@ -26,6 +26,7 @@ from memory.models import (
     Episode,
     EpisodeCue,
     Fact,
+    FactOperation,
     Identity,
     Knowledge,
     MemoryNode,
@@ -297,20 +298,27 @@ def _apply_supersede(person_id: int, target: int, *, replaced_by: int) -> int:
     return target if updated == 1 else 0
 
 
+def journal_operation(
+    *, op: str, actor: str, person_id: int, fact_id: int, prev: dict[str, Any], at: int, user: str = "",
+    related_fact_id: int | None = None, undo_of_id: int | None = None,
+) -> FactOperation:
+    """Append one row to the fact-operations journal; call inside the transaction of the change.
+
+    ``prev`` holds the values the operation overwrote, so that undo can write them back.
+    """
+    return FactOperation.objects.create(
+        at=at, actor=actor, op=op, person_id=person_id, fact_id=fact_id, related_fact_id=related_fact_id,
+        prev=prev, user=user, undo_of_id=undo_of_id,
+    )
+
+
 def _log_supersede(
     *, actor: str, person_id: int, old_id: int, new_id: int, new_row_created: bool, at: int, user: str
 ) -> int:
-    from curation.models import FactOperation
-
-    op = FactOperation.objects.create(
-        at=at,
-        actor=actor,
-        op="replace" if actor == "manual" else "supersede",
-        person_id=person_id,
-        fact_id=old_id,
-        related_fact_id=new_id,
-        prev={"superseded_by": None, "new_row_created": new_row_created},
-        user=user,
+    op = journal_operation(
+        op=FactOperation.Op.REPLACE if actor == FactOperation.Actor.MANUAL else FactOperation.Op.SUPERSEDE,
+        actor=actor, person_id=person_id, fact_id=old_id, related_fact_id=new_id,
+        prev={"superseded_by": None, "new_row_created": new_row_created}, at=at, user=user,
     )
     return op.pk
 

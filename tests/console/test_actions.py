@@ -4,8 +4,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from curation.models import FactOperation
-from memory.models import Fact
+from memory.models import Fact, FactOperation
 from tests.console.conftest import NOW
 
 pytestmark = pytest.mark.django_db

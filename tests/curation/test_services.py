@@ -4,9 +4,8 @@ from __future__ import annotations
 import pytest
 
 from curation import services as curation
-from curation.models import FactOperation
 from memory import selectors, services
-from memory.models import Fact
+from memory.models import Fact, FactOperation
 from tests.memory.conftest import NOW, events
 
 DECAY = ("strength", "half_life_hours", "updated_at", "due_at", "active")
