@@ -9,7 +9,7 @@ from django.contrib.auth import views as auth_views
 from django.http import Http404
 from django.urls import include, path
 
-from memory.api import api
+from config.api import api
 
 PASSWORD_RESET_VIEWS = {"password_reset", "password_reset_done", "password_reset_confirm", "password_reset_complete"}
 

@@ -34,6 +34,7 @@ from console.forms import (
     SpreadForm,
 )
 from memory import broker, pipeline, recall, selectors, services
+from memory.management.commands.ensure_roles import ROLES
 from memory.models import (
     Episode,
     Fact,
@@ -365,8 +366,6 @@ CAPABILITIES = [
 @require_GET
 def help_page(request: HttpRequest) -> HttpResponse:
     """Who can do what (from the role definitions themselves), and how the console is organised."""
-    from memory.management.commands.ensure_roles import ROLES
-
     rows = [(label, [perm in ROLES[role] for role in ROLES] + [True]) for label, perm in CAPABILITIES]
     rows.append((gettext_lazy("管理后台"), [False for _role in ROLES] + [True]))
     return render(request, "console/help.html", {"roles": list(ROLES), "rows": rows})

@@ -1,9 +1,9 @@
 """Curation routes of the bot API (mounted under ``/api/v1``).
 
 Pin, unpin, invalidate, restore and replace facts, resolve slot conflicts, read and undo
-the operation journal. Token scope ``curation``; undo needs ``undo``. Errors of ``curation.services`` map to HTTP statuses in
-``memory.api``: ``FactNotFoundError`` → 404, ``FactStateError`` → 409,
-``CurationInputError`` → 400.
+the operation journal. Token scope ``curation``; undo needs ``undo``. Errors of ``curation.services``
+map to HTTP statuses through ``ERROR_STATUSES`` (registered by :mod:`config.api`):
+``FactNotFoundError`` → 404, ``FactStateError`` → 409, ``CurationInputError`` → 400.
 """
 from __future__ import annotations
 
@@ -21,11 +21,28 @@ from memory import services as memory_services
 from memory.auth import BearerTokenAuth, api_user
 from memory.engine.similarity import exact_key
 from memory.models import Fact, Person
-from memory.schemas import EPOCH_MS_HELP, FACT_MAX_CHARS, HAS_WORD, MAX_EPOCH_MS, MAX_ID, EpochMs, ErrorOut, Id, In
+from memory.schemas import (
+    EPOCH_MS_HELP,
+    FACT_MAX_CHARS,
+    HAS_WORD,
+    MAX_EPOCH_MS,
+    MAX_ID,
+    EpochMs,
+    ErrorOut,
+    Id,
+    In,
+    fact_row,
+)
 
 router = Router(tags=["curation"], auth=BearerTokenAuth(scope="curation"))
 
 ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
+#: Exceptions of the curation services → HTTP status (mapped by :mod:`config.api`).
+ERROR_STATUSES: dict[type[BaseException], int] = {
+    services.FactNotFoundError: 404,
+    services.FactStateError: 409,
+    services.CurationInputError: 400,
+}
 
 
 class AtIn(In):
@@ -148,8 +165,6 @@ def replace(request: HttpRequest, fact_id: Id, payload: ReplaceIn):
 
 
 def _member(m: Any, now: int) -> dict[str, Any]:
-    from memory.schemas import fact_row
-
     if isinstance(m, Fact):
         row = fact_row(m, now)
     elif isinstance(m, dict):

@@ -47,6 +47,8 @@ from memory.models import (
     Stream,
 )
 from memory.providers import DialogueLine, KnownFact, Participant
+from memory.providers import config as provider_config
+from memory.providers.embeddings import clamp_batch
 from memory.triggers import EXTRACT, SUMMARIZE, extract_due, read_cursor, summarize_due
 
 logger = logging.getLogger(__name__)
@@ -238,9 +240,7 @@ def summarize_stream(*, stream_id: int, summariser: Any = None, at: int | None =
     if len(batch) < MIN_SUMMARY_BATCH:
         return BatchOutcome("too_few", stream_id, messages=len(batch))
     if summariser is None:
-        from memory.providers.config import get_summariser
-
-        summariser = get_summariser()
+        summariser = provider_config.get_summariser()
     if summariser is None:
         return BatchOutcome("disabled", stream_id)
 
@@ -390,9 +390,7 @@ def extract_stream(*, stream_id: int, extractor: Any = None, at: int | None = No
             advance_cursor(stream_id, last_id)
         return BatchOutcome("no_participants", stream_id, messages=len(batch), more=extract_due(stream_id))
     if extractor is None:
-        from memory.providers.config import get_extractor
-
-        extractor = get_extractor()
+        extractor = provider_config.get_extractor()
     if extractor is None:
         return BatchOutcome("disabled", stream_id)
 
@@ -542,8 +540,6 @@ def _store(consumer: str, row_id: int, vector: Any) -> None:
 
 
 def _batch_size(batch: int | None) -> int:
-    from memory.providers.embeddings import clamp_batch
-
     return clamp_batch(batch or getattr(settings, "EMBEDDING_BATCH", 20))
 
 
@@ -602,9 +598,7 @@ def backfill_vectors(
     """
     result = BackfillResult()
     if embedder is None:
-        from memory.providers.config import get_embedder
-
-        embedder = get_embedder()
+        embedder = provider_config.get_embedder()
     if embedder is None:
         result.enabled = False
         return result

@@ -24,6 +24,7 @@ from memory.engine import decay, spreading
 from memory.engine.scope import fact_visible_in_stream
 from memory.engine.scoring import RankedCandidate, apply_pool_percentile, held_back
 from memory.models import Episode, Fact, Identity, Message, Person, Stream, Turn
+from memory.providers import config as provider_config
 from memory.selectors import RecalledEpisode, ScopedFact
 
 logger = logging.getLogger(__name__)
@@ -332,10 +333,8 @@ def prepare_turn(
 
 def embed_query(text: str) -> Any:
     """Query vector from the configured embedding provider, or None (disabled or failed)."""
-    from memory.providers.config import get_embedder
-
     try:
-        embedder = get_embedder()
+        embedder = provider_config.get_embedder()
         if embedder is None:
             return None
         return embedder.embed([text])[0]

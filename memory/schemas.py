@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from django.conf import settings
 from ninja import Field, Schema
 from pydantic import BeforeValidator, ConfigDict, StringConstraints
+
+from memory.engine import decay
 
 # --- scalar types ---------------------------------------------------------------
 
@@ -64,8 +67,6 @@ ExternalId = Annotated[
 
 def _message_content_schema(schema: dict[str, Any]) -> None:
     """``maxLength`` is the configured ``MESSAGE_MAX_CHARS``, read when the schema is built."""
-    from django.conf import settings
-
     schema["maxLength"] = settings.MESSAGE_MAX_CHARS
 
 DisplayName = Annotated[str, StringConstraints(strip_whitespace=True, max_length=200)]
@@ -477,8 +478,6 @@ def knowledge_hit_out(h: Any) -> dict[str, Any]:
 
 def fact_row(fact: Any, now: int) -> dict[str, Any]:
     """A fact row with its decay state at ``now`` (the console's and curation API's view)."""
-    from memory.engine import decay
-
     return {
         "id": fact.pk,
         "kind": fact.kind,

@@ -22,6 +22,7 @@ from memory.engine import decay
 from memory.engine.quantize import pack_float32, quantize_vector
 from memory.engine.scope import upgraded_origin
 from memory.engine.similarity import exact_key, is_same_fact
+from memory.engine.tokenize import words
 from memory.models import (
     Episode,
     EpisodeCue,
@@ -29,6 +30,7 @@ from memory.models import (
     FactOperation,
     Identity,
     Knowledge,
+    KnowledgeNode,
     MemoryNode,
     Message,
     Person,
@@ -495,9 +497,6 @@ def add_knowledge(*, content: str, source: str, at: int | None = None, batch_id:
 
 def _note_concepts(text: str, *, at: int) -> None:
     """Grow the concept graph: keywords of a knowledge item co-occur pairwise."""
-    from memory.engine.tokenize import words
-    from memory.models import KnowledgeNode
-
     concepts = []
     for word in words(text):
         if len(word) >= 2 and word not in concepts:

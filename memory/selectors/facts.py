@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from memory import lexical
+from memory import lexical, services
 from memory.engine import decay
 from memory.engine.context import ConversationQuery, weighted_max
 from memory.engine.quantize import cosine_q8_many, quantize_vector
@@ -88,9 +88,7 @@ def _visible_rows(rows: Sequence[tuple], stream_kind: str, private_in_group: boo
 
 def _report_blocked(blocked: int, stream_kind: str, now: int, events: bool) -> None:
     if blocked and events:
-        from memory.services import emit_event
-
-        emit_event("memory_fact_scope_blocked", {"streamKind": stream_kind, "blocked": blocked}, at=now)
+        services.emit_event("memory_fact_scope_blocked", {"streamKind": stream_kind, "blocked": blocked}, at=now)
 
 
 def fact_coverages(ids: Sequence[int], query: str) -> dict[int, tuple[float, bool]]:

@@ -12,10 +12,12 @@ from django.conf import settings
 from django.db import connection
 
 from memory.engine import decay
+from memory.engine import spreading as sp
 from memory.engine.spreading import ConceptGraph, ShortTermActivation, SpreadResult
 from memory.engine.spreading import spread as engine_spread
 from memory.models import MemoryNode
 from memory.selectors._common import _overrides
+from memory.services import CONCEPT_GRAPH_REVISION, emit_event
 
 _activation = ShortTermActivation()
 
@@ -255,8 +257,6 @@ class _ConceptCache:
         self.adjacency: dict[int, dict[int, float]] = {}
 
     def fresh(self) -> _ConceptCache:
-        from memory.services import CONCEPT_GRAPH_REVISION
-
         with connection.cursor() as cur:
             cur.execute("SELECT value FROM meta WHERE key = %s", [CONCEPT_GRAPH_REVISION])
             row = cur.fetchone()
@@ -370,8 +370,6 @@ def spread(
     a PPR timeout falls back to fixed-hop spreading and writes
     ``memory_ppr_timeout``. Hits below REVIVE retention are dropped.
     """
-    from memory.engine import spreading as sp
-
     ov = _overrides(None)
     hops = int(ov.get("ppr_hops", sp.HOPS)) if hops is None else hops
     alpha = float(ov.get("ppr_alpha", sp.PPR_ALPHA)) if alpha is None else alpha
@@ -394,8 +392,6 @@ def spread(
 
     def on_timeout(graph: str) -> None:
         if events:
-            from memory.services import emit_event
-
             emit_event("memory_ppr_timeout", {"graph": graph}, at=now)
 
     factor: Callable[[int], float] | None = (lambda n: activation.factor(n, now)) if activation else None

@@ -12,6 +12,7 @@ from memory.engine.scoring import (
 )
 from memory.models import Knowledge
 from memory.selectors._common import _query_q8
+from memory.vector_index import knowledge_index
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +43,6 @@ def search_knowledge(*, query: str, limit: int = 5, query_embedding: Any = None)
     q8 = _query_q8(query_embedding)
     cos: dict[int, float] = {}
     if q8 is not None:
-        from memory.vector_index import knowledge_index
-
         try:
             for kid, c in knowledge_index().top_k(q8, limit * 3):
                 cos[int(kid)] = float(c)
