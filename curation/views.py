@@ -25,6 +25,7 @@ from django.utils.translation import gettext_lazy, pgettext_lazy
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reselect, reswap, retarget
 
+from curation import selectors as journal
 from curation import services
 from curation.models import FactOperation
 from memory import selectors
@@ -73,7 +74,7 @@ def _refused(request: HttpRequest, exc: Exception, template: str, context: dict[
     htmx from a fact row or a fact page: that region re-renders with the fact's real
     state (another operator may have changed it) and the refusal beside its buttons.
     """
-    status = ERROR_STATUS.get(type(exc), 400)
+    status = next((code for kind, code in ERROR_STATUS.items() if isinstance(exc, kind)), 400)
     text = _("操作被拒绝：%(reason)s") % {"reason": exc}
     fact = context.get("fact")
     if request.htmx and fact is not None and status != 404:
@@ -82,9 +83,7 @@ def _refused(request: HttpRequest, exc: Exception, template: str, context: dict[
             return _with_status(region, status)
     if request.htmx:
         messages.error(request, text)
-        response = render(request, "console/_messages.html", {}, status=status)
-        response["HX-Reswap"] = "none"
-        return response
+        return reswap(render(request, "console/_messages.html", {}, status=status), "none")
     return render(request, template, {**context, "refusal": text}, status=status)
 
 
@@ -218,28 +217,25 @@ def conflicts(request: HttpRequest) -> HttpResponse:
 @permission_required(CURATE, raise_exception=True)
 @require_POST
 def keep(request: HttpRequest, pk: int) -> HttpResponse:
-    """Keep fact ``pk`` and adjudicate every other member of its conflict group away."""
+    """Keep fact ``pk`` and adjudicate every other member of its conflict group away, all or nothing
+    (``drop``: the members the operator saw; a group that changed since is refused)."""
     fact = get_object_or_404(Fact.objects.select_related("person"), pk=pk)
     found = selectors.conflict_groups(keys=[(fact.person_id, fact.slot)], now=memory_services.now_ms())
     group = found[0] if found else None
     others = [m for m in (group.members if group else []) if m["id"] != pk]
     context = {"fact": fact, "group": group, "others": others, "next": _next_url(request, reverse("curation:conflicts"))}
     if not others:
-        return _refused(request, services.FactStateError(_("事实 #%(id)s 不在待裁决的冲突组里") % {"id": pk}),
-                        "curation/keep_confirm.html", context)
+        return _refused(request, services.NotInConflictGroupError(pk), "curation/keep_confirm.html", context)
     if not _confirmed(request):
         return render(request, "curation/keep_confirm.html", context)
-    dropped = []
-    for member in others:
-        try:
-            services.adjudicate(keep_fact_id=pk, drop_fact_id=member["id"], user=request.user.get_username())
-        except REFUSALS as exc:
-            if dropped:
-                messages.warning(request, _("部分成员已经处理：%(ids)s。") % {"ids": "、".join(f"#{i}" for i in dropped)})
-            return _refused(request, exc, "curation/keep_confirm.html", context)
-        dropped.append(member["id"])
+    seen = [parse_id(i) for i in request.POST.getlist("drop")] if "drop" in request.POST else None
+    try:
+        dropped = services.keep_only(keep_fact_id=pk, expected_drop_ids=seen,
+                                     user=request.user.get_username())
+    except REFUSALS as exc:
+        return _refused(request, exc, "curation/keep_confirm.html", context)
     messages.success(request, _("已保留 #%(keep)s，标失效 %(ids)s；可在操作流水里撤销。") % {
-        "keep": pk, "ids": "、".join(f"#{i}" for i in dropped)})
+        "keep": pk, "ids": "、".join(f"#{op.fact_id}" for op in dropped)})
     return redirect(context["next"])
 
 
@@ -252,16 +248,11 @@ def keep(request: HttpRequest, pk: int) -> HttpResponse:
 def operations(request: HttpRequest) -> HttpResponse:
     form = OperationFilterForm(request.GET)
     data = form.cleaned_data if form.is_valid() else {}
-    rows = FactOperation.objects.select_related("fact", "related_fact", "person").order_by("-at", "-id")
-    for field in ("actor", "op"):
-        if data.get(field):
-            rows = rows.filter(**{field: data[field]})
-    if data.get("person"):
-        rows = rows.filter(person=data["person"])
-    if data.get("fact"):
-        rows = rows.filter(fact_id=data["fact"])
-    page = Paginator(rows.defer("fact__embedding", "fact__embedding_q8", "related_fact__embedding",
-                                "related_fact__embedding_q8"), 50).get_page(request.GET.get("page"))
+    rows = journal.operations(
+        actor=data.get("actor"), op=data.get("op"), person_id=data["person"].pk if data.get("person") else None,
+        fact_id=data.get("fact"),
+    )
+    page = Paginator(rows, 50).get_page(request.GET.get("page"))
     context = {"form": form, "page": page, "next_url": request.get_full_path()}
     template = "curation/operations.html#operations-table" if wants_fragment(request) else "curation/operations.html"
     return render(request, template, context, status=400 if {"person", "fact"} & set(form.errors) else 200)
