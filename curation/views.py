@@ -10,7 +10,6 @@ out-of-band message with the main swap suppressed.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -21,12 +20,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy, pgettext_lazy
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reselect, reswap, retarget
 
 from curation import selectors as journal
 from curation import services
+from curation.actions import ACTIONS, BULK_ACTIONS
 from curation.models import FactOperation
 from memory import selectors
 from memory import services as memory_services
@@ -36,19 +35,6 @@ from memory.views import wants_fragment
 
 CURATE = "curation.curate_fact"
 
-#: action → (service, button label, confirmation text)
-ACTIONS: dict[str, tuple[Callable[..., Any], Any, Any]] = {
-    "pin": (services.pin_fact, pgettext_lazy("action", "永久保留"), gettext_lazy("永久保留后这条事实不再随时间淡忘；可以在操作流水里撤销。")),
-    "unpin": (services.unpin_fact, gettext_lazy("取消永久保留"), gettext_lazy("取消后这条事实重新按它的类型随时间淡忘。")),
-    "invalidate": (
-        services.invalidate_fact,
-        gettext_lazy("标失效"),
-        gettext_lazy("标失效后该事实不再进入召回与提示词，但保留记录，随时可以恢复。"),
-    ),
-    "restore": (services.restore_fact, gettext_lazy("恢复"), gettext_lazy("恢复后该事实重新参与召回。")),
-    "replace": (services.replace_fact, gettext_lazy("改成"), gettext_lazy("用新的说法取代这条事实；旧事实标为已被取代，可以撤销。")),
-}
-BULK_ACTIONS = ("invalidate", "pin")
 ERROR_STATUS: dict[type[Exception], int] = {
     services.FactNotFoundError: 404,
     services.FactStateError: 409,
@@ -125,7 +111,7 @@ def fact_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     if action not in ACTIONS:
         raise Http404(action)
     fact = get_object_or_404(Fact.objects.select_related("person"), pk=pk)
-    service, label, explanation = ACTIONS[action]
+    label, explanation = ACTIONS[action].label, ACTIONS[action].confirmation
     form = ReplaceForm(request.POST or None, initial={"content": fact.content}) if action == "replace" else None
     context = {"fact": fact, "action": action, "label": label, "explanation": explanation, "form": form,
                "next": _next_url(request, reverse("console:fact", args=[pk]))}
@@ -133,7 +119,7 @@ def fact_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
         return render(request, "curation/confirm.html", context, status=400 if form is not None and form.errors else 200)
     kwargs = {"content": form.cleaned_data["content"]} if form is not None else {}
     try:
-        result = service(fact_id=pk, user=request.user.get_username(), **kwargs)
+        result = ACTIONS[action].service(fact_id=pk, user=request.user.get_username(), **kwargs)
     except REFUSALS as exc:
         return _refused(request, exc, "curation/confirm.html", context)
     messages.success(request, _success_text(action, pk, result))
@@ -149,7 +135,7 @@ def _success_text(action: str, pk: int, result: Any) -> str:
             }
         return text
     return _("事实 #%(id)s：%(label)s 已完成（操作 #%(op)s，可撤销）。") % {
-        "id": pk, "label": ACTIONS[action][1], "op": result.pk,
+        "id": pk, "label": ACTIONS[action].label, "op": result.pk,
     }
 
 
@@ -169,18 +155,18 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
         return redirect(next_url)
     facts = list(Fact.objects.filter(pk__in=ids).select_related("person").order_by("id"))
     if not _confirmed(request):
-        context = {"facts": facts, "action": action, "label": ACTIONS[action][1],
-                   "explanation": ACTIONS[action][2], "next": next_url}
+        context = {"facts": facts, "action": action, "label": ACTIONS[action].label,
+                   "explanation": ACTIONS[action].confirmation, "next": next_url}
         return render(request, "curation/bulk_confirm.html", context)
     done, refused = [], []
     for fact in facts:
         try:
-            ACTIONS[action][0](fact_id=fact.pk, user=request.user.get_username())
+            ACTIONS[action].service(fact_id=fact.pk, user=request.user.get_username())
             done.append(fact.pk)
         except REFUSALS as exc:
             refused.append(f"#{fact.pk}：{exc}")
     if done:
-        messages.success(request, _("%(label)s：%(n)s 条已完成。") % {"label": ACTIONS[action][1], "n": len(done)})
+        messages.success(request, _("%(label)s：%(n)s 条已完成。") % {"label": ACTIONS[action].label, "n": len(done)})
     for text in refused:
         messages.error(request, _("操作被拒绝：%(reason)s") % {"reason": text})
     return redirect(next_url)

@@ -124,15 +124,15 @@ def test_an_action_shows_progress_and_disables_its_button_while_it_runs(login, l
                                                                           monkeypatch):
     import time
 
-    from curation import views as curation_views
+    from curation.actions import ACTIONS
 
-    service, label, text = curation_views.ACTIONS["pin"]
+    pin = ACTIONS["pin"]
 
     def slow_pin(**kwargs):
         time.sleep(1.5)
-        return service(**kwargs)
+        return pin.service(**kwargs)
 
-    monkeypatch.setitem(curation_views.ACTIONS, "pin", (slow_pin, label, text))
+    monkeypatch.setitem(ACTIONS, "pin", pin._replace(service=slow_pin))
     fact_id = memory_set["facts"][2]
     page = login("operator")
     page.goto(f"{live_server.url}{reverse('console:facts')}")
