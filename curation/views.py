@@ -31,7 +31,6 @@ from memory import selectors
 from memory import services as memory_services
 from memory.forms import MAX_ID, ConflictFilterForm, OperationFilterForm, ReplaceForm, parse_id
 from memory.models import Fact, Person
-from memory.views import wants_fragment
 
 CURATE = "curation.curate_fact"
 
@@ -195,7 +194,7 @@ def conflicts(request: HttpRequest) -> HttpResponse:
         "person_id": person_id,
         "next_url": request.get_full_path(),
     }
-    template = "curation/conflicts.html#conflict-groups" if wants_fragment(request) else "curation/conflicts.html"
+    template = "curation/conflicts.html#conflict-groups" if request.htmx else "curation/conflicts.html"
     return render(request, template, context)
 
 
@@ -240,7 +239,7 @@ def operations(request: HttpRequest) -> HttpResponse:
     )
     page = Paginator(rows, 50).get_page(request.GET.get("page"))
     context = {"form": form, "page": page, "next_url": request.get_full_path()}
-    template = "curation/operations.html#operations-table" if wants_fragment(request) else "curation/operations.html"
+    template = "curation/operations.html#operations-table" if request.htmx else "curation/operations.html"
     return render(request, template, context, status=400 if {"person", "fact"} & set(form.errors) else 200)
 
 
