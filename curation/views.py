@@ -26,10 +26,11 @@ from django_htmx.http import reselect, reswap, retarget
 from curation import selectors as journal
 from curation import services
 from curation.actions import ACTIONS, BULK_ACTIONS
+from curation.forms import ConflictFilterForm, OperationFilterForm, ReplaceForm
 from curation.models import FactOperation
 from memory import selectors
 from memory import services as memory_services
-from memory.forms import MAX_ID, ConflictFilterForm, OperationFilterForm, ReplaceForm, parse_id
+from memory.fields import MAX_ID, parse_id
 from memory.models import Fact, Person
 
 CURATE = "curation.curate_fact"
