@@ -80,13 +80,13 @@ def _with_status(response: HttpResponse, status: int) -> HttpResponse:
 
 def _fact_region(request: HttpRequest, pk: int, text: str, next_url: str) -> HttpResponse | None:
     """The fact's row (facts table) or summary card (fact page), fresh from the database, with ``text``."""
-    from memory import console
+    from console import presenters
 
     target = request.htmx.target or ""
     fact = Fact.objects.select_related("person").filter(pk=pk).first()
     if fact is None:
         return None
-    console.decorate_facts([fact], now=memory_services.now_ms())
+    presenters.decorate_facts([fact], now=memory_services.now_ms())
     context = {"fact": fact, "row_refusal": text, "next_url": next_url}
     if target == f"fact-row-{pk}":
         response = render(request, "console/facts.html#fact-row", context)

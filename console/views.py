@@ -22,8 +22,8 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import trigger_client_event
 
-from memory import console, selectors, services
-from memory.forms import (
+from console import presenters
+from console.forms import (
     EpisodeSearchForm,
     FactFilterForm,
     GraphForm,
@@ -33,6 +33,7 @@ from memory.forms import (
     SearchForm,
     SpreadForm,
 )
+from memory import broker, pipeline, recall, selectors, services
 from memory.models import (
     Episode,
     Fact,
@@ -73,11 +74,11 @@ def _partial(request: HttpRequest, template_name: str, partial: str) -> str:
 def dashboard(request: HttpRequest) -> HttpResponse:
     now = services.now_ms()
     context = {
-        "glance": console.at_a_glance(now=now),
-        "layers": console.layer_counts(),
-        "queues": console.stream_queues(),
-        "vectors": console.vector_coverage(),
-        "edges": console.edge_stats(),
+        "glance": selectors.at_a_glance(now=now),
+        "layers": selectors.layer_counts(),
+        "queues": selectors.stream_queues(),
+        "vectors": selectors.vector_coverage(),
+        "edges": selectors.edge_stats(),
         "events": PipelineEvent.objects.filter(kind__in=DASHBOARD_EVENTS).order_by("-seq")[:20],
         "now": now,
     }
@@ -90,7 +91,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 def worker_health(request: HttpRequest) -> HttpResponse:
     health = cache.get("console:worker-health")
     if health is None:
-        health = console.ping_workers()
+        health = presenters.ping_workers()
         cache.set("console:worker-health", health, 15)
     template = "console/dashboard.html#worker-health" if request.htmx else "console/worker_health.html"
     return render(request, template, {"health": health})
@@ -103,7 +104,7 @@ def worker_health(request: HttpRequest) -> HttpResponse:
 @permission_required("memory.view_message", raise_exception=True)
 @require_GET
 def streams(request: HttpRequest) -> HttpResponse:
-    rows = console.stream_rows()
+    rows = selectors.stream_rows()
     return render(request, "console/streams.html", {"streams": rows})
 
 
@@ -115,7 +116,8 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
     form = SearchForm(request.GET)
     hits = None
     if form.is_valid() and form.cleaned_data["q"]:
-        hits = console.attach_senders(console.inspect_messages(stream_id=obj.pk, query=form.cleaned_data["q"]))
+        # the bot's ``inspect`` action (message search) exactly as a turn would run it
+        hits = presenters.attach_senders(recall.inspect_messages(stream_id=obj.pk, query=form.cleaned_data["q"], limit=20))
         if request.htmx:
             return render(request, "console/stream.html#message-hits", {"hits": hits, "form": form, "stream": obj})
     batches = Paginator(
@@ -129,9 +131,9 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
     ).order_by("id")
     message_form = MessageFilterForm(request.GET, speakers=speakers)
     message_form.is_valid()
-    messages_page = Paginator(console.filter_messages(obj, getattr(message_form, "cleaned_data", {})), PAGE_SIZE
+    messages_page = Paginator(selectors.filter_messages(obj, getattr(message_form, "cleaned_data", {})), PAGE_SIZE
                               ).get_page(request.GET.get("mpage"))
-    messages_page.object_list = console.attach_senders(messages_page.object_list)
+    messages_page.object_list = presenters.attach_senders(messages_page.object_list)
     if request.htmx.target == "stream-messages":
         return render(request, "console/stream.html#stream-messages",
                       {"stream": obj, "message_form": message_form, "messages_page": messages_page})
@@ -139,7 +141,7 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
         "stream": obj,
         "message_form": message_form,
         "messages_page": messages_page,
-        "working": console.attach_senders(selectors.working_memory(stream_id=obj.pk, limit=40)),
+        "working": presenters.attach_senders(selectors.working_memory(stream_id=obj.pk, limit=40)),
         "batches": batches,
         "form": form,
         "hits": hits,
@@ -156,7 +158,7 @@ def episodes(request: HttpRequest) -> HttpResponse:
     data = getattr(form, "cleaned_data", {})
     hits = None
     if data.get("q"):
-        hits = console.search_episodes(query=data["q"], stream_id=data["stream"].pk if data.get("stream") else None)
+        hits = presenters.search_episodes(query=data["q"], stream_id=data["stream"].pk if data.get("stream") else None)
         page = None
     else:
         qs = Episode.objects.select_related("stream").annotate(n_messages=Count("messages")).order_by("-ended_at", "-id")
@@ -165,8 +167,8 @@ def episodes(request: HttpRequest) -> HttpResponse:
         if data.get("placeholders"):
             qs = qs.filter(kind=Episode.UNSUMMARIZED)
         page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
-        console.attach_cues(page.object_list)
-        console.placeholder_reasons(page.object_list)
+        presenters.attach_cues(page.object_list)
+        presenters.placeholder_reasons(page.object_list)
     template = _partial(request, "console/episodes.html", "episode-results")
     return render(request, template, {"form": form, "page": page, "hits": hits})
 
@@ -177,10 +179,10 @@ def episodes(request: HttpRequest) -> HttpResponse:
 def episode(request: HttpRequest, pk: int) -> HttpResponse:
     """One episode: its summary and cues, and the messages it summarises."""
     obj = get_object_or_404(Episode.objects.select_related("stream").annotate(n_messages=Count("messages")), pk=pk)
-    console.attach_cues([obj])
-    console.placeholder_reasons([obj])
+    presenters.attach_cues([obj])
+    presenters.placeholder_reasons([obj])
     page = Paginator(obj.messages.order_by("id"), PAGE_SIZE).get_page(request.GET.get("page"))
-    page.object_list = console.attach_senders(page.object_list)
+    page.object_list = presenters.attach_senders(page.object_list)
     return render(request, "console/episode.html", {"ep": obj, "page": page})
 
 
@@ -195,17 +197,17 @@ def facts(request: HttpRequest) -> HttpResponse:
     form = FactFilterForm(request.GET)
     form.is_valid()
     data = {k: v for k, v in getattr(form, "cleaned_data", {}).items() if v}
-    qs = console.filter_facts(Fact.objects.select_related("person"), data)
+    qs = presenters.filter_facts(Fact.objects.select_related("person"), data)
     breakdown: dict[int, Any] = {}
     if data.get("q"):
-        hits = console.search_facts(query=data["q"], now=now)
+        hits = presenters.search_facts(query=data["q"], now=now)
         # The ranked hits, then (the search honours the state filter) facts recall never sees, matched by text.
-        rows = console.match_facts(qs, data["q"], ranked=[h.id for h in hits])
+        rows = presenters.match_facts(qs, data["q"], ranked=[h.id for h in hits])
         breakdown = {h.id: h for h in hits}
         page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     else:
         page = Paginator(qs.order_by("-updated_at", "-id"), PAGE_SIZE).get_page(request.GET.get("page"))
-    console.decorate_facts(page.object_list, now=now, breakdown=breakdown)
+    presenters.decorate_facts(page.object_list, now=now, breakdown=breakdown)
     context = {
         "form": form,
         "page": page,
@@ -222,13 +224,13 @@ def facts(request: HttpRequest) -> HttpResponse:
 def fact(request: HttpRequest, pk: int) -> HttpResponse:
     now = services.now_ms()
     obj = get_object_or_404(Fact.objects.select_related("person"), pk=pk)
-    console.decorate_facts([obj], now=now)
+    presenters.decorate_facts([obj], now=now)
     context = {
         "fact": obj,
-        "curve": console.decay_curve_svg(obj, now=now),
-        "chain": console.supersede_chain(obj),
-        "operations": console.fact_operations(obj.pk),
-        "neighbours": console.neighbours("fact", obj.pk, now=now),
+        "curve": presenters.decay_curve_svg(obj, now=now),
+        "chain": presenters.supersede_chain(obj),
+        "operations": presenters.fact_operations(obj.pk),
+        "neighbours": presenters.neighbours("fact", obj.pk, now=now),
         "now": now,
         "next_url": request.get_full_path(),
     }
@@ -246,7 +248,8 @@ def knowledge(request: HttpRequest) -> HttpResponse:
     hits = None
     page = None
     if form.is_valid() and form.cleaned_data["q"]:
-        hits = console.search_knowledge(query=form.cleaned_data["q"])
+        # the bot's ``consult`` path; touch=False: a console search is not a consultation (hit counts stay)
+        hits = recall.consult_knowledge(query=form.cleaned_data["q"], limit=20, touch=False)
     else:
         page = Paginator(
             Knowledge.objects.select_related("import_batch").order_by("-id").defer("embedding", "embedding_q8", "tokens_v2"),
@@ -262,10 +265,14 @@ def knowledge(request: HttpRequest) -> HttpResponse:
 def imports(request: HttpRequest) -> HttpResponse:
     form = ImportForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
         try:
-            job = console.start_import(form.cleaned_data, user=request.user.get_username())
-        except console.ImportRefused as exc:
+            job = pipeline.start_import(text=data["text"], origin_name=data.get("origin_name") or "", kind=data["kind"],
+                                        user=request.user.get_username())
+        except (pipeline.ImportLimitError, pipeline.ImportBusyError) as exc:
             form.add_error(None, str(exc))
+        except broker.BrokerUnavailable as exc:  # the job and batch are already marked failed
+            form.add_error(None, pipeline.IMPORT_NOT_SENT.format(reason=exc))
         else:
             messages.success(request, _("导入任务 #%(id)s 已开始。") % {"id": job.pk})
             return redirect("console:imports")
@@ -284,10 +291,10 @@ def imports(request: HttpRequest) -> HttpResponse:
 def import_delete(request: HttpRequest, pk: int) -> HttpResponse:
     batch = get_object_or_404(ImportBatch, pk=pk)
     if request.method == "POST":
-        deleted = console.delete_batch(batch.pk)
+        deleted = pipeline.delete_batch(batch.pk)
         messages.success(request, _("已删除导入批次 #%(id)s 的 %(n)s 条知识。") % {"id": batch.pk, "n": deleted})
         return redirect("console:imports")
-    preview = console.delete_batch_preview(batch.pk)
+    preview = pipeline.delete_batch_preview(batch.pk)
     return render(request, "console/import_delete.html", {"batch": batch, "preview": preview})
 
 
@@ -301,15 +308,15 @@ def graph(request: HttpRequest) -> HttpResponse:
     now = services.now_ms()
     form = GraphForm(request.GET)
     data = form.cleaned_data if form.is_valid() else {}
-    view = console.memory_graph(
+    view = presenters.memory_graph(
         now=now, include_frozen=bool(data.get("include_frozen")), limit=data.get("max_nodes") or 200,
     )
     selected = None
     if data.get("node"):
         kind, ref_id = data["node"]
-        selected = console.node_panel(kind, ref_id, now=now)
+        selected = presenters.node_panel(kind, ref_id, now=now)
     spread_form = SpreadForm(request.GET if ("q" in request.GET or "ref" in request.GET) else None)
-    preview = console.spread_preview(spread_form.cleaned_data, now=now) if spread_form.is_valid() else None
+    preview = presenters.spread_preview(spread_form.cleaned_data, now=now) if spread_form.is_valid() else None
     if preview:
         view.mark(preview)
     context = {"graph": view, "form": form, "selected": selected, "spread_form": spread_form, "preview": preview}
@@ -328,7 +335,7 @@ def playground(request: HttpRequest) -> HttpResponse:
     form = PlaygroundForm(request.GET if "text" in request.GET else None)
     result = None
     if form.is_valid():
-        result = console.preview_turn(form.cleaned_data)
+        result = presenters.preview_turn(form.cleaned_data)
     return render(request, _partial(request, "console/playground.html", "playground-result"),
                   {"form": form, "result": result})
 

@@ -31,7 +31,7 @@ from django.core.management.base import BaseCommand
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from memory.management.commands._demo_data import KNOWLEDGE_DOC, PEOPLE, STREAMS
+from console.management.commands._demo_data import KNOWLEDGE_DOC, PEOPLE, STREAMS
 from memory.management.commands.ensure_roles import ensure_roles
 from memory.models import Fact, Message, Person
 

@@ -8,7 +8,7 @@ register = template.Library()
 
 @register.simple_tag
 def broad_tokens() -> int:
-    from memory.privacy_views import broad_token_count
+    from console.privacy_views import broad_token_count
 
     return broad_token_count()
 

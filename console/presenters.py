@@ -6,24 +6,32 @@ returns plain objects the templates render. Nothing here writes memory rows;
 searches go through ``memory.selectors`` / ``memory.recall`` / ``memory.lexical``
 and imports through ``memory.pipeline``.
 
-SVG drawings (decay curve, association graph) are computed here as coordinates;
-templates emit the elements, so every label is escaped by the template engine.
+SVG drawings (decay curve, association graph) get their coordinates from
+:mod:`memory.engine.geometry`; templates emit the elements, so every label is
+escaped by the template engine.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from django.conf import settings
+from django.core.cache import cache
+from django.db import connection
 from django.db.models import Case, Count, F, Q, QuerySet, Value, When
 
-from memory import selectors, services
-from memory.engine import decay
+from config.celery import app
+from console.templatetags.console import format_ms
+from curation.models import FactOperation
+from memory import broker, recall, selectors
+from memory.engine import decay, geometry, tokenize
+from memory.engine.geometry import CurveGeometry
 from memory.engine.scoring import is_seed_profile
 from memory.models import (
     Episode,
@@ -35,94 +43,10 @@ from memory.models import (
     Message,
     Person,
     PipelineEvent,
-    Stream,
 )
-
-EXTRACT_CURSOR_KEY = "fact_extract_cursor"
+from tuning.services import active_overrides
 
 # --- dashboard -------------------------------------------------------------------
-
-
-def layer_counts() -> dict[str, int]:
-    """Row counts per layer (two aggregate queries plus one count per small table)."""
-    facts = Fact.objects.aggregate(
-        n_total=Count("id"),
-        n_active=Count("id", filter=Q(superseded_by__isnull=True, active=True)),
-        n_frozen=Count("id", filter=Q(superseded_by__isnull=True, active=False)),
-        n_invalid=Count("id", filter=Q(superseded_by__isnull=False)),
-        n_pinned=Count("id", filter=Q(half_life_hours__gte=decay.PIN_HALF_LIFE_HOURS)),
-    )
-    episodes = Episode.objects.aggregate(
-        n_total=Count("id"), n_placeholders=Count("id", filter=Q(kind=Episode.UNSUMMARIZED))
-    )
-    return {
-        "persons": Person.objects.count(),
-        "streams": Stream.objects.count(),
-        "messages": Message.objects.count(),
-        "episodes": episodes["n_total"],
-        "placeholders": episodes["n_placeholders"],
-        "facts": facts["n_total"],
-        "facts_active": facts["n_active"],
-        "facts_frozen": facts["n_frozen"],
-        "facts_invalid": facts["n_invalid"],
-        "facts_pinned": facts["n_pinned"],
-        "knowledge": Knowledge.objects.count(),
-        "nodes": MemoryNode.objects.count(),
-    }
-
-
-def extraction_cursors() -> dict[int, int]:
-    """``{stream_id: last extracted message id}`` from the meta row the extractor keeps."""
-    raw = services.meta_get(EXTRACT_CURSOR_KEY, {}) or {}
-    return {int(k): int(v) for k, v in raw.items() if str(k).isdigit()}
-
-
-def stream_queues() -> list[dict[str, Any]]:
-    """Per stream: messages waiting for summarisation and the extraction cursor lag.
-
-    Three queries: streams, pending counts (grouped), lag counts (one grouped query
-    whose WHERE has one ``stream = s AND id > cursor`` arm per stream with a cursor).
-    """
-    rows = list(Stream.objects.order_by("id"))
-    pending = selectors.pending_counts()
-    cursors = extraction_cursors()
-    lag_filter = Q(stream_id__in=[s.pk for s in rows if s.pk not in cursors])
-    for stream_id, last_id in cursors.items():
-        lag_filter |= Q(stream_id=stream_id, id__gt=last_id)
-    lag = dict(Message.objects.filter(lag_filter).values_list("stream_id").annotate(n=Count("id")).order_by())
-    return [
-        {
-            "stream": s,
-            "pending": pending.get(s.pk, 0),
-            "cursor": cursors.get(s.pk),
-            "lag": lag.get(s.pk, 0),
-        }
-        for s in rows
-    ]
-
-
-def vector_coverage() -> dict[str, dict[str, int]]:
-    """Facts and knowledge with / without a vector, and raw vectors still missing SQ8."""
-
-    def coverage(model: type[Fact] | type[Knowledge]) -> dict[str, int]:
-        # Three counts, each answered by an index (two of them partial): one aggregate
-        # with FILTERs would scan every row and its kilobytes of vector.
-        total = model.objects.count()
-        without = model.objects.filter(embedding__isnull=True).count()
-        pending = model.objects.filter(embedding__isnull=False, embedding_q8__isnull=True).count()
-        return {"n_total": total, "with_vector": total - without, "without": without, "sq8_pending": pending}
-
-    return {"facts": coverage(Fact), "knowledge": coverage(Knowledge)}
-
-
-def edge_stats() -> dict[str, Any]:
-    """Active and frozen edges, and the last ``edges_decayed`` event."""
-    counts = MemoryEdge.objects.aggregate(
-        n_active=Count("id", filter=Q(active=True)), n_frozen=Count("id", filter=Q(active=False))
-    )
-    counts = {"active": counts["n_active"], "frozen": counts["n_frozen"]}
-    counts["last_decay"] = PipelineEvent.objects.filter(kind="edges_decayed").order_by("-seq").first()
-    return counts
 
 
 def ping_workers(timeout: float = 0.5) -> dict[str, Any]:
@@ -133,8 +57,6 @@ def ping_workers(timeout: float = 0.5) -> dict[str, Any]:
     not answer must not hold a web request for its whole connection-retry loop.
     """
     outcome: dict[str, Any] = {"status": "unknown", "workers": [], "error": ""}
-    from memory import broker
-
     try:
         broker.check()  # ≤ ~0.1 s, and nothing at all while the breaker is open
     except broker.BrokerUnavailable as exc:
@@ -142,8 +64,6 @@ def ping_workers(timeout: float = 0.5) -> dict[str, Any]:
 
     def run() -> None:
         try:
-            from config.celery import app
-
             replies = app.control.ping(timeout=timeout) or []
             names = sorted(name for reply in replies for name in reply)
             outcome.update(status="ok" if names else "down", workers=names)
@@ -159,79 +79,6 @@ def ping_workers(timeout: float = 0.5) -> dict[str, Any]:
 
 
 # --- streams and episodes --------------------------------------------------------
-
-
-def stream_rows() -> list[Stream]:
-    """Streams with message, pending and episode counts (subquery counts, one query + pending)."""
-    from django.db.models import OuterRef, Subquery
-    from django.db.models.functions import Coalesce
-
-    def count_of(qs: QuerySet) -> Any:
-        return Coalesce(Subquery(qs.values("stream_id").annotate(n=Count("id")).values("n")[:1]), 0)
-
-    rows = list(
-        Stream.objects.annotate(
-            n_messages=count_of(Message.objects.filter(stream_id=OuterRef("pk")).order_by()),
-            n_episodes=count_of(Episode.objects.filter(stream_id=OuterRef("pk")).order_by()),
-            last_at=Subquery(
-                Message.objects.filter(stream_id=OuterRef("pk")).order_by("-id").values("created_at")[:1]
-            ),
-        ).order_by("id")
-    )
-    pending = selectors.pending_counts()
-    for row in rows:
-        row.pending = pending.get(row.pk, 0)
-    return rows
-
-
-def filter_messages(stream: Stream, data: dict[str, Any]) -> QuerySet[Message]:
-    """A stream's messages, newest first, filtered by speaker, local date range and summarised or not."""
-    import datetime as dt
-
-    from django.utils import timezone
-
-    qs = Message.objects.filter(stream=stream).defer("embedding", "embedding_q8", "tokens")
-    speaker = data.get("speaker")
-    if speaker == "assistant":
-        qs = qs.filter(role="assistant")
-    elif speaker:
-        qs = qs.filter(sender_person_id=int(speaker))
-
-    def day_ms(day: dt.date) -> int:
-        return int(timezone.make_aware(dt.datetime.combine(day, dt.time.min)).timestamp() * 1000)
-
-    if data.get("since"):
-        qs = qs.filter(created_at__gte=day_ms(data["since"]))
-    if data.get("until"):
-        qs = qs.filter(created_at__lt=day_ms(data["until"] + dt.timedelta(days=1)))
-    if data.get("archived") == "yes":
-        qs = qs.filter(episode__isnull=False)
-    elif data.get("archived") == "no":
-        qs = qs.filter(episode__isnull=True)
-    return qs.order_by("-created_at", "-id")
-
-
-def at_a_glance(*, now: int) -> dict[str, Any]:
-    """What an operator checks first: facts learnt today (local midnight), conflict groups
-    waiting, jobs running and failed in the last 24 h, messages waiting to be summarised."""
-    import datetime as dt
-
-    from django.utils import timezone
-
-    from memory.models import Job
-
-    midnight = timezone.localtime(dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC)).replace(
-        hour=0, minute=0, second=0, microsecond=0)
-    day_ago = dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC) - dt.timedelta(hours=24)
-    jobs = Job.objects.filter(Q(status__in=[Job.Status.QUEUED, Job.Status.RUNNING]) | Q(
-        status=Job.Status.FAILED, finished_at__gte=day_ago)).values_list("status", flat=True)
-    return {
-        "learnt_today": Fact.objects.filter(created_at__gte=int(midnight.timestamp() * 1000)).count(),
-        "conflicts": len(selectors.conflict_group_keys()),
-        "jobs_running": sum(1 for s in jobs if s != Job.Status.FAILED),
-        "jobs_failed": sum(1 for s in jobs if s == Job.Status.FAILED),
-        "pending": sum(selectors.pending_counts().values()),
-    }
 
 
 def attach_senders(messages: Iterable[Message]) -> list[Message]:
@@ -305,8 +152,6 @@ def match_facts(qs: QuerySet[Fact], query: str, *, ranked: Sequence[int] = (), l
     Recall ranks only valid facts; this text match makes the frozen, invalidated and
     superseded ones findable too, so the search honours the state filter.
     """
-    from memory.engine import tokenize
-
     terms = [t for t in tokenize.query_terms(query) if t][:16]
     wanted = Q(pk__in=list(ranked))
     for term in terms:
@@ -334,22 +179,6 @@ def fact_state(fact: Fact) -> str:
     return "active" if fact.active else "frozen"
 
 
-def conflicted_slots(person_ids: Iterable[int]) -> set[tuple[int, str]]:
-    """``(person, slot)`` pairs with ≥ 2 valid members among the given persons (one query)."""
-    person_ids = set(person_ids)
-    if not person_ids:
-        return set()
-    rows = (
-        Fact.objects.filter(person_id__in=person_ids, superseded_by__isnull=True, active=True)
-        .exclude(slot="")
-        .values_list("person_id", "slot")
-        .annotate(n=Count("id"))
-        .filter(n__gte=2)
-        .order_by()
-    )
-    return {(p, s) for p, s, _ in rows}
-
-
 @dataclass
 class ScoreBreakdown:
     """Every term of a search hit's score, for display."""
@@ -366,7 +195,7 @@ class ScoreBreakdown:
 def decorate_facts(facts: Iterable[Fact], *, now: int, breakdown: dict[int, Any] | None = None) -> None:
     """Set ``retention``, ``state``, ``conflicted`` and (for search hits) ``breakdown`` on facts."""
     facts = list(facts)
-    conflicted = conflicted_slots(f.person_id for f in facts if f.slot)
+    conflicted = set(selectors.conflict_group_keys(person_ids={f.person_id for f in facts if f.slot}))
     for f in facts:
         f.retention = decay.retention(f.strength, f.updated_at, f.half_life_hours, now)
         f.state = fact_state(f)
@@ -403,8 +232,6 @@ def supersede_chain(fact: Fact, max_steps: int = 20) -> dict[str, list[Fact]]:
 
 
 def fact_operations(fact_id: int) -> list[Any]:
-    from curation.models import FactOperation
-
     return list(
         FactOperation.objects.filter(Q(fact_id=fact_id) | Q(related_fact_id=fact_id)).order_by("-at", "-id")[:50]
     )
@@ -413,73 +240,14 @@ def fact_operations(fact_id: int) -> list[Any]:
 # --- decay curve as SVG ----------------------------------------------------------
 
 
-@dataclass
-class CurveSVG:
-    width: int
-    height: int
-    past: str  # polyline points
-    projected: str
-    freeze_y: float
-    revive_y: float
-    now_x: float
-    due_x: float | None
-    x_ticks: list[tuple[float, str, str]] = field(default_factory=list)
-    y_ticks: list[tuple[float, str]] = field(default_factory=list)
-    left: int = 44
-    right: int = 0
-    top: int = 12
-    bottom: int = 0
-
-
-def decay_curve_svg(fact: Fact, *, now: int, width: int = 680, height: int = 240) -> CurveSVG:
-    """The retention curve from the last strength change to past ``due_at``, as SVG coordinates.
-
-    Past (``updated_at`` → now) is solid, the projection (now → end) dashed; the
-    end is ``due_at`` plus a quarter of the span (a pinned fact: one year ahead).
-    """
-    from memory.templatetags.console import format_ms
-
-    start = min(fact.updated_at, now)
-    if fact.pinned:
-        end = now + 365 * 24 * decay.MS_PER_HOUR
-    else:
-        end = max(now, fact.due_at)
-        end = end + max((end - start) // 4, 24 * decay.MS_PER_HOUR)
-    left, right, top, bottom = 44, width - 12, 12, height - 28
-    span = max(1, end - start)
-
-    def x(t: int) -> float:
-        return round(left + (right - left) * (t - start) / span, 1)
-
-    def y(r: float) -> float:
-        return round(bottom - (bottom - top) * r, 1)
-
-    def points(samples: Sequence[tuple[int, float]]) -> str:
-        return " ".join(f"{x(t)},{y(r)}" for t, r in samples)
-
-    past = decay.decay_curve(fact.strength, fact.updated_at, fact.half_life_hours, start, now, 40)
-    projected = decay.decay_curve(fact.strength, fact.updated_at, fact.half_life_hours, now, end, 60)
-    ticks = []
-    for i in range(5):
-        t = start + span * i // 4
-        label = format_ms(t, "%Y-%m-%d", local=False)
-        ticks.append((x(t), label, "start" if i == 0 else "end" if i == 4 else "middle"))
-    return CurveSVG(
-        width=width,
-        height=height,
-        past=points(past),
-        projected=points(projected),
-        freeze_y=y(decay.FREEZE),
-        revive_y=y(decay.REVIVE),
-        now_x=x(now),
-        due_x=x(fact.due_at) if not fact.pinned and start <= fact.due_at <= end else None,
-        x_ticks=ticks,
-        y_ticks=[(y(v), f"{v:g}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)],
-        left=left,
-        right=right,
-        top=top,
-        bottom=bottom,
+def decay_curve_svg(fact: Fact, *, now: int, width: int = 680, height: int = 240) -> CurveGeometry:
+    """The fact's retention curve as SVG coordinates (:func:`memory.engine.geometry.decay_curve_geometry`),
+    the x ticks labelled with their dates."""
+    curve = geometry.decay_curve_geometry(
+        fact.strength, fact.updated_at, fact.half_life_hours, due_at=fact.due_at, now=now, width=width, height=height
     )
+    curve.x_ticks = [(x, format_ms(t, "%Y-%m-%d", local=False), anchor) for x, t, anchor in curve.x_ticks]
+    return curve
 
 
 # --- association graph -----------------------------------------------------------
@@ -599,61 +367,15 @@ class GraphView:
             node.role = roles.get((node.kind, node.ref_id), "")
 
 
-def layout(n: int, edges: Sequence[tuple[int, int, float]], *, size: tuple[int, int], iterations: int = 50) -> np.ndarray:
-    """Deterministic Fruchterman–Reingold layout of ``n`` nodes (numpy, O(iterations · n²)).
-
-    Starts from a circle (node order = degree order) so the same graph always draws
-    the same way; springs are weighted by edge retention. 200 nodes take ~30 ms.
-    """
-    width, height = size
-    if n == 0:
-        return np.zeros((0, 2))
-    angles = np.linspace(0, 2 * math.pi, n, endpoint=False)
-    pos = (np.column_stack([np.cos(angles), np.sin(angles)]) * 0.5).astype(np.float32)
-    if n > 1:
-        k2 = np.float32(1.0 / n)
-        k = math.sqrt(1.0 / n)
-        src = np.array([e[0] for e in edges], dtype=np.intp)
-        dst = np.array([e[1] for e in edges], dtype=np.intp)
-        weight = np.array([max(0.2, e[2]) for e in edges], dtype=np.float32)
-        temperature = 0.1
-        for _ in range(iterations):
-            delta = pos[:, None, :] - pos[None, :, :]
-            dist2 = np.einsum("ijk,ijk->ij", delta, delta) + np.float32(1e-6)
-            force = np.einsum("ijk,ij->ik", delta, k2 / dist2)  # repulsion k²/d along the unit vector
-            if len(src):
-                d = pos[src] - pos[dst]
-                dd = np.sqrt(np.einsum("ij,ij->i", d, d)) + np.float32(1e-6)
-                pull = d * (dd / k * weight)[:, None]
-                np.add.at(force, src, -pull)
-                np.add.at(force, dst, pull)
-            force -= pos * np.float32(0.05 * n)  # gravity keeps components on the canvas
-            length = np.sqrt(np.einsum("ij,ij->i", force, force)) + np.float32(1e-9)
-            pos += force / length[:, None] * np.minimum(length, temperature)[:, None]
-            temperature *= 0.93
-    pos = pos.astype(np.float64)
-    lo, hi = pos.min(0), pos.max(0)
-    span = np.where(hi - lo < 1e-9, 1.0, hi - lo)
-    margin_x, margin_y = 80, 30  # room for the labels under the nodes
-    pos = (pos - lo) / span
-    pos[:, 0] = margin_x + pos[:, 0] * (width - 2 * margin_x)
-    pos[:, 1] = margin_y + pos[:, 1] * (height - 2 * margin_y - 16)
-    return pos
-
-
 def cached_layout(
     n: int, edges: Sequence[tuple[int, int, float]], *, key: Sequence[int], size: tuple[int, int]
 ) -> np.ndarray:
-    """:func:`layout`, cached for five minutes per drawn graph (node ids, edges, strengths to 0.1)."""
-    import hashlib
-
-    from django.core.cache import cache
-
+    """:func:`memory.engine.geometry.force_layout`, cached for five minutes per drawn graph (node ids, edges, strengths to 0.1)."""
     signature = repr((list(key), sorted((s, t, round(w, 1)) for s, t, w in edges), size))
     cache_key = "console:layout:" + hashlib.sha1(signature.encode()).hexdigest()
     pos = cache.get(cache_key)
     if pos is None:
-        pos = layout(n, edges, size=size)
+        pos = geometry.force_layout(n, edges, size=size)
         cache.set(cache_key, pos, 300)
     return pos
 
@@ -664,8 +386,6 @@ def memory_graph(*, now: int, include_frozen: bool = False, limit: int = 200) ->
     Queries: all edges (one), node rows of the kept nodes (one), one per layer to
     resolve the rows, plus the node total and the spread-run count.
     """
-    from django.db import connection
-
     active_only = "" if include_frozen else " WHERE active = 1"
     with connection.cursor() as cur:
         cur.execute("SELECT COUNT(*), COALESCE(SUM(active = 0), 0) FROM memory_edges")
@@ -770,23 +490,7 @@ SEARCH_LIMIT = 100
 
 
 def _overrides() -> dict[str, Any]:
-    from tuning.services import active_overrides
-
     return dict(active_overrides())
-
-
-def _query_vector(text: str) -> Any:
-    """The query's embedding, or None when no embedder is configured or it fails (logged)."""
-    from memory.providers.config import get_embedder
-
-    try:
-        embedder = get_embedder()
-        return embedder.embed([text])[0] if embedder is not None else None
-    except Exception:  # the dense side channel is optional: failure only logs
-        import logging
-
-        logging.getLogger(__name__).warning("console_query_embedding_failed", exc_info=True)
-        return None
 
 
 def search_facts(*, query: str, now: int) -> list[ScoreBreakdown | Any]:
@@ -803,7 +507,7 @@ def search_facts(*, query: str, now: int) -> list[ScoreBreakdown | Any]:
         return_candidates=True,
     )[:SEARCH_LIMIT]
     if hits and Fact.objects.filter(pk__in=[h.id for h in hits], embedding_q8__isnull=False).exists():
-        vector = _query_vector(query)
+        vector = recall.embed_query(query)
         if vector is not None:
             hits = selectors.rank_facts(hits, overrides, cosines=selectors.fact_cosines([h.id for h in hits], vector))
     return [
@@ -852,23 +556,6 @@ def search_episodes(*, query: str, stream_id: int | None) -> list[Episode]:
     attach_cues(out)
     placeholder_reasons(out)
     return out
-
-
-def inspect_messages(*, stream_id: int, query: str) -> list[Any]:
-    """The bot's ``inspect`` action (message search) exactly as a turn would run it."""
-    from memory import recall
-
-    return recall.inspect_messages(stream_id=stream_id, query=query, limit=20)
-
-
-def search_knowledge(*, query: str) -> list[Any]:
-    """The bot's ``consult`` path over knowledge (lexical + resident int8 vectors).
-
-    ``touch=False``: a console search is not a consultation, so hit counts stay as they are.
-    """
-    from memory import recall
-
-    return recall.consult_knowledge(query=query, limit=20, touch=False)
 
 
 # --- spreading preview -----------------------------------------------------------
@@ -938,8 +625,6 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
     ``held_back`` lists the facts relevance alone would have put in the prompt but
     retention ranked out.
     """
-    from memory import recall
-
     ctx = recall.prepare_turn(
         stream_id=data["stream"].pk, speaker_id=data["speaker"].pk, text=data["text"],
         impression=data.get("impression") or "", record=False,
@@ -970,34 +655,3 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
         "persons": persons,
     }
 
-
-# --- imports ---------------------------------------------------------------------
-
-
-class ImportRefused(Exception):
-    """The import could not start (limits, or another import is running)."""
-
-
-def start_import(data: dict[str, Any], *, user: str) -> Any:
-    from memory import broker, pipeline
-
-    try:
-        return pipeline.start_import(
-            text=data["text"], origin_name=data.get("origin_name") or "", kind=data["kind"], user=user
-        )
-    except (pipeline.ImportLimitError, pipeline.ImportBusyError) as exc:
-        raise ImportRefused(str(exc)) from exc
-    except broker.BrokerUnavailable as exc:  # the job and batch are already marked failed
-        raise ImportRefused(pipeline.IMPORT_NOT_SENT.format(reason=exc)) from exc
-
-
-def delete_batch_preview(batch_id: int) -> dict[str, Any]:
-    from memory import pipeline
-
-    return pipeline.delete_batch_preview(batch_id)
-
-
-def delete_batch(batch_id: int) -> int:
-    from memory import pipeline
-
-    return pipeline.delete_batch(batch_id)
