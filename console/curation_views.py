@@ -1,4 +1,4 @@
-"""Console views of curation: fact actions, bulk actions, the conflict queue, the operation log.
+"""Console pages of curation: fact actions, bulk actions, the conflict queue, the operation log.
 
 Every action is a POST with CSRF. A POST without ``confirmed=1`` renders a
 confirmation page (the no-JavaScript path); htmx sends ``confirmed=1`` after
@@ -23,6 +23,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reselect, reswap, retarget
 
+from console import presenters
 from curation import selectors as journal
 from curation import services
 from curation.actions import ACTIONS, BULK_ACTIONS
@@ -80,8 +81,6 @@ def _with_status(response: HttpResponse, status: int) -> HttpResponse:
 
 def _fact_region(request: HttpRequest, pk: int, text: str, next_url: str) -> HttpResponse | None:
     """The fact's row (facts table) or summary card (fact page), fresh from the database, with ``text``."""
-    from console import presenters
-
     target = request.htmx.target or ""
     fact = Fact.objects.select_related("person").filter(pk=pk).first()
     if fact is None:
