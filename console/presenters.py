@@ -28,7 +28,6 @@ from django.db.models import Case, Count, F, Q, QuerySet, Value, When
 
 from config.celery import app
 from console.templatetags.console import format_ms
-from curation.models import FactOperation
 from memory import broker, recall, selectors
 from memory.engine import decay, geometry, tokenize
 from memory.engine.geometry import CurveGeometry
@@ -229,12 +228,6 @@ def supersede_chain(fact: Fact, max_steps: int = 20) -> dict[str, list[Fact]]:
         after.append(nxt)
         current = nxt
     return {"before": before, "after": after}
-
-
-def fact_operations(fact_id: int) -> list[Any]:
-    return list(
-        FactOperation.objects.filter(Q(fact_id=fact_id) | Q(related_fact_id=fact_id)).order_by("-at", "-id")[:50]
-    )
 
 
 # --- decay curve as SVG ----------------------------------------------------------

@@ -33,6 +33,7 @@ from console.forms import (
     SearchForm,
     SpreadForm,
 )
+from curation import selectors as journal
 from memory import broker, pipeline, recall, selectors, services
 from memory.models import (
     Episode,
@@ -229,7 +230,7 @@ def fact(request: HttpRequest, pk: int) -> HttpResponse:
         "fact": obj,
         "curve": presenters.decay_curve_svg(obj, now=now),
         "chain": presenters.supersede_chain(obj),
-        "operations": presenters.fact_operations(obj.pk),
+        "operations": journal.operations(touching=obj.pk)[:50],
         "neighbours": presenters.neighbours("fact", obj.pk, now=now),
         "now": now,
         "next_url": request.get_full_path(),
