@@ -15,7 +15,7 @@ from memory.engine.quantize import quantize_vector
 def _overrides(overrides: Mapping[str, Any] | None) -> Mapping[str, Any]:
     if overrides is not None:
         return overrides
-    from tuning.services import active_overrides
+    from tuning.services import active_overrides  # tuning sits above memory: looked up per call
 
     return active_overrides()
 

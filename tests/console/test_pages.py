@@ -251,9 +251,9 @@ def test_imports_page(staff, memory_set, django_assert_num_queries):
 
 def test_graph_page(staff, memory_set, frozen_now, django_assert_num_queries):
     _more_rows(memory_set)
-    # AUTH + edge totals + degrees (SQL) + edges among the chosen nodes + node total + kept nodes
-    # + facts + episodes + knowledge of those nodes + spread runs.
-    with django_assert_num_queries(AUTH + 9):
+    # AUTH + edge totals + degrees (SQL) + edges among the chosen nodes + node total and spread runs
+    # (one query) + kept nodes + facts + episodes + knowledge of those nodes.
+    with django_assert_num_queries(AUTH + 8):
         response = staff.get(reverse("console:graph"))
     html = response.content.decode()
     assert '<svg class="graph"' in html and "小林住在杭州" in html
