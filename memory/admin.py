@@ -175,3 +175,4 @@ class FactOperationAdmin(ReadOnlyAdmin):
 
     list_display = ["id", "at", "actor", "op", "person_id", "fact_id", "related_fact_id", "undone_by", "undo_of", "user"]
     list_filter = ["op", "actor"]
+    show_full_result_count = True

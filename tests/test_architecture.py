@@ -32,14 +32,8 @@ LAYER = {"memory.engine": 0, "memory": 1, "curation": 2, "tuning": 2, "console":
 ENGINE_FORBIDDEN = ("django", "ninja", "celery", "redis", "kombu")
 
 KNOWN_CYCLES: set[frozenset[str]] = set()
-KNOWN_LAYER_VIOLATIONS: set[tuple[str, str]] = {
-    # curation's views borrow the console's forms and helpers (the htmx branch gives curation its own)
-    ('curation.views', 'console.forms'),
-    ('curation.views', 'console.presenters'),
-    ('curation.views', 'console.views'),
-}
+KNOWN_LAYER_VIOLATIONS: set[tuple[str, str]] = set()
 KNOWN_UNEXPLAINED_LOCAL_IMPORTS: set[tuple[str, str]] = {
-    ('curation.views', 'console.presenters'),  # as above
     ('memory.lexical', 'django.conf.settings'),  # memory/lexical.py is being reworked on the pgcore branch
 }
 

@@ -115,10 +115,6 @@ def job_kind(job: object) -> str:
     return str(JOB_KINDS.get(kind, kind))
 
 
-def _target(label: object) -> str:
-    return tuning_labels.target_label(str(label or ""))
-
-
 STREAM_KINDS = {"direct": gettext_lazy("私聊"), "group": gettext_lazy("群聊"), "desktop": gettext_lazy("桌面")}
 
 
@@ -141,11 +137,11 @@ def job_subject(job: object) -> str:
         return _("来源「%(name)s」") % {"name": name}
     if kind == "evaluate":
         target = params.get("target") or {}
-        return _("参数组「%(label)s」") % {"label": _target(target.get("label") or target.get("profile"))}
+        return _("参数组「%(label)s」") % {"label": target_label(target.get("label") or target.get("profile"))}
     if kind == "compare":
         a, b = params.get("a") or {}, params.get("b") or {}
         return _("「%(a)s」对比「%(b)s」") % {
-            "a": _target(a.get("label") or a.get("profile") or "A"), "b": _target(b.get("label") or b.get("profile") or "B"),
+            "a": target_label(a.get("label") or a.get("profile") or "A"), "b": target_label(b.get("label") or b.get("profile") or "B"),
         }
     return ""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from django import template
 from django.conf import settings
 
-from console.privacy_views import broad_token_count
+from memory import selectors
 from memory.forget import RETENTION_META_KEY
 from memory.meta import meta_get
 
@@ -13,7 +13,7 @@ register = template.Library()
 
 @register.simple_tag
 def broad_tokens() -> int:
-    return broad_token_count()
+    return selectors.broad_token_count()
 
 
 @register.simple_tag

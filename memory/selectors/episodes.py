@@ -1,11 +1,13 @@
-"""L2 reads: episode recall by cue and the newest episodes of a stream."""
+"""L2 reads: episode recall by cue, the newest episodes of a stream, the episode lists."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.db.models import Count, Max, Min, QuerySet
+
 from memory import lexical
 from memory.engine import decay
-from memory.models import Episode
+from memory.models import Episode, Stream
 
 
 @dataclass(frozen=True)
@@ -52,3 +54,30 @@ def recent_episodes(*, stream_id: int, limit: int = 4) -> list[RecalledEpisode]:
         )
         for e in rows[:limit]
     ]
+
+
+# --- the console's episode pages ----------------------------------------------------------------------
+
+
+def episodes_with_counts() -> QuerySet[Episode]:
+    """Episodes with their stream and ``n_messages`` (the messages they summarise)."""
+    return Episode.objects.select_related("stream").annotate(n_messages=Count("messages"))
+
+
+def episode_list(*, stream: Stream | None = None, placeholders: bool = False) -> QuerySet[Episode]:
+    """Episodes newest first (by end), of one stream or all, optionally only the unsummarised placeholders."""
+    qs = episodes_with_counts().order_by("-ended_at", "-id")
+    if stream is not None:
+        qs = qs.filter(stream=stream)
+    if placeholders:
+        qs = qs.filter(kind=Episode.UNSUMMARIZED)
+    return qs
+
+
+def episode_batches(*, stream_id: int) -> QuerySet[Episode]:
+    """A stream's episodes newest first, each with ``n_messages`` and the ids of its first and last message."""
+    return (
+        Episode.objects.filter(stream_id=stream_id)
+        .annotate(n_messages=Count("messages"), first_id=Min("messages__id"), last_id=Max("messages__id"))
+        .order_by("-ended_at", "-id")
+    )

@@ -5,12 +5,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Count, Q, QuerySet
+
 from memory import lexical
 from memory.engine import decay
 from memory.engine.scoring import (
     fused_relevance,
 )
-from memory.models import Knowledge
+from memory.models import ImportBatch, Knowledge
 from memory.selectors._common import _query_q8
 from memory.vector_index import knowledge_index
 
@@ -73,3 +75,19 @@ def search_knowledge(*, query: str, limit: int = 5, query_embedding: Any = None)
         for rel, rl, c, kid in top
         if kid in rows
     ]
+
+
+# --- the console's knowledge pages ----------------------------------------------------------------------
+
+
+def knowledge_list() -> QuerySet[Knowledge]:
+    """Every knowledge row, newest first, with its import batch (vectors and tokens left unread)."""
+    return Knowledge.objects.select_related("import_batch").order_by("-id").defer("embedding", "embedding_q8", "tokens_v2")
+
+
+def import_batches(*, limit: int = 50) -> list[ImportBatch]:
+    """The newest import batches that still hold knowledge or are running, each with ``live`` (its rows)."""
+    return list(
+        ImportBatch.objects.annotate(live=Count("knowledge")).filter(Q(live__gt=0) | Q(status="running"))
+        .order_by("-created_at", "-id")[:limit]
+    )

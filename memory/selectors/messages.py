@@ -17,8 +17,8 @@ from memory import lexical, services
 from memory.engine import decay
 from memory.engine.quantize import HEADER_SIZE, MAGIC, Int8Matrix, cosine_q8_many, quantize_vector, unpack_float32
 from memory.engine.scoring import fused_relevance
-from memory.models import Episode, Message, Stream
-from memory.providers import config as provider_config
+from memory.models import Episode, Message, Person, Stream
+from memory.providers import config as provider_config  # looked up per call: tests swap the embedder
 from memory.providers.embeddings import clamp_batch
 from memory.selectors._common import _query_q8
 
@@ -262,3 +262,9 @@ def filter_messages(stream: Stream, data: dict[str, Any]) -> QuerySet[Message]:
     elif data.get("archived") == "no":
         qs = qs.filter(episode__isnull=True)
     return qs.order_by("-created_at", "-id")
+
+
+def stream_speakers(*, stream_id: int) -> QuerySet[Person]:
+    """The persons who sent messages in a stream, by id."""
+    senders = Message.objects.filter(stream_id=stream_id, sender_person__isnull=False).values("sender_person")
+    return Person.objects.filter(pk__in=senders.distinct()).order_by("id")

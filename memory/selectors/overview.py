@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 from django.db.models import Count, Q
@@ -123,3 +124,16 @@ def at_a_glance(*, now: int) -> dict[str, Any]:
         "jobs_failed": sum(1 for s in jobs if s == Job.Status.FAILED),
         "pending": sum(pending_counts().values()),
     }
+
+
+def recent_events(*, kinds: Sequence[str], limit: int = 20) -> list[PipelineEvent]:
+    """The newest pipeline events of the given kinds."""
+    return list(PipelineEvent.objects.filter(kind__in=list(kinds)).order_by("-seq")[:limit])
+
+
+def recent_jobs(*, kind: str | None = None, limit: int = 50) -> list[Job]:
+    """The newest jobs (of one kind, or all)."""
+    rows = Job.objects.order_by("-id")
+    if kind is not None:
+        rows = rows.filter(kind=kind)
+    return list(rows[:limit])
