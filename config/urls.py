@@ -44,7 +44,7 @@ urlpatterns = [
     path("api/", api.urls),
     path("accounts/", include(account_urls)),
     path("i18n/", include("django.conf.urls.i18n")),
-    path("curation/", include("curation.urls")),
+    path("curation/", include("console.curation_urls")),
     path("tuning/", include("tuning.urls")),
     path("", include("console.urls")),
 ]

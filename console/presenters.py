@@ -27,7 +27,6 @@ from django.db.models import F, Q, QuerySet
 
 from config.celery import app
 from console.templatetags.console import format_ms
-from curation.models import FactOperation
 from memory import broker, recall, selectors
 from memory.engine import decay, geometry
 from memory.engine.geometry import CurveGeometry
@@ -158,12 +157,6 @@ def decorate_facts(facts: Iterable[Fact], *, now: int, breakdown: dict[int, Any]
         f.conflicted = f.state == "active" and (f.person_id, f.slot) in conflicted
         hit = (breakdown or {}).get(f.pk)
         f.breakdown = hit
-
-
-def fact_operations(fact_id: int) -> list[Any]:
-    return list(
-        FactOperation.objects.filter(Q(fact_id=fact_id) | Q(related_fact_id=fact_id)).order_by("-at", "-id")[:50]
-    )
 
 
 # --- decay curve as SVG ----------------------------------------------------------

@@ -15,6 +15,7 @@ from ninja import Field, Query, Router, Schema
 from ninja.errors import ValidationError
 from pydantic import StringConstraints
 
+from curation import selectors as journal
 from curation import services
 from memory import selectors
 from memory import services as memory_services
@@ -199,7 +200,7 @@ def operations(
     limit: int = Query(50, ge=1, le=200),
 ):
     """The operation journal, newest first (manual curation and automatic supersedes alike)."""
-    rows = services.operation_log(person_id=person_id, fact_id=fact_id, limit=limit)
+    rows = journal.operations(person_id=person_id, fact_id=fact_id)[:limit]
     return {
         "operations": [
             {

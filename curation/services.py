@@ -7,6 +7,7 @@ Preconditions fail with typed errors the API and console map to 404/409/400.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import transaction
@@ -32,6 +33,13 @@ class FactStateError(Exception):
 
 class CurationInputError(ValueError):
     """Invalid input (HTTP 400)."""
+
+
+class NotInConflictGroupError(FactStateError):
+    """The fact is not a member of a slot-conflict group with someone to adjudicate away (HTTP 409)."""
+
+    def __init__(self, fact_id: int) -> None:
+        super().__init__(_("事实 #%(id)s 不在待裁决的冲突组里") % {"id": fact_id})
 
 
 def _fact(fact_id: int) -> Fact:
@@ -182,6 +190,33 @@ def adjudicate(*, keep_fact_id: int, drop_fact_id: int, user: str = "", at: int 
     return op
 
 
+def keep_only(
+    *, keep_fact_id: int, expected_drop_ids: Iterable[int] | None = None, user: str = "", at: int | None = None
+) -> list[FactOperation]:
+    """Keep one member of its slot-conflict group and adjudicate every other member away: all or nothing.
+
+    One transaction: the group (the person's active valid facts in the same non-empty slot)
+    is read under lock and every other member gets its own ``adjudicate`` journal row, each
+    undoable on its own. ``expected_drop_ids`` are the members the operator confirmed: if
+    the group changed since (a member added, resolved or frozen), nothing is written. Any
+    refusal rolls back every drop already made.
+    """
+    at = services.now_ms() if at is None else at
+    with transaction.atomic():
+        keep = _fact(keep_fact_id)
+        others: list[int] = []
+        if keep.slot and keep.superseded_by_id is None and keep.active:
+            members = Fact.objects.select_for_update().filter(
+                person_id=keep.person_id, slot=keep.slot, active=True, superseded_by__isnull=True
+            )
+            others = list(members.exclude(pk=keep.pk).order_by("id").values_list("id", flat=True))
+        if not others:
+            raise NotInConflictGroupError(keep_fact_id)
+        if expected_drop_ids is not None and set(expected_drop_ids) != set(others):
+            raise FactStateError(_("冲突组在确认之后有了变化，请核对后再裁决"))
+        return [adjudicate(keep_fact_id=keep.pk, drop_fact_id=drop, user=user, at=at) for drop in others]
+
+
 def undo_operation(*, operation_id: int, user: str = "", at: int | None = None) -> FactOperation:
     """Write an operation's ``prev`` back exactly and journal the undo.
 
@@ -226,20 +261,3 @@ def undo_operation(*, operation_id: int, user: str = "", at: int | None = None) 
             at,
         )
     return undo
-
-
-def operation_log(
-    *, person_id: int | None = None, fact_id: int | None = None, actor: str | None = None, op: str | None = None,
-    limit: int = 50,
-):
-    """Operations newest first, with the fact they changed."""
-    rows = FactOperation.objects.select_related("fact").order_by("-at", "-id")
-    if person_id is not None:
-        rows = rows.filter(person_id=person_id)
-    if fact_id is not None:
-        rows = rows.filter(fact_id=fact_id)
-    if actor:
-        rows = rows.filter(actor=actor)
-    if op:
-        rows = rows.filter(op=op)
-    return rows[:limit]

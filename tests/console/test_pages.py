@@ -271,6 +271,8 @@ def test_jobs_page(staff, django_assert_num_queries):
 
 
 def test_a_history_restore_gets_the_whole_page(operator, memory_set):
-    headers = {"HX-Request": "true", "HX-History-Restore-Request": "true"}
+    page = operator.get(reverse("console:facts")).content.decode()
+    assert '"historyRestoreAsHxRequest":false' in page  # htmx sends a restore without HX-Request: true
+    headers = {"HX-History-Restore-Request": "true"}
     assert "<html" in operator.get(reverse("console:facts"), headers=headers).content.decode()
     assert "<html" not in operator.get(reverse("console:facts"), headers={"HX-Request": "true"}).content.decode()
