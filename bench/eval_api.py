@@ -163,13 +163,13 @@ class Deployment:
         """Work the worker still has: due streams, rows without a vector, tasks queued or running."""
         from django.db import connection
 
-        from memory import pipeline
+        from memory import triggers
+        from memory.enqueue import LOCK_PREFIX, QUEUED_PREFIX
         from memory.models import Fact, Knowledge
-        from memory.tasks import LOCK_PREFIX, QUEUED_PREFIX
 
         r = self.redis()
         out = {
-            "due_streams": len(pipeline.streams_due()),
+            "due_streams": len(triggers.streams_due()),
             "null_vectors": Fact.objects.filter(embedding__isnull=True).count()
             + Knowledge.objects.filter(embedding__isnull=True).count(),
             "queued_tasks": r.llen("celery") + r.hlen("unacked"),

@@ -220,8 +220,8 @@ def question_type(fname: str) -> str:
 
 def evaluate(haystacks: Sequence[Haystack], embedder: Embedder, *, log: Callable[[str], None] = print) -> dict:
     from memory import selectors
+    from memory.overrides import active_overrides
     from memory.recall import replay_turn_pool
-    from tuning.services import active_overrides
 
     ov = {**dict(active_overrides()), "fact_recall_limit": TOP}
     rows: dict[str, list[tuple[str, dict[str, float]]]] = defaultdict(list)

@@ -21,14 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from celery import current_app as app  # the project's Celery app (config/celery.py), without importing config
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import Q
 
-from config.celery import app
 from console.templatetags.console import format_ms
-from curation.models import FactOperation
 from memory import broker, recall, selectors
+from memory import overrides as live_overrides
 from memory.engine import decay, geometry
 from memory.engine.geometry import CurveGeometry
 from memory.engine.scoring import is_seed_profile
@@ -44,7 +43,6 @@ from memory.models import (
     Person,
     PipelineEvent,
 )
-from tuning.services import active_overrides
 
 # --- dashboard -------------------------------------------------------------------
 
@@ -144,12 +142,6 @@ def decorate_facts(facts: Iterable[Fact], *, now: int, breakdown: dict[int, Any]
         f.conflicted = f.state == FactState.ACTIVE and (f.person_id, f.slot) in conflicted
         hit = (breakdown or {}).get(f.pk)
         f.breakdown = hit
-
-
-def fact_operations(fact_id: int) -> list[Any]:
-    return list(
-        FactOperation.objects.filter(Q(fact_id=fact_id) | Q(related_fact_id=fact_id)).order_by("-at", "-id")[:50]
-    )
 
 
 # --- decay curve as SVG ----------------------------------------------------------
@@ -396,7 +388,7 @@ def search_facts(*, query: str, now: int) -> list[ScoreBreakdown]:
     (``selectors.fact_cosines``) and fused relevance join its terms. Hits under both
     relevance floors stay listed (last, marked) — a search shows what matched.
     """
-    overrides = dict(active_overrides())
+    overrides = dict(live_overrides.active_overrides())
     hits = selectors.recall_facts_across_persons(
         query=query, limit=SEARCH_LIMIT, now=now, stream_kind=CONSOLE_STREAM_KIND, overrides=overrides, events=False,
         return_candidates=True,

@@ -1,13 +1,9 @@
-"""Django admin for the operation journal: read-only (undo is an operation of its own)."""
+"""Django admin for the operation journal as curation sees it: read-only (undo is an operation of its own)."""
 from __future__ import annotations
 
 from django.contrib import admin
 
 from curation.models import FactOperation
-from memory.admin import ReadOnlyAdmin
+from memory.admin import FactOperationAdmin
 
-
-@admin.register(FactOperation)
-class FactOperationAdmin(ReadOnlyAdmin):
-    list_display = ["id", "at", "actor", "op", "person_id", "fact_id", "related_fact_id", "undone_by", "undo_of", "user"]
-    list_filter = ["op", "actor"]
+admin.site.register(FactOperation, FactOperationAdmin)

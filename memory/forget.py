@@ -40,13 +40,14 @@ from typing import Any
 from django.db import connection, models, transaction
 from django.db.models import F, Q
 
-from curation.models import FactOperation
 from memory import lexical, services
+from memory.meta import meta_get, meta_set
 from memory.models import (
     EXTRACT_CURSOR_KEY,
     Episode,
     EpisodeCue,
     Fact,
+    FactOperation,
     ForgetRecord,
     Identity,
     Knowledge,
@@ -59,6 +60,7 @@ from memory.models import (
     Stream,
     Turn,
 )
+from memory.triggers import read_cursor
 
 TARGETS = tuple(ForgetRecord.Target.values)
 MIN_QUOTE = 6  # characters: shorter sentences are too common to count as a quote
@@ -458,7 +460,7 @@ def _carry_out(plan: ForgetPlan) -> None:
         lexical.purge_deleted(sorted(tables))
     # Episode summaries are edited in place here (nowhere else): make the spreading
     # node-text cache reload, which it does when the facts' lexical revision changes.
-    services.meta_set("lexical_revision:facts", f"forget-{services.now_ms()}")
+    meta_set("lexical_revision:facts", f"forget-{services.now_ms()}")
 
 
 def _redact_json(value: Any, pattern: re.Pattern[str] | None) -> Any:
@@ -474,10 +476,10 @@ def _redact_json(value: Any, pattern: re.Pattern[str] | None) -> Any:
 
 
 def _drop_cursor(stream_id: int) -> None:
-    cursors = services.meta_get(EXTRACT_CURSOR_KEY, {})
+    cursors = meta_get(EXTRACT_CURSOR_KEY, {})
     if isinstance(cursors, dict) and str(stream_id) in cursors:
         cursors.pop(str(stream_id))
-        services.meta_set(EXTRACT_CURSOR_KEY, cursors)
+        meta_set(EXTRACT_CURSOR_KEY, cursors)
 
 
 # --- message retention (MESSAGE_RETENTION_DAYS) -------------------------------------------
@@ -496,8 +498,6 @@ def expire_message_bodies(*, days: int, at: int | None = None) -> int:
     """
     if days <= 0:
         return 0
-    from memory.pipeline import read_cursor
-
     now = services.now_ms() if at is None else at
     cutoff = now - int(days) * 86_400_000
     stream_ids = Message.objects.filter(created_at__lt=cutoff, episode_id__isnull=False).exclude(content="")
@@ -522,7 +522,7 @@ def expire_message_bodies(*, days: int, at: int | None = None) -> int:
             emptied += len(rows)
             if len(rows) < RETENTION_BATCH:
                 break
-    previous = services.meta_get(RETENTION_META_KEY, {})
+    previous = meta_get(RETENTION_META_KEY, {})
     total = (previous.get("total", 0) if isinstance(previous, dict) else 0) + emptied
-    services.meta_set(RETENTION_META_KEY, {"at": now, "days": int(days), "emptied": emptied, "total": total})
+    meta_set(RETENTION_META_KEY, {"at": now, "days": int(days), "emptied": emptied, "total": total})
     return emptied

@@ -241,9 +241,14 @@ class Fact(models.Model):
 
     @property
     def state(self) -> FactState:
-        if self.superseded_by_id is not None:
+        if not self.valid:
             return FactState.INVALID if self.superseded_by_id == self.pk else FactState.SUPERSEDED
         return FactState.ACTIVE if self.active else FactState.FROZEN
+
+    @property
+    def valid(self) -> bool:
+        """Nobody replaced or invalidated it (active or frozen): ``Fact.objects.valid()`` for rows."""
+        return self.superseded_by_id is None
 
     @property
     def pinned(self) -> bool:
@@ -595,3 +600,52 @@ class ForgetRecord(models.Model):
 
     def __str__(self) -> str:
         return f"forget {self.target} #{self.target_id}"
+
+
+class FactOperation(models.Model):
+    """The fact-operations journal: one row per change to a fact, with what it was before (``prev``).
+
+    Written by :func:`memory.services.journal_operation` — by ``add_fact`` when a fact
+    supersedes another, and by every curation service (pin, invalidate, restore,
+    replace, adjudicate, undo). Read by curation, export and forgetting. The table kept
+    the name it had when the curation app owned the model; ``curation.models.FactOperation``
+    is a proxy of this one that carries the curation permissions.
+    """
+
+    class Op(models.TextChoices):
+        INVALIDATE = "invalidate", _("标失效")
+        RESTORE = "restore", _("恢复")
+        PIN = "pin", _("永久保留")
+        UNPIN = "unpin", _("取消永久保留")
+        SUPERSEDE = "supersede", _("标记取代")
+        REPLACE = "replace", _("人工取代")
+        ADJUDICATE = "adjudicate", _("冲突裁决")
+        UNDO = "undo", _("撤销")
+
+    class Actor(models.TextChoices):
+        MANUAL = "manual", _("人工")
+        AUTO = "auto", _("系统自动")
+        N4 = "n4", _("自动纠错")
+
+    at = models.BigIntegerField()
+    actor = models.CharField(max_length=16, choices=Actor.choices)
+    op = models.CharField(max_length=16, choices=Op.choices)
+    person = models.ForeignKey("memory.Person", on_delete=models.CASCADE, related_name="+", db_constraint=False)
+    fact = models.ForeignKey("memory.Fact", on_delete=models.CASCADE, related_name="operations", db_constraint=False)
+    related_fact = models.ForeignKey(
+        "memory.Fact", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
+    )
+    prev = models.JSONField(default=dict)
+    undone_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    undo_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    user = models.CharField(max_length=150, default="", blank=True)  # console user or API token name
+
+    class Meta:
+        db_table = "fact_operations"
+        indexes = [
+            models.Index(fields=["fact"], name="idx_fact_operations_fact"),
+            models.Index(fields=["person", "at"], name="idx_fact_operations_person"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.op} #{self.pk}"

@@ -20,9 +20,7 @@ cursor past the batch (extraction).
 from __future__ import annotations
 
 import logging
-import os
 import re
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,9 +29,9 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import DatabaseError, transaction
 
-from memory import lexical, selectors, services
+from memory import broker, enqueue, jobs, lexical, selectors, services, triggers
 from memory.engine.scope import SCOPE_ALL, origin_kind_for_stream
-from memory.jobs import job_create, job_fail, job_finish, job_progress, job_start
+from memory.meta import meta_set
 from memory.models import (
     EXTRACT_CURSOR_KEY,
     Episode,
@@ -49,6 +47,9 @@ from memory.models import (
     Stream,
 )
 from memory.providers import DialogueLine, Embedder, Emit, Extractor, KnownFact, Participant, Summariser
+from memory.providers import config as provider_config
+from memory.providers.embeddings import clamp_batch
+from memory.triggers import EXTRACT, SUMMARIZE, extract_due, read_cursor, summarize_due
 
 logger = logging.getLogger(__name__)
 
@@ -62,20 +63,13 @@ __all__ = [
     "delete_batch",
     "delete_batch_preview",
     "edges_decay",
-    "extract_due",
     "extract_stream",
-    "read_cursor",
     "run_import",
     "split_into_chunks",
     "start_import",
-    "streams_due",
-    "summarize_due",
     "summarize_stream",
     "validate_upload",
 ]
-
-SUMMARIZE = QueueFailure.Queue.SUMMARIZE
-EXTRACT = QueueFailure.Queue.EXTRACT
 
 #: A summary batch never has fewer messages than this (§3.15).
 MIN_SUMMARY_BATCH = 4
@@ -94,13 +88,6 @@ ERROR_MAX_CHARS = 300
 
 def _now(at: int | None) -> int:
     return services.now_ms() if at is None else int(at)
-
-
-def _test_delay(name: str) -> None:
-    """Sleep for ``$name`` seconds when that variable is set (integration tests only)."""
-    value = os.environ.get(name)
-    if value:
-        time.sleep(float(value))
 
 
 def _error_text(exc: BaseException) -> str:
@@ -229,10 +216,6 @@ def _still_pending(stream_id: int, message_ids: Sequence[int]) -> bool:
 # --- summarisation (§3.15) -----------------------------------------------------------
 
 
-def summarize_due(stream_id: int) -> bool:
-    return selectors.pending_count(stream_id=stream_id) >= settings.SUMMARIZE_TRIGGER_MESSAGES
-
-
 def summarize_stream(*, stream_id: int, summariser: Summariser | None = None, at: int | None = None) -> BatchOutcome:
     """Summarise the oldest pending batch of a stream into one episode, if it is due.
 
@@ -257,9 +240,7 @@ def summarize_stream(*, stream_id: int, summariser: Summariser | None = None, at
     if len(batch) < MIN_SUMMARY_BATCH:
         return BatchOutcome("too_few", stream_id, messages=len(batch))
     if summariser is None:
-        from memory.providers.config import get_summariser
-
-        summariser = get_summariser()
+        summariser = provider_config.get_summariser()
     if summariser is None:
         return BatchOutcome("disabled", stream_id)
 
@@ -294,7 +275,6 @@ def summarize_stream(*, stream_id: int, summariser: Summariser | None = None, at
             at=at,
         )
         logger.info("summary_writing stream=%s episode=%s messages=%d", stream_id, episode.pk, len(ids))
-        _test_delay("MEMORY_TEST_SUMMARY_DELAY")  # widens the window an integration test kills the worker in
         _clear_failures(stream_id=stream_id, queue=SUMMARIZE)
     return BatchOutcome("written", stream_id, messages=len(ids), episode_id=episode.pk, more=summarize_due(stream_id))
 
@@ -346,27 +326,11 @@ def _summary_failed(stream_id: int, batch: Sequence[Message], reason: str, at: i
 # --- fact extraction (§3.14) --------------------------------------------------------------
 
 
-def _cursor_map() -> dict[str, Any]:
-    value = services.meta_get(EXTRACT_CURSOR_KEY, {})
-    return value if isinstance(value, dict) else {}
-
-
-def read_cursor(stream_id: int) -> int:
-    """Id of the last message already given to the extractor (0 = none)."""
-    value = _cursor_map().get(str(stream_id))
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def advance_cursor(stream_id: int, message_id: int) -> None:
-    """Set a stream's cursor; call inside the transaction that wrote the batch."""
-    cursors = _cursor_map()
+    """Set a stream's cursor (:mod:`memory.triggers`); call inside the transaction that wrote the batch."""
+    cursors = triggers.cursor_map()
     cursors[str(stream_id)] = int(message_id)
-    services.meta_set(EXTRACT_CURSOR_KEY, cursors)
-
-
-def extract_due(stream_id: int) -> bool:
-    count = selectors.message_count_after(stream_id=stream_id, since_id=read_cursor(stream_id))
-    return count >= settings.FACT_EXTRACT_TRIGGER_MESSAGES
+    meta_set(EXTRACT_CURSOR_KEY, cursors)
 
 
 def _known_facts(participants: Sequence[Participant], now: int) -> list[KnownFact]:
@@ -426,9 +390,7 @@ def extract_stream(*, stream_id: int, extractor: Extractor | None = None, at: in
             advance_cursor(stream_id, last_id)
         return BatchOutcome("no_participants", stream_id, messages=len(batch), more=extract_due(stream_id))
     if extractor is None:
-        from memory.providers.config import get_extractor
-
-        extractor = get_extractor()
+        extractor = provider_config.get_extractor()
     if extractor is None:
         return BatchOutcome("disabled", stream_id)
 
@@ -539,19 +501,6 @@ def _extract_failed(stream_id: int, batch: Sequence[Message], cursor: int, reaso
                         more=extract_due(stream_id))
 
 
-def streams_due() -> list[tuple[str, int]]:
-    """``(queue, stream_id)`` of every stream whose summarisation or extraction is due."""
-    due: list[tuple[str, int]] = []
-    trigger = settings.SUMMARIZE_TRIGGER_MESSAGES
-    for stream_id, n in sorted(selectors.pending_counts().items()):
-        if n >= trigger:
-            due.append((SUMMARIZE, stream_id))
-    for stream_id in Stream.objects.order_by("id").values_list("id", flat=True):
-        if extract_due(stream_id):
-            due.append((EXTRACT, stream_id))
-    return due
-
-
 # --- embeddings (§3.5) -----------------------------------------------------------------
 
 
@@ -591,8 +540,6 @@ def _store(consumer: str, row_id: int, vector: Any) -> None:
 
 
 def _batch_size(batch: int | None) -> int:
-    from memory.providers.embeddings import clamp_batch
-
     return clamp_batch(batch or getattr(settings, "EMBEDDING_BATCH", 20))
 
 
@@ -651,9 +598,7 @@ def backfill_vectors(
     """
     result = BackfillResult()
     if embedder is None:
-        from memory.providers.config import get_embedder
-
-        embedder = get_embedder()
+        embedder = provider_config.get_embedder()
     if embedder is None:
         result.enabled = False
         return result
@@ -823,13 +768,10 @@ def _enqueue_import(job_id: int, batch_id: int) -> None:
     Runs right after the registering transaction commits, so a failed send
     leaves nothing ``queued``/``running`` behind to block later imports (409).
     """
-    if not getattr(settings, "MEMORY_ENQUEUE_TASKS", True):
+    if not enqueue.enabled():
         return
-    from memory import broker
-    from memory.tasks import import_knowledge_task
-
     try:
-        broker.publish(import_knowledge_task, (job_id, batch_id))
+        enqueue.publish(enqueue.IMPORT_TASK, (job_id, batch_id))
     except broker.BrokerUnavailable as exc:
         error = IMPORT_NOT_SENT.format(reason=exc)
         now = services.now_ms()
@@ -838,7 +780,7 @@ def _enqueue_import(job_id: int, batch_id: int) -> None:
                 status=ImportBatch.Status.FAILED, error=error, finished_at=now
             )
             job = Job.objects.filter(pk=job_id).only("params").first()
-            job_fail(job_id=job_id, error=error, params=_public_params(job.params if job else {}))
+            jobs.job_fail(job_id=job_id, error=error, params=_public_params(job.params if job else {}))
         logger.warning("import_enqueue_failed job=%s batch=%s error=%s", job_id, batch_id, exc)
         raise
 
@@ -871,7 +813,7 @@ def start_import(
             kind=kind, origin_name=(origin_name or "")[:255], summary=_first_line(text), submitted=len(chunks),
             status=ImportBatch.Status.RUNNING, created_at=now,
         )
-        job = job_create(
+        job = jobs.job_create(
             kind=Job.Kind.IMPORT, total=len(chunks), user=user,
             params={"batch_id": batch.pk, "origin_name": batch.origin_name, "kind": kind, "text": text},
         )
@@ -886,7 +828,7 @@ def _public_params(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_import(
-    *, job_id: int, embedder: Embedder | None = None, embed: bool = True, at: int | None = None,
+    *, job_id: int, batch_id: int | None = None, embedder: Embedder | None = None, embed: bool = True, at: int | None = None,
     on_progress: Callable[[int, int], None] | None = None, worker: str = "",
 ) -> dict[str, Any] | None:
     """Run an import job: chunks → knowledge rows of its batch, then their vectors.
@@ -895,7 +837,8 @@ def run_import(
     knowledge is deduplicated by content, so a job re-queued after its worker
     died (:func:`memory.jobs.recover_orphaned_jobs`) only re-finds its rows; a
     finished job returns its stored result; a job another delivery is running,
-    and a missing job, return None.
+    a missing job, and a job of another batch than ``batch_id`` (when given: the
+    batch the task was sent for) return None without touching it.
     """
     job = Job.objects.filter(pk=job_id, kind=Job.Kind.IMPORT).first()
     if job is None:
@@ -905,11 +848,14 @@ def run_import(
     if job.status == Job.Status.FAILED:
         return None
     params = dict(job.params or {})
+    if batch_id is not None and params.get("batch_id") != batch_id:
+        logger.warning("import_batch_mismatch job=%s sent=%s stored=%s", job_id, batch_id, params.get("batch_id"))
+        return None
     batch = ImportBatch.objects.filter(pk=params.get("batch_id")).first()
     if batch is None or batch.status != "running":
-        job_fail(job_id=job_id, error="导入批次不存在或已结束", params=_public_params(params))
+        jobs.job_fail(job_id=job_id, error="导入批次不存在或已结束", params=_public_params(params))
         return None
-    if not job_start(job_id=job_id, worker=worker):
+    if not jobs.job_start(job_id=job_id, worker=worker):
         return None  # running elsewhere; a dead worker's job is re-queued by the lease sweep
     now = _now(at)
     chunks = split_into_chunks(params.get("text", ""))
@@ -925,16 +871,15 @@ def run_import(
                 for chunk in chunks[start : start + IMPORT_PROGRESS_EVERY]:
                     ids.append(services.add_knowledge(content=chunk, source=IMPORT_SOURCE, at=now, batch_id=batch.pk))
             done = min(total, start + IMPORT_PROGRESS_EVERY)
-            job_progress(job_id=job_id, progress=done)
-            _test_delay("MEMORY_TEST_IMPORT_DELAY")  # between transactions: lets an integration test kill the worker
+            jobs.job_progress(job_id=job_id, progress=done)
             if on_progress is not None:
                 on_progress(done, total)
         embedded = 0
         if embed:
             vectors = backfill_vectors(embedder=embedder, only_ids={"knowledge": ids})
             embedded = vectors.knowledge
-            if vectors.cleared:  # a new embedding space: everything else needs its vector again
-                services.enqueue_vectors()
+            if vectors.cleared and enqueue.enabled():  # a new embedding space: everything else needs its vector again
+                enqueue.vector_backfill()
         added = Knowledge.objects.filter(import_batch_id=batch.pk).count()
         result = {"batch_id": batch.pk, "submitted": total, "added": added, "duplicated": total - added,
                   "embedded": embedded}
@@ -943,7 +888,7 @@ def run_import(
             ImportBatch.objects.filter(pk=batch.pk, status=ImportBatch.Status.RUNNING).update(
                 status=ImportBatch.Status.DONE, added=added, finished_at=finished
             )
-            job_finish(job_id=job_id, result=result, params=_public_params(params))
+            jobs.job_finish(job_id=job_id, result=result, params=_public_params(params))
         services.emit_event("import_done", {"batchId": batch.pk, "jobId": job_id, **result}, at=finished,
                             stage="import")
         return result
@@ -954,7 +899,7 @@ def run_import(
             ImportBatch.objects.filter(pk=batch.pk, status=ImportBatch.Status.RUNNING).update(
                 status=ImportBatch.Status.FAILED, error=error, finished_at=finished
             )
-            job_fail(job_id=job_id, error=error, params=_public_params(params))
+            jobs.job_fail(job_id=job_id, error=error, params=_public_params(params))
             services.emit_event("import_failed", {"batchId": batch.pk, "jobId": job_id, "error": error},
                                 at=finished, stage="import")
         except DatabaseError:

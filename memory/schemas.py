@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from django.conf import settings
 from ninja import Field, Schema
 from pydantic import BeforeValidator, ConfigDict, StringConstraints
 
@@ -66,8 +67,6 @@ ExternalId = Annotated[
 
 def _message_content_schema(schema: dict[str, Any]) -> None:
     """``maxLength`` is the configured ``MESSAGE_MAX_CHARS``, read when the schema is built."""
-    from django.conf import settings
-
     schema["maxLength"] = settings.MESSAGE_MAX_CHARS
 
 DisplayName = Annotated[str, StringConstraints(strip_whitespace=True, max_length=200)]

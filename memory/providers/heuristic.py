@@ -49,7 +49,7 @@ _jieba_ready = False
 def _analyse():
     """Return ``jieba.analyse`` with the project's jieba set-up, initialised once."""
     global _jieba_ready
-    import jieba.analyse
+    import jieba.analyse  # builds jieba's TF-IDF table (seconds): only when the heuristic provider runs
 
     if not _jieba_ready:
         with _jieba_lock:
@@ -138,7 +138,7 @@ class HeuristicSummariser:
         return EpisodeDraft(summary=summary, cues=cues or [summary])
 
     def _score(self, sentence: _Sentence, weights: dict[str, float]) -> float:
-        import jieba
+        import jieba  # heavy; loaded only when the heuristic provider runs
 
         words = [w for w in jieba.cut(sentence.text) if w.strip()]
         if not words:
@@ -174,7 +174,7 @@ class HeuristicSummariser:
 
     @staticmethod
     def _cues(plain: str, chosen_texts: list[str], weights: dict[str, float], analyse) -> list[str]:
-        import jieba
+        import jieba  # heavy; loaded only when the heuristic provider runs
 
         def usable(word: str) -> bool:
             return len(word) >= 2 and word not in _GENERIC_WORDS and not word.isdigit()

@@ -1,4 +1,4 @@
-"""Reads of the memory layers: recall, search, conflicts and spreading, one module per area.
+"""Every reusable read of the memory layers: recall, search, conflicts, spreading, the pages' lists and counts.
 
 Selectors never change memory. The one exception the seed asks for is the
 ``memory_fact_scope_blocked`` observation event, written only when
@@ -6,8 +6,17 @@ Selectors never change memory. The one exception the seed asks for is the
 :func:`message_vectors` stores the vectors it had to compute (a cache of the
 message text, so each message is embedded at most once).
 
-The public names of the area modules are re-exported here: callers write
-``from memory import selectors; selectors.recall_facts_in_scope(...)``.
+One module per area, their public names re-exported here (callers write
+``from memory import selectors; selectors.recall_facts_in_scope(...)``):
+
+- ``messages``: L1 — working memory, pending counts, message search and vectors, stream lists;
+- ``facts``: L3 — fact recall in scope, the dense channel, the fused ranking, the fact pages' search;
+- ``conflicts``: slot-conflict groups (keys, members, groups for review);
+- ``episodes``: L2 — episode recall by cue, the newest episodes, episode lists;
+- ``knowledge``: knowledge search, the knowledge list and import batches;
+- ``graph``: short-term activation, memory-graph and concept-graph spreading, the drawn subgraph;
+- ``overview``: the dashboard's counts, recent events and jobs;
+- ``persons``: the privacy pages (persons, forget samples, API tokens).
 """
 from __future__ import annotations
 

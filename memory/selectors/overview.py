@@ -8,6 +8,7 @@ from typing import Any
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from memory.meta import meta_get
 from memory.models import (
     EXTRACT_CURSOR_KEY,
     PINNED,
@@ -25,7 +26,6 @@ from memory.models import (
 )
 from memory.selectors.conflicts import conflict_group_keys
 from memory.selectors.messages import pending_counts
-from memory.services import meta_get
 
 
 def layer_counts() -> dict[str, int]:

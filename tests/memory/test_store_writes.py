@@ -171,7 +171,7 @@ class TestFacts:
         assert _ids(person, "成都") == []
         assert [f.id for f in selectors.recall_facts_across_persons(query="成都", now=NOW, stream_kind="direct")] == []
         assert [f.id for f in selectors.top_facts(person_id=person.pk, now=NOW, stream_kind="direct")] == [new.fact_id]
-        from curation.models import FactOperation
+        from memory.models import FactOperation
 
         op = FactOperation.objects.get(pk=new.operation_id)
         assert (op.op, op.actor, op.fact_id, op.related_fact_id) == ("supersede", "auto", old, new.fact_id)
@@ -211,7 +211,7 @@ class TestFacts:
         assert write.superseded == old
         assert fact_row(old).superseded_by_id == existing
         assert fact_row(existing).hit_count == 1 and fact_row(existing).updated_at == NOW + 1000
-        from curation.models import FactOperation
+        from memory.models import FactOperation
 
         assert FactOperation.objects.get(pk=write.operation_id).prev == {
             "superseded_by": None, "new_row_created": False,

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory', '0016_verbose_names'),
+        ('memory', '0017_fact_operations'),
     ]
 
     operations = [
