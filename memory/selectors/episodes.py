@@ -1,13 +1,15 @@
 """L2 reads: episode recall by cue, the newest episodes of a stream, the episode lists."""
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db.models import Count, Max, Min, QuerySet
 
 from memory import lexical
 from memory.engine import decay
-from memory.models import Episode, Stream
+from memory.models import Episode, EpisodeCue, PipelineEvent, Stream
 
 
 @dataclass(frozen=True)
@@ -81,3 +83,24 @@ def episode_batches(*, stream_id: int) -> QuerySet[Episode]:
         .annotate(n_messages=Count("messages"), first_id=Min("messages__id"), last_id=Max("messages__id"))
         .order_by("-ended_at", "-id")
     )
+
+
+def episode_cues(episode_ids: Iterable[int]) -> dict[int, list[str]]:
+    """``{episode id: its cues}`` (one query; episodes without a cue are absent)."""
+    by_id: dict[int, list[str]] = defaultdict(list)
+    for episode_id, cue in EpisodeCue.objects.filter(episode_id__in=list(episode_ids)).values_list("episode_id", "cue"):
+        by_id[episode_id].append(cue)
+    return dict(by_id)
+
+
+def summary_skip_reasons(stream_ids: Iterable[int]) -> dict[int, str]:
+    """``{placeholder episode id: why its batch was not summarised}`` from the streams'
+    ``summary_batch_skipped`` events (one query; the latest event of an episode wins)."""
+    events = PipelineEvent.objects.filter(kind="summary_batch_skipped", stream_id__in=list(stream_ids)).order_by("seq")
+    reasons: dict[int, str] = {}
+    for payload in events.values_list("payload", flat=True):
+        payload = payload or {}
+        episode_id = payload.get("episodeId") or payload.get("episode_id")
+        if episode_id:
+            reasons[int(episode_id)] = str(payload.get("error") or payload.get("reason") or "")
+    return reasons

@@ -231,3 +231,20 @@ def test_a_batch_too_small_to_summarise_is_not_requeued_forever(settings, redis_
 
     assert tasks.summarize_stream_task(stream.pk)["status"] == "too_few"
     assert burst.calls == []
+
+
+def test_every_name_enqueue_sends_is_a_registered_task():
+    """Tasks are sent by name (memory.enqueue, the job registry): a name without a task would be lost silently."""
+    from celery import current_app
+
+    from memory import jobs
+    from tuning import evaluation
+    from tuning import tasks as tuning_tasks
+
+    registered = set(current_app.tasks)
+    names = {*enqueue.TASKS.values(), enqueue.VECTORS_TASK, enqueue.IMPORT_TASK, *evaluation.JOB_TASKS.values(),
+             *jobs.RERUNNABLE.values()}
+    assert names <= registered, names - registered
+    assert set(jobs.RERUNNABLE) == {"import", "evaluate", "compare"}  # tuning registers its kinds when it loads
+    assert tuning_tasks.evaluate_task.name == evaluation.JOB_TASKS["evaluate"]
+    assert tasks.summarize_stream_task.name == enqueue.TASKS["summarize"]
