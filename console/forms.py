@@ -7,18 +7,11 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from memory.fields import FastSelect, IdField, parse_id
-from memory.models import Person, Stream
+from memory.models import PINNED, Fact, FactState, MemoryNode, Person, Stream
 
-FACT_STATES = [
-    ("", _("全部状态")),
-    ("active", _("活跃")),
-    ("frozen", _("已冻结")),
-    ("invalid", _("已失效")),
-    ("superseded", _("已被取代")),
-    ("pinned", _("永久保留")),
-]
-ORIGINS = [("", _("全部来源")), ("legacy", _("旧数据")), ("direct", _("私聊")), ("group", _("群聊"))]
-NODE_KINDS = [("fact", _("事实")), ("episode", _("情节")), ("knowledge", _("知识"))]
+FACT_STATES = [("", _("全部状态")), *FactState.choices, (PINNED, _("永久保留"))]
+ORIGINS = [("", _("全部来源")), *Fact.Origin.choices]
+NODE_KINDS = MemoryNode.RefKind.choices
 
 
 class FactFilterForm(forms.Form):

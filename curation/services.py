@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 from memory import services
 from memory.engine import decay
 from memory.engine.similarity import exact_key, is_same_fact
-from memory.models import Fact, FactOperation
+from memory.models import Fact, FactOperation, FactState
 
 ACTOR_MANUAL = "manual"
 DECAY_FIELDS = ("strength", "half_life_hours", "updated_at", "due_at", "active")
@@ -72,7 +72,7 @@ def invalidate_fact(*, fact_id: int, user: str = "", at: int | None = None) -> F
     at = services.now_ms() if at is None else at
     with transaction.atomic():
         fact = _fact(fact_id)
-        if fact.superseded_by_id is not None:
+        if not fact.valid:
             raise FactStateError(_("事实 #%(id)s 已经失效") % {"id": fact_id})
         Fact.objects.filter(pk=fact.pk).update(superseded_by=fact.pk)
         op = _log(op="invalidate", fact=fact, prev={"superseded_by": None}, at=at, user=user)
@@ -85,7 +85,7 @@ def restore_fact(*, fact_id: int, user: str = "", at: int | None = None) -> Fact
     at = services.now_ms() if at is None else at
     with transaction.atomic():
         fact = _fact(fact_id)
-        if fact.superseded_by_id is None:
+        if fact.valid:
             raise FactStateError(_("事实 #%(id)s 仍然有效，无需恢复") % {"id": fact_id})
         Fact.objects.filter(pk=fact.pk).update(superseded_by=None)
         op = _log(op="restore", fact=fact, prev={"superseded_by": fact.superseded_by_id}, at=at, user=user)
@@ -98,7 +98,7 @@ def pin_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOper
     at = services.now_ms() if at is None else at
     with transaction.atomic():
         fact = _fact(fact_id)
-        if fact.superseded_by_id is not None:
+        if not fact.valid:
             raise FactStateError(_("事实 #%(id)s 已失效，不能永久保留") % {"id": fact_id})
         if fact.pinned:
             raise FactStateError(_("事实 #%(id)s 已经是永久保留") % {"id": fact_id})
@@ -142,7 +142,7 @@ def replace_fact(*, fact_id: int, content: str, user: str = "", at: int | None =
         raise CurationInputError(_("新的事实内容不能超过 2000 个字符"))
     with transaction.atomic():
         fact = _fact(fact_id)
-        if fact.superseded_by_id is not None:
+        if not fact.valid:
             raise FactStateError(_("事实 #%(id)s 已失效，不能改写") % {"id": fact_id})
         if is_same_fact(text, fact.content):
             raise CurationInputError(_("新内容与原事实意思相同，无需改写"))
@@ -177,7 +177,7 @@ def adjudicate(*, keep_fact_id: int, drop_fact_id: int, user: str = "", at: int 
         if keep.person_id != drop.person_id or not keep.slot or keep.slot != drop.slot:
             raise CurationInputError(_("两条事实必须属于同一人物的同一个槽位"))
         for f in (keep, drop):
-            if f.superseded_by_id is not None or not f.active:
+            if f.state != FactState.ACTIVE:
                 raise FactStateError(_("事实 #%(id)s 不是活跃有效的冲突成员") % {"id": f.pk})
         Fact.objects.filter(pk=drop.pk).update(superseded_by=drop.pk)
         op = _log(op="adjudicate", fact=drop, prev={"superseded_by": None}, at=at, user=user, related=keep.pk)
@@ -204,9 +204,9 @@ def keep_only(
     with transaction.atomic():
         keep = _fact(keep_fact_id)
         others: list[int] = []
-        if keep.slot and keep.superseded_by_id is None and keep.active:
-            members = Fact.objects.select_for_update().filter(
-                person_id=keep.person_id, slot=keep.slot, active=True, superseded_by__isnull=True
+        if keep.slot and keep.state == FactState.ACTIVE:
+            members = Fact.objects.select_for_update().in_state(FactState.ACTIVE).filter(
+                person_id=keep.person_id, slot=keep.slot
             )
             others = list(members.exclude(pk=keep.pk).order_by("id").values_list("id", flat=True))
         if not others:
@@ -244,7 +244,7 @@ def undo_operation(*, operation_id: int, user: str = "", at: int | None = None) 
             undo_prev = {"superseded_by": fact.superseded_by_id}
             Fact.objects.filter(pk=fact.pk).update(superseded_by=prev.get("superseded_by"))
             if prev.get("new_row_created") and op.related_fact_id:
-                if Fact.objects.filter(pk=op.related_fact_id, superseded_by__isnull=True).update(
+                if Fact.objects.valid().filter(pk=op.related_fact_id).update(
                     superseded_by=op.related_fact_id
                 ):
                     undo_prev["related_fact_invalidated"] = op.related_fact_id

@@ -308,7 +308,7 @@ def person_facts(
     now = _at(at)
     rows = Fact.objects.filter(person_id=person_id).defer("embedding", "embedding_q8", "tokens_v2").order_by("id")
     if not include_invalid:
-        rows = rows.filter(superseded_by__isnull=True)
+        rows = rows.valid()
     return {"person_id": person_id, "at": now, "facts": [fact_row(f, now) for f in rows]}
 
 
@@ -359,7 +359,7 @@ def post_import(request: HttpRequest, payload: ImportIn):
 
 @router.get("/knowledge/imports/{job_id}", response={200: ImportOut, **ERRORS}, summary="An import job's state")
 def get_import(request: HttpRequest, job_id: Id):
-    job = Job.objects.filter(pk=job_id, kind="import").first()
+    job = Job.objects.filter(pk=job_id, kind=Job.Kind.IMPORT).first()
     if job is None:
         raise Http404(f"import job {job_id} does not exist")
     return _job_out(job)

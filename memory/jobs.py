@@ -178,7 +178,7 @@ def _fail_orphan(job_id: int, kind: str, error: str) -> bool:
     params = {k: v for k, v in (job.params or {}).items() if k != "text"} if job is not None else None
     failed = job_fail(job_id=job_id, error=error, params=params if kind == "import" else None)
     if failed and kind == "import" and job is not None:
-        ImportBatch.objects.filter(pk=(job.params or {}).get("batch_id"), status="running").update(
-            status="failed", error=error[:ERROR_MAX_CHARS], finished_at=int(timezone.now().timestamp() * 1000)
+        ImportBatch.objects.filter(pk=(job.params or {}).get("batch_id"), status=ImportBatch.Status.RUNNING).update(
+            status=ImportBatch.Status.FAILED, error=error[:ERROR_MAX_CHARS], finished_at=int(timezone.now().timestamp() * 1000)
         )
     return failed

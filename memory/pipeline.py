@@ -46,7 +46,7 @@ from memory.models import (
     QueueFailure,
     Stream,
 )
-from memory.providers import DialogueLine, KnownFact, Participant
+from memory.providers import DialogueLine, Embedder, Emit, Extractor, KnownFact, Participant, Summariser
 from memory.providers import config as provider_config
 from memory.providers.embeddings import clamp_batch
 from memory.triggers import EXTRACT, SUMMARIZE, extract_due, read_cursor, summarize_due
@@ -216,7 +216,7 @@ def _still_pending(stream_id: int, message_ids: Sequence[int]) -> bool:
 # --- summarisation (§3.15) -----------------------------------------------------------
 
 
-def summarize_stream(*, stream_id: int, summariser: Any = None, at: int | None = None) -> BatchOutcome:
+def summarize_stream(*, stream_id: int, summariser: Summariser | None = None, at: int | None = None) -> BatchOutcome:
     """Summarise the oldest pending batch of a stream into one episode, if it is due.
 
     1. Nothing happens below ``SUMMARIZE_TRIGGER_MESSAGES`` (48) pending messages
@@ -302,7 +302,7 @@ def _summary_failed(stream_id: int, batch: Sequence[Message], reason: str, at: i
                 started_at=batch[0].created_at,
                 ended_at=batch[-1].created_at,
                 message_ids=ids,
-                kind=Episode.UNSUMMARIZED,
+                kind=Episode.Kind.UNSUMMARIZED,
                 at=at,
             )
             _clear_failures(stream_id=stream_id, queue=SUMMARIZE)
@@ -354,7 +354,7 @@ def _person_ref(raw: str) -> str:
     return (raw or "").strip().strip("[]").strip()
 
 
-def extract_stream(*, stream_id: int, extractor: Any = None, at: int | None = None) -> BatchOutcome:
+def extract_stream(*, stream_id: int, extractor: Extractor | None = None, at: int | None = None) -> BatchOutcome:
     """Extract facts and knowledge from the next batch after the stream's cursor.
 
     1. Nothing happens below ``FACT_EXTRACT_TRIGGER_MESSAGES`` (32) messages
@@ -435,7 +435,7 @@ def extract_stream(*, stream_id: int, extractor: Any = None, at: int | None = No
 
 def _persist_facts(
     facts: Sequence[Any], by_ref: dict[str, Participant], *, origin: str, stream_id: int, at: int,
-    emit: Callable[[str, dict[str, Any]], None],
+    emit: Emit,
 ) -> list[int]:
     written: list[int] = []
     for fact in facts:
@@ -465,7 +465,7 @@ def _persist_facts(
     return written
 
 
-def _persist_knowledge(items: Sequence[str], *, at: int, emit: Callable[[str, dict[str, Any]], None]) -> list[int]:
+def _persist_knowledge(items: Sequence[str], *, at: int, emit: Emit) -> list[int]:
     ids: list[int] = []
     for item in items:
         kid = services.add_knowledge(content=item, source=KNOWLEDGE_SOURCE, at=at)
@@ -543,7 +543,7 @@ def _batch_size(batch: int | None) -> int:
     return clamp_batch(batch or getattr(settings, "EMBEDDING_BATCH", 20))
 
 
-def _api_format(embedder: Any) -> str:
+def _api_format(embedder: Embedder) -> str:
     fmt = getattr(embedder, "api_format", "")
     if fmt:
         return str(fmt)
@@ -551,7 +551,7 @@ def _api_format(embedder: Any) -> str:
     return label.split(":", 1)[0] if ":" in label else type(embedder).__name__
 
 
-def reconcile_spaces(embedder: Any, consumers: Sequence[str] = tuple(_VECTOR_MODELS)) -> int:
+def reconcile_spaces(embedder: Embedder, consumers: Sequence[str] = tuple(_VECTOR_MODELS)) -> int:
     """Register the embedder's space for each consumer; a changed space clears that table's vectors."""
     cleared = 0
     for consumer in consumers:
@@ -561,7 +561,7 @@ def reconcile_spaces(embedder: Any, consumers: Sequence[str] = tuple(_VECTOR_MOD
     return cleared
 
 
-def _embed_rows(consumer: str, rows: Sequence[tuple[int, str]], embedder: Any) -> tuple[int, int]:
+def _embed_rows(consumer: str, rows: Sequence[tuple[int, str]], embedder: Embedder) -> tuple[int, int]:
     """Embed one batch and store the vectors in one transaction; returns (stored, failed)."""
     vectors = list(embedder.embed([content for _, content in rows]))
     if len(vectors) != len(rows):  # breaks the embedder contract: trust none of it
@@ -584,7 +584,7 @@ def _embed_rows(consumer: str, rows: Sequence[tuple[int, str]], embedder: Any) -
 
 
 def backfill_vectors(
-    *, embedder: Any = None, batch: int | None = None, max_rows: int | None = None,
+    *, embedder: Embedder | None = None, batch: int | None = None, max_rows: int | None = None,
     only_ids: dict[str, Sequence[int]] | None = None,
 ) -> BackfillResult:
     """Embed facts, then knowledge, then messages whose ``embedding`` is NULL, one bounded batch at a time.
@@ -776,8 +776,8 @@ def _enqueue_import(job_id: int, batch_id: int) -> None:
         error = IMPORT_NOT_SENT.format(reason=exc)
         now = services.now_ms()
         with transaction.atomic():
-            ImportBatch.objects.filter(pk=batch_id, status="running").update(
-                status="failed", error=error, finished_at=now
+            ImportBatch.objects.filter(pk=batch_id, status=ImportBatch.Status.RUNNING).update(
+                status=ImportBatch.Status.FAILED, error=error, finished_at=now
             )
             job = Job.objects.filter(pk=job_id).only("params").first()
             jobs.job_fail(job_id=job_id, error=error, params=_public_params(job.params if job else {}))
@@ -805,16 +805,16 @@ def start_import(
     chunks = _check_limits(text, kind)
     now = _now(at)
     with transaction.atomic():
-        stale = ImportBatch.objects.filter(status="running", created_at__lt=now - IMPORT_STALE_MS)
-        stale.update(status="failed", error="导入超时未完成（工作进程可能已退出）", finished_at=now)
-        if ImportBatch.objects.filter(status="running").exists():
+        stale = ImportBatch.objects.filter(status=ImportBatch.Status.RUNNING, created_at__lt=now - IMPORT_STALE_MS)
+        stale.update(status=ImportBatch.Status.FAILED, error="导入超时未完成（工作进程可能已退出）", finished_at=now)
+        if ImportBatch.objects.filter(status=ImportBatch.Status.RUNNING).exists():
             raise ImportBusyError("另一个导入正在进行，请等它完成后再试")
         batch = ImportBatch.objects.create(
             kind=kind, origin_name=(origin_name or "")[:255], summary=_first_line(text), submitted=len(chunks),
-            status="running", created_at=now,
+            status=ImportBatch.Status.RUNNING, created_at=now,
         )
         job = jobs.job_create(
-            kind="import", total=len(chunks), user=user,
+            kind=Job.Kind.IMPORT, total=len(chunks), user=user,
             params={"batch_id": batch.pk, "origin_name": batch.origin_name, "kind": kind, "text": text},
         )
         if enqueue:
@@ -828,7 +828,7 @@ def _public_params(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_import(
-    *, job_id: int, batch_id: int | None = None, embedder: Any = None, embed: bool = True, at: int | None = None,
+    *, job_id: int, batch_id: int | None = None, embedder: Embedder | None = None, embed: bool = True, at: int | None = None,
     on_progress: Callable[[int, int], None] | None = None, worker: str = "",
 ) -> dict[str, Any] | None:
     """Run an import job: chunks → knowledge rows of its batch, then their vectors.
@@ -840,7 +840,7 @@ def run_import(
     a missing job, and a job of another batch than ``batch_id`` (when given: the
     batch the task was sent for) return None without touching it.
     """
-    job = Job.objects.filter(pk=job_id, kind="import").first()
+    job = Job.objects.filter(pk=job_id, kind=Job.Kind.IMPORT).first()
     if job is None:
         return None
     if job.status == Job.Status.DONE:
@@ -885,8 +885,8 @@ def run_import(
                   "embedded": embedded}
         finished = services.now_ms()
         with transaction.atomic():
-            ImportBatch.objects.filter(pk=batch.pk, status="running").update(
-                status="done", added=added, finished_at=finished
+            ImportBatch.objects.filter(pk=batch.pk, status=ImportBatch.Status.RUNNING).update(
+                status=ImportBatch.Status.DONE, added=added, finished_at=finished
             )
             jobs.job_finish(job_id=job_id, result=result, params=_public_params(params))
         services.emit_event("import_done", {"batchId": batch.pk, "jobId": job_id, **result}, at=finished,
@@ -896,8 +896,8 @@ def run_import(
         error = _error_text(exc)[:500]
         finished = services.now_ms()
         try:
-            ImportBatch.objects.filter(pk=batch.pk, status="running").update(
-                status="failed", error=error, finished_at=finished
+            ImportBatch.objects.filter(pk=batch.pk, status=ImportBatch.Status.RUNNING).update(
+                status=ImportBatch.Status.FAILED, error=error, finished_at=finished
             )
             jobs.job_fail(job_id=job_id, error=error, params=_public_params(params))
             services.emit_event("import_failed", {"batchId": batch.pk, "jobId": job_id, "error": error},
@@ -936,7 +936,7 @@ def delete_batch(batch_id: int, *, at: int | None = None) -> int:
                 lexical.delete_row("knowledge_fts", row_id, tokens)
         for start in range(0, len(ids), 500):
             part = ids[start : start + 500]
-            MemoryNode.objects.filter(ref_kind="knowledge", ref_id__in=part).delete()
+            MemoryNode.objects.filter(ref_kind=MemoryNode.RefKind.KNOWLEDGE, ref_id__in=part).delete()
             Knowledge.objects.filter(pk__in=part, import_batch_id=batch_id).delete()
         services.emit_event("import_batch_deleted", {"batchId": batch_id, "deleted": len(ids)}, at=now,
                             stage="import")

@@ -13,19 +13,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
 
 from memory import overrides, selectors, services
 from memory.engine import context as conversation
-from memory.engine import decay, spreading
+from memory.engine import spreading
 from memory.engine.scope import fact_visible_in_stream
 from memory.engine.scoring import RankedCandidate, apply_pool_percentile, held_back
 from memory.models import Episode, Fact, Identity, Message, Person, Stream, Turn
 from memory.providers import config as provider_config
 from memory.selectors import RecalledEpisode, ScopedFact
+
+if TYPE_CHECKING:
+    import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +167,7 @@ def complete_conflicts(facts: Sequence[ScopedFact], *, now: int) -> list[PromptF
         ).in_bulk(missing)
         for fid in missing:
             row = rows[fid]
-            ret = decay.retention(row.strength, row.updated_at, row.half_life_hours, now)
+            ret = row.retention_at(now)
             extra = ScopedFact(
                 id=row.id, person_id=row.person_id, kind=row.kind, content=row.content, slot=row.slot,
                 origin_kind=row.origin_kind, retention=ret, score=0.0, lexical_relevance=0.0, bm25=None,
@@ -331,7 +334,7 @@ def prepare_turn(
     )
 
 
-def embed_query(text: str) -> Any:
+def embed_query(text: str) -> np.ndarray | None:
     """Query vector from the configured embedding provider, or None (disabled or failed)."""
     try:
         embedder = provider_config.get_embedder()
@@ -413,30 +416,12 @@ def rank_pool(
         )
         pool = selectors.merge_dense_candidates(pool, dense, query=text)
     still_valid = set(
-        Fact.objects.filter(pk__in=[f.id for f in pool], superseded_by__isnull=True).values_list("id", flat=True)
+        Fact.objects.valid().filter(pk__in=[f.id for f in pool]).values_list("id", flat=True)
     )
     pool = [f for f in pool if f.id in still_valid]
     cosines = selectors.fact_cosines([f.id for f in pool], query_vector) if query_vector is not None else {}
     ranked = selectors.rank_facts(pool, overrides, cosines=cosines)
     return PromptRanking(prompt=prompt_facts(ranked, limit), held_back=held_back_facts(ranked, limit), ranked=ranked)
-
-
-def rank_for_prompt(
-    *,
-    pool: Sequence[ScopedFact],
-    query_vector: Any,
-    person_ids: Sequence[int],
-    text: str,
-    stream_kind: str,
-    now: int,
-    limit: int,
-    overrides: Mapping[str, Any],
-) -> list[ScopedFact]:
-    """The prompt facts of :func:`rank_pool`."""
-    return rank_pool(
-        pool=pool, query_vector=query_vector, person_ids=person_ids, text=text, stream_kind=stream_kind, now=now,
-        limit=limit, overrides=overrides,
-    ).prompt
 
 
 @dataclass
@@ -593,7 +578,7 @@ def cognitive_recall(
     for hit in spreading_result.hits:
         if hit.kind == "fact" and hit.ref_id in fact_rows:
             row = fact_rows[hit.ref_id]
-            if row.superseded_by_id is not None:
+            if not row.valid:
                 blocked["blockedSuperseded"] += 1
                 continue
             if not fact_visible_in_stream(row.origin_kind, stream.kind, private_in_group=settings.PRIVATE_FACTS_IN_GROUP):

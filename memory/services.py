@@ -28,6 +28,7 @@ from memory.models import (
     EpisodeCue,
     Fact,
     FactOperation,
+    FactState,
     Identity,
     Knowledge,
     KnowledgeNode,
@@ -42,7 +43,7 @@ from memory.models import (
 
 logger = logging.getLogger(__name__)
 
-REF_KINDS = ("fact", "episode", "knowledge")
+REF_KINDS = tuple(MemoryNode.RefKind.values)
 
 
 class MemoryInputError(ValueError):
@@ -237,7 +238,7 @@ def add_episode(
     started_at: int,
     ended_at: int,
     message_ids: Sequence[int],
-    kind: str = Episode.CONVERSATION,
+    kind: str = Episode.Kind.CONVERSATION,
     source: str = "",
     at: int | None = None,
 ) -> Episode:
@@ -294,7 +295,7 @@ def _apply_supersede(person_id: int, target: int, *, replaced_by: int) -> int:
     """Guarded supersede: same person, not already superseded, not itself."""
     if target == replaced_by:
         return 0
-    updated = Fact.objects.filter(pk=target, person_id=person_id, superseded_by__isnull=True).update(
+    updated = Fact.objects.valid().filter(pk=target, person_id=person_id).update(
         superseded_by=replaced_by
     )
     return target if updated == 1 else 0
@@ -329,7 +330,7 @@ def _conflicts_of(fact: Fact) -> list[int]:
     if not fact.slot:
         return []
     return list(
-        Fact.objects.filter(person_id=fact.person_id, slot=fact.slot, active=True, superseded_by__isnull=True)
+        Fact.objects.in_state(FactState.ACTIVE).filter(person_id=fact.person_id, slot=fact.slot)
         .exclude(pk=fact.pk)
         .order_by("id")
         .values_list("id", flat=True)
@@ -370,7 +371,7 @@ def add_fact(
     with transaction.atomic():
         existing = _find_similar(person_id, content, key)
         if existing is not None:
-            nxt = decay.reinforce(decay.retention(existing.strength, existing.updated_at, existing.half_life_hours, at))
+            nxt = decay.reinforce(existing.retention_at(at))
             promoted = upgraded_origin(existing.origin_kind, origin_kind)
             Fact.objects.filter(pk=existing.pk).update(
                 strength=nxt,

@@ -16,12 +16,12 @@ from django.conf import settings
 from django.db.models import Count
 
 from memory.meta import meta_get
-from memory.models import EXTRACT_CURSOR_KEY, Message, Stream
+from memory.models import EXTRACT_CURSOR_KEY, Message, QueueFailure, Stream
 
 __all__ = ["EXTRACT", "SUMMARIZE", "extract_due", "read_cursor", "streams_due", "summarize_due"]
 
-SUMMARIZE = "summarize"
-EXTRACT = "extract"
+SUMMARIZE = QueueFailure.Queue.SUMMARIZE
+EXTRACT = QueueFailure.Queue.EXTRACT
 
 
 def cursor_map() -> dict[str, Any]:

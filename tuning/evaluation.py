@@ -210,10 +210,10 @@ def production_rank(
     """The confirm step of production (``memory.recall.confirm_turn``) on a replayed pool:
     with a query vector the dense candidates join the pool, facts no longer valid leave it,
     then the fused re-rank cuts at ``limit``. Read-only (nothing is reinforced)."""
-    return recall.rank_for_prompt(
+    return recall.rank_pool(
         pool=replayed, query_vector=vector, person_ids=list(sample.person_ids), text=sample.text,
         stream_kind=sample.stream_kind, now=sample.at, limit=limit, overrides=overrides,
-    )
+    ).prompt
 
 
 def fact_limit(overrides: Mapping[str, Any]) -> int:

@@ -22,9 +22,9 @@ import threading
 import time
 from typing import Any
 
-from memory.providers import Extractor, Summariser
+from memory.providers import Embedder, Extractor, Summariser
 from memory.providers.chat import OpenAIChatModel
-from memory.providers.embeddings import MAX_BATCH, Embedder
+from memory.providers.embeddings import MAX_BATCH
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from memory.models import Fact, FactOperation
+from memory.models import Fact, FactOperation, FactState
 from tests.console.conftest import NOW
 
 pytestmark = pytest.mark.django_db
@@ -86,7 +86,7 @@ def test_unknown_action_is_404(operator, memory_set):
 def test_invalidate_and_restore(operator, memory_set, frozen_now):
     fact_id = memory_set["facts"][2]
     operator.post(_action(fact_id, "invalidate"), {"confirmed": "1"})
-    assert Fact.objects.get(pk=fact_id).manually_invalidated
+    assert Fact.objects.get(pk=fact_id).state == FactState.INVALID
     html = operator.get(reverse("console:fact", args=[fact_id])).content.decode()
     assert "已失效" in html and 'data-action="restore"' in html and 'data-action="pin"' not in html
     operator.post(_action(fact_id, "restore"), {"confirmed": "1"})
@@ -103,7 +103,7 @@ def test_bulk_invalidate_confirms_then_reports_each_refusal(operator, memory_set
     done = operator.post(url, {"action": "invalidate", "ids": [f3, f5], "confirmed": "1", "next": "/facts/"}, follow=True)
     html = done.content.decode()
     assert "标失效：1 条已完成" in html and f"#{f5}：事实 #{f5} 已经失效" in html
-    assert Fact.objects.get(pk=f3).manually_invalidated
+    assert Fact.objects.get(pk=f3).state == FactState.INVALID
 
 
 def test_bulk_without_selection_says_so(operator, memory_set):

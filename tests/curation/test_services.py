@@ -6,7 +6,7 @@ import pytest
 from curation import selectors as journal
 from curation import services as curation
 from memory import selectors, services
-from memory.models import Fact, FactOperation
+from memory.models import Fact, FactOperation, FactState
 from tests.memory.conftest import NOW, events
 
 DECAY = ("strength", "half_life_hours", "updated_at", "due_at", "active")
@@ -39,7 +39,7 @@ class TestInvalidateRestore:
         op = curation.invalidate_fact(fact_id=fid, user="alice", at=NOW + 1)
         assert _three(person, "杭州") == ([], [], [])
         row = Fact.objects.get(pk=fid)
-        assert row.superseded_by_id == fid and row.manually_invalidated
+        assert row.superseded_by_id == fid and row.state == FactState.INVALID
         assert (op.op, op.actor, op.prev, op.user, op.fact_id) == ("invalidate", "manual", {"superseded_by": None},
                                                                    "alice", fid)
         assert events("memory_fact_invalidated") == [{"factId": fid, "personId": person.pk, "operationId": op.pk}]

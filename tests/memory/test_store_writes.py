@@ -117,7 +117,7 @@ class TestEpisodes:
 
     def test_placeholders_hidden_from_recall_and_recent(self, direct_stream):
         ep = services.add_episode(stream_id=direct_stream.pk, summary="这一批对话未能生成摘要：超时", cues=[],
-                                  started_at=0, ended_at=10, message_ids=[], kind=Episode.UNSUMMARIZED, at=NOW)
+                                  started_at=0, ended_at=10, message_ids=[], kind=Episode.Kind.UNSUMMARIZED, at=NOW)
         real = services.add_episode(stream_id=direct_stream.pk, summary="正常", cues=["正常的时候"],
                                     started_at=0, ended_at=5, message_ids=[], at=NOW)
         assert [e.id for e in selectors.recent_episodes(stream_id=direct_stream.pk)] == [real.pk]

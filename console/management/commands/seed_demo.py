@@ -140,7 +140,7 @@ class Command(BaseCommand):
 
     def _fact(self, person: Person, needle: str) -> Fact | None:
         return (
-            Fact.objects.filter(person=person, content__contains=needle, superseded_by__isnull=True)
+            Fact.objects.valid().filter(person=person, content__contains=needle)
             .order_by("-id").first()
         )
 
