@@ -22,7 +22,7 @@ from memory.models import Fact, ImportBatch, Job, Knowledge, Message
 from tests.api.conftest import ApiClient, person, stream
 from tests.redis_url import TEST_REDIS_URL
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 #: The one call per process that finds Redis hung pays the short timeouts (2 × 0.1 s); later ones skip Redis.
 FIRST_CALL_BOUND_S = 1.0
