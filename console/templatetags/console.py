@@ -99,6 +99,12 @@ def query_with(context: template.Context, **changes: object) -> str:
     return f"?{encoded}" if encoded else "?"
 
 
+@register.simple_tag(takes_context=True)
+def page_query(context: template.Context, number: int, param: str = "page") -> str:
+    """The current query string pointing at page ``number`` of the list paged by ``?<param>=``."""
+    return query_with(context, **{param: number})
+
+
 #: What a job kind does, in an operator's words.
 JOB_KINDS = dict(Job.Kind.choices)
 
