@@ -74,28 +74,29 @@ def _journal(*, op: str, event: str, fact: Fact, prev: dict[str, Any], at: int, 
     return operation
 
 
-def invalidate_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOperation:
-    """Mark a valid fact invalid with the self-pointing sentinel (frozen facts allowed)."""
+def _set_validity(fact_id: int, *, valid: bool, user: str, at: int | None) -> FactOperation:
+    """Invalidate (self-pointing sentinel) or restore (no pointer) a fact; ``prev`` keeps the old pointer."""
     at = services.now_ms() if at is None else at
     with transaction.atomic():
         fact = _fact(fact_id)
-        if not fact.valid:
-            raise FactStateError(_("事实 #%(id)s 已经失效") % {"id": fact_id})
-        Fact.objects.filter(pk=fact.pk).update(superseded_by=fact.pk)
-        op = _journal(op="invalidate", event="memory_fact_invalidated", fact=fact, prev={"superseded_by": None}, at=at, user=user)
-    return op
+        if fact.valid == valid:
+            message = _("事实 #%(id)s 仍然有效，无需恢复") if valid else _("事实 #%(id)s 已经失效")
+            raise FactStateError(message % {"id": fact_id})
+        prev = {"superseded_by": fact.superseded_by_id}
+        Fact.objects.filter(pk=fact.pk).update(superseded_by=None if valid else fact.pk)
+        if valid:
+            return _journal(op="restore", event="memory_fact_restored", fact=fact, prev=prev, at=at, user=user)
+        return _journal(op="invalidate", event="memory_fact_invalidated", fact=fact, prev=prev, at=at, user=user)
+
+
+def invalidate_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOperation:
+    """Mark a valid fact invalid with the self-pointing sentinel (frozen facts allowed)."""
+    return _set_validity(fact_id, valid=False, user=user, at=at)
 
 
 def restore_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOperation:
     """Make an invalid fact (sentinel or supersede chain) valid again."""
-    at = services.now_ms() if at is None else at
-    with transaction.atomic():
-        fact = _fact(fact_id)
-        if fact.valid:
-            raise FactStateError(_("事实 #%(id)s 仍然有效，无需恢复") % {"id": fact_id})
-        Fact.objects.filter(pk=fact.pk).update(superseded_by=None)
-        op = _journal(op="restore", event="memory_fact_restored", fact=fact, prev={"superseded_by": fact.superseded_by_id}, at=at, user=user)
-    return op
+    return _set_validity(fact_id, valid=True, user=user, at=at)
 
 
 def pin_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOperation:
