@@ -42,14 +42,17 @@ import re
 import sqlite3
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bench.common import KS, dia_ids, mean_rows, require_data, score_question
+
+if TYPE_CHECKING:
+    from memory.providers import Embedder
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 TOP = 10  # the pool limit and the deepest cut-off reported
@@ -176,13 +179,22 @@ def session_times(conv: dict) -> dict[int, int]:
     return {s: session_time_ms(conv[f"session_{s}_date_time"]) for s in sessions}
 
 
+def session_observations(raw: dict, session: int, speakers: Container[str]) -> Iterator[tuple[str, str, list[str]]]:
+    """The observations of one session about the given speakers: (speaker, text, evidence dialog ids)."""
+    for speaker, items in (raw["observation"].get(f"session_{session}_observation") or {}).items():
+        if speaker not in speakers:
+            continue
+        for item in items:
+            yield speaker, item[0], dia_ids(item[1] if len(item) > 1 else [])
+
+
 def questions_with_evidence(raw: dict, max_questions: int | None = None) -> list[dict]:
     """The questions that cite at least one dialog id, in file order (capped at ``max_questions``)."""
     questions = [q for q in raw["qa"] if dia_ids(q.get("evidence") or [])]
     return questions[:max_questions] if max_questions else questions
 
 
-def import_conversation(raw: dict, embedder, *, max_questions: int | None = None) -> Conversation:
+def import_conversation(raw: dict, embedder: Embedder, *, max_questions: int | None = None) -> Conversation:
     from django.db import transaction
 
     from memory import services
@@ -219,23 +231,19 @@ def import_conversation(raw: dict, embedder, *, max_questions: int | None = None
                 )
                 message_ids.append(message.pk)
                 out.turns.append((turn["dia_id"], turn["text"]))
-            for speaker, items in (raw["observation"].get(f"session_{s}_observation") or {}).items():
-                if speaker not in persons:
+            for speaker, text, evidence in session_observations(raw, s, persons):
+                out.observations += 1
+                write = services.add_fact(
+                    person_id=persons[speaker].pk, content=text, kind="事件", origin_kind="direct",
+                    source=f"locomo:{sid}", at=end,
+                )
+                if not write.fact_id:
                     continue
-                for item in items:
-                    out.observations += 1
-                    text, evidence = item[0], item[1] if len(item) > 1 else []
-                    write = services.add_fact(
-                        person_id=persons[speaker].pk, content=text, kind="事件", origin_kind="direct",
-                        source=f"locomo:{sid}", at=end,
-                    )
-                    if not write.fact_id:
-                        continue
-                    if write.fact_id not in out.fact_evidence:
-                        out.fact_ids.append(write.fact_id)
-                        out.fact_text[write.fact_id] = text
-                        out.fact_evidence[write.fact_id] = set()
-                    out.fact_evidence[write.fact_id].update(dia_ids(evidence))
+                if write.fact_id not in out.fact_evidence:
+                    out.fact_ids.append(write.fact_id)
+                    out.fact_text[write.fact_id] = text
+                    out.fact_evidence[write.fact_id] = set()
+                out.fact_evidence[write.fact_id].update(evidence)
             summary = raw["session_summary"].get(f"session_{s}_summary") or ""
             if summary:
                 cues = sentences(summary)
@@ -329,10 +337,10 @@ def _max_per_group(scores: np.ndarray, groups: Sequence[int], k: int, *, positiv
     return [g for g, _ in sorted(best.items(), key=lambda x: -x[1])[:k]]
 
 
-def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[str], None] = print) -> dict:
+def evaluate(conversations: Sequence[Conversation], embedder: Embedder, *, log: Callable[[str], None] = print) -> dict:
     from memory import lexical, selectors
+    from memory.overrides import active_overrides
     from memory.recall import prompt_facts, rank_pool, replay_turn_pool
-    from tuning.services import active_overrides
 
     base = dict(active_overrides())
     ov = {**base, "fact_recall_limit": TOP}
@@ -606,7 +614,7 @@ def heldout(replays: Sequence[Replay], sample_ids: Sequence[str], base: dict) ->
     }
 
 
-def run(*, conversations: int | None, max_questions: int | None, embedder, log: Callable[[str], None] = print) -> dict:
+def run(*, conversations: int | None, max_questions: int | None, embedder: Embedder, log: Callable[[str], None] = print) -> dict:
     raw = load(conversations)
     t0 = time.perf_counter()
     imported = [import_conversation(r, embedder, max_questions=max_questions) for r in raw]

@@ -1,10 +1,10 @@
-"""Read helpers of the console pages (what the views show, computed in bulk).
+"""Presenters of the console pages: page-shaped objects built from reads.
 
-Views stay short by delegating here: every function runs a fixed number of
-queries whatever the number of rows (the console tests pin the counts), and
-returns plain objects the templates render. Nothing here writes memory rows;
-searches go through ``memory.selectors`` / ``memory.recall`` / ``memory.lexical``
-and imports through ``memory.pipeline``.
+Views stay short by delegating here. Presenters read through :mod:`memory.selectors`
+(and the turn's read path, :mod:`memory.recall`) and shape the results into what a
+template shows — decorated rows, score breakdowns, the graph drawing, the playground's
+turn — in a fixed number of queries whatever the number of rows (the console tests pin
+the counts). Nothing here writes.
 
 SVG drawings (decay curve, association graph) get their coordinates from
 :mod:`memory.engine.geometry`; templates emit the elements, so every label is
@@ -21,30 +21,35 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from celery import current_app as app  # the project's Celery app (config/celery.py), without importing config
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection
-from django.db.models import Case, Count, F, Q, QuerySet, Value, When
+from django.core.paginator import Page, Paginator
+from django.http import HttpRequest
 
-from config.celery import app
 from console.templatetags.console import format_ms
-from curation.models import FactOperation
 from memory import broker, recall, selectors
-from memory.engine import decay, geometry, tokenize
+from memory import overrides as live_overrides
+from memory.engine import decay, geometry
 from memory.engine.geometry import CurveGeometry
 from memory.engine.scoring import is_seed_profile
 from memory.models import (
+    PINNED,
     Episode,
-    EpisodeCue,
     Fact,
-    Knowledge,
-    MemoryEdge,
-    MemoryNode,
+    FactQuerySet,
+    FactState,
     Message,
-    Person,
-    PipelineEvent,
 )
-from tuning.services import active_overrides
+
+#: Rows on a page of the console's lists.
+PAGE_SIZE = 50
+
+
+def page_of(request: HttpRequest, rows: Any, per_page: int = PAGE_SIZE, param: str = "page") -> Page:
+    """The page of ``rows`` that the request's ``?<param>=`` asks for (the last page when out of range)."""
+    return Paginator(rows, per_page).get_page(request.GET.get(param))
+
 
 # --- dashboard -------------------------------------------------------------------
 
@@ -84,7 +89,7 @@ def ping_workers(timeout: float = 0.5) -> dict[str, Any]:
 def attach_senders(messages: Iterable[Message]) -> list[Message]:
     """Set ``message.sender_name`` on a list of messages (one query for all senders)."""
     messages = list(messages)
-    persons = Person.objects.in_bulk({m.sender_person_id for m in messages if m.sender_person_id})
+    persons = selectors.persons_by_id({m.sender_person_id for m in messages if m.sender_person_id})
     for m in messages:
         person = persons.get(m.sender_person_id)
         m.sender_name = str(person) if person else ""
@@ -94,9 +99,7 @@ def attach_senders(messages: Iterable[Message]) -> list[Message]:
 def attach_cues(episodes: Iterable[Episode]) -> None:
     """Set ``episode.cue_list`` for a page of episodes (one query)."""
     episodes = list(episodes)
-    by_id: dict[int, list[str]] = defaultdict(list)
-    for episode_id, cue in EpisodeCue.objects.filter(episode__in=episodes).values_list("episode_id", "cue"):
-        by_id[episode_id].append(cue)
+    by_id = selectors.episode_cues([ep.pk for ep in episodes])
     for ep in episodes:
         ep.cue_list = by_id.get(ep.pk, [])
 
@@ -106,30 +109,14 @@ def placeholder_reasons(episodes: Iterable[Episode]) -> None:
     placeholders = [ep for ep in episodes if ep.is_placeholder]
     if not placeholders:
         return
-    stream_ids = {ep.stream_id for ep in placeholders}
-    events = PipelineEvent.objects.filter(kind="summary_batch_skipped", stream_id__in=stream_ids).order_by("seq")
-    reasons: dict[int, str] = {}
-    for event in events:
-        payload = event.payload or {}
-        episode_id = payload.get("episodeId") or payload.get("episode_id")
-        if episode_id:
-            reasons[int(episode_id)] = str(payload.get("error") or payload.get("reason") or "")
+    reasons = selectors.summary_skip_reasons({ep.stream_id for ep in placeholders})
     for ep in placeholders:
         ep.reason = reasons.get(ep.pk) or ep.summary
 
 
 # --- facts -----------------------------------------------------------------------
 
-STATE_FILTERS: dict[str, Q] = {
-    "active": Q(superseded_by__isnull=True, active=True),
-    "frozen": Q(superseded_by__isnull=True, active=False),
-    "invalid": Q(superseded_by=F("id")),
-    "superseded": Q(superseded_by__isnull=False) & ~Q(superseded_by=F("id")),
-    "pinned": Q(half_life_hours__gte=decay.PIN_HALF_LIFE_HOURS),
-}
-
-
-def filter_facts(qs: QuerySet[Fact], data: dict[str, Any]) -> QuerySet[Fact]:
+def filter_facts(qs: FactQuerySet, data: dict[str, Any]) -> FactQuerySet:
     """Apply the fact-table filters (person, kind, slot, state, origin)."""
     if data.get("person"):
         qs = qs.filter(person=data["person"])
@@ -137,104 +124,22 @@ def filter_facts(qs: QuerySet[Fact], data: dict[str, Any]) -> QuerySet[Fact]:
         qs = qs.filter(kind=data["kind"])
     if data.get("slot"):
         qs = qs.filter(slot=data["slot"])
-    if data.get("state") in STATE_FILTERS:
-        qs = qs.filter(STATE_FILTERS[data["state"]])
+    if data.get("state") in (*FactState.values, PINNED):
+        qs = qs.in_state(data["state"])
     if data.get("origin"):
         qs = qs.filter(origin_kind=data["origin"])
     return qs.defer("embedding", "embedding_q8", "tokens_v2")
 
 
-def match_facts(qs: QuerySet[Fact], query: str, *, ranked: Sequence[int] = (), limit: int = 200) -> list[Fact]:
-    """The rows of a fact search: the ``ranked`` hits of :func:`search_facts` (in their order)
-    that pass ``qs``, then the other facts of ``qs`` whose text contains query terms (most
-    terms first, newest on ties) — one query.
-
-    Recall ranks only valid facts; this text match makes the frozen, invalidated and
-    superseded ones findable too, so the search honours the state filter.
-    """
-    terms = [t for t in tokenize.query_terms(query) if t][:16]
-    wanted = Q(pk__in=list(ranked))
-    for term in terms:
-        wanted |= Q(content__icontains=term)
-    rows = list(
-        qs.filter(wanted)
-        .annotate(_ranked=Case(When(pk__in=list(ranked), then=Value(0)), default=Value(1)))
-        .order_by("_ranked", "-updated_at", "-id")[: len(ranked) + limit * 5]
-    )
-    order = {fact_id: i for i, fact_id in enumerate(ranked)}
-    hits = sorted((f for f in rows if f.pk in order), key=lambda f: order[f.pk])
-
-    def matched(fact: Fact) -> int:
-        text = fact.content.lower()
-        return sum(len(t) for t in terms if t in text)
-
-    others = sorted((f for f in rows if f.pk not in order), key=matched, reverse=True)  # stable: newest first
-    return hits + others[:limit]
-
-
-def fact_state(fact: Fact) -> str:
-    """``invalid`` (manually), ``superseded``, ``frozen`` or ``active`` — frozen is never "deleted"."""
-    if fact.superseded_by_id is not None:
-        return "invalid" if fact.superseded_by_id == fact.pk else "superseded"
-    return "active" if fact.active else "frozen"
-
-
-@dataclass
-class ScoreBreakdown:
-    """Every term of a search hit's score, for display."""
-
-    bm25: float
-    relevance: float
-    retention: float
-    retention_weight: float
-    score: float
-    cosine: float | None = None
-    fused: float | None = None
-
-
 def decorate_facts(facts: Iterable[Fact], *, now: int, breakdown: dict[int, Any] | None = None) -> None:
-    """Set ``retention``, ``state``, ``conflicted`` and (for search hits) ``breakdown`` on facts."""
+    """Set ``retention``, ``conflicted`` and (for search hits) ``breakdown`` on facts."""
     facts = list(facts)
     conflicted = set(selectors.conflict_group_keys(person_ids={f.person_id for f in facts if f.slot}))
     for f in facts:
-        f.retention = decay.retention(f.strength, f.updated_at, f.half_life_hours, now)
-        f.state = fact_state(f)
-        f.conflicted = f.state == "active" and (f.person_id, f.slot) in conflicted
+        f.retention = f.retention_at(now)
+        f.conflicted = f.state == FactState.ACTIVE and (f.person_id, f.slot) in conflicted
         hit = (breakdown or {}).get(f.pk)
         f.breakdown = hit
-
-
-def supersede_chain(fact: Fact, max_steps: int = 20) -> dict[str, list[Fact]]:
-    """Older facts this one replaced (``before``) and the newer ones that replaced it (``after``).
-
-    One query per step in each direction; chains are short (a slot changes a few times).
-    """
-    before: list[Fact] = []
-    ids = [fact.pk]
-    for _ in range(max_steps):
-        older = list(Fact.objects.filter(superseded_by_id__in=ids).exclude(pk__in=ids).order_by("-id"))
-        older = [f for f in older if f.pk != f.superseded_by_id and f not in before]
-        if not older:
-            break
-        before.extend(older)
-        ids = [f.pk for f in older]
-    after: list[Fact] = []
-    current = fact
-    for _ in range(max_steps):
-        if current.superseded_by_id in (None, current.pk):
-            break
-        nxt = Fact.objects.filter(pk=current.superseded_by_id).first()
-        if nxt is None or nxt in after:
-            break
-        after.append(nxt)
-        current = nxt
-    return {"before": before, "after": after}
-
-
-def fact_operations(fact_id: int) -> list[Any]:
-    return list(
-        FactOperation.objects.filter(Q(fact_id=fact_id) | Q(related_fact_id=fact_id)).order_by("-at", "-id")[:50]
-    )
 
 
 # --- decay curve as SVG ----------------------------------------------------------
@@ -300,14 +205,8 @@ def resolve_nodes(refs: Iterable[tuple[int, str, int]], *, now: int) -> dict[int
     by_kind: dict[str, list[int]] = defaultdict(list)
     for _, kind, ref_id in refs:
         by_kind[kind].append(ref_id)
-    facts = (
-        Fact.objects.select_related("person").defer("embedding", "embedding_q8", "tokens_v2").in_bulk(by_kind["fact"])
-        if by_kind["fact"] else {}
-    )
-    episodes = Episode.objects.in_bulk(by_kind["episode"]) if by_kind["episode"] else {}
-    knowledge = (
-        Knowledge.objects.defer("embedding", "embedding_q8", "tokens_v2").in_bulk(by_kind["knowledge"])
-        if by_kind["knowledge"] else {}
+    facts, episodes, knowledge = selectors.node_rows(
+        facts=by_kind["fact"], episodes=by_kind["episode"], knowledge=by_kind["knowledge"]
     )
     out: dict[int, NodeInfo] = {}
     for node_id, kind, ref_id in refs:
@@ -315,9 +214,9 @@ def resolve_nodes(refs: Iterable[tuple[int, str, int]], *, now: int) -> dict[int
         if kind == "fact" and ref_id in facts:
             f = facts[ref_id]
             info.text, info.label = f.content, f.kind
-            info.retention = decay.retention(f.strength, f.updated_at, f.half_life_hours, now)
+            info.retention = f.retention_at(now)
             info.updated_at, info.hits, info.person = f.updated_at, f.hit_count, str(f.person)
-            info.state = fact_state(f)
+            info.state = f.state
         elif kind == "episode" and ref_id in episodes:
             e = episodes[ref_id]
             info.text, info.label, info.updated_at = e.summary, e.kind, e.ended_at
@@ -383,43 +282,17 @@ def cached_layout(
 def memory_graph(*, now: int, include_frozen: bool = False, limit: int = 200) -> GraphView:
     """The densest ``limit`` nodes of the memory graph with their kept edges, laid out.
 
-    Queries: all edges (one), node rows of the kept nodes (one), one per layer to
-    resolve the rows, plus the node total and the spread-run count.
+    Queries: :func:`memory.selectors.densest_subgraph`, the node rows of the kept nodes
+    (one), one per layer to resolve the rows.
     """
-    active_only = "" if include_frozen else " WHERE active = 1"
-    with connection.cursor() as cur:
-        cur.execute("SELECT COUNT(*), COALESCE(SUM(active = 0), 0) FROM memory_edges")
-        edge_total, frozen = cur.fetchone()
-        # Degrees are counted and ranked in SQL: the graph can hold far more edges than a page shows.
-        cur.execute(
-            f"WITH deg AS (SELECT node, COUNT(*) AS d FROM (SELECT source_id AS node FROM memory_edges{active_only}"
-            f" UNION ALL SELECT target_id FROM memory_edges{active_only}) GROUP BY node)"
-            " SELECT node, d, (SELECT COUNT(*) FROM deg) FROM deg ORDER BY d DESC, node LIMIT %s",
-            [limit + 1],
-        )
-        ranked = cur.fetchall()
-        connected = ranked[0][2] if ranked else 0
-        degree: dict[int, int] = {node: d for node, d, _n in ranked}
-        truncated = connected > limit
-        chosen = [node for node, _d, _n in ranked[:limit]]
-        index = {nid: i for i, nid in enumerate(chosen)}
-        kept: list[tuple] = []
-        if chosen:
-            marks = ",".join(["%s"] * len(chosen))
-            cur.execute(
-                "SELECT source_id, target_id, strength, updated_at, active FROM memory_edges"
-                f" WHERE source_id IN ({marks}) AND target_id IN ({marks})"
-                + ("" if include_frozen else " AND active = 1"),
-                chosen + chosen,
-            )
-            kept = cur.fetchall()
-    rows_total = edge_total
-    node_total = MemoryNode.objects.count()
-    refs = MemoryNode.objects.filter(pk__in=chosen).values_list("id", "ref_kind", "ref_id")
-    infos = resolve_nodes(refs, now=now)
+    sub = selectors.densest_subgraph(limit=limit, include_frozen=include_frozen)
+    degree = dict(sub.degrees)
+    chosen = [node for node, _d in sub.degrees]
+    index = {nid: i for i, nid in enumerate(chosen)}
+    infos = resolve_nodes(selectors.node_refs(chosen), now=now)
     edges = [
-        EdgeInfo(s, t, strength, decay.retention(strength, updated_at, decay.EDGE_HALF_LIFE_HOURS, now), bool(active))
-        for s, t, strength, updated_at, active in kept
+        EdgeInfo(s, t, strength, decay.retention(strength, updated_at, decay.EDGE_HALF_LIFE_HOURS, now), active)
+        for s, t, strength, updated_at, active in sub.edges
     ]
     view_w, view_h = 900, 640
     pos = cached_layout(len(chosen), [(index[e.source], index[e.target], e.retention) for e in edges],
@@ -436,13 +309,13 @@ def memory_graph(*, now: int, include_frozen: bool = False, limit: int = 200) ->
         e.x1, e.y1 = nodes[index[e.source]].x, nodes[index[e.source]].y
         e.x2, e.y2 = nodes[index[e.target]].x, nodes[index[e.target]].y
     stats = {
-        "node_total": node_total,
-        "edge_total": rows_total,
-        "active_edges": rows_total - frozen,
-        "frozen_edges": frozen,
-        "isolated": node_total - connected,
-        "spread_runs": PipelineEvent.objects.filter(kind="memory_spread").count(),
-        "truncated": truncated,
+        "node_total": sub.node_total,
+        "edge_total": sub.edge_total,
+        "active_edges": sub.edge_total - sub.frozen_edges,
+        "frozen_edges": sub.frozen_edges,
+        "isolated": sub.node_total - sub.connected,
+        "spread_runs": sub.spread_runs,
+        "truncated": sub.truncated,
         "shown_nodes": len(nodes),
         "shown_edges": len(edges),
         "limit": limit,
@@ -452,17 +325,11 @@ def memory_graph(*, now: int, include_frozen: bool = False, limit: int = 200) ->
 
 def neighbours(kind: str, ref_id: int, *, now: int) -> list[dict[str, Any]]:
     """Direct neighbours of a memory item, sorted by edge retention (frozen edges last)."""
-    node = MemoryNode.objects.filter(ref_kind=kind, ref_id=ref_id).first()
+    node = selectors.node_of(kind, ref_id)
     if node is None:
         return []
-    edges = list(
-        MemoryEdge.objects.filter(Q(source=node) | Q(target=node)).values_list(
-            "source_id", "target_id", "strength", "updated_at", "active"
-        )
-    )
-    other = {(t if s == node.pk else s): (strength, updated_at, active) for s, t, strength, updated_at, active in edges}
-    refs = MemoryNode.objects.filter(pk__in=other).values_list("id", "ref_kind", "ref_id")
-    infos = resolve_nodes(refs, now=now)
+    other = selectors.node_edges(node)
+    infos = resolve_nodes(selectors.node_refs(other), now=now)
     out = []
     for nid, (strength, updated_at, active) in other.items():
         ret = decay.retention(strength, updated_at, decay.EDGE_HALF_LIFE_HOURS, now)
@@ -473,9 +340,8 @@ def neighbours(kind: str, ref_id: int, *, now: int) -> list[dict[str, Any]]:
 
 def node_panel(kind: str, ref_id: int, *, now: int) -> dict[str, Any]:
     """The selected node's row (resolved even when it has no graph node yet) and its neighbours."""
-    node = MemoryNode.objects.filter(ref_kind=kind, ref_id=ref_id).values_list("id", "ref_kind", "ref_id").first()
-    node = node or (0, kind, ref_id)
-    return {"node": resolve_nodes([node], now=now)[node[0]], "neighbours": neighbours(kind, ref_id, now=now)}
+    node = selectors.node_of(kind, ref_id) or 0
+    return {"node": resolve_nodes([(node, kind, ref_id)], now=now)[node], "neighbours": neighbours(kind, ref_id, now=now)}
 
 
 # --- searches --------------------------------------------------------------------
@@ -489,11 +355,24 @@ CONSOLE_STREAM_KIND = "desktop"
 SEARCH_LIMIT = 100
 
 
-def _overrides() -> dict[str, Any]:
-    return dict(active_overrides())
+@dataclass(frozen=True)
+class ScoreBreakdown:
+    """Every term of a fact search hit's score, for display."""
+
+    id: int
+    bm25: float | None
+    relevance: float
+    retention: float
+    retention_weight: float  # the retention term of the score (``prior``)
+    score: float
+    cosine: float | None = None
+    fused: float | None = None
+    coverage: float | None = None
+    calibrated: float | None = None
+    eligible: bool = True
 
 
-def search_facts(*, query: str, now: int) -> list[ScoreBreakdown | Any]:
+def search_facts(*, query: str, now: int) -> list[ScoreBreakdown]:
     """FTS search over every person's valid facts, each hit with its full score breakdown.
 
     The hits are ranked by the engine's ``rank`` (``selectors.rank_facts``) like a turn:
@@ -501,17 +380,17 @@ def search_facts(*, query: str, now: int) -> list[ScoreBreakdown | Any]:
     (``selectors.fact_cosines``) and fused relevance join its terms. Hits under both
     relevance floors stay listed (last, marked) — a search shows what matched.
     """
-    overrides = _overrides()
+    overrides = dict(live_overrides.active_overrides())
     hits = selectors.recall_facts_across_persons(
         query=query, limit=SEARCH_LIMIT, now=now, stream_kind=CONSOLE_STREAM_KIND, overrides=overrides, events=False,
         return_candidates=True,
     )[:SEARCH_LIMIT]
-    if hits and Fact.objects.filter(pk__in=[h.id for h in hits], embedding_q8__isnull=False).exists():
+    if hits and selectors.any_fact_vector([h.id for h in hits]):
         vector = recall.embed_query(query)
         if vector is not None:
             hits = selectors.rank_facts(hits, overrides, cosines=selectors.fact_cosines([h.id for h in hits], vector))
     return [
-        _Hit(
+        ScoreBreakdown(
             id=h.id,
             bm25=h.bm25,
             relevance=h.lexical_relevance,
@@ -528,25 +407,10 @@ def search_facts(*, query: str, now: int) -> list[ScoreBreakdown | Any]:
     ]
 
 
-@dataclass(frozen=True)
-class _Hit:
-    id: int
-    bm25: float | None
-    relevance: float
-    retention: float
-    retention_weight: float  # the retention term of the score (``prior``)
-    score: float
-    cosine: float | None = None
-    fused: float | None = None
-    coverage: float | None = None
-    calibrated: float | None = None
-    eligible: bool = True
-
-
 def search_episodes(*, query: str, stream_id: int | None) -> list[Episode]:
     """Cue search over one stream (``selectors.recall_episodes``) or all of them (stream None)."""
     hits = selectors.recall_episodes(stream_id=stream_id, query=query, limit=50)
-    rows = Episode.objects.select_related("stream").annotate(n_messages=Count("messages")).in_bulk([h.id for h in hits])
+    rows = selectors.episodes_with_counts().in_bulk([h.id for h in hits])
     out = []
     for h in hits:
         if h.id in rows:
@@ -638,7 +502,7 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
     prompt = recall.complete_conflicts(ranking.prompt, now=ctx.now)
     in_prompt = {f.id for f in ranking.prompt}
     held = {f.id for f in ranking.held_back}
-    persons = Person.objects.in_bulk({f.person_id for f in ranking.ranked} | set(ctx.present_person_ids))
+    persons = selectors.persons_by_id({f.person_id for f in ranking.ranked} | set(ctx.present_person_ids))
     pool = [
         {"fact": f, "person": persons.get(f.person_id), "in_prompt": f.id in in_prompt, "held_back": f.id in held}
         for f in ranking.ranked

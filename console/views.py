@@ -13,8 +13,6 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.cache import cache
-from django.core.paginator import Paginator
-from django.db.models import Count, Max, Min, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
@@ -33,23 +31,19 @@ from console.forms import (
     SearchForm,
     SpreadForm,
 )
+from curation import selectors as journal
 from memory import broker, pipeline, recall, selectors, services
+from memory.management.commands.ensure_roles import ROLES
 from memory.models import (
-    Episode,
     Fact,
     ImportBatch,
     Job,
-    Knowledge,
-    Message,
-    Person,
-    PipelineEvent,
     Stream,
 )
 
 log = logging.getLogger(__name__)
 
 VIEW = "memory.view_fact"
-PAGE_SIZE = 50
 #: Event kinds the dashboard lists under "recent events".
 DASHBOARD_EVENTS = [
     "memory_fact_scope_blocked",
@@ -60,15 +54,9 @@ DASHBOARD_EVENTS = [
 ]
 
 
-def wants_fragment(request: HttpRequest) -> bool:
-    """An htmx request that swaps a region; a history restore (back button after a
-    cache miss) needs the whole page."""
-    htmx = getattr(request, "htmx", None)
-    return bool(htmx) and not htmx.history_restore_request
-
-
 def _partial(request: HttpRequest, template_name: str, partial: str) -> str:
-    return f"{template_name}#{partial}" if wants_fragment(request) else template_name
+    """The region an htmx request swaps, else the page (a history restore is no HX-Request: base.html)."""
+    return f"{template_name}#{partial}" if request.htmx else template_name
 
 
 # --- dashboard -------------------------------------------------------------------
@@ -85,7 +73,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "queues": selectors.stream_queues(),
         "vectors": selectors.vector_coverage(),
         "edges": selectors.edge_stats(),
-        "events": PipelineEvent.objects.filter(kind__in=DASHBOARD_EVENTS).order_by("-seq")[:20],
+        "events": selectors.recent_events(kinds=DASHBOARD_EVENTS, limit=20),
         "now": now,
     }
     return render(request, "console/dashboard.html", context)
@@ -99,7 +87,7 @@ def worker_health(request: HttpRequest) -> HttpResponse:
     if health is None:
         health = presenters.ping_workers()
         cache.set("console:worker-health", health, 15)
-    template = "console/dashboard.html#worker-health" if wants_fragment(request) else "console/worker_health.html"
+    template = "console/dashboard.html#worker-health" if request.htmx else "console/worker_health.html"
     return render(request, template, {"health": health})
 
 
@@ -124,23 +112,16 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
     if form.is_valid() and form.cleaned_data["q"]:
         # the bot's ``inspect`` action (message search) exactly as a turn would run it
         hits = presenters.attach_senders(recall.inspect_messages(stream_id=obj.pk, query=form.cleaned_data["q"], limit=20))
-        if wants_fragment(request):
+        if request.htmx:
             return render(request, "console/stream.html#message-hits", {"hits": hits, "form": form, "stream": obj})
-    batches = Paginator(
-        Episode.objects.filter(stream=obj)
-        .annotate(n_messages=Count("messages"), first_id=Min("messages__id"), last_id=Max("messages__id"))
-        .order_by("-ended_at", "-id"),
-        20,
-    ).get_page(request.GET.get("page"))
-    speakers = Person.objects.filter(
-        pk__in=Message.objects.filter(stream=obj, sender_person__isnull=False).values("sender_person").distinct()
-    ).order_by("id")
-    message_form = MessageFilterForm(request.GET, speakers=speakers)
+    batches = presenters.page_of(request, selectors.episode_batches(stream_id=obj.pk), 20)
+    message_form = MessageFilterForm(request.GET, speakers=selectors.stream_speakers(stream_id=obj.pk))
     message_form.is_valid()
-    messages_page = Paginator(selectors.filter_messages(obj, getattr(message_form, "cleaned_data", {})), PAGE_SIZE
-                              ).get_page(request.GET.get("mpage"))
+    messages_page = presenters.page_of(
+        request, selectors.filter_messages(obj, getattr(message_form, "cleaned_data", {})), param="mpage"
+    )
     messages_page.object_list = presenters.attach_senders(messages_page.object_list)
-    if wants_fragment(request) and request.htmx.target == "stream-messages":
+    if request.htmx.target == "stream-messages":
         return render(request, "console/stream.html#stream-messages",
                       {"stream": obj, "message_form": message_form, "messages_page": messages_page})
     context = {
@@ -167,12 +148,8 @@ def episodes(request: HttpRequest) -> HttpResponse:
         hits = presenters.search_episodes(query=data["q"], stream_id=data["stream"].pk if data.get("stream") else None)
         page = None
     else:
-        qs = Episode.objects.select_related("stream").annotate(n_messages=Count("messages")).order_by("-ended_at", "-id")
-        if data.get("stream"):
-            qs = qs.filter(stream=data["stream"])
-        if data.get("placeholders"):
-            qs = qs.filter(kind=Episode.UNSUMMARIZED)
-        page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+        qs = selectors.episode_list(stream=data.get("stream"), placeholders=bool(data.get("placeholders")))
+        page = presenters.page_of(request, qs)
         presenters.attach_cues(page.object_list)
         presenters.placeholder_reasons(page.object_list)
     template = _partial(request, "console/episodes.html", "episode-results")
@@ -184,10 +161,10 @@ def episodes(request: HttpRequest) -> HttpResponse:
 @require_GET
 def episode(request: HttpRequest, pk: int) -> HttpResponse:
     """One episode: its summary and cues, and the messages it summarises."""
-    obj = get_object_or_404(Episode.objects.select_related("stream").annotate(n_messages=Count("messages")), pk=pk)
+    obj = get_object_or_404(selectors.episodes_with_counts(), pk=pk)
     presenters.attach_cues([obj])
     presenters.placeholder_reasons([obj])
-    page = Paginator(obj.messages.order_by("id"), PAGE_SIZE).get_page(request.GET.get("page"))
+    page = presenters.page_of(request, obj.messages.order_by("id"))
     page.object_list = presenters.attach_senders(page.object_list)
     return render(request, "console/episode.html", {"ep": obj, "page": page})
 
@@ -208,16 +185,16 @@ def facts(request: HttpRequest) -> HttpResponse:
     if data.get("q"):
         hits = presenters.search_facts(query=data["q"], now=now)
         # The ranked hits, then (the search honours the state filter) facts recall never sees, matched by text.
-        rows = presenters.match_facts(qs, data["q"], ranked=[h.id for h in hits])
+        rows = selectors.match_facts(qs, data["q"], ranked=[h.id for h in hits])
         breakdown = {h.id: h for h in hits}
-        page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+        page = presenters.page_of(request, rows)
     else:
-        page = Paginator(qs.order_by("-updated_at", "-id"), PAGE_SIZE).get_page(request.GET.get("page"))
+        page = presenters.page_of(request, qs.order_by("-updated_at", "-id"))
     presenters.decorate_facts(page.object_list, now=now, breakdown=breakdown)
     context = {
         "form": form,
         "page": page,
-        "kinds": Fact.objects.order_by("kind").values_list("kind", flat=True).distinct(),
+        "kinds": selectors.fact_kinds(),
         "searching": bool(data.get("q")),
         "next_url": request.get_full_path(),
     }
@@ -234,8 +211,8 @@ def fact(request: HttpRequest, pk: int) -> HttpResponse:
     context = {
         "fact": obj,
         "curve": presenters.decay_curve_svg(obj, now=now),
-        "chain": presenters.supersede_chain(obj),
-        "operations": presenters.fact_operations(obj.pk),
+        "chain": selectors.supersede_chain(obj),
+        "operations": journal.operations(touching=obj.pk)[:50],
         "neighbours": presenters.neighbours("fact", obj.pk, now=now),
         "now": now,
         "next_url": request.get_full_path(),
@@ -257,10 +234,7 @@ def knowledge(request: HttpRequest) -> HttpResponse:
         # the bot's ``consult`` path; touch=False: a console search is not a consultation (hit counts stay)
         hits = recall.consult_knowledge(query=form.cleaned_data["q"], limit=20, touch=False)
     else:
-        page = Paginator(
-            Knowledge.objects.select_related("import_batch").order_by("-id").defer("embedding", "embedding_q8", "tokens_v2"),
-            PAGE_SIZE,
-        ).get_page(request.GET.get("page"))
+        page = presenters.page_of(request, selectors.knowledge_list())
     return render(request, _partial(request, "console/knowledge.html", "knowledge-results"),
                   {"form": form, "hits": hits, "page": page})
 
@@ -282,11 +256,8 @@ def imports(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, _("导入任务 #%(id)s 已开始。") % {"id": job.pk})
             return redirect("console:imports")
-    batches = (
-        ImportBatch.objects.annotate(live=Count("knowledge")).filter(Q(live__gt=0) | Q(status="running"))
-        .order_by("-created_at", "-id")[:50]
-    )
-    jobs = Job.objects.filter(kind="import").order_by("-id")[:5]
+    batches = selectors.import_batches(limit=50)
+    jobs = selectors.recent_jobs(kind="import", limit=5)
     status = 400 if request.method == "POST" else 200
     return render(request, "console/imports.html", {"form": form, "batches": batches, "jobs": jobs}, status=status)
 
@@ -365,8 +336,6 @@ CAPABILITIES = [
 @require_GET
 def help_page(request: HttpRequest) -> HttpResponse:
     """Who can do what (from the role definitions themselves), and how the console is organised."""
-    from memory.management.commands.ensure_roles import ROLES
-
     rows = [(label, [perm in ROLES[role] for role in ROLES] + [True]) for label, perm in CAPABILITIES]
     rows.append((gettext_lazy("管理后台"), [False for _role in ROLES] + [True]))
     return render(request, "console/help.html", {"roles": list(ROLES), "rows": rows})
@@ -379,7 +348,7 @@ def help_page(request: HttpRequest) -> HttpResponse:
 @permission_required("memory.view_job", raise_exception=True)
 @require_GET
 def jobs(request: HttpRequest) -> HttpResponse:
-    rows = Job.objects.order_by("-id")[:50]
+    rows = selectors.recent_jobs(limit=50)
     return render(request, "console/jobs.html", {"jobs": rows, "any_running": any(not j.finished for j in rows)})
 
 
@@ -390,7 +359,7 @@ def job(request: HttpRequest, pk: int) -> HttpResponse:
     obj = get_object_or_404(Job, pk=pk)
     # A running card polls itself (hx-trigger "every 2s"); the finished card is
     # rendered without the trigger, so swapping it in stops the polling.
-    if not wants_fragment(request):
+    if not request.htmx:
         return render(request, "console/job.html", {"job": obj})
     response = render(request, "console/jobs.html#job-card", {"job": obj})
     if obj.finished:

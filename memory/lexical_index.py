@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from itertools import chain, repeat
 
 import numpy as np
+from django.conf import settings
 from django.db import connection
 
 K1 = 1.2
@@ -393,8 +394,6 @@ def resident(fts_table: str) -> ResidentBM25 | None:
     ``None`` inside a transaction (see the module docstring) and when
     ``settings.LEXICAL_RESIDENT_INDEX`` is off.
     """
-    from django.conf import settings
-
     if not getattr(settings, "LEXICAL_RESIDENT_INDEX", True) or connection.in_atomic_block:
         return None
     index = _indexes.get(fts_table)

@@ -6,12 +6,17 @@ memory text is untrusted and is never marked safe here.
 from __future__ import annotations
 
 import datetime as dt
+from typing import NamedTuple
 
 from django import template
+from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
+
+from memory.models import Fact, Job, MemoryNode, Message, StreamKind
+from tuning import labels as tuning_labels
 
 register = template.Library()
 
@@ -96,15 +101,60 @@ def query_with(context: template.Context, **changes: object) -> str:
     return f"?{encoded}" if encoded else "?"
 
 
+@register.simple_tag(takes_context=True)
+def page_query(context: template.Context, number: int, param: str = "page") -> str:
+    """The current query string pointing at page ``number`` of the list paged by ``?<param>=``."""
+    return query_with(context, **{param: number})
+
+
+class NavLink(NamedTuple):
+    perm: str  # the permission of the view it leads to: no link to a 403
+    url_name: str
+    label: str
+    current: frozenset[str] = frozenset()  # url names (without namespace) of the pages it is "current" on
+    optional: bool = False  # left out when the URL is not mounted
+
+
+#: The main navigation, in order.
+NAV = [
+    NavLink("memory.view_fact", "console:dashboard", gettext_lazy("总览"), frozenset({"dashboard"})),
+    NavLink("memory.view_message", "console:streams", gettext_lazy("会话流"), frozenset({"streams", "stream"})),
+    NavLink("memory.view_episode", "console:episodes", gettext_lazy("情节"), frozenset({"episodes"})),
+    NavLink("memory.view_fact", "console:facts", gettext_lazy("事实"), frozenset({"facts", "fact"})),
+    NavLink("memory.view_fact", "curation:conflicts", gettext_lazy("冲突组"), frozenset({"conflicts"})),
+    NavLink("memory.view_fact", "console:persons", gettext_lazy("人物"), frozenset({"persons", "person_export"})),
+    NavLink("curation.view_factoperation", "curation:operations", gettext_lazy("操作流水"), frozenset({"operations"})),
+    NavLink("memory.view_knowledge", "console:knowledge", gettext_lazy("知识"), frozenset({"knowledge"})),
+    NavLink("memory.import_knowledge", "console:imports", gettext_lazy("导入中心"), frozenset({"imports"})),
+    NavLink("memory.preview_association", "console:graph", gettext_lazy("联想网络"), frozenset({"graph"})),
+    NavLink("memory.preview_recall", "console:playground", gettext_lazy("召回演练"), frozenset({"playground"})),
+    NavLink("tuning.tune_retrieval", "tuning:index", gettext_lazy("检索调优"), optional=True),
+    NavLink("memory.view_job", "console:jobs", gettext_lazy("后台任务"), frozenset({"jobs"})),
+]
+
+
+@register.simple_tag(takes_context=True)
+def nav_links(context: template.Context) -> list[dict[str, object]]:
+    """The links of :data:`NAV` the user may follow: ``url``, ``label`` and ``current`` (the page shown)."""
+    perms = context.get("perms") or ()
+    match = getattr(context.get("request"), "resolver_match", None)
+    here = match.url_name if match else None
+    links = []
+    for link in NAV:
+        if link.perm not in perms:
+            continue
+        try:
+            url = reverse(link.url_name)
+        except NoReverseMatch:
+            if link.optional:
+                continue
+            raise
+        links.append({"url": url, "label": link.label, "current": here in link.current})
+    return links
+
+
 #: What a job kind does, in an operator's words.
-JOB_KINDS = {
-    "import": gettext_lazy("导入知识"),
-    "evaluate": gettext_lazy("检索评估"),
-    "compare": gettext_lazy("参数对比"),
-    "backfill": gettext_lazy("补全向量"),
-    "decay": gettext_lazy("记忆衰减"),
-    "tuning_probe": gettext_lazy("调优探针"),
-}
+JOB_KINDS = dict(Job.Kind.choices)
 
 
 @register.filter
@@ -113,13 +163,7 @@ def job_kind(job: object) -> str:
     return str(JOB_KINDS.get(kind, kind))
 
 
-def _target(label: object) -> str:
-    from tuning.labels import target_label as label_of
-
-    return label_of(str(label or ""))
-
-
-STREAM_KINDS = {"direct": gettext_lazy("私聊"), "group": gettext_lazy("群聊"), "desktop": gettext_lazy("桌面")}
+STREAM_KINDS = dict(StreamKind.choices)
 
 
 @register.filter
@@ -141,11 +185,11 @@ def job_subject(job: object) -> str:
         return _("来源「%(name)s」") % {"name": name}
     if kind == "evaluate":
         target = params.get("target") or {}
-        return _("参数组「%(label)s」") % {"label": _target(target.get("label") or target.get("profile"))}
+        return _("参数组「%(label)s」") % {"label": target_label(target.get("label") or target.get("profile"))}
     if kind == "compare":
         a, b = params.get("a") or {}, params.get("b") or {}
         return _("「%(a)s」对比「%(b)s」") % {
-            "a": _target(a.get("label") or a.get("profile") or "A"), "b": _target(b.get("label") or b.get("profile") or "B"),
+            "a": target_label(a.get("label") or a.get("profile") or "A"), "b": target_label(b.get("label") or b.get("profile") or "B"),
         }
     return ""
 
@@ -184,46 +228,36 @@ def job_headline(job: object) -> str:
 @register.filter
 def param_label(name: object) -> str:
     """A tuning parameter's meaning in the interface language (its code name when unknown)."""
-    from tuning.labels import PARAM_LABELS
-
-    return str(PARAM_LABELS.get(str(name), name))
+    return str(tuning_labels.PARAM_LABELS.get(str(name), name))
 
 
 @register.filter
 def param_help(name: object) -> str:
-    from tuning.labels import PARAM_HELP
-
-    return str(PARAM_HELP.get(str(name), ""))
+    return str(tuning_labels.PARAM_HELP.get(str(name), ""))
 
 
 @register.filter
 def param_kind(kind: object) -> str:
-    from tuning.labels import PARAM_KINDS
-
-    return str(PARAM_KINDS.get(str(kind), kind))
+    return str(tuning_labels.PARAM_KINDS.get(str(kind), kind))
 
 
 @register.filter
 def target_label(label: object) -> str:
-    from tuning.labels import target_label as label_of
-
-    return label_of(str(label or ""))
+    return tuning_labels.target_label(str(label or ""))
 
 
 @register.filter
 def profile_name(name: object) -> str:
-    from tuning.labels import profile_name as name_of
-
-    return name_of(str(name or ""))
+    return tuning_labels.profile_name(str(name or ""))
 
 
 #: Codes shown to operators, by filter: each filter gives a code's label in the interface
 #: language (an unknown code is shown as it is).
 CODE_LABELS = {
     # where a fact was learnt
-    "origin_label": {"legacy": gettext_lazy("旧数据"), "direct": gettext_lazy("私聊"), "group": gettext_lazy("群聊")},
+    "origin_label": dict(Fact.Origin.choices),
     # who wrote a message
-    "role_label": {"user": gettext_lazy("用户"), "assistant": gettext_lazy("机器人"), "system": gettext_lazy("系统")},
+    "role_label": dict(Message.Role.choices),
     # which channel found a recall candidate
     "channel_label": {"lexical": gettext_lazy("词面"), "dense": gettext_lazy("向量"), "context": gettext_lazy("对话上下文")},
     # where knowledge came from
@@ -256,7 +290,7 @@ def event_label(kind: object) -> str:
     return str(EVENTS.get(str(kind), kind))
 
 
-NODE_KINDS = {"fact": gettext_lazy("事实"), "episode": gettext_lazy("情节"), "knowledge": gettext_lazy("知识")}
+NODE_KINDS = dict(MemoryNode.RefKind.choices)
 
 
 @register.filter

@@ -22,9 +22,9 @@ import threading
 import time
 from typing import Any
 
-from memory.providers import Extractor, Summariser
+from memory.providers import Embedder, Extractor, Summariser
 from memory.providers.chat import OpenAIChatModel
-from memory.providers.embeddings import MAX_BATCH, Embedder
+from memory.providers.embeddings import MAX_BATCH
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ _cache_lock = threading.Lock()
 
 
 def _setting(name: str, default: Any) -> Any:
-    from django.conf import settings
+    from django.conf import settings  # read lazily: the providers work without Django configured (scripts, benches)
 
     value = getattr(settings, name, default)
     return default if value is None else value
@@ -91,7 +91,7 @@ def get_embedder() -> Embedder | None:
         batch = int(_setting("EMBEDDING_BATCH", MAX_BATCH))
 
         def build_remote():
-            from memory.providers.embeddings import OpenAIEmbedder
+            from memory.providers.embeddings import OpenAIEmbedder  # only the configured provider's module loads
 
             return OpenAIEmbedder(base_url, model, api_key=api_key, dim=dim, batch=batch)
 
@@ -102,37 +102,35 @@ def get_embedder() -> Embedder | None:
     threads = int(_setting("EMBEDDING_THREADS", 1))
 
     def build_local():
-        from memory.providers.local import LocalUSEEmbedder
+        from memory.providers.local import LocalUSEEmbedder  # ONNX runtime and the USE model: only when configured
 
         return LocalUSEEmbedder(threads=threads)
 
     return _cached(("embed-local", threads), build_local)
 
 
-def get_summariser() -> Summariser:
-    """LLMSummariser over the configured chat model, else HeuristicSummariser."""
+def _dialogue_provider(role: str, heuristic: str, llm: str) -> Any:
+    """The class ``llm`` of :mod:`memory.providers.llm` over the configured chat model, else ``heuristic``."""
     key = _chat_key()
     if key is None:
-        from memory.providers.heuristic import HeuristicSummariser
+        from memory.providers import heuristic as rules  # jieba's analyser: only when it is the provider
 
-        return _cached(("summariser", "heuristic"), HeuristicSummariser)
-    from memory.providers.llm import LLMSummariser
+        return _cached((role, "heuristic"), getattr(rules, heuristic))
+    from memory.providers import llm as model  # only the configured provider's module loads
 
     chat = get_chat_model()
-    return _cached(("summariser", *key), lambda: LLMSummariser(chat))
+    provider = getattr(model, llm)
+    return _cached((role, *key), lambda: provider(chat))
+
+
+def get_summariser() -> Summariser:
+    """LLMSummariser over the configured chat model, else HeuristicSummariser."""
+    return _dialogue_provider("summariser", "HeuristicSummariser", "LLMSummariser")
 
 
 def get_extractor() -> Extractor:
     """LLMExtractor over the configured chat model, else HeuristicExtractor."""
-    key = _chat_key()
-    if key is None:
-        from memory.providers.heuristic import HeuristicExtractor
-
-        return _cached(("extractor", "heuristic"), HeuristicExtractor)
-    from memory.providers.llm import LLMExtractor
-
-    chat = get_chat_model()
-    return _cached(("extractor", *key), lambda: LLMExtractor(chat))
+    return _dialogue_provider("extractor", "HeuristicExtractor", "LLMExtractor")
 
 
 def preload_embedder() -> float | None:
@@ -149,7 +147,7 @@ def preload_embedder() -> float | None:
     threads = getattr(embedder, "threads", None)
     if embedder is None or threads is None:
         return None
-    from memory.providers import local
+    from memory.providers import local  # ONNX runtime and the USE model: only for a local embedder
 
     try:
         started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Reads of the memory layers: recall, search, conflicts and spreading, one module per area.
+"""Every reusable read of the memory layers: recall, search, conflicts, spreading, the pages' lists and counts.
 
 Selectors never change memory. The one exception the seed asks for is the
 ``memory_fact_scope_blocked`` observation event, written only when
@@ -6,8 +6,17 @@ Selectors never change memory. The one exception the seed asks for is the
 :func:`message_vectors` stores the vectors it had to compute (a cache of the
 message text, so each message is embedded at most once).
 
-The public names of the area modules are re-exported here: callers write
-``from memory import selectors; selectors.recall_facts_in_scope(...)``.
+One module per area, their public names re-exported here (callers write
+``from memory import selectors; selectors.recall_facts_in_scope(...)``):
+
+- ``messages``: L1 — working memory, pending counts, message search and vectors, stream lists;
+- ``facts``: L3 — fact recall in scope, the dense channel, the fused ranking, the fact pages' search;
+- ``conflicts``: slot-conflict groups (keys, members, groups for review);
+- ``episodes``: L2 — episode recall by cue, the newest episodes, episode lists;
+- ``knowledge``: knowledge search, the knowledge list and import batches;
+- ``graph``: short-term activation, memory-graph and concept-graph spreading, the drawn subgraph;
+- ``overview``: the dashboard's counts, recent events and jobs;
+- ``persons``: the privacy pages (persons, forget samples, API tokens).
 """
 from __future__ import annotations
 
@@ -19,27 +28,42 @@ from memory.selectors.conflicts import (
 )
 from memory.selectors.episodes import (
     RecalledEpisode,
+    episode_batches,
+    episode_cues,
+    episode_list,
+    episodes_with_counts,
     recall_episodes,
     recent_episodes,
+    summary_skip_reasons,
 )
 from memory.selectors.facts import (
     ScopedFact,
+    any_fact_vector,
     dense_fact_candidates,
     fact_cosines,
     fact_coverages,
+    fact_kinds,
+    match_facts,
     merge_dense_candidates,
     rank_facts,
     rank_recalled_facts,
     recall_facts_across_persons,
     recall_facts_in_scope,
+    supersede_chain,
     top_facts,
 )
 from memory.selectors.graph import (
     CONCEPT_HOLDERS_CACHED,
     CONCEPT_MAP_MIN,
+    DenseSubgraph,
     Spreading,
     SpreadItem,
+    densest_subgraph,
+    node_edges,
+    node_of,
+    node_refs,
     node_retentions,
+    node_rows,
     node_texts,
     resident_node_texts,
     short_term_activation,
@@ -47,6 +71,8 @@ from memory.selectors.graph import (
 )
 from memory.selectors.knowledge import (
     KnowledgeHit,
+    import_batches,
+    knowledge_list,
     search_knowledge,
 )
 from memory.selectors.messages import (
@@ -63,6 +89,7 @@ from memory.selectors.messages import (
     recent_speakers,
     search_messages,
     stream_rows,
+    stream_speakers,
     working_memory,
 )
 from memory.selectors.overview import (
@@ -70,14 +97,25 @@ from memory.selectors.overview import (
     edge_stats,
     extraction_cursors,
     layer_counts,
+    recent_events,
+    recent_jobs,
     stream_queues,
     vector_coverage,
+)
+from memory.selectors.persons import (
+    api_tokens,
+    broad_token_count,
+    forget_samples,
+    persons_by_id,
+    search_persons,
+    streams_by_id,
 )
 
 __all__ = [
     "CONCEPT_HOLDERS_CACHED",
     "CONCEPT_MAP_MIN",
     "ConflictGroup",
+    "DenseSubgraph",
     "KnowledgeHit",
     "MESSAGE_DENSE_SCAN",
     "MESSAGE_POOL",
@@ -85,41 +123,66 @@ __all__ = [
     "ScopedFact",
     "SpreadItem",
     "Spreading",
+    "any_fact_vector",
+    "api_tokens",
     "at_a_glance",
+    "broad_token_count",
     "conflict_group_keys",
     "conflict_groups",
     "conflict_members",
     "dense_fact_candidates",
+    "densest_subgraph",
     "edge_stats",
+    "episode_batches",
+    "episode_cues",
+    "episode_list",
+    "episodes_with_counts",
     "extraction_cursors",
     "fact_cosines",
     "fact_coverages",
+    "fact_kinds",
     "filter_messages",
+    "forget_samples",
+    "import_batches",
+    "knowledge_list",
     "latest_message_id",
     "layer_counts",
+    "match_facts",
     "merge_dense_candidates",
     "message_count_after",
     "message_vectors",
     "messages_after",
+    "node_edges",
+    "node_of",
+    "node_refs",
     "node_retentions",
+    "node_rows",
     "node_texts",
     "oldest_pending",
     "pending_count",
     "pending_counts",
+    "persons_by_id",
     "rank_facts",
     "rank_recalled_facts",
     "recall_episodes",
     "recall_facts_across_persons",
     "recall_facts_in_scope",
     "recent_episodes",
+    "recent_events",
+    "recent_jobs",
     "recent_speakers",
     "resident_node_texts",
     "search_knowledge",
     "search_messages",
+    "search_persons",
     "short_term_activation",
     "spread",
     "stream_queues",
     "stream_rows",
+    "stream_speakers",
+    "streams_by_id",
+    "summary_skip_reasons",
+    "supersede_chain",
     "top_facts",
     "vector_coverage",
     "working_memory",

@@ -1,4 +1,4 @@
-"""L3 reads: fact recall in scope, the dense channel, the fused ranking."""
+"""L3 reads: fact recall in scope, the dense channel, the fused ranking; the fact pages' search and history."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -6,9 +6,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from django.db.models import Case, Q, QuerySet, Value, When
 
 from memory import lexical
-from memory.engine import decay
+from memory.engine import decay, tokenize
 from memory.engine.context import ConversationQuery, weighted_max
 from memory.engine.quantize import cosine_q8_many, cosine_q8_matrix, quantize_vector
 from memory.engine.scope import SCOPE_ALL, fact_visible_in_stream
@@ -20,8 +21,9 @@ from memory.engine.scoring import (
     rank,
 )
 from memory.engine.tokenize import bigrams, words
-from memory.models import Fact
+from memory.models import Fact, FactState
 from memory.selectors._common import _overrides, _private_in_group, _query_q8
+from memory.services import emit_event
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,6 @@ def _visible_rows(rows: Sequence[tuple], stream_kind: str, private_in_group: boo
 
 def _report_blocked(blocked: int, stream_kind: str, now: int, events: bool) -> None:
     if blocked and events:
-        from memory.services import emit_event
-
         emit_event("memory_fact_scope_blocked", {"streamKind": stream_kind, "blocked": blocked}, at=now)
 
 
@@ -145,6 +145,11 @@ def fact_cosines(ids: Sequence[int], query_vector: Any) -> dict[int, float]:
     else:
         values = cosine_q8_many(_query_q8(query_vector), stored)
     return {i: float(v) for i, v in zip(found, values, strict=True) if not np.isnan(v)}
+
+
+def any_fact_vector(ids: Sequence[int]) -> bool:
+    """Whether any of the facts has a (SQ8) vector: a query is worth embedding only then."""
+    return Fact.objects.filter(pk__in=list(ids), embedding_q8__isnull=False).exists()
 
 
 def rank_facts(
@@ -224,7 +229,7 @@ def _recall(
 
 def recall_facts_in_scope(
     *,
-    person_ids: Sequence[int],
+    person_ids: Sequence[int] | None,
     query: str,
     limit: int = 6,
     now: int,
@@ -235,16 +240,16 @@ def recall_facts_in_scope(
     events: bool = True,
     stats: dict[str, int] | None = None,
 ) -> list[ScopedFact]:
-    """Lexical fact recall over the present persons; read-only.
+    """Lexical fact recall over the present persons (``None``: every person); read-only.
 
     One FTS query over ``person_id IN (...)`` (valid facts, frozen included),
     ``LIMIT limit*3``; visibility filtered before scoring; each candidate's
     relevance (``relevance_from_bm25``) and IDF coverage of the query go through
     :func:`rank_facts` (the engine's ``rank``); without ``return_candidates`` only
-    eligible facts are returned.
+    eligible facts are returned. No person, no fact.
     """
-    persons = list(dict.fromkeys(person_ids))
-    if not persons:
+    persons = None if person_ids is None else list(dict.fromkeys(person_ids))
+    if persons == []:
         return []
     return _recall(
         person_ids=persons, query=query, limit=limit, now=now, stream_kind=stream_kind,
@@ -253,22 +258,9 @@ def recall_facts_in_scope(
     )
 
 
-def recall_facts_across_persons(
-    *,
-    query: str,
-    limit: int = 6,
-    now: int,
-    stream_kind: str,
-    private_in_group: bool | None = None,
-    return_candidates: bool = False,
-    overrides: Mapping[str, Any] | None = None,
-    events: bool = True,
-) -> list[ScopedFact]:
-    """Like :func:`recall_facts_in_scope` without the person filter."""
-    return _recall(
-        person_ids=None, query=query, limit=limit, now=now, stream_kind=stream_kind,
-        private_in_group=private_in_group, return_candidates=return_candidates, overrides=overrides, events=events,
-    )
+def recall_facts_across_persons(**options: Any) -> list[ScopedFact]:
+    """:func:`recall_facts_in_scope` over every person's facts (the resident index ranks them), same options."""
+    return recall_facts_in_scope(person_ids=None, **options)
 
 
 def top_facts(
@@ -279,7 +271,7 @@ def top_facts(
     ``stream_kind='all'`` bypasses visibility; only the extraction de-dup list may use it.
     """
     rows = list(
-        Fact.objects.filter(person_id=person_id, active=True, superseded_by__isnull=True).values_list(
+        Fact.objects.in_state(FactState.ACTIVE).filter(person_id=person_id).values_list(
             "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "half_life_hours", "updated_at"
         )
     )
@@ -320,7 +312,7 @@ def dense_fact_candidates(
     if _query_q8(query_vector) is None or not persons or limit < 1:
         return []
     rows = list(
-        Fact.objects.filter(person_id__in=persons, superseded_by__isnull=True, embedding_q8__isnull=False).values_list(
+        Fact.objects.valid().filter(person_id__in=persons, embedding_q8__isnull=False).values_list(
             "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "half_life_hours",
             "updated_at", "active",
         )
@@ -389,3 +381,66 @@ def rank_recalled_facts(
     cosines = fact_cosines([c.id for c in candidates], query_vector) if query_vector is not None else {}
     ranked = rank_facts(candidates, overrides, cosines=cosines)
     return [f for f in ranked if f.eligible][:limit]
+
+
+def fact_kinds() -> list[str]:
+    """The distinct kinds of the stored facts, sorted (the fact table's kind filter)."""
+    return list(Fact.objects.order_by("kind").values_list("kind", flat=True).distinct())
+
+
+# --- the console's fact pages ----------------------------------------------------------------------
+
+
+def match_facts(qs: QuerySet[Fact], query: str, *, ranked: Sequence[int] = (), limit: int = 200) -> list[Fact]:
+    """The rows of a fact search: the ``ranked`` hits (the console's ``search_facts``, in their order)
+    that pass ``qs``, then the other facts of ``qs`` whose text contains query terms (most
+    terms first, newest on ties) — one query.
+
+    Recall ranks only valid facts; this text match makes the frozen, invalidated and
+    superseded ones findable too, so the search honours the state filter.
+    """
+    terms = [t for t in tokenize.query_terms(query) if t][:16]
+    wanted = Q(pk__in=list(ranked))
+    for term in terms:
+        wanted |= Q(content__icontains=term)
+    rows = list(
+        qs.filter(wanted)
+        .annotate(_ranked=Case(When(pk__in=list(ranked), then=Value(0)), default=Value(1)))
+        .order_by("_ranked", "-updated_at", "-id")[: len(ranked) + limit * 5]
+    )
+    order = {fact_id: i for i, fact_id in enumerate(ranked)}
+    hits = sorted((f for f in rows if f.pk in order), key=lambda f: order[f.pk])
+
+    def matched(fact: Fact) -> int:
+        text = fact.content.lower()
+        return sum(len(t) for t in terms if t in text)
+
+    others = sorted((f for f in rows if f.pk not in order), key=matched, reverse=True)  # stable: newest first
+    return hits + others[:limit]
+
+
+def supersede_chain(fact: Fact, max_steps: int = 20) -> dict[str, list[Fact]]:
+    """Older facts this one replaced (``before``) and the newer ones that replaced it (``after``).
+
+    One query per step in each direction; chains are short (a slot changes a few times).
+    """
+    before: list[Fact] = []
+    ids = [fact.pk]
+    for _ in range(max_steps):
+        older = list(Fact.objects.filter(superseded_by_id__in=ids).exclude(pk__in=ids).order_by("-id"))
+        older = [f for f in older if f.pk != f.superseded_by_id and f not in before]
+        if not older:
+            break
+        before.extend(older)
+        ids = [f.pk for f in older]
+    after: list[Fact] = []
+    current = fact
+    for _ in range(max_steps):
+        if current.superseded_by_id in (None, current.pk):
+            break
+        nxt = Fact.objects.filter(pk=current.superseded_by_id).first()
+        if nxt is None or nxt in after:
+            break
+        after.append(nxt)
+        current = nxt
+    return {"before": before, "after": after}

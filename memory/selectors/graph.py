@@ -10,12 +10,15 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Q
 
 from memory.engine import decay
+from memory.engine import spreading as sp
 from memory.engine.spreading import ConceptGraph, ShortTermActivation, SpreadResult
 from memory.engine.spreading import spread as engine_spread
-from memory.models import MemoryNode
+from memory.models import Episode, Fact, Knowledge, MemoryEdge, MemoryNode
 from memory.selectors._common import _overrides
+from memory.services import CONCEPT_GRAPH_REVISION, emit_event
 
 _activation = ShortTermActivation()
 
@@ -255,8 +258,6 @@ class _ConceptCache:
         self.adjacency: dict[int, dict[int, float]] = {}
 
     def fresh(self) -> _ConceptCache:
-        from memory.services import CONCEPT_GRAPH_REVISION
-
         with connection.cursor() as cur:
             cur.execute("SELECT value FROM meta WHERE key = %s", [CONCEPT_GRAPH_REVISION])
             row = cur.fetchone()
@@ -370,8 +371,6 @@ def spread(
     a PPR timeout falls back to fixed-hop spreading and writes
     ``memory_ppr_timeout``. Hits below REVIVE retention are dropped.
     """
-    from memory.engine import spreading as sp
-
     ov = _overrides(None)
     hops = int(ov.get("ppr_hops", sp.HOPS)) if hops is None else hops
     alpha = float(ov.get("ppr_alpha", sp.PPR_ALPHA)) if alpha is None else alpha
@@ -394,8 +393,6 @@ def spread(
 
     def on_timeout(graph: str) -> None:
         if events:
-            from memory.services import emit_event
-
             emit_event("memory_ppr_timeout", {"graph": graph}, at=now)
 
     factor: Callable[[int], float] | None = (lambda n: activation.factor(n, now)) if activation else None
@@ -414,4 +411,95 @@ def spread(
     return Spreading(
         seeds=seeds_out, hits=hits, fell_back=result.fell_back, timed_out_graph=result.timed_out_graph,
         elapsed_ms=result.elapsed_ms, hops=hops, alpha=alpha,
+    )
+
+
+# --- the console's association graph ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DenseSubgraph:
+    """The densest nodes of the memory graph and the edges among them (:func:`densest_subgraph`)."""
+
+    degrees: list[tuple[int, int]]  # (memory node, degree), densest first, ties by node id
+    edges: list[tuple[int, int, float, int, bool]]  # (source, target, strength, updated_at, active) among them
+    connected: int  # nodes with at least one counted edge
+    truncated: bool  # more connected nodes than were kept
+    edge_total: int  # every edge, frozen included
+    frozen_edges: int
+    node_total: int  # every memory node, isolated included
+    spread_runs: int  # ``memory_spread`` events
+
+
+def densest_subgraph(*, limit: int, include_frozen: bool = False) -> DenseSubgraph:
+    """The ``limit`` memory nodes with the most edges (active ones only unless ``include_frozen``)
+    and the counted edges among them, with the graph's totals.
+
+    Degrees are counted and ranked in SQL: the graph can hold far more edges than a page
+    shows. Four queries: edge totals, ranked degrees, kept edges, node and spread counts.
+    """
+    active_only = "" if include_frozen else " WHERE active = 1"
+    with connection.cursor() as cur:
+        cur.execute("SELECT COUNT(*), COALESCE(SUM(active = 0), 0) FROM memory_edges")
+        edge_total, frozen = cur.fetchone()
+        cur.execute(
+            f"WITH deg AS (SELECT node, COUNT(*) AS d FROM (SELECT source_id AS node FROM memory_edges{active_only}"
+            f" UNION ALL SELECT target_id FROM memory_edges{active_only}) GROUP BY node)"
+            " SELECT node, d, (SELECT COUNT(*) FROM deg) FROM deg ORDER BY d DESC, node LIMIT %s",
+            [limit + 1],
+        )
+        ranked = cur.fetchall()
+        connected = ranked[0][2] if ranked else 0
+        chosen = [node for node, _d, _n in ranked[:limit]]
+        kept: list[tuple] = []
+        if chosen:
+            marks = ",".join(["%s"] * len(chosen))
+            cur.execute(
+                "SELECT source_id, target_id, strength, updated_at, active FROM memory_edges"
+                f" WHERE source_id IN ({marks}) AND target_id IN ({marks})"
+                + ("" if include_frozen else " AND active = 1"),
+                chosen + chosen,
+            )
+            kept = cur.fetchall()
+        cur.execute(
+            "SELECT (SELECT COUNT(*) FROM memory_nodes),"
+            " (SELECT COUNT(*) FROM pipeline_events WHERE kind = 'memory_spread')"
+        )
+        node_total, spread_runs = cur.fetchone()
+    return DenseSubgraph(
+        degrees=[(node, d) for node, d, _n in ranked[:limit]],
+        edges=[(s, t, strength, updated_at, bool(active)) for s, t, strength, updated_at, active in kept],
+        connected=connected, truncated=connected > limit, edge_total=edge_total, frozen_edges=frozen,
+        node_total=node_total, spread_runs=spread_runs,
+    )
+
+
+def node_refs(nodes: Iterable[int]) -> list[tuple[int, str, int]]:
+    """``(memory node, ref kind, ref id)`` of the given nodes (one query)."""
+    return list(MemoryNode.objects.filter(pk__in=list(nodes)).values_list("id", "ref_kind", "ref_id"))
+
+
+def node_of(kind: str, ref_id: int) -> int | None:
+    """The memory node of a row, or None when it has none (yet)."""
+    return MemoryNode.objects.filter(ref_kind=kind, ref_id=ref_id).values_list("id", flat=True).first()
+
+
+def node_edges(node: int) -> dict[int, tuple[float, int, bool]]:
+    """Every edge of a memory node, frozen included: ``{other node: (strength, updated_at, active)}``."""
+    rows = MemoryEdge.objects.filter(Q(source_id=node) | Q(target_id=node)).values_list(
+        "source_id", "target_id", "strength", "updated_at", "active"
+    )
+    return {(t if s == node else s): (strength, updated_at, active) for s, t, strength, updated_at, active in rows}
+
+
+def node_rows(
+    *, facts: Sequence[int], episodes: Sequence[int], knowledge: Sequence[int]
+) -> tuple[dict[int, Fact], dict[int, Episode], dict[int, Knowledge]]:
+    """The rows memory nodes point at, by id: facts (with their person), episodes, knowledge
+    (vectors and tokens unread); one query per kind asked for."""
+    return (
+        Fact.objects.select_related("person").defer("embedding", "embedding_q8", "tokens_v2").in_bulk(facts)
+        if facts else {},
+        Episode.objects.in_bulk(episodes) if episodes else {},
+        Knowledge.objects.defer("embedding", "embedding_q8", "tokens_v2").in_bulk(knowledge) if knowledge else {},
     )

@@ -5,13 +5,16 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Count, Q, QuerySet
+
 from memory import lexical
 from memory.engine import decay
 from memory.engine.scoring import (
     fused_relevance,
 )
-from memory.models import Knowledge
+from memory.models import ImportBatch, Knowledge
 from memory.selectors._common import _query_q8
+from memory.vector_index import knowledge_index
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +45,6 @@ def search_knowledge(*, query: str, limit: int = 5, query_embedding: Any = None)
     q8 = _query_q8(query_embedding)
     cos: dict[int, float] = {}
     if q8 is not None:
-        from memory.vector_index import knowledge_index
-
         try:
             for kid, c in knowledge_index().top_k(q8, limit * 3):
                 cos[int(kid)] = float(c)
@@ -74,3 +75,19 @@ def search_knowledge(*, query: str, limit: int = 5, query_embedding: Any = None)
         for rel, rl, c, kid in top
         if kid in rows
     ]
+
+
+# --- the console's knowledge pages ----------------------------------------------------------------------
+
+
+def knowledge_list() -> QuerySet[Knowledge]:
+    """Every knowledge row, newest first, with its import batch (vectors and tokens left unread)."""
+    return Knowledge.objects.select_related("import_batch").order_by("-id").defer("embedding", "embedding_q8", "tokens_v2")
+
+
+def import_batches(*, limit: int = 50) -> list[ImportBatch]:
+    """The newest import batches that still hold knowledge or are running, each with ``live`` (its rows)."""
+    return list(
+        ImportBatch.objects.annotate(live=Count("knowledge")).filter(Q(live__gt=0) | Q(status=ImportBatch.Status.RUNNING))
+        .order_by("-created_at", "-id")[:limit]
+    )

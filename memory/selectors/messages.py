@@ -13,11 +13,14 @@ from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from memory import lexical
+from memory import lexical, services
 from memory.engine import decay
-from memory.engine.quantize import HEADER_SIZE, MAGIC, Int8Matrix, cosine_q8_many, quantize_vector
+from memory.engine.quantize import HEADER_SIZE, MAGIC, Int8Matrix, cosine_q8_many, quantize_vector, unpack_float32
 from memory.engine.scoring import fused_relevance
-from memory.models import Episode, Message, Stream
+from memory.models import Episode, Message, Person, Stream
+from memory.providers import Embedder
+from memory.providers import config as provider_config  # looked up per call: tests swap the embedder
+from memory.providers.embeddings import clamp_batch
 from memory.selectors._common import _query_q8
 
 logger = logging.getLogger(__name__)
@@ -166,7 +169,7 @@ def _q8_matrix(rows: Sequence[tuple[int, Any]], dim: int) -> Int8Matrix:
     return Int8Matrix(ids=ids, matrix=payload.reshape(len(ids), dim), norms=norms)
 
 
-def message_vectors(message_ids: Iterable[int], *, embedder: Any = None) -> dict[int, np.ndarray]:
+def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = None) -> dict[int, np.ndarray]:
     """float32 vectors of messages, each computed at most once.
 
     Stored vectors are read; missing ones (and ones of another dimension than the
@@ -176,16 +179,11 @@ def message_vectors(message_ids: Iterable[int], *, embedder: Any = None) -> dict
     embedding call leaves its messages out. Unknown ids are absent. This is the one
     selector that writes: the vector is a cache of the message text.
     """
-    from memory import services
-    from memory.engine.quantize import unpack_float32
-
     ids = list(dict.fromkeys(int(i) for i in message_ids))
     if not ids:
         return {}
     if embedder is None:
-        from memory.providers.config import get_embedder
-
-        embedder = get_embedder()
+        embedder = provider_config.get_embedder()
     dim = int(getattr(embedder, "dim", 0) or 0) if embedder is not None else 0
     out: dict[int, np.ndarray] = {}
     todo: list[tuple[int, str]] = []
@@ -197,8 +195,6 @@ def message_vectors(message_ids: Iterable[int], *, embedder: Any = None) -> dict
             todo.append((mid, content))
     if embedder is None or not todo:
         return out
-    from memory.providers.embeddings import clamp_batch
-
     size = clamp_batch(getattr(settings, "EMBEDDING_BATCH", 20))
     for start in range(0, len(todo), size):
         chunk = todo[start : start + size]
@@ -267,3 +263,9 @@ def filter_messages(stream: Stream, data: dict[str, Any]) -> QuerySet[Message]:
     elif data.get("archived") == "no":
         qs = qs.filter(episode__isnull=True)
     return qs.order_by("-created_at", "-id")
+
+
+def stream_speakers(*, stream_id: int) -> QuerySet[Person]:
+    """The persons who sent messages in a stream, by id."""
+    senders = Message.objects.filter(stream_id=stream_id, sender_person__isnull=False).values("sender_person")
+    return Person.objects.filter(pk__in=senders.distinct()).order_by("id")

@@ -10,7 +10,7 @@ import pytest
 from django.urls import reverse
 
 from curation import services as curation
-from memory import services
+from memory import meta, services
 from tests.console.conftest import HOUR, NOW
 
 pytestmark = pytest.mark.django_db
@@ -36,7 +36,7 @@ def _more_rows(memory_set, n=8):
 
 def test_dashboard_shows_layers_queues_vectors_edges_and_events(operator, memory_set, frozen_now,
                                                                 django_assert_num_queries):
-    services.meta_set("fact_extract_cursor", {str(memory_set["direct"].pk): memory_set["messages"][1].pk})
+    meta.meta_set("fact_extract_cursor", {str(memory_set["direct"].pk): memory_set["messages"][1].pk})
     services.emit_event("memory_ppr_timeout", {"graph": "memory"}, at=NOW)
     services.decay_edges(at=NOW)
     _more_rows(memory_set)
@@ -105,6 +105,19 @@ def test_stream_page_shows_working_memory_batches_and_search(operator, memory_se
     assert f"#{memory_set['episode'].pk}" in html  # the archived batch links its episode
     hits = operator.get(url, {"q": "过敏"}, headers={"HX-Request": "true"})
     assert "我对花生过敏" in hits.content.decode() and "<html" not in hits.content.decode()
+
+
+def test_stream_message_browser_pages_by_mpage_and_keeps_the_other_parameters(operator, memory_set):
+    stream = memory_set["group"]
+    for i in range(60):  # more than a page of messages
+        services.append_message(stream_id=stream.pk, role="user", content=f"翻页消息{i}",
+                                sender_person_id=memory_set["bob"].pk, at=NOW - i)
+    url = reverse("console:stream", args=[stream.pk])
+    first = operator.get(url, {"archived": "no"}).content.decode()
+    assert 'href="?archived=no&amp;mpage=2"' in first and "mpage=0" not in first
+    second = operator.get(url, {"archived": "no", "mpage": 2})
+    assert second.context["messages_page"].number == 2
+    assert 'href="?archived=no&amp;mpage=1"' in second.content.decode()
 
 
 def test_episodes_list_and_cue_search(operator, memory_set, django_assert_num_queries):
@@ -251,9 +264,9 @@ def test_imports_page(staff, memory_set, django_assert_num_queries):
 
 def test_graph_page(staff, memory_set, frozen_now, django_assert_num_queries):
     _more_rows(memory_set)
-    # AUTH + edge totals + degrees (SQL) + edges among the chosen nodes + node total + kept nodes
-    # + facts + episodes + knowledge of those nodes + spread runs.
-    with django_assert_num_queries(AUTH + 9):
+    # AUTH + edge totals + degrees (SQL) + edges among the chosen nodes + node total and spread runs
+    # (one query) + kept nodes + facts + episodes + knowledge of those nodes.
+    with django_assert_num_queries(AUTH + 8):
         response = staff.get(reverse("console:graph"))
     html = response.content.decode()
     assert '<svg class="graph"' in html and "小林住在杭州" in html
@@ -271,6 +284,8 @@ def test_jobs_page(staff, django_assert_num_queries):
 
 
 def test_a_history_restore_gets_the_whole_page(operator, memory_set):
-    headers = {"HX-Request": "true", "HX-History-Restore-Request": "true"}
+    page = operator.get(reverse("console:facts")).content.decode()
+    assert '"historyRestoreAsHxRequest":false' in page  # htmx sends a restore without HX-Request: true
+    headers = {"HX-History-Restore-Request": "true"}
     assert "<html" in operator.get(reverse("console:facts"), headers=headers).content.decode()
     assert "<html" not in operator.get(reverse("console:facts"), headers={"HX-Request": "true"}).content.decode()

@@ -8,12 +8,12 @@ import pytest
 from django.db import connection
 
 from curation import services as curation
-from curation.models import FactOperation
 from memory import forget, services
 from memory.models import (
     Episode,
     EpisodeCue,
     Fact,
+    FactOperation,
     ForgetRecord,
     MemoryEdge,
     MemoryNode,

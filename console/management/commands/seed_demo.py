@@ -32,8 +32,10 @@ from django.test.utils import override_settings
 from django.utils import timezone
 
 from console.management.commands._demo_data import KNOWLEDGE_DOC, PEOPLE, STREAMS
+from curation import services as curation
+from memory import pipeline, recall, services, triggers
 from memory.management.commands.ensure_roles import ensure_roles
-from memory.models import Fact, Message, Person
+from memory.models import Fact, Message, Person, Stream
 
 DAY = 24 * 3_600_000
 HOUR = 3_600_000
@@ -63,8 +65,6 @@ class Command(BaseCommand):
             return
         started = time.monotonic()
         self._users()
-        from memory import services
-
         now = services.now_ms()
         with override_settings(**DEMO_TRIGGERS):
             people = self._conversations(now)
@@ -72,8 +72,6 @@ class Command(BaseCommand):
             self._curation(now, people)
             self._turns(now, people)
             self._import(now)
-            from memory import pipeline
-
             frozen = pipeline.edges_decay(at=now)
         self.stdout.write(
             f"seed_demo: {Message.objects.count()} messages, {Fact.objects.count()} facts, "
@@ -96,8 +94,6 @@ class Command(BaseCommand):
     # --- conversations through the pipeline --------------------------------------
 
     def _conversations(self, now: int) -> dict[str, Person]:
-        from memory import pipeline, services
-
         people = {
             key: services.resolve_person(platform=p, external_id=ext, name=name, at=now - 60 * DAY)
             for key, (p, ext, name) in PEOPLE.items()
@@ -122,7 +118,7 @@ class Command(BaseCommand):
                 stream_id=stream.pk, role="assistant" if speaker == "bot" else "user", content=text,
                 sender_person_id=sender, external_message_id=external_id, at=at,
             )
-            if stream.kind == "desktop" and stream.pk not in failed_once and pipeline.summarize_due(stream.pk):
+            if stream.kind == "desktop" and stream.pk not in failed_once and triggers.summarize_due(stream.pk):
                 failed_once.add(stream.pk)
                 for _ in range(3):
                     pipeline.summarize_stream(stream_id=stream.pk, summariser=_FailingSummariser(), at=at)
@@ -133,8 +129,6 @@ class Command(BaseCommand):
         return people
 
     def _vectors(self) -> None:
-        from memory import pipeline
-
         try:
             result = pipeline.backfill_vectors()
         except Exception as exc:  # vectors are a side channel; the demo works without them
@@ -146,14 +140,11 @@ class Command(BaseCommand):
 
     def _fact(self, person: Person, needle: str) -> Fact | None:
         return (
-            Fact.objects.filter(person=person, content__contains=needle, superseded_by__isnull=True)
+            Fact.objects.valid().filter(person=person, content__contains=needle)
             .order_by("-id").first()
         )
 
     def _curation(self, now: int, people: dict[str, Person]) -> None:
-        from curation import services as curation
-        from memory import services
-
         # Two hand-written conflicts: same slot, no supersede → a review-queue group each.
         services.add_fact(person_id=people["jie"].pk, content="阿杰住在重庆", kind="身份", slot="居住地",
                           origin_kind="direct", actor="manual", source="seed_demo", user="demo", at=now - 3 * DAY)
@@ -195,9 +186,6 @@ class Command(BaseCommand):
     # --- turns, import -------------------------------------------------------------
 
     def _turns(self, now: int, people: dict[str, Person]) -> None:
-        from memory import recall
-        from memory.models import Stream
-
         turns = [
             (("qq", "direct", "lin"), "lin", "周末想出去走走，你有什么建议吗？", 50),
             (("qq", "group", "hike-group"), "mia", "下周去莫干山，小林你对什么过敏来着？", 40),
@@ -220,8 +208,6 @@ class Command(BaseCommand):
                                     at=now - 20 * MINUTE)
 
     def _import(self, now: int) -> None:
-        from memory import pipeline
-
         job = pipeline.start_import(
             text=KNOWLEDGE_DOC, origin_name="宠物与出行小知识.txt", kind="paste", user="staff", enqueue=False,
             at=now - 2 * HOUR,

@@ -34,7 +34,7 @@ DROP = [f"DROP TRIGGER IF EXISTS messages_lexical_{op}" for op in ("delete", "up
 
 
 class Migration(migrations.Migration):
-    dependencies = [("memory", "0016_verbose_names")]
+    dependencies = [("memory", "0018_choices")]
 
     operations = [
         migrations.RunSQL(CREATE, reverse_sql=DROP),
