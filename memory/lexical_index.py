@@ -655,7 +655,6 @@ _messages = ResidentMessages()
 
 def resident_messages() -> ResidentMessages | None:
     """The fresh resident message statistics, or ``None`` when FTS5 must answer (see :func:`resident`)."""
-    from django.conf import settings
 
     if not getattr(settings, "LEXICAL_RESIDENT_INDEX", True) or connection.in_atomic_block:
         return None
