@@ -38,7 +38,7 @@ from typing import Any
 
 from django.db import connection
 
-from memory.lexical_index import B, IDF_FLOOR, K1, fts_tokens
+from memory.lexical_index import IDF_FLOOR, K1, B, fts_tokens
 
 BUMP_REVISION_SQL = (
     "INSERT INTO meta(key, value) VALUES (%s, '1-' || substr(md5(random()::text), 1, 12))"

@@ -444,7 +444,7 @@ def densest_subgraph(*, limit: int, include_frozen: bool = False) -> DenseSubgra
         edge_total, frozen = cur.fetchone()
         cur.execute(
             f"WITH deg AS (SELECT node, COUNT(*) AS d FROM (SELECT source_id AS node FROM memory_edges{active_only}"
-            f" UNION ALL SELECT target_id FROM memory_edges{active_only}) GROUP BY node)"
+            f" UNION ALL SELECT target_id FROM memory_edges{active_only}) AS ends GROUP BY node)"
             " SELECT node, d, (SELECT COUNT(*) FROM deg) FROM deg ORDER BY d DESC, node LIMIT %s",
             [limit + 1],
         )

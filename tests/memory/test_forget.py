@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-from django.db import connection
 
 from curation import services as curation
 from curation.models import FactOperation
