@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests import dbenv
 from tests.integration.test_worker import ROOT, Worker, poll, query
 from tests.redis_url import TEST_REDIS_URL
 
@@ -50,6 +51,7 @@ def env(tmp_path) -> dict[str, str]:
     )
     for name in ("MEMORY_TEST_SUMMARY_DELAY", "MEMORY_TEST_IMPORT_DELAY"):
         values.pop(name, None)
+    dbenv.store_env(values)
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=values,
                    check=True, timeout=120)
     values["_TMP"] = str(tmp_path)

@@ -12,6 +12,7 @@ import pytest
 
 from memory.engine.scoring import apply_pool_percentile
 from memory.models import Meta, PipelineEvent
+from tests import dbenv
 from tuning import services
 from tuning.models import RetrievalProfile
 from tuning.services import ProfileError
@@ -273,6 +274,7 @@ def _env(db: Path) -> dict[str, str]:
 def test_apply_in_one_process_is_seen_by_another_within_a_second(tmp_path):
     db = tmp_path / "live.sqlite3"
     env = _env(db)
+    dbenv.store_env(env)
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "--skip-checks", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=120
     )
