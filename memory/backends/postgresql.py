@@ -13,7 +13,7 @@ score FTS5's ``bm25()`` would give, bit for bit:
   multi-token term ("3.14") match as the phrase FTS5 would make of it.
 - ``lexical_stats(source, docs, tokens)``: the table's row and token counts as delta
   rows (each writer inserts its own; no row every writer updates), folded into one row
-  by readers now and then (:func:`_stats`).
+  by readers now and then (:func:`_stats`; rows locked by another transaction are skipped).
 
 Scoring (:func:`_score`): the postings of the query's tokens (restricted to a scope, an
 id range or a list of ids when the query is), FTS5's statistics of the whole table
@@ -293,9 +293,11 @@ def _stats(code: int) -> tuple[int, int]:
             [code],
         )
         deltas, docs, tokens = cur.fetchone()
-        if deltas > STATS_FOLD_ROWS and not connection.in_atomic_block:
+        if deltas > STATS_FOLD_ROWS:
+            # rows another transaction is folding (or wrote and has not committed) are skipped, never waited for
             cur.execute(
-                "WITH gone AS (DELETE FROM lexical_stats WHERE source = %s RETURNING docs, tokens)"
+                "WITH gone AS (DELETE FROM lexical_stats WHERE id IN (SELECT id FROM lexical_stats WHERE source = %s"
+                " FOR UPDATE SKIP LOCKED) RETURNING docs, tokens)"
                 " INSERT INTO lexical_stats(source, docs, tokens)"
                 " SELECT %s, coalesce(sum(docs), 0), coalesce(sum(tokens), 0) FROM gone",
                 [code, code],
