@@ -96,11 +96,23 @@ def _read_revision() -> int:
 
 
 def _bump_revision() -> int:
-    """Increment the revision inside the caller's transaction and return the new value."""
+    """Increment the revision inside the caller's transaction and return the new value.
+
+    The row is read under a row lock (PostgreSQL: two concurrent applies would otherwise
+    both read N and both write N + 1, and a process that cached N + 1 would never see the
+    second; SQLite's IMMEDIATE transactions serialise writers anyway).
+    """
+    from django.db import transaction
+
     from memory.models import Meta
 
-    revision = _read_revision() + 1
-    Meta.objects.update_or_create(key=REVISION_META_KEY, defaults={"value": json.dumps(revision)})
+    with transaction.atomic():
+        # the row exists before it is locked (two first bumps would otherwise both start from 0)
+        Meta.objects.bulk_create([Meta(key=REVISION_META_KEY, value="0")], ignore_conflicts=True)
+        raw = Meta.objects.select_for_update().filter(key=REVISION_META_KEY).values_list("value", flat=True).first()
+        value = json.loads(raw) if raw is not None else 0
+        revision = (value if isinstance(value, int) and not isinstance(value, bool) else 0) + 1
+        Meta.objects.update_or_create(key=REVISION_META_KEY, defaults={"value": json.dumps(revision)})
     return revision
 
 

@@ -330,3 +330,42 @@ def test_applied_profile_reaches_the_production_recall_path():
     assert tuned.score == pytest.approx(expected) and tuned.score != plain.score
     services.rollback_to_default()
     assert recalled().score == plain.score
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgresql_only("SQLite's IMMEDIATE transactions serialise the two writers before they read")
+def test_concurrent_applies_never_share_a_revision():
+    """Two transactions bump the tuning revision at once: each gets its own number (no lost update)."""
+    import threading
+
+    from django.db import connection, transaction
+
+    start = services._read_revision()
+    first_in, release, got = threading.Event(), threading.Event(), []
+
+    def slow() -> None:
+        try:
+            with transaction.atomic():
+                got.append(services._bump_revision())
+                first_in.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    def fast() -> None:
+        try:
+            got.append(services._bump_revision())  # waits for the slow transaction's row lock
+        finally:
+            connection.close()
+
+    a = threading.Thread(target=slow)
+    a.start()
+    assert first_in.wait(30)
+    b = threading.Thread(target=fast)
+    b.start()
+    b.join(0.5)
+    release.set()
+    a.join(30)
+    b.join(30)
+    assert sorted(got) == [start + 1, start + 2]
+    assert services._read_revision() == start + 2
