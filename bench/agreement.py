@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,7 +41,7 @@ PATHS = ("facts_in_scope", "knowledge", "episodes", "inspect_messages")
 NOW_PAD = 3_600_000
 
 
-def _collect(out: Path, memdaily_haystacks: int | None) -> None:
+def _collect(out: Path, memdaily_haystacks: int | None, conversations: int | None) -> None:
     """Child process: import, query, write ``{path: {question key: [ids]}}`` and a content digest."""
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     os.environ["MEMORY_ENQUEUE_TASKS"] = "False"
@@ -64,7 +65,7 @@ def _collect(out: Path, memdaily_haystacks: int | None) -> None:
 
     t0 = time.perf_counter()
     units: list[dict] = []   # (stream, persons, now, question)
-    locomo = [eval_locomo.import_conversation(raw, NoEmbedder()) for raw in eval_locomo.load(None)]
+    locomo = [eval_locomo.import_conversation(raw, NoEmbedder()) for raw in eval_locomo.load(conversations)]
     for conv in locomo:
         for q in conv.questions:
             units.append({"set": "locomo", "stream": conv.stream_id, "persons": conv.person_ids, "now": conv.now,
@@ -123,11 +124,12 @@ def main() -> None:
     parser.add_argument("--pg-url", default=os.environ.get("AGREEMENT_PG_URL",
                                                             "postgres://postgres@127.0.0.1:5432/memory_agreement"))
     parser.add_argument("--memdaily-haystacks", type=int, default=None, help="default: every haystack")
+    parser.add_argument("--conversations", type=int, default=None, help="LoCoMo conversations (default: all 10)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--no-write", action="store_true", help="do not rewrite BENCHMARKS.md")
     args = parser.parse_args()
     if args.child:
-        _collect(Path(args.child), args.memdaily_haystacks)
+        _collect(Path(args.child), args.memdaily_haystacks, args.conversations)
         return
     import psycopg
 
@@ -137,10 +139,12 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "MEMORY_DB")}
     cmd = [sys.executable, "-m", "bench.agreement"]
     extra = [] if args.memdaily_haystacks is None else ["--memdaily-haystacks", str(args.memdaily_haystacks)]
+    extra += [] if args.conversations is None else ["--conversations", str(args.conversations)]
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
     started = time.perf_counter()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the finally below drops the database
     try:
         procs = [
             subprocess.Popen([*cmd, "--child", str(tmp / "sqlite.json"), *extra], cwd=ROOT,

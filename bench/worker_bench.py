@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import random
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -209,6 +208,8 @@ def _due(db: Path, trigger_sum: int = 48, trigger_ext: int = 32) -> dict:
 def bench_worker(n_messages: int, streams: int = 5, timeout: float = 300.0) -> dict:
     import redis
 
+    from bench.common import stop_process_group
+
     tmp = Path(tempfile.mkdtemp(prefix="memory-worker-bench-"))
     db = tmp / "bench.sqlite3"
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "MEMORY_DB": str(db),
@@ -239,11 +240,7 @@ def bench_worker(n_messages: int, streams: int = 5, timeout: float = 300.0) -> d
                             "after_last_post": round(done - stamps["posted"], 3)},
                 "completed": not state["summarise_due"] and not state["extract_due"] and not state["null_vectors"]}
     finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
+        stop_process_group(worker)
         log.close()
         redis.Redis.from_url(WORKER_REDIS).flushdb()
 

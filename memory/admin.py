@@ -173,3 +173,12 @@ class ForgetRecordAdmin(ReadOnlyAdmin):
 
     list_display = ["id", "at", "user", "target", "target_id"]
     list_filter = ["target"]
+
+
+@admin.register(models.FactOperation)
+class FactOperationAdmin(ReadOnlyAdmin):
+    """The fact-operations journal (undo is an operation of its own, in the console and the API)."""
+
+    list_display = ["id", "at", "actor", "op", "person_id", "fact_id", "related_fact_id", "undone_by", "undo_of", "user"]
+    list_filter = ["op", "actor"]
+    show_full_result_count = True

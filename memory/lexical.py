@@ -35,17 +35,14 @@ from typing import NamedTuple
 
 from django.db import connection
 
+from memory.backends import postgresql
 from memory.engine.tokenize import index_tokens, match_expression, query_terms
 from memory.lexical_index import SOURCES, resident
 
 
 def _pg():
     """The PostgreSQL lexical backend when the connection is PostgreSQL, else ``None`` (FTS5 here)."""
-    if connection.vendor == "postgresql":
-        from memory.backends import postgresql
-
-        return postgresql
-    return None
+    return postgresql if connection.vendor == "postgresql" else None
 
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")
 #: where each FTS table's rows keep their indexed tokens: (table, column)

@@ -21,7 +21,7 @@ from memory.engine.scoring import (
     rank,
 )
 from memory.engine.tokenize import bigrams, words
-from memory.models import Fact
+from memory.models import Fact, FactState
 from memory.selectors._common import _overrides, _private_in_group, _query_q8
 from memory.services import emit_event
 
@@ -287,7 +287,7 @@ def top_facts(
     ``stream_kind='all'`` bypasses visibility; only the extraction de-dup list may use it.
     """
     rows = list(
-        Fact.objects.filter(person_id=person_id, active=True, superseded_by__isnull=True).values_list(
+        Fact.objects.in_state(FactState.ACTIVE).filter(person_id=person_id).values_list(
             "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "half_life_hours", "updated_at"
         )
     )
@@ -328,7 +328,7 @@ def dense_fact_candidates(
     if _query_q8(query_vector) is None or not persons or limit < 1:
         return []
     rows = list(
-        Fact.objects.filter(person_id__in=persons, superseded_by__isnull=True, embedding_q8__isnull=False).values_list(
+        Fact.objects.valid().filter(person_id__in=persons, embedding_q8__isnull=False).values_list(
             "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "half_life_hours",
             "updated_at", "active",
         )

@@ -16,7 +16,7 @@ from memory.engine import decay
 from memory.engine import spreading as sp
 from memory.engine.spreading import ConceptGraph, ShortTermActivation, SpreadResult
 from memory.engine.spreading import spread as engine_spread
-from memory.models import MemoryEdge, MemoryNode
+from memory.models import Episode, Fact, Knowledge, MemoryEdge, MemoryNode
 from memory.selectors._common import _overrides
 from memory.services import CONCEPT_GRAPH_REVISION, emit_event
 
@@ -490,3 +490,16 @@ def node_edges(node: int) -> dict[int, tuple[float, int, bool]]:
         "source_id", "target_id", "strength", "updated_at", "active"
     )
     return {(t if s == node else s): (strength, updated_at, active) for s, t, strength, updated_at, active in rows}
+
+
+def node_rows(
+    *, facts: Sequence[int], episodes: Sequence[int], knowledge: Sequence[int]
+) -> tuple[dict[int, Fact], dict[int, Episode], dict[int, Knowledge]]:
+    """The rows memory nodes point at, by id: facts (with their person), episodes, knowledge
+    (vectors and tokens unread); one query per kind asked for."""
+    return (
+        Fact.objects.select_related("person").defer("embedding", "embedding_q8", "tokens_v2").in_bulk(facts)
+        if facts else {},
+        Episode.objects.in_bulk(episodes) if episodes else {},
+        Knowledge.objects.defer("embedding", "embedding_q8", "tokens_v2").in_bulk(knowledge) if knowledge else {},
+    )

@@ -11,7 +11,7 @@ from django.db import connection
 from django.urls import reverse
 
 from curation import services as curation
-from memory import services
+from memory import meta, services
 from tests.console.conftest import HOUR, NOW
 
 pytestmark = pytest.mark.django_db
@@ -37,7 +37,7 @@ def _more_rows(memory_set, n=8):
 
 def test_dashboard_shows_layers_queues_vectors_edges_and_events(operator, memory_set, frozen_now,
                                                                 django_assert_num_queries):
-    services.meta_set("fact_extract_cursor", {str(memory_set["direct"].pk): memory_set["messages"][1].pk})
+    meta.meta_set("fact_extract_cursor", {str(memory_set["direct"].pk): memory_set["messages"][1].pk})
     services.emit_event("memory_ppr_timeout", {"graph": "memory"}, at=NOW)
     services.decay_edges(at=NOW)
     _more_rows(memory_set)
@@ -274,6 +274,8 @@ def test_jobs_page(staff, django_assert_num_queries):
 
 
 def test_a_history_restore_gets_the_whole_page(operator, memory_set):
-    headers = {"HX-Request": "true", "HX-History-Restore-Request": "true"}
+    page = operator.get(reverse("console:facts")).content.decode()
+    assert '"historyRestoreAsHxRequest":false' in page  # htmx sends a restore without HX-Request: true
+    headers = {"HX-History-Restore-Request": "true"}
     assert "<html" in operator.get(reverse("console:facts"), headers=headers).content.decode()
     assert "<html" not in operator.get(reverse("console:facts"), headers={"HX-Request": "true"}).content.decode()

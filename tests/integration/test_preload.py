@@ -48,7 +48,6 @@ def env(tmp_path) -> dict[str, str]:
         MEMORY_ENQUEUE_TASKS="1", EMBEDDING_PROVIDER="local", LLM_BASE_URL="", LLM_MODEL="", PYTHONPATH=str(ROOT),
         LOG_LEVEL="INFO",
     )
-    values.pop("MEMORY_TEST_IMPORT_DELAY", None)
     dbenv.store_env(values)
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=values,
                    check=True, timeout=120)

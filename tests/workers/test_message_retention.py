@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memory import pipeline, services
+from memory import meta, pipeline, services
 from memory.forget import expire_message_bodies
 from memory.models import Message
 from memory.tasks import expire_message_bodies_task
@@ -43,7 +43,7 @@ def test_old_summarised_and_extracted_bodies_are_emptied(settings):
     assert rows[old[0].pk].embedding is None and rows[old[0].pk].episode_id is not None  # the row and link stay
     assert rows[old[2].pk].content and rows[recent.pk].content  # not summarised / too recent
     assert _docs("琥珀") == 2
-    assert services.meta_get("message_retention")["total"] == 2
+    assert meta.meta_get("message_retention")["total"] == 2
 
 
 def test_the_task_is_off_by_default_and_a_rerun_empties_nothing_more(settings):
