@@ -56,10 +56,14 @@ def _collect(out: Path, memdaily_haystacks: int | None, conversations: int | Non
 
     call_command("migrate", verbosity=0, interactive=False)
     from bench import eval_locomo, eval_memdaily
+    from bench.common import load_memdaily
     from memory import selectors, services
     from memory.providers.heuristic import HeuristicExtractor
 
-    class NoEmbedder:
+    class NoEmbedder:  # constant vectors: no recall path below is given a query vector
+        name = label = "constant"
+        dim = 8
+
         def embed(self, texts):
             return [[1.0] + [0.0] * 7 for _ in texts]
 
@@ -71,7 +75,7 @@ def _collect(out: Path, memdaily_haystacks: int | None, conversations: int | Non
             units.append({"set": "locomo", "stream": conv.stream_id, "persons": conv.person_ids, "now": conv.now,
                           "q": str(q["question"])})
     extractor = HeuristicExtractor()
-    data = eval_memdaily.load()
+    data = load_memdaily()
     haystacks = [eval_memdaily.build(i, g, NoEmbedder(), extractor)
                  for i, g in enumerate(eval_memdaily.haystacks_from(data, memdaily_haystacks))]
     for hs in haystacks:
