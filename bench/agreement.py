@@ -130,10 +130,14 @@ def main() -> None:
     parser.add_argument("--memdaily-haystacks", type=int, default=None, help="default: every haystack")
     parser.add_argument("--conversations", type=int, default=None, help="LoCoMo conversations (default: all 10)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--report-from", help="re-summarise the children's outputs kept in this folder")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite BENCHMARKS.md")
     args = parser.parse_args()
     if args.child:
         _collect(Path(args.child), args.memdaily_haystacks, args.conversations)
+        return
+    if args.report_from:
+        report(Path(args.report_from), seconds=None, write=not args.no_write)
         return
     import psycopg
 
@@ -161,39 +165,53 @@ def main() -> None:
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    lite = json.loads((tmp / "sqlite.json").read_text())
-    pg = json.loads((tmp / "postgresql.json").read_text())
+    report(tmp, seconds=round(time.perf_counter() - started, 1), write=not args.no_write)
+
+
+def report(folder: Path, *, seconds: float | None, write: bool) -> dict:
+    """Compare the two children's outputs in ``folder``; write the JSON and the BENCHMARKS.md section."""
+    lite = json.loads((folder / "sqlite.json").read_text())
+    pg = json.loads((folder / "postgresql.json").read_text())
     assert lite["units"] == pg["units"], "the two runs asked different questions"
-    result = {"same_data": lite["digest"] == pg["digest"], "questions": {}, "paths": {},
-              "seconds": round(time.perf_counter() - started, 1),
+    result = {"same_data": lite["digest"] == pg["digest"], "questions": {}, "paths": {}, "seconds": seconds,
               "import_seconds": {"sqlite": lite["import_seconds"], "postgresql": pg["import_seconds"]},
               "query_seconds": {"sqlite": lite["query_seconds"], "postgresql": pg["query_seconds"]}}
     for dataset in ("locomo", "memdaily"):
         idx = [i for i, u in enumerate(lite["units"]) if u["set"] == dataset]
         result["questions"][dataset] = len(idx)
         for path in PATHS:
-            mean, exact = _agreement([lite["got"][path][i] for i in idx], [pg["got"][path][i] for i in idx])
-            result["paths"][f"{dataset}/{path}"] = {"agreement": round(mean, 4), "exact": round(exact, 4)}
+            a, b = [lite["got"][path][i] for i in idx], [pg["got"][path][i] for i in idx]
+            mean, exact = _agreement(a, b)
+            result["paths"][f"{dataset}/{path}"] = {
+                "agreement": round(mean, 4), "exact": round(exact, 4),
+                "non_empty": sum(1 for x in a if x), "ids": sum(len(x) for x in a),
+            }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "agreement.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
-    if not args.no_write:
+    if write:
         from bench.common import md_table, replace_section
 
-        rows = [[key.split("/")[0], key.split("/")[1].replace("_", " "), v["agreement"], v["exact"]]
+        rows = [[key.split("/")[0], key.split("/")[1].replace("_", " "), v["agreement"], v["exact"],
+                 f"{v['non_empty']} / {result['questions'][key.split('/')[0]]}", v["ids"]]
                 for key, v in result["paths"].items()]
         body = (
             "## SQLite and PostgreSQL rank alike (`python -m bench.agreement`)\n\n"
-            f"Produced by `python -m bench.agreement` in {result['seconds']} s "
-            f"({result['questions']['locomo']} LoCoMo and {result['questions']['memdaily']} MemDaily questions; "
-            f"identical imported data on both: {result['same_data']}; machine-readable: `bench/results/agreement.json`). "
+            f"Produced by `python -m bench.agreement` ({result['questions']['locomo']} LoCoMo and "
+            f"{result['questions']['memdaily']} MemDaily questions; identical imported data on both: "
+            f"{result['same_data']}; import {result['import_seconds']['sqlite']} s on SQLite, "
+            f"{result['import_seconds']['postgresql']} s on PostgreSQL; machine-readable: `bench/results/agreement.json`). "
             "Top-10 of each recall path read from SQLite (FTS5 bm25) and from PostgreSQL (postings tables, the same "
-            "bm25 computed in Python); agreement = mean |A ∩ B| / max(|A|, |B|), exact = identical ordered lists. "
-            "Target ≥ 0.99 on every path.\n\n"
-            + md_table(["questions", "recall path", "top-10 agreement", "identical lists"], rows)
+            "bm25 computed in Python), outside a transaction as a deployment reads; agreement = mean |A ∩ B| / "
+            "max(|A|, |B|), identical = the same ids in the same order; non-empty = questions where SQLite "
+            "returned anything (MemDaily is imported without summaries, so it has no episodes). No query vectors: "
+            "the vector part of each path is the same numpy code on both. Target ≥ 0.99 on every path.\n\n"
+            + md_table(["questions", "recall path", "top-10 agreement", "identical lists", "non-empty", "ids compared"],
+                       rows)
         )
         replace_section(ROOT / "BENCHMARKS.md", "<!-- agreement:start -->", "<!-- agreement:end -->", body,
                         title="SQLite and PostgreSQL rank alike (`python -m bench.agreement`)")
+    return result
 
 
 if __name__ == "__main__":
