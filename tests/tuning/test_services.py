@@ -355,7 +355,7 @@ def test_applied_profile_reaches_the_production_recall_path():
     assert recalled().score == plain.score
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 @pytest.mark.postgresql_only("SQLite's IMMEDIATE transactions serialise the two writers before they read")
 def test_concurrent_applies_never_share_a_revision():
     """Two transactions bump the tuning revision at once: each gets its own number (no lost update)."""
