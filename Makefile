@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 export DJANGO_SETTINGS_MODULE := config.settings
 
-.PHONY: setup run web worker beat test test-fast bench eval lint check demo clean screenshots
+.PHONY: setup run web worker beat test test-postgres test-fast bench eval lint check demo clean screenshots
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -74,3 +74,11 @@ check: lint
 
 clean:
 	rm -rf $(VENV) db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles test-artifacts
+
+# The whole suite on PostgreSQL (DATABASE_URL): a throwaway database on $(PG_HOST), dropped on exit.
+PG_HOST ?= 127.0.0.1
+test-postgres: $(VENV)/.installed
+	@db=memory_ci_$$(date +%s)_$$$$; \
+	trap 'psql -h $(PG_HOST) -U postgres -qc "DROP DATABASE IF EXISTS \"$$db\" WITH (FORCE)" >/dev/null 2>&1; psql -h $(PG_HOST) -U postgres -qc "DROP DATABASE IF EXISTS \"test_$$db\" WITH (FORCE)" >/dev/null 2>&1' EXIT; \
+	psql -h $(PG_HOST) -U postgres -qc "CREATE DATABASE \"$$db\"" && \
+	DATABASE_URL=postgres://postgres@$(PG_HOST):5432/$$db $(BIN)/python -m pytest -q

@@ -86,6 +86,7 @@ def setup_store(*, keep: bool = False) -> Path:
     db = _store_dir / "eval.sqlite3"
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     os.environ["MEMORY_DB"] = str(db)
+    os.environ.pop("DATABASE_URL", None)  # the evaluation's store is a throwaway SQLite file
     os.environ["MEMORY_ENQUEUE_TASKS"] = "False"
     os.environ["EMBEDDING_PROVIDER"] = "none"  # the evaluation embeds explicitly with the local model
     os.environ.setdefault("LOG_LEVEL", "WARNING")

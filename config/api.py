@@ -24,7 +24,7 @@ from typing import Any
 import pydantic
 from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
-from django.db import DatabaseError, OperationalError
+from django.db import DatabaseError, DataError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -200,6 +200,12 @@ def _on_broker_down(request: HttpRequest, exc: Exception) -> HttpResponse:
     return response
 
 
+def _on_unstorable(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # PostgreSQL refuses some values SQLite keeps (a NUL character in text): client input, not a 500
+    logger.info("unstorable input on %s %s: %s", request.method, request.path, exc)
+    return error_response(request, 422, "the input cannot be stored (text must not contain NUL characters)")
+
+
 def _on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     logger.exception("api error on %s %s", request.method, request.path, exc_info=exc)
     return error_response(request, 500, "internal error; the request was not applied")
@@ -223,6 +229,7 @@ api.add_exception_handler(ValueError, _status(400))
 # a pydantic error escaping a view is a server bug (e.g. a response not matching its schema)
 api.add_exception_handler(pydantic.ValidationError, _on_unexpected)
 api.add_exception_handler(OperationalError, _on_operational)
+api.add_exception_handler(DataError, _on_unstorable)
 api.add_exception_handler(DatabaseError, _on_unexpected)
 api.add_exception_handler(Exception, _on_unexpected)
 

@@ -120,6 +120,12 @@ class MetaAdmin(ReadOnlyAdmin):
     list_display = ["key", "value"]
 
 
+@admin.register(models.Change)
+class ChangeAdmin(ReadOnlyAdmin):
+    list_display = ("id", "source", "row_id", "xid")
+    list_filter = ("source",)
+
+
 @admin.register(models.PipelineEvent)
 class PipelineEventAdmin(ReadOnlyAdmin):
     list_display = ["seq", "at", "kind", "stream_id", "turn_id", "stage"]

@@ -24,20 +24,28 @@ document frequency is above ``FTS_PRUNE_DF_RATIO`` of the rows (read from the
 ``*_vocab`` fts5vocab tables; tables under 2,000 rows are never pruned).
 ``bench/`` reports the top-10 agreement of both with unpruned bm25.
 
-A deployment that outgrows one SQLite file would add a PostgreSQL backend
-behind these same functions.
+On PostgreSQL (``DATABASE_URL``) every function here answers from postings tables
+with the very same bm25 (:mod:`memory.backends.postgresql`): callers never see which
+backend ranked.
 """
 from __future__ import annotations
 
 import re
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from django.db import connection
 
+from memory.backends import postgresql
 from memory.engine.tokenize import index_tokens, match_expression, query_terms
 from memory.lexical_index import SOURCES, resident, resident_messages
+
+
+def _pg():
+    """The PostgreSQL lexical backend when the connection is PostgreSQL, else ``None`` (FTS5 here)."""
+    return postgresql if connection.vendor == "postgresql" else None
 
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")
 #: where each FTS table's rows keep their indexed tokens: (table, column)
@@ -68,6 +76,8 @@ def index_rows(table: str, rows: Sequence[tuple[int, str]]) -> list[str]:
     """Bulk form of :func:`index_row` (``rows`` = ``(rowid, text)``)."""
     if _check(table) in ("cues_fts", "facts_fts", "messages_fts"):
         raise ValueError("cue, fact and message rows carry their scope: use index_cue(s) / index_fact(s) / index_messages")
+    if (pg := _pg()) is not None:
+        return pg.index_rows(table, rows)
     payload = [(rowid, index_tokens(text)) for rowid, text in rows]
     with connection.cursor() as cur:
         cur.executemany(f"INSERT INTO {table}(rowid, tokens) VALUES (%s, %s)", payload)
@@ -93,6 +103,8 @@ def index_fact(rowid: int, text: str, person_id: int) -> str:
 
 def _index_scoped(table: str, column: str, rows: Sequence[tuple[int, str, str]]) -> list[str]:
     """Insert ``(rowid, text, scope token)`` rows into a table with an unweighted scope column."""
+    if (pg := _pg()) is not None:
+        return pg.index_scoped(table, [(r, text, int(scope[1:])) for r, text, scope in rows])
     payload = [(rowid, index_tokens(text), scope) for rowid, text, scope in rows]
     with connection.cursor() as cur:
         cur.executemany(f"INSERT INTO {table}(rowid, tokens, {column}) VALUES (%s, %s, %s)", payload)
@@ -135,6 +147,8 @@ def index_messages(rows: Sequence[tuple[int, str, int]]) -> list[str]:
     A message without a searchable term gets no FTS row (its stored tokens stay ``''``),
     so ``messages.tokens <> ''`` is exactly "has an FTS row" (the delete trigger relies on it).
     """
+    if (pg := _pg()) is not None:
+        return pg.index_messages(rows)
     payload = [(rowid, index_tokens(text or ""), _stream_token(s)) for rowid, text, s in rows]
     indexed = [p for p in payload if p[1]]
     if indexed:
@@ -146,6 +160,8 @@ def index_messages(rows: Sequence[tuple[int, str, int]]) -> list[str]:
 
 def reindex_message(rowid: int, text: str, stream_id: int, old_tokens: str) -> str:
     """Replace a message's FTS row after its content changed (same transaction as the UPDATE)."""
+    if (pg := _pg()) is not None:
+        return pg.reindex_message(rowid, text, stream_id, old_tokens)
     if old_tokens:
         with connection.cursor() as cur:
             cur.execute(
@@ -167,6 +183,8 @@ def message_candidates(
     """
     if not match or limit < 1:
         return []
+    if (pg := _pg()) is not None:
+        return pg.message_candidates(terms_of(match), stream_id=stream_id, before_id=before_id, limit=limit)
     index = resident_messages()
     scored = index.scores(stream_id, terms_of(match), before_id=before_id) if index is not None else None
     if scored is not None:
@@ -196,6 +214,8 @@ def message_bm25(match: str, *, stream_id: int, message_ids: Sequence[int]) -> d
     """
     if not match or not message_ids:
         return {}
+    if (pg := _pg()) is not None:
+        return pg.message_bm25(terms_of(match), stream_id=stream_id, message_ids=message_ids)
     index = resident_messages()
     scored = index.scores(stream_id, terms_of(match), rowids=message_ids) if index is not None else None
     if scored is not None:
@@ -213,6 +233,8 @@ def message_bm25(match: str, *, stream_id: int, message_ids: Sequence[int]) -> d
 def delete_row(table: str, rowid: int, tokens: str) -> None:
     """Remove a contentless FTS row: FTS5 needs the exact tokens that were indexed."""
     name = _check(table)
+    if (pg := _pg()) is not None:
+        return pg.delete_rows(name, [rowid])
     with connection.cursor() as cur:
         cur.execute(f"INSERT INTO {name}({name}, rowid, tokens) VALUES ('delete', %s, %s)", [rowid, tokens])
     _doc_counts.pop(table, None)
@@ -230,6 +252,8 @@ def delete_cue_rows(rows: Sequence[tuple[int, str, int]]) -> None:
 
 def _delete_scoped(table: str, column: str, rows: Sequence[tuple[int, str, str]]) -> None:
     payload = [row for row in rows if row[1]]
+    if (pg := _pg()) is not None:
+        return pg.delete_rows(table, [row[0] for row in rows])
     if payload:
         with connection.cursor() as cur:
             cur.executemany(
@@ -238,13 +262,26 @@ def _delete_scoped(table: str, column: str, rows: Sequence[tuple[int, str, str]]
     _doc_counts.pop(table, None)
 
 
+def clear(table: str) -> None:
+    """Empty one lexical index (tests: FTS5 tables are not flushed with the rows)."""
+    name = _check(table)
+    if (pg := _pg()) is not None:
+        return pg.clear(name)
+    with connection.cursor() as cur:
+        cur.execute(f"INSERT INTO {name}({name}) VALUES ('delete-all')")
+    _doc_counts.pop(name, None)
+
+
 def purge_deleted(tables: Sequence[str]) -> None:
     """Rewrite the tables' segments so deleted rows' terms leave the file, not only the index.
 
     A contentless FTS5 ``'delete'`` writes a tombstone; the old segment keeps the
     terms until a merge. ``'optimize'`` merges every segment into one now (forgetting
-    is rare; with ``secure_delete`` the freed pages are zeroed).
+    is rare; with ``secure_delete`` the freed pages are zeroed). PostgreSQL: deleted
+    postings are dead tuples until (auto)vacuum; nothing to do here.
     """
+    if _pg() is not None:
+        return
     with connection.cursor() as cur:
         for table in dict.fromkeys(tables):
             name = _check(table)
@@ -253,6 +290,8 @@ def purge_deleted(tables: Sequence[str]) -> None:
 
 def document_count(table: str) -> int:
     """Rows in the index (cached for a few seconds; it only steers pruning)."""
+    if (pg := _pg()) is not None:
+        return pg.document_count(_check(table))
     hit = _doc_counts.get(table)
     now = time.monotonic()
     if hit and now - hit[0] < _DOC_COUNT_TTL:
@@ -268,6 +307,8 @@ def document_frequencies(table: str, terms: Sequence[str]) -> dict[str, int]:
     """Rows containing each single-token term (phrase terms are absent from the result)."""
     if not terms:
         return {}
+    if (pg := _pg()) is not None:
+        return pg.document_frequencies(_check(table), terms)
     # the vocab table reads each term's whole doclist; the resident index counts the ``tokens``
     # column only, so a term shaped like a scope column's token (p12, s3) is left to the vocab
     index = resident(table) if table in SOURCES and not any(_SCOPE_TOKEN.fullmatch(t) for t in terms) else None
@@ -322,6 +363,35 @@ def _whole_table_top(table: str, match: str, limit: int, offset: int = 0) -> lis
     return None if index is None else index.top(terms_of(match), limit, offset=offset)
 
 
+class FactRow(NamedTuple):
+    """A fact candidate as the lexical index returns it (``bm25``: FTS5's, negative, lower is better)."""
+
+    id: int
+    bm25: float
+    person_id: int
+    kind: str
+    content: str
+    slot: str
+    origin_kind: str
+    strength: float
+    half_life_hours: float
+    updated_at: int
+    active: bool
+    has_vector: bool
+
+
+class CueHit(NamedTuple):
+    """An episode cue matching a query: its episode, the cue, the cue's bm25."""
+
+    episode_id: int
+    cue_id: int
+    bm25: float
+
+
+def _fact_rows(rows) -> list[FactRow]:
+    return [FactRow(*r) for r in rows]
+
+
 _FACT_COLUMNS = (
     "f.id, {bm25}, f.person_id, f.kind, f.content, f.slot, f.origin_kind,"
     " f.strength, f.half_life_hours, f.updated_at, f.active, f.embedding_q8 IS NOT NULL"
@@ -330,9 +400,9 @@ _FACT_COLUMNS = (
 
 def fact_candidates(
     match: str, *, person_ids: Sequence[int] | None, limit: int, include_invalid: bool = False
-) -> list[tuple]:
-    """Facts matching ``match`` ordered by bm25: ``(id, bm25, person_id, kind, content, slot,
-    origin_kind, strength, half_life_hours, updated_at, active, has_vector)``.
+) -> list[FactRow]:
+    """Facts matching ``match`` ordered by bm25, as :class:`FactRow` (``id, bm25, person_id, kind,
+    content, slot, origin_kind, strength, half_life_hours, updated_at, active, has_vector``).
 
     Superseded/invalidated facts are excluded unless ``include_invalid``; frozen facts are
     kept (they stay lexically recallable). ``person_ids=None`` ranks every person's facts
@@ -345,12 +415,16 @@ def fact_candidates(
     if person_ids is None:
         rows = _resident_fact_candidates(match, limit, include_invalid)
         if rows is not None:
-            return rows
+            return _fact_rows(rows)
+    if (pg := _pg()) is not None:
+        ranked = pg.fact_scores(terms_of(match), person_ids)
+        return _fact_rows(pg.fact_rows(_FACT_COLUMNS, ranked, include_invalid=include_invalid, limit=limit))
+    if person_ids is None:
         match = _pruned("facts_fts", match) or match
     else:
         rows = _resident_scoped_facts(match, person_ids, limit, include_invalid)
         if rows is not None:
-            return rows
+            return _fact_rows(rows)
     where = ["facts_fts MATCH %s"]
     params: list = [_fact_expression(match, person_ids)]
     if not include_invalid:
@@ -363,7 +437,7 @@ def fact_candidates(
     )
     with connection.cursor() as cur:
         cur.execute(sql, params)
-        return cur.fetchall()
+        return _fact_rows(cur.fetchall())
 
 
 def _resident_scoped_facts(
@@ -432,6 +506,8 @@ def fact_bm25(match: str, fact_ids: Sequence[int]) -> dict[int, float]:
     """
     if not match or not fact_ids:
         return {}
+    if (pg := _pg()) is not None:
+        return pg.fact_bm25(terms_of(match), fact_ids)
     index = resident("facts_fts")
     scored = index.scores_for(terms_of(match), fact_ids) if index is not None else None
     if scored is not None:
@@ -449,6 +525,8 @@ def similar_fact_candidates(match: str, *, person_id: int, limit: int = 8) -> li
     """Valid facts (active or frozen) of one person for duplicate detection: ``(id, content)``."""
     if not match:
         return []
+    if (pg := _pg()) is not None:
+        return pg.similar_fact_candidates(terms_of(match), person_id=person_id, limit=limit)
     with connection.cursor() as cur:
         cur.execute(
             "SELECT f.id, f.content FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid"
@@ -459,8 +537,8 @@ def similar_fact_candidates(match: str, *, person_id: int, limit: int = 8) -> li
         return cur.fetchall()
 
 
-def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tuple[int, int, float]]:
-    """Cue hits ordered by bm25: ``(episode_id, cue_id, bm25)``; placeholders have no cues.
+def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[CueHit]:
+    """Cue hits ordered by bm25 (:class:`CueHit`: ``episode_id, cue_id, bm25``); placeholders have no cues.
 
     The user terms are confined to the ``tokens`` column; a stream is selected with
     ``stream : "s<id>"`` so FTS5 ranks only that stream's cues. The ``stream``
@@ -472,7 +550,10 @@ def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tup
     if stream_id is None:
         hits = _whole_table_top("cues_fts", match, limit)
         if hits is not None:
-            return _cue_rows(hits)
+            return [CueHit(*h) for h in _cue_rows(hits)]
+    if (pg := _pg()) is not None:
+        return [CueHit(*h) for h in pg.cue_candidates(terms_of(match), stream_id=stream_id, limit=limit)]
+    if stream_id is None:
         match = _pruned("cues_fts", match) or match
     else:
         rows = _resident_stream_cues(match, stream_id, limit)
@@ -494,7 +575,7 @@ def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tup
             f" WHERE {where} ORDER BY b LIMIT %s",
             params,
         )
-        return cur.fetchall()
+        return [CueHit(*h) for h in cur.fetchall()]
 
 
 def _resident_stream_cues(match: str, stream_id: int, limit: int) -> list[tuple[int, int, float]] | None:
@@ -540,6 +621,8 @@ def knowledge_candidates(match: str, *, limit: int) -> list[tuple[int, float]]:
     hits = _whole_table_top("knowledge_fts", match, limit)
     if hits is not None:
         return hits
+    if (pg := _pg()) is not None:
+        return pg.top("knowledge_fts", terms_of(match), limit)
     with connection.cursor() as cur:
         cur.execute(
             "SELECT rowid, bm25(knowledge_fts) AS b FROM knowledge_fts WHERE knowledge_fts MATCH %s"
@@ -557,6 +640,8 @@ def knowledge_bm25(match: str, ids: Sequence[int]) -> dict[int, float]:
     scores = index.bm25_for(terms_of(match), ids) if index is not None else None
     if scores is not None:
         return scores
+    if (pg := _pg()) is not None:
+        return pg.bm25_for("knowledge_fts", terms_of(match), ids)
     placeholders = ",".join(["%s"] * len(ids))
     with connection.cursor() as cur:
         cur.execute(
@@ -572,6 +657,8 @@ def rows_containing(table: str, match: str, *, limit: int) -> list[int]:
     if not match:
         return []
     name = _check(table)
+    if (pg := _pg()) is not None:
+        return pg.rows_containing(name, terms_of(match), limit=limit)
     if name == "facts_fts":
         match = _fact_expression(match, None)
     with connection.cursor() as cur:
@@ -588,6 +675,8 @@ def unpruned_top(table: str, match: str, *, limit: int) -> list[tuple[int, float
     if not match:
         return []
     name = _check(table)
+    if (pg := _pg()) is not None:
+        return pg.top(name, terms_of(match), limit)
     expression, weights = (match, "") if name == "knowledge_fts" else (f"tokens : ({match})", ", 1.0, 0.0")
     with connection.cursor() as cur:
         cur.execute(

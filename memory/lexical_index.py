@@ -10,8 +10,10 @@ columns) for every matching row at once, so the ranking agrees with unpruned
 FTS5 while costing about as much as the rarest-term FTS5 query.
 
 Freshness, without scanning: the three tables are append-only apart from
-knowledge batch deletion. Rows with an id above the last one loaded are
-appended on the next query (a cheap tail, merged in batches); SQLite triggers
+knowledge batch deletion. Inserted rows are read from the change log
+(:mod:`memory.changes`: database triggers log every insert; on PostgreSQL with the
+inserting transaction's id, so a row committed late with a smaller id is not
+missed) and appended on the next query (a cheap tail, merged in batches); triggers
 bump ``meta['lexical_revision:<table>']`` on any delete or token change, and a
 changed revision rebuilds the table's index. The index only answers queries
 made outside a transaction (autocommit reads see committed rows only, so a
@@ -27,7 +29,6 @@ from __future__ import annotations
 import math
 import re
 import threading
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
@@ -36,13 +37,13 @@ import numpy as np
 from django.conf import settings
 from django.db import connection
 
-K1 = 1.2
-B = 0.75
-IDF_FLOOR = 1e-6          # FTS5 replaces a non-positive IDF by this
-TAIL_MERGE_ROWS = 512     # appended rows kept aside before they are merged into the arrays
+from memory.changes import ChangeFeed
+from memory.engine.bm25 import FOLDABLE as _FOLDABLE
+from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_tokens
 
-_TOKEN = re.compile(r"[^\W_]+")
-_FOLDABLE = re.compile("[\u0080-\u024f\u1e00-\u1eff]")  # the characters _fold may change
+__all__ = ["B", "IDF_FLOOR", "K1", "SOURCES", "ResidentBM25", "Source", "fts_tokens", "reset_all", "resident"]
+
+TAIL_MERGE_ROWS = 512     # appended rows kept aside before they are merged into the arrays
 
 
 @dataclass(frozen=True)
@@ -66,21 +67,6 @@ SOURCES = {
 }
 
 
-def _fold(text: str) -> str:
-    """Lower-case and drop Latin diacritics, as ``unicode61`` (remove_diacritics=1) does."""
-    text = text.lower()
-    if text.isascii() or _FOLDABLE.search(text) is None:  # nothing a diacritic could sit on (CJK text)
-        return text
-    return "".join(
-        unicodedata.normalize("NFD", ch)[0] if ch < "\u0250" or "\u1e00" <= ch <= "\u1eff" else ch for ch in text
-    )
-
-
-def fts_tokens(text: str) -> list[str]:
-    """The tokens ``unicode61`` makes of ``text`` (runs of letters and digits)."""
-    return _TOKEN.findall(_fold(text))
-
-
 class ResidentBM25:
     """The postings of one FTS table, in memory; see the module docstring."""
 
@@ -92,7 +78,8 @@ class ResidentBM25:
 
     def _clear(self) -> None:
         self._revision: str | None = None
-        self._max_id = 0
+        self._feed = ChangeFeed(self.source.table, self.source.revision_key)
+        self._loaded: set[int] = set()   # rowids in the index (a logged insert may be read twice)
         self._vocab: dict[str, int] = {}
         self._ids = np.zeros(0, dtype=np.int64)       # rowid per document position (ascending)
         self._lengths = np.zeros(0, dtype=np.float64)  # tokens per document (all columns)
@@ -107,41 +94,40 @@ class ResidentBM25:
 
     # --- loading --------------------------------------------------------------------------------
 
-    def _state(self) -> tuple[str, int]:
-        src = self.source
-        with connection.cursor() as cur:
-            cur.execute(
-                f"SELECT (SELECT value FROM meta WHERE key = %s), (SELECT max(id) FROM {src.table})",
-                [src.revision_key],
-            )
-            revision, max_id = cur.fetchone()
-        return revision or "0", int(max_id or 0)
+    def revision(self) -> str:
+        """The table's committed lexical revision (moves on a delete or a token change)."""
+        return ChangeFeed(self.source.table, self.source.revision_key).poll().revision
 
-    def _rows_after(self, after: int) -> list[tuple[int, str]]:
+    def _rows(self, ids: Sequence[int] | None = None) -> list[tuple[int, str]]:
         src = self.source
         with connection.cursor() as cur:
-            cur.execute(f"SELECT id, {src.tokens} FROM {src.table} WHERE id > %s ORDER BY id", [after])
+            if ids is None:
+                cur.execute(f"SELECT id, {src.tokens} FROM {src.table} ORDER BY id")
+            else:
+                cur.execute(
+                    f"SELECT id, {src.tokens} FROM {src.table} WHERE id IN ({','.join(['%s'] * len(ids))}) ORDER BY id",
+                    list(ids),
+                )
             return cur.fetchall()
 
     def refresh(self) -> None:
         """Bring the arrays up to the committed rows (see the module docstring)."""
-        revision, max_id = self._state()
-        if revision == self._revision and max_id == self._max_id:
-            return
         with self._lock:
-            if revision != self._revision or max_id < self._max_id:
+            poll = self._feed.poll()
+            if poll.revision != self._revision or poll.rebuild:
                 self._clear()
-                rows = self._rows_after(0)
+                self._feed.start()  # the log's position before the rows are read: nothing falls in between
+                rows = self._rows()
                 self._load(rows)
-                self._revision = revision
+                self._loaded = {int(r[0]) for r in rows}
+                self._revision = poll.revision
                 self.rebuilds += 1
-            elif max_id > self._max_id:
-                rows = self._rows_after(self._max_id)
-                self._append(rows)
-            else:
                 return
-            if rows:  # rows committed after _state() was read are in too: start after the last one
-                self._max_id = int(rows[-1][0])
+            fresh = sorted({i for i in poll.row_ids if i not in self._loaded})
+            if fresh:
+                rows = self._rows(fresh)
+                self._append(rows)
+                self._loaded.update(int(r[0]) for r in rows)
 
     def reset(self) -> None:
         with self._lock:

@@ -34,8 +34,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
+
 from memory.engine.tuning import BUILTIN_PROFILES, validate_overrides
 from memory.meta import meta_get, meta_set
+from memory.models import Meta
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +116,22 @@ def set_active(name: str) -> int:
     Returns the new revision; every process sees the change within :data:`REFRESH_INTERVAL_S`.
     """
     meta_set(ACTIVE_PROFILE_META_KEY, name)
-    revision = read_revision() + 1
-    meta_set(REVISION_META_KEY, revision)
+    return _bump_revision()
+
+
+def _bump_revision() -> int:
+    """Add one to the revision under a row lock and return it.
+
+    PostgreSQL: two concurrent applies would otherwise both read N and both write N + 1,
+    and a process that cached N + 1 would never see the second (SQLite's IMMEDIATE
+    transactions serialise writers anyway). The row exists before it is locked, so two
+    first bumps do not both start from 0.
+    """
+    with transaction.atomic():
+        Meta.objects.bulk_create([Meta(key=REVISION_META_KEY, value="0")], ignore_conflicts=True)
+        Meta.objects.select_for_update().filter(key=REVISION_META_KEY).values_list("value", flat=True).first()
+        revision = read_revision() + 1
+        meta_set(REVISION_META_KEY, revision)
     return revision
 
 

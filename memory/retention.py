@@ -23,6 +23,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from memory import changes
 from memory.models import PipelineEvent, Turn
 from memory.services import now_ms
 
@@ -84,6 +85,7 @@ def prune_turns(*, now: int, max_count: int | None = None, max_hours: float | No
 
 
 def retention_sweep(*, at: int | None = None) -> dict[str, int]:
-    """Prune events and turns to their limits; returns ``{"events": n, "turns": n}`` deleted."""
+    """Prune events and turns to their limits (and the change log); returns ``{"events": n, "turns": n}`` deleted."""
     now = now_ms() if at is None else int(at)
+    changes.prune()
     return {"events": prune_events(now=now), "turns": prune_turns(now=now)}

@@ -6,7 +6,10 @@ FTS row with ``rowid`` = the row's primary key in the same transaction. The
 """
 from __future__ import annotations
 
+from django.core.management.color import no_style
 from django.db import migrations
+
+from memory.backends import sql_for
 
 FTS_TABLES = ("facts_fts", "cues_fts", "knowledge_fts")
 
@@ -41,26 +44,29 @@ def seed(apps, schema_editor) -> None:
         Person.objects.create(pk=1, kind="owner", display_name="主人", first_seen_at=0)
     if not Stream.objects.filter(pk=1).exists():
         Stream.objects.create(pk=1, platform="desktop", kind="desktop", external_id="desktop", display_name="桌面")
+    # rows inserted with explicit ids leave a PostgreSQL sequence behind: move it past them
+    connection = schema_editor.connection
+    with connection.cursor() as cur:
+        for sql in connection.ops.sequence_reset_sql(no_style(), [Person, Stream]):
+            cur.execute(sql)
 
 
 class Migration(migrations.Migration):
     dependencies = [("memory", "0001_initial")]
 
+    # SQLite only: PostgreSQL gets its lexical tables and triggers in 0020_postgresql.
     operations = [
-        *[
-            migrations.RunSQL(
-                f"CREATE VIRTUAL TABLE {name} USING fts5(tokens, content='', tokenize='unicode61')",
-                reverse_sql=f"DROP TABLE IF EXISTS {name}",
-            )
-            for name in FTS_TABLES
-        ],
-        *[
-            migrations.RunSQL(
-                f"CREATE VIRTUAL TABLE {name}_vocab USING fts5vocab({name}, 'row')",
-                reverse_sql=f"DROP TABLE IF EXISTS {name}_vocab",
-            )
-            for name in FTS_TABLES
-        ],
-        *[migrations.RunSQL(sql, reverse_sql=f"DROP TRIGGER IF EXISTS {name}") for name, sql in TRIGGERS],
+        sql_for(
+            sqlite=[
+                *[f"CREATE VIRTUAL TABLE {name} USING fts5(tokens, content='', tokenize='unicode61')" for name in FTS_TABLES],
+                *[f"CREATE VIRTUAL TABLE {name}_vocab USING fts5vocab({name}, 'row')" for name in FTS_TABLES],
+                *[sql for _, sql in TRIGGERS],
+            ],
+            reverse_sqlite=[
+                *[f"DROP TRIGGER IF EXISTS {name}" for name, _ in TRIGGERS],
+                *[f"DROP TABLE IF EXISTS {name}_vocab" for name in FTS_TABLES],
+                *[f"DROP TABLE IF EXISTS {name}" for name in FTS_TABLES],
+            ],
+        ),
         migrations.RunPython(seed, migrations.RunPython.noop),
     ]

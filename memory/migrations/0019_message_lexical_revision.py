@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from django.db import migrations, models
 
+from memory.backends import sql_for
+
 KEY = "lexical_revision:messages"
 BUMP = (
     f"INSERT INTO meta(key, value) VALUES ('{KEY}', '1-' || hex(randomblob(6))) "
@@ -37,7 +39,8 @@ class Migration(migrations.Migration):
     dependencies = [("memory", "0018_choices")]
 
     operations = [
-        migrations.RunSQL(CREATE, reverse_sql=DROP),
+        # SQLite only: on PostgreSQL inspect reads the postings tables (memory/backends/postgresql.py)
+        sql_for(sqlite=CREATE, reverse_sqlite=DROP),
         migrations.AddIndex(
             model_name="message",
             index=models.Index(

@@ -31,8 +31,8 @@ def recall_episodes(*, stream_id: int | None, query: str, limit: int = 3) -> lis
     match = lexical.match_for("cues_fts", query)
     hits = lexical.cue_candidates(match, stream_id=stream_id, limit=limit * 4)
     best: dict[int, float] = {}
-    for episode_id, _cue, b in hits:
-        best.setdefault(episode_id, b)
+    for hit in hits:
+        best.setdefault(hit.episode_id, hit.bm25)
     chosen = list(best)[:limit]
     episodes = Episode.objects.in_bulk(chosen)
     return [

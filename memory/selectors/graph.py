@@ -35,8 +35,8 @@ def _expand(frontier: set[int]) -> list[tuple[int, int, float]]:
     marks = ",".join(["%s"] * len(ids))
     with connection.cursor() as cur:
         cur.execute(
-            f"SELECT source_id, target_id, strength FROM memory_edges WHERE active = 1 AND source_id IN ({marks})"
-            f" UNION ALL SELECT source_id, target_id, strength FROM memory_edges WHERE active = 1 AND target_id IN ({marks})",
+            f"SELECT source_id, target_id, strength FROM memory_edges WHERE active AND source_id IN ({marks})"
+            f" UNION ALL SELECT source_id, target_id, strength FROM memory_edges WHERE active AND target_id IN ({marks})",
             ids + ids,
         )
         return cur.fetchall()
@@ -438,13 +438,13 @@ def densest_subgraph(*, limit: int, include_frozen: bool = False) -> DenseSubgra
     Degrees are counted and ranked in SQL: the graph can hold far more edges than a page
     shows. Four queries: edge totals, ranked degrees, kept edges, node and spread counts.
     """
-    active_only = "" if include_frozen else " WHERE active = 1"
+    active_only = "" if include_frozen else " WHERE active"
     with connection.cursor() as cur:
-        cur.execute("SELECT COUNT(*), COALESCE(SUM(active = 0), 0) FROM memory_edges")
+        cur.execute("SELECT COUNT(*), COALESCE(SUM(CASE WHEN active THEN 0 ELSE 1 END), 0) FROM memory_edges")
         edge_total, frozen = cur.fetchone()
         cur.execute(
             f"WITH deg AS (SELECT node, COUNT(*) AS d FROM (SELECT source_id AS node FROM memory_edges{active_only}"
-            f" UNION ALL SELECT target_id FROM memory_edges{active_only}) GROUP BY node)"
+            f" UNION ALL SELECT target_id FROM memory_edges{active_only}) AS ends GROUP BY node)"
             " SELECT node, d, (SELECT COUNT(*) FROM deg) FROM deg ORDER BY d DESC, node LIMIT %s",
             [limit + 1],
         )
@@ -457,7 +457,7 @@ def densest_subgraph(*, limit: int, include_frozen: bool = False) -> DenseSubgra
             cur.execute(
                 "SELECT source_id, target_id, strength, updated_at, active FROM memory_edges"
                 f" WHERE source_id IN ({marks}) AND target_id IN ({marks})"
-                + ("" if include_frozen else " AND active = 1"),
+                + ("" if include_frozen else " AND active"),
                 chosen + chosen,
             )
             kept = cur.fetchall()

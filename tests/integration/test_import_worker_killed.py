@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests import dbenv
 from tests.integration.test_worker import ROOT, Worker, poll, query
 from tests.redis_url import TEST_REDIS_URL
 
@@ -48,6 +49,7 @@ def env(tmp_path) -> dict[str, str]:
         MEMORY_ENQUEUE_TASKS="1", EMBEDDING_PROVIDER="none", LLM_BASE_URL="", LLM_MODEL="", PYTHONPATH=str(ROOT),
         LOG_LEVEL="INFO",
     )
+    dbenv.store_env(values)
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=values,
                    check=True, timeout=120)
     values["_TMP"] = str(tmp_path)

@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests import dbenv
 from tests.redis_url import TEST_REDIS_URL
 
 pytestmark = pytest.mark.integration
@@ -70,6 +70,7 @@ def env(tmp_path_factory, redis_test_db) -> dict[str, str]:
         PYTHONPATH=str(ROOT),
         LOG_LEVEL="INFO",
     )
+    dbenv.store_env(values)
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=values,
                    check=True, timeout=60)
     values["_TMP"] = str(tmp)
@@ -126,8 +127,7 @@ def post(env: dict[str, str], *, stream: str, n: int, start: int = 0) -> list[in
 
 
 def query(env: dict[str, str], sql: str, params: tuple = ()) -> list[tuple]:
-    with sqlite3.connect(env["MEMORY_DB"], timeout=30) as db:
-        return db.execute(sql, params).fetchall()
+    return dbenv.query(env, sql, params)
 
 
 def poll(check, timeout: float, interval: float = 0.3):

@@ -14,6 +14,7 @@ import pytest
 from memory import overrides
 from memory.engine.scoring import apply_pool_percentile
 from memory.models import Meta, PipelineEvent
+from tests import dbenv
 from tuning import services
 from tuning.models import RetrievalProfile
 from tuning.services import ProfileError
@@ -285,6 +286,7 @@ def _env(db: Path) -> dict[str, str]:
 def test_apply_in_one_process_is_seen_by_another_within_a_second(tmp_path):
     db = tmp_path / "live.sqlite3"
     env = _env(db)
+    dbenv.store_env(env)
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "--skip-checks", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=120
     )
@@ -351,3 +353,44 @@ def test_applied_profile_reaches_the_production_recall_path():
     assert tuned.score == pytest.approx(expected) and tuned.score != plain.score
     services.rollback_to_default()
     assert recalled().score == plain.score
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.postgresql_only("SQLite's IMMEDIATE transactions serialise the two writers before they read")
+def test_concurrent_applies_never_share_a_revision():
+    """Two transactions bump the tuning revision at once: each gets its own number (no lost update)."""
+    import threading
+
+    from django.db import connection, transaction
+
+    from memory import overrides
+
+    start = overrides.read_revision()
+    first_in, release, got = threading.Event(), threading.Event(), []
+
+    def slow() -> None:
+        try:
+            with transaction.atomic():
+                got.append(overrides.set_active("default"))
+                first_in.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    def fast() -> None:
+        try:
+            got.append(overrides.set_active("default"))  # waits for the slow transaction's row lock
+        finally:
+            connection.close()
+
+    a = threading.Thread(target=slow)
+    a.start()
+    assert first_in.wait(30)
+    b = threading.Thread(target=fast)
+    b.start()
+    b.join(0.5)
+    release.set()
+    a.join(30)
+    b.join(30)
+    assert sorted(got) == [start + 1, start + 2]
+    assert overrides.read_revision() == start + 2

@@ -106,7 +106,7 @@ def test_three_failures_of_the_same_batch_write_the_placeholder():
     assert placeholder.kind == Episode.Kind.UNSUMMARIZED
     assert placeholder.summary == "这一批对话未能生成摘要：模型未返回合法的摘要 JSON"
     assert not EpisodeCue.objects.exists()
-    assert list(Message.objects.filter(episode=placeholder).values_list("id", flat=True)) == ids[:16]
+    assert list(Message.objects.filter(episode=placeholder).order_by("id").values_list("id", flat=True)) == ids[:16]
     assert not QueueFailure.objects.exists()
     assert PipelineEvent.objects.filter(kind="summary_batch_skipped").count() == 1
     assert PipelineEvent.objects.filter(kind="summary_failed").count() == 3
