@@ -12,11 +12,11 @@ from memory.engine import decay
 from memory.engine.scoring import (
     RankCandidate,
     blend_score,
+    dense_term,
     fused_relevance,
     held_back,
     holds_rarest,
     idf,
-    dense_term,
     idf_coverage,
     lexical_strength,
     lexical_term,
