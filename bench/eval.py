@@ -344,6 +344,7 @@ def notes(results: dict) -> str:
         seed_d = _r5(lo, "diag_lexical_dense_seed", "diagnostics")
         seed_l = _r5(lo, "diag_lexical_seed", "diagnostics")
         nofloor = _r5(lo, "diag_lexical_dense_no_floor", "diagnostics")
+        absolute = lo["diagnostics"].get("diag_lexical_dense_absolute", {}).get("overall", {}).get("R@5")
         ours_l = _r5(lo, "ours_lexical")
         out += [
             f"- **LoCoMo, facts.** Our turn recall ranks the *same* fact units as bm25s and dense-only, so the "
@@ -356,7 +357,11 @@ def notes(results: dict) -> str:
             f"(lexical only {seed_l:.3f}) on the same pools: it multiplies an old fact's saturated relevance "
             f"`r/(1+r)` by as little as 0.35. Relevance alone (`retention_prior` = 0) gives lexical + dense "
             f"{nf:.3f} (lexical only {lex_nf:.3f}); without the floors lexical + dense gives {nofloor:.3f}. "
-            f"Lexical only (no query vector) the default gives {ours_l:.3f}: LoCoMo's English questions share "
+            + (f"Each channel is read against the pool (`pool_share` 0.5: bm25 as a share of the pool's strongest, "
+               f"the cosine as a share of its best, mixed with the absolute values); absolute values alone "
+               f"(`pool_share` = 0, where the saturated `r/(1+r)` let the cosine decide between strong and weak "
+               f"lexical matches) give {absolute:.3f}. " if absolute is not None else "")
+            + f"Lexical only (no query vector) the default gives {ours_l:.3f}: LoCoMo's English questions share "
             "few unstemmed words with the observations, so most lexical matches fall under the coverage floor "
             "unless they hold the question's rarest word — the dense channel is what admits paraphrases.",
             *_heldout_note(lo),

@@ -253,13 +253,16 @@ def _locomo_api_rows() -> list[str]:
         if "ours_turn" not in methods:
             continue
         ours, bm25 = methods["ours_turn"]["overall"], methods["bm25s_facts"]["overall"]
-        rows.append([label, ours["R@1"], ours["R@5"], ours["nDCG@5"], f"{ours['R@5'] / bm25['R@5']:.3f}×"])
+        rows.append([label, ours["R@1"], ours["R@5"], ours["nDCG@5"], f"{ours['R@5'] / bm25['R@5']:.3f}×",
+                     str(data.get("generated_at", "?"))[:16]])
     if not rows:
         return []
     return [
         f"**LoCoMo through the API** ({methods['ours_turn']['overall'].get('n', 0)} questions after the last session; "
         "`python -m bench.eval_api --skip-memdaily --no-markdown --output … --profile …`)", "",
-        md_table(["turn query", "R@1", "R@5", "nDCG@5", "R@5 / bm25s"], rows), "",
+        md_table(["turn query", "R@1", "R@5", "nDCG@5", "R@5 / bm25s", "measured"], rows),
+        "", "(Each row is the stored result of its own run — `measured` says when; a row measured before the "
+        "latest change of the ranking is not comparable with a newer one.)", "",
     ]
 
 

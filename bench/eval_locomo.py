@@ -67,6 +67,7 @@ DIAGNOSTICS = {
     "diag_lexical_no_forgetting": "ours lexical with retention_prior=0 (relevance alone)",
     "diag_lexical_dense_no_forgetting": "ours lexical + dense with retention_prior=0 (relevance alone)",
     "diag_lexical_dense_no_floor": "ours lexical + dense without the relevance floors",
+    "diag_lexical_dense_absolute": "ours lexical + dense with pool_share=0 (absolute channel values)",
     "diag_lexical_seed": "ours lexical, built-in seed profile (the seed's blend_score)",
     "diag_lexical_dense_seed": "ours lexical + dense, built-in seed profile (the seed's blend_score)",
 }
@@ -346,6 +347,7 @@ def evaluate(conversations: Sequence[Conversation], embedder: Embedder, *, log: 
     ov = {**base, "fact_recall_limit": TOP}
     ov_no_forgetting = {**ov, "retention_prior": 0.0}
     ov_no_floor = {**ov, "lexical_coverage_floor": 0.0, "dense_cosine_floor": -1.0}
+    ov_absolute = {**ov, "pool_share": 0.0}
     ov_seed = {**ov, "seed_blend": 1}
     per_method: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
     replays: list[Replay] = []
@@ -407,6 +409,7 @@ def evaluate(conversations: Sequence[Conversation], embedder: Embedder, *, log: 
                 ("diag_lexical_no_forgetting", ov_no_forgetting, False),
                 ("diag_lexical_dense_no_forgetting", ov_no_forgetting, True),
                 ("diag_lexical_dense_no_floor", ov_no_floor, True),
+                ("diag_lexical_dense_absolute", ov_absolute, True),
                 ("diag_lexical_seed", ov_seed, False),
                 ("diag_lexical_dense_seed", ov_seed, True),
             ):

@@ -20,6 +20,7 @@ PARAM_LABELS = {
     "retention_prior": gettext_lazy("留存度先验权重"),
     "lexical_coverage_floor": gettext_lazy("词面覆盖下限"),
     "dense_cosine_floor": gettext_lazy("向量余弦下限"),
+    "pool_share": gettext_lazy("相关度的池内占比权重"),
     "context_lexical_lines": gettext_lazy("对话上下文：词面查询的用户行数"),
     "context_dense_messages": gettext_lazy("对话上下文：向量查询的消息条数"),
     "context_half_life": gettext_lazy("对话上下文：权重半衰（条）"),
@@ -38,6 +39,9 @@ PARAM_HELP = {
     "retention_prior": gettext_lazy("相关度相近时，留存度（新鲜、牢固）能把一条事实往前推多少（占候选池最佳相关度的比例）"),
     "lexical_coverage_floor": gettext_lazy("事实至少要覆盖查询多少信息量（IDF）才算相关；不够又没有向量支撑的不进提示词"),
     "dense_cosine_floor": gettext_lazy("事实与查询的向量余弦至少多少才算相关"),
+    "pool_share": gettext_lazy(
+        "词面（BM25）和向量余弦各有多少按「占候选池最强者的比例」计（0 = 只用绝对值：BM25 饱和，强弱命中差不多）"
+    ),
     "context_lexical_lines": gettext_lazy("最近几条用户发言也用来检索（0 = 只看这一句）"),
     "context_dense_messages": gettext_lazy("最近几条消息的向量也参与比较（0 = 只看这一句）"),
     "context_half_life": gettext_lazy("越早的发言权重越低：每隔这么多条减半"),

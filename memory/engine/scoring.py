@@ -8,7 +8,11 @@ rows (lexical relevance, IDF coverage, cosine, retention — never vectors) and 
 * lexical relevance: :func:`memory.engine.decay.relevance_from_bm25` (0..1);
 * dense fusion (only when both vectors exist): :func:`fused_relevance`
   ``= 0.4 * lexical + 0.6 * (cos + 1) / 2`` — not tunable;
-* default ("relevance leads, forgetting is a prior"): relevance is calibrated within the
+* default ("relevance leads, forgetting is a prior"): each channel is read against the
+  pool (``pool_share``): the lexical side mixes ``relevance_from_bm25`` with the
+  candidate's bm25 as a share of the pool's strongest (:func:`lexical_term`), the dense
+  side ``(cos + 1) / 2`` with the cosine as a share of the pool's best (:func:`dense_term`),
+  fused ``0.4 / 0.6`` as above; relevance is calibrated within the
   pool (share of the best eligible candidate), the retention term is a bounded prior
   ``retention_prior * retention`` (0 when frozen), and candidates under both relevance
   floors (:func:`passes_relevance_floor`: IDF coverage of the query / the query's most
@@ -42,6 +46,9 @@ __all__ = [
     "idf_coverage",
     "holds_rarest",
     "passes_relevance_floor",
+    "lexical_strength",
+    "lexical_term",
+    "dense_term",
     "rank",
     "prompt_cut",
     "held_back",
@@ -98,6 +105,13 @@ DEFAULT_RETENTION_PRIOR: float = 0.02
 DEFAULT_LEXICAL_COVERAGE_FLOOR: float = 0.5
 #: USE (the local model) puts unrelated pairs near 0.08 and paraphrases near 0.8.
 DEFAULT_DENSE_COSINE_FLOOR: float = 0.3
+#: Weight of "a channel's value as a share of the pool's best" in each side of the fusion
+#: (:func:`lexical_term`, :func:`dense_term`). ``r/(1+r)`` saturates on long queries (bm25 8 and
+#: 2 give 0.89 and 0.67), so with absolute values alone the cosine decided between a strong and
+#: a weak lexical match; reading both channels against the pool keeps them balanced (a strong
+#: bm25 match the vectors call unrelated does not jump ahead). Measured on LoCoMo through the
+#: API (BENCHMARKS.md): 0.5 lifts R@5 mostly on single-hop and adversarial questions.
+DEFAULT_POOL_SHARE: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -125,7 +139,9 @@ class RankCandidate:
 class RankedCandidate:
     """A candidate with every term of its score.
 
-    ``relevance`` = fused relevance (with a cosine) or the lexical one; ``calibrated`` =
+    ``relevance`` = fused relevance (with a cosine) or the lexical one (default: the lexical
+    and dense sides are :func:`lexical_term` and :func:`dense_term`; seed: ``fused_relevance``
+    of the raw values); ``calibrated`` =
     ``relevance ** bm25_weight`` divided by the best eligible one of the pool (seed: the
     powered relevance itself); ``prior`` = the retention term (default: ``retention_prior *
     retention``, 0 when frozen; seed: ``floor + (1 - floor) * retention``); ``score`` =
@@ -192,6 +208,36 @@ def _param(profile: Mapping[str, float], name: str, default: float) -> float:
     return float(profile.get(name, default))
 
 
+def lexical_strength(lexical: float) -> float:
+    """The bm25 strength ``r = -bm25`` behind a lexical relevance ``r / (1 + r)`` (its inverse;
+    0 for no match). A context hit's scaled relevance maps to a proportionally weaker strength."""
+    rel = min(max(0.0, lexical), 1.0 - 1e-12)
+    return rel / (1.0 - rel)
+
+
+def lexical_term(lexical: float, best_strength: float, share: float) -> float:
+    """The lexical side of a candidate's relevance: ``(1 - share) * lexical + share * r / r_best``.
+
+    ``r`` is the candidate's bm25 strength (:func:`lexical_strength`), ``r_best`` the pool's
+    strongest; ``share = 0`` gives back ``lexical`` itself. In ``[0, 1]``.
+    """
+    if share <= 0:
+        return lexical
+    ratio = lexical_strength(lexical) / best_strength if best_strength > 0 else 0.0
+    return (1.0 - share) * lexical + share * ratio
+
+
+def dense_term(cosine: float, best_cosine: float, share: float) -> float:
+    """The dense side of a candidate's relevance: ``(1 - share) * (cos + 1) / 2 + share *
+    max(0, cos) / best_cosine`` (``best_cosine`` = the pool's highest; no share when it is not
+    positive). ``share = 0`` gives back ``(cos + 1) / 2``, the seed's dense side."""
+    base = (cosine + 1.0) / 2.0
+    if share <= 0:
+        return base
+    ratio = max(0.0, cosine) / best_cosine if best_cosine > 0 else 0.0
+    return (1.0 - share) * base + share * ratio
+
+
 def passes_relevance_floor(candidate: RankCandidate, profile: Mapping[str, float] | None = None) -> bool:
     """Eligible iff it covers ``lexical_coverage_floor`` of the query's achievable IDF mass,
     or holds the query's most specific word (``rarest``; only while the floor is above 0),
@@ -214,7 +260,10 @@ def rank(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | Non
     """Score and order a candidate pool — the one ranking every recall path calls.
 
     Default ("relevance leads, forgetting is a prior"): candidates under both relevance
-    floors (:func:`passes_relevance_floor`) are not eligible; ``calibrated =
+    floors (:func:`passes_relevance_floor`) are not eligible; the lexical side is
+    :func:`lexical_term` and the dense side :func:`dense_term` (the pool's strongest bm25 and
+    best cosine as references, weight ``pool_share``), fused ``LEXICAL_WEIGHT * lexical +
+    DENSE_WEIGHT * dense`` when there is a cosine; ``calibrated =
     relevance ** w / max(eligible relevance ** w)``; ``score = calibrated +
     retention_prior * retention`` (frozen: prior 0). A candidate more relevant by more
     than ``retention_prior`` (as a share of the pool's best) wins whatever its age; within
@@ -244,7 +293,16 @@ def rank(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | Non
         out.sort(key=lambda r: r.score, reverse=True)
         return out
     beta = _param(opts, "retention_prior", DEFAULT_RETENTION_PRIOR)
-    rels = [fused_relevance(c.lexical, c.cosine) if c.cosine is not None else c.lexical for c in candidates]
+    share = _param(opts, "pool_share", DEFAULT_POOL_SHARE)
+    best_strength = max((lexical_strength(c.lexical) for c in candidates), default=0.0)
+    best_cosine = max((c.cosine for c in candidates if c.cosine is not None), default=0.0)
+    rels = []
+    for c in candidates:
+        lx = lexical_term(c.lexical, best_strength, share)
+        if c.cosine is None:
+            rels.append(lx)
+        else:
+            rels.append(LEXICAL_WEIGHT * lx + DENSE_WEIGHT * dense_term(c.cosine, best_cosine, share))
     powered = [max(0.0, r) ** weight if weight != 1.0 else max(0.0, r) for r in rels]
     eligible = [passes_relevance_floor(c, opts) for c in candidates]
     best = max((p for p, e in zip(powered, eligible, strict=True) if e), default=0.0)

@@ -18,6 +18,7 @@ from .metrics import ndcg_at_k, recall_at_k
 from .scoring import (
     DEFAULT_DENSE_COSINE_FLOOR,
     DEFAULT_LEXICAL_COVERAGE_FLOOR,
+    DEFAULT_POOL_SHARE,
     DEFAULT_RETENTION_PRIOR,
     apply_pool_percentile,
 )
@@ -66,6 +67,7 @@ WHITELIST: dict[str, ParamSpec] = {
     "retention_prior": ParamSpec("float", 0.0, 1.0, DEFAULT_RETENTION_PRIOR, "留存度先验权重"),
     "lexical_coverage_floor": ParamSpec("float", 0.0, 1.0, DEFAULT_LEXICAL_COVERAGE_FLOOR, "词面覆盖下限"),
     "dense_cosine_floor": ParamSpec("float", -1.0, 1.0, DEFAULT_DENSE_COSINE_FLOOR, "向量余弦下限"),
+    "pool_share": ParamSpec("float", 0.0, 1.0, DEFAULT_POOL_SHARE, "相关度的池内占比权重"),
     # the conversation as the query (memory/engine/context.py); 0 turns a channel off
     "context_lexical_lines": ParamSpec("int", 0, 10, DEFAULT_LEXICAL_LINES, "对话上下文：词面查询的用户行数"),
     "context_dense_messages": ParamSpec("int", 0, 20, DEFAULT_DENSE_MESSAGES, "对话上下文：向量查询的消息条数"),

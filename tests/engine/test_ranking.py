@@ -12,11 +12,14 @@ from memory.engine import decay
 from memory.engine.scoring import (
     RankCandidate,
     blend_score,
+    dense_term,
     fused_relevance,
     held_back,
     holds_rarest,
     idf,
     idf_coverage,
+    lexical_strength,
+    lexical_term,
     passes_relevance_floor,
     prompt_cut,
     rank,
@@ -61,20 +64,70 @@ def test_a_clearly_more_relevant_old_fact_beats_yesterdays_weaker_one() -> None:
     ranked = rank([new, old])
     assert _ids(ranked) == ["old", "new"]
     assert ranked[0].calibrated == 1.0 and ranked[0].prior == 0.0 and ranked[0].score == 1.0
-    assert ranked[1].calibrated == 0.6 / 0.8 and ranked[1].score == 0.6 / 0.8 + 0.02
+    # lexical terms: old 0.5 * 0.8 + 0.5 * 1 (the pool's strongest), new 0.5 * 0.6 + 0.5 * 1.5 / 4
+    assert ranked[0].relevance == 0.9 and ranked[1].relevance == pytest.approx(0.5 * 0.6 + 0.5 * (1.5 / 4.0))
+    assert ranked[1].calibrated == ranked[1].relevance / 0.9 and ranked[1].score == ranked[1].calibrated + 0.02
     # the seed's blend put yesterday's weaker fact first
     assert _ids(rank([new, old], SEED)) == ["new", "old"]
 
 
 def test_at_comparable_relevance_the_fresher_fact_wins() -> None:
-    older = RankCandidate(id="older", lexical=0.80, retention=0.2)
-    fresher = RankCandidate(id="fresher", lexical=0.79, retention=0.9)
+    older = RankCandidate(id="older", lexical=0.800, retention=0.2)  # bm25 strength 4.0
+    fresher = RankCandidate(id="fresher", lexical=0.799, retention=0.9)  # 3.98
     ranked = rank([older, fresher])
     assert _ids(ranked) == ["fresher", "older"]
-    assert ranked[0].score == 0.79 / 0.80 + 0.02 * 0.9
+    assert ranked[0].score == pytest.approx(lexical_term(0.799, 4.0, 0.5) / 0.9 + 0.02 * 0.9)
     assert ranked[1].score == 1.0 + 0.02 * 0.2
     # the margin is the prior's weight: a gap above it is no longer "comparable"
     assert _ids(rank([older, fresher], {"retention_prior": 0.0})) == ["older", "fresher"]
+    # 0.80 vs 0.79 look comparable saturated (share 0) but are 4.0 vs 3.76 in bm25: the stronger leads
+    saturated = [older, RankCandidate(id="fresher", lexical=0.79, retention=0.9)]
+    assert _ids(rank(saturated, {"pool_share": 0.0})) == ["fresher", "older"]
+    assert _ids(rank(saturated)) == ["older", "fresher"]
+
+
+def test_the_lexical_term_is_the_bm25_share_of_the_pools_strongest() -> None:
+    assert lexical_strength(0.8) == pytest.approx(4.0) and lexical_strength(0.0) == 0.0
+    assert lexical_strength(decay.relevance_from_bm25(-2.5)) == pytest.approx(2.5)
+    assert lexical_term(0.8, 4.0, 0.5) == pytest.approx(0.9)
+    assert lexical_term(0.5, 4.0, 0.5) == pytest.approx(0.25 + 0.125)
+    assert lexical_term(0.5, 4.0, 0.0) == 0.5 and lexical_term(0.0, 4.0, 0.5) == 0.0
+    assert lexical_term(0.5, 0.0, 0.5) == 0.25  # no lexical match in the pool: no share
+
+
+def test_the_dense_term_is_the_cosine_share_of_the_pools_best() -> None:
+    assert dense_term(0.6, 0.6, 0.5) == pytest.approx(0.5 * 0.8 + 0.5)
+    assert dense_term(0.3, 0.6, 0.5) == pytest.approx(0.5 * 0.65 + 0.25)
+    assert dense_term(-0.2, 0.6, 0.5) == pytest.approx(0.5 * 0.4)  # a negative cosine has no share
+    assert dense_term(0.3, 0.6, 0.0) == (0.3 + 1.0) / 2.0 and dense_term(0.3, 0.0, 0.5) == 0.5 * 0.65
+
+
+def test_a_strong_lexical_match_is_not_outranked_by_a_weak_one_with_a_slightly_better_cosine() -> None:
+    # bm25 8 vs 2 saturate to 0.89 vs 0.67: with absolute values the cosine decided
+    strong = RankCandidate(id="strong", lexical=8 / 9, retention=0.5, cosine=0.35, coverage=0.8)
+    weak = RankCandidate(id="weak", lexical=2 / 3, retention=0.5, cosine=0.65, coverage=0.6)
+    assert _ids(rank([weak, strong], {"pool_share": 0.0})) == ["weak", "strong"]
+    ranked = rank([weak, strong])
+    assert _ids(ranked) == ["strong", "weak"]
+    assert ranked[0].relevance == pytest.approx(0.4 * (0.5 * 8 / 9 + 0.5) + 0.6 * (0.5 * 0.675 + 0.5 * 0.35 / 0.65))
+    assert ranked[1].relevance == pytest.approx(0.4 * (0.5 * 2 / 3 + 0.5 * 2 / 8) + 0.6 * (0.5 * 0.825 + 0.5))
+    # the seed's blend ignores the knob
+    assert rank([weak, strong], SEED) == rank([weak, strong], {**SEED, "pool_share": 0.0})
+
+
+def test_a_strong_lexical_match_the_vectors_call_unrelated_does_not_jump_ahead() -> None:
+    # the demo's 小林最近在忙什么: 主人最近在学做菜 matches 最近/近在 (bm25 4.4, coverage 0.6) but its
+    # cosine is 0.26; 小林喜欢猫 matches only 小林 (bm25 1.6) with cosine 0.6. Both channels are read
+    # against the pool, so the lexical share alone does not lift the unrelated fact above it.
+    best = RankCandidate(id="japanese", lexical=9.19 / 10.19, retention=1.0, cosine=0.65, coverage=1.0)
+    owner = RankCandidate(id="cooking", lexical=4.37 / 5.37, retention=1.0, cosine=0.26, coverage=0.6)
+    cat = RankCandidate(id="cat", lexical=1.63 / 2.63, retention=1.0, cosine=0.6, coverage=0.4)
+    assert _ids(rank([best, owner, cat])) == ["japanese", "cat", "cooking"]
+    ranked = {r.id: r for r in rank([best, owner, cat])}
+    assert ranked["cat"].calibrated - ranked["cooking"].calibrated > 0.1  # not a near tie
+    # absolute values (share 0) keep the same order
+    assert _ids(rank([best, owner, cat], {"pool_share": 0.0})) == ["japanese", "cat", "cooking"]
+
 
 
 def test_a_state_fact_fades_within_days() -> None:
@@ -166,14 +219,15 @@ def test_calibration_is_relative_to_the_best_eligible_candidate() -> None:
         RankCandidate(id="near", lexical=0.3, retention=1.0, coverage=0.6),
     ])
     assert _ids(ranked) == ["hit", "near", "noise"]  # ineligible last, whatever its score
-    assert [r.calibrated for r in ranked] == [1.0, 0.3 / 0.6, 0.9 / 0.6]
+    terms = [lexical_term(x, lexical_strength(0.9), 0.5) for x in (0.6, 0.3, 0.9)]
+    assert [r.calibrated for r in ranked] == [1.0, terms[1] / terms[0], terms[2] / terms[0]]
     assert [r.eligible for r in ranked] == [True, True, False]
 
 
 def test_held_back_lists_what_retention_ranked_out() -> None:
     ranked = rank([
-        RankCandidate(id="old", lexical=0.80, retention=0.0),
-        RankCandidate(id="fresh", lexical=0.79, retention=1.0),
+        RankCandidate(id="old", lexical=0.800, retention=0.0),
+        RankCandidate(id="fresh", lexical=0.799, retention=1.0),
         RankCandidate(id="weak", lexical=0.3, retention=1.0),
     ])
     assert _ids(prompt_cut(ranked, 1)) == ["fresh"]
@@ -188,6 +242,6 @@ def test_held_back_lists_what_retention_ranked_out() -> None:
 def test_terms_are_exposed() -> None:
     r = rank([RankCandidate(id=7, lexical=0.4, retention=0.5, cosine=0.6, coverage=0.7)])[0]
     assert r.terms() == {
-        "relevance": fused_relevance(0.4, 0.6), "calibrated": 1.0, "prior": 0.01, "score": 1.01,
+        "relevance": 0.4 * (0.5 * 0.4 + 0.5) + 0.6 * (0.5 * 0.8 + 0.5), "calibrated": 1.0, "prior": 0.01, "score": 1.01,
         "retention": 0.5, "eligible": True, "coverage": 0.7, "cosine": 0.6, "mode": "relevance",
     }

@@ -38,6 +38,7 @@ def test_whitelist_table() -> None:
         "retention_prior": ParamSpec("float", 0.0, 1.0, 0.02, "留存度先验权重"),
         "lexical_coverage_floor": ParamSpec("float", 0.0, 1.0, 0.5, "词面覆盖下限"),
         "dense_cosine_floor": ParamSpec("float", -1.0, 1.0, 0.3, "向量余弦下限"),
+        "pool_share": ParamSpec("float", 0.0, 1.0, 0.5, "相关度的池内占比权重"),
         "context_lexical_lines": ParamSpec("int", 0, 10, 3, "对话上下文：词面查询的用户行数"),
         "context_dense_messages": ParamSpec("int", 0, 20, 6, "对话上下文：向量查询的消息条数"),
         "context_half_life": ParamSpec("float", 0.5, 20.0, 1.0, "对话上下文：权重半衰（条）"),
