@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 export DJANGO_SETTINGS_MODULE := config.settings
 
-.PHONY: setup run web worker beat test test-fast bench eval lint check demo clean screenshots
+.PHONY: setup run web worker beat test test-fast bench eval lint check demo demo-cluster clean screenshots
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -59,6 +59,11 @@ bench: $(VENV)/.installed
 	$(BIN)/python -m bench.console_bench
 	$(BIN)/python -m bench.worker_bench --worker
 	$(BIN)/python -m bench.report
+
+# A Celery worker in a network namespace (a second machine) reaching PostgreSQL and Redis over a
+# veth; gunicorn on the host; checks that the worker builds episodes, facts and vectors (root, `ip`).
+demo-cluster: $(VENV)/.installed
+	$(BIN)/python -m scripts.demo_cluster
 
 eval: $(VENV)/.installed
 	$(BIN)/python -m bench.eval
