@@ -115,25 +115,41 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "config.wsgi.application"
 
-# SQLite is the source of truth. WAL lets the web process read while a worker
+# SQLite is the embedded default. WAL lets the web process read while a worker
 # writes; IMMEDIATE takes the write lock at BEGIN so two writers queue on the
 # busy timeout instead of failing half-way with "database is locked".
+# DATABASE_URL (postgres://user@host:5432/memory) selects PostgreSQL instead: the store
+# web processes and workers on several machines share (docs/DEPLOY.md). Everything
+# backend-specific lives in memory/backends/.
 MEMORY_DB = env("MEMORY_DB", str(BASE_DIR / "db.sqlite3"))
-DATABASES = {
-    "default": {
-        "ENGINE": "django.db.backends.sqlite3",
-        "NAME": MEMORY_DB,
-        "OPTIONS": {
-            "transaction_mode": "IMMEDIATE",
-            "timeout": envint("SQLITE_BUSY_TIMEOUT", 20),
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
-        },
-        "TEST": {"NAME": env("MEMORY_TEST_DB", "") or None},
-        # Keep connections: closing a WAL connection per request costs a checkpoint (~5 ms here).
-        "CONN_MAX_AGE": envint("CONN_MAX_AGE", 600),
-        "CONN_HEALTH_CHECKS": True,
+DATABASE_URL = env("DATABASE_URL", "").strip()
+# Keep connections: closing a WAL connection per request costs a checkpoint (~5 ms here);
+# a PostgreSQL connection costs a backend start.
+_CONN_MAX_AGE = envint("CONN_MAX_AGE", 600)
+if DATABASE_URL:
+    import dj_database_url
+
+    DATABASES = {
+        "default": dj_database_url.parse(DATABASE_URL, conn_max_age=_CONN_MAX_AGE, conn_health_checks=True)
     }
-}
+    if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        raise ValueError("DATABASE_URL must name a PostgreSQL database (postgres://…); unset it for SQLite")
+    DATABASES["default"]["TEST"] = {"NAME": env("MEMORY_TEST_DB", "") or None}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": MEMORY_DB,
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": envint("SQLITE_BUSY_TIMEOUT", 20),
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
+            },
+            "TEST": {"NAME": env("MEMORY_TEST_DB", "") or None},
+            "CONN_MAX_AGE": _CONN_MAX_AGE,
+            "CONN_HEALTH_CHECKS": True,
+        }
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -666,9 +666,9 @@ def memory_graph(*, now: int, include_frozen: bool = False, limit: int = 200) ->
     """
     from django.db import connection
 
-    active_only = "" if include_frozen else " WHERE active = 1"
+    active_only = "" if include_frozen else " WHERE active"
     with connection.cursor() as cur:
-        cur.execute("SELECT COUNT(*), COALESCE(SUM(active = 0), 0) FROM memory_edges")
+        cur.execute("SELECT COUNT(*), COALESCE(SUM(CASE WHEN active THEN 0 ELSE 1 END), 0) FROM memory_edges")
         edge_total, frozen = cur.fetchone()
         # Degrees are counted and ranked in SQL: the graph can hold far more edges than a page shows.
         cur.execute(
@@ -689,7 +689,7 @@ def memory_graph(*, now: int, include_frozen: bool = False, limit: int = 200) ->
             cur.execute(
                 "SELECT source_id, target_id, strength, updated_at, active FROM memory_edges"
                 f" WHERE source_id IN ({marks}) AND target_id IN ({marks})"
-                + ("" if include_frozen else " AND active = 1"),
+                + ("" if include_frozen else " AND active"),
                 chosen + chosen,
             )
             kept = cur.fetchall()

@@ -41,7 +41,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 
 from curation.models import FactOperation
-from memory import lexical, services
+from memory import backends, lexical, services
 from memory.models import (
     Episode,
     EpisodeCue,
@@ -371,7 +371,7 @@ def forget(
         if expected_digest and expected_digest != plan.digest():
             raise ForgetPlanChanged("the memory changed since the preview; preview again before forgetting")
         with connection.cursor() as cur:
-            cur.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left in the file
+            backends.secure_delete(cur)  # SQLite: freed pages are zeroed, not left in the file
         _carry_out(plan)
         record = ForgetRecord.objects.create(
             at=at, user=user[:150], target=plan.target, target_id=plan.target_id, counts=plan.counts()
@@ -520,7 +520,7 @@ def expire_message_bodies(*, days: int, at: int | None = None) -> int:
                 Message.objects.filter(pk__in=[r.pk for r in rows]).update(content="", embedding=None, embedding_q8=None)
                 if rows:
                     with connection.cursor() as cur:
-                        cur.execute("PRAGMA secure_delete = ON")
+                        backends.secure_delete(cur)
                     lexical.purge_deleted(["messages_fts"])
             emptied += len(rows)
             if len(rows) < RETENTION_BATCH:

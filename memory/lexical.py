@@ -22,8 +22,9 @@ document frequency is above ``FTS_PRUNE_DF_RATIO`` of the rows (read from the
 ``*_vocab`` fts5vocab tables; tables under 2,000 rows are never pruned).
 ``bench/`` reports the top-10 agreement of both with unpruned bm25.
 
-A deployment that outgrows one SQLite file would add a PostgreSQL backend
-behind these same functions.
+On PostgreSQL (``DATABASE_URL``) every function here answers from postings tables
+with the very same bm25 (:mod:`memory.backends.postgresql`): callers never see which
+backend ranked.
 """
 from __future__ import annotations
 
@@ -35,6 +36,15 @@ from django.db import connection
 
 from memory.engine.tokenize import index_tokens, match_expression, query_terms
 from memory.lexical_index import SOURCES, resident
+
+
+def _pg():
+    """The PostgreSQL lexical backend when the connection is PostgreSQL, else ``None`` (FTS5 here)."""
+    if connection.vendor == "postgresql":
+        from memory.backends import postgresql
+
+        return postgresql
+    return None
 
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")
 #: where each FTS table's rows keep their indexed tokens: (table, column)
@@ -64,6 +74,8 @@ def index_rows(table: str, rows: Sequence[tuple[int, str]]) -> list[str]:
     """Bulk form of :func:`index_row` (``rows`` = ``(rowid, text)``)."""
     if _check(table) in ("cues_fts", "facts_fts", "messages_fts"):
         raise ValueError("cue, fact and message rows carry their scope: use index_cue(s) / index_fact(s) / index_messages")
+    if (pg := _pg()) is not None:
+        return pg.index_rows(table, rows)
     payload = [(rowid, index_tokens(text)) for rowid, text in rows]
     with connection.cursor() as cur:
         cur.executemany(f"INSERT INTO {table}(rowid, tokens) VALUES (%s, %s)", payload)
@@ -89,6 +101,8 @@ def index_fact(rowid: int, text: str, person_id: int) -> str:
 
 def _index_scoped(table: str, column: str, rows: Sequence[tuple[int, str, str]]) -> list[str]:
     """Insert ``(rowid, text, scope token)`` rows into a table with an unweighted scope column."""
+    if (pg := _pg()) is not None:
+        return pg.index_scoped(table, [(r, text, int(scope[1:])) for r, text, scope in rows])
     payload = [(rowid, index_tokens(text), scope) for rowid, text, scope in rows]
     with connection.cursor() as cur:
         cur.executemany(f"INSERT INTO {table}(rowid, tokens, {column}) VALUES (%s, %s, %s)", payload)
@@ -131,6 +145,8 @@ def index_messages(rows: Sequence[tuple[int, str, int]]) -> list[str]:
     A message without a searchable term gets no FTS row (its stored tokens stay ``''``),
     so ``messages.tokens <> ''`` is exactly "has an FTS row" (the delete trigger relies on it).
     """
+    if (pg := _pg()) is not None:
+        return pg.index_messages(rows)
     payload = [(rowid, index_tokens(text or ""), _stream_token(s)) for rowid, text, s in rows]
     indexed = [p for p in payload if p[1]]
     if indexed:
@@ -142,6 +158,8 @@ def index_messages(rows: Sequence[tuple[int, str, int]]) -> list[str]:
 
 def reindex_message(rowid: int, text: str, stream_id: int, old_tokens: str) -> str:
     """Replace a message's FTS row after its content changed (same transaction as the UPDATE)."""
+    if (pg := _pg()) is not None:
+        return pg.reindex_message(rowid, text, stream_id, old_tokens)
     if old_tokens:
         with connection.cursor() as cur:
             cur.execute(
@@ -163,6 +181,8 @@ def message_candidates(
     """
     if not match or limit < 1:
         return []
+    if (pg := _pg()) is not None:
+        return pg.message_candidates(terms_of(match), stream_id=stream_id, before_id=before_id, limit=limit)
     params: list = [f'tokens : ({match}) AND stream : "{_stream_token(stream_id)}"']
     where = "messages_fts MATCH %s"
     if before_id is not None:
@@ -186,6 +206,8 @@ def message_bm25(match: str, *, stream_id: int, message_ids: Sequence[int]) -> d
     """
     if not match or not message_ids:
         return {}
+    if (pg := _pg()) is not None:
+        return pg.message_bm25(terms_of(match), stream_id=stream_id, message_ids=message_ids)
     wanted = {int(i) for i in message_ids}
     with connection.cursor() as cur:
         cur.execute(
@@ -199,6 +221,8 @@ def message_bm25(match: str, *, stream_id: int, message_ids: Sequence[int]) -> d
 def delete_row(table: str, rowid: int, tokens: str) -> None:
     """Remove a contentless FTS row: FTS5 needs the exact tokens that were indexed."""
     name = _check(table)
+    if (pg := _pg()) is not None:
+        return pg.delete_rows(name, [rowid])
     with connection.cursor() as cur:
         cur.execute(f"INSERT INTO {name}({name}, rowid, tokens) VALUES ('delete', %s, %s)", [rowid, tokens])
     _doc_counts.pop(table, None)
@@ -216,6 +240,8 @@ def delete_cue_rows(rows: Sequence[tuple[int, str, int]]) -> None:
 
 def _delete_scoped(table: str, column: str, rows: Sequence[tuple[int, str, str]]) -> None:
     payload = [row for row in rows if row[1]]
+    if (pg := _pg()) is not None:
+        return pg.delete_rows(table, [row[0] for row in rows])
     if payload:
         with connection.cursor() as cur:
             cur.executemany(
@@ -229,8 +255,11 @@ def purge_deleted(tables: Sequence[str]) -> None:
 
     A contentless FTS5 ``'delete'`` writes a tombstone; the old segment keeps the
     terms until a merge. ``'optimize'`` merges every segment into one now (forgetting
-    is rare; with ``secure_delete`` the freed pages are zeroed).
+    is rare; with ``secure_delete`` the freed pages are zeroed). PostgreSQL: deleted
+    postings are dead tuples until (auto)vacuum; nothing to do here.
     """
+    if _pg() is not None:
+        return
     with connection.cursor() as cur:
         for table in dict.fromkeys(tables):
             name = _check(table)
@@ -239,6 +268,8 @@ def purge_deleted(tables: Sequence[str]) -> None:
 
 def document_count(table: str) -> int:
     """Rows in the index (cached for a few seconds; it only steers pruning)."""
+    if (pg := _pg()) is not None:
+        return pg.document_count(_check(table))
     hit = _doc_counts.get(table)
     now = time.monotonic()
     if hit and now - hit[0] < _DOC_COUNT_TTL:
@@ -254,6 +285,8 @@ def document_frequencies(table: str, terms: Sequence[str]) -> dict[str, int]:
     """Rows containing each single-token term (phrase terms are absent from the result)."""
     if not terms:
         return {}
+    if (pg := _pg()) is not None:
+        return pg.document_frequencies(_check(table), terms)
     placeholders = ",".join(["%s"] * len(terms))
     with connection.cursor() as cur:
         cur.execute(f"SELECT term, doc FROM {_check(table)}_vocab WHERE term IN ({placeholders})", list(terms))
@@ -327,6 +360,10 @@ def fact_candidates(
         rows = _resident_fact_candidates(match, limit, include_invalid)
         if rows is not None:
             return rows
+    if (pg := _pg()) is not None:
+        ranked = pg.fact_scores(terms_of(match), person_ids)
+        return pg.fact_rows(_FACT_COLUMNS, ranked, include_invalid=include_invalid, limit=limit)
+    if person_ids is None:
         match = _pruned("facts_fts", match) or match
     where = ["facts_fts MATCH %s"]
     params: list = [_fact_expression(match, person_ids)]
@@ -375,6 +412,8 @@ def fact_bm25(match: str, fact_ids: Sequence[int]) -> dict[int, float]:
     """Real bm25 of specific facts for ``match`` (facts that do not match are absent)."""
     if not match or not fact_ids:
         return {}
+    if (pg := _pg()) is not None:
+        return pg.fact_bm25(terms_of(match), fact_ids)
     placeholders = ",".join(["%s"] * len(fact_ids))
     with connection.cursor() as cur:
         cur.execute(
@@ -388,6 +427,8 @@ def similar_fact_candidates(match: str, *, person_id: int, limit: int = 8) -> li
     """Valid facts (active or frozen) of one person for duplicate detection: ``(id, content)``."""
     if not match:
         return []
+    if (pg := _pg()) is not None:
+        return pg.similar_fact_candidates(terms_of(match), person_id=person_id, limit=limit)
     with connection.cursor() as cur:
         cur.execute(
             "SELECT f.id, f.content FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid"
@@ -412,6 +453,9 @@ def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tup
         hits = _whole_table_top("cues_fts", match, limit)
         if hits is not None:
             return _cue_rows(hits)
+    if (pg := _pg()) is not None:
+        return pg.cue_candidates(terms_of(match), stream_id=stream_id, limit=limit)
+    if stream_id is None:
         match = _pruned("cues_fts", match) or match
     expression = f"tokens : ({match})"
     if stream_id is not None:
@@ -453,6 +497,8 @@ def knowledge_candidates(match: str, *, limit: int) -> list[tuple[int, float]]:
     hits = _whole_table_top("knowledge_fts", match, limit)
     if hits is not None:
         return hits
+    if (pg := _pg()) is not None:
+        return pg.top("knowledge_fts", terms_of(match), limit)
     with connection.cursor() as cur:
         cur.execute(
             "SELECT rowid, bm25(knowledge_fts) AS b FROM knowledge_fts WHERE knowledge_fts MATCH %s"
@@ -470,6 +516,8 @@ def knowledge_bm25(match: str, ids: Sequence[int]) -> dict[int, float]:
     scores = index.bm25_for(terms_of(match), ids) if index is not None else None
     if scores is not None:
         return scores
+    if (pg := _pg()) is not None:
+        return pg.bm25_for("knowledge_fts", terms_of(match), ids)
     placeholders = ",".join(["%s"] * len(ids))
     with connection.cursor() as cur:
         cur.execute(
@@ -485,6 +533,8 @@ def rows_containing(table: str, match: str, *, limit: int) -> list[int]:
     if not match:
         return []
     name = _check(table)
+    if (pg := _pg()) is not None:
+        return pg.rows_containing(name, terms_of(match), limit=limit)
     if name == "facts_fts":
         match = _fact_expression(match, None)
     with connection.cursor() as cur:
@@ -501,6 +551,8 @@ def unpruned_top(table: str, match: str, *, limit: int) -> list[tuple[int, float
     if not match:
         return []
     name = _check(table)
+    if (pg := _pg()) is not None:
+        return pg.top(name, terms_of(match), limit)
     expression, weights = (match, "") if name == "knowledge_fts" else (f"tokens : ({match})", ", 1.0, 0.0")
     with connection.cursor() as cur:
         cur.execute(

@@ -10,8 +10,10 @@ columns) for every matching row at once, so the ranking agrees with unpruned
 FTS5 while costing about as much as the rarest-term FTS5 query.
 
 Freshness, without scanning: the three tables are append-only apart from
-knowledge batch deletion. Rows with an id above the last one loaded are
-appended on the next query (a cheap tail, merged in batches); SQLite triggers
+knowledge batch deletion. Inserted rows are read from the change log
+(:mod:`memory.changes`: database triggers log every insert; on PostgreSQL with the
+inserting transaction's id, so a row committed late with a smaller id is not
+missed) and appended on the next query (a cheap tail, merged in batches); triggers
 bump ``meta['lexical_revision:<table>']`` on any delete or token change, and a
 changed revision rebuilds the table's index. The index only answers queries
 made outside a transaction (autocommit reads see committed rows only, so a
@@ -34,6 +36,8 @@ from itertools import chain
 
 import numpy as np
 from django.db import connection
+
+from memory.changes import ChangeFeed
 
 K1 = 1.2
 B = 0.75
@@ -90,7 +94,8 @@ class ResidentBM25:
 
     def _clear(self) -> None:
         self._revision: str | None = None
-        self._max_id = 0
+        self._feed = ChangeFeed(self.source.table, self.source.revision_key)
+        self._loaded: set[int] = set()   # rowids in the index (a logged insert may be read twice)
         self._vocab: dict[str, int] = {}
         self._ids = np.zeros(0, dtype=np.int64)       # rowid per document position (ascending)
         self._lengths = np.zeros(0, dtype=np.float64)  # tokens per document (all columns)
@@ -105,41 +110,40 @@ class ResidentBM25:
 
     # --- loading --------------------------------------------------------------------------------
 
-    def _state(self) -> tuple[str, int]:
-        src = self.source
-        with connection.cursor() as cur:
-            cur.execute(
-                f"SELECT (SELECT value FROM meta WHERE key = %s), (SELECT max(id) FROM {src.table})",
-                [src.revision_key],
-            )
-            revision, max_id = cur.fetchone()
-        return revision or "0", int(max_id or 0)
+    def revision(self) -> str:
+        """The table's committed lexical revision (moves on a delete or a token change)."""
+        return ChangeFeed(self.source.table, self.source.revision_key).poll().revision
 
-    def _rows_after(self, after: int) -> list[tuple[int, str]]:
+    def _rows(self, ids: Sequence[int] | None = None) -> list[tuple[int, str]]:
         src = self.source
         with connection.cursor() as cur:
-            cur.execute(f"SELECT id, {src.tokens} FROM {src.table} WHERE id > %s ORDER BY id", [after])
+            if ids is None:
+                cur.execute(f"SELECT id, {src.tokens} FROM {src.table} ORDER BY id")
+            else:
+                cur.execute(
+                    f"SELECT id, {src.tokens} FROM {src.table} WHERE id IN ({','.join(['%s'] * len(ids))}) ORDER BY id",
+                    list(ids),
+                )
             return cur.fetchall()
 
     def refresh(self) -> None:
         """Bring the arrays up to the committed rows (see the module docstring)."""
-        revision, max_id = self._state()
-        if revision == self._revision and max_id == self._max_id:
-            return
         with self._lock:
-            if revision != self._revision or max_id < self._max_id:
+            poll = self._feed.poll()
+            if poll.revision != self._revision or poll.rebuild:
                 self._clear()
-                rows = self._rows_after(0)
+                self._feed.start()  # the log's position before the rows are read: nothing falls in between
+                rows = self._rows()
                 self._load(rows)
-                self._revision = revision
+                self._loaded = {int(r[0]) for r in rows}
+                self._revision = poll.revision
                 self.rebuilds += 1
-            elif max_id > self._max_id:
-                rows = self._rows_after(self._max_id)
-                self._append(rows)
-            else:
                 return
-            if rows:  # rows committed after _state() was read are in too: start after the last one
-                self._max_id = int(rows[-1][0])
+            fresh = sorted({i for i in poll.row_ids if i not in self._loaded})
+            if fresh:
+                rows = self._rows(fresh)
+                self._append(rows)
+                self._loaded.update(int(r[0]) for r in rows)
 
     def reset(self) -> None:
         with self._lock:

@@ -314,6 +314,27 @@ class Meta(models.Model):
         return self.key
 
 
+class Change(models.Model):
+    """The change log resident indexes read (memory/changes.py): one row per inserted row.
+
+    Written by database triggers on facts, episode cues and knowledge. ``xid`` is the
+    writing transaction's id on PostgreSQL (``pg_current_xact_id()``), so that a reader
+    can tell which changes a snapshot may not have seen yet; SQLite leaves it NULL (one
+    writer at a time: the log's id is the commit order).
+    """
+
+    source = models.CharField(max_length=32)
+    row_id = models.BigIntegerField()
+    xid = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        db_table = "memory_changes"
+        indexes = [models.Index(fields=["source", "xid"], name="idx_changes_source_xid")]
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.row_id}"
+
+
 class PipelineEvent(models.Model):
     """The event ledger: observation events of the memory pipeline."""
 

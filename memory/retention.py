@@ -86,8 +86,9 @@ def prune_turns(*, now: int, max_count: int | None = None, max_hours: float | No
 
 
 def retention_sweep(*, at: int | None = None) -> dict[str, int]:
-    """Prune events and turns to their limits; returns ``{"events": n, "turns": n}`` deleted."""
+    """Prune events, turns and the change log to their limits; returns the rows deleted of each."""
+    from memory import changes
     from memory.services import now_ms
 
     now = now_ms() if at is None else int(at)
-    return {"events": prune_events(now=now), "turns": prune_turns(now=now)}
+    return {"events": prune_events(now=now), "turns": prune_turns(now=now), "changes": changes.prune()}

@@ -677,7 +677,7 @@ def conflict_members(pairs: Iterable[tuple[int, str]]) -> dict[tuple[int, str], 
     params = [v for pair in sorted(wanted) for v in pair]
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT id, person_id, slot, content FROM facts WHERE active = 1 AND superseded_by IS NULL"
+            "SELECT id, person_id, slot, content FROM facts WHERE active AND superseded_by IS NULL"
             f" AND ({clause}) ORDER BY id",
             params,
         )
@@ -886,8 +886,8 @@ def _expand(frontier: set[int]) -> list[tuple[int, int, float]]:
     marks = ",".join(["%s"] * len(ids))
     with connection.cursor() as cur:
         cur.execute(
-            f"SELECT source_id, target_id, strength FROM memory_edges WHERE active = 1 AND source_id IN ({marks})"
-            f" UNION ALL SELECT source_id, target_id, strength FROM memory_edges WHERE active = 1 AND target_id IN ({marks})",
+            f"SELECT source_id, target_id, strength FROM memory_edges WHERE active AND source_id IN ({marks})"
+            f" UNION ALL SELECT source_id, target_id, strength FROM memory_edges WHERE active AND target_id IN ({marks})",
             ids + ids,
         )
         return cur.fetchall()

@@ -18,7 +18,7 @@ import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from memory import lexical
+from memory import backends, lexical
 from memory.engine import decay
 from memory.engine.quantize import pack_float32, quantize_vector
 from memory.engine.scope import upgraded_origin
@@ -454,7 +454,7 @@ def reinforce_recalled_facts(*, facts: Sequence[Any], at: int | None = None) -> 
             nxt = decay.reinforce(fact.retention)
             with connection.cursor() as cur:
                 cur.execute(
-                    "UPDATE facts SET strength = %s, updated_at = %s, due_at = %s, active = 1,"
+                    "UPDATE facts SET strength = %s, updated_at = %s, due_at = %s, active = TRUE,"
                     " hit_count = hit_count + 1, last_hit_at = %s WHERE id = %s AND person_id = %s",
                     [nxt, at, decay.freeze_due_at(nxt, at, fact.half_life_hours), at, fact.id, fact.person_id],
                 )
@@ -466,7 +466,7 @@ def reinforce_recalled_facts(*, facts: Sequence[Any], at: int | None = None) -> 
 def sweep(*, at: int | None = None) -> int:
     """Freeze active facts whose retention fell below FREEZE.
 
-    Reads only ``active = 1 AND due_at <= now`` through ``idx_facts_due``; rows
+    Reads only ``active AND due_at <= now`` through ``idx_facts_due``; rows
     still a hair above the threshold (``due_at`` is truncated to the ms) are
     left for a later sweep.
     """
@@ -475,7 +475,7 @@ def sweep(*, at: int | None = None) -> int:
     with transaction.atomic():
         with connection.cursor() as cur:
             cur.execute(
-                "SELECT id, strength, updated_at, half_life_hours FROM facts WHERE active = 1 AND due_at <= %s",
+                "SELECT id, strength, updated_at, half_life_hours FROM facts WHERE active AND due_at <= %s",
                 [at],
             )
             for fact_id, strength, updated_at, half_life in cur.fetchall():
@@ -484,7 +484,7 @@ def sweep(*, at: int | None = None) -> int:
                     frozen.append(fact_id)
             if frozen:
                 cur.execute(
-                    f"UPDATE facts SET active = 0 WHERE id IN ({','.join(['%s'] * len(frozen))})", frozen
+                    f"UPDATE facts SET active = FALSE WHERE id IN ({','.join(['%s'] * len(frozen))})", frozen
                 )
     return len(frozen)
 
@@ -552,11 +552,7 @@ CONCEPT_GRAPH_REVISION = "concept_graph_revision"
 
 def bump_revision(cur: Any, key: str) -> None:
     """Set a meta revision to ``<counter + 1>-<random>`` (never equal to an earlier value)."""
-    cur.execute(
-        "INSERT INTO meta(key, value) VALUES (%s, '1-' || hex(randomblob(6))) ON CONFLICT(key) DO UPDATE"
-        " SET value = (CAST(value AS INTEGER) + 1) || '-' || hex(randomblob(6))",
-        [key],
-    )
+    backends.bump_revision(cur, key)
 
 
 def touch_knowledge(*, ids: Iterable[int], at: int | None = None) -> None:
@@ -674,12 +670,12 @@ def link_together(*, refs: Iterable[tuple[str, int]], at: int | None = None) -> 
                     if row is None:
                         cur.execute(
                             "INSERT INTO memory_edges(source_id, target_id, strength, updated_at, active)"
-                            " VALUES (%s, %s, %s, %s, 1)",
+                            " VALUES (%s, %s, %s, %s, TRUE)",
                             [low, high, decay.BOOST, at],
                         )
                     else:
                         cur.execute(
-                            "UPDATE memory_edges SET strength = %s, updated_at = %s, active = 1"
+                            "UPDATE memory_edges SET strength = %s, updated_at = %s, active = TRUE"
                             " WHERE source_id = %s AND target_id = %s",
                             [decay.reinforce(row[0]), at, low, high],
                         )
@@ -701,13 +697,13 @@ def decay_edges(*, at: int | None = None) -> int:
     at = _at(at)
     frozen = 0
     with connection.cursor() as cur:
-        cur.execute("SELECT min(id), max(id) FROM memory_edges WHERE active = 1")
+        cur.execute("SELECT min(id), max(id) FROM memory_edges WHERE active")
         low, high = cur.fetchone()
         for start in range(low or 0, (high or -1) + 1, EDGE_DECAY_CHUNK):
             with transaction.atomic():
                 cur.execute(
-                    "UPDATE memory_edges SET active = 0 WHERE id BETWEEN %s AND %s AND active = 1 AND ("
-                    " strength < %s OR (%s - updated_at) > %s * log2(strength / %s) * %s)",
+                    "UPDATE memory_edges SET active = FALSE WHERE id BETWEEN %s AND %s AND active AND ("
+                    f" strength < %s OR (%s - updated_at) > %s * {backends.log2_sql('strength / %s')} * %s)",
                     [start, start + EDGE_DECAY_CHUNK - 1, decay.FREEZE, at, decay.EDGE_HALF_LIFE_HOURS, decay.FREEZE,
                      decay.MS_PER_HOUR],
                 )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from django.db import migrations
 
+from memory.backends import sql_for
+
 FTS_TABLES = ("facts_fts", "cues_fts", "knowledge_fts")
 
 BUMP = (
@@ -46,21 +48,19 @@ def seed(apps, schema_editor) -> None:
 class Migration(migrations.Migration):
     dependencies = [("memory", "0001_initial")]
 
+    # SQLite only: PostgreSQL gets its lexical tables and triggers in 0017_postgresql.
     operations = [
-        *[
-            migrations.RunSQL(
-                f"CREATE VIRTUAL TABLE {name} USING fts5(tokens, content='', tokenize='unicode61')",
-                reverse_sql=f"DROP TABLE IF EXISTS {name}",
-            )
-            for name in FTS_TABLES
-        ],
-        *[
-            migrations.RunSQL(
-                f"CREATE VIRTUAL TABLE {name}_vocab USING fts5vocab({name}, 'row')",
-                reverse_sql=f"DROP TABLE IF EXISTS {name}_vocab",
-            )
-            for name in FTS_TABLES
-        ],
-        *[migrations.RunSQL(sql, reverse_sql=f"DROP TRIGGER IF EXISTS {name}") for name, sql in TRIGGERS],
+        sql_for(
+            sqlite=[
+                *[f"CREATE VIRTUAL TABLE {name} USING fts5(tokens, content='', tokenize='unicode61')" for name in FTS_TABLES],
+                *[f"CREATE VIRTUAL TABLE {name}_vocab USING fts5vocab({name}, 'row')" for name in FTS_TABLES],
+                *[sql for _, sql in TRIGGERS],
+            ],
+            reverse_sqlite=[
+                *[f"DROP TRIGGER IF EXISTS {name}" for name, _ in TRIGGERS],
+                *[f"DROP TABLE IF EXISTS {name}_vocab" for name in FTS_TABLES],
+                *[f"DROP TABLE IF EXISTS {name}" for name in FTS_TABLES],
+            ],
+        ),
         migrations.RunPython(seed, migrations.RunPython.noop),
     ]

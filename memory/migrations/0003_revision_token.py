@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from django.db import migrations
 
+from memory.backends import sql_for
+
 NEW_BUMP = (
     "INSERT INTO meta(key, value) VALUES ('knowledge_vector_revision', '1-' || hex(randomblob(6))) "
     "ON CONFLICT(key) DO UPDATE SET value = (CAST(value AS INTEGER) + 1) || '-' || hex(randomblob(6));"
@@ -35,4 +37,5 @@ def triggers(bump: str) -> list[str]:
 class Migration(migrations.Migration):
     dependencies = [("memory", "0002_fts_and_triggers")]
 
-    operations = [migrations.RunSQL(triggers(NEW_BUMP), reverse_sql=triggers(OLD_BUMP))]
+    # SQLite only (PostgreSQL: 0017_postgresql).
+    operations = [sql_for(sqlite=triggers(NEW_BUMP), reverse_sqlite=triggers(OLD_BUMP))]

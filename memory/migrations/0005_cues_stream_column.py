@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from django.db import migrations
 
+from memory.backends import run_for
+
 
 def _reindex(schema_editor, with_stream: bool) -> None:
     from memory.engine.tokenize import index_tokens
@@ -43,4 +45,5 @@ def backward(apps, schema_editor) -> None:
 class Migration(migrations.Migration):
     dependencies = [("memory", "0004_console_permissions")]
 
-    operations = [migrations.RunPython(forward, backward)]
+    # FTS5: SQLite only (PostgreSQL: 0017_postgresql).
+    operations = [run_for(sqlite=forward, reverse_sqlite=backward)]

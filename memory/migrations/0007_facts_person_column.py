@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from django.db import migrations
 
+from memory.backends import run_for
+
 
 def _reindex(schema_editor, with_person: bool) -> None:
     from memory.engine.tokenize import index_tokens
@@ -44,4 +46,5 @@ def backward(apps, schema_editor) -> None:
 class Migration(migrations.Migration):
     dependencies = [("memory", "0006_console_indexes")]
 
-    operations = [migrations.RunPython(forward, backward)]
+    # FTS5: SQLite only (PostgreSQL: 0017_postgresql).
+    operations = [run_for(sqlite=forward, reverse_sqlite=backward)]

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from django.db import migrations, models
 
+from memory.backends import sql_for
+
 TABLES = (("facts", "tokens_v2"), ("episode_cues", "tokens"), ("knowledge", "tokens_v2"))
 
 
@@ -59,5 +61,5 @@ class Migration(migrations.Migration):
             model_name="episodecue", name="tokens", field=models.TextField(blank=True, default="", db_default=""),
         ),
         migrations.RunPython(backfill, migrations.RunPython.noop),
-        migrations.RunSQL(_triggers(), reverse_sql=_drop_triggers()),
+        sql_for(sqlite=_triggers(), reverse_sqlite=_drop_triggers()),  # PostgreSQL: 0017_postgresql
     ]

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from django.db import migrations, models
 
+from memory.backends import run_for, sql_for
+
 CREATE = [
     "CREATE VIRTUAL TABLE messages_fts USING fts5(tokens, stream, content='', tokenize='unicode61')",
     "CREATE VIRTUAL TABLE messages_fts_vocab USING fts5vocab(messages_fts, 'row')",
@@ -54,6 +56,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="message", name="tokens", field=models.TextField(blank=True, default="", db_default=""),
         ),
-        migrations.RunSQL(CREATE, reverse_sql=DROP),
-        migrations.RunPython(index_existing, migrations.RunPython.noop),
+        # FTS5: SQLite only (PostgreSQL indexes messages in its postings tables: 0017_postgresql).
+        sql_for(sqlite=CREATE, reverse_sqlite=DROP),
+        run_for(sqlite=index_existing),
     ]

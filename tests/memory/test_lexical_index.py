@@ -193,7 +193,7 @@ def test_revision_moves_on_token_change_and_delete_but_not_on_insert():
     from memory.models import Knowledge
 
     def revision() -> str:
-        return resident("knowledge_fts")._state()[0]
+        return resident("knowledge_fts").revision()
 
     before = revision()
     kid = services.add_knowledge(content="月球是地球唯一的天然卫星", source="t", at=NOW)

@@ -1,0 +1,107 @@
+"""The storage seam: every statement only one database backend understands.
+
+SQLite (the embedded default) and PostgreSQL (``DATABASE_URL``) run the same schema
+and the same portable SQL everywhere else in the project. What differs lives here,
+chosen by ``connection.vendor``:
+
+- the lexical index: FTS5 (``memory/lexical.py``) on SQLite; postings tables scored
+  with FTS5's own BM25 on PostgreSQL (:mod:`memory.backends.postgresql`);
+- revision counters (``meta`` values ``<counter>-<random>``) and the triggers that
+  bump them (:mod:`memory.backends.sqlite`, :mod:`memory.backends.postgresql`);
+- the change log's position (:mod:`memory.changes`): the log's id on SQLite (one
+  writer at a time, commit order = id order), the writing transaction's id and the
+  snapshot horizon on PostgreSQL;
+- small pieces of arithmetic (``log2``) and the secure-delete switch of forgetting.
+
+Migrations call :func:`run_for` / :func:`sql_for` so that SQLite-only DDL (FTS5,
+fts5vocab, SQLite triggers) never reaches PostgreSQL and vice versa.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.db import connection, migrations
+
+SQLITE = "sqlite"
+POSTGRESQL = "postgresql"
+
+
+def vendor(conn: Any = None) -> str:
+    return (conn or connection).vendor
+
+
+def is_postgresql(conn: Any = None) -> bool:
+    return vendor(conn) == POSTGRESQL
+
+
+def module(conn: Any = None):
+    """The backend module of ``conn`` (default: the default connection)."""
+    if is_postgresql(conn):
+        from memory.backends import postgresql
+
+        return postgresql
+    from memory.backends import sqlite
+
+    return sqlite
+
+
+def bump_revision(cur: Any, key: str) -> None:
+    """Set a ``meta`` revision to ``<counter + 1>-<random>`` (never equal to an earlier value)."""
+    cur.execute(module().BUMP_REVISION_SQL, [key])
+
+
+def log2_sql(expression: str) -> str:
+    """``log2(expression)`` in the backend's SQL."""
+    return module().LOG2_SQL.format(expression)
+
+
+def secure_delete(cur: Any) -> None:
+    """Make the deletes of this connection overwrite freed space (SQLite ``secure_delete``).
+
+    PostgreSQL has no equivalent switch: dead tuples are reclaimed by (auto)vacuum;
+    docs/DEPLOY.md says how to vacuum after forgetting.
+    """
+    module().secure_delete(cur)
+
+
+# --- migrations -----------------------------------------------------------------------------
+
+
+def sql_for(
+    *, sqlite: Sequence[str] = (), postgresql: Sequence[str] = (),
+    reverse_sqlite: Sequence[str] = (), reverse_postgresql: Sequence[str] = (),
+) -> migrations.RunPython:
+    """A migration operation running the statements of the migrating connection's backend."""
+
+    def run(statements: dict[str, Sequence[str]]) -> Callable:
+        def apply(apps, schema_editor) -> None:
+            for sql in statements.get(schema_editor.connection.vendor, ()):
+                schema_editor.execute(sql, params=None)
+
+        return apply
+
+    return migrations.RunPython(
+        run({SQLITE: list(sqlite), POSTGRESQL: list(postgresql)}),
+        run({SQLITE: list(reverse_sqlite), POSTGRESQL: list(reverse_postgresql)}),
+    )
+
+
+def run_for(
+    *, sqlite: Callable | None = None, postgresql: Callable | None = None,
+    reverse_sqlite: Callable | None = None, reverse_postgresql: Callable | None = None,
+) -> migrations.RunPython:
+    """A RunPython operation whose function is chosen by the migrating connection's backend."""
+
+    def pick(functions: dict[str, Callable | None]) -> Callable:
+        def apply(apps, schema_editor) -> None:
+            function = functions.get(schema_editor.connection.vendor)
+            if function is not None:
+                function(apps, schema_editor)
+
+        return apply
+
+    return migrations.RunPython(
+        pick({SQLITE: sqlite, POSTGRESQL: postgresql}),
+        pick({SQLITE: reverse_sqlite, POSTGRESQL: reverse_postgresql}),
+    )

@@ -1,0 +1,543 @@
+"""PostgreSQL: the lexical index as postings tables, scored with FTS5's own BM25.
+
+SQLite ranks with FTS5 (``memory/lexical.py``). PostgreSQL has no FTS5 and its
+``ts_rank`` is not BM25, so this module keeps the same index by hand and computes the
+score FTS5's ``bm25()`` would give, bit for bit:
+
+- ``lexical_docs(source, doc_id, scope, length)``: one row per indexed row (what FTS5
+  counts as a document); ``length`` = tokens of every column, the unweighted scope
+  column (``person`` / ``stream``) included, as FTS5 counts it.
+- ``lexical_postings(source, term, doc_id, scope, tf, length, positions)``: one row per
+  (token, document); tokens are the row's stored ``index_tokens`` split and folded the
+  way ``unicode61`` does (:func:`memory.lexical_index.fts_tokens`), positions let a
+  multi-token term ("3.14") match as the phrase FTS5 would make of it.
+- ``lexical_stats(source, docs, tokens)``: the table's row and token counts as delta
+  rows (each writer inserts its own; no row every writer updates), folded into one row
+  by readers now and then (:func:`_stats`).
+
+Scoring (:func:`_score`): the postings of the query's tokens (restricted to a scope, an
+id range or a list of ids when the query is), FTS5's statistics of the whole table
+(rows, average length, rows per phrase), then per document, phrase by phrase in query
+order, ``idf · (f·(k1+1)) / (f + k1·(1 − b + b·D/avgdl))`` with k1 = 1.2, b = 0.75 and
+FTS5's IDF ``log((N − n + 0.5)/(n + 0.5))`` (1e-6 when not positive) — the same
+operations in the same order as ``fts5_bm25``, so scores (and ties) are the same doubles.
+Whole-table queries outside a transaction still go to the resident index first, exactly
+as on SQLite.
+
+Rows leave the index by triggers (deletes of facts, cues, knowledge, messages; TRUNCATE),
+which also bump the lexical revisions the resident index watches; inserts are logged in
+``memory_changes`` with the writing transaction's id (:mod:`memory.changes`).
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+
+from memory.lexical_index import B, IDF_FLOOR, K1, fts_tokens
+
+BUMP_REVISION_SQL = (
+    "INSERT INTO meta(key, value) VALUES (%s, '1-' || substr(md5(random()::text), 1, 12))"
+    " ON CONFLICT (key) DO UPDATE"
+    " SET value = (split_part(meta.value, '-', 1)::bigint + 1) || '-' || substr(md5(random()::text), 1, 12)"
+)
+LOG2_SQL = "(ln({}) / ln(2.0))"
+STATS_FOLD_ROWS = 64   # delta rows of a table's statistics before a reader folds them into one
+
+
+def secure_delete(cur: Any) -> None:
+    """No such switch: vacuum reclaims dead tuples (docs/DEPLOY.md)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    code: int          # lexical_* .source
+    table: str         # the rows' table
+    tokens: str        # column with the row's index_tokens
+    extra_tokens: int  # tokens of the unweighted scope column FTS5 counts in a row's length
+
+
+SOURCES = {
+    "facts_fts": Source(1, "facts", "tokens_v2", 1),
+    "cues_fts": Source(2, "episode_cues", "tokens", 1),
+    "knowledge_fts": Source(3, "knowledge", "tokens_v2", 0),
+    "messages_fts": Source(4, "messages", "tokens", 1),
+}
+#: lexical revision bumped when rows of a table go away or change their tokens (resident index)
+REVISION_KEYS = {"facts": "lexical_revision:facts", "episode_cues": "lexical_revision:episode_cues",
+                 "knowledge": "lexical_revision:knowledge"}
+
+# --- schema (migration 0017_postgresql) -----------------------------------------------------------
+
+SCHEMA = [
+    "CREATE TABLE lexical_docs (source smallint NOT NULL, doc_id bigint NOT NULL, scope bigint NOT NULL,"
+    " length integer NOT NULL, PRIMARY KEY (source, doc_id))",
+    "CREATE TABLE lexical_postings (source smallint NOT NULL, term text NOT NULL, doc_id bigint NOT NULL,"
+    " scope bigint NOT NULL, tf integer NOT NULL, length integer NOT NULL, positions integer[] NOT NULL,"
+    " PRIMARY KEY (source, term, doc_id))",
+    "CREATE INDEX lexical_postings_scope ON lexical_postings (source, scope, term)",
+    "CREATE INDEX lexical_postings_doc ON lexical_postings (source, doc_id)",
+    "CREATE TABLE lexical_stats (id bigserial PRIMARY KEY, source smallint NOT NULL, docs bigint NOT NULL,"
+    " tokens bigint NOT NULL)",
+    "CREATE INDEX lexical_stats_source ON lexical_stats (source)",
+    # meta revisions: <counter>-<random>, as on SQLite
+    "CREATE FUNCTION memory_bump_revision(rev_key text) RETURNS void LANGUAGE sql AS $$ "
+    + BUMP_REVISION_SQL.replace("%s", "$1") + " $$",
+    "CREATE FUNCTION memory_bump_revision_trigger() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "PERFORM memory_bump_revision(TG_ARGV[0]); RETURN NULL; END $$",
+    # rows deleted by any path (cascades, forgetting, batch deletion) leave the index
+    "CREATE FUNCTION lexical_rows_deleted() RETURNS trigger LANGUAGE plpgsql AS $$ "
+    "DECLARE src smallint := TG_ARGV[0]::smallint; BEGIN "
+    "IF NOT EXISTS (SELECT 1 FROM old_rows) THEN RETURN NULL; END IF; "
+    "WITH gone AS (DELETE FROM lexical_docs d USING old_rows o WHERE d.source = src AND d.doc_id = o.id"
+    " RETURNING d.length) INSERT INTO lexical_stats(source, docs, tokens)"
+    " SELECT src, -count(*), -coalesce(sum(length), 0) FROM gone HAVING count(*) > 0; "
+    "DELETE FROM lexical_postings p USING old_rows o WHERE p.source = src AND p.doc_id = o.id; "
+    "IF TG_NARGS > 1 THEN PERFORM memory_bump_revision(TG_ARGV[1]); END IF; "
+    "RETURN NULL; END $$",
+    "CREATE FUNCTION lexical_rows_truncated() RETURNS trigger LANGUAGE plpgsql AS $$ "
+    "DECLARE src smallint := TG_ARGV[0]::smallint; BEGIN "
+    "DELETE FROM lexical_docs WHERE source = src; DELETE FROM lexical_postings WHERE source = src; "
+    "DELETE FROM lexical_stats WHERE source = src; RETURN NULL; END $$",
+    # the change log: inserted rows with the inserting transaction's id (memory/changes.py)
+    "ALTER TABLE memory_changes ALTER COLUMN xid SET DEFAULT (pg_current_xact_id()::text::bigint)",
+    "CREATE FUNCTION memory_log_inserts() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "INSERT INTO memory_changes(source, row_id) SELECT TG_ARGV[0], id FROM new_rows; RETURN NULL; END $$",
+]
+for _name, _src in SOURCES.items():
+    _table = _src.table
+    _rev = REVISION_KEYS.get(_table)
+    _args = f"'{_src.code}'" + (f", '{_rev}'" if _rev else "")
+    SCHEMA += [
+        f"CREATE TRIGGER {_table}_lexical_deleted AFTER DELETE ON {_table} REFERENCING OLD TABLE AS old_rows"
+        f" FOR EACH STATEMENT EXECUTE FUNCTION lexical_rows_deleted({_args})",
+        f"CREATE TRIGGER {_table}_lexical_truncated AFTER TRUNCATE ON {_table}"
+        f" FOR EACH STATEMENT EXECUTE FUNCTION lexical_rows_truncated('{_src.code}')",
+    ]
+    if _rev:
+        SCHEMA += [
+            f"CREATE TRIGGER {_table}_lexical_update AFTER UPDATE OF {_src.tokens} ON {_table} FOR EACH ROW"
+            f" WHEN (OLD.{_src.tokens} <> '' AND NEW.{_src.tokens} IS DISTINCT FROM OLD.{_src.tokens})"
+            f" EXECUTE FUNCTION memory_bump_revision_trigger('{_rev}')",
+            f"CREATE TRIGGER {_table}_change_log AFTER INSERT ON {_table} REFERENCING NEW TABLE AS new_rows"
+            f" FOR EACH STATEMENT EXECUTE FUNCTION memory_log_inserts('{_table}')",
+        ]
+# the knowledge vector index's revision (SQLite: migrations 0002/0003)
+SCHEMA += [
+    "CREATE TRIGGER knowledge_q8_insert AFTER INSERT ON knowledge FOR EACH ROW WHEN (NEW.embedding_q8 IS NOT NULL)"
+    " EXECUTE FUNCTION memory_bump_revision_trigger('knowledge_vector_revision')",
+    "CREATE TRIGGER knowledge_q8_update AFTER UPDATE OF embedding_q8 ON knowledge FOR EACH ROW"
+    " WHEN (NEW.embedding_q8 IS DISTINCT FROM OLD.embedding_q8)"
+    " EXECUTE FUNCTION memory_bump_revision_trigger('knowledge_vector_revision')",
+    "CREATE TRIGGER knowledge_q8_delete AFTER DELETE ON knowledge FOR EACH ROW WHEN (OLD.embedding_q8 IS NOT NULL)"
+    " EXECUTE FUNCTION memory_bump_revision_trigger('knowledge_vector_revision')",
+]
+
+DROP_SCHEMA = [
+    *[f"DROP TRIGGER IF EXISTS {t}_{s} ON {t}" for t in ("facts", "episode_cues", "knowledge", "messages")
+      for s in ("lexical_deleted", "lexical_truncated", "lexical_update", "change_log")],
+    *[f"DROP TRIGGER IF EXISTS knowledge_q8_{op} ON knowledge" for op in ("insert", "update", "delete")],
+    "DROP FUNCTION IF EXISTS memory_log_inserts()", "DROP FUNCTION IF EXISTS lexical_rows_truncated()",
+    "DROP FUNCTION IF EXISTS lexical_rows_deleted()", "DROP FUNCTION IF EXISTS memory_bump_revision_trigger()",
+    "DROP FUNCTION IF EXISTS memory_bump_revision(text)",
+    "DROP TABLE IF EXISTS lexical_stats", "DROP TABLE IF EXISTS lexical_postings", "DROP TABLE IF EXISTS lexical_docs",
+]
+
+
+def reindex_all(cur: Any) -> int:
+    """(Re)build every postings row from the rows' stored tokens (migration; a copied store)."""
+    cur.execute("DELETE FROM lexical_docs")
+    cur.execute("DELETE FROM lexical_postings")
+    cur.execute("DELETE FROM lexical_stats")
+    count = 0
+    queries = {
+        "facts_fts": "SELECT id, tokens_v2, person_id FROM facts ORDER BY id",
+        "cues_fts": "SELECT c.id, c.tokens, e.stream_id FROM episode_cues c JOIN episodes e ON e.id = c.episode_id ORDER BY c.id",
+        "knowledge_fts": "SELECT id, tokens_v2, 0 FROM knowledge ORDER BY id",
+        "messages_fts": "SELECT id, tokens, stream_id FROM messages WHERE tokens <> '' ORDER BY id",
+    }
+    for table, sql in queries.items():
+        cur.execute(sql)
+        rows = cur.fetchall()
+        for start in range(0, len(rows), 5000):
+            _write_docs(cur, table, [(int(i), t or "", int(s)) for i, t, s in rows[start:start + 5000]])
+        count += len(rows)
+    return count
+
+
+# --- writing --------------------------------------------------------------------------------------
+
+
+def _store_tokens(cur: Any, table: str, payload: Sequence[tuple]) -> None:
+    src = SOURCES[table]
+    cur.executemany(f"UPDATE {src.table} SET {src.tokens} = %s WHERE id = %s", [(p[1], p[0]) for p in payload])
+
+
+def _write_docs(cur: Any, table: str, docs: Sequence[tuple[int, str, int]]) -> None:
+    """Index ``(doc_id, index_tokens, scope)`` rows: docs, postings and a statistics delta."""
+    if not docs:
+        return
+    src = SOURCES[table]
+    doc_rows: list[tuple] = []
+    post: dict[str, list] = {k: [] for k in ("term", "doc", "scope", "tf", "length", "positions")}
+    total = 0
+    for doc_id, tokens, scope in docs:
+        toks = fts_tokens(tokens or "")
+        length = len(toks) + src.extra_tokens
+        total += length
+        doc_rows.append((doc_id, scope, length))
+        positions: dict[str, list[int]] = defaultdict(list)
+        for position, token in enumerate(toks):
+            positions[token].append(position)
+        for term, where in positions.items():
+            post["term"].append(term)
+            post["doc"].append(doc_id)
+            post["scope"].append(scope)
+            post["tf"].append(len(where))
+            post["length"].append(length)
+            post["positions"].append("{" + ",".join(map(str, where)) + "}")
+    cur.execute(
+        "INSERT INTO lexical_docs(source, doc_id, scope, length)"
+        " SELECT %s, * FROM unnest(%s::bigint[], %s::bigint[], %s::int[])",
+        [src.code, [d[0] for d in doc_rows], [d[1] for d in doc_rows], [d[2] for d in doc_rows]],
+    )
+    if post["term"]:
+        cur.execute(
+            "INSERT INTO lexical_postings(source, term, doc_id, scope, tf, length, positions)"
+            " SELECT %s, t, d, s, f, l, p::int[] FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::int[],"
+            " %s::int[], %s::text[]) AS u(t, d, s, f, l, p)",
+            [src.code, post["term"], post["doc"], post["scope"], post["tf"], post["length"], post["positions"]],
+        )
+    cur.execute("INSERT INTO lexical_stats(source, docs, tokens) VALUES (%s, %s, %s)", [src.code, len(docs), total])
+
+
+def _delete_docs(cur: Any, table: str, doc_ids: Iterable[int]) -> None:
+    ids = sorted({int(i) for i in doc_ids})
+    if not ids:
+        return
+    code = SOURCES[table].code
+    cur.execute(
+        "WITH gone AS (DELETE FROM lexical_docs WHERE source = %s AND doc_id = ANY(%s) RETURNING length)"
+        " INSERT INTO lexical_stats(source, docs, tokens)"
+        " SELECT %s, -count(*), -coalesce(sum(length), 0) FROM gone HAVING count(*) > 0",
+        [code, ids, code],
+    )
+    cur.execute("DELETE FROM lexical_postings WHERE source = %s AND doc_id = ANY(%s)", [code, ids])
+
+
+def index_rows(table: str, rows: Sequence[tuple[int, str]]) -> list[str]:
+    from memory.engine.tokenize import index_tokens
+
+    payload = [(int(rowid), index_tokens(text)) for rowid, text in rows]
+    with connection.cursor() as cur:
+        _write_docs(cur, table, [(rowid, tokens, 0) for rowid, tokens in payload])
+        _store_tokens(cur, table, payload)
+    return [tokens for _, tokens in payload]
+
+
+def index_scoped(table: str, rows: Sequence[tuple[int, str, int]]) -> list[str]:
+    """``(rowid, text, scope id)`` rows of facts (person) or cues (stream)."""
+    from memory.engine.tokenize import index_tokens
+
+    payload = [(int(rowid), index_tokens(text), int(scope)) for rowid, text, scope in rows]
+    with connection.cursor() as cur:
+        _write_docs(cur, table, payload)
+        _store_tokens(cur, table, payload)
+    return [tokens for _, tokens, _ in payload]
+
+
+def index_messages(rows: Sequence[tuple[int, str, int]]) -> list[str]:
+    from memory.engine.tokenize import index_tokens
+
+    payload = [(int(rowid), index_tokens(text or ""), int(s)) for rowid, text, s in rows]
+    indexed = [p for p in payload if p[1]]
+    if indexed:
+        with connection.cursor() as cur:
+            _write_docs(cur, "messages_fts", indexed)
+            _store_tokens(cur, "messages_fts", indexed)
+    return [tokens for _, tokens, _ in payload]
+
+
+def reindex_message(rowid: int, text: str, stream_id: int, old_tokens: str) -> str:
+    if old_tokens:
+        with connection.cursor() as cur:
+            _delete_docs(cur, "messages_fts", [rowid])
+            cur.execute("UPDATE messages SET tokens = '' WHERE id = %s", [rowid])
+    return index_messages([(rowid, text, stream_id)])[0]
+
+
+def delete_rows(table: str, rowids: Iterable[int]) -> None:
+    with connection.cursor() as cur:
+        _delete_docs(cur, table, rowids)
+
+
+# --- statistics -----------------------------------------------------------------------------------
+
+
+def _stats(code: int) -> tuple[int, int]:
+    """``(rows, tokens)`` of a table; folds the delta rows when there are many (outside transactions)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*), coalesce(sum(docs), 0), coalesce(sum(tokens), 0) FROM lexical_stats WHERE source = %s",
+            [code],
+        )
+        deltas, docs, tokens = cur.fetchone()
+        if deltas > STATS_FOLD_ROWS and not connection.in_atomic_block:
+            cur.execute(
+                "WITH gone AS (DELETE FROM lexical_stats WHERE source = %s RETURNING docs, tokens)"
+                " INSERT INTO lexical_stats(source, docs, tokens)"
+                " SELECT %s, coalesce(sum(docs), 0), coalesce(sum(tokens), 0) FROM gone",
+                [code, code],
+            )
+    return int(docs), int(tokens)
+
+
+def document_count(table: str) -> int:
+    return _stats(SOURCES[table].code)[0]
+
+
+def document_frequencies(table: str, terms: Sequence[str]) -> dict[str, int]:
+    if not terms:
+        return {}
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT term, count(*) FROM lexical_postings WHERE source = %s AND term = ANY(%s) GROUP BY term",
+            [SOURCES[table].code, list(dict.fromkeys(terms))],
+        )
+        return {term: int(n) for term, n in cur.fetchall()}
+
+
+# --- scoring --------------------------------------------------------------------------------------
+
+
+def _phrase_hits(phrase: Sequence[str], positions: dict[str, Sequence[int]]) -> int:
+    """Occurrences of ``phrase`` (consecutive tokens) in one document (FTS5's phrase frequency)."""
+    if len(phrase) == 1:
+        return len(positions.get(phrase[0], ()))
+    lists = [positions.get(t) for t in phrase]
+    if any(not p for p in lists):
+        return 0
+    later = [set(p) for p in lists[1:]]
+    return sum(1 for start in lists[0] if all(start + k + 1 in s for k, s in enumerate(later)))
+
+
+def _postings(code: int, tokens: Sequence[str], where: str = "", params: Sequence[Any] = ()) -> dict[int, tuple]:
+    """``doc → (length, {token: positions})`` for the documents holding any of ``tokens``."""
+    docs: dict[int, tuple[int, dict[str, list[int]]]] = {}
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT doc_id, term, length, positions FROM lexical_postings"
+            f" WHERE source = %s AND term = ANY(%s){where}",
+            [code, list(tokens), *params],
+        )
+        for doc_id, term, length, positions in cur.fetchall():
+            entry = docs.get(doc_id)
+            if entry is None:
+                entry = docs[doc_id] = (int(length), {})
+            entry[1][term] = positions
+    return docs
+
+
+def _score(
+    table: str, terms: Sequence[str], *, scopes: Sequence[int] | None = None, before_id: int | None = None,
+    ids: Sequence[int] | None = None, id_range: tuple[int, int] | None = None,
+) -> dict[int, float]:
+    """FTS5's bm25 (negative, lower is better) of the matching documents; see the module docstring."""
+    phrases = [toks for toks in (fts_tokens(t) for t in terms) if toks]  # one phrase per term, duplicates kept
+    if not phrases:
+        return {}
+    code = SOURCES[table].code
+    n_rows, n_tokens = _stats(code)
+    if n_rows <= 0:
+        return {}
+    tokens = sorted({t for p in phrases for t in p})
+    where, params = "", []
+    if scopes is not None:
+        where += " AND scope = ANY(%s)"
+        params.append(sorted({int(s) for s in scopes}))
+    if before_id is not None:
+        where += " AND doc_id < %s"
+        params.append(int(before_id))
+    if ids is not None:
+        where += " AND doc_id = ANY(%s)"
+        params.append(sorted({int(i) for i in ids}))
+    if id_range is not None:
+        where += " AND doc_id BETWEEN %s AND %s"
+        params += [int(id_range[0]), int(id_range[1])]
+    docs = _postings(code, tokens, where, params)
+    if not docs:
+        return {}
+    everyone = docs if not where else None
+    hits_per_phrase: dict[tuple[str, ...], int] = {}
+    single = [p[0] for p in phrases if len(p) == 1]
+    if everyone is None and single:
+        frequencies = document_frequencies(table, single)
+        hits_per_phrase.update({(t,): frequencies.get(t, 0) for t in single})
+    for phrase in phrases:
+        key = tuple(phrase)
+        if key in hits_per_phrase:
+            continue
+        pool = everyone if everyone is not None else _postings(code, phrase)
+        hits_per_phrase[key] = sum(1 for _, positions in pool.values() if _phrase_hits(phrase, positions))
+    idfs = []
+    for phrase in phrases:
+        n_hit = hits_per_phrase[tuple(phrase)]
+        idf = math.log((n_rows - n_hit + 0.5) / (n_hit + 0.5))
+        idfs.append(idf if idf > 0.0 else IDF_FLOOR)
+    avgdl = float(n_tokens) / float(n_rows)
+    out: dict[int, float] = {}
+    for doc_id, (length, positions) in docs.items():
+        score, matched = 0.0, False
+        norm = K1 * ((1.0 - B) + B * float(length) / avgdl)  # fts5_bm25's order of operations
+        for phrase, idf in zip(phrases, idfs, strict=True):
+            freq = float(_phrase_hits(phrase, positions))
+            if freq:
+                matched = True
+                score += idf * ((freq * (K1 + 1.0)) / (freq + norm))
+        if matched:
+            out[int(doc_id)] = -1.0 * score
+    return out
+
+
+def _best(scores: dict[int, float], *, newest_first: bool = False) -> list[tuple[int, float]]:
+    """Best bm25 first; ties by rowid (ascending, or descending when ``newest_first``)."""
+    if newest_first:
+        return sorted(scores.items(), key=lambda kv: (kv[1], -kv[0]))
+    return sorted(scores.items(), key=lambda kv: (kv[1], kv[0]))
+
+
+def _in_clause(ids: Sequence[int]) -> str:
+    return ",".join(["%s"] * len(ids))
+
+
+# --- the queries of memory/lexical.py ---------------------------------------------------------------
+
+
+def message_candidates(terms: Sequence[str], *, stream_id: int, before_id: int | None, limit: int) -> list[tuple[int, float]]:
+    scores = _score("messages_fts", terms, scopes=[stream_id], before_id=before_id)
+    return _best(scores, newest_first=True)[:limit]
+
+
+def message_bm25(terms: Sequence[str], *, stream_id: int, message_ids: Sequence[int]) -> dict[int, float]:
+    return _score("messages_fts", terms, scopes=[stream_id], ids=message_ids)
+
+
+def fact_rows(columns: str, ranked: Sequence[tuple[int, float]], *, include_invalid: bool, limit: int) -> list[tuple]:
+    """Fact rows (``columns`` with ``{bm25}`` = 0) of ranked ids, in rank order, valid ones unless told."""
+    rows: list[tuple] = []
+    valid = "" if include_invalid else " AND f.superseded_by IS NULL"
+    step = max(limit, 64)
+    for start in range(0, len(ranked), step):
+        chunk = ranked[start:start + step]
+        with connection.cursor() as cur:
+            cur.execute(
+                f"SELECT {columns.format(bm25='0')} FROM facts f WHERE f.id IN ({_in_clause(chunk)}){valid}",
+                [fid for fid, _ in chunk],
+            )
+            found = {r[0]: r for r in cur.fetchall()}
+        rows += [(fid, b, *found[fid][2:]) for fid, b in chunk if fid in found]
+        if len(rows) >= limit:
+            break
+    return rows[:limit]
+
+
+def fact_scores(terms: Sequence[str], person_ids: Sequence[int] | None) -> list[tuple[int, float]]:
+    return _best(_score("facts_fts", terms, scopes=person_ids))
+
+
+def fact_bm25(terms: Sequence[str], fact_ids: Sequence[int]) -> dict[int, float]:
+    return _score("facts_fts", terms, ids=fact_ids)
+
+
+def similar_fact_candidates(terms: Sequence[str], *, person_id: int, limit: int) -> list[tuple[int, str]]:
+    ranked = fact_scores(terms, [person_id])
+    rows = fact_rows("f.id, {bm25}, f.content", ranked, include_invalid=False, limit=limit)
+    return [(fid, content) for fid, _, content in rows]
+
+
+def cue_candidates(terms: Sequence[str], *, stream_id: int | None, limit: int) -> list[tuple[int, int, float]]:
+    ranked = _best(_score("cues_fts", terms, scopes=None if stream_id is None else [stream_id]))
+    out: list[tuple[int, int, float]] = []
+    step = max(limit, 64)
+    for start in range(0, len(ranked), step):
+        chunk = ranked[start:start + step]
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT c.id, c.episode_id FROM episode_cues c JOIN episodes e ON e.id = c.episode_id"
+                f" WHERE c.id IN ({_in_clause(chunk)}) AND e.kind <> 'unsummarized'",
+                [cid for cid, _ in chunk],
+            )
+            episode_of = dict(cur.fetchall())
+        out += [(episode_of[cid], cid, b) for cid, b in chunk if cid in episode_of]
+        if len(out) >= limit:
+            break
+    return out[:limit]
+
+
+def top(table: str, terms: Sequence[str], limit: int) -> list[tuple[int, float]]:
+    return _best(_score(table, terms))[:limit]
+
+
+def bm25_for(table: str, terms: Sequence[str], ids: Sequence[int]) -> dict[int, float]:
+    return _score(table, terms, ids=ids)
+
+
+def rows_containing(table: str, terms: Sequence[str], *, limit: int) -> list[int]:
+    return sorted(_score(table, terms))[:limit]
+
+
+# --- the change log (memory/changes.py) -------------------------------------------------------------
+
+
+def read_changes(source: str, revision_key: str, horizon: int | None) -> tuple[str, int, list[tuple[int, int, int]], int]:
+    """One snapshot: ``(revision, new horizon, changes, pruned)``.
+
+    ``changes`` = ``(change id, row id, xid)`` of ``source`` written by transactions with
+    an id ≥ ``horizon`` (``None``: ≥ this snapshot's xmin); the new horizon is this
+    snapshot's xmin — every transaction below it has ended, so nothing a later
+    snapshot shows can come from below it. ``pruned`` = the highest xid the log was
+    pruned through.
+    """
+    with connection.cursor() as cur:
+        cur.execute(
+            "WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin)"
+            " SELECT (SELECT value FROM meta WHERE key = %s), h.xmin,"
+            " (SELECT coalesce(json_agg(json_build_array(c.id, c.row_id, c.xid)), '[]') FROM memory_changes c"
+            "  WHERE c.source = %s AND c.xid >= coalesce(%s, h.xmin)),"
+            " (SELECT value FROM meta WHERE key = 'changes_pruned_through')"
+            " FROM h",
+            [revision_key, source, horizon],
+        )
+        revision, xmin, changes, pruned = cur.fetchone()
+    if isinstance(changes, str):
+        import json
+
+        changes = json.loads(changes)
+    return revision or "0", int(xmin), [(int(a), int(b), int(c)) for a, b, c in changes], int(pruned or 0)
+
+
+def prune_changes(keep: int) -> int:
+    """Drop change rows older than the newest ``keep`` that every snapshot has seen; returns rows dropped."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT max(xid) FROM (SELECT xid FROM memory_changes ORDER BY id DESC OFFSET %s LIMIT 1) t",
+            [keep],
+        )
+        (through,) = cur.fetchone()
+        if through is None:
+            return 0
+        cur.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+        through = min(int(through), int(cur.fetchone()[0]) - 1)
+        cur.execute("DELETE FROM memory_changes WHERE xid <= %s", [through])
+        dropped = cur.rowcount
+        if dropped:
+            cur.execute(
+                "INSERT INTO meta(key, value) VALUES ('changes_pruned_through', %s) ON CONFLICT (key) DO UPDATE"
+                " SET value = GREATEST(meta.value::bigint, EXCLUDED.value::bigint)::text",
+                [str(through)],
+            )
+    return dropped

@@ -1,0 +1,73 @@
+"""The change log: how a resident index learns which rows were inserted, in any commit order.
+
+Database triggers write one ``memory_changes`` row per inserted fact, episode cue and
+knowledge row, in the inserting transaction (a rolled-back insert leaves no change).
+A reader (:class:`ChangeFeed`) remembers a *horizon* and asks for the changes at or
+above it:
+
+- SQLite has one writer at a time, so a change's id is its commit order: the horizon is
+  one past the highest id read.
+- PostgreSQL commits in any order: a transaction that took id 10 may commit after the one
+  that took id 11. Each change carries its transaction's id (``pg_current_xact_id()``);
+  the horizon is the ``xmin`` of the snapshot the changes were read in — every
+  transaction below it had ended, so any change a later snapshot shows that this one did
+  not has an xid at or above it. Changes at or above the horizon come back on the next
+  read; the feed remembers which of them it has already handed out.
+
+Updates and deletes are not logged: they bump a revision in ``meta`` (triggers), and a
+revision is a value, so a reader compares it, whatever the commit order. The knowledge
+vector index and the tuning cache work that way (a revision / the meta row itself).
+The retention sweep prunes the log (:func:`prune`); a reader whose horizon lies below
+the pruned part rebuilds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memory import backends
+
+KEEP_CHANGES = 200_000  # log rows the retention sweep keeps (readers behind them rebuild)
+
+
+@dataclass
+class Poll:
+    revision: str
+    row_ids: list[int] = field(default_factory=list)
+    rebuild: bool = False
+
+
+class ChangeFeed:
+    """The inserts of one table not yet handed out, plus the table's revision (not thread-safe)."""
+
+    def __init__(self, source: str, revision_key: str) -> None:
+        self.source = source
+        self.revision_key = revision_key
+        self.horizon: int | None = None
+        self._seen: set[int] = set()   # change ids at or above the horizon already handed out
+
+    def start(self) -> str:
+        """Begin at the log's present: changes visible now count as read. Returns the revision."""
+        revision, horizon, changes, _pruned = backends.module().read_changes(self.source, self.revision_key, None)
+        self.horizon = horizon
+        self._seen = {cid for cid, _row, pos in changes if pos >= horizon}
+        return revision
+
+    def poll(self) -> Poll:
+        """The revision and the rows inserted since the last poll (``rebuild`` when the feed cannot tell)."""
+        if self.horizon is None:
+            revision, *_ = backends.module().read_changes(self.source, self.revision_key, None)
+            return Poll(revision, rebuild=True)
+        revision, horizon, changes, pruned = backends.module().read_changes(
+            self.source, self.revision_key, self.horizon
+        )
+        if pruned >= self.horizon:
+            return Poll(revision, rebuild=True)
+        rows = [row for cid, row, _pos in changes if cid not in self._seen]
+        self._seen = {cid for cid, _row, pos in changes if pos >= horizon}
+        self.horizon = max(self.horizon, horizon)
+        return Poll(revision, rows)
+
+
+def prune(keep: int = KEEP_CHANGES) -> int:
+    """Drop all but the newest ``keep`` change rows (retention sweep); returns the rows dropped."""
+    return backends.module().prune_changes(keep)
