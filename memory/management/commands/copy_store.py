@@ -20,15 +20,10 @@ class Command(BaseCommand):
         parser.add_argument("--to", dest="to", help="the empty target database, postgres://user@host:5432/name")
         parser.add_argument("--sample", type=int, default=20, help="queries per recall path compared (default 20)")
         parser.add_argument("--no-verify", action="store_true", help="skip the recall comparison (counts are checked)")
-        # the steps a child process runs on one side
-        parser.add_argument("--rebuild-lexical", action="store_true", help="(internal) index stored tokens here")
+        # the step a child process runs on each side
         parser.add_argument("--answer", metavar="QUERIES.json", help="(internal) answer a recall sample here")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["rebuild_lexical"]:
-            counts = mover.rebuild_lexical(lambda line: self.stderr.write(line))
-            self.stdout.write("lexical index rebuilt: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
-            return
         if options["answer"]:
             queries = json.loads(Path(options["answer"]).read_text(encoding="utf-8"))
             self.stdout.write(json.dumps(mover.answer_sample(queries)))
