@@ -54,12 +54,19 @@ CHAT = ["今天天气不错", "晚上吃火锅吗", "我最近在学吉他", "�
 
 
 SETTINGS_OVERRIDE: dict[str, str] = {}  # set by --persistent-connections: module name and its folder
+#: set by --worker: the Redis database of the broker (flushed before and after)
+WORKER: dict[str, str] = {}
 
 
-def env_for(db: Path) -> dict[str, str]:
-    env = dict(os.environ)
+def env_for(db: Path | str, *, deployed: bool = False) -> dict[str, str]:
+    """The environment of the server (``deployed``: enqueue on, Redis, the local embedder) on ``db``.
+
+    ``db`` is a SQLite file or a ``postgres://`` URL (bench/backends.py).
+    """
+    from bench import backends
+
+    env = backends.env_for(db)
     env.update(
-        MEMORY_DB=str(db),
         DJANGO_SETTINGS_MODULE=SETTINGS_OVERRIDE.get("module", "config.settings"),
         DJANGO_DEBUG="False",
         MEMORY_ENQUEUE_TASKS="False",
@@ -67,7 +74,42 @@ def env_for(db: Path) -> dict[str, str]:
         LOG_LEVEL="WARNING",
         PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [SETTINGS_OVERRIDE.get("path")])]),
     )
+    if deployed and WORKER:
+        env.update(MEMORY_ENQUEUE_TASKS="True", REDIS_URL=WORKER["redis_url"], EMBEDDING_PROVIDER="local",
+                   LLM_BASE_URL="", LLM_MODEL="")
     return env
+
+
+class Worker:
+    """A real ``celery -A config worker`` (2 processes) beside the server, as deployed (--worker)."""
+
+    def __init__(self, db: Path | str, log: Path):
+        import redis
+
+        redis.Redis.from_url(WORKER["redis_url"]).flushdb()
+        self.log = log
+        handle = open(log, "wb")
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).with_name("celery")), "-A", "config", "worker", "-n", "api-bench@%h",
+             "--concurrency=2", "--loglevel=WARNING", "--without-mingle", "--without-gossip"],
+            cwd=ROOT, env=env_for(db, deployed=True), stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        handle.close()
+        time.sleep(8)  # start-up incl. the embedding model, not part of the measurement
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"celery worker exited: {log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        import redis
+
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        redis.Redis.from_url(WORKER["redis_url"]).flushdb()
 
 
 def persistent_connection_settings(folder: Path) -> None:
@@ -136,16 +178,12 @@ def copy_db(src: Path, dst: Path) -> None:
             shutil.copyfile(s, f"{dst}{suffix}")
 
 
-def refs(db: Path, counts: dict) -> tuple[list[tuple[str, str]], list[str], int]:
+def refs(db: Path | str, counts: dict) -> tuple[list[tuple[str, str]], list[str], int]:
     """(stream kind, external id) pairs and person external ids present in the database."""
-    import sqlite3
+    from bench import backends
 
-    con = sqlite3.connect(db)
-    try:
-        streams = con.execute("SELECT kind, external_id FROM streams WHERE platform = 'bench' ORDER BY id").fetchall()
-        persons = [r[0] for r in con.execute("SELECT external_id FROM identities WHERE platform = 'bench' ORDER BY id")]
-    finally:
-        con.close()
+    streams = backends.query(db, "SELECT kind, external_id FROM streams WHERE platform = 'bench' ORDER BY id")
+    persons = [r[0] for r in backends.query(db, "SELECT external_id FROM identities WHERE platform = 'bench' ORDER BY id")]
     return streams, persons, int(counts.get("now") or 1_800_000_000_000)
 
 
@@ -153,13 +191,13 @@ def refs(db: Path, counts: dict) -> tuple[list[tuple[str, str]], list[str], int]
 
 
 class Server:
-    def __init__(self, db: Path, workers: int = 2, env: dict[str, str] | None = None):
+    def __init__(self, db: Path | str, workers: int = 2, env: dict[str, str] | None = None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{self.port}",
              "--workers", str(workers), "--log-level", "warning"],
-            cwd=ROOT, env=env or env_for(db), start_new_session=True,
+            cwd=ROOT, env=env or env_for(db, deployed=True), start_new_session=True,
         )
 
     def wait_ready(self, timeout: float = 60.0) -> None:
@@ -277,7 +315,7 @@ def turn_inputs(streams, persons, n: int, now: int) -> list[dict]:
 def http_turns(base: str, token: str, inputs: list[dict], warmup: int) -> dict:
     import httpx
 
-    prep, conf, facts = [], [], []
+    prep, conf, facts, total = [], [], [], []
     errors: list[str] = []
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
         for i, item in enumerate(inputs):
@@ -299,15 +337,17 @@ def http_turns(base: str, token: str, inputs: list[dict], warmup: int) -> dict:
             if i >= warmup:
                 prep.append(dt)
                 conf.append(dc)
+                total.append(dt + dc)
                 facts.append(len(turn["facts"]))
-    return {"turns": stats(prep), "confirm": stats(conf), "mean_facts": round(statistics.fmean(facts), 2) if facts else 0,
+    return {"turns": stats(prep), "confirm": stats(conf), "turn_total": stats(total),
+            "mean_facts": round(statistics.fmean(facts), 2) if facts else 0,
             "errors": len(errors), "first_errors": errors[:3]}
 
 
 # --- direct calls (same database, in this process) --------------------------------------------
 
 
-def setup_django(db: Path) -> None:
+def setup_django(db: Path | str) -> None:
     os.environ.update(env_for(db))
     sys.path[:0] = os.environ["PYTHONPATH"].split(os.pathsep)
     import django
@@ -373,19 +413,40 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default=str(RESULTS / "api.json"))
     parser.add_argument("--persistent-connections", action="store_true",
                         help="what-if: run with CONN_MAX_AGE = None if the settings do not set it")
+    parser.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite",
+                        help="postgresql: the scale database moved by copy_store, cloned per run (bench/backends.py)")
+    parser.add_argument("--worker", action="store_true",
+                        help="as deployed: task enqueueing on, a real Celery worker (2 processes) and Redis")
+    parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"),
+                        help="--worker's Redis database (flushed before and after)")
     args = parser.parse_args(argv)
+    if args.worker:
+        WORKER["redis_url"] = args.redis_url
+        if args.out == str(RESULTS / "api.json"):
+            args.out = str(RESULTS / f"api_{args.backend}_worker.json")
 
     tmp = Path(tempfile.mkdtemp(prefix="memory-api-bench-"))
     if args.persistent_connections:
         persistent_connection_settings(tmp)
-    db = tmp / "api-bench.sqlite3"
+    db: Path | str = tmp / "api-bench.sqlite3"
     src = Path(args.db)
+    clone = None
+    worker = None
     try:
-        if src.exists():
+        if src.exists() and args.backend == "postgresql":
+            from bench import backends
+
+            db = clone = backends.clone(backends.scale_copy(src)["url"], "api")
+            meta = src.with_suffix(".json")
+            counts = json.loads(meta.read_text()) if meta.exists() else {}
+            source = f"{src} moved to PostgreSQL (copy_store)"
+        elif src.exists():
             copy_db(src, db)
             meta = src.with_suffix(".json")
             counts = json.loads(meta.read_text()) if meta.exists() else {}
             source = str(src)
+        elif args.backend == "postgresql":
+            raise SystemExit(f"--backend postgresql needs the scale database {src} (python -m bench.run builds it)")
         else:
             print(f"no database at {src}; building a small one through the services …", flush=True)
             counts = build_small_db(db)
@@ -409,6 +470,7 @@ def main(argv: list[str] | None = None) -> dict:
         inputs = turn_inputs(streams, persons, args.turns, now)
         warmup = min(10, args.turns // 10)
 
+        worker = Worker(db, tmp / "worker.log") if args.worker else None
         server = Server(db, workers=args.workers)
         try:
             server.wait_ready()
@@ -416,12 +478,23 @@ def main(argv: list[str] | None = None) -> dict:
             turns = http_turns(server.base, token, inputs, warmup)
         finally:
             server.stop()
+            if worker is not None:
+                worker.stop()
 
         direct_msg = direct_ingest(streams, persons, min(args.messages, 1000), now)
         direct_inputs = turn_inputs(streams, persons, args.turns, now + 100_000)
         direct = direct_turns(direct_inputs, warmup)
         connection.close()
     finally:
+        if worker is not None:
+            worker.stop()
+        if clone is not None:
+            from django.db import connections
+
+            connections.close_all()
+            from bench import backends
+
+            backends.drop(clone)
         shutil.rmtree(tmp, ignore_errors=True)
 
     def ratio(a: float, b: float) -> float:
@@ -430,8 +503,11 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "database": source,
         "counts": {k: counts.get(k) for k in ("persons", "facts", "knowledge", "messages", "episodes", "edges", "streams")},
-        "server": f"gunicorn config.wsgi, {args.workers} sync workers, DEBUG off, enqueue off"
+        "server": f"gunicorn config.wsgi, {args.workers} sync workers, DEBUG off, "
+                  + ("enqueue on with a real Celery worker (2 processes)" if args.worker else "enqueue off")
                   + (", CONN_MAX_AGE=None (what-if)" if args.persistent_connections else ""),
+        "backend": args.backend,
+        "worker": args.worker,
         "conn_max_age": conn_max_age,
         "cpus": os.cpu_count(),
         "load_average_before": load_before,
@@ -442,6 +518,7 @@ def main(argv: list[str] | None = None) -> dict:
         "confirm": {"http": turns["confirm"], "direct": direct["confirm"],
                     "ratio_median": ratio(turns["confirm"]["median_ms"], direct["confirm"]["median_ms"]),
                     "ratio_p95": ratio(turns["confirm"]["p95_ms"], direct["confirm"]["p95_ms"])},
+        "turn_total": {"http": turns["turn_total"]},  # prepare + confirm of the same turn
         "mean_facts_per_turn": turns["mean_facts"],
         "errors": {"ingest": ingest["first_errors"], "turns": turns["first_errors"]},
         "targets": {"turns_p95_ms": 30, "ingest_requests_per_s": 300},
