@@ -250,6 +250,16 @@ def _delete_scoped(table: str, column: str, rows: Sequence[tuple[int, str, str]]
     _doc_counts.pop(table, None)
 
 
+def clear(table: str) -> None:
+    """Empty one lexical index (tests: FTS5 tables are not flushed with the rows)."""
+    name = _check(table)
+    if (pg := _pg()) is not None:
+        return pg.clear(name)
+    with connection.cursor() as cur:
+        cur.execute(f"INSERT INTO {name}({name}) VALUES ('delete-all')")
+    _doc_counts.pop(name, None)
+
+
 def purge_deleted(tables: Sequence[str]) -> None:
     """Rewrite the tables' segments so deleted rows' terms leave the file, not only the index.
 

@@ -541,7 +541,7 @@ def _note_concepts(text: str, *, at: int) -> None:
                     cur.execute(
                         "INSERT INTO knowledge_edges(source_id, target_id, strength, updated_at)"
                         " VALUES (%s, %s, 1.0, %s) ON CONFLICT(source_id, target_id)"
-                        " DO UPDATE SET strength = strength + 1, updated_at = excluded.updated_at",
+                        " DO UPDATE SET strength = knowledge_edges.strength + 1, updated_at = excluded.updated_at",
                         [low, high, at],
                     )
             bump_revision(cur, CONCEPT_GRAPH_REVISION)

@@ -270,6 +270,13 @@ def reindex_message(rowid: int, text: str, stream_id: int, old_tokens: str) -> s
     return index_messages([(rowid, text, stream_id)])[0]
 
 
+def clear(table: str) -> None:
+    code = SOURCES[table].code
+    with connection.cursor() as cur:
+        for name in ("lexical_docs", "lexical_postings", "lexical_stats"):
+            cur.execute(f"DELETE FROM {name} WHERE source = %s", [code])
+
+
 def delete_rows(table: str, rowids: Iterable[int]) -> None:
     with connection.cursor() as cur:
         _delete_docs(cur, table, rowids)

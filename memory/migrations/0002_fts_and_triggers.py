@@ -6,6 +6,7 @@ FTS row with ``rowid`` = the row's primary key in the same transaction. The
 """
 from __future__ import annotations
 
+from django.core.management.color import no_style
 from django.db import migrations
 
 from memory.backends import sql_for
@@ -43,6 +44,11 @@ def seed(apps, schema_editor) -> None:
         Person.objects.create(pk=1, kind="owner", display_name="主人", first_seen_at=0)
     if not Stream.objects.filter(pk=1).exists():
         Stream.objects.create(pk=1, platform="desktop", kind="desktop", external_id="desktop", display_name="桌面")
+    # rows inserted with explicit ids leave a PostgreSQL sequence behind: move it past them
+    connection = schema_editor.connection
+    with connection.cursor() as cur:
+        for sql in connection.ops.sequence_reset_sql(no_style(), [Person, Stream]):
+            cur.execute(sql)
 
 
 class Migration(migrations.Migration):

@@ -21,14 +21,12 @@ from memory.models import (
     PipelineEvent,
     Stream,
 )
+from tests import lexical_probe
 from tests.memory.conftest import NOW
 
 
 def _docs(table: str, term: str) -> int:
-    with connection.cursor() as cur:
-        cur.execute(f"SELECT doc FROM {table}_vocab WHERE term = %s", [term])
-        row = cur.fetchone()
-    return int(row[0]) if row else 0
+    return lexical_probe.docs(table, term)
 
 
 def _msg(stream, content, sender=None, role="user"):

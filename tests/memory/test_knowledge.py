@@ -11,16 +11,14 @@ import numpy as np
 import pytest
 from django.db import connection
 
-from memory import selectors, services
+from memory import lexical, selectors, services
 from memory.models import Fact, Knowledge, VectorSpace
 from memory.vector_index import current_revision, knowledge_index
 from tests.memory.conftest import NOW
 
 
 def _fts_rowids(query: str) -> list[int]:
-    with connection.cursor() as cur:
-        cur.execute("SELECT rowid FROM knowledge_fts WHERE knowledge_fts MATCH %s", [query])
-        return [r[0] for r in cur.fetchall()]
+    return lexical.rows_containing("knowledge_fts", query, limit=100)
 
 
 class TestAddKnowledge:
@@ -177,6 +175,7 @@ class TestVectorIndexRevision:
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.sqlite_only("writes through a second sqlite3 connection (PostgreSQL: tests/memory/test_changes.py)")
 def test_write_from_another_connection_invalidates_the_resident_index():
     """A raw UPDATE through a separate sqlite3 connection (another process, a script) bumps the revision."""
     a = services.add_knowledge(content="光学迷彩让单位隐形", source="x", at=NOW)
@@ -207,8 +206,7 @@ def test_write_from_another_connection_invalidates_the_resident_index():
         assert hits[0].id == b
         assert {h.id: h.cosine for h in hits}[a] == pytest.approx(-1.0)
     finally:
-        with connection.cursor() as cur:  # flush does not empty the contentless FTS table
-            cur.execute("INSERT INTO knowledge_fts(knowledge_fts) VALUES ('delete-all')")
+        lexical.clear("knowledge_fts")  # flush does not empty the contentless FTS table
 
 
 class TestVectorSpace:

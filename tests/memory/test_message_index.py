@@ -11,6 +11,7 @@ from memory import lexical, pipeline, recall, selectors, services
 from memory.engine.quantize import unpack_float32
 from memory.engine.tokenize import index_tokens
 from memory.models import Message
+from tests import lexical_probe
 from tests.memory.conftest import NOW
 
 
@@ -20,16 +21,11 @@ def _msg(stream, content, sender, role="user", at=NOW):
 
 def _docs(term: str) -> int:
     """How many FTS rows hold ``term`` (0 when none)."""
-    with connection.cursor() as cur:
-        cur.execute("SELECT doc FROM messages_fts_vocab WHERE term = %s", [term])
-        row = cur.fetchone()
-    return int(row[0]) if row else 0
+    return lexical_probe.docs("messages_fts", term)
 
 
 def _fts_rows() -> int:
-    with connection.cursor() as cur:
-        cur.execute("SELECT count(*) FROM messages_fts_docsize")
-        return int(cur.fetchone()[0])
+    return lexical_probe.rows("messages_fts")
 
 
 def _search(stream, query, **kw):

@@ -7,21 +7,34 @@ from django.core.management import call_command
 from django.db import connection
 
 import memory.checks
-from memory import selectors, services
+from memory import lexical, selectors, services
 
 FTS = {"facts_fts", "cues_fts", "knowledge_fts", "messages_fts"}
 VOCAB = {f"{t}_vocab" for t in FTS}
 TRIGGERS = {"knowledge_q8_insert", "knowledge_q8_update", "knowledge_q8_delete"} | {
     f"{table}_lexical_{op}" for table in ("facts", "episode_cues", "knowledge") for op in ("delete", "update")
-} | {"messages_fts_delete"}
+} | {"messages_fts_delete"} | {f"{table}_change_log" for table in ("facts", "episode_cues", "knowledge")}
+# PostgreSQL (0017_postgresql): postings tables instead of FTS5, plpgsql triggers
+PG_TABLES = {"lexical_docs", "lexical_postings", "lexical_stats"}
+PG_TRIGGERS = {"knowledge_q8_insert", "knowledge_q8_update", "knowledge_q8_delete"} | {
+    f"{table}_{op}" for table in ("facts", "episode_cues", "knowledge")
+    for op in ("lexical_deleted", "lexical_truncated", "lexical_update", "change_log")
+} | {"messages_lexical_deleted", "messages_lexical_truncated"}
 
 
 def _objects(kind: str) -> set[str]:
     with connection.cursor() as cur:
-        cur.execute("SELECT name FROM sqlite_master WHERE type = %s", [kind])
+        if connection.vendor == "postgresql":
+            if kind == "table":
+                cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+            else:
+                cur.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")
+        else:
+            cur.execute("SELECT name FROM sqlite_master WHERE type = %s", [kind])
         return {r[0] for r in cur.fetchall()}
 
 
+@pytest.mark.sqlite_only("FTS5 and fts5vocab tables, SQLite triggers")
 def test_fts_vocab_and_triggers_exist(db):
     tables = _objects("table")
     assert FTS <= tables
@@ -40,6 +53,7 @@ def test_seed_rows(db):
     assert Stream.objects.get(pk=1).kind == "desktop"
 
 
+@pytest.mark.sqlite_only("fts5vocab")
 def test_vocab_reports_document_frequencies(person):
     services.add_fact(person_id=person.pk, content="玩家不喜欢吃香菜", at=1)
     services.add_fact(person_id=person.pk, content="他喜欢香菜和猫", at=1)
@@ -50,24 +64,26 @@ def test_vocab_reports_document_frequencies(person):
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_memory_migrations_are_reversible():
+    postgresql = connection.vendor == "postgresql"
+    lexical_tables, triggers = (PG_TABLES, PG_TRIGGERS) if postgresql else (FTS | VOCAB, TRIGGERS)
     call_command("migrate", "memory", "zero", verbosity=0)
     tables = _objects("table")
-    assert not (FTS | VOCAB) & tables
-    assert not TRIGGERS & _objects("trigger")
+    assert not lexical_tables & tables
+    assert not triggers & _objects("trigger")
     assert "facts" not in tables
     call_command("migrate", verbosity=0)
-    assert FTS | VOCAB <= _objects("table")
-    assert TRIGGERS <= _objects("trigger")
+    assert lexical_tables <= _objects("table")
+    assert triggers <= _objects("trigger")
     # the store works again after the round trip
     person = services.resolve_person(platform="qq", external_id="mig", name="迁移", at=1)
     fid = services.add_fact(person_id=person.pk, content="玩家不喜欢吃香菜", at=1).fact_id
     hits = selectors.recall_facts_in_scope(person_ids=[person.pk], query="香菜", now=1, stream_kind="direct")
     assert [h.id for h in hits] == [fid]
-    with connection.cursor() as cur:  # flush does not empty virtual tables
-        for table in FTS:
-            cur.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
+    for table in FTS:  # flush does not empty virtual tables
+        lexical.clear(table)
 
 
+@pytest.mark.sqlite_only("migration 0009 builds the FTS5 message index")
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_the_message_index_migration_indexes_existing_rows():
     call_command("migrate", "memory", "0008", verbosity=0)
@@ -96,6 +112,7 @@ def test_the_message_index_migration_indexes_existing_rows():
     # teardown's flush deletes the messages: the trigger empties messages_fts with them
 
 
+@pytest.mark.sqlite_only("the FTS5 system check")
 def test_system_check_reports_missing_fts5(monkeypatch):
     assert [e for e in memory.checks.check_fts5() if e.id == "memory.E001"] == []
     monkeypatch.setattr(memory.checks, "fts5_available", lambda: False)
@@ -106,6 +123,7 @@ def test_system_check_reports_missing_fts5(monkeypatch):
     assert "memory.E001" in [e.id for e in registered]
 
 
+@pytest.mark.sqlite_only("FTS5 in the linked SQLite")
 def test_fts5_is_available_here():
     assert memory.checks.fts5_available() is True
 
