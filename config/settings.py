@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "memory",
     "curation",
     "tuning",
+    "console",  # the operator pages, on top of memory, curation and tuning
 ]
 
 MIDDLEWARE = [

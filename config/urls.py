@@ -48,5 +48,5 @@ urlpatterns = [
     path("i18n/", include("django.conf.urls.i18n")),
     path("curation/", include("curation.urls")),
     path("tuning/", include("tuning.urls")),
-    path("", include("memory.urls")),
+    path("", include("console.urls")),
 ]

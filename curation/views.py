@@ -25,13 +25,13 @@ from django.utils.translation import gettext_lazy, pgettext_lazy
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reselect, reswap, retarget
 
+from console.forms import MAX_ID, ConflictFilterForm, OperationFilterForm, ReplaceForm, parse_id
+from console.views import wants_fragment
 from curation import services
 from curation.models import FactOperation
 from memory import selectors
 from memory import services as memory_services
-from memory.forms import MAX_ID, ConflictFilterForm, OperationFilterForm, ReplaceForm, parse_id
 from memory.models import Fact, Person
-from memory.views import wants_fragment
 
 CURATE = "curation.curate_fact"
 
@@ -95,13 +95,13 @@ def _with_status(response: HttpResponse, status: int) -> HttpResponse:
 
 def _fact_region(request: HttpRequest, pk: int, text: str, next_url: str) -> HttpResponse | None:
     """The fact's row (facts table) or summary card (fact page), fresh from the database, with ``text``."""
-    from memory import console
+    from console import presenters
 
     target = request.htmx.target or ""
     fact = Fact.objects.select_related("person").filter(pk=pk).first()
     if fact is None:
         return None
-    console.decorate_facts([fact], now=memory_services.now_ms())
+    presenters.decorate_facts([fact], now=memory_services.now_ms())
     context = {"fact": fact, "row_refusal": text, "next_url": next_url}
     if target == f"fact-row-{pk}":
         response = render(request, "console/facts.html#fact-row", context)

@@ -43,6 +43,7 @@ from django.db.models import F, Q
 from curation.models import FactOperation
 from memory import backends, lexical, services
 from memory.models import (
+    EXTRACT_CURSOR_KEY,
     Episode,
     EpisodeCue,
     Fact,
@@ -475,12 +476,10 @@ def _redact_json(value: Any, pattern: re.Pattern[str] | None) -> Any:
 
 
 def _drop_cursor(stream_id: int) -> None:
-    from memory.pipeline import CURSOR_KEY
-
-    cursors = services.meta_get(CURSOR_KEY, {})
+    cursors = services.meta_get(EXTRACT_CURSOR_KEY, {})
     if isinstance(cursors, dict) and str(stream_id) in cursors:
         cursors.pop(str(stream_id))
-        services.meta_set(CURSOR_KEY, cursors)
+        services.meta_set(EXTRACT_CURSOR_KEY, cursors)
 
 
 # --- message retention (MESSAGE_RETENTION_DAYS) -------------------------------------------

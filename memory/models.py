@@ -301,8 +301,12 @@ class MemoryEdge(models.Model):
         permissions = [("preview_association", "Can view the association graph and preview spreading")]
 
 
+#: The meta row of the fact-extraction cursors: ``{stream id: id of the last message given to the extractor}``.
+EXTRACT_CURSOR_KEY = "fact_extract_cursor"
+
+
 class Meta(models.Model):
-    """Key/value store: cursors, the active tuning profile, revision counters."""
+    """Key/value store: cursors (:data:`EXTRACT_CURSOR_KEY`), the active tuning profile, revision counters."""
 
     key = models.CharField(max_length=200, primary_key=True)
     value = models.TextField()

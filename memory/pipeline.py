@@ -35,6 +35,7 @@ from memory import lexical, selectors, services
 from memory.engine.scope import SCOPE_ALL, origin_kind_for_stream
 from memory.jobs import job_create, job_fail, job_finish, job_progress, job_start
 from memory.models import (
+    EXTRACT_CURSOR_KEY,
     Episode,
     Fact,
     Identity,
@@ -84,7 +85,6 @@ BATCH_RETRY_LIMIT = 3
 PARTICIPANT_LIMIT = 12
 KNOWN_FACT_PER_PERSON = 6
 KNOWN_FACT_LIMIT = 30
-CURSOR_KEY = "fact_extract_cursor"
 KNOWLEDGE_SOURCE = "fact_extract"
 UNSUMMARIZED_SUMMARY = "这一批对话未能生成摘要：{reason}"
 NO_SUMMARY_REASON = "模型未返回合法的摘要 JSON"
@@ -347,7 +347,7 @@ def _summary_failed(stream_id: int, batch: Sequence[Message], reason: str, at: i
 
 
 def _cursor_map() -> dict[str, Any]:
-    value = services.meta_get(CURSOR_KEY, {})
+    value = services.meta_get(EXTRACT_CURSOR_KEY, {})
     return value if isinstance(value, dict) else {}
 
 
@@ -361,7 +361,7 @@ def advance_cursor(stream_id: int, message_id: int) -> None:
     """Set a stream's cursor; call inside the transaction that wrote the batch."""
     cursors = _cursor_map()
     cursors[str(stream_id)] = int(message_id)
-    services.meta_set(CURSOR_KEY, cursors)
+    services.meta_set(EXTRACT_CURSOR_KEY, cursors)
 
 
 def extract_due(stream_id: int) -> bool:

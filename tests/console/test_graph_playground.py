@@ -76,7 +76,7 @@ def test_spreading_preview_shows_the_fallback(staff, memory_set, frozen_now, mon
         return selectors.Spreading(seeds=[], hits=[], fell_back=True, timed_out_graph="memory", elapsed_ms=101.0,
                                    hops=2, alpha=0.85)
 
-    monkeypatch.setattr("memory.console.selectors.spread", timed_out)
+    monkeypatch.setattr("console.presenters.selectors.spread", timed_out)
     html = staff.get(reverse("console:graph"), {"q": "猫"}).content.decode()
     assert "PPR 超时（memory），已回退到固定跳数扩散" in html and "101.0 ms" in html
 

@@ -100,7 +100,7 @@ def test_far_future_timestamps_do_not_break_pages(admin_client_, memory_set, fro
     (10**30, str(10**30)), ("abc", "—"),
 ])
 def test_ms_filter_never_raises(settings, value, shown):
-    from memory.templatetags.console import ms
+    from console.templatetags.console import ms
 
     settings.TIME_ZONE = "Asia/Shanghai"
     assert ms(value) == shown

@@ -61,7 +61,7 @@ def test_dashboard_shows_layers_queues_vectors_edges_and_events(operator, memory
 
 
 def test_worker_health_is_unknown_without_a_broker_answer(operator, monkeypatch):
-    monkeypatch.setattr("memory.console.ping_workers", lambda timeout=0.5: {"status": "unknown", "workers": [],
+    monkeypatch.setattr("console.presenters.ping_workers", lambda timeout=0.5: {"status": "unknown", "workers": [],
                                                                           "error": "boom"})
     response = operator.get(reverse("console:worker_health"), headers={"HX-Request": "true"})
     assert "未知" in response.content.decode() and "<html" not in response.content.decode()
@@ -70,7 +70,7 @@ def test_worker_health_is_unknown_without_a_broker_answer(operator, monkeypatch)
 
 
 def test_ping_workers_reports_unknown_on_broker_errors(monkeypatch, settings):
-    from memory import console
+    from console import presenters
     from tests.redis_url import TEST_REDIS_URL
 
     settings.REDIS_URL = TEST_REDIS_URL  # asked (PING) before the workers are
@@ -79,11 +79,11 @@ def test_ping_workers_reports_unknown_on_broker_errors(monkeypatch, settings):
         raise ConnectionError("no broker")
 
     monkeypatch.setattr("config.celery.app.control.ping", boom)
-    assert console.ping_workers()["status"] == "unknown"
+    assert presenters.ping_workers()["status"] == "unknown"
     monkeypatch.setattr("config.celery.app.control.ping", lambda timeout: [{"celery@host": {"ok": "pong"}}])
-    assert console.ping_workers() == {"status": "ok", "workers": ["celery@host"], "error": ""}
+    assert presenters.ping_workers() == {"status": "ok", "workers": ["celery@host"], "error": ""}
     monkeypatch.setattr("config.celery.app.control.ping", lambda timeout: [])
-    assert console.ping_workers()["status"] == "down"
+    assert presenters.ping_workers()["status"] == "down"
 
 
 def test_streams_list(operator, memory_set, django_assert_num_queries):
@@ -177,7 +177,7 @@ def test_fact_search_adds_cosine_and_fused_when_vectors_exist(operator, memory_s
     vector = np.ones(8, dtype=np.float32) / np.sqrt(8)
     for fid in memory_set["facts"]:
         services.store_fact_vector(fact_id=fid, vector=vector)
-    monkeypatch.setattr("memory.console._query_vector", lambda text: vector)
+    monkeypatch.setattr("memory.recall.embed_query", lambda text: vector)
     html = operator.get(reverse("console:facts"), {"q": "住在哪里"}).content.decode()
     assert "余弦" in html and "融合相关度" in html and "1.000" in html
 
@@ -251,9 +251,9 @@ def test_imports_page(staff, memory_set, django_assert_num_queries):
 
 def test_graph_page(staff, memory_set, frozen_now, django_assert_num_queries):
     _more_rows(memory_set)
-    # AUTH + edge totals + degrees (SQL) + edges among the chosen nodes + node total + kept nodes
-    # + facts + episodes + knowledge of those nodes + spread runs.
-    with django_assert_num_queries(AUTH + 9):
+    # AUTH + edge totals + degrees (SQL) + edges among the chosen nodes + node total and spread runs
+    # (one query) + kept nodes + facts + episodes + knowledge of those nodes.
+    with django_assert_num_queries(AUTH + 8):
         response = staff.get(reverse("console:graph"))
     html = response.content.decode()
     assert '<svg class="graph"' in html and "小林住在杭州" in html

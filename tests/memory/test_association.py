@@ -300,6 +300,7 @@ def test_resident_node_texts_map_like_the_rows_and_stay_fresh():
 
     from memory import selectors
     from memory.models import Fact
+    from memory.selectors import graph as graph_selectors
 
     selectors.resident_node_texts() and selectors.resident_node_texts().reset()
     person = services.resolve_person(platform="t", external_id="r1", name="阿明", at=NOW)
@@ -309,16 +310,16 @@ def test_resident_node_texts_map_like_the_rows_and_stay_fresh():
     index = selectors.resident_node_texts()
     assert index is not None and not connection.in_atomic_block
     node_of = dict(MemoryNode.objects.values_list("ref_id", "id"))
-    assert selectors._nodes_containing({"光学迷彩"}) == {"光学迷彩": [node_of[first]]}
+    assert graph_selectors._nodes_containing({"光学迷彩"}) == {"光学迷彩": [node_of[first]]}
     rebuilds = index.rebuilds
     episode = services.add_episode(stream_id=stream.pk, summary="聊到光学迷彩", cues=["x"], started_at=1,
                                    ended_at=2, message_ids=[], at=NOW).pk
     services.link_together(refs=[("fact", first), ("episode", episode)], at=NOW)
     episode_node = MemoryNode.objects.get(ref_kind="episode", ref_id=episode).pk
-    assert selectors._nodes_containing({"光学迷彩"}) == {"光学迷彩": [node_of[first], episode_node]}
+    assert graph_selectors._nodes_containing({"光学迷彩"}) == {"光学迷彩": [node_of[first], episode_node]}
     assert index.rebuilds == rebuilds  # appended, not rebuilt
     Fact.objects.filter(pk=first).delete()
-    assert selectors._nodes_containing({"光学迷彩"}) == {"光学迷彩": [episode_node]}
+    assert graph_selectors._nodes_containing({"光学迷彩"}) == {"光学迷彩": [episode_node]}
     assert index.rebuilds == rebuilds + 1
     index.reset()
     from memory import lexical, lexical_index

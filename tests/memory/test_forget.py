@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-from django.db import connection
 
 from curation import services as curation
 from curation.models import FactOperation
@@ -131,11 +130,12 @@ def test_an_unknown_target_is_reported(db):
 def test_resident_indexes_see_the_forgetting(settings):
     """Outside a transaction the resident BM25, knowledge vectors and node texts answer: they must reload."""
     from memory import lexical_index, selectors
+    from memory.selectors import graph as graph_selectors
     from memory.vector_index import knowledge_index
 
     settings.LEXICAL_RESIDENT_INDEX = True
     lexical_index.reset_all()
-    selectors._node_texts.reset()
+    graph_selectors._node_texts.reset()
     alice = services.resolve_person(platform="qq", external_id="res-a", name="A", at=NOW)
     group = services.resolve_stream(platform="qq", kind="group", external_id="res-g", name="g")
     said = _msg(group, "我最喜欢的乐队是银河漫游者乐团", alice.pk)
@@ -153,13 +153,13 @@ def test_resident_indexes_see_the_forgetting(settings):
     assert facts() == [fact]
     assert [h.id for h in selectors.search_knowledge(query="银河漫游者")] == [kid]
     assert knowledge_index().top_k(np.ones(8, dtype=np.float32) / np.sqrt(8), 5)
-    assert selectors._nodes_containing({"银河"})["银河"]
+    assert graph_selectors._nodes_containing({"银河"})["银河"]
 
     forget.forget(target="person", target_id=alice.pk, user="op")
     assert facts() == []
     assert selectors.search_knowledge(query="银河漫游者") == []
     assert not knowledge_index().top_k(np.ones(8, dtype=np.float32) / np.sqrt(8), 5)
-    assert selectors._nodes_containing({"银河"})["银河"] == []  # the redacted summary no longer holds it
+    assert graph_selectors._nodes_containing({"银河"})["银河"] == []  # the redacted summary no longer holds it
 
 
 def test_the_owner_person_cannot_be_forgotten(db):

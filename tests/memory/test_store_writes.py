@@ -141,8 +141,8 @@ class TestFacts:
         assert shenzhen.conflict_with == [chengdu.fact_id, hangzhou.fact_id]
         members = [(chengdu.fact_id, "他现在住在成都"), (hangzhou.fact_id, "他现在住在杭州"),
                    (shenzhen.fact_id, "他现在住在深圳")]
-        for fid in (chengdu.fact_id, hangzhou.fact_id, shenzhen.fact_id):
-            assert selectors.slot_conflicts(person_id=person.pk, fact_ids=[fid]) == {fid: ("居住地", members)}
+        assert selectors.conflict_group_keys(person_ids=[person.pk]) == [(person.pk, "居住地")]
+        assert selectors.conflict_members([(person.pk, "居住地")]) == {(person.pk, "居住地"): members}
         assert Fact.objects.filter(person=person, superseded_by__isnull=True).count() == 3
 
     def test_empty_slot_never_conflicts(self, person):
@@ -242,3 +242,9 @@ class TestFacts:
         assert [m["id"] for m in g.members] == [a, b]
         assert g.members[0]["retention"] == 1.0
         assert selectors.conflict_groups(person_id=other_person.pk, now=NOW) == []
+        assert selectors.conflict_group_keys() == [(person.pk, "居住地")]
+        assert selectors.conflict_group_keys(person_ids=[other_person.pk]) == []
+        assert selectors.conflict_group_keys(person_ids=[]) == []  # no person: no group, not every group
+        assert selectors.conflict_members([(person.pk, "居住地"), (other_person.pk, "居住地")]) == {
+            (person.pk, "居住地"): [(a, "他现在住在成都"), (b, "他现在住在杭州")]
+        }

@@ -465,5 +465,6 @@ def test_two_values_for_a_relatives_attribute_make_a_slot_conflict(settings):
 
     ids = [*first.fact_ids, *second.fact_ids]
     assert [Fact.objects.get(pk=i).slot for i in ids] == ["上司年龄", "上司年龄"]
-    slot, members = selectors.slot_conflicts(person_id=ming.pk, fact_ids=ids)[ids[0]]
-    assert (slot, [c for _, c in members]) == ("上司年龄", ["小明的上司今年37岁", "小明的上司今年38岁"])
+    assert selectors.conflict_group_keys(person_ids=[ming.pk]) == [(ming.pk, "上司年龄")]
+    members = selectors.conflict_members([(ming.pk, "上司年龄")])[(ming.pk, "上司年龄")]
+    assert members == [(ids[0], "小明的上司今年37岁"), (ids[1], "小明的上司今年38岁")]

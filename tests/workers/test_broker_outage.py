@@ -184,10 +184,10 @@ def test_enqueue_after_commit_never_raises_into_the_caller(dead_redis, settings)
 
 
 def test_the_dashboards_worker_ping_answers_at_once(dead_redis):
-    from memory import console
+    from console import presenters
 
     for _ in range(3):
         started = time.perf_counter()
-        health = console.ping_workers()
+        health = presenters.ping_workers()
         assert time.perf_counter() - started < 0.5
         assert health["status"] == "unknown" and health["error"]

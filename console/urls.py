@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from memory import privacy_views, views
+from console import privacy_views, views
 
 app_name = "console"
 urlpatterns = [

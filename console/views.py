@@ -14,7 +14,6 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.cache import cache
 from django.core.paginator import Paginator
-from django.db.models import Count, Max, Min, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
@@ -22,8 +21,8 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import trigger_client_event
 
-from memory import console, selectors, services
-from memory.forms import (
+from console import presenters
+from console.forms import (
     EpisodeSearchForm,
     FactFilterForm,
     GraphForm,
@@ -33,15 +32,12 @@ from memory.forms import (
     SearchForm,
     SpreadForm,
 )
+from memory import broker, pipeline, recall, selectors, services
+from memory.management.commands.ensure_roles import ROLES
 from memory.models import (
-    Episode,
     Fact,
     ImportBatch,
     Job,
-    Knowledge,
-    Message,
-    Person,
-    PipelineEvent,
     Stream,
 )
 
@@ -79,12 +75,12 @@ def _partial(request: HttpRequest, template_name: str, partial: str) -> str:
 def dashboard(request: HttpRequest) -> HttpResponse:
     now = services.now_ms()
     context = {
-        "glance": console.at_a_glance(now=now),
-        "layers": console.layer_counts(),
-        "queues": console.stream_queues(),
-        "vectors": console.vector_coverage(),
-        "edges": console.edge_stats(),
-        "events": PipelineEvent.objects.filter(kind__in=DASHBOARD_EVENTS).order_by("-seq")[:20],
+        "glance": selectors.at_a_glance(now=now),
+        "layers": selectors.layer_counts(),
+        "queues": selectors.stream_queues(),
+        "vectors": selectors.vector_coverage(),
+        "edges": selectors.edge_stats(),
+        "events": selectors.recent_events(kinds=DASHBOARD_EVENTS, limit=20),
         "now": now,
     }
     return render(request, "console/dashboard.html", context)
@@ -96,7 +92,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 def worker_health(request: HttpRequest) -> HttpResponse:
     health = cache.get("console:worker-health")
     if health is None:
-        health = console.ping_workers()
+        health = presenters.ping_workers()
         cache.set("console:worker-health", health, 15)
     template = "console/dashboard.html#worker-health" if wants_fragment(request) else "console/worker_health.html"
     return render(request, template, {"health": health})
@@ -109,7 +105,7 @@ def worker_health(request: HttpRequest) -> HttpResponse:
 @permission_required("memory.view_message", raise_exception=True)
 @require_GET
 def streams(request: HttpRequest) -> HttpResponse:
-    rows = console.stream_rows()
+    rows = selectors.stream_rows()
     return render(request, "console/streams.html", {"streams": rows})
 
 
@@ -121,23 +117,16 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
     form = SearchForm(request.GET)
     hits = None
     if form.is_valid() and form.cleaned_data["q"]:
-        hits = console.attach_senders(console.inspect_messages(stream_id=obj.pk, query=form.cleaned_data["q"]))
+        # the bot's ``inspect`` action (message search) exactly as a turn would run it
+        hits = presenters.attach_senders(recall.inspect_messages(stream_id=obj.pk, query=form.cleaned_data["q"], limit=20))
         if wants_fragment(request):
             return render(request, "console/stream.html#message-hits", {"hits": hits, "form": form, "stream": obj})
-    batches = Paginator(
-        Episode.objects.filter(stream=obj)
-        .annotate(n_messages=Count("messages"), first_id=Min("messages__id"), last_id=Max("messages__id"))
-        .order_by("-ended_at", "-id"),
-        20,
-    ).get_page(request.GET.get("page"))
-    speakers = Person.objects.filter(
-        pk__in=Message.objects.filter(stream=obj, sender_person__isnull=False).values("sender_person").distinct()
-    ).order_by("id")
-    message_form = MessageFilterForm(request.GET, speakers=speakers)
+    batches = Paginator(selectors.episode_batches(stream_id=obj.pk), 20).get_page(request.GET.get("page"))
+    message_form = MessageFilterForm(request.GET, speakers=selectors.stream_speakers(stream_id=obj.pk))
     message_form.is_valid()
-    messages_page = Paginator(console.filter_messages(obj, getattr(message_form, "cleaned_data", {})), PAGE_SIZE
+    messages_page = Paginator(selectors.filter_messages(obj, getattr(message_form, "cleaned_data", {})), PAGE_SIZE
                               ).get_page(request.GET.get("mpage"))
-    messages_page.object_list = console.attach_senders(messages_page.object_list)
+    messages_page.object_list = presenters.attach_senders(messages_page.object_list)
     if wants_fragment(request) and request.htmx.target == "stream-messages":
         return render(request, "console/stream.html#stream-messages",
                       {"stream": obj, "message_form": message_form, "messages_page": messages_page})
@@ -145,7 +134,7 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
         "stream": obj,
         "message_form": message_form,
         "messages_page": messages_page,
-        "working": console.attach_senders(selectors.working_memory(stream_id=obj.pk, limit=40)),
+        "working": presenters.attach_senders(selectors.working_memory(stream_id=obj.pk, limit=40)),
         "batches": batches,
         "form": form,
         "hits": hits,
@@ -162,17 +151,13 @@ def episodes(request: HttpRequest) -> HttpResponse:
     data = getattr(form, "cleaned_data", {})
     hits = None
     if data.get("q"):
-        hits = console.search_episodes(query=data["q"], stream_id=data["stream"].pk if data.get("stream") else None)
+        hits = presenters.search_episodes(query=data["q"], stream_id=data["stream"].pk if data.get("stream") else None)
         page = None
     else:
-        qs = Episode.objects.select_related("stream").annotate(n_messages=Count("messages")).order_by("-ended_at", "-id")
-        if data.get("stream"):
-            qs = qs.filter(stream=data["stream"])
-        if data.get("placeholders"):
-            qs = qs.filter(kind=Episode.UNSUMMARIZED)
+        qs = selectors.episode_list(stream=data.get("stream"), placeholders=bool(data.get("placeholders")))
         page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
-        console.attach_cues(page.object_list)
-        console.placeholder_reasons(page.object_list)
+        presenters.attach_cues(page.object_list)
+        presenters.placeholder_reasons(page.object_list)
     template = _partial(request, "console/episodes.html", "episode-results")
     return render(request, template, {"form": form, "page": page, "hits": hits})
 
@@ -182,11 +167,11 @@ def episodes(request: HttpRequest) -> HttpResponse:
 @require_GET
 def episode(request: HttpRequest, pk: int) -> HttpResponse:
     """One episode: its summary and cues, and the messages it summarises."""
-    obj = get_object_or_404(Episode.objects.select_related("stream").annotate(n_messages=Count("messages")), pk=pk)
-    console.attach_cues([obj])
-    console.placeholder_reasons([obj])
+    obj = get_object_or_404(selectors.episodes_with_counts(), pk=pk)
+    presenters.attach_cues([obj])
+    presenters.placeholder_reasons([obj])
     page = Paginator(obj.messages.order_by("id"), PAGE_SIZE).get_page(request.GET.get("page"))
-    page.object_list = console.attach_senders(page.object_list)
+    page.object_list = presenters.attach_senders(page.object_list)
     return render(request, "console/episode.html", {"ep": obj, "page": page})
 
 
@@ -201,21 +186,21 @@ def facts(request: HttpRequest) -> HttpResponse:
     form = FactFilterForm(request.GET)
     form.is_valid()
     data = {k: v for k, v in getattr(form, "cleaned_data", {}).items() if v}
-    qs = console.filter_facts(Fact.objects.select_related("person"), data)
+    qs = presenters.filter_facts(Fact.objects.select_related("person"), data)
     breakdown: dict[int, Any] = {}
     if data.get("q"):
-        hits = console.search_facts(query=data["q"], now=now)
+        hits = presenters.search_facts(query=data["q"], now=now)
         # The ranked hits, then (the search honours the state filter) facts recall never sees, matched by text.
-        rows = console.match_facts(qs, data["q"], ranked=[h.id for h in hits])
+        rows = selectors.match_facts(qs, data["q"], ranked=[h.id for h in hits])
         breakdown = {h.id: h for h in hits}
         page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     else:
         page = Paginator(qs.order_by("-updated_at", "-id"), PAGE_SIZE).get_page(request.GET.get("page"))
-    console.decorate_facts(page.object_list, now=now, breakdown=breakdown)
+    presenters.decorate_facts(page.object_list, now=now, breakdown=breakdown)
     context = {
         "form": form,
         "page": page,
-        "kinds": Fact.objects.order_by("kind").values_list("kind", flat=True).distinct(),
+        "kinds": selectors.fact_kinds(),
         "searching": bool(data.get("q")),
         "next_url": request.get_full_path(),
     }
@@ -228,13 +213,13 @@ def facts(request: HttpRequest) -> HttpResponse:
 def fact(request: HttpRequest, pk: int) -> HttpResponse:
     now = services.now_ms()
     obj = get_object_or_404(Fact.objects.select_related("person"), pk=pk)
-    console.decorate_facts([obj], now=now)
+    presenters.decorate_facts([obj], now=now)
     context = {
         "fact": obj,
-        "curve": console.decay_curve_svg(obj, now=now),
-        "chain": console.supersede_chain(obj),
-        "operations": console.fact_operations(obj.pk),
-        "neighbours": console.neighbours("fact", obj.pk, now=now),
+        "curve": presenters.decay_curve_svg(obj, now=now),
+        "chain": selectors.supersede_chain(obj),
+        "operations": presenters.fact_operations(obj.pk),
+        "neighbours": presenters.neighbours("fact", obj.pk, now=now),
         "now": now,
         "next_url": request.get_full_path(),
     }
@@ -252,12 +237,10 @@ def knowledge(request: HttpRequest) -> HttpResponse:
     hits = None
     page = None
     if form.is_valid() and form.cleaned_data["q"]:
-        hits = console.search_knowledge(query=form.cleaned_data["q"])
+        # the bot's ``consult`` path; touch=False: a console search is not a consultation (hit counts stay)
+        hits = recall.consult_knowledge(query=form.cleaned_data["q"], limit=20, touch=False)
     else:
-        page = Paginator(
-            Knowledge.objects.select_related("import_batch").order_by("-id").defer("embedding", "embedding_q8", "tokens_v2"),
-            PAGE_SIZE,
-        ).get_page(request.GET.get("page"))
+        page = Paginator(selectors.knowledge_list(), PAGE_SIZE).get_page(request.GET.get("page"))
     return render(request, _partial(request, "console/knowledge.html", "knowledge-results"),
                   {"form": form, "hits": hits, "page": page})
 
@@ -268,18 +251,19 @@ def knowledge(request: HttpRequest) -> HttpResponse:
 def imports(request: HttpRequest) -> HttpResponse:
     form = ImportForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
         try:
-            job = console.start_import(form.cleaned_data, user=request.user.get_username())
-        except console.ImportRefused as exc:
+            job = pipeline.start_import(text=data["text"], origin_name=data.get("origin_name") or "", kind=data["kind"],
+                                        user=request.user.get_username())
+        except (pipeline.ImportLimitError, pipeline.ImportBusyError) as exc:
             form.add_error(None, str(exc))
+        except broker.BrokerUnavailable as exc:  # the job and batch are already marked failed
+            form.add_error(None, pipeline.IMPORT_NOT_SENT.format(reason=exc))
         else:
             messages.success(request, _("导入任务 #%(id)s 已开始。") % {"id": job.pk})
             return redirect("console:imports")
-    batches = (
-        ImportBatch.objects.annotate(live=Count("knowledge")).filter(Q(live__gt=0) | Q(status="running"))
-        .order_by("-created_at", "-id")[:50]
-    )
-    jobs = Job.objects.filter(kind="import").order_by("-id")[:5]
+    batches = selectors.import_batches(limit=50)
+    jobs = selectors.recent_jobs(kind="import", limit=5)
     status = 400 if request.method == "POST" else 200
     return render(request, "console/imports.html", {"form": form, "batches": batches, "jobs": jobs}, status=status)
 
@@ -290,10 +274,10 @@ def imports(request: HttpRequest) -> HttpResponse:
 def import_delete(request: HttpRequest, pk: int) -> HttpResponse:
     batch = get_object_or_404(ImportBatch, pk=pk)
     if request.method == "POST":
-        deleted = console.delete_batch(batch.pk)
+        deleted = pipeline.delete_batch(batch.pk)
         messages.success(request, _("已删除导入批次 #%(id)s 的 %(n)s 条知识。") % {"id": batch.pk, "n": deleted})
         return redirect("console:imports")
-    preview = console.delete_batch_preview(batch.pk)
+    preview = pipeline.delete_batch_preview(batch.pk)
     return render(request, "console/import_delete.html", {"batch": batch, "preview": preview})
 
 
@@ -307,15 +291,15 @@ def graph(request: HttpRequest) -> HttpResponse:
     now = services.now_ms()
     form = GraphForm(request.GET)
     data = form.cleaned_data if form.is_valid() else {}
-    view = console.memory_graph(
+    view = presenters.memory_graph(
         now=now, include_frozen=bool(data.get("include_frozen")), limit=data.get("max_nodes") or 200,
     )
     selected = None
     if data.get("node"):
         kind, ref_id = data["node"]
-        selected = console.node_panel(kind, ref_id, now=now)
+        selected = presenters.node_panel(kind, ref_id, now=now)
     spread_form = SpreadForm(request.GET if ("q" in request.GET or "ref" in request.GET) else None)
-    preview = console.spread_preview(spread_form.cleaned_data, now=now) if spread_form.is_valid() else None
+    preview = presenters.spread_preview(spread_form.cleaned_data, now=now) if spread_form.is_valid() else None
     if preview:
         view.mark(preview)
     context = {"graph": view, "form": form, "selected": selected, "spread_form": spread_form, "preview": preview}
@@ -334,7 +318,7 @@ def playground(request: HttpRequest) -> HttpResponse:
     form = PlaygroundForm(request.GET if "text" in request.GET else None)
     result = None
     if form.is_valid():
-        result = console.preview_turn(form.cleaned_data)
+        result = presenters.preview_turn(form.cleaned_data)
     return render(request, _partial(request, "console/playground.html", "playground-result"),
                   {"form": form, "result": result})
 
@@ -358,8 +342,6 @@ CAPABILITIES = [
 @require_GET
 def help_page(request: HttpRequest) -> HttpResponse:
     """Who can do what (from the role definitions themselves), and how the console is organised."""
-    from memory.management.commands.ensure_roles import ROLES
-
     rows = [(label, [perm in ROLES[role] for role in ROLES] + [True]) for label, perm in CAPABILITIES]
     rows.append((gettext_lazy("管理后台"), [False for _role in ROLES] + [True]))
     return render(request, "console/help.html", {"roles": list(ROLES), "rows": rows})
@@ -372,7 +354,7 @@ def help_page(request: HttpRequest) -> HttpResponse:
 @permission_required("memory.view_job", raise_exception=True)
 @require_GET
 def jobs(request: HttpRequest) -> HttpResponse:
-    rows = Job.objects.order_by("-id")[:50]
+    rows = selectors.recent_jobs(limit=50)
     return render(request, "console/jobs.html", {"jobs": rows, "any_running": any(not j.finished for j in rows)})
 
 

@@ -31,9 +31,11 @@ from django.core.management.base import BaseCommand
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from memory.management.commands._demo_data import KNOWLEDGE_DOC, PEOPLE, STREAMS
+from console.management.commands._demo_data import KNOWLEDGE_DOC, PEOPLE, STREAMS
+from curation import services as curation
+from memory import pipeline, recall, services
 from memory.management.commands.ensure_roles import ensure_roles
-from memory.models import Fact, Message, Person
+from memory.models import Fact, Message, Person, Stream
 
 DAY = 24 * 3_600_000
 HOUR = 3_600_000
@@ -63,8 +65,6 @@ class Command(BaseCommand):
             return
         started = time.monotonic()
         self._users()
-        from memory import services
-
         now = services.now_ms()
         with override_settings(**DEMO_TRIGGERS):
             people = self._conversations(now)
@@ -72,8 +72,6 @@ class Command(BaseCommand):
             self._curation(now, people)
             self._turns(now, people)
             self._import(now)
-            from memory import pipeline
-
             frozen = pipeline.edges_decay(at=now)
         self.stdout.write(
             f"seed_demo: {Message.objects.count()} messages, {Fact.objects.count()} facts, "
@@ -96,8 +94,6 @@ class Command(BaseCommand):
     # --- conversations through the pipeline --------------------------------------
 
     def _conversations(self, now: int) -> dict[str, Person]:
-        from memory import pipeline, services
-
         people = {
             key: services.resolve_person(platform=p, external_id=ext, name=name, at=now - 60 * DAY)
             for key, (p, ext, name) in PEOPLE.items()
@@ -133,8 +129,6 @@ class Command(BaseCommand):
         return people
 
     def _vectors(self) -> None:
-        from memory import pipeline
-
         try:
             result = pipeline.backfill_vectors()
         except Exception as exc:  # vectors are a side channel; the demo works without them
@@ -151,9 +145,6 @@ class Command(BaseCommand):
         )
 
     def _curation(self, now: int, people: dict[str, Person]) -> None:
-        from curation import services as curation
-        from memory import services
-
         # Two hand-written conflicts: same slot, no supersede → a review-queue group each.
         services.add_fact(person_id=people["jie"].pk, content="阿杰住在重庆", kind="身份", slot="居住地",
                           origin_kind="direct", actor="manual", source="seed_demo", user="demo", at=now - 3 * DAY)
@@ -195,9 +186,6 @@ class Command(BaseCommand):
     # --- turns, import -------------------------------------------------------------
 
     def _turns(self, now: int, people: dict[str, Person]) -> None:
-        from memory import recall
-        from memory.models import Stream
-
         turns = [
             (("qq", "direct", "lin"), "lin", "周末想出去走走，你有什么建议吗？", 50),
             (("qq", "group", "hike-group"), "mia", "下周去莫干山，小林你对什么过敏来着？", 40),
@@ -220,8 +208,6 @@ class Command(BaseCommand):
                                     at=now - 20 * MINUTE)
 
     def _import(self, now: int) -> None:
-        from memory import pipeline
-
         job = pipeline.start_import(
             text=KNOWLEDGE_DOC, origin_name="宠物与出行小知识.txt", kind="paste", user="staff", enqueue=False,
             at=now - 2 * HOUR,

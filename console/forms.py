@@ -10,6 +10,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
+from curation.models import FactOperation
 from memory.models import Person, Stream
 
 
@@ -220,8 +221,6 @@ class OperationFilterForm(forms.Form):
     fact = IdField(required=False)
 
     def __init__(self, *args: object, **kwargs: object) -> None:
-        from curation.models import FactOperation
-
         super().__init__(*args, **kwargs)
         self.fields["actor"].choices = [("", _("全部操作者")), *FactOperation.Actor.choices]
         self.fields["op"].choices = [("", _("全部操作")), *FactOperation.Op.choices]

@@ -11,7 +11,6 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.paginator import Paginator
-from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -19,9 +18,9 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from memory import export, forget, services
+from memory import export, forget, selectors, services
 from memory.auth import SCOPES, TokenScopeError, issue_token, revoke_tokens
-from memory.models import ApiToken, Episode, Fact, Message, Person, Stream
+from memory.models import ApiToken, Person
 
 VIEW = "memory.view_person"
 FORGET = "memory.forget_memory"
@@ -30,7 +29,7 @@ PAGE_SIZE = 50
 #: where to go after forgetting a target (its own page no longer exists)
 AFTER = {"message": "console:streams", "fact": "console:facts", "episode": "console:episodes",
          "person": "console:persons", "stream": "console:streams"}
-SAMPLE = 8  # rows of each kind shown with their text in the preview
+SAMPLE = 8  # rows of each kind shown with their text in the preview, so the operator sees what goes
 
 
 @login_required
@@ -38,12 +37,7 @@ SAMPLE = 8  # rows of each kind shown with their text in the preview
 @require_GET
 def persons(request: HttpRequest) -> HttpResponse:
     q = (request.GET.get("q") or "").strip()[:200]
-    rows = Person.objects.order_by("-id")
-    if q:
-        rows = rows.filter(
-            Q(display_name__icontains=q) | Q(identities__external_id__icontains=q) | Q(identities__display_name__icontains=q)
-        ).distinct()
-    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    page = Paginator(selectors.search_persons(q), PAGE_SIZE).get_page(request.GET.get("page"))
     counts = export.person_counts([p.pk for p in page])
     streams = export.person_streams([p.pk for p in page])
     for p in page:
@@ -65,22 +59,8 @@ def person_export(request: HttpRequest, pk: int) -> HttpResponse:
         response = JsonResponse(doc, json_dumps_params={"ensure_ascii": False, "indent": 2})
         response["Content-Disposition"] = f'attachment; filename="person-{pk}.json"'
         return response
-    streams = {s.pk: s for s in Stream.objects.filter(pk__in={m["stream"]["id"] for m in doc["messages"]})}
+    streams = selectors.streams_by_id({m["stream"]["id"] for m in doc["messages"]})
     return render(request, "privacy/person_export.html", {"doc": doc, "streams": streams, "pk": pk})
-
-
-def _samples(plan: forget.ForgetPlan) -> dict[str, list[tuple[int, str]]]:
-    """A few rows of each kind with their text, so the operator sees what goes (escaped in the template)."""
-    def take(model, ids, column):
-        return list(model.objects.filter(pk__in=ids[:SAMPLE]).order_by("id").values_list("id", column))
-
-    return {
-        "messages": take(Message, plan.messages, "content"),
-        "redacted_messages": take(Message, plan.redacted_messages, "content"),
-        "facts": take(Fact, plan.facts, "content"),
-        "episodes": take(Episode, plan.episodes, "summary"),
-        "redacted_episodes": take(Episode, plan.redacted_episodes, "summary"),
-    }
 
 
 def _next(request: HttpRequest, default: str) -> str:
@@ -125,7 +105,8 @@ def forget_target(request: HttpRequest, target: str, pk: int) -> HttpResponse:
     except forget.ForgetRefused as exc:  # the bot's owner person
         messages.error(request, str(exc))
         return render(request, "console/_messages.html", status=409)
-    context = {"plan": plan, "counts": plan.counts(), "samples": _samples(plan), "next": _next(request, "")}
+    context = {"plan": plan, "counts": plan.counts(), "samples": selectors.forget_samples(plan, limit=SAMPLE),
+               "next": _next(request, "")}
     return render(request, "privacy/forget.html", context, status=status)
 
 
@@ -151,8 +132,8 @@ def tokens(request: HttpRequest) -> HttpResponse:
             status = 400
         else:
             created = {"row": row, "plain": plain}  # shown once, in this response only
-    rows = ApiToken.objects.order_by("revoked_at", "-id").defer("token_hash")
-    context = {"tokens": rows, "scopes": SCOPES, "created": created, "everything": broad_token_count()}
+    context = {"tokens": selectors.api_tokens(), "scopes": SCOPES, "created": created,
+               "everything": selectors.broad_token_count()}
     response = render(request, "privacy/tokens.html", context, status=status)
     response["Cache-Control"] = "no-store"  # a new secret is on this page
     return response
@@ -168,9 +149,4 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
         messages.success(request, _("已吊销令牌 %(name)s；所有进程在 1 秒内拒绝它。") % {"name": token.name})
     return redirect("console:tokens")
 
-
-def broad_token_count() -> int:
-    """Live tokens with every scope (the console asks for them to be narrowed)."""
-    live = ApiToken.objects.filter(revoked_at__isnull=True).values_list("scopes", flat=True)
-    return sum(1 for scopes in live if "admin" in (scopes or []))
 

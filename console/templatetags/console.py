@@ -13,6 +13,8 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from tuning import labels as tuning_labels
+
 register = template.Library()
 
 
@@ -113,12 +115,6 @@ def job_kind(job: object) -> str:
     return str(JOB_KINDS.get(kind, kind))
 
 
-def _target(label: object) -> str:
-    from tuning.labels import target_label as label_of
-
-    return label_of(str(label or ""))
-
-
 STREAM_KINDS = {"direct": gettext_lazy("私聊"), "group": gettext_lazy("群聊"), "desktop": gettext_lazy("桌面")}
 
 
@@ -141,11 +137,11 @@ def job_subject(job: object) -> str:
         return _("来源「%(name)s」") % {"name": name}
     if kind == "evaluate":
         target = params.get("target") or {}
-        return _("参数组「%(label)s」") % {"label": _target(target.get("label") or target.get("profile"))}
+        return _("参数组「%(label)s」") % {"label": target_label(target.get("label") or target.get("profile"))}
     if kind == "compare":
         a, b = params.get("a") or {}, params.get("b") or {}
         return _("「%(a)s」对比「%(b)s」") % {
-            "a": _target(a.get("label") or a.get("profile") or "A"), "b": _target(b.get("label") or b.get("profile") or "B"),
+            "a": target_label(a.get("label") or a.get("profile") or "A"), "b": target_label(b.get("label") or b.get("profile") or "B"),
         }
     return ""
 
@@ -184,37 +180,27 @@ def job_headline(job: object) -> str:
 @register.filter
 def param_label(name: object) -> str:
     """A tuning parameter's meaning in the interface language (its code name when unknown)."""
-    from tuning.labels import PARAM_LABELS
-
-    return str(PARAM_LABELS.get(str(name), name))
+    return str(tuning_labels.PARAM_LABELS.get(str(name), name))
 
 
 @register.filter
 def param_help(name: object) -> str:
-    from tuning.labels import PARAM_HELP
-
-    return str(PARAM_HELP.get(str(name), ""))
+    return str(tuning_labels.PARAM_HELP.get(str(name), ""))
 
 
 @register.filter
 def param_kind(kind: object) -> str:
-    from tuning.labels import PARAM_KINDS
-
-    return str(PARAM_KINDS.get(str(kind), kind))
+    return str(tuning_labels.PARAM_KINDS.get(str(kind), kind))
 
 
 @register.filter
 def target_label(label: object) -> str:
-    from tuning.labels import target_label as label_of
-
-    return label_of(str(label or ""))
+    return tuning_labels.target_label(str(label or ""))
 
 
 @register.filter
 def profile_name(name: object) -> str:
-    from tuning.labels import profile_name as name_of
-
-    return name_of(str(name or ""))
+    return tuning_labels.profile_name(str(name or ""))
 
 
 #: Codes shown to operators, by filter: each filter gives a code's label in the interface

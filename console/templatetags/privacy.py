@@ -2,24 +2,21 @@
 from __future__ import annotations
 
 from django import template
+from django.conf import settings
+
+from memory import selectors, services
+from memory.forget import RETENTION_META_KEY
 
 register = template.Library()
 
 
 @register.simple_tag
 def broad_tokens() -> int:
-    from memory.privacy_views import broad_token_count
-
-    return broad_token_count()
+    return selectors.broad_token_count()
 
 
 @register.simple_tag
 def message_retention() -> dict:
     """The ``MESSAGE_RETENTION_DAYS`` setting and the last run of its sweep."""
-    from django.conf import settings
-
-    from memory import services
-    from memory.forget import RETENTION_META_KEY
-
     days = settings.MESSAGE_RETENTION_DAYS
     return {"days": days, "state": services.meta_get(RETENTION_META_KEY, {}) if days > 0 else {}}

@@ -1,0 +1,551 @@
+"""Read helpers of the console pages (what the views show, computed in bulk).
+
+Views stay short by delegating here: every function runs a fixed number of
+queries whatever the number of rows (the console tests pin the counts), and
+returns plain objects the templates render. Nothing here writes memory rows;
+searches go through ``memory.selectors`` / ``memory.recall`` / ``memory.lexical``
+and imports through ``memory.pipeline``.
+
+SVG drawings (decay curve, association graph) get their coordinates from
+:mod:`memory.engine.geometry`; templates emit the elements, so every label is
+escaped by the template engine.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.core.cache import cache
+from django.db.models import F, Q, QuerySet
+
+from config.celery import app
+from console.templatetags.console import format_ms
+from curation.models import FactOperation
+from memory import broker, recall, selectors
+from memory.engine import decay, geometry
+from memory.engine.geometry import CurveGeometry
+from memory.engine.scoring import is_seed_profile
+from memory.models import (
+    Episode,
+    EpisodeCue,
+    Fact,
+    Knowledge,
+    Message,
+    Person,
+    PipelineEvent,
+)
+from tuning.services import active_overrides
+
+# --- dashboard -------------------------------------------------------------------
+
+
+def ping_workers(timeout: float = 0.5) -> dict[str, Any]:
+    """Ping the Celery workers; ``status`` is ``ok``, ``down`` or ``unknown`` (broker error).
+
+    Redis is asked first with the short timeouts of :mod:`memory.broker`; the
+    ping then runs in a thread joined with a hard deadline: a broker that does
+    not answer must not hold a web request for its whole connection-retry loop.
+    """
+    outcome: dict[str, Any] = {"status": "unknown", "workers": [], "error": ""}
+    try:
+        broker.check()  # ≤ ~0.1 s, and nothing at all while the breaker is open
+    except broker.BrokerUnavailable as exc:
+        return {**outcome, "error": str(exc)[:200]}
+
+    def run() -> None:
+        try:
+            replies = app.control.ping(timeout=timeout) or []
+            names = sorted(name for reply in replies for name in reply)
+            outcome.update(status="ok" if names else "down", workers=names)
+        except Exception as exc:  # any broker/transport error means "unknown"
+            outcome.update(status="unknown", error=str(exc)[:200])
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout + 1.5)
+    if thread.is_alive():
+        return {"status": "unknown", "workers": [], "error": "broker did not answer"}
+    return outcome
+
+
+# --- streams and episodes --------------------------------------------------------
+
+
+def attach_senders(messages: Iterable[Message]) -> list[Message]:
+    """Set ``message.sender_name`` on a list of messages (one query for all senders)."""
+    messages = list(messages)
+    persons = Person.objects.in_bulk({m.sender_person_id for m in messages if m.sender_person_id})
+    for m in messages:
+        person = persons.get(m.sender_person_id)
+        m.sender_name = str(person) if person else ""
+    return messages
+
+
+def attach_cues(episodes: Iterable[Episode]) -> None:
+    """Set ``episode.cue_list`` for a page of episodes (one query)."""
+    episodes = list(episodes)
+    by_id: dict[int, list[str]] = defaultdict(list)
+    for episode_id, cue in EpisodeCue.objects.filter(episode__in=episodes).values_list("episode_id", "cue"):
+        by_id[episode_id].append(cue)
+    for ep in episodes:
+        ep.cue_list = by_id.get(ep.pk, [])
+
+
+def placeholder_reasons(episodes: Iterable[Episode]) -> None:
+    """Set ``episode.reason`` on unsummarised placeholders from their skip event (one query)."""
+    placeholders = [ep for ep in episodes if ep.is_placeholder]
+    if not placeholders:
+        return
+    stream_ids = {ep.stream_id for ep in placeholders}
+    events = PipelineEvent.objects.filter(kind="summary_batch_skipped", stream_id__in=stream_ids).order_by("seq")
+    reasons: dict[int, str] = {}
+    for event in events:
+        payload = event.payload or {}
+        episode_id = payload.get("episodeId") or payload.get("episode_id")
+        if episode_id:
+            reasons[int(episode_id)] = str(payload.get("error") or payload.get("reason") or "")
+    for ep in placeholders:
+        ep.reason = reasons.get(ep.pk) or ep.summary
+
+
+# --- facts -----------------------------------------------------------------------
+
+STATE_FILTERS: dict[str, Q] = {
+    "active": Q(superseded_by__isnull=True, active=True),
+    "frozen": Q(superseded_by__isnull=True, active=False),
+    "invalid": Q(superseded_by=F("id")),
+    "superseded": Q(superseded_by__isnull=False) & ~Q(superseded_by=F("id")),
+    "pinned": Q(half_life_hours__gte=decay.PIN_HALF_LIFE_HOURS),
+}
+
+
+def filter_facts(qs: QuerySet[Fact], data: dict[str, Any]) -> QuerySet[Fact]:
+    """Apply the fact-table filters (person, kind, slot, state, origin)."""
+    if data.get("person"):
+        qs = qs.filter(person=data["person"])
+    if data.get("kind"):
+        qs = qs.filter(kind=data["kind"])
+    if data.get("slot"):
+        qs = qs.filter(slot=data["slot"])
+    if data.get("state") in STATE_FILTERS:
+        qs = qs.filter(STATE_FILTERS[data["state"]])
+    if data.get("origin"):
+        qs = qs.filter(origin_kind=data["origin"])
+    return qs.defer("embedding", "embedding_q8", "tokens_v2")
+
+
+def fact_state(fact: Fact) -> str:
+    """``invalid`` (manually), ``superseded``, ``frozen`` or ``active`` — frozen is never "deleted"."""
+    if fact.superseded_by_id is not None:
+        return "invalid" if fact.superseded_by_id == fact.pk else "superseded"
+    return "active" if fact.active else "frozen"
+
+
+def decorate_facts(facts: Iterable[Fact], *, now: int, breakdown: dict[int, Any] | None = None) -> None:
+    """Set ``retention``, ``state``, ``conflicted`` and (for search hits) ``breakdown`` on facts."""
+    facts = list(facts)
+    conflicted = set(selectors.conflict_group_keys(person_ids={f.person_id for f in facts if f.slot}))
+    for f in facts:
+        f.retention = decay.retention(f.strength, f.updated_at, f.half_life_hours, now)
+        f.state = fact_state(f)
+        f.conflicted = f.state == "active" and (f.person_id, f.slot) in conflicted
+        hit = (breakdown or {}).get(f.pk)
+        f.breakdown = hit
+
+
+def fact_operations(fact_id: int) -> list[Any]:
+    return list(
+        FactOperation.objects.filter(Q(fact_id=fact_id) | Q(related_fact_id=fact_id)).order_by("-at", "-id")[:50]
+    )
+
+
+# --- decay curve as SVG ----------------------------------------------------------
+
+
+def decay_curve_svg(fact: Fact, *, now: int, width: int = 680, height: int = 240) -> CurveGeometry:
+    """The fact's retention curve as SVG coordinates (:func:`memory.engine.geometry.decay_curve_geometry`),
+    the x ticks labelled with their dates."""
+    curve = geometry.decay_curve_geometry(
+        fact.strength, fact.updated_at, fact.half_life_hours, due_at=fact.due_at, now=now, width=width, height=height
+    )
+    curve.x_ticks = [(x, format_ms(t, "%Y-%m-%d", local=False), anchor) for x, t, anchor in curve.x_ticks]
+    return curve
+
+
+# --- association graph -----------------------------------------------------------
+
+LAYER_COLOURS = {"fact": "#e0735a", "episode": "#e0a43a", "knowledge": "#8a9a3b"}
+
+
+@dataclass
+class NodeInfo:
+    """What the console shows of a memory node (the row it points at, resolved)."""
+
+    node_id: int
+    kind: str
+    ref_id: int
+    text: str = ""
+    label: str = ""
+    retention: float = 1.0
+    updated_at: int | None = None
+    hits: int | None = None
+    person: str = ""
+    state: str = "active"  # active | frozen | invalid | superseded | missing
+    degree: int = 0
+    x: float = 0.0
+    y: float = 0.0
+    r: float = 7.0
+    opacity: float = 1.0
+    role: str = ""  # seed | hit (spreading preview rings)
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.ref_id}"
+
+    @property
+    def colour(self) -> str:
+        return LAYER_COLOURS.get(self.kind, "#888")
+
+    @property
+    def short(self) -> str:
+        text = self.text or self.label
+        return text if len(text) <= 12 else text[:12] + "…"
+
+    @property
+    def exists(self) -> bool:
+        return self.state != "missing"
+
+
+def resolve_nodes(refs: Iterable[tuple[int, str, int]], *, now: int) -> dict[int, NodeInfo]:
+    """``{node_id: NodeInfo}`` for ``(node_id, kind, ref_id)`` triples: one query per layer."""
+    refs = list(refs)
+    by_kind: dict[str, list[int]] = defaultdict(list)
+    for _, kind, ref_id in refs:
+        by_kind[kind].append(ref_id)
+    facts = (
+        Fact.objects.select_related("person").defer("embedding", "embedding_q8", "tokens_v2").in_bulk(by_kind["fact"])
+        if by_kind["fact"] else {}
+    )
+    episodes = Episode.objects.in_bulk(by_kind["episode"]) if by_kind["episode"] else {}
+    knowledge = (
+        Knowledge.objects.defer("embedding", "embedding_q8", "tokens_v2").in_bulk(by_kind["knowledge"])
+        if by_kind["knowledge"] else {}
+    )
+    out: dict[int, NodeInfo] = {}
+    for node_id, kind, ref_id in refs:
+        info = NodeInfo(node_id=node_id, kind=kind, ref_id=ref_id)
+        if kind == "fact" and ref_id in facts:
+            f = facts[ref_id]
+            info.text, info.label = f.content, f.kind
+            info.retention = decay.retention(f.strength, f.updated_at, f.half_life_hours, now)
+            info.updated_at, info.hits, info.person = f.updated_at, f.hit_count, str(f.person)
+            info.state = fact_state(f)
+        elif kind == "episode" and ref_id in episodes:
+            e = episodes[ref_id]
+            info.text, info.label, info.updated_at = e.summary, e.kind, e.ended_at
+        elif kind == "knowledge" and ref_id in knowledge:
+            k = knowledge[ref_id]
+            info.text, info.label, info.updated_at, info.hits = k.content, k.source, k.created_at, k.hit_count
+        else:
+            info.text, info.state, info.retention = f"（{kind} #{ref_id} 已不存在）", "missing", 0.0
+        out[node_id] = info
+    return out
+
+
+@dataclass
+class EdgeInfo:
+    source: int
+    target: int
+    strength: float
+    retention: float
+    active: bool
+    x1: float = 0.0
+    y1: float = 0.0
+    x2: float = 0.0
+    y2: float = 0.0
+
+    @property
+    def width(self) -> float:
+        return round(1 + 3.4 * self.strength, 2)
+
+    @property
+    def opacity(self) -> float:
+        return round(0.28 + 0.5 * self.retention, 3)
+
+
+@dataclass
+class GraphView:
+    nodes: list[NodeInfo]
+    edges: list[EdgeInfo]
+    stats: dict[str, Any]
+    width: int = 900
+    height: int = 640
+
+    def mark(self, preview: SpreadPreview) -> None:
+        """Ring the seeds and hits of a spreading preview on the drawing."""
+        roles = {(s.kind, s.ref_id): "seed" for s in preview.seeds}
+        roles.update({(h.kind, h.ref_id): "hit" for h in preview.hits})
+        for node in self.nodes:
+            node.role = roles.get((node.kind, node.ref_id), "")
+
+
+def cached_layout(
+    n: int, edges: Sequence[tuple[int, int, float]], *, key: Sequence[int], size: tuple[int, int]
+) -> np.ndarray:
+    """:func:`memory.engine.geometry.force_layout`, cached for five minutes per drawn graph (node ids, edges, strengths to 0.1)."""
+    signature = repr((list(key), sorted((s, t, round(w, 1)) for s, t, w in edges), size))
+    cache_key = "console:layout:" + hashlib.sha1(signature.encode()).hexdigest()
+    pos = cache.get(cache_key)
+    if pos is None:
+        pos = geometry.force_layout(n, edges, size=size)
+        cache.set(cache_key, pos, 300)
+    return pos
+
+
+def memory_graph(*, now: int, include_frozen: bool = False, limit: int = 200) -> GraphView:
+    """The densest ``limit`` nodes of the memory graph with their kept edges, laid out.
+
+    Queries: :func:`memory.selectors.densest_subgraph`, the node rows of the kept nodes
+    (one), one per layer to resolve the rows.
+    """
+    sub = selectors.densest_subgraph(limit=limit, include_frozen=include_frozen)
+    degree = dict(sub.degrees)
+    chosen = [node for node, _d in sub.degrees]
+    index = {nid: i for i, nid in enumerate(chosen)}
+    infos = resolve_nodes(selectors.node_refs(chosen), now=now)
+    edges = [
+        EdgeInfo(s, t, strength, decay.retention(strength, updated_at, decay.EDGE_HALF_LIFE_HOURS, now), active)
+        for s, t, strength, updated_at, active in sub.edges
+    ]
+    view_w, view_h = 900, 640
+    pos = cached_layout(len(chosen), [(index[e.source], index[e.target], e.retention) for e in edges],
+                        key=chosen, size=(view_w, view_h))
+    nodes = []
+    for nid in chosen:
+        info = infos.get(nid) or NodeInfo(node_id=nid, kind="fact", ref_id=0, state="missing")
+        info.degree = degree[nid]
+        info.x, info.y = (round(float(v), 1) for v in pos[index[nid]])
+        info.r = round(7 + 3.2 * math.sqrt(info.degree), 1)
+        info.opacity = 0.12 if info.state == "missing" else round(max(0.32, info.retention), 2)
+        nodes.append(info)
+    for e in edges:
+        e.x1, e.y1 = nodes[index[e.source]].x, nodes[index[e.source]].y
+        e.x2, e.y2 = nodes[index[e.target]].x, nodes[index[e.target]].y
+    stats = {
+        "node_total": sub.node_total,
+        "edge_total": sub.edge_total,
+        "active_edges": sub.edge_total - sub.frozen_edges,
+        "frozen_edges": sub.frozen_edges,
+        "isolated": sub.node_total - sub.connected,
+        "spread_runs": sub.spread_runs,
+        "truncated": sub.truncated,
+        "shown_nodes": len(nodes),
+        "shown_edges": len(edges),
+        "limit": limit,
+    }
+    return GraphView(nodes=nodes, edges=edges, stats=stats, width=view_w, height=view_h)
+
+
+def neighbours(kind: str, ref_id: int, *, now: int) -> list[dict[str, Any]]:
+    """Direct neighbours of a memory item, sorted by edge retention (frozen edges last)."""
+    node = selectors.node_of(kind, ref_id)
+    if node is None:
+        return []
+    other = selectors.node_edges(node)
+    infos = resolve_nodes(selectors.node_refs(other), now=now)
+    out = []
+    for nid, (strength, updated_at, active) in other.items():
+        ret = decay.retention(strength, updated_at, decay.EDGE_HALF_LIFE_HOURS, now)
+        out.append({"node": infos.get(nid), "strength": strength, "retention": ret, "active": active})
+    out.sort(key=lambda row: (not row["active"], -row["retention"]))
+    return out
+
+
+def node_panel(kind: str, ref_id: int, *, now: int) -> dict[str, Any]:
+    """The selected node's row (resolved even when it has no graph node yet) and its neighbours."""
+    node = selectors.node_of(kind, ref_id) or 0
+    return {"node": resolve_nodes([(node, kind, ref_id)], now=now)[node], "neighbours": neighbours(kind, ref_id, now=now)}
+
+
+# --- searches --------------------------------------------------------------------
+
+#: The console searches facts of every person with ``stream_kind='desktop'``: the
+#: desktop is the owner's private surface where every origin is visible, so the
+#: search shows everything a bot could recall without using the ``'all'`` bypass
+#: (reserved for the extraction de-duplication list). ``events=False``: a console
+#: search is not a turn and writes no scope-block events.
+CONSOLE_STREAM_KIND = "desktop"
+SEARCH_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class ScoreBreakdown:
+    """Every term of a fact search hit's score, for display."""
+
+    id: int
+    bm25: float | None
+    relevance: float
+    retention: float
+    retention_weight: float  # the retention term of the score (``prior``)
+    score: float
+    cosine: float | None = None
+    fused: float | None = None
+    coverage: float | None = None
+    calibrated: float | None = None
+    eligible: bool = True
+
+
+def search_facts(*, query: str, now: int) -> list[ScoreBreakdown]:
+    """FTS search over every person's valid facts, each hit with its full score breakdown.
+
+    The hits are ranked by the engine's ``rank`` (``selectors.rank_facts``) like a turn:
+    when some hit has a vector the query is embedded and each hit's cosine
+    (``selectors.fact_cosines``) and fused relevance join its terms. Hits under both
+    relevance floors stay listed (last, marked) — a search shows what matched.
+    """
+    overrides = dict(active_overrides())
+    hits = selectors.recall_facts_across_persons(
+        query=query, limit=SEARCH_LIMIT, now=now, stream_kind=CONSOLE_STREAM_KIND, overrides=overrides, events=False,
+        return_candidates=True,
+    )[:SEARCH_LIMIT]
+    if hits and selectors.any_fact_vector([h.id for h in hits]):
+        vector = recall.embed_query(query)
+        if vector is not None:
+            hits = selectors.rank_facts(hits, overrides, cosines=selectors.fact_cosines([h.id for h in hits], vector))
+    return [
+        ScoreBreakdown(
+            id=h.id,
+            bm25=h.bm25,
+            relevance=h.lexical_relevance,
+            retention=h.retention,
+            retention_weight=h.prior if h.prior is not None else 0.0,
+            score=h.score,
+            cosine=h.cosine,
+            fused=h.relevance if h.cosine is not None else None,
+            coverage=h.coverage,
+            calibrated=h.calibrated,
+            eligible=h.eligible,
+        )
+        for h in hits
+    ]
+
+
+def search_episodes(*, query: str, stream_id: int | None) -> list[Episode]:
+    """Cue search over one stream (``selectors.recall_episodes``) or all of them (stream None)."""
+    hits = selectors.recall_episodes(stream_id=stream_id, query=query, limit=50)
+    rows = selectors.episodes_with_counts().in_bulk([h.id for h in hits])
+    out = []
+    for h in hits:
+        if h.id in rows:
+            ep = rows[h.id]
+            ep.score = h.score
+            out.append(ep)
+    attach_cues(out)
+    placeholder_reasons(out)
+    return out
+
+
+# --- spreading preview -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpreadRow:
+    kind: str
+    ref_id: int
+    content: str
+    score: float
+    hops: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.ref_id}"
+
+
+def _spread_row(item: Any) -> SpreadRow:
+    return SpreadRow(kind=item.kind, ref_id=item.ref_id, content=item.content, score=item.score, hops=item.hops)
+
+
+@dataclass
+class SpreadPreview:
+    seeds: list[Any]
+    hits: list[Any]
+    fell_back: bool
+    timed_out_graph: str | None
+    elapsed_ms: float
+    hops: int
+    alpha: float
+    query: str = ""
+
+
+def spread_preview(data: dict[str, Any], *, now: int) -> SpreadPreview:
+    """Spread from one node, or from the lexical hits of a free query (facts, cues, knowledge).
+
+    Read-only: no short-term activation, no events (a preview is not a recall).
+    """
+    query = data.get("q") or ""
+    if data.get("kind") and data.get("ref"):
+        seeds = [(data["kind"], int(data["ref"]), 1.0)]
+    else:
+        seeds = [("fact", h.id, h.score) for h in selectors.recall_facts_across_persons(
+            query=query, limit=4, now=now, stream_kind=CONSOLE_STREAM_KIND, events=False)]
+        seeds += [("episode", e.id, e.score) for e in selectors.recall_episodes(stream_id=None, query=query, limit=2)]
+        seeds += [("knowledge", k.id, k.score) for k in selectors.search_knowledge(query=query, limit=2)]
+    result = selectors.spread(
+        seeds=seeds, now=now, hops=data.get("hops") or 2, limit=data.get("limit") or 8,
+        alpha=data.get("alpha"), activation=None, events=False,
+    )
+    return SpreadPreview(
+        seeds=[_spread_row(s) for s in result.seeds], hits=[_spread_row(h) for h in result.hits], fell_back=result.fell_back, timed_out_graph=result.timed_out_graph,
+        elapsed_ms=result.elapsed_ms, hops=result.hops, alpha=result.alpha, query=query,
+    )
+
+
+# --- recall playground -----------------------------------------------------------
+
+
+def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
+    """The confirmed ranking a turn would get for this text, read-only: nothing is written.
+
+    ``prepare_turn(record=False)`` builds the lexical pool, then the confirm step's own
+    ranking (``recall.rank_pool``: dense channel, cosines, the engine's ``rank``) runs on
+    it with the query vector of the configured embedder — the numbers the bot would get.
+    ``held_back`` lists the facts relevance alone would have put in the prompt but
+    retention ranked out.
+    """
+    ctx = recall.prepare_turn(
+        stream_id=data["stream"].pk, speaker_id=data["speaker"].pk, text=data["text"],
+        impression=data.get("impression") or "", record=False,
+    )
+    limit = int(ctx.overrides.get("fact_recall_limit", settings.FACT_RECALL_LIMIT))
+    vector = recall.embed_query(data["text"])
+    ranking = recall.rank_pool(
+        pool=ctx.pool, query_vector=recall.conversation_query(vector, ctx.context, ctx.overrides), person_ids=ctx.present_person_ids, text=data["text"],
+        stream_kind=ctx.stream.kind, now=ctx.now, limit=limit, overrides=ctx.overrides,
+    )
+    prompt = recall.complete_conflicts(ranking.prompt, now=ctx.now)
+    in_prompt = {f.id for f in ranking.prompt}
+    held = {f.id for f in ranking.held_back}
+    persons = Person.objects.in_bulk({f.person_id for f in ranking.ranked} | set(ctx.present_person_ids))
+    pool = [
+        {"fact": f, "person": persons.get(f.person_id), "in_prompt": f.id in in_prompt, "held_back": f.id in held}
+        for f in ranking.ranked
+    ]
+    return {
+        "ctx": ctx,
+        "pool": pool,
+        "prompt": prompt,
+        "completed": [f for f in prompt if f.completed],
+        "held_back": [{"fact": f, "person": persons.get(f.person_id)} for f in ranking.held_back],
+        "used_vector": vector is not None,
+        "seed": is_seed_profile(ctx.overrides),
+        "present": [persons.get(pid) or pid for pid in ctx.present_person_ids],
+        "persons": persons,
+    }
+

@@ -1,0 +1,36 @@
+"""Helpers shared by the selector modules: the active ranking overrides, the group-privacy default,
+the SQ8 of a query vector."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+
+from memory.engine.context import ConversationQuery
+from memory.engine.quantize import quantize_vector
+
+
+def _overrides(overrides: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if overrides is not None:
+        return overrides
+    from tuning.services import active_overrides  # tuning sits above memory: looked up per call
+
+    return active_overrides()
+
+
+def _private_in_group(value: bool | None) -> bool:
+    return settings.PRIVATE_FACTS_IN_GROUP if value is None else value
+
+
+def _query_q8(query_vector: Any) -> bytes | None:
+    """SQ8 of a query vector (of the turn's own vector for a conversation query); None without one."""
+    if isinstance(query_vector, ConversationQuery):
+        query_vector = query_vector.primary
+    if query_vector is None:
+        return None
+    vec = np.asarray(query_vector, dtype=np.float32).ravel()
+    if vec.size == 0:
+        return None
+    return quantize_vector(vec)

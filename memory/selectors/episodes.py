@@ -1,0 +1,83 @@
+"""L2 reads: episode recall by cue, the newest episodes of a stream, the episode lists."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import Count, Max, Min, QuerySet
+
+from memory import lexical
+from memory.engine import decay
+from memory.models import Episode, Stream
+
+
+@dataclass(frozen=True)
+class RecalledEpisode:
+    id: int
+    summary: str
+    kind: str
+    started_at: int
+    ended_at: int
+    score: float
+    stream_id: int = 0
+
+
+def recall_episodes(*, stream_id: int | None, query: str, limit: int = 3) -> list[RecalledEpisode]:
+    """Episodes of a stream whose cues match ``query`` (best cue per episode; summaries are not indexed)."""
+    if limit < 1:
+        return []
+    # One stream: the stream column bounds the work; every stream: the resident index.
+    match = lexical.match_for("cues_fts", query)
+    hits = lexical.cue_candidates(match, stream_id=stream_id, limit=limit * 4)
+    best: dict[int, float] = {}
+    for episode_id, _cue, b in hits:
+        best.setdefault(episode_id, b)
+    chosen = list(best)[:limit]
+    episodes = Episode.objects.in_bulk(chosen)
+    return [
+        RecalledEpisode(
+            id=e.id, summary=e.summary, kind=e.kind, started_at=e.started_at, ended_at=e.ended_at,
+            score=decay.score(best[e.id], 1.0), stream_id=e.stream_id,
+        )
+        for e in (episodes[i] for i in chosen)
+    ]
+
+
+def recent_episodes(*, stream_id: int, limit: int = 4) -> list[RecalledEpisode]:
+    """Newest episodes of a stream by end time; placeholders excluded; score 1.0."""
+    if limit < 1:
+        return []
+    rows = Episode.objects.filter(stream_id=stream_id).exclude(kind=Episode.UNSUMMARIZED).order_by("-ended_at", "-id")
+    return [
+        RecalledEpisode(
+            id=e.id, summary=e.summary, kind=e.kind, started_at=e.started_at, ended_at=e.ended_at, score=1.0,
+            stream_id=e.stream_id,
+        )
+        for e in rows[:limit]
+    ]
+
+
+# --- the console's episode pages ----------------------------------------------------------------------
+
+
+def episodes_with_counts() -> QuerySet[Episode]:
+    """Episodes with their stream and ``n_messages`` (the messages they summarise)."""
+    return Episode.objects.select_related("stream").annotate(n_messages=Count("messages"))
+
+
+def episode_list(*, stream: Stream | None = None, placeholders: bool = False) -> QuerySet[Episode]:
+    """Episodes newest first (by end), of one stream or all, optionally only the unsummarised placeholders."""
+    qs = episodes_with_counts().order_by("-ended_at", "-id")
+    if stream is not None:
+        qs = qs.filter(stream=stream)
+    if placeholders:
+        qs = qs.filter(kind=Episode.UNSUMMARIZED)
+    return qs
+
+
+def episode_batches(*, stream_id: int) -> QuerySet[Episode]:
+    """A stream's episodes newest first, each with ``n_messages`` and the ids of its first and last message."""
+    return (
+        Episode.objects.filter(stream_id=stream_id)
+        .annotate(n_messages=Count("messages"), first_id=Min("messages__id"), last_id=Max("messages__id"))
+        .order_by("-ended_at", "-id")
+    )

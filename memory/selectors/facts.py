@@ -1,0 +1,459 @@
+"""L3 reads: fact recall in scope, the dense channel, the fused ranking; the fact pages' search and history."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from django.db.models import Case, Q, QuerySet, Value, When
+
+from memory import lexical
+from memory.engine import decay, tokenize
+from memory.engine.context import ConversationQuery, weighted_max
+from memory.engine.quantize import cosine_q8_many, quantize_vector
+from memory.engine.scope import SCOPE_ALL, fact_visible_in_stream
+from memory.engine.scoring import (
+    RankCandidate,
+    holds_rarest,
+    idf_coverage,
+    is_seed_profile,
+    rank,
+)
+from memory.engine.tokenize import bigrams, words
+from memory.models import Fact
+from memory.selectors._common import _overrides, _private_in_group, _query_q8
+from memory.services import emit_event
+
+
+@dataclass(frozen=True)
+class ScopedFact:
+    id: int
+    person_id: int
+    kind: str
+    content: str
+    slot: str
+    origin_kind: str
+    retention: float
+    score: float
+    lexical_relevance: float
+    bm25: float | None
+    half_life_hours: float
+    active: bool
+    cosine: float | None = None
+    relevance: float | None = None  # fused relevance when a cosine was used
+    source: str = "lexical"  # lexical | dense
+    coverage: float | None = None  # share of the query's achievable IDF mass it matches
+    rarest: bool = False  # holds the query's most specific word
+    calibrated: float | None = None  # relevance as a share of the pool's best (seed: relevance ** w)
+    prior: float | None = None  # the retention term of the score
+    eligible: bool = True  # False: under both relevance floors, never enters the prompt
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "factId": self.id,
+            "personId": self.person_id,
+            "score": self.score,
+            "lexical": self.lexical_relevance,
+            "bm25": self.bm25,
+            "retention": self.retention,
+            "halfLife": self.half_life_hours,
+            "kind": self.kind,
+            "slot": self.slot,
+            "content": self.content,
+            "origin": self.origin_kind,
+            "active": self.active,
+            "cosine": self.cosine,
+            "source": self.source,
+            "coverage": self.coverage,
+            "rarest": self.rarest,
+            "eligible": self.eligible,
+        }
+
+    def terms(self) -> dict[str, Any]:
+        """Every term of the score, as the ranking computed it (console, actions, traces)."""
+        return {
+            "factId": self.id, "bm25": self.bm25, "lexical": self.lexical_relevance, "coverage": self.coverage,
+            "rarest": self.rarest,
+            "cosine": self.cosine, "relevance": self.relevance, "calibrated": self.calibrated,
+            "retention": self.retention, "prior": self.prior, "score": self.score, "eligible": self.eligible,
+            "active": self.active, "source": self.source,
+        }
+
+
+def _visible_rows(rows: Sequence[tuple], stream_kind: str, private_in_group: bool) -> tuple[list[tuple], int]:
+    if stream_kind == SCOPE_ALL:
+        return list(rows), 0
+    kept = [r for r in rows if fact_visible_in_stream(r[6], stream_kind, private_in_group=private_in_group)]
+    return kept, len(rows) - len(kept)
+
+
+def _report_blocked(blocked: int, stream_kind: str, now: int, events: bool) -> None:
+    if blocked and events:
+        emit_event("memory_fact_scope_blocked", {"streamKind": stream_kind, "blocked": blocked}, at=now)
+
+
+def fact_coverages(ids: Sequence[int], query: str) -> dict[int, tuple[float, bool]]:
+    """Each fact's share of ``query``'s achievable IDF mass (:func:`scoring.idf_coverage`) and
+    whether it holds the query's most specific word (:func:`scoring.holds_rarest`).
+
+    The query's information is its words (jieba): the index's CJK bigrams would count a
+    long word several times. A word is matched when the fact's FTS row holds it, or all of
+    its bigrams (jieba may cut the fact differently); its document frequency is the word's,
+    else the rarest-known of its bigrams when all of them occur. Frequencies come from the
+    ``facts_fts`` vocabulary.
+    """
+    ids = list(dict.fromkeys(ids))
+    qwords = list(dict.fromkeys(words(query)))
+    if not ids or not qwords:
+        return {i: (0.0, False) for i in ids}
+    grams = {w: list(dict.fromkeys(bigrams(w))) for w in qwords}
+    raw = lexical.document_frequencies("facts_fts", list({*qwords, *(g for gs in grams.values() for g in gs)}))
+    dfs: dict[str, int] = {}
+    for w in qwords:
+        df = raw.get(w, 0)
+        if df == 0 and grams[w] and all(raw.get(g, 0) > 0 for g in grams[w]):
+            df = min(raw[g] for g in grams[w])
+        dfs[w] = df
+    n_docs = lexical.document_count("facts_fts")
+    tokens = dict(Fact.objects.filter(pk__in=ids).values_list("id", "tokens_v2"))
+    out = {}
+    for i in ids:
+        held = set((tokens.get(i) or "").split())
+        matched = [w for w in qwords if w in held or (grams[w] and all(g in held for g in grams[w]))]
+        out[i] = (idf_coverage(matched, dfs, n_docs), holds_rarest(matched, dfs))
+    return out
+
+
+def fact_cosines(ids: Sequence[int], query_vector: Any) -> dict[int, float]:
+    """Cosine (on SQ8) of each fact's vector with the query — the one place it is computed.
+
+    ``query_vector`` is one vector or a :class:`~memory.engine.context.ConversationQuery`
+    (the turn's vector and the recent messages' vectors, recency-weighted): then a fact's
+    cosine is the weighted maximum over them. Facts without a vector (or no query vector)
+    are absent from the result.
+    """
+    ids = list(dict.fromkeys(ids))
+    if _query_q8(query_vector) is None or not ids:
+        return {}
+    blobs = dict(Fact.objects.filter(id__in=ids, embedding_q8__isnull=False).values_list("id", "embedding_q8"))
+    found = [i for i in ids if i in blobs]
+    stored = [bytes(blobs[i]) for i in found]
+    if isinstance(query_vector, ConversationQuery):
+        rows = [cosine_q8_many(quantize_vector(v), stored) for v in query_vector.vectors]
+        values = weighted_max(np.vstack(rows), query_vector.weights) if rows and stored else []
+    else:
+        values = cosine_q8_many(_query_q8(query_vector), stored)
+    return {i: float(v) for i, v in zip(found, values, strict=True) if not np.isnan(v)}
+
+
+def any_fact_vector(ids: Sequence[int]) -> bool:
+    """Whether any of the facts has a (SQ8) vector: a query is worth embedding only then."""
+    return Fact.objects.filter(pk__in=list(ids), embedding_q8__isnull=False).exists()
+
+
+def rank_facts(
+    candidates: Sequence[ScopedFact],
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    cosines: Mapping[int, float] | None = None,
+) -> list[ScopedFact]:
+    """Re-scored copies of ``candidates`` in :func:`memory.engine.scoring.rank` order.
+
+    ``cosines`` (from :func:`fact_cosines`) replaces each candidate's cosine when given;
+    otherwise the cosine it carries (if any) is used. Every term of the score is kept on
+    the copy; eligible candidates come first.
+    """
+    ov = _overrides(overrides)
+    cos_of = (lambda c: cosines.get(c.id)) if cosines is not None else (lambda c: c.cosine)
+    inputs = [
+        RankCandidate(
+            id=i, lexical=c.lexical_relevance, retention=c.retention, cosine=cos_of(c), coverage=c.coverage,
+            active=c.active, rarest=c.rarest,
+        )
+        for i, c in enumerate(candidates)
+    ]
+    out = []
+    for r in rank(inputs, ov):
+        c = candidates[r.id]
+        out.append(
+            replace(
+                c, cosine=r.cosine, relevance=r.relevance, score=r.score,
+                calibrated=r.calibrated, prior=r.prior, eligible=r.eligible,
+            )
+        )
+    return out
+
+
+def _score_rows(
+    rows: Iterable[tuple], now: int, overrides: Mapping[str, Any],
+    coverages: Mapping[int, tuple[float, bool]] | None = None,
+) -> list[ScopedFact]:
+    facts = []
+    for fid, b, person_id, kind, content, slot, origin, strength, half_life, updated_at, active, _v in rows:
+        ret = decay.retention(strength, updated_at, half_life, now)
+        lex = decay.relevance_from_bm25(b)
+        facts.append(
+            ScopedFact(
+                id=fid, person_id=person_id, kind=kind, content=content, slot=slot, origin_kind=origin,
+                retention=ret, score=0.0, lexical_relevance=lex, bm25=b, half_life_hours=half_life,
+                active=bool(active), coverage=None if coverages is None else coverages.get(fid, (0.0, False))[0],
+                rarest=False if coverages is None else coverages.get(fid, (0.0, False))[1],
+            )
+        )
+    return rank_facts(facts, overrides)  # stable: bm25 order breaks ties
+
+
+def _recall(
+    *, person_ids: Sequence[int] | None, query: str, limit: int, now: int, stream_kind: str,
+    private_in_group: bool | None, return_candidates: bool, overrides: Mapping[str, Any] | None, events: bool,
+    stats: dict[str, int] | None = None,
+) -> list[ScopedFact]:
+    if limit < 1:
+        return []
+    # Person-scoped queries rank only those persons' facts (the ``person`` column); a query
+    # over every person is ranked by the resident index (memory/lexical_index.py).
+    match = lexical.match_for("facts_fts", query)
+    if not match:
+        return []
+    rows = lexical.fact_candidates(match, person_ids=person_ids, limit=limit * 3)
+    rows, blocked = _visible_rows(rows, stream_kind, _private_in_group(private_in_group))
+    _report_blocked(blocked, stream_kind, now, events)
+    if stats is not None:
+        stats["blocked"] = stats.get("blocked", 0) + blocked
+    ov = _overrides(overrides)
+    coverages = None if is_seed_profile(ov) else fact_coverages([r[0] for r in rows], query)
+    pool = _score_rows(rows, now, ov, coverages)
+    return pool if return_candidates else [f for f in pool if f.eligible][:limit]
+
+
+def recall_facts_in_scope(
+    *,
+    person_ids: Sequence[int],
+    query: str,
+    limit: int = 6,
+    now: int,
+    stream_kind: str,
+    private_in_group: bool | None = None,
+    return_candidates: bool = False,
+    overrides: Mapping[str, Any] | None = None,
+    events: bool = True,
+    stats: dict[str, int] | None = None,
+) -> list[ScopedFact]:
+    """Lexical fact recall over the present persons; read-only.
+
+    One FTS query over ``person_id IN (...)`` (valid facts, frozen included),
+    ``LIMIT limit*3``; visibility filtered before scoring; each candidate's
+    relevance (``relevance_from_bm25``) and IDF coverage of the query go through
+    :func:`rank_facts` (the engine's ``rank``); without ``return_candidates`` only
+    eligible facts are returned.
+    """
+    persons = list(dict.fromkeys(person_ids))
+    if not persons:
+        return []
+    return _recall(
+        person_ids=persons, query=query, limit=limit, now=now, stream_kind=stream_kind,
+        private_in_group=private_in_group, return_candidates=return_candidates, overrides=overrides, events=events,
+        stats=stats,
+    )
+
+
+def recall_facts_across_persons(
+    *,
+    query: str,
+    limit: int = 6,
+    now: int,
+    stream_kind: str,
+    private_in_group: bool | None = None,
+    return_candidates: bool = False,
+    overrides: Mapping[str, Any] | None = None,
+    events: bool = True,
+) -> list[ScopedFact]:
+    """Like :func:`recall_facts_in_scope` without the person filter."""
+    return _recall(
+        person_ids=None, query=query, limit=limit, now=now, stream_kind=stream_kind,
+        private_in_group=private_in_group, return_candidates=return_candidates, overrides=overrides, events=events,
+    )
+
+
+def top_facts(
+    *, person_id: int, limit: int = 8, now: int, stream_kind: str, private_in_group: bool | None = None
+) -> list[ScopedFact]:
+    """Strongest active valid facts of a person by current retention.
+
+    ``stream_kind='all'`` bypasses visibility; only the extraction de-dup list may use it.
+    """
+    rows = list(
+        Fact.objects.filter(person_id=person_id, active=True, superseded_by__isnull=True).values_list(
+            "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "half_life_hours", "updated_at"
+        )
+    )
+    if stream_kind != SCOPE_ALL:
+        pig = _private_in_group(private_in_group)
+        visible = [r for r in rows if fact_visible_in_stream(r[5], stream_kind, private_in_group=pig)]
+        _report_blocked(len(rows) - len(visible), stream_kind, now, True)
+        rows = visible
+    facts = []
+    for fid, pid, kind, content, slot, origin, strength, half_life, updated_at in rows:
+        ret = decay.retention(strength, updated_at, half_life, now)
+        facts.append(
+            ScopedFact(
+                id=fid, person_id=pid, kind=kind, content=content, slot=slot, origin_kind=origin, retention=ret,
+                score=ret, lexical_relevance=0.0, bm25=None, half_life_hours=half_life, active=True,
+            )
+        )
+    facts.sort(key=lambda f: f.score, reverse=True)
+    return facts[:limit]
+
+def dense_fact_candidates(
+    *,
+    person_ids: Sequence[int],
+    query_vector: Any,
+    limit: int,
+    now: int,
+    stream_kind: str,
+    private_in_group: bool | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> list[ScopedFact]:
+    """Dense channel: valid facts of the present persons ranked by SQ8 cosine (top ``limit*3``).
+
+    Facts are few per person, so their vectors are read per call (:func:`fact_cosines`,
+    no resident index). ``lexical_relevance`` is 0 here; :func:`merge_dense_candidates`
+    back-computes the real bm25 and coverage. Scores are the engine's for this channel alone.
+    """
+    persons = list(dict.fromkeys(person_ids))
+    if _query_q8(query_vector) is None or not persons or limit < 1:
+        return []
+    rows = list(
+        Fact.objects.filter(person_id__in=persons, superseded_by__isnull=True, embedding_q8__isnull=False).values_list(
+            "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "half_life_hours",
+            "updated_at", "active",
+        )
+    )
+    pig = _private_in_group(private_in_group)
+    rows = [r for r in rows if stream_kind == SCOPE_ALL or fact_visible_in_stream(r[5], stream_kind, private_in_group=pig)]
+    if not rows:
+        return []
+    cosines = fact_cosines([r[0] for r in rows], query_vector)
+    ranked = sorted(((cosines[r[0]], r) for r in rows if r[0] in cosines), key=lambda x: -x[0])[: limit * 3]
+    out = []
+    for cos, (fid, pid, kind, content, slot, origin, strength, half_life, updated_at, active) in ranked:
+        ret = decay.retention(strength, updated_at, half_life, now)
+        out.append(
+            ScopedFact(
+                id=fid, person_id=pid, kind=kind, content=content, slot=slot, origin_kind=origin, retention=ret,
+                score=0.0, lexical_relevance=0.0, bm25=None, half_life_hours=half_life,
+                active=bool(active), cosine=float(cos), source="dense",
+            )
+        )
+    scored = {f.id: f for f in rank_facts(out, overrides)}
+    return [scored[f.id] for f in out]  # cosine order: the merge appends them in this order
+
+
+def merge_dense_candidates(
+    pool: Sequence[ScopedFact], dense: Sequence[ScopedFact], *, query: str
+) -> list[ScopedFact]:
+    """Union by id (lexical pool first); dense-only hits get their real bm25 and coverage for ``query``.
+
+    Facts that do not match lexically keep relevance 0 on the lexical side.
+    """
+    seen = {f.id for f in pool}
+    extra = [f for f in dense if f.id not in seen]
+    if not extra:
+        return list(pool)
+    bm = lexical.fact_bm25(lexical.match_for("facts_fts", query), [f.id for f in extra])
+    cov = fact_coverages([f.id for f in extra], query)
+    merged = list(pool)
+    for f in extra:
+        b = bm.get(f.id)
+        merged.append(
+            replace(
+                f, bm25=b, lexical_relevance=decay.relevance_from_bm25(b) if b is not None else 0.0,
+                coverage=cov.get(f.id, (0.0, False))[0], rarest=cov.get(f.id, (0.0, False))[1],
+            )
+        )
+    return merged
+
+
+def rank_recalled_facts(
+    candidates: Sequence[ScopedFact],
+    query_vector: Any,
+    limit: int,
+    overrides: Mapping[str, Any] | None = None,
+) -> list[ScopedFact]:
+    """Fused re-rank of a merged pool; returns re-scored copies, the eligible top ``limit``.
+
+    Each candidate's cosine comes from :func:`fact_cosines` (when the query vector and
+    the fact's SQ8 vector both exist), the score from the engine's ``rank``
+    (:func:`rank_facts`): relevance ``0.4·lexical + 0.6·(cos+1)/2`` with a cosine, else
+    the lexical one; the retention term is applied after fusion so the dense channel
+    cannot bypass the forgetting curve. Without a query vector the lexical order stands.
+    """
+    if limit < 0:
+        raise ValueError("limit must be >= 0")
+    cosines = fact_cosines([c.id for c in candidates], query_vector) if query_vector is not None else {}
+    ranked = rank_facts(candidates, overrides, cosines=cosines)
+    return [f for f in ranked if f.eligible][:limit]
+
+
+def fact_kinds() -> list[str]:
+    """The distinct kinds of the stored facts, sorted (the fact table's kind filter)."""
+    return list(Fact.objects.order_by("kind").values_list("kind", flat=True).distinct())
+
+
+# --- the console's fact pages ----------------------------------------------------------------------
+
+
+def match_facts(qs: QuerySet[Fact], query: str, *, ranked: Sequence[int] = (), limit: int = 200) -> list[Fact]:
+    """The rows of a fact search: the ``ranked`` hits (the console's ``search_facts``, in their order)
+    that pass ``qs``, then the other facts of ``qs`` whose text contains query terms (most
+    terms first, newest on ties) — one query.
+
+    Recall ranks only valid facts; this text match makes the frozen, invalidated and
+    superseded ones findable too, so the search honours the state filter.
+    """
+    terms = [t for t in tokenize.query_terms(query) if t][:16]
+    wanted = Q(pk__in=list(ranked))
+    for term in terms:
+        wanted |= Q(content__icontains=term)
+    rows = list(
+        qs.filter(wanted)
+        .annotate(_ranked=Case(When(pk__in=list(ranked), then=Value(0)), default=Value(1)))
+        .order_by("_ranked", "-updated_at", "-id")[: len(ranked) + limit * 5]
+    )
+    order = {fact_id: i for i, fact_id in enumerate(ranked)}
+    hits = sorted((f for f in rows if f.pk in order), key=lambda f: order[f.pk])
+
+    def matched(fact: Fact) -> int:
+        text = fact.content.lower()
+        return sum(len(t) for t in terms if t in text)
+
+    others = sorted((f for f in rows if f.pk not in order), key=matched, reverse=True)  # stable: newest first
+    return hits + others[:limit]
+
+
+def supersede_chain(fact: Fact, max_steps: int = 20) -> dict[str, list[Fact]]:
+    """Older facts this one replaced (``before``) and the newer ones that replaced it (``after``).
+
+    One query per step in each direction; chains are short (a slot changes a few times).
+    """
+    before: list[Fact] = []
+    ids = [fact.pk]
+    for _ in range(max_steps):
+        older = list(Fact.objects.filter(superseded_by_id__in=ids).exclude(pk__in=ids).order_by("-id"))
+        older = [f for f in older if f.pk != f.superseded_by_id and f not in before]
+        if not older:
+            break
+        before.extend(older)
+        ids = [f.pk for f in older]
+    after: list[Fact] = []
+    current = fact
+    for _ in range(max_steps):
+        if current.superseded_by_id in (None, current.pk):
+            break
+        nxt = Fact.objects.filter(pk=current.superseded_by_id).first()
+        if nxt is None or nxt in after:
+            break
+        after.append(nxt)
+        current = nxt
+    return {"before": before, "after": after}

@@ -1,0 +1,504 @@
+"""Association reads: short-term activation, memory-graph and concept-graph spreading."""
+from __future__ import annotations
+
+import threading
+from array import array
+from bisect import bisect_right
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Q
+
+from memory import activation as shared_activation
+from memory.engine import decay
+from memory.engine import spreading as sp
+from memory.engine.spreading import ConceptGraph, SpreadResult
+from memory.engine.spreading import spread as engine_spread
+from memory.models import MemoryEdge, MemoryNode
+from memory.selectors._common import _overrides
+from memory.services import CONCEPT_GRAPH_REVISION, emit_event
+
+
+def short_term_activation():
+    """The short-term activation (10 min time constant): shared in Redis by every process (memory/activation.py)."""
+    return shared_activation.activation()
+
+
+class _FactorsAt:
+    """``node → factor`` at ``now`` for the engine, with the batched ``many`` it prefers."""
+
+    def __init__(self, activation, now: int) -> None:
+        self.activation, self.now = activation, now
+
+    def __call__(self, node: int) -> float:
+        return self.activation.factor(node, self.now)
+
+    def many(self, nodes: Iterable[int]) -> dict[int, float]:
+        return self.activation.factors(nodes, self.now)
+
+
+def _expand(frontier: set[int]) -> list[tuple[int, int, float]]:
+    if not frontier:
+        return []
+    ids = list(frontier)
+    marks = ",".join(["%s"] * len(ids))
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT source_id, target_id, strength FROM memory_edges WHERE active AND source_id IN ({marks})"
+            f" UNION ALL SELECT source_id, target_id, strength FROM memory_edges WHERE active AND target_id IN ({marks})",
+            ids + ids,
+        )
+        return cur.fetchall()
+
+
+def _node_rows(nodes: Iterable[int], columns: str) -> list[tuple]:
+    """One query joining memory nodes to the rows they point at (missing rows give NULLs)."""
+    ids = list(nodes)
+    if not ids:
+        return []
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT n.id, n.ref_kind, n.ref_id, {columns} FROM memory_nodes n"
+            " LEFT JOIN facts f ON n.ref_kind = 'fact' AND f.id = n.ref_id"
+            " LEFT JOIN episodes e ON n.ref_kind = 'episode' AND e.id = n.ref_id"
+            " LEFT JOIN knowledge k ON n.ref_kind = 'knowledge' AND k.id = n.ref_id"
+            f" WHERE n.id IN ({','.join(['%s'] * len(ids))})",
+            ids,
+        )
+        return cur.fetchall()
+
+
+def node_retentions(nodes: set[int], now: int) -> dict[int, float | None]:
+    """Fact: decayed retention if it exists and is active; episode/knowledge: 1.0 if it exists."""
+    out: dict[int, float | None] = {n: None for n in nodes}
+    rows = _node_rows(nodes, "f.strength, f.updated_at, f.half_life_hours, f.active, e.id, k.id")
+    for node, kind, _ref, strength, updated_at, half_life, active, episode, knowledge in rows:
+        if kind == "fact" and strength is not None and active:
+            out[node] = decay.retention(strength, updated_at, half_life, now)
+        elif (kind == "episode" and episode is not None) or (kind == "knowledge" and knowledge is not None):
+            out[node] = 1.0
+    return out
+
+
+def node_texts(nodes: Iterable[int]) -> dict[int, tuple[str, int, str]]:
+    """Memory node → ``(kind, ref id, text)``; a missing row has empty text."""
+    rows = _node_rows(nodes, "f.content, e.summary, k.content")
+    return {node: (kind, ref, fc or es or kc or "") for node, kind, ref, fc, es, kc in rows}
+
+
+# Only the best-ranked max(CONCEPT_MAP_MIN, limit) reached concepts are mapped back to memory
+# nodes (the reference maps every reached concept). Measured on a 9,750-node store (bench
+# build_db --scale 0.15, 300 random two-seed spreads, hops 2, limit 4): 11 of 300 top-4
+# lists differ from mapping every concept (6 as sets), at half the CPU (median 8.6 vs 17.7 ms).
+CONCEPT_MAP_MIN = 4
+CONCEPT_HOLDERS_CACHED = 4096  # concept names whose holder lists the resident node texts remember
+
+
+def _fold_for_scan(text: str | None) -> str:
+    # NUL separates the texts in the resident blob; a concept name never holds one
+    return (text or "").casefold().replace("\x00", " ")
+
+
+def _all_node_texts(after: int = 0) -> list[tuple[int, str]]:
+    """``(memory node id, casefolded text)`` of every registered node above ``after``, by id.
+
+    The text is the one the reference maps concepts with: fact content, episode
+    summary, knowledge content; a node whose row is gone has no text and holds nothing.
+    """
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT n.id, coalesce(f.content, e.summary, k.content) FROM memory_nodes n"
+            " LEFT JOIN facts f ON n.ref_kind = 'fact' AND f.id = n.ref_id"
+            " LEFT JOIN episodes e ON n.ref_kind = 'episode' AND e.id = n.ref_id"
+            " LEFT JOIN knowledge k ON n.ref_kind = 'knowledge' AND k.id = n.ref_id"
+            " WHERE n.id > %s ORDER BY n.id",
+            [after],
+        )
+        return [(node, _fold_for_scan(text)) for node, text in cur.fetchall() if text]
+
+
+class _NodeTexts:
+    """The casefolded texts of every registered memory node, resident per process.
+
+    Concept spreading maps a concept back to *every* registered node whose text
+    contains the concept's name (casefold substring, reference-spec §3.8). The
+    texts live in one NUL-separated string, so finding a name's holders is one
+    C-speed ``str.find`` pass over the whole corpus (no FTS tokenisation can miss a
+    substring, and episodes are searched by their summaries); holder lists are
+    remembered per name until the corpus changes.
+
+    Freshness, as the resident lexical index does it: nodes above the last id
+    loaded are appended (remembered holder lists are extended by scanning only
+    the appended texts); a deleted or re-tokenised fact or knowledge row
+    (``lexical_revision:*``), fewer nodes than loaded, or a lower max id rebuild it.
+    Summaries and contents are never edited in place. Used only outside a
+    transaction (a rolled-back node id could be reused); inside one,
+    :func:`_nodes_containing` scans the rows directly.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.rebuilds = 0
+        self._clear()
+
+    def _clear(self) -> None:
+        self._state: tuple | None = None
+        self._max_id = 0
+        self._count = 0
+        self._blob = ""
+        self._starts = array("q")  # offset of each text in the blob (ascending)
+        self._nodes = array("q")  # its memory node id
+        self._holders: dict[str, list[int]] = {}
+
+    @staticmethod
+    def _read_state() -> tuple:
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT (SELECT max(id) FROM memory_nodes), (SELECT count(*) FROM memory_nodes),"
+                " (SELECT value FROM meta WHERE key = 'lexical_revision:facts'),"
+                " (SELECT value FROM meta WHERE key = 'lexical_revision:knowledge')"
+            )
+            max_id, count, facts_rev, knowledge_rev = cur.fetchone()
+        return int(max_id or 0), int(count or 0), facts_rev, knowledge_rev
+
+    def _add(self, rows: list[tuple[int, str]]) -> int:
+        """Append ``rows`` to the blob; return the index of the first appended text."""
+        first = len(self._starts)
+        parts = []
+        offset = len(self._blob)
+        for node, text in rows:
+            self._starts.append(offset + 1)
+            self._nodes.append(node)
+            parts.append("\x00" + text)
+            offset += len(text) + 1
+        self._blob += "".join(parts)
+        return first
+
+    def _scan(self, needle: str, first: int = 0) -> list[int]:
+        """Nodes (from text index ``first`` on) whose text contains ``needle``, in id order."""
+        if not needle or first >= len(self._starts):
+            return []
+        blob, starts, out = self._blob, self._starts, []
+        at = blob.find(needle, starts[first])
+        while at != -1:
+            k = bisect_right(starts, at) - 1
+            out.append(self._nodes[k])
+            if k + 1 >= len(starts):
+                break
+            at = blob.find(needle, starts[k + 1])
+        return out
+
+    def refresh(self) -> None:
+        max_id, count, *revisions = self._read_state()
+        state = tuple(revisions)
+        if state == self._state and max_id == self._max_id and count == self._count:
+            return
+        with self._lock:
+            grown = count - self._count
+            if state == self._state and max_id > self._max_id and grown > 0:
+                rows = _all_node_texts(self._max_id)
+                if len(rows) <= grown:  # only new nodes (some may have no row yet: no text)
+                    first = self._add(rows)
+                    for name, holders in self._holders.items():
+                        holders.extend(self._scan(name, first))
+                    self._max_id, self._count = max_id, count
+                    return
+            self._clear()
+            self._add(_all_node_texts())
+            self._state, self._max_id, self._count = state, max_id, count
+            self.rebuilds += 1
+
+    def holders(self, name: str) -> list[int]:
+        """Every loaded node whose casefolded text contains ``name`` (already casefolded)."""
+        with self._lock:
+            found = self._holders.get(name)
+            if found is None:
+                found = self._scan(name)
+                if len(self._holders) >= CONCEPT_HOLDERS_CACHED:
+                    self._holders.clear()
+                self._holders[name] = found
+            return found
+
+    def reset(self) -> None:
+        with self._lock:
+            self._clear()
+
+
+_node_texts = _NodeTexts()
+
+
+def resident_node_texts() -> _NodeTexts | None:
+    """The fresh resident node texts, or ``None`` inside a transaction / when resident indexes are off."""
+    if not getattr(settings, "LEXICAL_RESIDENT_INDEX", True) or connection.in_atomic_block:
+        return None
+    _node_texts.refresh()
+    return _node_texts
+
+
+def _nodes_containing(concepts: set[str]) -> dict[str, list[int]]:
+    """Every registered memory node (fact, episode, knowledge) whose text contains each concept.
+
+    The reference rule (§3.8): ``concept.casefold()`` is a substring of the node's
+    text (fact content / episode summary / knowledge content) casefolded. No cap:
+    every holder gets its share. Outside a transaction the resident node texts
+    answer (one ``str.find`` pass per name, then remembered); inside one, the
+    rows are read and scanned directly.
+    """
+    folded = {c: c.casefold() for c in concepts if c.strip() and "\x00" not in c}
+    index = resident_node_texts()
+    if index is not None:
+        return {c: index.holders(f) for c, f in folded.items()}
+    rows = _all_node_texts()
+    return {c: [node for node, text in rows if f in text] for c, f in folded.items()}
+
+
+class _ConceptCache:
+    """The concept graph, resident per process and reloaded when its meta revision changes.
+
+    ``services.add_knowledge`` bumps ``concept_graph_revision`` in the transaction that
+    grows the graph; a spread then costs one tiny query instead of loading edges hop by hop.
+    """
+
+    def __init__(self) -> None:
+        self.revision: str | None = None
+        self.ids: dict[str, list[int]] = {}  # casefolded name -> concept ids
+        self.lengths: list[int] = []  # distinct lengths of the casefolded names
+        self.names: dict[int, str] = {}
+        self.adjacency: dict[int, dict[int, float]] = {}
+
+    def fresh(self) -> _ConceptCache:
+        with connection.cursor() as cur:
+            cur.execute("SELECT value FROM meta WHERE key = %s", [CONCEPT_GRAPH_REVISION])
+            row = cur.fetchone()
+            revision = row[0] if row else "0"
+            if revision != self.revision:
+                cur.execute("SELECT id, concept FROM knowledge_nodes")
+                self.names = dict(cur.fetchall())
+                ids: dict[str, list[int]] = defaultdict(list)
+                for cid, name in self.names.items():
+                    if name.strip():
+                        ids[name.casefold()].append(cid)
+                self.ids = dict(ids)
+                self.lengths = sorted({len(name) for name in self.ids})
+                adjacency: dict[int, dict[int, float]] = defaultdict(dict)
+                cur.execute("SELECT source_id, target_id, strength FROM knowledge_edges")
+                for a, b, w in cur.fetchall():
+                    adjacency[a][b] = max(adjacency[a].get(b, 0.0), w)
+                    adjacency[b][a] = max(adjacency[b].get(a, 0.0), w)
+                self.adjacency = dict(adjacency)
+                self.revision = revision
+        return self
+
+
+_concepts = _ConceptCache()
+
+
+def _concepts_in(text: str, graph: _ConceptCache) -> set[int]:
+    """Concepts whose casefolded name occurs in ``text`` (casefolded): the reference's seeding rule.
+
+    Every substring of ``text`` of a length some name has is looked up (names are
+    jieba words, a handful of lengths), so no concept list is scanned.
+    """
+    found: set[int] = set()
+    size = len(text)
+    for length in graph.lengths:
+        if length > size:
+            break
+        for i in range(size - length + 1):
+            ids = graph.ids.get(text[i:i + length])
+            if ids:
+                found.update(ids)
+    return found
+
+
+def _concept_graph(seed_texts: Mapping[int, str], hops: int, limit: int) -> ConceptGraph | None:
+    """The part of the concept graph reachable from the seeds' concepts within ``hops``.
+
+    The seed concepts are those whose casefolded name occurs in a seed text (looked
+    up by the text's substrings, not by scanning every name); the engine applies the
+    same rule within this bounded part. Normalising out-weights before bounding and
+    re-normalising after it equals normalising the bounded part only, so handing
+    over the bounded part is exact.
+    """
+    if not any(t.strip() for t in seed_texts.values()):
+        return None
+    graph = _concepts.fresh()
+    start: set[int] = set()
+    for text in seed_texts.values():
+        start |= _concepts_in(text.casefold(), graph)
+    if not start:
+        return None
+    seen, frontier = set(start), set(start)
+    for _ in range(hops):
+        frontier = {n for node in frontier for n in graph.adjacency.get(node, {})} - seen
+        if not frontier:
+            break
+        seen |= frontier
+    edges = [(a, b, w) for a in seen for b, w in graph.adjacency.get(a, {}).items() if b in seen and a < b]
+    return ConceptGraph(
+        concepts={cid: graph.names[cid] for cid in seen}, edges=edges, seed_texts=seed_texts,
+        nodes_containing=_nodes_containing, max_mapped=max(CONCEPT_MAP_MIN, limit),
+    )
+
+
+@dataclass(frozen=True)
+class SpreadItem:
+    node_id: int
+    kind: str
+    ref_id: int
+    content: str
+    score: float
+    hops: int
+
+
+@dataclass(frozen=True)
+class Spreading:
+    seeds: list[SpreadItem]
+    hits: list[SpreadItem]
+    fell_back: bool
+    timed_out_graph: str | None
+    elapsed_ms: float
+    hops: int
+    alpha: float
+
+
+def spread(
+    *,
+    seeds: Sequence[tuple[str, int, float]],
+    now: int,
+    hops: int | None = None,
+    limit: int = 4,
+    alpha: float | None = None,
+    activation=None,  # ShortTermActivation or memory.activation.SharedActivation
+    events: bool = True,
+    use_concepts: bool = True,
+    timeout_seconds: float | None = None,
+) -> Spreading:
+    """Association spreading from ``(kind, ref_id, relevance)`` seeds; read-only.
+
+    Personalised PageRank on the memory graph and on the concept graph, summed;
+    a PPR timeout falls back to fixed-hop spreading and writes
+    ``memory_ppr_timeout``. Hits below REVIVE retention are dropped.
+    """
+    ov = _overrides(None)
+    hops = int(ov.get("ppr_hops", sp.HOPS)) if hops is None else hops
+    alpha = float(ov.get("ppr_alpha", sp.PPR_ALPHA)) if alpha is None else alpha
+    weights: dict[int, float] = {}
+    by_kind: dict[str, set[int]] = defaultdict(set)
+    for kind, ref, _rel in seeds:
+        by_kind[kind].add(int(ref))
+    node_of: dict[tuple[str, int], int] = {}
+    for kind, ids in by_kind.items():
+        for node, ref in MemoryNode.objects.filter(ref_kind=kind, ref_id__in=list(ids)).values_list("id", "ref_id"):
+            node_of[(kind, ref)] = node
+    for kind, ref, rel in seeds:
+        node = node_of.get((kind, int(ref)))
+        if node is not None:
+            weights[node] = max(weights.get(node, 0.0), float(rel))
+    seed_info = node_texts(weights)
+    concept = (
+        _concept_graph({n: t for n, (_k, _r, t) in seed_info.items()}, hops, limit) if use_concepts and weights else None
+    )
+
+    def on_timeout(graph: str) -> None:
+        if events:
+            emit_event("memory_ppr_timeout", {"graph": graph}, at=now)
+
+    factor: Callable[[int], float] | None = _FactorsAt(activation, now) if activation is not None else None
+    result: SpreadResult = engine_spread(
+        weights, hops=hops, limit=limit, expand=_expand, retention_of=lambda ns: node_retentions(ns, now),
+        concept=concept, alpha=alpha, activation=factor, on_timeout=on_timeout,
+        **({"timeout_seconds": timeout_seconds} if timeout_seconds else {}),
+    )
+    texts = node_texts([h.node_id for h in result.hits])
+    hits = [
+        SpreadItem(h.node_id, texts[h.node_id][0], texts[h.node_id][1], texts[h.node_id][2], h.score, h.hops)
+        for h in result.hits
+        if h.node_id in texts
+    ]
+    seeds_out = [SpreadItem(n, k, r, t, weights[n], 0) for n, (k, r, t) in seed_info.items()]
+    return Spreading(
+        seeds=seeds_out, hits=hits, fell_back=result.fell_back, timed_out_graph=result.timed_out_graph,
+        elapsed_ms=result.elapsed_ms, hops=hops, alpha=alpha,
+    )
+
+
+# --- the console's association graph ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DenseSubgraph:
+    """The densest nodes of the memory graph and the edges among them (:func:`densest_subgraph`)."""
+
+    degrees: list[tuple[int, int]]  # (memory node, degree), densest first, ties by node id
+    edges: list[tuple[int, int, float, int, bool]]  # (source, target, strength, updated_at, active) among them
+    connected: int  # nodes with at least one counted edge
+    truncated: bool  # more connected nodes than were kept
+    edge_total: int  # every edge, frozen included
+    frozen_edges: int
+    node_total: int  # every memory node, isolated included
+    spread_runs: int  # ``memory_spread`` events
+
+
+def densest_subgraph(*, limit: int, include_frozen: bool = False) -> DenseSubgraph:
+    """The ``limit`` memory nodes with the most edges (active ones only unless ``include_frozen``)
+    and the counted edges among them, with the graph's totals.
+
+    Degrees are counted and ranked in SQL: the graph can hold far more edges than a page
+    shows. Four queries: edge totals, ranked degrees, kept edges, node and spread counts.
+    """
+    active_only = "" if include_frozen else " WHERE active"
+    with connection.cursor() as cur:
+        cur.execute("SELECT COUNT(*), COALESCE(SUM(CASE WHEN active THEN 0 ELSE 1 END), 0) FROM memory_edges")
+        edge_total, frozen = cur.fetchone()
+        cur.execute(
+            f"WITH deg AS (SELECT node, COUNT(*) AS d FROM (SELECT source_id AS node FROM memory_edges{active_only}"
+            f" UNION ALL SELECT target_id FROM memory_edges{active_only}) GROUP BY node)"
+            " SELECT node, d, (SELECT COUNT(*) FROM deg) FROM deg ORDER BY d DESC, node LIMIT %s",
+            [limit + 1],
+        )
+        ranked = cur.fetchall()
+        connected = ranked[0][2] if ranked else 0
+        chosen = [node for node, _d, _n in ranked[:limit]]
+        kept: list[tuple] = []
+        if chosen:
+            marks = ",".join(["%s"] * len(chosen))
+            cur.execute(
+                "SELECT source_id, target_id, strength, updated_at, active FROM memory_edges"
+                f" WHERE source_id IN ({marks}) AND target_id IN ({marks})"
+                + ("" if include_frozen else " AND active"),
+                chosen + chosen,
+            )
+            kept = cur.fetchall()
+        cur.execute(
+            "SELECT (SELECT COUNT(*) FROM memory_nodes),"
+            " (SELECT COUNT(*) FROM pipeline_events WHERE kind = 'memory_spread')"
+        )
+        node_total, spread_runs = cur.fetchone()
+    return DenseSubgraph(
+        degrees=[(node, d) for node, d, _n in ranked[:limit]],
+        edges=[(s, t, strength, updated_at, bool(active)) for s, t, strength, updated_at, active in kept],
+        connected=connected, truncated=connected > limit, edge_total=edge_total, frozen_edges=frozen,
+        node_total=node_total, spread_runs=spread_runs,
+    )
+
+
+def node_refs(nodes: Iterable[int]) -> list[tuple[int, str, int]]:
+    """``(memory node, ref kind, ref id)`` of the given nodes (one query)."""
+    return list(MemoryNode.objects.filter(pk__in=list(nodes)).values_list("id", "ref_kind", "ref_id"))
+
+
+def node_of(kind: str, ref_id: int) -> int | None:
+    """The memory node of a row, or None when it has none (yet)."""
+    return MemoryNode.objects.filter(ref_kind=kind, ref_id=ref_id).values_list("id", flat=True).first()
+
+
+def node_edges(node: int) -> dict[int, tuple[float, int, bool]]:
+    """Every edge of a memory node, frozen included: ``{other node: (strength, updated_at, active)}``."""
+    rows = MemoryEdge.objects.filter(Q(source_id=node) | Q(target_id=node)).values_list(
+        "source_id", "target_id", "strength", "updated_at", "active"
+    )
+    return {(t if s == node else s): (strength, updated_at, active) for s, t, strength, updated_at, active in rows}

@@ -1,0 +1,270 @@
+"""L1 reads: a stream's messages (working memory, pending counts, search, vectors) and the stream lists."""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from memory import lexical, services
+from memory.engine import decay
+from memory.engine.quantize import HEADER_SIZE, MAGIC, Int8Matrix, cosine_q8_many, quantize_vector, unpack_float32
+from memory.engine.scoring import fused_relevance
+from memory.models import Episode, Message, Person, Stream
+from memory.providers import config as provider_config  # looked up per call: tests swap the embedder
+from memory.providers.embeddings import clamp_batch
+from memory.selectors._common import _query_q8
+
+logger = logging.getLogger(__name__)
+
+MESSAGE_POOL = 30           # inspect's fused ranking: candidates per channel (at least limit × 3)
+MESSAGE_DENSE_SCAN = 5_000  # inspect's dense channel reads the SQ8 vectors of the stream's newest N messages
+
+
+def working_memory(*, stream_id: int, limit: int = 40, watermark: int | None = None) -> list[Message]:
+    """Unarchived messages of a stream, newest ``limit`` by id, oldest first.
+
+    With a user-message ``watermark`` the user messages stored after it are left
+    out (assistant rows after it stay), fixing the turn's snapshot.
+    """
+    rows = Message.objects.filter(stream_id=stream_id, episode__isnull=True)
+    if watermark is not None:
+        rows = rows.exclude(role="user", id__gt=watermark)
+    return list(reversed(rows.order_by("-id")[:limit]))
+
+
+def pending_count(*, stream_id: int) -> int:
+    return Message.objects.filter(stream_id=stream_id, episode__isnull=True).count()
+
+
+def pending_counts() -> dict[int, int]:
+    rows = Message.objects.filter(episode__isnull=True).values("stream_id").annotate(n=Count("id"))
+    return {row["stream_id"]: row["n"] for row in rows}
+
+
+def oldest_pending(*, stream_id: int, n: int) -> list[Message]:
+    return list(Message.objects.filter(stream_id=stream_id, episode__isnull=True).order_by("id")[:n])
+
+
+def messages_after(*, stream_id: int, since_id: int, limit: int) -> list[Message]:
+    """Messages after a cursor regardless of ``episode_id`` (extraction has its own cursor)."""
+    return list(Message.objects.filter(stream_id=stream_id, id__gt=since_id).order_by("id")[:limit])
+
+
+def message_count_after(*, stream_id: int, since_id: int) -> int:
+    return Message.objects.filter(stream_id=stream_id, id__gt=since_id).count()
+
+
+def latest_message_id(*, stream_id: int) -> int:
+    return Message.objects.filter(stream_id=stream_id).order_by("-id").values_list("id", flat=True).first() or 0
+
+
+def recent_speakers(*, stream_id: int, before_id: int, scan_limit: int = 200) -> list[int]:
+    """Distinct senders among the newest ``scan_limit`` messages up to ``before_id``, most recent first."""
+    senders = (
+        Message.objects.filter(stream_id=stream_id, id__lte=before_id, sender_person__isnull=False)
+        .order_by("-id")
+        .values_list("sender_person_id", flat=True)[:scan_limit]
+    )
+    return list(dict.fromkeys(senders))
+
+
+def search_messages(
+    *, stream_id: int, query: str, before_id: int | None = None, limit: int = 6, query_vector: Any = None
+) -> list[Message]:
+    """One stream's messages most relevant to ``query``, returned in chronological order.
+
+    Lexical: bm25 over ``messages_fts`` (every query term, jieba words + CJK bigrams,
+    quoted), scoped to the stream; ``before_id`` keeps only messages before the turn's
+    watermark; archived messages are included; ties go to the newer message. Each
+    message carries ``score`` (its relevance, 0..1). With a ``query_vector`` the
+    dense channel joins in (:func:`_fuse_messages`). A query without a searchable
+    term returns nothing.
+    """
+    match = lexical.match_for("messages_fts", query)
+    if limit < 1 or not match:  # no searchable term: nothing, not the dense neighbours of punctuation
+        return []
+    if query_vector is not None and _query_q8(query_vector) is not None:
+        scored = _fuse_messages(stream_id, match, query_vector, before_id, limit)
+    else:
+        scored = [
+            (mid, decay.relevance_from_bm25(b))
+            for mid, b in lexical.message_candidates(match, stream_id=stream_id, before_id=before_id, limit=limit)
+        ]
+    score = dict(scored[:limit])
+    by_id = Message.objects.select_related("sender_person").in_bulk(list(score))
+    out = []
+    for mid in sorted(score):
+        message = by_id[mid]
+        message.score = score[mid]
+        out.append(message)
+    return out
+
+
+def _fuse_messages(
+    stream_id: int, match: str, query_vector: Any, before_id: int | None, limit: int
+) -> list[tuple[int, float]]:
+    """Lexical ∪ dense candidates ranked by fused relevance ``0.4·lexical + 0.6·(cos+1)/2``.
+
+    The dense channel reads the SQ8 vectors of the stream's newest ``MESSAGE_DENSE_SCAN``
+    messages into one int8 matrix; lexical candidates outside it without a stored vector
+    get one through :func:`message_vectors` (at most once per message). Dense-only hits
+    get their real bm25 (0 when they do not match). Ties: newer first.
+    """
+    pool = max(limit * 3, MESSAGE_POOL)
+    lexical_hits = dict(lexical.message_candidates(match, stream_id=stream_id, before_id=before_id, limit=pool))
+    q8 = _query_q8(query_vector)
+    sql = "SELECT id, embedding_q8 FROM messages WHERE stream_id = %s AND embedding_q8 IS NOT NULL"
+    params: list[Any] = [stream_id]
+    if before_id is not None:
+        sql += " AND id < %s"
+        params.append(before_id)
+    with connection.cursor() as cur:
+        cur.execute(sql + " ORDER BY id DESC LIMIT %s", [*params, MESSAGE_DENSE_SCAN])
+        rows = cur.fetchall()
+    cos: dict[int, float] = {}
+    if rows:
+        matrix = _q8_matrix(rows, np.asarray(query_vector).size)
+        cos = dict(zip(matrix.ids.tolist(), matrix.cosines(q8).tolist(), strict=True))
+    dense_top = sorted(cos, key=lambda mid: (-cos[mid], -mid))[:pool]
+    missing = [mid for mid in lexical_hits if mid not in cos]
+    if missing:
+        for mid, vec in message_vectors(missing).items():
+            c = cosine_q8_many(q8, [quantize_vector(vec)])[0]
+            if not np.isnan(c):
+                cos[mid] = float(c)
+    dense_only = [mid for mid in dense_top if mid not in lexical_hits]
+    bm = {**lexical_hits, **lexical.message_bm25(match, stream_id=stream_id, message_ids=dense_only)}
+    fused = []
+    for mid in [*lexical_hits, *dense_only]:
+        lex = decay.relevance_from_bm25(bm[mid]) if mid in bm else 0.0
+        fused.append((fused_relevance(lex, cos[mid]) if mid in cos else lex, mid))
+    fused.sort(key=lambda x: (-x[0], -x[1]))
+    return [(mid, rel) for rel, mid in fused]
+
+
+def _q8_matrix(rows: Sequence[tuple[int, Any]], dim: int) -> Int8Matrix:
+    """An :class:`Int8Matrix` of ``(id, SQ8 blob)`` rows decoded in one pass.
+
+    Blobs whose length, magic or dimension is not the query's are left out (as
+    ``Int8Matrix.from_blobs`` does, without its per-row Python decode).
+    """
+    size = HEADER_SIZE + dim
+    good = [(mid, bytes(blob)) for mid, blob in rows if blob is not None and len(blob) == size]
+    raw = np.frombuffer(b"".join(blob for _, blob in good), dtype=np.uint8).reshape(len(good), size)
+    header = raw[:, :HEADER_SIZE]
+    keep = (header[:, :4] == np.frombuffer(MAGIC, dtype=np.uint8)).all(axis=1)
+    keep &= header[:, 4:8].copy().view("<u4").ravel() == dim
+    payload = np.ascontiguousarray(raw[keep, HEADER_SIZE:]).view(np.int8)
+    ids = np.fromiter((mid for (mid, _), k in zip(good, keep, strict=True) if k), dtype=np.int64)
+    norms = np.sqrt((payload.astype(np.float32) ** 2).sum(axis=1)).astype(np.float32)
+    return Int8Matrix(ids=ids, matrix=payload.reshape(len(ids), dim), norms=norms)
+
+
+def message_vectors(message_ids: Iterable[int], *, embedder: Any = None) -> dict[int, np.ndarray]:
+    """float32 vectors of messages, each computed at most once.
+
+    Stored vectors are read; missing ones (and ones of another dimension than the
+    embedder's) are embedded through the configured embedder in batches of at most
+    ``EMBEDDING_BATCH`` and stored (``services.store_message_vector``), so the next
+    call reads them. Without an embedder only stored vectors come back; a failed
+    embedding call leaves its messages out. Unknown ids are absent. This is the one
+    selector that writes: the vector is a cache of the message text.
+    """
+    ids = list(dict.fromkeys(int(i) for i in message_ids))
+    if not ids:
+        return {}
+    if embedder is None:
+        embedder = provider_config.get_embedder()
+    dim = int(getattr(embedder, "dim", 0) or 0) if embedder is not None else 0
+    out: dict[int, np.ndarray] = {}
+    todo: list[tuple[int, str]] = []
+    for mid, content, raw in Message.objects.filter(pk__in=ids).values_list("id", "content", "embedding"):
+        vec = unpack_float32(bytes(raw)) if raw is not None else None
+        if vec is not None and (not dim or vec.shape[0] == dim):
+            out[mid] = vec
+        else:
+            todo.append((mid, content))
+    if embedder is None or not todo:
+        return out
+    size = clamp_batch(getattr(settings, "EMBEDDING_BATCH", 20))
+    for start in range(0, len(todo), size):
+        chunk = todo[start : start + size]
+        try:
+            vectors = list(embedder.embed([content for _, content in chunk]))
+        except Exception:  # a side channel: the caller goes on with what it has
+            logger.warning("message embedding failed", exc_info=True)
+            continue
+        if len(vectors) != len(chunk):
+            continue
+        fresh = {}
+        for (mid, _), vec in zip(chunk, vectors, strict=True):
+            if vec is not None:
+                arr = np.asarray(vec, dtype=np.float32).ravel()
+                if arr.size and np.isfinite(arr).all():
+                    fresh[mid] = arr
+        if fresh:
+            with transaction.atomic():
+                for mid, arr in fresh.items():
+                    services.store_message_vector(message_id=mid, vector=arr)
+            out.update(fresh)
+    return out
+
+
+# --- the console's stream pages ---------------------------------------------------------------
+
+
+def stream_rows() -> list[Stream]:
+    """Streams with message, pending and episode counts (subquery counts, one query + pending)."""
+    def count_of(qs: QuerySet) -> Any:
+        return Coalesce(Subquery(qs.values("stream_id").annotate(n=Count("id")).values("n")[:1]), 0)
+
+    rows = list(
+        Stream.objects.annotate(
+            n_messages=count_of(Message.objects.filter(stream_id=OuterRef("pk")).order_by()),
+            n_episodes=count_of(Episode.objects.filter(stream_id=OuterRef("pk")).order_by()),
+            last_at=Subquery(
+                Message.objects.filter(stream_id=OuterRef("pk")).order_by("-id").values("created_at")[:1]
+            ),
+        ).order_by("id")
+    )
+    pending = pending_counts()
+    for row in rows:
+        row.pending = pending.get(row.pk, 0)
+    return rows
+
+
+def filter_messages(stream: Stream, data: dict[str, Any]) -> QuerySet[Message]:
+    """A stream's messages, newest first, filtered by speaker, local date range and summarised or not."""
+    qs = Message.objects.filter(stream=stream).defer("embedding", "embedding_q8", "tokens")
+    speaker = data.get("speaker")
+    if speaker == "assistant":
+        qs = qs.filter(role="assistant")
+    elif speaker:
+        qs = qs.filter(sender_person_id=int(speaker))
+
+    def day_ms(day: dt.date) -> int:
+        return int(timezone.make_aware(dt.datetime.combine(day, dt.time.min)).timestamp() * 1000)
+
+    if data.get("since"):
+        qs = qs.filter(created_at__gte=day_ms(data["since"]))
+    if data.get("until"):
+        qs = qs.filter(created_at__lt=day_ms(data["until"] + dt.timedelta(days=1)))
+    if data.get("archived") == "yes":
+        qs = qs.filter(episode__isnull=False)
+    elif data.get("archived") == "no":
+        qs = qs.filter(episode__isnull=True)
+    return qs.order_by("-created_at", "-id")
+
+
+def stream_speakers(*, stream_id: int) -> QuerySet[Person]:
+    """The persons who sent messages in a stream, by id."""
+    senders = Message.objects.filter(stream_id=stream_id, sender_person__isnull=False).values("sender_person")
+    return Person.objects.filter(pk__in=senders.distinct()).order_by("id")

@@ -1,0 +1,139 @@
+"""Counts of the memory layers and the pipeline's backlog: what the dashboard shows."""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from memory.engine import decay
+from memory.models import (
+    EXTRACT_CURSOR_KEY,
+    Episode,
+    Fact,
+    Job,
+    Knowledge,
+    MemoryEdge,
+    MemoryNode,
+    Message,
+    Person,
+    PipelineEvent,
+    Stream,
+)
+from memory.selectors.conflicts import conflict_group_keys
+from memory.selectors.messages import pending_counts
+from memory.services import meta_get
+
+
+def layer_counts() -> dict[str, int]:
+    """Row counts per layer (two aggregate queries plus one count per small table)."""
+    facts = Fact.objects.aggregate(
+        n_total=Count("id"),
+        n_active=Count("id", filter=Q(superseded_by__isnull=True, active=True)),
+        n_frozen=Count("id", filter=Q(superseded_by__isnull=True, active=False)),
+        n_invalid=Count("id", filter=Q(superseded_by__isnull=False)),
+        n_pinned=Count("id", filter=Q(half_life_hours__gte=decay.PIN_HALF_LIFE_HOURS)),
+    )
+    episodes = Episode.objects.aggregate(
+        n_total=Count("id"), n_placeholders=Count("id", filter=Q(kind=Episode.UNSUMMARIZED))
+    )
+    return {
+        "persons": Person.objects.count(),
+        "streams": Stream.objects.count(),
+        "messages": Message.objects.count(),
+        "episodes": episodes["n_total"],
+        "placeholders": episodes["n_placeholders"],
+        "facts": facts["n_total"],
+        "facts_active": facts["n_active"],
+        "facts_frozen": facts["n_frozen"],
+        "facts_invalid": facts["n_invalid"],
+        "facts_pinned": facts["n_pinned"],
+        "knowledge": Knowledge.objects.count(),
+        "nodes": MemoryNode.objects.count(),
+    }
+
+
+def extraction_cursors() -> dict[int, int]:
+    """``{stream_id: last extracted message id}`` from the meta row the extractor keeps."""
+    raw = meta_get(EXTRACT_CURSOR_KEY, {}) or {}
+    return {int(k): int(v) for k, v in raw.items() if str(k).isdigit()}
+
+
+def stream_queues() -> list[dict[str, Any]]:
+    """Per stream: messages waiting for summarisation and the extraction cursor lag.
+
+    Three queries: streams, pending counts (grouped), lag counts (one grouped query
+    whose WHERE has one ``stream = s AND id > cursor`` arm per stream with a cursor).
+    """
+    rows = list(Stream.objects.order_by("id"))
+    pending = pending_counts()
+    cursors = extraction_cursors()
+    lag_filter = Q(stream_id__in=[s.pk for s in rows if s.pk not in cursors])
+    for stream_id, last_id in cursors.items():
+        lag_filter |= Q(stream_id=stream_id, id__gt=last_id)
+    lag = dict(Message.objects.filter(lag_filter).values_list("stream_id").annotate(n=Count("id")).order_by())
+    return [
+        {
+            "stream": s,
+            "pending": pending.get(s.pk, 0),
+            "cursor": cursors.get(s.pk),
+            "lag": lag.get(s.pk, 0),
+        }
+        for s in rows
+    ]
+
+
+def vector_coverage() -> dict[str, dict[str, int]]:
+    """Facts and knowledge with / without a vector, and raw vectors still missing SQ8."""
+
+    def coverage(model: type[Fact] | type[Knowledge]) -> dict[str, int]:
+        # Three counts, each answered by an index (two of them partial): one aggregate
+        # with FILTERs would scan every row and its kilobytes of vector.
+        total = model.objects.count()
+        without = model.objects.filter(embedding__isnull=True).count()
+        pending = model.objects.filter(embedding__isnull=False, embedding_q8__isnull=True).count()
+        return {"n_total": total, "with_vector": total - without, "without": without, "sq8_pending": pending}
+
+    return {"facts": coverage(Fact), "knowledge": coverage(Knowledge)}
+
+
+def edge_stats() -> dict[str, Any]:
+    """Active and frozen edges, and the last ``edges_decayed`` event."""
+    counts = MemoryEdge.objects.aggregate(
+        n_active=Count("id", filter=Q(active=True)), n_frozen=Count("id", filter=Q(active=False))
+    )
+    counts = {"active": counts["n_active"], "frozen": counts["n_frozen"]}
+    counts["last_decay"] = PipelineEvent.objects.filter(kind="edges_decayed").order_by("-seq").first()
+    return counts
+
+
+def at_a_glance(*, now: int) -> dict[str, Any]:
+    """What an operator checks first: facts learnt today (local midnight), conflict groups
+    waiting, jobs running and failed in the last 24 h, messages waiting to be summarised."""
+    midnight = timezone.localtime(dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC)).replace(
+        hour=0, minute=0, second=0, microsecond=0)
+    day_ago = dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC) - dt.timedelta(hours=24)
+    jobs = Job.objects.filter(Q(status__in=[Job.Status.QUEUED, Job.Status.RUNNING]) | Q(
+        status=Job.Status.FAILED, finished_at__gte=day_ago)).values_list("status", flat=True)
+    return {
+        "learnt_today": Fact.objects.filter(created_at__gte=int(midnight.timestamp() * 1000)).count(),
+        "conflicts": len(conflict_group_keys()),
+        "jobs_running": sum(1 for s in jobs if s != Job.Status.FAILED),
+        "jobs_failed": sum(1 for s in jobs if s == Job.Status.FAILED),
+        "pending": sum(pending_counts().values()),
+    }
+
+
+def recent_events(*, kinds: Sequence[str], limit: int = 20) -> list[PipelineEvent]:
+    """The newest pipeline events of the given kinds."""
+    return list(PipelineEvent.objects.filter(kind__in=list(kinds)).order_by("-seq")[:limit])
+
+
+def recent_jobs(*, kind: str | None = None, limit: int = 50) -> list[Job]:
+    """The newest jobs (of one kind, or all)."""
+    rows = Job.objects.order_by("-id")
+    if kind is not None:
+        rows = rows.filter(kind=kind)
+    return list(rows[:limit])
