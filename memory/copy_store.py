@@ -16,7 +16,8 @@ wrapper around :func:`copy_store`):
    their ids, in one transaction and with PostgreSQL's ``COPY``. Content types and
    permissions that ``migrate`` created are replaced by the source's rows (same ids,
    so every reference to them stays right).
-4. **Reset the sequences** of the target so that new rows get ids above the copied ones.
+4. **Reset the sequences** of the target so that new rows get ids above the copied ones;
+   after the rebuild below, ``VACUUM (ANALYZE)`` gives the planner its statistics at once.
 5. **Rebuild the lexical index on the target** from the tokens every row keeps
    (``tokens`` / ``tokens_v2``): SQLite's FTS5 tables are not copied, the postings
    tables of the PostgreSQL backend are filled from the same tokens
@@ -356,6 +357,12 @@ def copy_store(target_url: str, *, progress: Progress = print, sample: int = 20,
             with target.cursor() as cur:
                 indexed = postgresql.reindex_all(cur)
             progress(f"lexical index: {indexed:,} rows in {time.monotonic() - t0:.1f} s")
+        # A bulk load leaves the planner without statistics (autovacuum gets to it later): until
+        # then every query plans blind. VACUUM also marks the pages all-visible (index-only scans).
+        t0 = time.monotonic()
+        with target.cursor() as cur:
+            cur.execute("VACUUM (ANALYZE)")
+        progress(f"VACUUM (ANALYZE) in {time.monotonic() - t0:.1f} s")
         for model in ordered:
             table = model._meta.db_table
             report.tables[table] = (_row_count("default", table), _row_count(alias, table))
