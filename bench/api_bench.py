@@ -27,8 +27,6 @@ import json
 import os
 import random
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,6 +34,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from bench.common import Server, latency_stats, stop_process_group
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -102,13 +102,7 @@ class Worker:
     def stop(self) -> None:
         import redis
 
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_process_group(self.proc, timeout=30)
         redis.Redis.from_url(WORKER["redis_url"]).flushdb()
 
 
@@ -119,22 +113,6 @@ def persistent_connection_settings(folder: Path) -> None:
         'DATABASES["default"]["CONN_MAX_AGE"] = None\n'
     )
     SETTINGS_OVERRIDE.update(module="api_bench_settings", path=str(folder))
-
-
-def stats(samples: list[float]) -> dict[str, float]:
-    s = sorted(samples)
-    return {
-        "median_ms": round(statistics.median(s), 3),
-        "p95_ms": round(s[min(len(s) - 1, int(0.95 * len(s)))], 3),
-        "mean_ms": round(statistics.fmean(s), 3),
-        "n": len(s),
-    }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- database ------------------------------------------------------------------------------
@@ -187,60 +165,6 @@ def refs(db: Path | str, counts: dict) -> tuple[list[tuple[str, str]], list[str]
     return streams, persons, int(counts.get("now") or 1_800_000_000_000)
 
 
-# --- the server ------------------------------------------------------------------------------
-
-
-class Server:
-    def __init__(self, db: Path | str, workers: int = 2, env: dict[str, str] | None = None):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{self.port}",
-             "--workers", str(workers), "--log-level", "warning"],
-            cwd=ROOT, env=env or env_for(db, deployed=True), start_new_session=True,
-        )
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gunicorn exited with {self.proc.returncode}")
-            try:
-                if httpx.get(f"{self.base}/api/openapi.json", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("gunicorn did not become ready")
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU time of the master and its workers so far (Linux /proc)."""
-        tick = os.sysconf("SC_CLK_TCK")
-        total = 0.0
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            pid, ppid = int(entry.name), int(fields[1])
-            if pid == self.proc.pid or ppid == self.proc.pid:
-                total += (int(fields[11]) + int(fields[12])) / tick
-        return total
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # our own session: the master and its workers
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-
 # --- HTTP workload ---------------------------------------------------------------------------
 
 
@@ -289,7 +213,7 @@ def http_ingest(server: Server, token: str, streams, persons, n: int, threads: i
     wall = time.perf_counter() - t0
     server_cpu, client_cpu = server.cpu_seconds() - server_cpu0, time.process_time() - client_cpu0
     return {"requests": n, "threads": threads, "seconds": round(wall, 3), "requests_per_s": round(n / wall, 1),
-            "latency": stats(latencies), "errors": len(errors), "first_errors": errors[:3],
+            "latency": latency_stats(latencies), "errors": len(errors), "first_errors": errors[:3],
             "server_cpu_ms_per_request": round(server_cpu / n * 1000, 3),
             "client_cpu_ms_per_request": round(client_cpu / n * 1000, 3),
             "server_cpu_bound_requests_per_s_per_core": round(n / server_cpu, 1) if server_cpu else None}
@@ -339,7 +263,7 @@ def http_turns(base: str, token: str, inputs: list[dict], warmup: int) -> dict:
                 conf.append(dc)
                 total.append(dt + dc)
                 facts.append(len(turn["facts"]))
-    return {"turns": stats(prep), "confirm": stats(conf), "turn_total": stats(total),
+    return {"turns": latency_stats(prep), "confirm": latency_stats(conf), "turn_total": latency_stats(total),
             "mean_facts": round(statistics.fmean(facts), 2) if facts else 0,
             "errors": len(errors), "first_errors": errors[:3]}
 
@@ -371,7 +295,7 @@ def direct_ingest(streams, persons, n: int, now: int) -> dict:
             services.append_message(stream_id=s.pk, role="user", content=rng.choice(CHAT), sender_person_id=p.pk,
                                     external_message_id=f"direct-{k}", at=now + k)
         samples.append((time.perf_counter() - t) * 1000)
-    out = stats(samples)
+    out = latency_stats(samples)
     out["requests_per_s_single_thread"] = round(1000 / out["mean_ms"], 1)
     return out
 
@@ -397,7 +321,7 @@ def direct_turns(inputs: list[dict], warmup: int) -> dict:
         if i >= warmup:
             prep.append(dt)
             conf.append(dc)
-    return {"turns": stats(prep), "confirm": stats(conf)}
+    return {"turns": latency_stats(prep), "confirm": latency_stats(conf)}
 
 
 # --- main ----------------------------------------------------------------------------------
@@ -471,7 +395,7 @@ def main(argv: list[str] | None = None) -> dict:
         warmup = min(10, args.turns // 10)
 
         worker = Worker(db, tmp / "worker.log") if args.worker else None
-        server = Server(db, workers=args.workers)
+        server = Server(env_for(db, deployed=True), workers=args.workers)
         try:
             server.wait_ready()
             ingest = http_ingest(server, token, streams, persons, args.messages, args.threads, now, "http")

@@ -1,4 +1,5 @@
-"""Shared helpers of the evaluation: data location, a throwaway store, metrics, report writing.
+"""Shared helpers of the benchmarks: data location, a throwaway store, metrics, report writing,
+the main of the LoCoMo/MemDaily evaluations, and a gunicorn server on a free port.
 
 Nothing here imports Django at module import time: :func:`setup_store` configures
 Django (a fresh file-based SQLite database in a temporary directory, migrated) and
@@ -6,13 +7,22 @@ must run before any ``memory.*`` module that touches models is imported.
 """
 from __future__ import annotations
 
+import argparse
 import atexit
+import json
 import math
 import os
+import platform
 import re
 import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 REPO_DIR = Path(__file__).resolve().parents[1]
@@ -44,6 +54,15 @@ def require_data(*parts: str) -> Path:
     return path
 
 
+def load_memdaily() -> dict[str, list[dict]]:
+    """The MemDaily trajectories per type file: ``{file stem: [trajectory, …]}``."""
+    folder = require_data("memdaily")
+    files = sorted(folder.glob("*.json"))
+    if not files:
+        raise DataMissingError(f"no MemDaily files in {folder}")
+    return {f.stem: json.loads(f.read_text(encoding="utf-8")) for f in files}
+
+
 # --- a throwaway store ---------------------------------------------------------------------
 
 _store_dir: Path | None = None
@@ -67,6 +86,7 @@ def setup_store(*, keep: bool = False) -> Path:
     db = _store_dir / "eval.sqlite3"
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     os.environ["MEMORY_DB"] = str(db)
+    os.environ.pop("DATABASE_URL", None)  # the evaluation's store is a throwaway SQLite file
     os.environ["MEMORY_ENQUEUE_TASKS"] = "False"
     os.environ["EMBEDDING_PROVIDER"] = "none"  # the evaluation embeds explicitly with the local model
     os.environ.setdefault("LOG_LEVEL", "WARNING")
@@ -177,3 +197,150 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def latency_stats(samples: Sequence[float], *, digits: int = 3) -> dict[str, float]:
+    """Median, p95 and mean of latencies in ms (``{"n": 0}`` for none)."""
+    if not samples:
+        return {"n": 0}
+    s = sorted(samples)
+    return {
+        "median_ms": round(statistics.median(s), digits),
+        "p95_ms": round(s[min(len(s) - 1, int(0.95 * len(s)))], digits),
+        "mean_ms": round(statistics.fmean(s), digits),
+        "n": len(s),
+    }
+
+
+# --- the main of an evaluation -------------------------------------------------------------
+
+Log = Callable[[str], None]
+
+
+def add_evaluation_arguments(p: argparse.ArgumentParser, *, output: Path, keep_db: str) -> None:
+    """The arguments :func:`evaluation_main` reads, and ``--keep-db`` (what it keeps: ``keep_db``)."""
+    p.add_argument("--skip-locomo", action="store_true")
+    p.add_argument("--skip-memdaily", action="store_true")
+    p.add_argument("--output", type=Path, default=output, help="results JSON path")
+    p.add_argument("--no-markdown", action="store_true", help="do not touch BENCHMARKS.md")
+    p.add_argument("--render", type=Path, default=None, metavar="JSON",
+                   help="only re-render the BENCHMARKS.md section from an existing results file")
+    p.add_argument("--keep-db", action="store_true", help=keep_db)
+
+
+def evaluation_main(
+    args: argparse.Namespace, *, command: str, section: tuple[str, str], title: str, intro: str,
+    render: Callable[[dict], str], measure: Callable[[dict, Log], None],
+) -> int:
+    """Run an evaluation over LoCoMo and MemDaily (``bench.eval``, ``bench.eval_api``) and report it.
+
+    ``args`` carries ``render``, ``skip_locomo``, ``skip_memdaily``, ``output`` and
+    ``no_markdown``. ``--render JSON`` only re-renders the BENCHMARKS.md ``section``;
+    otherwise the data sets not skipped must exist (exit 2), ``measure(results, log)``
+    fills the results, which are written to ``--output``, printed as markdown and,
+    unless ``--no-markdown``, put into BENCHMARKS.md between the section markers.
+    """
+    start, end = section
+    if args.render is not None:
+        text = render(json.loads(args.render.read_text(encoding="utf-8")))
+        replace_section(BENCHMARKS_MD, start, end, text, title=title, intro=intro)
+        print(f"updated {BENCHMARKS_MD}")
+        return 0
+    try:
+        if not args.skip_locomo:
+            require_data("locomo", "locomo10.json")
+        if not args.skip_memdaily:
+            require_data("memdaily")
+    except DataMissingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
+
+    results: dict = {"command": command, "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                     "data_dir": str(data_dir()), "python": platform.python_version()}
+    measure(results, log)
+    results["seconds"] = round(time.perf_counter() - t0, 1)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(results, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    log(f"wrote {args.output}")
+    text = render(results)
+    print(text)
+    if not args.no_markdown:
+        replace_section(BENCHMARKS_MD, start, end, text, title=title, intro=intro)
+        log(f"updated {BENCHMARKS_MD}")
+    return 0
+
+
+# --- processes: a gunicorn server, CPU time, stopping ----------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its direct children so far (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry.name) == pid or int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def stop_process_group(proc: subprocess.Popen, *, timeout: float = 20.0) -> None:
+    """SIGTERM the session ``proc`` leads (started with ``start_new_session``), SIGKILL after ``timeout``."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+class Server:
+    """``gunicorn config.wsgi`` on a free localhost port, in a session of its own, with ``env``."""
+
+    def __init__(self, env: dict[str, str], workers: int = 2):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{self.port}",
+             "--workers", str(workers), "--log-level", "warning"],
+            cwd=REPO_DIR, env=env, start_new_session=True,
+        )
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gunicorn exited with {self.proc.returncode}")
+            try:
+                if httpx.get(f"{self.base}/api/openapi.json", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("gunicorn did not become ready")
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the master and its workers so far."""
+        return tree_cpu_seconds(self.proc.pid)
+
+    def stop(self) -> None:
+        stop_process_group(self.proc)  # the master and its workers

@@ -41,10 +41,10 @@ def seed_curation(now: int) -> None:
     """Operations and conflict groups on a copy: 2,000 operations, 300 extra conflicts."""
     from curation import services as curation
     from memory import services
-    from memory.models import Fact
+    from memory.models import Fact, FactState
 
     rng = random.Random(3)
-    ids = list(Fact.objects.filter(active=True, superseded_by__isnull=True).values_list("id", flat=True)[:3000])
+    ids = list(Fact.objects.in_state(FactState.ACTIVE).values_list("id", flat=True)[:3000])
     for i, fid in enumerate(rng.sample(ids, 1000)):
         op = curation.invalidate_fact(fact_id=fid, at=now + i, user="bench") if i % 2 else curation.pin_fact(
             fact_id=fid, at=now + i, user="bench")

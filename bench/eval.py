@@ -19,20 +19,14 @@ to it.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
-import time
-from pathlib import Path
 
 from bench.common import (
-    BENCHMARKS_MD,
     RESULTS_DIR,
-    DataMissingError,
-    data_dir,
+    Log,
+    add_evaluation_arguments,
+    evaluation_main,
     md_table,
-    replace_section,
-    require_data,
     setup_store,
 )
 
@@ -421,13 +415,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--memdaily-haystacks", type=int, default=None,
                    help="MemDaily stores of 26 trajectories (one per type file); default 12")
     p.add_argument("--full", action="store_true", help="every MemDaily trajectory")
-    p.add_argument("--skip-locomo", action="store_true")
-    p.add_argument("--skip-memdaily", action="store_true")
-    p.add_argument("--output", type=Path, default=RESULTS_DIR / "eval.json", help="results JSON path")
-    p.add_argument("--no-markdown", action="store_true", help="do not touch BENCHMARKS.md")
-    p.add_argument("--render", type=Path, default=None, metavar="JSON",
-                   help="only re-render the BENCHMARKS.md section from an existing results file")
-    p.add_argument("--keep-db", action="store_true", help="leave the throwaway SQLite store behind")
+    add_evaluation_arguments(p, output=RESULTS_DIR / "eval.json", keep_db="leave the throwaway SQLite store behind")
     return p.parse_args(argv)
 
 
@@ -450,70 +438,40 @@ def command_line(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.render is not None:
-        text = render(json.loads(args.render.read_text(encoding="utf-8")))
-        replace_section(BENCHMARKS_MD, START, END, text, title=TITLE, intro=INTRO)
-        print(f"updated {BENCHMARKS_MD}")
-        return 0
     conversations = args.conversations or (2 if args.quick else None)
     haystacks = args.memdaily_haystacks or (3 if args.quick else 12)
-    try:
+
+    def measure(results: dict, log: Log) -> None:
+        db = setup_store(keep=args.keep_db)
+        log(f"store: {db}")
+        from memory.engine.tokenize import warm_up
+        from memory.providers.local import LocalUSEEmbedder
+
+        warm_up()
+        embedder = LocalUSEEmbedder(threads=1)
+        embedder.embed(["warm up"])
+        results["embedder"] = embedder.label
         if not args.skip_locomo:
-            require_data("locomo", "locomo10.json")
+            from bench import eval_locomo
+
+            log("LoCoMo …")
+            results["locomo"] = eval_locomo.run(
+                conversations=conversations, max_questions=args.questions, embedder=embedder, log=log
+            )
         if not args.skip_memdaily:
-            require_data("memdaily")
-    except DataMissingError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+            from bench import eval_extraction, eval_memdaily
 
-    t0 = time.perf_counter()
+            log("MemDaily …")
+            results["memdaily"] = eval_memdaily.run(haystacks=None if args.full else haystacks, embedder=embedder, log=log)
+            log("Offline extraction (MemDaily coverage, hand-checked precision) …")
+            extraction = eval_extraction.run(log=log)
+            extraction.update(command="python -m bench.eval_extraction", generated_at=results["generated_at"])
+            eval_extraction.write(extraction, output=args.output.parent / "extraction.json", markdown=not args.no_markdown)
+            results["extraction"] = {k: extraction[k] for k in ("coverage_gold", "coverage_all")}
+            results["extraction"]["precision"] = extraction["precision"]["precision"]
 
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
-
-    db = setup_store(keep=args.keep_db)
-    log(f"store: {db}")
-    from memory.engine.tokenize import warm_up
-    from memory.providers.local import LocalUSEEmbedder
-
-    warm_up()
-    embedder = LocalUSEEmbedder(threads=1)
-    embedder.embed(["warm up"])
-    results: dict = {
-        "command": command_line(args),
-        "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-        "data_dir": str(data_dir()),
-        "embedder": embedder.label,
-        "python": platform.python_version(),
-    }
-    if not args.skip_locomo:
-        from bench import eval_locomo
-
-        log("LoCoMo …")
-        results["locomo"] = eval_locomo.run(conversations=conversations, max_questions=args.questions, embedder=embedder, log=log)
-    if not args.skip_memdaily:
-        from bench import eval_memdaily
-
-        log("MemDaily …")
-        results["memdaily"] = eval_memdaily.run(haystacks=None if args.full else haystacks, embedder=embedder, log=log)
-        from bench import eval_extraction
-
-        log("Offline extraction (MemDaily coverage, hand-checked precision) …")
-        extraction = eval_extraction.run(log=log)
-        extraction.update(command="python -m bench.eval_extraction", generated_at=results["generated_at"])
-        eval_extraction.write(extraction, output=args.output.parent / "extraction.json", markdown=not args.no_markdown)
-        results["extraction"] = {k: extraction[k] for k in ("coverage_gold", "coverage_all")}
-        results["extraction"]["precision"] = extraction["precision"]["precision"]
-    results["seconds"] = round(time.perf_counter() - t0, 1)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    log(f"wrote {args.output}")
-    text = render(results)
-    print(text)
-    if not args.no_markdown:
-        replace_section(BENCHMARKS_MD, START, END, text, title=TITLE, intro=INTRO)
-        log(f"updated {BENCHMARKS_MD}")
-    return 0
+    return evaluation_main(args, command=command_line(args), section=(START, END), title=TITLE, intro=INTRO,
+                           render=render, measure=measure)
 
 
 if __name__ == "__main__":

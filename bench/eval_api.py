@@ -33,10 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
-import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,24 +44,31 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import numpy as np
 
 from bench.common import (
-    BENCHMARKS_MD,
     KS,
     RESULTS_DIR,
-    DataMissingError,
-    data_dir,
+    Log,
+    Server,
+    add_evaluation_arguments,
     dia_ids,
+    evaluation_main,
+    latency_stats,
+    load_memdaily,
     md_table,
     mean_rows,
     recall_at,
-    replace_section,
-    require_data,
     score_question,
+    stop_process_group,
+    tree_cpu_seconds,
 )
+
+if TYPE_CHECKING:
+    from memory.providers import Embedder
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- eval-api:start -->", "<!-- eval-api:end -->"
@@ -81,14 +85,6 @@ PRODUCT_KEYS = (
     "MEMORY_ENQUEUE_TASKS", "EMBEDDING_PROVIDER", "EMBEDDING_BASE_URL", "EMBEDDING_MODEL", "EMBEDDING_API_KEY",
     "LLM_BASE_URL", "LLM_MODEL", "LLM_API_KEY", "DJANGO_SETTINGS_MODULE", "MEMORY_DB", "REDIS_URL",
 )
-
-
-def stats(samples: Sequence[float]) -> dict[str, float]:
-    if not samples:
-        return {"n": 0}
-    s = sorted(samples)
-    return {"median_ms": round(statistics.median(s), 2), "p95_ms": round(s[min(len(s) - 1, int(0.95 * len(s)))], 2),
-            "mean_ms": round(statistics.fmean(s), 2), "n": len(s)}
 
 
 # --- the deployment ---------------------------------------------------------------------------
@@ -118,8 +114,6 @@ class Deployment:
         return redis.Redis.from_url(self.redis_url)
 
     def start(self) -> None:
-        from bench.api_bench import Server
-
         self.redis().flushdb()
         manage = [sys.executable, "manage.py"]
         subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=self.env, check=True)
@@ -135,7 +129,7 @@ class Deployment:
              "--loglevel=WARNING", "--without-mingle", "--without-gossip"],
             cwd=ROOT, env=self.env, stdout=self.worker_log, stderr=subprocess.STDOUT, start_new_session=True,
         )
-        self.server = Server(self.db, workers=2, env=self.env)
+        self.server = Server(self.env, workers=2)
         self.server.wait_ready()
         self.log(f"deployed: gunicorn {self.server.base} (2 workers), celery worker pid {self.worker.pid}, "
                  f"db {self.db}, redis {self.redis_url}")
@@ -169,13 +163,13 @@ class Deployment:
         """Work the worker still has: due streams, rows without a vector, tasks queued or running."""
         from django.db import connection
 
-        from memory import pipeline
+        from memory import triggers
+        from memory.enqueue import LOCK_PREFIX, QUEUED_PREFIX
         from memory.models import Fact, Knowledge
-        from memory.tasks import LOCK_PREFIX, QUEUED_PREFIX
 
         r = self.redis()
         out = {
-            "due_streams": len(pipeline.streams_due()),
+            "due_streams": len(triggers.streams_due()),
             "null_vectors": Fact.objects.filter(embedding__isnull=True).count()
             + Knowledge.objects.filter(embedding__isnull=True).count(),
             "queued_tasks": r.llen("celery") + r.hlen("unacked"),
@@ -208,41 +202,19 @@ class Deployment:
 
     def cpu(self) -> dict[str, float]:
         """CPU seconds so far of the web server and of the worker (each with its child processes)."""
-        return {"server": tree_cpu_seconds(self.server.proc.pid), "worker": tree_cpu_seconds(self.worker.pid),
+        return {"server": self.server.cpu_seconds(), "worker": tree_cpu_seconds(self.worker.pid),
                 "harness": time.process_time()}
 
     def stop(self) -> None:
         if self.server is not None:
             self.server.stop()
-        if self.worker is not None and self.worker.poll() is None:
-            os.killpg(self.worker.pid, signal.SIGTERM)
-            try:
-                self.worker.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.worker.pid, signal.SIGKILL)
-                self.worker.wait()
         if self.worker is not None:
+            stop_process_group(self.worker)
             self.worker_log.close()
         try:
             self.redis().flushdb()
         except Exception:  # noqa: BLE001 — cleanup must not hide the real error
             pass
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process and its direct children so far (Linux /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(entry.name) == pid or int(fields[1]) == pid:
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
 
 
 class Client:
@@ -398,7 +370,7 @@ LOCOMO_DIAGNOSTICS = {
 }
 
 
-def score_locomo(convs: Sequence[LocomoConv], answers: dict[str, list], embedder) -> dict:
+def score_locomo(convs: Sequence[LocomoConv], answers: dict[str, list], embedder: Embedder) -> dict:
     from bench.eval_locomo import TOP, Bm25Units, dense_top, summarise
 
     rows: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
@@ -531,7 +503,7 @@ def fact_sources(texts: Sequence[str]) -> dict[str, set[str]]:
     return out
 
 
-def score_memdaily(stacks: Sequence[MemdailyStack], answers: dict[int, list], embedder) -> dict:
+def score_memdaily(stacks: Sequence[MemdailyStack], answers: dict[int, list], embedder: Embedder) -> dict:
     from bench.eval_locomo import TOP, Bm25Units, dense_top
     from bench.eval_memdaily import norm, question_type
 
@@ -597,7 +569,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
 
     raw_convs = [] if args.skip_locomo else eval_locomo.load(args.conversations)
     stacks = [] if args.skip_memdaily else [
-        MemdailyStack(i, g) for i, g in enumerate(eval_memdaily.haystacks_from(eval_memdaily.load(), args.memdaily_haystacks))
+        MemdailyStack(i, g) for i, g in enumerate(eval_memdaily.haystacks_from(load_memdaily(), args.memdaily_haystacks))
     ]
     folder = Path(tempfile.mkdtemp(prefix="memory-eval-api-"))
     dep = Deployment(folder, args.redis_url, log=log, profile=args.profile)
@@ -632,7 +604,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
         result["ingest"] = {
             "threads": INGEST_THREADS, "requests": n_req, "seconds": round(t_ingest, 1),
             "requests_per_s": round(n_req / t_ingest, 1) if t_ingest else 0.0,
-            "latency": {r: stats(client.latency[r]) for r in ("messages", "facts")},
+            "latency": {r: latency_stats(client.latency[r], digits=2) for r in ("messages", "facts")},
             "errors": len(client.errors), "first_errors": client.errors[:5],
             "cpu_seconds": cpu, "server_cpu_ms_per_request": round(cpu["server"] / n_req * 1000, 2) if n_req else None,
             "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
@@ -659,7 +631,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
         t_ask = time.perf_counter() - t0
         result["queries"] = {
             "threads": QUERY_THREADS, "seconds": round(t_ask, 1),
-            "latency": {r: stats(client.latency[r]) for r in ("turns", "confirm", "inspect")},
+            "latency": {r: latency_stats(client.latency[r], digits=2) for r in ("turns", "confirm", "inspect")},
             "errors": len(client.errors) - errors_before, "first_errors": client.errors[errors_before:][:5],
         }
         log(f"questions asked in {t_ask:.1f}s; latency {result['queries']['latency']}")
@@ -834,19 +806,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", type=json.loads, default=None, metavar="JSON",
                    help='a diagnostic: apply this retrieval profile first, e.g. \'{"context_dense_messages": 0}\' '
                         "(the product's result is the default profile's: use --no-markdown)")
-    p.add_argument("--skip-locomo", action="store_true")
-    p.add_argument("--skip-memdaily", action="store_true")
     p.add_argument("--redis-url", default=DEFAULT_REDIS,
                    help="Redis database of the deployed worker, flushed before and after (default "
                         "$MEMORY_EVAL_REDIS_URL or DB 14; never DB 0)")
     p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds to wait for the worker to be idle")
-    p.add_argument("--output", type=Path, default=RESULTS_DIR / "eval_api.json", help="results JSON path")
     p.add_argument("--per-question", type=Path, default=None, metavar="JSONL",
                    help="also write every LoCoMo question (gold, prompt fact ids, evidence covered, R@5) as JSON lines")
-    p.add_argument("--no-markdown", action="store_true", help="do not touch BENCHMARKS.md")
-    p.add_argument("--render", type=Path, default=None, metavar="JSON",
-                   help="only re-render the BENCHMARKS.md section from an existing results file")
-    p.add_argument("--keep-db", action="store_true", help="leave the temporary deployment folder behind")
+    add_evaluation_arguments(p, output=RESULTS_DIR / "eval_api.json", keep_db="leave the temporary deployment folder behind")
     return p.parse_args(argv)
 
 
@@ -866,44 +832,20 @@ def main(argv: list[str] | None = None) -> int:
     from bench.eval import INTRO, TITLE
 
     args = parse_args(argv)
-    if args.render is not None:
-        replace_section(BENCHMARKS_MD, START, END, render(json.loads(args.render.read_text(encoding="utf-8"))),
-                        title=TITLE, intro=INTRO)
-        print(f"updated {BENCHMARKS_MD}")
-        return 0
-    try:
-        if not args.skip_locomo:
-            require_data("locomo", "locomo10.json")
-        if not args.skip_memdaily:
-            require_data("memdaily")
-    except DataMissingError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    t0 = time.perf_counter()
 
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
+    def measure(results: dict, log: Log) -> None:
+        results["cpus"] = os.cpu_count()
+        results.update(run(args, log))
+        results["targets"] = targets(results)
+        per_question = results.get("locomo", {}).pop("per_question", [])
+        if args.per_question is not None:
+            args.per_question.parent.mkdir(parents=True, exist_ok=True)
+            args.per_question.write_text("".join(json.dumps(q, ensure_ascii=False) + "\n" for q in per_question),
+                                         encoding="utf-8")
+            log(f"wrote {args.per_question}")
 
-    results: dict = {"command": command_line(args), "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-                     "data_dir": str(data_dir()), "python": platform.python_version(), "cpus": os.cpu_count()}
-    results.update(run(args, log))
-    results["targets"] = targets(results)
-    results["seconds"] = round(time.perf_counter() - t0, 1)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    per_question = results.get("locomo", {}).pop("per_question", [])
-    if args.per_question is not None:
-        args.per_question.parent.mkdir(parents=True, exist_ok=True)
-        args.per_question.write_text("".join(json.dumps(q, ensure_ascii=False) + "\n" for q in per_question),
-                                     encoding="utf-8")
-        log(f"wrote {args.per_question}")
-    args.output.write_text(json.dumps(results, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    log(f"wrote {args.output}")
-    text = render(results)
-    print(text)
-    if not args.no_markdown:
-        replace_section(BENCHMARKS_MD, START, END, text, title=TITLE, intro=INTRO)
-        log(f"updated {BENCHMARKS_MD}")
-    return 0
+    return evaluation_main(args, command=command_line(args), section=(START, END), title=TITLE, intro=INTRO,
+                           render=render, measure=measure)
 
 
 if __name__ == "__main__":

@@ -166,7 +166,7 @@ def run_variant(sessions: list[Session], variant: str) -> dict:
 
 def _run(sessions: list[Session], variant: str, rows: list[dict[str, float]]) -> None:
     from memory import recall, services
-    from tuning.services import overrides_scope
+    from memory.overrides import overrides_scope
 
     with overrides_scope(VARIANTS[variant]):
         for session in sessions:

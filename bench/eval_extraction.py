@@ -29,8 +29,20 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bench.common import BENCHMARKS_MD, RESULTS_DIR, DataMissingError, md_table, replace_section, require_data
+from bench.common import (
+    BENCHMARKS_MD,
+    RESULTS_DIR,
+    DataMissingError,
+    load_memdaily,
+    md_table,
+    replace_section,
+    require_data,
+)
+
+if TYPE_CHECKING:
+    from memory.providers import Extractor
 
 LABELS = Path(__file__).resolve().parent / "extraction_labels.json"
 START, END = "<!-- extraction:start -->", "<!-- extraction:end -->"
@@ -49,15 +61,7 @@ class Produced:
     person_ref: str
 
 
-def load() -> dict[str, list[dict]]:
-    folder = require_data("memdaily")
-    files = sorted(folder.glob("*.json"))
-    if not files:
-        raise FileNotFoundError(f"no MemDaily files in {folder}")
-    return {f.stem: json.loads(f.read_text(encoding="utf-8")) for f in files}
-
-
-def extract_all(data: dict[str, list[dict]], extractor=None) -> tuple[dict[str, bool], list[Produced], dict[str, str]]:
+def extract_all(data: dict[str, list[dict]], extractor: Extractor | None = None) -> tuple[dict[str, bool], list[Produced], dict[str, str]]:
     """Run the extractor over every trajectory; return (message id → is gold, produced facts, id → text)."""
     from memory.providers import DialogueLine, Participant
     from memory.providers.heuristic import HeuristicExtractor
@@ -84,7 +88,7 @@ def extract_all(data: dict[str, list[dict]], extractor=None) -> tuple[dict[str, 
     return messages, produced, texts
 
 
-def extract_dulemon(extractor=None) -> tuple[dict[str, bool], list[Produced], dict[str, str]]:
+def extract_dulemon(extractor: Extractor | None = None) -> tuple[dict[str, bool], list[Produced], dict[str, str]]:
     """The same over the DuLeMon sample sessions (natural chit-chat, no rule was written for them).
 
     Only user utterances count as messages; bot lines are in the batch as assistant
@@ -224,7 +228,7 @@ def render(result: dict) -> str:
 
 def _everything() -> tuple[dict[str, bool], list[Produced], dict[str, str], dict | None]:
     """MemDaily, plus the DuLeMon samples when they are there (their own coverage block)."""
-    messages, produced, texts = extract_all(load())
+    messages, produced, texts = extract_all(load_memdaily())
     natural = None
     try:
         d_messages, d_produced, d_texts = extract_dulemon()

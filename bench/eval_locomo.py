@@ -45,11 +45,14 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bench.common import KS, dia_ids, mean_rows, require_data, score_question
+
+if TYPE_CHECKING:
+    from memory.providers import Embedder
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 TOP = 10  # the pool limit and the deepest cut-off reported
@@ -182,7 +185,7 @@ def questions_with_evidence(raw: dict, max_questions: int | None = None) -> list
     return questions[:max_questions] if max_questions else questions
 
 
-def import_conversation(raw: dict, embedder, *, max_questions: int | None = None) -> Conversation:
+def import_conversation(raw: dict, embedder: Embedder, *, max_questions: int | None = None) -> Conversation:
     from django.db import transaction
 
     from memory import services
@@ -329,10 +332,10 @@ def _max_per_group(scores: np.ndarray, groups: Sequence[int], k: int, *, positiv
     return [g for g, _ in sorted(best.items(), key=lambda x: -x[1])[:k]]
 
 
-def evaluate(conversations: Sequence[Conversation], embedder, *, log: Callable[[str], None] = print) -> dict:
+def evaluate(conversations: Sequence[Conversation], embedder: Embedder, *, log: Callable[[str], None] = print) -> dict:
     from memory import lexical, selectors
+    from memory.overrides import active_overrides
     from memory.recall import prompt_facts, rank_pool, replay_turn_pool
-    from tuning.services import active_overrides
 
     base = dict(active_overrides())
     ov = {**base, "fact_recall_limit": TOP}
@@ -606,7 +609,7 @@ def heldout(replays: Sequence[Replay], sample_ids: Sequence[str], base: dict) ->
     }
 
 
-def run(*, conversations: int | None, max_questions: int | None, embedder, log: Callable[[str], None] = print) -> dict:
+def run(*, conversations: int | None, max_questions: int | None, embedder: Embedder, log: Callable[[str], None] = print) -> dict:
     raw = load(conversations)
     t0 = time.perf_counter()
     imported = [import_conversation(r, embedder, max_questions=max_questions) for r in raw]

@@ -25,7 +25,6 @@ provenance). No known facts are offered, so nothing is superseded.
 """
 from __future__ import annotations
 
-import json
 import random
 import re
 import time
@@ -33,11 +32,15 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bench.common import KS, mean_rows, recall_at, require_data
+from bench.common import KS, load_memdaily, mean_rows, recall_at
 from bench.eval_locomo import Bm25Units, dense_top
+
+if TYPE_CHECKING:
+    from memory.providers import Embedder, Extractor
 
 TOP = 10
 SEED = 20240401
@@ -66,14 +69,6 @@ def time_ms(text: str) -> int:
         return 0
     y, mo, d, h, mi = (int(x) for x in m.groups())
     return int(datetime(y, mo, d, h, mi, tzinfo=UTC).timestamp() * 1000)
-
-
-def load() -> dict[str, list[dict]]:
-    folder = require_data("memdaily")
-    files = sorted(folder.glob("*.json"))
-    if not files:
-        raise FileNotFoundError(f"no MemDaily files in {folder}")
-    return {f.stem: json.loads(f.read_text(encoding="utf-8")) for f in files}
 
 
 def haystacks_from(data: dict[str, list[dict]], count: int | None) -> list[list[tuple[str, dict]]]:
@@ -132,7 +127,7 @@ def gold_questions(trajectories: Sequence[tuple[str, dict]]) -> list[tuple[str, 
     return out
 
 
-def build(index: int, trajectories: Sequence[tuple[str, dict]], embedder, extractor) -> Haystack:
+def build(index: int, trajectories: Sequence[tuple[str, dict]], embedder: Embedder, extractor: Extractor) -> Haystack:
     from django.db import transaction
 
     from memory import services
@@ -223,10 +218,10 @@ def question_type(fname: str) -> str:
     return "_".join(fname.split("_")[:-1])  # '06_noisy_roles' -> '06_noisy'
 
 
-def evaluate(haystacks: Sequence[Haystack], embedder, *, log: Callable[[str], None] = print) -> dict:
+def evaluate(haystacks: Sequence[Haystack], embedder: Embedder, *, log: Callable[[str], None] = print) -> dict:
     from memory import selectors
+    from memory.overrides import active_overrides
     from memory.recall import replay_turn_pool
-    from tuning.services import active_overrides
 
     ov = {**dict(active_overrides()), "fact_recall_limit": TOP}
     rows: dict[str, list[tuple[str, dict[str, float]]]] = defaultdict(list)
@@ -292,10 +287,10 @@ def evaluate(haystacks: Sequence[Haystack], embedder, *, log: Callable[[str], No
     }
 
 
-def run(*, haystacks: int | None, embedder, log: Callable[[str], None] = print) -> dict:
+def run(*, haystacks: int | None, embedder: Embedder, log: Callable[[str], None] = print) -> dict:
     from memory.providers.heuristic import HeuristicExtractor
 
-    data = load()
+    data = load_memdaily()
     groups = haystacks_from(data, haystacks)
     extractor = HeuristicExtractor()
     t0 = time.perf_counter()

@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -215,6 +214,7 @@ def bench_worker(n_messages: int, streams: int = 5, timeout: float = 300.0, back
     import redis
 
     from bench import backends
+    from bench.common import stop_process_group
 
     tmp = Path(tempfile.mkdtemp(prefix="memory-worker-bench-"))
     db: Path | str = tmp / "bench.sqlite3"
@@ -248,11 +248,7 @@ def bench_worker(n_messages: int, streams: int = 5, timeout: float = 300.0, back
                             "after_last_post": round(done - stamps["posted"], 3)},
                 "completed": not state["summarise_due"] and not state["extract_due"] and not state["null_vectors"]}
     finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
+        stop_process_group(worker)
         log.close()
         redis.Redis.from_url(WORKER_REDIS).flushdb()
         if backends.is_pg(db):

@@ -47,6 +47,7 @@ def _on_worker_init(**kwargs) -> None:
 
 @worker_ready.connect
 def _on_worker_ready(sender=None, **kwargs) -> None:
+    # This module is imported with the settings (config/__init__.py), before the apps are loaded.
     from memory.tasks import worker_startup
 
     worker_startup(getattr(sender, "hostname", None), started_at=_started_at)

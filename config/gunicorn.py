@@ -21,6 +21,7 @@ access_log_format = '%(h)s %(l)s - %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"'
 
 
 def post_worker_init(worker) -> None:
+    # gunicorn reads this file before Django is set up: the project loads in the hook, in each worker.
     from django.urls import get_resolver
 
     from memory.engine import tokenize

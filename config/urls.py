@@ -9,7 +9,7 @@ from django.contrib.auth import views as auth_views
 from django.http import Http404
 from django.urls import include, path
 
-from memory.api import api
+from config.api import api
 from memory.health import healthz
 
 PASSWORD_RESET_VIEWS = {"password_reset", "password_reset_done", "password_reset_confirm", "password_reset_complete"}
@@ -46,7 +46,7 @@ urlpatterns = [
     path("api/", api.urls),
     path("accounts/", include(account_urls)),
     path("i18n/", include("django.conf.urls.i18n")),
-    path("curation/", include("curation.urls")),
+    path("curation/", include("console.curation_urls")),
     path("tuning/", include("tuning.urls")),
     path("", include("console.urls")),
 ]

@@ -1,101 +1,17 @@
 """Forms of the console: every query parameter and posted field is validated here."""
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 from django import forms
-from django.forms.utils import flatatt
-from django.utils.html import format_html
-from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from curation.models import FactOperation
-from memory.models import Person, Stream
+from memory.fields import FastSelect, IdField, parse_id
+from memory.models import PINNED, Fact, FactState, MemoryNode, Person, Stream
 
-
-class FastSelect(forms.Select):
-    """A ``<select>`` built in Python.
-
-    Django renders every option through a template (about 0.1 ms each): the
-    2,000 persons of a large store cost 200 ms per page. Options here are
-    escaped like the template would escape them.
-    """
-
-    def render(self, name: str, value: Any, attrs: dict | None = None, renderer: Any = None) -> SafeString:
-        final = self.build_attrs(self.attrs, attrs)
-        chosen = {str(v) for v in self.format_value(value)}
-        parts = [format_html("<select name=\"{}\"{}>", name, flatatt(final))]
-        for option_value, label in self.choices:
-            v = "" if option_value is None else str(option_value)
-            selected = " selected" if v in chosen else ""
-            parts.append(f'<option value="{escape(v)}"{selected}>{escape(str(label))}</option>')
-        parts.append("</select>")
-        return mark_safe("".join(parts))
-
-#: The largest row id SQLite can store (signed 64 bits); a larger number cannot even be bound to a query.
-MAX_ID = 2**63 - 1
-
-
-def parse_id(raw: object) -> int | None:
-    """``raw`` as a row id (decimal digits, 1 … :data:`MAX_ID`), else ``None``.
-
-    Every id the console reads from a query string or a posted field goes through
-    here or :class:`IdField`, so an out-of-range number is a 400/404, never an
-    ``OverflowError`` from SQLite.
-    """
-    text = str(raw).strip() if raw is not None else ""
-    if not text.isascii() or not text.isdigit() or len(text) > 19:
-        return None
-    value = int(text)
-    return value if 1 <= value <= MAX_ID else None
-
-
-class IdField(forms.IntegerField):
-    """A row id field: a positive integer no larger than :data:`MAX_ID`."""
-
-    default_error_messages = {
-        "invalid": _("编号必须是正整数。"),
-        "min_value": _("编号必须是正整数。"),
-        "max_value": _("编号超出范围（最大 %(limit_value)s）。"),
-    }
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("min_value", 1)
-        kwargs.setdefault("max_value", MAX_ID)
-        super().__init__(**kwargs)
-
-
-class PersonChoiceField(forms.ModelChoiceField):
-    """A person select that says who the owner is and shows everyone else's id."""
-
-    widget = FastSelect
-
-    def label_from_instance(self, obj: Person) -> str:
-        if obj.kind == "owner":
-            return str(_("%(name)s（主人）")) % {"name": obj}
-        return str(_("%(name)s（#%(id)s）")) % {"name": obj, "id": obj.pk}
-
-
-class ConflictFilterForm(forms.Form):
-    person = PersonChoiceField(Person.objects.none(), required=False, empty_label=_("全部人物"))
-
-    def __init__(self, *args: Any, persons: Any = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if persons is not None:
-            self.fields["person"].queryset = persons
-
-
-FACT_STATES = [
-    ("", _("全部状态")),
-    ("active", _("活跃")),
-    ("frozen", _("已冻结")),
-    ("invalid", _("已失效")),
-    ("superseded", _("已被取代")),
-    ("pinned", _("永久保留")),
-]
-ORIGINS = [("", _("全部来源")), ("legacy", _("旧数据")), ("direct", _("私聊")), ("group", _("群聊"))]
-NODE_KINDS = [("fact", _("事实")), ("episode", _("情节")), ("knowledge", _("知识"))]
+FACT_STATES = [("", _("全部状态")), *FactState.choices, (PINNED, _("永久保留"))]
+ORIGINS = [("", _("全部来源")), *Fact.Origin.choices]
+NODE_KINDS = MemoryNode.RefKind.choices
 
 
 class FactFilterForm(forms.Form):
@@ -135,10 +51,6 @@ class EpisodeSearchForm(forms.Form):
     )
     q = forms.CharField(required=False, max_length=200, strip=True)
     placeholders = forms.BooleanField(required=False)
-
-
-class ReplaceForm(forms.Form):
-    content = forms.CharField(max_length=2000, strip=True, widget=forms.Textarea(attrs={"rows": 3}))
 
 
 class GraphForm(forms.Form):
@@ -210,17 +122,3 @@ class ImportForm(forms.Form):
         if not (data.get("text") or "").strip():
             raise forms.ValidationError(_("请粘贴文本或上传一个文本文件。"))
         return data
-
-
-class OperationFilterForm(forms.Form):
-    actor = forms.ChoiceField(required=False, choices=[])
-    op = forms.ChoiceField(required=False, choices=[])
-    # The same person picker as the facts page (owner marked, ids beside names), not a raw id.
-    person = PersonChoiceField(Person.objects.order_by("id"), required=False, empty_label=_("全部人物"),
-                               error_messages={"invalid_choice": _("没有这个人物，或编号超出范围。")})
-    fact = IdField(required=False)
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["actor"].choices = [("", _("全部操作者")), *FactOperation.Actor.choices]
-        self.fields["op"].choices = [("", _("全部操作")), *FactOperation.Op.choices]

@@ -1,10 +1,10 @@
-"""Read helpers of the console pages (what the views show, computed in bulk).
+"""Presenters of the console pages: page-shaped objects built from reads.
 
-Views stay short by delegating here: every function runs a fixed number of
-queries whatever the number of rows (the console tests pin the counts), and
-returns plain objects the templates render. Nothing here writes memory rows;
-searches go through ``memory.selectors`` / ``memory.recall`` / ``memory.lexical``
-and imports through ``memory.pipeline``.
+Views stay short by delegating here. Presenters read through :mod:`memory.selectors`
+(and the turn's read path, :mod:`memory.recall`) and shape the results into what a
+template shows — decorated rows, score breakdowns, the graph drawing, the playground's
+turn — in a fixed number of queries whatever the number of rows (the console tests pin
+the counts). Nothing here writes.
 
 SVG drawings (decay curve, association graph) get their coordinates from
 :mod:`memory.engine.geometry`; templates emit the elements, so every label is
@@ -21,27 +21,24 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from celery import current_app as app  # the project's Celery app (config/celery.py), without importing config
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import F, Q, QuerySet
 
-from config.celery import app
 from console.templatetags.console import format_ms
-from curation.models import FactOperation
 from memory import broker, recall, selectors
+from memory import overrides as live_overrides
 from memory.engine import decay, geometry
 from memory.engine.geometry import CurveGeometry
 from memory.engine.scoring import is_seed_profile
 from memory.models import (
+    PINNED,
     Episode,
-    EpisodeCue,
     Fact,
-    Knowledge,
+    FactQuerySet,
+    FactState,
     Message,
-    Person,
-    PipelineEvent,
 )
-from tuning.services import active_overrides
 
 # --- dashboard -------------------------------------------------------------------
 
@@ -81,7 +78,7 @@ def ping_workers(timeout: float = 0.5) -> dict[str, Any]:
 def attach_senders(messages: Iterable[Message]) -> list[Message]:
     """Set ``message.sender_name`` on a list of messages (one query for all senders)."""
     messages = list(messages)
-    persons = Person.objects.in_bulk({m.sender_person_id for m in messages if m.sender_person_id})
+    persons = selectors.persons_by_id({m.sender_person_id for m in messages if m.sender_person_id})
     for m in messages:
         person = persons.get(m.sender_person_id)
         m.sender_name = str(person) if person else ""
@@ -91,9 +88,7 @@ def attach_senders(messages: Iterable[Message]) -> list[Message]:
 def attach_cues(episodes: Iterable[Episode]) -> None:
     """Set ``episode.cue_list`` for a page of episodes (one query)."""
     episodes = list(episodes)
-    by_id: dict[int, list[str]] = defaultdict(list)
-    for episode_id, cue in EpisodeCue.objects.filter(episode__in=episodes).values_list("episode_id", "cue"):
-        by_id[episode_id].append(cue)
+    by_id = selectors.episode_cues([ep.pk for ep in episodes])
     for ep in episodes:
         ep.cue_list = by_id.get(ep.pk, [])
 
@@ -103,30 +98,14 @@ def placeholder_reasons(episodes: Iterable[Episode]) -> None:
     placeholders = [ep for ep in episodes if ep.is_placeholder]
     if not placeholders:
         return
-    stream_ids = {ep.stream_id for ep in placeholders}
-    events = PipelineEvent.objects.filter(kind="summary_batch_skipped", stream_id__in=stream_ids).order_by("seq")
-    reasons: dict[int, str] = {}
-    for event in events:
-        payload = event.payload or {}
-        episode_id = payload.get("episodeId") or payload.get("episode_id")
-        if episode_id:
-            reasons[int(episode_id)] = str(payload.get("error") or payload.get("reason") or "")
+    reasons = selectors.summary_skip_reasons({ep.stream_id for ep in placeholders})
     for ep in placeholders:
         ep.reason = reasons.get(ep.pk) or ep.summary
 
 
 # --- facts -----------------------------------------------------------------------
 
-STATE_FILTERS: dict[str, Q] = {
-    "active": Q(superseded_by__isnull=True, active=True),
-    "frozen": Q(superseded_by__isnull=True, active=False),
-    "invalid": Q(superseded_by=F("id")),
-    "superseded": Q(superseded_by__isnull=False) & ~Q(superseded_by=F("id")),
-    "pinned": Q(half_life_hours__gte=decay.PIN_HALF_LIFE_HOURS),
-}
-
-
-def filter_facts(qs: QuerySet[Fact], data: dict[str, Any]) -> QuerySet[Fact]:
+def filter_facts(qs: FactQuerySet, data: dict[str, Any]) -> FactQuerySet:
     """Apply the fact-table filters (person, kind, slot, state, origin)."""
     if data.get("person"):
         qs = qs.filter(person=data["person"])
@@ -134,36 +113,22 @@ def filter_facts(qs: QuerySet[Fact], data: dict[str, Any]) -> QuerySet[Fact]:
         qs = qs.filter(kind=data["kind"])
     if data.get("slot"):
         qs = qs.filter(slot=data["slot"])
-    if data.get("state") in STATE_FILTERS:
-        qs = qs.filter(STATE_FILTERS[data["state"]])
+    if data.get("state") in (*FactState.values, PINNED):
+        qs = qs.in_state(data["state"])
     if data.get("origin"):
         qs = qs.filter(origin_kind=data["origin"])
     return qs.defer("embedding", "embedding_q8", "tokens_v2")
 
 
-def fact_state(fact: Fact) -> str:
-    """``invalid`` (manually), ``superseded``, ``frozen`` or ``active`` — frozen is never "deleted"."""
-    if fact.superseded_by_id is not None:
-        return "invalid" if fact.superseded_by_id == fact.pk else "superseded"
-    return "active" if fact.active else "frozen"
-
-
 def decorate_facts(facts: Iterable[Fact], *, now: int, breakdown: dict[int, Any] | None = None) -> None:
-    """Set ``retention``, ``state``, ``conflicted`` and (for search hits) ``breakdown`` on facts."""
+    """Set ``retention``, ``conflicted`` and (for search hits) ``breakdown`` on facts."""
     facts = list(facts)
     conflicted = set(selectors.conflict_group_keys(person_ids={f.person_id for f in facts if f.slot}))
     for f in facts:
-        f.retention = decay.retention(f.strength, f.updated_at, f.half_life_hours, now)
-        f.state = fact_state(f)
-        f.conflicted = f.state == "active" and (f.person_id, f.slot) in conflicted
+        f.retention = f.retention_at(now)
+        f.conflicted = f.state == FactState.ACTIVE and (f.person_id, f.slot) in conflicted
         hit = (breakdown or {}).get(f.pk)
         f.breakdown = hit
-
-
-def fact_operations(fact_id: int) -> list[Any]:
-    return list(
-        FactOperation.objects.filter(Q(fact_id=fact_id) | Q(related_fact_id=fact_id)).order_by("-at", "-id")[:50]
-    )
 
 
 # --- decay curve as SVG ----------------------------------------------------------
@@ -229,14 +194,8 @@ def resolve_nodes(refs: Iterable[tuple[int, str, int]], *, now: int) -> dict[int
     by_kind: dict[str, list[int]] = defaultdict(list)
     for _, kind, ref_id in refs:
         by_kind[kind].append(ref_id)
-    facts = (
-        Fact.objects.select_related("person").defer("embedding", "embedding_q8", "tokens_v2").in_bulk(by_kind["fact"])
-        if by_kind["fact"] else {}
-    )
-    episodes = Episode.objects.in_bulk(by_kind["episode"]) if by_kind["episode"] else {}
-    knowledge = (
-        Knowledge.objects.defer("embedding", "embedding_q8", "tokens_v2").in_bulk(by_kind["knowledge"])
-        if by_kind["knowledge"] else {}
+    facts, episodes, knowledge = selectors.node_rows(
+        facts=by_kind["fact"], episodes=by_kind["episode"], knowledge=by_kind["knowledge"]
     )
     out: dict[int, NodeInfo] = {}
     for node_id, kind, ref_id in refs:
@@ -244,9 +203,9 @@ def resolve_nodes(refs: Iterable[tuple[int, str, int]], *, now: int) -> dict[int
         if kind == "fact" and ref_id in facts:
             f = facts[ref_id]
             info.text, info.label = f.content, f.kind
-            info.retention = decay.retention(f.strength, f.updated_at, f.half_life_hours, now)
+            info.retention = f.retention_at(now)
             info.updated_at, info.hits, info.person = f.updated_at, f.hit_count, str(f.person)
-            info.state = fact_state(f)
+            info.state = f.state
         elif kind == "episode" and ref_id in episodes:
             e = episodes[ref_id]
             info.text, info.label, info.updated_at = e.summary, e.kind, e.ended_at
@@ -410,7 +369,7 @@ def search_facts(*, query: str, now: int) -> list[ScoreBreakdown]:
     (``selectors.fact_cosines``) and fused relevance join its terms. Hits under both
     relevance floors stay listed (last, marked) — a search shows what matched.
     """
-    overrides = dict(active_overrides())
+    overrides = dict(live_overrides.active_overrides())
     hits = selectors.recall_facts_across_persons(
         query=query, limit=SEARCH_LIMIT, now=now, stream_kind=CONSOLE_STREAM_KIND, overrides=overrides, events=False,
         return_candidates=True,
@@ -532,7 +491,7 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
     prompt = recall.complete_conflicts(ranking.prompt, now=ctx.now)
     in_prompt = {f.id for f in ranking.prompt}
     held = {f.id for f in ranking.held_back}
-    persons = Person.objects.in_bulk({f.person_id for f in ranking.ranked} | set(ctx.present_person_ids))
+    persons = selectors.persons_by_id({f.person_id for f in ranking.ranked} | set(ctx.present_person_ids))
     pool = [
         {"fact": f, "person": persons.get(f.person_id), "in_prompt": f.id in in_prompt, "held_back": f.id in held}
         for f in ranking.ranked

@@ -3,7 +3,7 @@
 Forgetting: ``GET`` shows the cascade preview (what goes, what is touched, "cannot be
 undone"); the form POSTs it back with the preview's digest, so a cascade that changed
 in between is refused and previewed again. htmx enhances the form with a confirmation
-dialog; after forgetting it navigates (``HX-Redirect``) — without htmx, POST/redirect/GET. Operators (``memory.forget_memory``)
+dialog; after forgetting it navigates (``HttpResponseClientRedirect``) — without htmx, POST/redirect/GET. Operators (``memory.forget_memory``)
 forget; the token page is for superusers and holders of ``memory.manage_api_tokens``.
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from memory import export, forget, selectors, services
 from memory.auth import SCOPES, TokenScopeError, issue_token, revoke_tokens
@@ -94,9 +95,7 @@ def forget_target(request: HttpRequest, target: str, pk: int) -> HttpResponse:
                 "label": plan.label, "id": record.pk, "n": len(plan.messages), "f": len(plan.facts)})
             url = _next(request, reverse(AFTER[target]))
             if request.htmx:  # the target's page is gone: a full navigation shows the next page and the message
-                response = HttpResponse(status=204)
-                response["HX-Redirect"] = url
-                return response
+                return HttpResponseClientRedirect(url, status=204)
             return redirect(url)
     try:
         plan = forget.plan_forget(target=target, target_id=pk)

@@ -32,6 +32,7 @@ from console.forms import (
     SearchForm,
     SpreadForm,
 )
+from curation import selectors as journal
 from memory import broker, pipeline, recall, selectors, services
 from memory.management.commands.ensure_roles import ROLES
 from memory.models import (
@@ -55,15 +56,9 @@ DASHBOARD_EVENTS = [
 ]
 
 
-def wants_fragment(request: HttpRequest) -> bool:
-    """An htmx request that swaps a region; a history restore (back button after a
-    cache miss) needs the whole page."""
-    htmx = getattr(request, "htmx", None)
-    return bool(htmx) and not htmx.history_restore_request
-
-
 def _partial(request: HttpRequest, template_name: str, partial: str) -> str:
-    return f"{template_name}#{partial}" if wants_fragment(request) else template_name
+    """The region an htmx request swaps, else the page (a history restore is no HX-Request: base.html)."""
+    return f"{template_name}#{partial}" if request.htmx else template_name
 
 
 # --- dashboard -------------------------------------------------------------------
@@ -94,7 +89,7 @@ def worker_health(request: HttpRequest) -> HttpResponse:
     if health is None:
         health = presenters.ping_workers()
         cache.set("console:worker-health", health, 15)
-    template = "console/dashboard.html#worker-health" if wants_fragment(request) else "console/worker_health.html"
+    template = "console/dashboard.html#worker-health" if request.htmx else "console/worker_health.html"
     return render(request, template, {"health": health})
 
 
@@ -119,7 +114,7 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
     if form.is_valid() and form.cleaned_data["q"]:
         # the bot's ``inspect`` action (message search) exactly as a turn would run it
         hits = presenters.attach_senders(recall.inspect_messages(stream_id=obj.pk, query=form.cleaned_data["q"], limit=20))
-        if wants_fragment(request):
+        if request.htmx:
             return render(request, "console/stream.html#message-hits", {"hits": hits, "form": form, "stream": obj})
     batches = Paginator(selectors.episode_batches(stream_id=obj.pk), 20).get_page(request.GET.get("page"))
     message_form = MessageFilterForm(request.GET, speakers=selectors.stream_speakers(stream_id=obj.pk))
@@ -127,7 +122,7 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
     messages_page = Paginator(selectors.filter_messages(obj, getattr(message_form, "cleaned_data", {})), PAGE_SIZE
                               ).get_page(request.GET.get("mpage"))
     messages_page.object_list = presenters.attach_senders(messages_page.object_list)
-    if wants_fragment(request) and request.htmx.target == "stream-messages":
+    if request.htmx.target == "stream-messages":
         return render(request, "console/stream.html#stream-messages",
                       {"stream": obj, "message_form": message_form, "messages_page": messages_page})
     context = {
@@ -218,7 +213,7 @@ def fact(request: HttpRequest, pk: int) -> HttpResponse:
         "fact": obj,
         "curve": presenters.decay_curve_svg(obj, now=now),
         "chain": selectors.supersede_chain(obj),
-        "operations": presenters.fact_operations(obj.pk),
+        "operations": journal.operations(touching=obj.pk)[:50],
         "neighbours": presenters.neighbours("fact", obj.pk, now=now),
         "now": now,
         "next_url": request.get_full_path(),
@@ -365,7 +360,7 @@ def job(request: HttpRequest, pk: int) -> HttpResponse:
     obj = get_object_or_404(Job, pk=pk)
     # A running card polls itself (hx-trigger "every 2s"); the finished card is
     # rendered without the trigger, so swapping it in stops the polling.
-    if not wants_fragment(request):
+    if not request.htmx:
         return render(request, "console/job.html", {"job": obj})
     response = render(request, "console/jobs.html#job-card", {"job": obj})
     if obj.finished:

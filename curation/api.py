@@ -1,9 +1,9 @@
 """Curation routes of the bot API (mounted under ``/api/v1``).
 
 Pin, unpin, invalidate, restore and replace facts, resolve slot conflicts, read and undo
-the operation journal. Token scope ``curation``; undo needs ``undo``. Errors of ``curation.services`` map to HTTP statuses in
-``memory.api``: ``FactNotFoundError`` → 404, ``FactStateError`` → 409,
-``CurationInputError`` → 400.
+the operation journal. Token scope ``curation``; undo needs ``undo``. Errors of ``curation.services``
+map to HTTP statuses through ``ERROR_STATUSES`` (registered by :mod:`config.api`):
+``FactNotFoundError`` → 404, ``FactStateError`` → 409, ``CurationInputError`` → 400.
 """
 from __future__ import annotations
 
@@ -15,17 +15,35 @@ from ninja import Field, Query, Router, Schema
 from ninja.errors import ValidationError
 from pydantic import StringConstraints
 
+from curation import selectors as journal
 from curation import services
 from memory import selectors
 from memory import services as memory_services
 from memory.auth import BearerTokenAuth, api_user
 from memory.engine.similarity import exact_key
 from memory.models import Fact, Person
-from memory.schemas import EPOCH_MS_HELP, FACT_MAX_CHARS, HAS_WORD, MAX_EPOCH_MS, MAX_ID, EpochMs, ErrorOut, Id, In
+from memory.schemas import (
+    EPOCH_MS_HELP,
+    FACT_MAX_CHARS,
+    HAS_WORD,
+    MAX_EPOCH_MS,
+    MAX_ID,
+    EpochMs,
+    ErrorOut,
+    Id,
+    In,
+    fact_row,
+)
 
 router = Router(tags=["curation"], auth=BearerTokenAuth(scope="curation"))
 
 ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
+#: Exceptions of the curation services → HTTP status (mapped by :mod:`config.api`).
+ERROR_STATUSES: dict[type[BaseException], int] = {
+    services.FactNotFoundError: 404,
+    services.FactStateError: 409,
+    services.CurationInputError: 400,
+}
 
 
 class AtIn(In):
@@ -148,8 +166,6 @@ def replace(request: HttpRequest, fact_id: Id, payload: ReplaceIn):
 
 
 def _member(m: Any, now: int) -> dict[str, Any]:
-    from memory.schemas import fact_row
-
     if isinstance(m, Fact):
         row = fact_row(m, now)
     elif isinstance(m, dict):
@@ -199,7 +215,7 @@ def operations(
     limit: int = Query(50, ge=1, le=200),
 ):
     """The operation journal, newest first (manual curation and automatic supersedes alike)."""
-    rows = services.operation_log(person_id=person_id, fact_id=fact_id, limit=limit)
+    rows = journal.operations(person_id=person_id, fact_id=fact_id)[:limit]
     return {
         "operations": [
             {

@@ -7,16 +7,16 @@ Preconditions fail with typed errors the API and console map to 404/409/400.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from curation.models import FactOperation
 from memory import services
 from memory.engine import decay
 from memory.engine.similarity import exact_key, is_same_fact
-from memory.models import Fact
+from memory.models import Fact, FactOperation, FactState
 
 ACTOR_MANUAL = "manual"
 DECAY_FIELDS = ("strength", "half_life_hours", "updated_at", "due_at", "active")
@@ -34,6 +34,13 @@ class CurationInputError(ValueError):
     """Invalid input (HTTP 400)."""
 
 
+class NotInConflictGroupError(FactStateError):
+    """The fact is not a member of a slot-conflict group with someone to adjudicate away (HTTP 409)."""
+
+    def __init__(self, fact_id: int) -> None:
+        super().__init__(_("事实 #%(id)s 不在待裁决的冲突组里") % {"id": fact_id})
+
+
 def _fact(fact_id: int) -> Fact:
     fact = Fact.objects.select_for_update().filter(pk=fact_id).first()
     if fact is None:
@@ -43,9 +50,9 @@ def _fact(fact_id: int) -> Fact:
 
 def _log(*, op: str, fact: Fact, prev: dict[str, Any], at: int, user: str, related: int | None = None,
          undo_of: int | None = None, actor: str = ACTOR_MANUAL) -> FactOperation:
-    return FactOperation.objects.create(
-        at=at, actor=actor, op=op, person_id=fact.person_id, fact_id=fact.pk, related_fact_id=related,
-        prev=prev, user=user, undo_of_id=undo_of,
+    return services.journal_operation(
+        op=op, actor=actor, person_id=fact.person_id, fact_id=fact.pk, related_fact_id=related, prev=prev,
+        at=at, user=user, undo_of_id=undo_of,
     )
 
 
@@ -65,7 +72,7 @@ def invalidate_fact(*, fact_id: int, user: str = "", at: int | None = None) -> F
     at = services.now_ms() if at is None else at
     with transaction.atomic():
         fact = _fact(fact_id)
-        if fact.superseded_by_id is not None:
+        if not fact.valid:
             raise FactStateError(_("事实 #%(id)s 已经失效") % {"id": fact_id})
         Fact.objects.filter(pk=fact.pk).update(superseded_by=fact.pk)
         op = _log(op="invalidate", fact=fact, prev={"superseded_by": None}, at=at, user=user)
@@ -78,7 +85,7 @@ def restore_fact(*, fact_id: int, user: str = "", at: int | None = None) -> Fact
     at = services.now_ms() if at is None else at
     with transaction.atomic():
         fact = _fact(fact_id)
-        if fact.superseded_by_id is None:
+        if fact.valid:
             raise FactStateError(_("事实 #%(id)s 仍然有效，无需恢复") % {"id": fact_id})
         Fact.objects.filter(pk=fact.pk).update(superseded_by=None)
         op = _log(op="restore", fact=fact, prev={"superseded_by": fact.superseded_by_id}, at=at, user=user)
@@ -91,7 +98,7 @@ def pin_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOper
     at = services.now_ms() if at is None else at
     with transaction.atomic():
         fact = _fact(fact_id)
-        if fact.superseded_by_id is not None:
+        if not fact.valid:
             raise FactStateError(_("事实 #%(id)s 已失效，不能永久保留") % {"id": fact_id})
         if fact.pinned:
             raise FactStateError(_("事实 #%(id)s 已经是永久保留") % {"id": fact_id})
@@ -135,7 +142,7 @@ def replace_fact(*, fact_id: int, content: str, user: str = "", at: int | None =
         raise CurationInputError(_("新的事实内容不能超过 2000 个字符"))
     with transaction.atomic():
         fact = _fact(fact_id)
-        if fact.superseded_by_id is not None:
+        if not fact.valid:
             raise FactStateError(_("事实 #%(id)s 已失效，不能改写") % {"id": fact_id})
         if is_same_fact(text, fact.content):
             raise CurationInputError(_("新内容与原事实意思相同，无需改写"))
@@ -170,7 +177,7 @@ def adjudicate(*, keep_fact_id: int, drop_fact_id: int, user: str = "", at: int 
         if keep.person_id != drop.person_id or not keep.slot or keep.slot != drop.slot:
             raise CurationInputError(_("两条事实必须属于同一人物的同一个槽位"))
         for f in (keep, drop):
-            if f.superseded_by_id is not None or not f.active:
+            if f.state != FactState.ACTIVE:
                 raise FactStateError(_("事实 #%(id)s 不是活跃有效的冲突成员") % {"id": f.pk})
         Fact.objects.filter(pk=drop.pk).update(superseded_by=drop.pk)
         op = _log(op="adjudicate", fact=drop, prev={"superseded_by": None}, at=at, user=user, related=keep.pk)
@@ -180,6 +187,33 @@ def adjudicate(*, keep_fact_id: int, drop_fact_id: int, user: str = "", at: int 
             at,
         )
     return op
+
+
+def keep_only(
+    *, keep_fact_id: int, expected_drop_ids: Iterable[int] | None = None, user: str = "", at: int | None = None
+) -> list[FactOperation]:
+    """Keep one member of its slot-conflict group and adjudicate every other member away: all or nothing.
+
+    One transaction: the group (the person's active valid facts in the same non-empty slot)
+    is read under lock and every other member gets its own ``adjudicate`` journal row, each
+    undoable on its own. ``expected_drop_ids`` are the members the operator confirmed: if
+    the group changed since (a member added, resolved or frozen), nothing is written. Any
+    refusal rolls back every drop already made.
+    """
+    at = services.now_ms() if at is None else at
+    with transaction.atomic():
+        keep = _fact(keep_fact_id)
+        others: list[int] = []
+        if keep.slot and keep.state == FactState.ACTIVE:
+            members = Fact.objects.select_for_update().in_state(FactState.ACTIVE).filter(
+                person_id=keep.person_id, slot=keep.slot
+            )
+            others = list(members.exclude(pk=keep.pk).order_by("id").values_list("id", flat=True))
+        if not others:
+            raise NotInConflictGroupError(keep_fact_id)
+        if expected_drop_ids is not None and set(expected_drop_ids) != set(others):
+            raise FactStateError(_("冲突组在确认之后有了变化，请核对后再裁决"))
+        return [adjudicate(keep_fact_id=keep.pk, drop_fact_id=drop, user=user, at=at) for drop in others]
 
 
 def undo_operation(*, operation_id: int, user: str = "", at: int | None = None) -> FactOperation:
@@ -210,7 +244,7 @@ def undo_operation(*, operation_id: int, user: str = "", at: int | None = None) 
             undo_prev = {"superseded_by": fact.superseded_by_id}
             Fact.objects.filter(pk=fact.pk).update(superseded_by=prev.get("superseded_by"))
             if prev.get("new_row_created") and op.related_fact_id:
-                if Fact.objects.filter(pk=op.related_fact_id, superseded_by__isnull=True).update(
+                if Fact.objects.valid().filter(pk=op.related_fact_id).update(
                     superseded_by=op.related_fact_id
                 ):
                     undo_prev["related_fact_invalidated"] = op.related_fact_id
@@ -226,20 +260,3 @@ def undo_operation(*, operation_id: int, user: str = "", at: int | None = None) 
             at,
         )
     return undo
-
-
-def operation_log(
-    *, person_id: int | None = None, fact_id: int | None = None, actor: str | None = None, op: str | None = None,
-    limit: int = 50,
-):
-    """Operations newest first, with the fact they changed."""
-    rows = FactOperation.objects.select_related("fact").order_by("-at", "-id")
-    if person_id is not None:
-        rows = rows.filter(person_id=person_id)
-    if fact_id is not None:
-        rows = rows.filter(fact_id=fact_id)
-    if actor:
-        rows = rows.filter(actor=actor)
-    if op:
-        rows = rows.filter(op=op)
-    return rows[:limit]

@@ -120,6 +120,12 @@ class MetaAdmin(ReadOnlyAdmin):
     list_display = ["key", "value"]
 
 
+@admin.register(models.Change)
+class ChangeAdmin(ReadOnlyAdmin):
+    list_display = ("id", "source", "row_id", "xid")
+    list_filter = ("source",)
+
+
 @admin.register(models.PipelineEvent)
 class PipelineEventAdmin(ReadOnlyAdmin):
     list_display = ["seq", "at", "kind", "stream_id", "turn_id", "stage"]
@@ -167,3 +173,12 @@ class ForgetRecordAdmin(ReadOnlyAdmin):
 
     list_display = ["id", "at", "user", "target", "target_id"]
     list_filter = ["target"]
+
+
+@admin.register(models.FactOperation)
+class FactOperationAdmin(ReadOnlyAdmin):
+    """The fact-operations journal (undo is an operation of its own, in the console and the API)."""
+
+    list_display = ["id", "at", "actor", "op", "person_id", "fact_id", "related_fact_id", "undone_by", "undo_of", "user"]
+    list_filter = ["op", "actor"]
+    show_full_result_count = True

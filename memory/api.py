@@ -1,38 +1,22 @@
-"""The bot-facing JSON API (django-ninja): ``/api/v1/...``, OpenAPI docs at ``/api/docs``.
+"""Memory's routes of the JSON API: messages, turns, actions, facts, knowledge, imports, export, forgetting.
 
-A bot integrates with the memory system only through this API. Every route needs
-``Authorization: Bearer <token>`` (``python manage.py create_api_token NAME``). All
-instants are integer epoch milliseconds and every call that reads or writes memory
-accepts an optional ``at`` (default: now) so replays and tests are deterministic.
-
-Errors always have a JSON body ``{"detail": "<one sentence>", "errors": [...]}``:
-422 for malformed JSON, missing fields and wrong types (the field path is named),
-404 for unknown ids, 409 for a wrong state, 413 for oversized bodies, 401 without a
-valid token, 403 for a token without the route's scope. Client input never produces a 500. Input is validated before anything is
-written; the write endpoints (messages, facts, knowledge, curation) run in one
-transaction, so nothing is half-written on an error. The read paths (turns, confirm,
-actions) are not held in a write transaction — that would block ingest for the whole
-computation; their services write in short transactions of their own.
+The API itself — the NinjaAPI at ``/api/``, its body parser, the error format and the
+mapping of exceptions to statuses — is assembled in :mod:`config.api`, which mounts
+this router at ``/v1`` beside the curation and tuning routers. ``ERROR_STATUSES``
+lists the exceptions of the memory layer and the status each maps to.
 """
 from __future__ import annotations
 
-import json
-import logging
 from typing import Any, Literal
 
-import pydantic
 from django.conf import settings
-from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
-from django.db import DatabaseError, OperationalError, transaction
-from django.http import Http404, HttpRequest, HttpResponse
-from ninja import NinjaAPI, Query, Router, Schema, Status
-from ninja.errors import AuthenticationError, HttpError, ValidationError
-from ninja.parser import Parser
+from django.db import transaction
+from django.http import Http404, HttpRequest
+from ninja import Query, Router, Schema, Status
+from ninja.errors import ValidationError
 from pydantic import Field as PydanticField
 
-from curation import services as curation_services
-from curation.api import router as curation_router
-from memory import broker, export, forget, pipeline, recall, services
+from memory import export, forget, pipeline, recall, services
 from memory.auth import BearerTokenAuth, api_user
 from memory.engine.scope import origin_kind_for_stream
 from memory.engine.similarity import exact_key
@@ -76,198 +60,24 @@ from memory.schemas import (
     spread_hit_out,
     working_message_out,
 )
-from tuning.api import router as tuning_router
-
-logger = logging.getLogger(__name__)
-
-
-# --- request body parsing ---------------------------------------------------------
-
-
-class BodyParseError(ValueError):
-    """The request body is not a JSON document the API can store."""
-
-
-def _reject_constant(name: str) -> Any:
-    raise BodyParseError(f"{name} is not a JSON number")
-
-
-def _find_unencodable(value: Any, path: str = "body") -> str | None:
-    """Path of the first string holding a lone surrogate (cannot be stored as UTF-8)."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _find_unencodable(key, path) or _find_unencodable(item, f"{path}.{key}")
-            if found:
-                return found
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _find_unencodable(item, f"{path}.{index}")
-            if found:
-                return found
-    return None
-
-
-class StrictJsonParser(Parser):
-    """JSON bodies only: no NaN/Infinity, valid UTF-8, no lone surrogates."""
-
-    def parse_body(self, request: HttpRequest) -> Any:
-        try:
-            data = json.loads(request.body, parse_constant=_reject_constant)
-        except BodyParseError:
-            raise
-        except UnicodeDecodeError as exc:
-            raise BodyParseError("the request body is not valid UTF-8") from exc
-        except json.JSONDecodeError as exc:
-            raise BodyParseError(f"the request body is not valid JSON ({exc.msg} at position {exc.pos})") from exc
-        except (ValueError, RecursionError) as exc:
-            raise BodyParseError("the request body is not valid JSON") from exc
-        bad = _find_unencodable(data)
-        if bad:
-            raise BodyParseError(f"{bad} contains a lone surrogate, which is not valid Unicode text")
-        return data
-
-
-class ScopedNinjaAPI(NinjaAPI):
-    """States each route's token scope in the OpenAPI document (``x-token-scope`` + description).
-
-    The security requirement keeps an empty scope list: OpenAPI 3.0 allows scopes only for
-    OAuth2/OpenID schemes, and schema-driven clients read the bearer requirement as is.
-    """
-
-    def get_openapi_schema(self, **kwargs: Any) -> Any:
-        schema = super().get_openapi_schema(**kwargs)
-        scopes: dict[str, str] = {}
-        for bound in self._get_bound_routers():
-            for path_view in bound.path_operations.values():
-                for operation in path_view.operations:
-                    scope = next((getattr(cb, "scope", "") for cb in operation.auth_callbacks), "")
-                    if scope:
-                        scopes[operation.operation_id or self.get_openapi_operation_id(operation)] = scope
-        for item in schema.get("paths", {}).values():
-            for operation in item.values():
-                scope = scopes.get(operation.get("operationId", "")) if isinstance(operation, dict) else None
-                if scope:
-                    operation["x-token-scope"] = scope
-                    note = f"**Token scope:** `{scope}` (or `admin`); without it the answer is 403."
-                    operation["description"] = f"{note}\n\n{operation.get('description', '')}".strip()
-        return schema
-
-
-api = ScopedNinjaAPI(
-    title="Memory Console API",
-    version="1",
-    description=__doc__,
-    urls_namespace="api",
-    auth=BearerTokenAuth(scope="bot"),
-    parser=StrictJsonParser(),
-)
 
 ERRORS: dict[int, Any] = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
 
 
-# --- error mapping ----------------------------------------------------------------
-
-
-def error_response(request: HttpRequest, status: int, detail: str, errors: list[dict] | None = None) -> HttpResponse:
-    return api.create_response(request, {"detail": detail, "errors": errors or []}, status=status)
-
-
-def _field_path(loc: Any) -> str:
-    parts = [str(p) for p in (loc or ())]
-    # ninja prefixes the parameter source and, for a body schema, the parameter name
-    if len(parts) >= 2 and parts[0] == "body" and parts[1] == "payload":
-        parts = [parts[0], *parts[2:]]
-    return ".".join(parts) or "body"
-
-
-def _on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    errors = []
-    for err in exc.errors:
-        errors.append(
-            {"field": _field_path(err.get("loc")), "message": str(err.get("msg", "invalid")), "type": err.get("type", "")}
-        )
-    detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors) or "invalid request"
-    return error_response(request, 422, detail, errors)
-
-
-def _on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    cause = exc.__cause__
-    if isinstance(cause, BodyParseError):
-        return error_response(request, 422, str(cause), [{"field": "body", "message": str(cause), "type": "json_invalid"}])
-    if isinstance(cause, RequestDataTooBig):
-        return _on_too_big(request, cause)
-    if isinstance(exc, AuthenticationError):
-        return error_response(request, 401, "a valid 'Authorization: Bearer <token>' header is required")
-    return error_response(request, exc.status_code, str(exc))
-
-
-def _on_too_big(request: HttpRequest, exc: Exception) -> HttpResponse:
-    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    return error_response(request, 413, f"the request body is larger than {limit} bytes")
-
-
-def _status(code: int):
-    def handler(request: HttpRequest, exc: Exception) -> HttpResponse:
-        return error_response(request, code, str(exc) or exc.__class__.__name__)
-
-    return handler
-
-
-def _on_not_found(request: HttpRequest, exc: Exception) -> HttpResponse:
-    return error_response(request, 404, str(exc) or "not found")
-
-
-def _on_operational(request: HttpRequest, exc: OperationalError) -> HttpResponse:
-    if "locked" in str(exc).lower() or "busy" in str(exc).lower():
-        response = error_response(request, 503, "the database is busy; retry shortly")
-        response["Retry-After"] = "1"
-        return response
-    return _on_unexpected(request, exc)
-
-
-def _on_broker_down(request: HttpRequest, exc: Exception) -> HttpResponse:
-    # The job (if any) is already marked failed with the reason; nothing is left running.
-    response = error_response(request, 503, f"the task queue (Redis) is unavailable; nothing was started, retry later ({exc})")
-    response["Retry-After"] = "5"
-    return response
-
-
-def _on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
-    logger.exception("api error on %s %s", request.method, request.path, exc_info=exc)
-    return error_response(request, 500, "internal error; the request was not applied")
-
-
-api.add_exception_handler(ValidationError, _on_validation_error)
-api.add_exception_handler(HttpError, _on_http_error)
-api.add_exception_handler(RequestDataTooBig, _on_too_big)
-api.add_exception_handler(Http404, _on_not_found)
-api.add_exception_handler(ObjectDoesNotExist, _on_not_found)
-api.add_exception_handler(services.NotFound, _on_not_found)
-api.add_exception_handler(services.MemoryInputError, _status(422))
-api.add_exception_handler(recall.TurnNotFound, _on_not_found)
-api.add_exception_handler(recall.TurnStateError, _status(409))
-api.add_exception_handler(curation_services.FactNotFoundError, _on_not_found)
-api.add_exception_handler(curation_services.FactStateError, _status(409))
-api.add_exception_handler(curation_services.CurationInputError, _status(400))
-api.add_exception_handler(pipeline.ImportLimitError, _status(422))
-api.add_exception_handler(pipeline.ImportBusyError, _status(409))
-api.add_exception_handler(pipeline.ImportBatchNotFoundError, _on_not_found)
-api.add_exception_handler(broker.BrokerUnavailable, _on_broker_down)
-api.add_exception_handler(forget.ForgetTargetNotFound, _on_not_found)
-api.add_exception_handler(forget.ForgetPlanChanged, _status(409))
-api.add_exception_handler(forget.ForgetRefused, _status(409))
-api.add_exception_handler(ValueError, _status(400))
-# a pydantic error escaping a view is a server bug (e.g. a response not matching its schema)
-api.add_exception_handler(pydantic.ValidationError, _on_unexpected)
-api.add_exception_handler(OperationalError, _on_operational)
-api.add_exception_handler(DatabaseError, _on_unexpected)
-api.add_exception_handler(Exception, _on_unexpected)
+#: Exceptions of the memory layer → HTTP status (:mod:`config.api` maps them; the body says why;
+#: ``BrokerUnavailable`` is 503 with ``Retry-After`` there).
+ERROR_STATUSES: dict[type[BaseException], int] = {
+    services.NotFound: 404,
+    services.MemoryInputError: 422,
+    recall.TurnNotFound: 404,
+    recall.TurnStateError: 409,
+    pipeline.ImportLimitError: 422,
+    pipeline.ImportBusyError: 409,
+    pipeline.ImportBatchNotFoundError: 404,
+    forget.ForgetTargetNotFound: 404,
+    forget.ForgetPlanChanged: 409,
+    forget.ForgetRefused: 409,
+}
 
 
 # --- helpers ----------------------------------------------------------------------
@@ -498,7 +308,7 @@ def person_facts(
     now = _at(at)
     rows = Fact.objects.filter(person_id=person_id).defer("embedding", "embedding_q8", "tokens_v2").order_by("id")
     if not include_invalid:
-        rows = rows.filter(superseded_by__isnull=True)
+        rows = rows.valid()
     return {"person_id": person_id, "at": now, "facts": [fact_row(f, now) for f in rows]}
 
 
@@ -549,7 +359,7 @@ def post_import(request: HttpRequest, payload: ImportIn):
 
 @router.get("/knowledge/imports/{job_id}", response={200: ImportOut, **ERRORS}, summary="An import job's state")
 def get_import(request: HttpRequest, job_id: Id):
-    job = Job.objects.filter(pk=job_id, kind="import").first()
+    job = Job.objects.filter(pk=job_id, kind=Job.Kind.IMPORT).first()
     if job is None:
         raise Http404(f"import job {job_id} does not exist")
     return _job_out(job)
@@ -633,6 +443,3 @@ def forget_now(request: HttpRequest, payload: ForgetConfirmIn):
     return {**_plan_out(plan), "record_id": record.pk}
 
 
-router.add_router("", curation_router)
-router.add_router("/tuning", tuning_router)
-api.add_router("/v1", router)

@@ -8,7 +8,7 @@ for the socket timeout of every call, or forever.
 * :func:`client` — the redis-py client of the enqueue markers and per-stream
   locks: ``REDIS_CONNECT_TIMEOUT`` / ``REDIS_SOCKET_TIMEOUT`` (0.1 s each by
   default) and no client-side retries (redis-py 8 retries ten times by default).
-* :func:`publish` — send a Celery task. It first asks :func:`client` (one round
+* :func:`publish` — send a Celery task (by its registered name, see :mod:`memory.enqueue`). It first asks :func:`client` (one round
   trip, bounded by those timeouts), then publishes with a retry policy of at
   most one reconnect; Celery's own socket timeouts (``CELERY_BROKER_TRANSPORT_OPTIONS``)
   bound the rest.
@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 import redis
+from celery import current_app
 from django.conf import settings
 from kombu.exceptions import OperationalError as KombuOperationalError
 
@@ -116,8 +117,8 @@ def check() -> redis.Redis:
     return found
 
 
-def publish(task: Any, args: tuple | list = (), **options: Any) -> None:
-    """Send ``task`` with ``args`` to the broker, or raise :class:`BrokerUnavailable` within ~0.1 s.
+def publish(task: str, args: tuple | list = (), **options: Any) -> None:
+    """Send the task named ``task`` with ``args`` to the broker, or raise :class:`BrokerUnavailable` within ~0.1 s.
 
     :func:`check` first (one bounded round trip), then :func:`send`.
     """
@@ -125,7 +126,7 @@ def publish(task: Any, args: tuple | list = (), **options: Any) -> None:
     send(task, args, **options)
 
 
-def send(task: Any, args: tuple | list = (), **options: Any) -> None:
+def send(task: str, args: tuple | list = (), **options: Any) -> None:
     """Publish without the round trip of :func:`check` (the caller has just talked to Redis).
 
     At most one reconnect (a Redis restart leaves pooled connections stale);
@@ -135,7 +136,7 @@ def send(task: Any, args: tuple | list = (), **options: Any) -> None:
     if is_down():
         raise BrokerUnavailable("任务队列（Redis）暂时不可用")
     try:
-        task.apply_async(tuple(args), retry=True, retry_policy=PUBLISH_RETRY_POLICY, **options)
+        current_app.send_task(task, tuple(args), retry=True, retry_policy=PUBLISH_RETRY_POLICY, **options)
     except REDIS_ERRORS as exc:
         mark_down(exc)
         raise BrokerUnavailable(f"任务队列（Redis）不可用：{_describe(exc)}") from exc

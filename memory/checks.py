@@ -4,6 +4,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from django.conf import settings
 from django.core import checks
 
 
@@ -21,8 +22,6 @@ def fts5_available() -> bool:
 
 @checks.register(checks.Tags.database)
 def check_fts5(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from django.conf import settings
-
     errors: list[checks.CheckMessage] = []
     if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":
         return errors  # PostgreSQL ranks from its own postings tables (memory/backends/postgresql.py)

@@ -10,8 +10,7 @@ from typing import Any
 
 from django.db.models import Count
 
-from curation.models import FactOperation
-from memory.models import Episode, Fact, Identity, Message, Person, Stream
+from memory.models import Episode, Fact, FactOperation, Identity, Message, Person, Stream
 from memory.schemas import fact_row
 
 FORMAT = "memory-console.person-export.v1"

@@ -37,16 +37,17 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import F, Q
 
-from curation.models import FactOperation
 from memory import backends, lexical, services
+from memory.meta import meta_get, meta_set
 from memory.models import (
     EXTRACT_CURSOR_KEY,
     Episode,
     EpisodeCue,
     Fact,
+    FactOperation,
     ForgetRecord,
     Identity,
     Knowledge,
@@ -59,8 +60,9 @@ from memory.models import (
     Stream,
     Turn,
 )
+from memory.triggers import read_cursor
 
-TARGETS = ("message", "fact", "episode", "person", "stream")
+TARGETS = tuple(ForgetRecord.Target.values)
 MIN_QUOTE = 6  # characters: shorter sentences are too common to count as a quote
 MIN_EXTRACTED = 2  # a sender's fact contained in the message counts as extracted from it
 REDACTED = "〔已遗忘〕"
@@ -150,6 +152,12 @@ def _chunks(ids: Sequence[int]) -> Iterator[list[int]]:
     ids = list(ids)
     for start in range(0, len(ids), CHUNK):
         yield ids[start:start + CHUNK]
+
+
+def _delete(model: type[models.Model], ids: Sequence[int]) -> None:
+    """Delete the rows of ``model`` with these ids, in chunks."""
+    for chunk in _chunks(ids):
+        model.objects.filter(pk__in=chunk).delete()
 
 
 def _ids(model: Any, ids: Iterable[int]) -> Iterator[Any]:
@@ -315,8 +323,9 @@ def plan_forget(*, target: str, target_id: int) -> ForgetPlan:
     plan.redacted_episodes = sorted(redacted_episodes - episodes)
     plan.cues = sorted(cues)
     plan.knowledge = sorted(knowledge)
-    refs = Q(ref_kind="fact", ref_id__in=plan.facts) | Q(ref_kind="episode", ref_id__in=plan.episodes)
-    refs |= Q(ref_kind="knowledge", ref_id__in=plan.knowledge)
+    kinds = MemoryNode.RefKind
+    refs = Q(ref_kind=kinds.FACT, ref_id__in=plan.facts) | Q(ref_kind=kinds.EPISODE, ref_id__in=plan.episodes)
+    refs |= Q(ref_kind=kinds.KNOWLEDGE, ref_id__in=plan.knowledge)
     plan.nodes = sorted(MemoryNode.objects.filter(refs).values_list("id", flat=True))
     plan.edges = sorted(
         MemoryEdge.objects.filter(Q(source_id__in=plan.nodes) | Q(target_id__in=plan.nodes)).values_list("id", flat=True)
@@ -406,14 +415,11 @@ def _carry_out(plan: ForgetPlan) -> None:
         lexical.reindex_message(message.pk, content, message.stream_id, message.tokens)
         tables.add("messages_fts")
     for chunk in _chunks(plan.redacted_episodes):
-        Episode.objects.filter(pk__in=chunk).update(summary=REDACTED_SUMMARY, kind=Episode.UNSUMMARIZED)
-    for chunk in _chunks(plan.cues):
-        EpisodeCue.objects.filter(pk__in=chunk).delete()
+        Episode.objects.filter(pk__in=chunk).update(summary=REDACTED_SUMMARY, kind=Episode.Kind.UNSUMMARIZED)
+    _delete(EpisodeCue, plan.cues)
 
-    for chunk in _chunks(plan.edges):
-        MemoryEdge.objects.filter(pk__in=chunk).delete()
-    for chunk in _chunks(plan.nodes):
-        MemoryNode.objects.filter(pk__in=chunk).delete()
+    _delete(MemoryEdge, plan.edges)
+    _delete(MemoryNode, plan.nodes)
 
     forgotten = set(plan.facts)
     for op in _ids(FactOperation, plan.redacted_operations):
@@ -424,8 +430,7 @@ def _carry_out(plan: ForgetPlan) -> None:
         FactOperation.objects.filter(pk__in=chunk).update(undone_by=None, undo_of=None)
         FactOperation.objects.filter(Q(undone_by__in=chunk) | Q(undo_of__in=chunk)).update(undone_by=None, undo_of=None)
         FactOperation.objects.filter(pk__in=chunk).delete()
-    for chunk in _chunks(plan.events):
-        PipelineEvent.objects.filter(pk__in=chunk).delete()
+    _delete(PipelineEvent, plan.events)
     gone_messages = set(plan.messages)
     for turn in _ids(Turn, plan.trimmed_turns):
         turn.pool = [e for e in turn.pool or [] if not (isinstance(e, dict) and e.get("factId") in forgotten)]
@@ -434,21 +439,16 @@ def _carry_out(plan: ForgetPlan) -> None:
         for name in TURN_MESSAGE_LISTS:
             setattr(turn, name, [i for i in getattr(turn, name) or [] if i not in gone_messages])
         turn.save(update_fields=["pool", *TURN_FACT_LISTS, *TURN_MESSAGE_LISTS])
-    for chunk in _chunks(plan.turns):
-        Turn.objects.filter(pk__in=chunk).delete()
+    _delete(Turn, plan.turns)
 
-    for chunk in _chunks(plan.messages):
-        Message.objects.filter(pk__in=chunk).delete()  # a trigger removes their messages_fts rows
+    _delete(Message, plan.messages)  # a trigger removes their messages_fts rows
     if plan.messages:
         tables.add("messages_fts")
     for chunk in _chunks(plan.invalidated_facts):
         Fact.objects.filter(pk__in=chunk).update(superseded_by=F("id"))
-    for chunk in _chunks(plan.facts):
-        Fact.objects.filter(pk__in=chunk).delete()
-    for chunk in _chunks(plan.episodes):
-        Episode.objects.filter(pk__in=chunk).delete()
-    for chunk in _chunks(plan.knowledge):
-        Knowledge.objects.filter(pk__in=chunk).delete()
+    _delete(Fact, plan.facts)
+    _delete(Episode, plan.episodes)
+    _delete(Knowledge, plan.knowledge)
     Identity.objects.filter(pk__in=plan.identities).delete()
     Person.objects.filter(pk__in=plan.persons).delete()
     QueueFailure.objects.filter(pk__in=plan.queue_failures).delete()
@@ -460,7 +460,7 @@ def _carry_out(plan: ForgetPlan) -> None:
         lexical.purge_deleted(sorted(tables))
     # Episode summaries are edited in place here (nowhere else): make the spreading
     # node-text cache reload, which it does when the facts' lexical revision changes.
-    services.meta_set("lexical_revision:facts", f"forget-{services.now_ms()}")
+    meta_set("lexical_revision:facts", f"forget-{services.now_ms()}")
 
 
 def _redact_json(value: Any, pattern: re.Pattern[str] | None) -> Any:
@@ -476,10 +476,10 @@ def _redact_json(value: Any, pattern: re.Pattern[str] | None) -> Any:
 
 
 def _drop_cursor(stream_id: int) -> None:
-    cursors = services.meta_get(EXTRACT_CURSOR_KEY, {})
+    cursors = meta_get(EXTRACT_CURSOR_KEY, {})
     if isinstance(cursors, dict) and str(stream_id) in cursors:
         cursors.pop(str(stream_id))
-        services.meta_set(EXTRACT_CURSOR_KEY, cursors)
+        meta_set(EXTRACT_CURSOR_KEY, cursors)
 
 
 # --- message retention (MESSAGE_RETENTION_DAYS) -------------------------------------------
@@ -498,8 +498,6 @@ def expire_message_bodies(*, days: int, at: int | None = None) -> int:
     """
     if days <= 0:
         return 0
-    from memory.pipeline import read_cursor
-
     now = services.now_ms() if at is None else at
     cutoff = now - int(days) * 86_400_000
     stream_ids = Message.objects.filter(created_at__lt=cutoff, episode_id__isnull=False).exclude(content="")
@@ -524,7 +522,7 @@ def expire_message_bodies(*, days: int, at: int | None = None) -> int:
             emptied += len(rows)
             if len(rows) < RETENTION_BATCH:
                 break
-    previous = services.meta_get(RETENTION_META_KEY, {})
+    previous = meta_get(RETENTION_META_KEY, {})
     total = (previous.get("total", 0) if isinstance(previous, dict) else 0) + emptied
-    services.meta_set(RETENTION_META_KEY, {"at": now, "days": int(days), "emptied": emptied, "total": total})
+    meta_set(RETENTION_META_KEY, {"at": now, "days": int(days), "emptied": emptied, "total": total})
     return emptied

@@ -14,23 +14,38 @@ starting again (its predecessor was killed), or no heartbeat for
 ``JOB_LEASE_SECONDS`` — and moves them ``running → queued`` to be sent again
 (kinds whose task is safe to rerun, up to ``JOB_MAX_ATTEMPTS`` starts) or
 ``running → failed`` with the reason.
+
+**Which kinds rerun** is a registry, job kind → registered task name
+(:data:`RERUNNABLE`): this module sends the task by name through
+:mod:`memory.enqueue` and imports no task module; an app whose jobs rerun safely
+registers its kinds in its ``AppConfig.ready`` (:func:`register_rerunnable`).
 """
 from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from memory.models import Job
+from memory import broker, enqueue
+from memory.models import ImportBatch, Job
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["job_create", "job_fail", "job_finish", "job_progress", "job_requeue", "job_start", "recover_orphaned_jobs"]
+__all__ = [
+    "RERUNNABLE",
+    "job_create",
+    "job_fail",
+    "job_finish",
+    "job_progress",
+    "job_requeue",
+    "job_start",
+    "recover_orphaned_jobs",
+    "register_rerunnable",
+]
 
 ERROR_MAX_CHARS = 500
 WORKER_GONE = "运行它的工作进程（{worker}）已退出"
@@ -39,6 +54,14 @@ QUEUED = Job.Status.QUEUED
 RUNNING = Job.Status.RUNNING
 DONE = Job.Status.DONE
 FAILED = Job.Status.FAILED
+
+#: Job kinds whose task is safe to run again from the start (``task(job_id)``) → the task's registered name.
+RERUNNABLE: dict[str, str] = {"import": enqueue.IMPORT_TASK}
+
+
+def register_rerunnable(kind: str, task_name: str) -> None:
+    """Let :func:`recover_orphaned_jobs` re-queue jobs of ``kind`` by sending ``task_name`` with the job id."""
+    RERUNNABLE[kind] = task_name
 
 
 def job_create(*, kind: str, total: int = 0, params: dict[str, Any] | None = None, user: str = "") -> Job:
@@ -99,21 +122,6 @@ def job_requeue(*, job_id: int, reason: str) -> bool:
     return Job.objects.filter(pk=job_id, status=RUNNING).update(**fields) == 1
 
 
-def _resenders() -> dict[str, Callable[[int], None]]:
-    """Job kinds whose task is safe to run again from the start, and how to send it."""
-    from memory import broker, tasks
-    from tuning import tasks as tuning_tasks
-
-    def send(task: Any) -> Callable[[int], None]:
-        return lambda job_id: broker.publish(task, (job_id,))
-
-    return {
-        "import": send(tasks.import_knowledge_task),
-        "evaluate": send(tuning_tasks.evaluate_task),
-        "compare": send(tuning_tasks.compare_task),
-    }
-
-
 def recover_orphaned_jobs(
     *, worker: str | None = None, worker_started: datetime.datetime | None = None, now: datetime.datetime | None = None,
 ) -> dict[str, list[int]]:
@@ -140,18 +148,15 @@ def recover_orphaned_jobs(
     out: dict[str, list[int]] = {"requeued": [], "failed": []}
     if not orphans:
         return out
-    from memory import broker
-
-    resenders = _resenders()
     for job in orphans:
         gone = WORKER_GONE.format(worker=job["worker"] or "?")
         last = job["heartbeat_at"].isoformat(timespec="seconds") if job["heartbeat_at"] else "-"
-        resend = resenders.get(job["kind"])
-        if resend is not None and job["attempts"] < max_attempts:
+        task_name = RERUNNABLE.get(job["kind"])
+        if task_name is not None and job["attempts"] < max_attempts:
             reason = f"{gone}（最后心跳 {last}），已重新排队，第 {job['attempts'] + 1} 次尝试"
             if job_requeue(job_id=job["id"], reason=reason):
                 try:
-                    resend(job["id"])
+                    enqueue.publish(task_name, (job["id"],))
                 except broker.BrokerUnavailable as exc:
                     _fail_orphan(job["id"], job["kind"], f"{gone}；重新排队失败：{exc}")
                     out["failed"].append(job["id"])
@@ -160,7 +165,7 @@ def recover_orphaned_jobs(
                 logger.warning("job_requeued job=%s kind=%s worker=%s attempts=%s", job["id"], job["kind"],
                                job["worker"], job["attempts"])
             continue
-        why = f"{gone}（最后心跳 {last}）" + (f"，已尝试 {job['attempts']} 次" if resend is not None else "")
+        why = f"{gone}（最后心跳 {last}）" + (f"，已尝试 {job['attempts']} 次" if task_name is not None else "")
         if _fail_orphan(job["id"], job["kind"], why):
             out["failed"].append(job["id"])
             logger.warning("job_failed_orphaned job=%s kind=%s worker=%s", job["id"], job["kind"], job["worker"])
@@ -169,13 +174,11 @@ def recover_orphaned_jobs(
 
 def _fail_orphan(job_id: int, kind: str, error: str) -> bool:
     """Fail a job (queued or running) whose worker is gone; an import's batch fails with it."""
-    from memory.models import ImportBatch
-
     job = Job.objects.filter(pk=job_id).only("params").first()
     params = {k: v for k, v in (job.params or {}).items() if k != "text"} if job is not None else None
     failed = job_fail(job_id=job_id, error=error, params=params if kind == "import" else None)
     if failed and kind == "import" and job is not None:
-        ImportBatch.objects.filter(pk=(job.params or {}).get("batch_id"), status="running").update(
-            status="failed", error=error[:ERROR_MAX_CHARS], finished_at=int(timezone.now().timestamp() * 1000)
+        ImportBatch.objects.filter(pk=(job.params or {}).get("batch_id"), status=ImportBatch.Status.RUNNING).update(
+            status=ImportBatch.Status.FAILED, error=error[:ERROR_MAX_CHARS], finished_at=int(timezone.now().timestamp() * 1000)
         )
     return failed

@@ -31,20 +31,18 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from django.db import connection
 
+from memory.backends import postgresql
 from memory.engine.tokenize import index_tokens, match_expression, query_terms
 from memory.lexical_index import SOURCES, resident
 
 
 def _pg():
     """The PostgreSQL lexical backend when the connection is PostgreSQL, else ``None`` (FTS5 here)."""
-    if connection.vendor == "postgresql":
-        from memory.backends import postgresql
-
-        return postgresql
-    return None
+    return postgresql if connection.vendor == "postgresql" else None
 
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")
 #: where each FTS table's rows keep their indexed tokens: (table, column)
@@ -346,6 +344,35 @@ def _whole_table_top(table: str, match: str, limit: int, offset: int = 0) -> lis
     return None if index is None else index.top(terms_of(match), limit, offset=offset)
 
 
+class FactRow(NamedTuple):
+    """A fact candidate as the lexical index returns it (``bm25``: FTS5's, negative, lower is better)."""
+
+    id: int
+    bm25: float
+    person_id: int
+    kind: str
+    content: str
+    slot: str
+    origin_kind: str
+    strength: float
+    half_life_hours: float
+    updated_at: int
+    active: bool
+    has_vector: bool
+
+
+class CueHit(NamedTuple):
+    """An episode cue matching a query: its episode, the cue, the cue's bm25."""
+
+    episode_id: int
+    cue_id: int
+    bm25: float
+
+
+def _fact_rows(rows) -> list[FactRow]:
+    return [FactRow(*r) for r in rows]
+
+
 _FACT_COLUMNS = (
     "f.id, {bm25}, f.person_id, f.kind, f.content, f.slot, f.origin_kind,"
     " f.strength, f.half_life_hours, f.updated_at, f.active, f.embedding_q8 IS NOT NULL"
@@ -354,9 +381,9 @@ _FACT_COLUMNS = (
 
 def fact_candidates(
     match: str, *, person_ids: Sequence[int] | None, limit: int, include_invalid: bool = False
-) -> list[tuple]:
-    """Facts matching ``match`` ordered by bm25: ``(id, bm25, person_id, kind, content, slot,
-    origin_kind, strength, half_life_hours, updated_at, active, has_vector)``.
+) -> list[FactRow]:
+    """Facts matching ``match`` ordered by bm25, as :class:`FactRow` (``id, bm25, person_id, kind,
+    content, slot, origin_kind, strength, half_life_hours, updated_at, active, has_vector``).
 
     Superseded/invalidated facts are excluded unless ``include_invalid``; frozen facts are
     kept (they stay lexically recallable). ``person_ids=None`` ranks every person's facts
@@ -369,10 +396,10 @@ def fact_candidates(
     if person_ids is None:
         rows = _resident_fact_candidates(match, limit, include_invalid)
         if rows is not None:
-            return rows
+            return _fact_rows(rows)
     if (pg := _pg()) is not None:
         ranked = pg.fact_scores(terms_of(match), person_ids)
-        return pg.fact_rows(_FACT_COLUMNS, ranked, include_invalid=include_invalid, limit=limit)
+        return _fact_rows(pg.fact_rows(_FACT_COLUMNS, ranked, include_invalid=include_invalid, limit=limit))
     if person_ids is None:
         match = _pruned("facts_fts", match) or match
     where = ["facts_fts MATCH %s"]
@@ -387,7 +414,7 @@ def fact_candidates(
     )
     with connection.cursor() as cur:
         cur.execute(sql, params)
-        return cur.fetchall()
+        return _fact_rows(cur.fetchall())
 
 
 def _resident_fact_candidates(match: str, limit: int, include_invalid: bool) -> list[tuple] | None:
@@ -449,8 +476,8 @@ def similar_fact_candidates(match: str, *, person_id: int, limit: int = 8) -> li
         return cur.fetchall()
 
 
-def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tuple[int, int, float]]:
-    """Cue hits ordered by bm25: ``(episode_id, cue_id, bm25)``; placeholders have no cues.
+def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[CueHit]:
+    """Cue hits ordered by bm25 (:class:`CueHit`: ``episode_id, cue_id, bm25``); placeholders have no cues.
 
     The user terms are confined to the ``tokens`` column; a stream is selected with
     ``stream : "s<id>"`` so FTS5 ranks only that stream's cues. The ``stream``
@@ -462,9 +489,9 @@ def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tup
     if stream_id is None:
         hits = _whole_table_top("cues_fts", match, limit)
         if hits is not None:
-            return _cue_rows(hits)
+            return [CueHit(*h) for h in _cue_rows(hits)]
     if (pg := _pg()) is not None:
-        return pg.cue_candidates(terms_of(match), stream_id=stream_id, limit=limit)
+        return [CueHit(*h) for h in pg.cue_candidates(terms_of(match), stream_id=stream_id, limit=limit)]
     if stream_id is None:
         match = _pruned("cues_fts", match) or match
     expression = f"tokens : ({match})"
@@ -483,7 +510,7 @@ def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tup
             f" WHERE {where} ORDER BY b LIMIT %s",
             params,
         )
-        return cur.fetchall()
+        return [CueHit(*h) for h in cur.fetchall()]
 
 
 def _cue_rows(hits: list[tuple[int, float]]) -> list[tuple[int, int, float]]:

@@ -27,24 +27,22 @@ Tokens come from the rows' stored ``index_tokens`` strings (``tokens_v2`` /
 from __future__ import annotations
 
 import math
-import re
 import threading
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
+from django.conf import settings
 from django.db import connection
 
 from memory.changes import ChangeFeed
+from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_tokens
 
-K1 = 1.2
-B = 0.75
-IDF_FLOOR = 1e-6          # FTS5 replaces a non-positive IDF by this
+__all__ = ["B", "IDF_FLOOR", "K1", "SOURCES", "ResidentBM25", "Source", "fts_tokens", "reset_all", "resident"]
+
 TAIL_MERGE_ROWS = 512     # appended rows kept aside before they are merged into the arrays
 
-_TOKEN = re.compile(r"[^\W_]+")
 
 
 @dataclass(frozen=True)
@@ -66,21 +64,6 @@ SOURCES = {
     "cues_fts": Source("cues_fts", "episode_cues", "tokens", 1),
     "knowledge_fts": Source("knowledge_fts", "knowledge", "tokens_v2", 0),
 }
-
-
-def _fold(text: str) -> str:
-    """Lower-case and drop Latin diacritics, as ``unicode61`` (remove_diacritics=1) does."""
-    text = text.lower()
-    if text.isascii():
-        return text
-    return "".join(
-        unicodedata.normalize("NFD", ch)[0] if ch < "\u0250" or "\u1e00" <= ch <= "\u1eff" else ch for ch in text
-    )
-
-
-def fts_tokens(text: str) -> list[str]:
-    """The tokens ``unicode61`` makes of ``text`` (runs of letters and digits)."""
-    return _TOKEN.findall(_fold(text))
 
 
 class ResidentBM25:
@@ -309,8 +292,6 @@ def resident(fts_table: str) -> ResidentBM25 | None:
     ``None`` inside a transaction (see the module docstring) and when
     ``settings.LEXICAL_RESIDENT_INDEX`` is off.
     """
-    from django.conf import settings
-
     if not getattr(settings, "LEXICAL_RESIDENT_INDEX", True) or connection.in_atomic_block:
         return None
     index = _indexes.get(fts_table)

@@ -9,6 +9,18 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from memory.engine import decay
+
+
+def vector_indexes(table: str, *, q8_pending: bool = True) -> list[models.Index]:
+    """The partial indexes the vector backfill reads: rows without a vector and (``q8_pending``)
+    rows whose SQ8 copy is still to be written."""
+    no_vector = models.Index(fields=["id"], condition=models.Q(embedding__isnull=True), name=f"idx_{table}_no_vector")
+    if not q8_pending:
+        return [no_vector]
+    pending = models.Q(embedding__isnull=False, embedding_q8__isnull=True)
+    return [no_vector, models.Index(fields=["id"], condition=pending, name=f"idx_{table}_q8_pending")]
+
 
 class StreamKind(models.TextChoices):
     DIRECT = "direct", _("私聊")
@@ -17,7 +29,11 @@ class StreamKind(models.TextChoices):
 
 
 class Person(models.Model):
-    kind = models.CharField(max_length=16, default="user")  # owner | user
+    class Kind(models.TextChoices):
+        OWNER = "owner", _("主人")
+        USER = "user", _("用户")
+
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.USER)
     display_name = models.CharField(max_length=200, blank=True, default="")
     first_seen_at = models.BigIntegerField()
 
@@ -60,10 +76,11 @@ class Stream(models.Model):
 
 
 class Episode(models.Model):
-    CONVERSATION = "conversation"
-    UNSUMMARIZED = "unsummarized"
+    class Kind(models.TextChoices):
+        CONVERSATION = "conversation", _("对话情节")
+        UNSUMMARIZED = "unsummarized", _("未总结")
 
-    kind = models.CharField(max_length=32, default=CONVERSATION)
+    kind = models.CharField(max_length=32, choices=Kind.choices, default=Kind.CONVERSATION)
     summary = models.TextField()
     started_at = models.BigIntegerField()
     ended_at = models.BigIntegerField()
@@ -84,7 +101,7 @@ class Episode(models.Model):
 
     @property
     def is_placeholder(self) -> bool:
-        return self.kind == self.UNSUMMARIZED
+        return self.kind == self.Kind.UNSUMMARIZED
 
 
 class EpisodeCue(models.Model):
@@ -98,7 +115,12 @@ class EpisodeCue(models.Model):
 
 
 class Message(models.Model):
-    role = models.CharField(max_length=16)  # user | assistant
+    class Role(models.TextChoices):
+        USER = "user", _("用户")
+        ASSISTANT = "assistant", _("机器人")
+        SYSTEM = "system", _("系统")
+
+    role = models.CharField(max_length=16, choices=Role.choices)
     content = models.TextField()
     created_at = models.BigIntegerField()
     episode = models.ForeignKey(Episode, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages")
@@ -115,7 +137,7 @@ class Message(models.Model):
             models.Index(fields=["episode", "id"], name="idx_messages_pending"),
             models.Index(fields=["stream", "episode", "id"], name="idx_messages_stream_pending"),
             models.Index(fields=["stream", "created_at"], name="idx_messages_stream_created"),
-            models.Index(fields=["id"], condition=models.Q(embedding__isnull=True), name="idx_messages_no_vector"),
+            *vector_indexes("messages", q8_pending=False),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -129,7 +151,45 @@ class Message(models.Model):
         return f"Message #{self.pk}"
 
 
+class FactState(models.TextChoices):
+    """What a fact is now. Frozen is never "deleted": it revives when recalled or reinforced."""
+
+    ACTIVE = "active", _("活跃")
+    FROZEN = "frozen", _("已冻结")  # retention fell below 0.1: not surfaced on its own
+    INVALID = "invalid", _("已失效")  # invalidated by hand (superseded by itself)
+    SUPERSEDED = "superseded", _("已被取代")  # replaced by a newer fact
+
+
+#: A filter beside the states: pinned facts (any state) — ``Fact.objects.in_state(PINNED)``.
+PINNED = "pinned"
+
+_STATE_CONDITIONS: dict[str, models.Q] = {
+    FactState.ACTIVE: models.Q(superseded_by__isnull=True, active=True),
+    FactState.FROZEN: models.Q(superseded_by__isnull=True, active=False),
+    FactState.INVALID: models.Q(superseded_by=models.F("id")),
+    FactState.SUPERSEDED: models.Q(superseded_by__isnull=False) & ~models.Q(superseded_by=models.F("id")),
+    PINNED: models.Q(half_life_hours__gte=decay.PIN_HALF_LIFE_HOURS),
+}
+
+
+class FactQuerySet(models.QuerySet["Fact"]):
+    def valid(self) -> FactQuerySet:
+        """Facts nobody replaced or invalidated (active or frozen)."""
+        return self.filter(superseded_by__isnull=True)
+
+    def in_state(self, state: str) -> FactQuerySet:
+        """Facts in ``state`` (a :class:`FactState` value, or :data:`PINNED`)."""
+        return self.filter(Fact.state_condition(state))
+
+
 class Fact(models.Model):
+    class Origin(models.TextChoices):
+        """Where a fact was learnt: a direct chat, a group, or before origins were recorded."""
+
+        LEGACY = "legacy", _("旧数据")
+        DIRECT = "direct", _("私聊")
+        GROUP = "group", _("群聊")
+
     person = models.ForeignKey(Person, on_delete=models.CASCADE, related_name="facts")
     kind = models.CharField(max_length=32, default="未分类")
     content = models.TextField()
@@ -145,7 +205,7 @@ class Fact(models.Model):
     tokens_v2 = models.TextField(default="", blank=True)
     embedding = models.BinaryField(null=True, blank=True)
     embedding_q8 = models.BinaryField(null=True, blank=True)
-    origin_kind = models.CharField(max_length=16, default="legacy")  # legacy | direct | group
+    origin_kind = models.CharField(max_length=16, choices=Origin.choices, default=Origin.LEGACY)
     slot = models.CharField(max_length=32, default="", blank=True)
     # NULL = valid; another fact's id = superseded by it; own id = manual invalidation.
     superseded_by = models.ForeignKey(
@@ -153,6 +213,8 @@ class Fact(models.Model):
         db_column="superseded_by",
     )
     source = models.CharField(max_length=120, default="", blank=True)  # where it was heard (extraction, api …)
+
+    objects = FactQuerySet.as_manager()
 
     class Meta:
         db_table = "facts"
@@ -166,36 +228,53 @@ class Fact(models.Model):
             models.Index(fields=["kind"], name="idx_facts_kind"),
             # dashboard counts read these instead of scanning rows that carry 2 KB vectors
             models.Index(fields=["active", "superseded_by", "half_life_hours"], name="idx_facts_state"),
-            models.Index(fields=["id"], condition=models.Q(embedding__isnull=True), name="idx_facts_no_vector"),
-            models.Index(
-                fields=["id"], condition=models.Q(embedding__isnull=False, embedding_q8__isnull=True),
-                name="idx_facts_q8_pending",
-            ),
+            *vector_indexes("facts"),
         ]
 
     def __str__(self) -> str:
         return f"Fact #{self.pk}"
 
-    @property
-    def invalid(self) -> bool:
-        return self.superseded_by_id is not None
+    @staticmethod
+    def state_condition(state: str) -> models.Q:
+        """The row condition of ``state`` (a :class:`FactState` value, or :data:`PINNED`), for filters and counts."""
+        return _STATE_CONDITIONS[state]
 
     @property
-    def manually_invalidated(self) -> bool:
-        return self.superseded_by_id == self.pk
+    def state(self) -> FactState:
+        if not self.valid:
+            return FactState.INVALID if self.superseded_by_id == self.pk else FactState.SUPERSEDED
+        return FactState.ACTIVE if self.active else FactState.FROZEN
+
+    @property
+    def valid(self) -> bool:
+        """Nobody replaced or invalidated it (active or frozen): ``Fact.objects.valid()`` for rows."""
+        return self.superseded_by_id is None
 
     @property
     def pinned(self) -> bool:
-        return self.half_life_hours >= 876_000.0
+        return decay.is_pinned(self.half_life_hours)
+
+    def retention_at(self, now: int) -> float:
+        """Retention (0..1) at ``now`` (epoch ms): strength decayed over the half-life since ``updated_at``."""
+        return decay.retention(self.strength, self.updated_at, self.half_life_hours, now)
 
 
 class ImportBatch(models.Model):
-    kind = models.CharField(max_length=16)  # paste | upload
+    class Kind(models.TextChoices):
+        PASTE = "paste", _("粘贴")
+        UPLOAD = "upload", _("上传")
+
+    class Status(models.TextChoices):
+        RUNNING = "running", _("运行中")
+        DONE = "done", _("完成")
+        FAILED = "failed", _("失败")
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
     origin_name = models.CharField(max_length=255, default="", blank=True)
     summary = models.CharField(max_length=120, default="", blank=True)
     submitted = models.IntegerField(default=0)
     added = models.IntegerField(default=0)
-    status = models.CharField(max_length=16, default="running")  # running | done | failed
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
     created_at = models.BigIntegerField()
     finished_at = models.BigIntegerField(null=True, blank=True)
     error = models.TextField(default="", blank=True)
@@ -229,11 +308,7 @@ class Knowledge(models.Model):
         db_table = "knowledge"
         indexes = [
             models.Index(fields=["import_batch"], name="idx_knowledge_import_batch"),
-            models.Index(fields=["id"], condition=models.Q(embedding__isnull=True), name="idx_knowledge_no_vector"),
-            models.Index(
-                fields=["id"], condition=models.Q(embedding__isnull=False, embedding_q8__isnull=True),
-                name="idx_knowledge_q8_pending",
-            ),
+            *vector_indexes("knowledge"),
         ]
 
     def __str__(self) -> str:
@@ -268,7 +343,12 @@ class KnowledgeEdge(models.Model):
 class MemoryNode(models.Model):
     """A pointer to a fact, episode or knowledge row in the association graph."""
 
-    ref_kind = models.CharField(max_length=16)  # fact | episode | knowledge
+    class RefKind(models.TextChoices):
+        FACT = "fact", _("事实")
+        EPISODE = "episode", _("情节")
+        KNOWLEDGE = "knowledge", _("知识")
+
+    ref_kind = models.CharField(max_length=16, choices=RefKind.choices)
     ref_id = models.BigIntegerField()
 
     class Meta:
@@ -366,7 +446,12 @@ class PipelineEvent(models.Model):
 class VectorSpace(models.Model):
     """Which embedding space the stored vectors of a consumer belong to."""
 
-    consumer = models.CharField(max_length=32, primary_key=True)  # facts | knowledge
+    class Consumer(models.TextChoices):
+        FACTS = "facts", _("事实")
+        KNOWLEDGE = "knowledge", _("知识")
+        MESSAGES = "messages", _("消息")
+
+    consumer = models.CharField(max_length=32, primary_key=True, choices=Consumer.choices)
     model = models.CharField(max_length=200)
     api_format = models.CharField(max_length=32)
     dim = models.IntegerField()
@@ -417,7 +502,11 @@ class QueueFailure(models.Model):
     """
 
     stream = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="+")
-    queue = models.CharField(max_length=16)  # summarize | extract
+    class Queue(models.TextChoices):
+        SUMMARIZE = "summarize", _("总结")
+        EXTRACT = "extract", _("抽取")
+
+    queue = models.CharField(max_length=16, choices=Queue.choices)
     head_message_id = models.BigIntegerField()
     failures = models.IntegerField(default=0)
     last_error = models.TextField(default="", blank=True)
@@ -437,7 +526,17 @@ class Job(models.Model):
         DONE = "done", _("完成")
         FAILED = "failed", _("失败")
 
-    kind = models.CharField(max_length=32)  # import | evaluate | compare | backfill | decay
+    class Kind(models.TextChoices):
+        """What a job does, in an operator's words."""
+
+        IMPORT = "import", _("导入知识")
+        EVALUATE = "evaluate", _("检索评估")
+        COMPARE = "compare", _("参数对比")
+        BACKFILL = "backfill", _("补全向量")
+        DECAY = "decay", _("记忆衰减")
+        TUNING_PROBE = "tuning_probe", _("调优探针")
+
+    kind = models.CharField(max_length=32, choices=Kind.choices)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     progress = models.IntegerField(default=0)
     total = models.IntegerField(default=0)
@@ -504,7 +603,14 @@ class ForgetRecord(models.Model):
 
     at = models.BigIntegerField()
     user = models.CharField(max_length=150, default="", blank=True)  # console user or api:<token name>
-    target = models.CharField(max_length=16)  # message | fact | episode | person | stream
+    class Target(models.TextChoices):
+        MESSAGE = "message", _("消息")
+        FACT = "fact", _("事实")
+        EPISODE = "episode", _("情节")
+        PERSON = "person", _("人物")
+        STREAM = "stream", _("会话")
+
+    target = models.CharField(max_length=16, choices=Target.choices)
     target_id = models.BigIntegerField()
     counts = models.JSONField(default=dict)
 
@@ -515,3 +621,52 @@ class ForgetRecord(models.Model):
 
     def __str__(self) -> str:
         return f"forget {self.target} #{self.target_id}"
+
+
+class FactOperation(models.Model):
+    """The fact-operations journal: one row per change to a fact, with what it was before (``prev``).
+
+    Written by :func:`memory.services.journal_operation` — by ``add_fact`` when a fact
+    supersedes another, and by every curation service (pin, invalidate, restore,
+    replace, adjudicate, undo). Read by curation, export and forgetting. The table kept
+    the name it had when the curation app owned the model; ``curation.models.FactOperation``
+    is a proxy of this one that carries the curation permissions.
+    """
+
+    class Op(models.TextChoices):
+        INVALIDATE = "invalidate", _("标失效")
+        RESTORE = "restore", _("恢复")
+        PIN = "pin", _("永久保留")
+        UNPIN = "unpin", _("取消永久保留")
+        SUPERSEDE = "supersede", _("标记取代")
+        REPLACE = "replace", _("人工取代")
+        ADJUDICATE = "adjudicate", _("冲突裁决")
+        UNDO = "undo", _("撤销")
+
+    class Actor(models.TextChoices):
+        MANUAL = "manual", _("人工")
+        AUTO = "auto", _("系统自动")
+        N4 = "n4", _("自动纠错")
+
+    at = models.BigIntegerField()
+    actor = models.CharField(max_length=16, choices=Actor.choices)
+    op = models.CharField(max_length=16, choices=Op.choices)
+    person = models.ForeignKey("memory.Person", on_delete=models.CASCADE, related_name="+", db_constraint=False)
+    fact = models.ForeignKey("memory.Fact", on_delete=models.CASCADE, related_name="operations", db_constraint=False)
+    related_fact = models.ForeignKey(
+        "memory.Fact", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
+    )
+    prev = models.JSONField(default=dict)
+    undone_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    undo_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    user = models.CharField(max_length=150, default="", blank=True)  # console user or API token name
+
+    class Meta:
+        db_table = "fact_operations"
+        indexes = [
+            models.Index(fields=["fact"], name="idx_fact_operations_fact"),
+            models.Index(fields=["person", "at"], name="idx_fact_operations_person"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.op} #{self.pk}"

@@ -20,9 +20,7 @@ cursor past the batch (extraction).
 from __future__ import annotations
 
 import logging
-import os
 import re
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,9 +29,9 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import DatabaseError, transaction
 
-from memory import lexical, selectors, services
+from memory import broker, enqueue, jobs, lexical, selectors, services, triggers
 from memory.engine.scope import SCOPE_ALL, origin_kind_for_stream
-from memory.jobs import job_create, job_fail, job_finish, job_progress, job_start
+from memory.meta import meta_set
 from memory.models import (
     EXTRACT_CURSOR_KEY,
     Episode,
@@ -48,7 +46,10 @@ from memory.models import (
     QueueFailure,
     Stream,
 )
-from memory.providers import DialogueLine, KnownFact, Participant
+from memory.providers import DialogueLine, Embedder, Emit, Extractor, KnownFact, Participant, Summariser
+from memory.providers import config as provider_config
+from memory.providers.embeddings import clamp_batch
+from memory.triggers import EXTRACT, SUMMARIZE, extract_due, read_cursor, summarize_due
 
 logger = logging.getLogger(__name__)
 
@@ -62,20 +63,13 @@ __all__ = [
     "delete_batch",
     "delete_batch_preview",
     "edges_decay",
-    "extract_due",
     "extract_stream",
-    "read_cursor",
     "run_import",
     "split_into_chunks",
     "start_import",
-    "streams_due",
-    "summarize_due",
     "summarize_stream",
     "validate_upload",
 ]
-
-SUMMARIZE = "summarize"
-EXTRACT = "extract"
 
 #: A summary batch never has fewer messages than this (§3.15).
 MIN_SUMMARY_BATCH = 4
@@ -94,13 +88,6 @@ ERROR_MAX_CHARS = 300
 
 def _now(at: int | None) -> int:
     return services.now_ms() if at is None else int(at)
-
-
-def _test_delay(name: str) -> None:
-    """Sleep for ``$name`` seconds when that variable is set (integration tests only)."""
-    value = os.environ.get(name)
-    if value:
-        time.sleep(float(value))
 
 
 def _error_text(exc: BaseException) -> str:
@@ -229,11 +216,7 @@ def _still_pending(stream_id: int, message_ids: Sequence[int]) -> bool:
 # --- summarisation (§3.15) -----------------------------------------------------------
 
 
-def summarize_due(stream_id: int) -> bool:
-    return selectors.pending_count(stream_id=stream_id) >= settings.SUMMARIZE_TRIGGER_MESSAGES
-
-
-def summarize_stream(*, stream_id: int, summariser: Any = None, at: int | None = None) -> BatchOutcome:
+def summarize_stream(*, stream_id: int, summariser: Summariser | None = None, at: int | None = None) -> BatchOutcome:
     """Summarise the oldest pending batch of a stream into one episode, if it is due.
 
     1. Nothing happens below ``SUMMARIZE_TRIGGER_MESSAGES`` (48) pending messages
@@ -257,9 +240,7 @@ def summarize_stream(*, stream_id: int, summariser: Any = None, at: int | None =
     if len(batch) < MIN_SUMMARY_BATCH:
         return BatchOutcome("too_few", stream_id, messages=len(batch))
     if summariser is None:
-        from memory.providers.config import get_summariser
-
-        summariser = get_summariser()
+        summariser = provider_config.get_summariser()
     if summariser is None:
         return BatchOutcome("disabled", stream_id)
 
@@ -294,7 +275,6 @@ def summarize_stream(*, stream_id: int, summariser: Any = None, at: int | None =
             at=at,
         )
         logger.info("summary_writing stream=%s episode=%s messages=%d", stream_id, episode.pk, len(ids))
-        _test_delay("MEMORY_TEST_SUMMARY_DELAY")  # widens the window an integration test kills the worker in
         _clear_failures(stream_id=stream_id, queue=SUMMARIZE)
     return BatchOutcome("written", stream_id, messages=len(ids), episode_id=episode.pk, more=summarize_due(stream_id))
 
@@ -322,7 +302,7 @@ def _summary_failed(stream_id: int, batch: Sequence[Message], reason: str, at: i
                 started_at=batch[0].created_at,
                 ended_at=batch[-1].created_at,
                 message_ids=ids,
-                kind=Episode.UNSUMMARIZED,
+                kind=Episode.Kind.UNSUMMARIZED,
                 at=at,
             )
             _clear_failures(stream_id=stream_id, queue=SUMMARIZE)
@@ -346,27 +326,11 @@ def _summary_failed(stream_id: int, batch: Sequence[Message], reason: str, at: i
 # --- fact extraction (§3.14) --------------------------------------------------------------
 
 
-def _cursor_map() -> dict[str, Any]:
-    value = services.meta_get(EXTRACT_CURSOR_KEY, {})
-    return value if isinstance(value, dict) else {}
-
-
-def read_cursor(stream_id: int) -> int:
-    """Id of the last message already given to the extractor (0 = none)."""
-    value = _cursor_map().get(str(stream_id))
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def advance_cursor(stream_id: int, message_id: int) -> None:
-    """Set a stream's cursor; call inside the transaction that wrote the batch."""
-    cursors = _cursor_map()
+    """Set a stream's cursor (:mod:`memory.triggers`); call inside the transaction that wrote the batch."""
+    cursors = triggers.cursor_map()
     cursors[str(stream_id)] = int(message_id)
-    services.meta_set(EXTRACT_CURSOR_KEY, cursors)
-
-
-def extract_due(stream_id: int) -> bool:
-    count = selectors.message_count_after(stream_id=stream_id, since_id=read_cursor(stream_id))
-    return count >= settings.FACT_EXTRACT_TRIGGER_MESSAGES
+    meta_set(EXTRACT_CURSOR_KEY, cursors)
 
 
 def _known_facts(participants: Sequence[Participant], now: int) -> list[KnownFact]:
@@ -390,7 +354,7 @@ def _person_ref(raw: str) -> str:
     return (raw or "").strip().strip("[]").strip()
 
 
-def extract_stream(*, stream_id: int, extractor: Any = None, at: int | None = None) -> BatchOutcome:
+def extract_stream(*, stream_id: int, extractor: Extractor | None = None, at: int | None = None) -> BatchOutcome:
     """Extract facts and knowledge from the next batch after the stream's cursor.
 
     1. Nothing happens below ``FACT_EXTRACT_TRIGGER_MESSAGES`` (32) messages
@@ -426,9 +390,7 @@ def extract_stream(*, stream_id: int, extractor: Any = None, at: int | None = No
             advance_cursor(stream_id, last_id)
         return BatchOutcome("no_participants", stream_id, messages=len(batch), more=extract_due(stream_id))
     if extractor is None:
-        from memory.providers.config import get_extractor
-
-        extractor = get_extractor()
+        extractor = provider_config.get_extractor()
     if extractor is None:
         return BatchOutcome("disabled", stream_id)
 
@@ -473,7 +435,7 @@ def extract_stream(*, stream_id: int, extractor: Any = None, at: int | None = No
 
 def _persist_facts(
     facts: Sequence[Any], by_ref: dict[str, Participant], *, origin: str, stream_id: int, at: int,
-    emit: Callable[[str, dict[str, Any]], None],
+    emit: Emit,
 ) -> list[int]:
     written: list[int] = []
     for fact in facts:
@@ -503,7 +465,7 @@ def _persist_facts(
     return written
 
 
-def _persist_knowledge(items: Sequence[str], *, at: int, emit: Callable[[str, dict[str, Any]], None]) -> list[int]:
+def _persist_knowledge(items: Sequence[str], *, at: int, emit: Emit) -> list[int]:
     ids: list[int] = []
     for item in items:
         kid = services.add_knowledge(content=item, source=KNOWLEDGE_SOURCE, at=at)
@@ -537,19 +499,6 @@ def _extract_failed(stream_id: int, batch: Sequence[Message], cursor: int, reaso
     logger.warning("fact_extract_batch_skipped stream=%s head=%s reason=%s", stream_id, head, reason)
     return BatchOutcome("skipped", stream_id, messages=len(batch), failures=failures, error=reason,
                         more=extract_due(stream_id))
-
-
-def streams_due() -> list[tuple[str, int]]:
-    """``(queue, stream_id)`` of every stream whose summarisation or extraction is due."""
-    due: list[tuple[str, int]] = []
-    trigger = settings.SUMMARIZE_TRIGGER_MESSAGES
-    for stream_id, n in sorted(selectors.pending_counts().items()):
-        if n >= trigger:
-            due.append((SUMMARIZE, stream_id))
-    for stream_id in Stream.objects.order_by("id").values_list("id", flat=True):
-        if extract_due(stream_id):
-            due.append((EXTRACT, stream_id))
-    return due
 
 
 # --- embeddings (§3.5) -----------------------------------------------------------------
@@ -591,12 +540,10 @@ def _store(consumer: str, row_id: int, vector: Any) -> None:
 
 
 def _batch_size(batch: int | None) -> int:
-    from memory.providers.embeddings import clamp_batch
-
     return clamp_batch(batch or getattr(settings, "EMBEDDING_BATCH", 20))
 
 
-def _api_format(embedder: Any) -> str:
+def _api_format(embedder: Embedder) -> str:
     fmt = getattr(embedder, "api_format", "")
     if fmt:
         return str(fmt)
@@ -604,7 +551,7 @@ def _api_format(embedder: Any) -> str:
     return label.split(":", 1)[0] if ":" in label else type(embedder).__name__
 
 
-def reconcile_spaces(embedder: Any, consumers: Sequence[str] = tuple(_VECTOR_MODELS)) -> int:
+def reconcile_spaces(embedder: Embedder, consumers: Sequence[str] = tuple(_VECTOR_MODELS)) -> int:
     """Register the embedder's space for each consumer; a changed space clears that table's vectors."""
     cleared = 0
     for consumer in consumers:
@@ -614,7 +561,7 @@ def reconcile_spaces(embedder: Any, consumers: Sequence[str] = tuple(_VECTOR_MOD
     return cleared
 
 
-def _embed_rows(consumer: str, rows: Sequence[tuple[int, str]], embedder: Any) -> tuple[int, int]:
+def _embed_rows(consumer: str, rows: Sequence[tuple[int, str]], embedder: Embedder) -> tuple[int, int]:
     """Embed one batch and store the vectors in one transaction; returns (stored, failed)."""
     vectors = list(embedder.embed([content for _, content in rows]))
     if len(vectors) != len(rows):  # breaks the embedder contract: trust none of it
@@ -637,7 +584,7 @@ def _embed_rows(consumer: str, rows: Sequence[tuple[int, str]], embedder: Any) -
 
 
 def backfill_vectors(
-    *, embedder: Any = None, batch: int | None = None, max_rows: int | None = None,
+    *, embedder: Embedder | None = None, batch: int | None = None, max_rows: int | None = None,
     only_ids: dict[str, Sequence[int]] | None = None,
 ) -> BackfillResult:
     """Embed facts, then knowledge, then messages whose ``embedding`` is NULL, one bounded batch at a time.
@@ -651,9 +598,7 @@ def backfill_vectors(
     """
     result = BackfillResult()
     if embedder is None:
-        from memory.providers.config import get_embedder
-
-        embedder = get_embedder()
+        embedder = provider_config.get_embedder()
     if embedder is None:
         result.enabled = False
         return result
@@ -823,22 +768,19 @@ def _enqueue_import(job_id: int, batch_id: int) -> None:
     Runs right after the registering transaction commits, so a failed send
     leaves nothing ``queued``/``running`` behind to block later imports (409).
     """
-    if not getattr(settings, "MEMORY_ENQUEUE_TASKS", True):
+    if not enqueue.enabled():
         return
-    from memory import broker
-    from memory.tasks import import_knowledge_task
-
     try:
-        broker.publish(import_knowledge_task, (job_id, batch_id))
+        enqueue.publish(enqueue.IMPORT_TASK, (job_id, batch_id))
     except broker.BrokerUnavailable as exc:
         error = IMPORT_NOT_SENT.format(reason=exc)
         now = services.now_ms()
         with transaction.atomic():
-            ImportBatch.objects.filter(pk=batch_id, status="running").update(
-                status="failed", error=error, finished_at=now
+            ImportBatch.objects.filter(pk=batch_id, status=ImportBatch.Status.RUNNING).update(
+                status=ImportBatch.Status.FAILED, error=error, finished_at=now
             )
             job = Job.objects.filter(pk=job_id).only("params").first()
-            job_fail(job_id=job_id, error=error, params=_public_params(job.params if job else {}))
+            jobs.job_fail(job_id=job_id, error=error, params=_public_params(job.params if job else {}))
         logger.warning("import_enqueue_failed job=%s batch=%s error=%s", job_id, batch_id, exc)
         raise
 
@@ -863,16 +805,16 @@ def start_import(
     chunks = _check_limits(text, kind)
     now = _now(at)
     with transaction.atomic():
-        stale = ImportBatch.objects.filter(status="running", created_at__lt=now - IMPORT_STALE_MS)
-        stale.update(status="failed", error="导入超时未完成（工作进程可能已退出）", finished_at=now)
-        if ImportBatch.objects.filter(status="running").exists():
+        stale = ImportBatch.objects.filter(status=ImportBatch.Status.RUNNING, created_at__lt=now - IMPORT_STALE_MS)
+        stale.update(status=ImportBatch.Status.FAILED, error="导入超时未完成（工作进程可能已退出）", finished_at=now)
+        if ImportBatch.objects.filter(status=ImportBatch.Status.RUNNING).exists():
             raise ImportBusyError("另一个导入正在进行，请等它完成后再试")
         batch = ImportBatch.objects.create(
             kind=kind, origin_name=(origin_name or "")[:255], summary=_first_line(text), submitted=len(chunks),
-            status="running", created_at=now,
+            status=ImportBatch.Status.RUNNING, created_at=now,
         )
-        job = job_create(
-            kind="import", total=len(chunks), user=user,
+        job = jobs.job_create(
+            kind=Job.Kind.IMPORT, total=len(chunks), user=user,
             params={"batch_id": batch.pk, "origin_name": batch.origin_name, "kind": kind, "text": text},
         )
         if enqueue:
@@ -886,7 +828,7 @@ def _public_params(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_import(
-    *, job_id: int, embedder: Any = None, embed: bool = True, at: int | None = None,
+    *, job_id: int, batch_id: int | None = None, embedder: Embedder | None = None, embed: bool = True, at: int | None = None,
     on_progress: Callable[[int, int], None] | None = None, worker: str = "",
 ) -> dict[str, Any] | None:
     """Run an import job: chunks → knowledge rows of its batch, then their vectors.
@@ -895,9 +837,10 @@ def run_import(
     knowledge is deduplicated by content, so a job re-queued after its worker
     died (:func:`memory.jobs.recover_orphaned_jobs`) only re-finds its rows; a
     finished job returns its stored result; a job another delivery is running,
-    and a missing job, return None.
+    a missing job, and a job of another batch than ``batch_id`` (when given: the
+    batch the task was sent for) return None without touching it.
     """
-    job = Job.objects.filter(pk=job_id, kind="import").first()
+    job = Job.objects.filter(pk=job_id, kind=Job.Kind.IMPORT).first()
     if job is None:
         return None
     if job.status == Job.Status.DONE:
@@ -905,11 +848,14 @@ def run_import(
     if job.status == Job.Status.FAILED:
         return None
     params = dict(job.params or {})
+    if batch_id is not None and params.get("batch_id") != batch_id:
+        logger.warning("import_batch_mismatch job=%s sent=%s stored=%s", job_id, batch_id, params.get("batch_id"))
+        return None
     batch = ImportBatch.objects.filter(pk=params.get("batch_id")).first()
     if batch is None or batch.status != "running":
-        job_fail(job_id=job_id, error="导入批次不存在或已结束", params=_public_params(params))
+        jobs.job_fail(job_id=job_id, error="导入批次不存在或已结束", params=_public_params(params))
         return None
-    if not job_start(job_id=job_id, worker=worker):
+    if not jobs.job_start(job_id=job_id, worker=worker):
         return None  # running elsewhere; a dead worker's job is re-queued by the lease sweep
     now = _now(at)
     chunks = split_into_chunks(params.get("text", ""))
@@ -925,25 +871,24 @@ def run_import(
                 for chunk in chunks[start : start + IMPORT_PROGRESS_EVERY]:
                     ids.append(services.add_knowledge(content=chunk, source=IMPORT_SOURCE, at=now, batch_id=batch.pk))
             done = min(total, start + IMPORT_PROGRESS_EVERY)
-            job_progress(job_id=job_id, progress=done)
-            _test_delay("MEMORY_TEST_IMPORT_DELAY")  # between transactions: lets an integration test kill the worker
+            jobs.job_progress(job_id=job_id, progress=done)
             if on_progress is not None:
                 on_progress(done, total)
         embedded = 0
         if embed:
             vectors = backfill_vectors(embedder=embedder, only_ids={"knowledge": ids})
             embedded = vectors.knowledge
-            if vectors.cleared:  # a new embedding space: everything else needs its vector again
-                services.enqueue_vectors()
+            if vectors.cleared and enqueue.enabled():  # a new embedding space: everything else needs its vector again
+                enqueue.vector_backfill()
         added = Knowledge.objects.filter(import_batch_id=batch.pk).count()
         result = {"batch_id": batch.pk, "submitted": total, "added": added, "duplicated": total - added,
                   "embedded": embedded}
         finished = services.now_ms()
         with transaction.atomic():
-            ImportBatch.objects.filter(pk=batch.pk, status="running").update(
-                status="done", added=added, finished_at=finished
+            ImportBatch.objects.filter(pk=batch.pk, status=ImportBatch.Status.RUNNING).update(
+                status=ImportBatch.Status.DONE, added=added, finished_at=finished
             )
-            job_finish(job_id=job_id, result=result, params=_public_params(params))
+            jobs.job_finish(job_id=job_id, result=result, params=_public_params(params))
         services.emit_event("import_done", {"batchId": batch.pk, "jobId": job_id, **result}, at=finished,
                             stage="import")
         return result
@@ -951,10 +896,10 @@ def run_import(
         error = _error_text(exc)[:500]
         finished = services.now_ms()
         try:
-            ImportBatch.objects.filter(pk=batch.pk, status="running").update(
-                status="failed", error=error, finished_at=finished
+            ImportBatch.objects.filter(pk=batch.pk, status=ImportBatch.Status.RUNNING).update(
+                status=ImportBatch.Status.FAILED, error=error, finished_at=finished
             )
-            job_fail(job_id=job_id, error=error, params=_public_params(params))
+            jobs.job_fail(job_id=job_id, error=error, params=_public_params(params))
             services.emit_event("import_failed", {"batchId": batch.pk, "jobId": job_id, "error": error},
                                 at=finished, stage="import")
         except DatabaseError:
@@ -991,7 +936,7 @@ def delete_batch(batch_id: int, *, at: int | None = None) -> int:
                 lexical.delete_row("knowledge_fts", row_id, tokens)
         for start in range(0, len(ids), 500):
             part = ids[start : start + 500]
-            MemoryNode.objects.filter(ref_kind="knowledge", ref_id__in=part).delete()
+            MemoryNode.objects.filter(ref_kind=MemoryNode.RefKind.KNOWLEDGE, ref_id__in=part).delete()
             Knowledge.objects.filter(pk__in=part, import_batch_id=batch_id).delete()
         services.emit_event("import_batch_deleted", {"batchId": batch_id, "deleted": len(ids)}, at=now,
                             stage="import")

@@ -13,18 +13,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
 
-from memory import selectors, services
+from memory import overrides, selectors, services
 from memory.engine import context as conversation
 from memory.engine import spreading
 from memory.engine.scope import fact_visible_in_stream
-from memory.engine.scoring import apply_pool_percentile
-from memory.models import Fact, Identity, Message, Stream, Turn
+from memory.engine.scoring import RankedCandidate, apply_pool_percentile, held_back
+from memory.models import Episode, Fact, Identity, Message, Person, Stream, Turn
+from memory.providers import config as provider_config
 from memory.selectors import RecalledEpisode, ScopedFact
+
+if TYPE_CHECKING:
+    import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +46,7 @@ class TurnStateError(Exception):
 
 
 def _overrides() -> Mapping[str, Any]:
-    from tuning.services import active_overrides
-
-    return active_overrides()
+    return overrides.active_overrides()
 
 
 def _limit(overrides: Mapping[str, Any], name: str, default: int) -> int:
@@ -159,15 +161,13 @@ def complete_conflicts(facts: Sequence[ScopedFact], *, now: int) -> list[PromptF
     # Groups are per (person, slot): two persons may both have a 居住地 conflict.
     missing = [m for members in groups.values() for m, _c in members if m not in present]
     if missing:
-        from memory.engine import decay
-
         rows = Fact.objects.only(
             "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "updated_at",
             "half_life_hours", "active",
         ).in_bulk(missing)
         for fid in missing:
             row = rows[fid]
-            ret = decay.retention(row.strength, row.updated_at, row.half_life_hours, now)
+            ret = row.retention_at(now)
             extra = ScopedFact(
                 id=row.id, person_id=row.person_id, kind=row.kind, content=row.content, slot=row.slot,
                 origin_kind=row.origin_kind, retention=ret, score=0.0, lexical_relevance=0.0, bm25=None,
@@ -334,12 +334,10 @@ def prepare_turn(
     )
 
 
-def embed_query(text: str) -> Any:
+def embed_query(text: str) -> np.ndarray | None:
     """Query vector from the configured embedding provider, or None (disabled or failed)."""
-    from memory.providers.config import get_embedder
-
     try:
-        embedder = get_embedder()
+        embedder = provider_config.get_embedder()
         if embedder is None:
             return None
         return embedder.embed([text])[0]
@@ -356,8 +354,6 @@ def prompt_facts(ranked: Sequence[ScopedFact], limit: int) -> list[ScopedFact]:
 def held_back_facts(ranked: Sequence[ScopedFact], limit: int) -> list[ScopedFact]:
     """What forgetting held back (:func:`memory.engine.scoring.held_back` on a ranked pool):
     eligible facts relevance alone would have put in the prompt but the score ranked out."""
-    from memory.engine.scoring import RankedCandidate, held_back
-
     terms = [
         RankedCandidate(
             id=i, relevance=f.relevance if f.relevance is not None else f.lexical_relevance,
@@ -420,30 +416,12 @@ def rank_pool(
         )
         pool = selectors.merge_dense_candidates(pool, dense, query=text)
     still_valid = set(
-        Fact.objects.filter(pk__in=[f.id for f in pool], superseded_by__isnull=True).values_list("id", flat=True)
+        Fact.objects.valid().filter(pk__in=[f.id for f in pool]).values_list("id", flat=True)
     )
     pool = [f for f in pool if f.id in still_valid]
     cosines = selectors.fact_cosines([f.id for f in pool], query_vector) if query_vector is not None else {}
     ranked = selectors.rank_facts(pool, overrides, cosines=cosines)
     return PromptRanking(prompt=prompt_facts(ranked, limit), held_back=held_back_facts(ranked, limit), ranked=ranked)
-
-
-def rank_for_prompt(
-    *,
-    pool: Sequence[ScopedFact],
-    query_vector: Any,
-    person_ids: Sequence[int],
-    text: str,
-    stream_kind: str,
-    now: int,
-    limit: int,
-    overrides: Mapping[str, Any],
-) -> list[ScopedFact]:
-    """The prompt facts of :func:`rank_pool`."""
-    return rank_pool(
-        pool=pool, query_vector=query_vector, person_ids=person_ids, text=text, stream_kind=stream_kind, now=now,
-        limit=limit, overrides=overrides,
-    ).prompt
 
 
 @dataclass
@@ -512,8 +490,6 @@ def _clip(text: str, limit: int = ITEM_LIMIT) -> str:
 
 
 def _person_names(person_ids: Sequence[int]) -> dict[int, str]:
-    from memory.models import Person
-
     names = {pid: name for pid, name in Person.objects.filter(pk__in=person_ids).values_list("id", "display_name")}
     for pid, name in Identity.objects.filter(person_id__in=person_ids).values_list("person_id", "display_name"):
         if not names.get(pid) and name:
@@ -598,13 +574,11 @@ def cognitive_recall(
     blocked = {"blockedEpisodes": 0, "blockedSuperseded": 0, "blockedScope": 0}
     visible: list[selectors.SpreadItem] = []
     fact_rows = Fact.objects.in_bulk([h.ref_id for h in spreading_result.hits if h.kind == "fact"])
-    from memory.models import Episode
-
     episode_rows = Episode.objects.in_bulk([h.ref_id for h in spreading_result.hits if h.kind == "episode"])
     for hit in spreading_result.hits:
         if hit.kind == "fact" and hit.ref_id in fact_rows:
             row = fact_rows[hit.ref_id]
-            if row.superseded_by_id is not None:
+            if not row.valid:
                 blocked["blockedSuperseded"] += 1
                 continue
             if not fact_visible_in_stream(row.origin_kind, stream.kind, private_in_group=settings.PRIVATE_FACTS_IN_GROUP):

@@ -8,9 +8,9 @@ Limits (settings, README "Configuration"):
   whatever their age: they explain placeholder episodes, which live forever
   (one per given-up batch, so they stay few).
 * turns — ``TURN_RETENTION_COUNT`` (5 000) newest and ``TURN_RETENTION_HOURS``
-  (30 days). Trace-replay evaluation (:func:`tuning.evaluation.build_samples`)
-  replays the most recent turns, at most ``MAX_TURNS_LIMIT`` (500) of them, so
-  the newest 500 turns are never deleted, however old, and the count limit
+  (30 days). Trace-replay evaluation (``tuning.evaluation.build_samples``)
+  replays the most recent turns, at most :data:`REPLAYABLE_TURNS` (500) of them,
+  so the newest 500 turns are never deleted, however old, and the count limit
   never goes below 500.
 
 Deletes run in chunks of ``CHUNK`` rows, each its own short transaction
@@ -23,13 +23,18 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from memory import changes
 from memory.models import PipelineEvent, Turn
+from memory.services import now_ms
 
-__all__ = ["CHUNK", "KEEP_EVENT_KINDS", "prune_events", "prune_turns", "retention_sweep"]
+__all__ = ["CHUNK", "KEEP_EVENT_KINDS", "REPLAYABLE_TURNS", "prune_events", "prune_turns", "retention_sweep"]
 
 HOUR_MS = 3_600_000
 CHUNK = 5_000
 KEEP_EVENT_KINDS = ("summary_batch_skipped",)
+#: Trace replay reads at most this many of the newest turns (the ``max_turns`` limit of an evaluation),
+#: so pruning never goes below it.
+REPLAYABLE_TURNS = 500
 
 
 def _nth_newest_id(queryset: Any, field: str, n: int) -> int | None:
@@ -64,15 +69,9 @@ def prune_events(*, now: int, max_count: int | None = None, max_hours: float | N
     return deleted
 
 
-def _replay_floor() -> int:
-    from tuning.evaluation import MAX_TURNS_LIMIT
-
-    return MAX_TURNS_LIMIT
-
-
 def prune_turns(*, now: int, max_count: int | None = None, max_hours: float | None = None) -> int:
     """Delete turns beyond the newest ``max_count`` or older than ``max_hours``; the newest 500 always stay."""
-    floor = _replay_floor()
+    floor = REPLAYABLE_TURNS
     max_count = max(floor, int(settings.TURN_RETENTION_COUNT if max_count is None else max_count))
     max_hours = float(settings.TURN_RETENTION_HOURS if max_hours is None else max_hours)
     deleted = 0
@@ -86,9 +85,7 @@ def prune_turns(*, now: int, max_count: int | None = None, max_hours: float | No
 
 
 def retention_sweep(*, at: int | None = None) -> dict[str, int]:
-    """Prune events, turns and the change log to their limits; returns the rows deleted of each."""
-    from memory import changes
-    from memory.services import now_ms
-
+    """Prune events and turns to their limits (and the change log); returns ``{"events": n, "turns": n}`` deleted."""
     now = now_ms() if at is None else int(at)
-    return {"events": prune_events(now=now), "turns": prune_turns(now=now), "changes": changes.prune()}
+    changes.prune()
+    return {"events": prune_events(now=now), "turns": prune_turns(now=now)}

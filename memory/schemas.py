@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from django.conf import settings
 from ninja import Field, Schema
 from pydantic import BeforeValidator, ConfigDict, StringConstraints
+
+from memory.models import Fact, FactState
 
 # --- scalar types ---------------------------------------------------------------
 
@@ -64,8 +67,6 @@ ExternalId = Annotated[
 
 def _message_content_schema(schema: dict[str, Any]) -> None:
     """``maxLength`` is the configured ``MESSAGE_MAX_CHARS``, read when the schema is built."""
-    from django.conf import settings
-
     schema["maxLength"] = settings.MESSAGE_MAX_CHARS
 
 DisplayName = Annotated[str, StringConstraints(strip_whitespace=True, max_length=200)]
@@ -475,10 +476,8 @@ def knowledge_hit_out(h: Any) -> dict[str, Any]:
     return {"id": _get(h, "id", "pk"), "content": _get(h, "content", default=""), "score": _float(_get(h, "score"))}
 
 
-def fact_row(fact: Any, now: int) -> dict[str, Any]:
+def fact_row(fact: Fact, now: int) -> dict[str, Any]:
     """A fact row with its decay state at ``now`` (the console's and curation API's view)."""
-    from memory.engine import decay
-
     return {
         "id": fact.pk,
         "kind": fact.kind,
@@ -486,11 +485,11 @@ def fact_row(fact: Any, now: int) -> dict[str, Any]:
         "slot": fact.slot,
         "origin_kind": fact.origin_kind,
         "strength": fact.strength,
-        "retention": decay.retention(fact.strength, fact.updated_at, fact.half_life_hours, now),
+        "retention": fact.retention_at(now),
         "half_life_hours": fact.half_life_hours,
         "active": fact.active,
-        "invalid": fact.superseded_by_id is not None,
-        "pinned": decay.is_pinned(fact.half_life_hours),
+        "invalid": fact.state in (FactState.INVALID, FactState.SUPERSEDED),
+        "pinned": fact.pinned,
         "superseded_by": fact.superseded_by_id,
         "due_at": fact.due_at,
         "hit_count": fact.hit_count,

@@ -7,7 +7,6 @@ transaction of its row.
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -18,20 +17,23 @@ import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from memory import backends, lexical
+from memory import backends, enqueue, lexical
 from memory.engine import decay
 from memory.engine.quantize import pack_float32, quantize_vector
 from memory.engine.scope import upgraded_origin
 from memory.engine.similarity import exact_key, is_same_fact
+from memory.engine.tokenize import words
 from memory.models import (
     Episode,
     EpisodeCue,
     Fact,
+    FactOperation,
+    FactState,
     Identity,
     Knowledge,
+    KnowledgeNode,
     MemoryNode,
     Message,
-    Meta,
     Person,
     PipelineEvent,
     Stream,
@@ -41,7 +43,7 @@ from memory.models import (
 
 logger = logging.getLogger(__name__)
 
-REF_KINDS = ("fact", "episode", "knowledge")
+REF_KINDS = tuple(MemoryNode.RefKind.values)
 
 
 class MemoryInputError(ValueError):
@@ -61,7 +63,7 @@ def _at(at: int | None) -> int:
     return now_ms() if at is None else int(at)
 
 
-# --- events and meta -----------------------------------------------------------
+# --- events -----------------------------------------------------------
 
 
 def emit_event(
@@ -77,21 +79,6 @@ def emit_event(
     PipelineEvent.objects.create(
         at=_at(at), stream_id=stream_id, turn_id=turn_id, stage=stage, kind=kind, payload=payload
     )
-
-
-def meta_get(key: str, default: Any = None) -> Any:
-    """JSON value of a meta key; ``default`` when missing or not valid JSON."""
-    row = Meta.objects.filter(key=key).values_list("value", flat=True).first()
-    if row is None:
-        return default
-    try:
-        return json.loads(row)
-    except ValueError:
-        return default
-
-
-def meta_set(key: str, value: Any) -> None:
-    Meta.objects.update_or_create(key=key, defaults={"value": json.dumps(value, ensure_ascii=False)})
 
 
 # --- persons and streams ---------------------------------------------------------
@@ -167,21 +154,6 @@ def resolve_stream(*, platform: str, kind: str, external_id: str, name: str = ""
 # --- L1 messages -----------------------------------------------------------------
 
 
-def enqueue_vectors() -> None:
-    """Ask the workers to embed rows still without a vector (after commit, when enabled)."""
-    if getattr(settings, "MEMORY_ENQUEUE_TASKS", True):
-        from memory.tasks import enqueue_vector_backfill
-
-        enqueue_vector_backfill()
-
-
-def _enqueue_stream_checks(stream_id: int) -> None:
-    if getattr(settings, "MEMORY_ENQUEUE_TASKS", True):
-        from memory.tasks import enqueue_stream_checks
-
-        enqueue_stream_checks(stream_id)
-
-
 def append_message(
     *,
     stream_id: int,
@@ -218,7 +190,7 @@ def append_message(
                 created_at=_at(at),
             )
             message.tokens = lexical.index_messages([(message.pk, content, stream_id)])[0]
-            transaction.on_commit(lambda: _enqueue_stream_checks(stream_id))
+            enqueue.stream_checks_on_commit(stream_id)
     except IntegrityError:
         existing = Message.objects.filter(stream_id=stream_id, external_message_id=external_message_id).first()
         if existing is None:
@@ -266,7 +238,7 @@ def add_episode(
     started_at: int,
     ended_at: int,
     message_ids: Sequence[int],
-    kind: str = Episode.CONVERSATION,
+    kind: str = Episode.Kind.CONVERSATION,
     source: str = "",
     at: int | None = None,
 ) -> Episode:
@@ -323,26 +295,33 @@ def _apply_supersede(person_id: int, target: int, *, replaced_by: int) -> int:
     """Guarded supersede: same person, not already superseded, not itself."""
     if target == replaced_by:
         return 0
-    updated = Fact.objects.filter(pk=target, person_id=person_id, superseded_by__isnull=True).update(
+    updated = Fact.objects.valid().filter(pk=target, person_id=person_id).update(
         superseded_by=replaced_by
     )
     return target if updated == 1 else 0
 
 
+def journal_operation(
+    *, op: str, actor: str, person_id: int, fact_id: int, prev: dict[str, Any], at: int, user: str = "",
+    related_fact_id: int | None = None, undo_of_id: int | None = None,
+) -> FactOperation:
+    """Append one row to the fact-operations journal; call inside the transaction of the change.
+
+    ``prev`` holds the values the operation overwrote, so that undo can write them back.
+    """
+    return FactOperation.objects.create(
+        at=at, actor=actor, op=op, person_id=person_id, fact_id=fact_id, related_fact_id=related_fact_id,
+        prev=prev, user=user, undo_of_id=undo_of_id,
+    )
+
+
 def _log_supersede(
     *, actor: str, person_id: int, old_id: int, new_id: int, new_row_created: bool, at: int, user: str
 ) -> int:
-    from curation.models import FactOperation
-
-    op = FactOperation.objects.create(
-        at=at,
-        actor=actor,
-        op="replace" if actor == "manual" else "supersede",
-        person_id=person_id,
-        fact_id=old_id,
-        related_fact_id=new_id,
-        prev={"superseded_by": None, "new_row_created": new_row_created},
-        user=user,
+    op = journal_operation(
+        op=FactOperation.Op.REPLACE if actor == FactOperation.Actor.MANUAL else FactOperation.Op.SUPERSEDE,
+        actor=actor, person_id=person_id, fact_id=old_id, related_fact_id=new_id,
+        prev={"superseded_by": None, "new_row_created": new_row_created}, at=at, user=user,
     )
     return op.pk
 
@@ -351,7 +330,7 @@ def _conflicts_of(fact: Fact) -> list[int]:
     if not fact.slot:
         return []
     return list(
-        Fact.objects.filter(person_id=fact.person_id, slot=fact.slot, active=True, superseded_by__isnull=True)
+        Fact.objects.in_state(FactState.ACTIVE).filter(person_id=fact.person_id, slot=fact.slot)
         .exclude(pk=fact.pk)
         .order_by("id")
         .values_list("id", flat=True)
@@ -392,7 +371,7 @@ def add_fact(
     with transaction.atomic():
         existing = _find_similar(person_id, content, key)
         if existing is not None:
-            nxt = decay.reinforce(decay.retention(existing.strength, existing.updated_at, existing.half_life_hours, at))
+            nxt = decay.reinforce(existing.retention_at(at))
             promoted = upgraded_origin(existing.origin_kind, origin_kind)
             Fact.objects.filter(pk=existing.pk).update(
                 strength=nxt,
@@ -428,7 +407,7 @@ def add_fact(
             source=source[:120],
         )
         lexical.index_fact(fact.pk, content, person_id)
-        transaction.on_commit(enqueue_vectors)  # text first, vector soon after
+        enqueue.vector_backfill_on_commit()  # text first, vector soon after
         write = FactWrite(fact_id=fact.pk, created=True)
         if supersedes:
             write.superseded = _apply_supersede(person_id, supersedes, replaced_by=fact.pk)
@@ -510,7 +489,7 @@ def add_knowledge(*, content: str, source: str, at: int | None = None, batch_id:
                 content=text, content_key=key, source=source, created_at=_at(at), import_batch_id=batch_id
             )
             lexical.index_row("knowledge_fts", item.pk, text)  # also stores the row's tokens_v2
-            transaction.on_commit(enqueue_vectors)
+            enqueue.vector_backfill_on_commit()
     except IntegrityError:
         return Knowledge.objects.get(content_key=key).pk
     _note_concepts(text, at=_at(at))
@@ -519,9 +498,6 @@ def add_knowledge(*, content: str, source: str, at: int | None = None, batch_id:
 
 def _note_concepts(text: str, *, at: int) -> None:
     """Grow the concept graph: keywords of a knowledge item co-occur pairwise."""
-    from memory.engine.tokenize import words
-    from memory.models import KnowledgeNode
-
     concepts = []
     for word in words(text):
         if len(word) >= 2 and word not in concepts:

@@ -8,10 +8,11 @@ holds a Redis lock (``memory:lock:<queue>:<stream>``) while it works; the lock
 expires on its own after the task's hard time limit, and its token starts with
 the worker's node name, so a worker restarted under the same name releases the
 locks its killed predecessor left behind (:func:`worker_startup`).
-``enqueue_stream_checks`` skips a stream whose lock is held — the holder
-re-checks the trigger after releasing it and re-enqueues itself while work
-remains — and a short-lived ``memory:queued:…`` marker keeps a burst of
-messages from queueing the same check many times.
+:func:`memory.enqueue.stream_check` skips a stream whose lock is held — the
+holder re-checks the trigger after releasing it and re-enqueues itself while
+work remains — and a short-lived ``memory:queued:…`` marker keeps a burst of
+messages from queueing the same check many times. Every task is sent by name
+through :mod:`memory.enqueue`, which never imports this module.
 
 **Retries** are declarative and narrow: only broker/Redis connection errors,
 SQLite "database is locked" (``OperationalError``) and provider timeouts or
@@ -36,16 +37,13 @@ from django.db import OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import LockError
 
-from memory import broker, forget, jobs, pipeline, retention, services
+from memory import broker, enqueue, forget, jobs, pipeline, retention, services, triggers
 from memory.providers.chat import ProviderRateLimited, ProviderTimeout
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "edges_decay_task",
-    "enqueue_stream_check",
-    "enqueue_stream_checks",
-    "enqueue_vector_backfill",
     "expire_message_bodies_task",
     "extract_stream_task",
     "facts_sweep_task",
@@ -84,7 +82,6 @@ STREAM_LOCK_TIMEOUT = STREAM_HARD_LIMIT + 30
 STREAM_STEP_BUDGET = 120.0
 #: After a counted model failure the batch is tried again this much later.
 FAILURE_RETRY_DELAY = 30
-QUEUED_TTL = 60
 VECTORS_SOFT_LIMIT = 600
 VECTORS_HARD_LIMIT = 660
 VECTORS_LOCK_TIMEOUT = VECTORS_HARD_LIMIT + 30
@@ -94,23 +91,11 @@ VECTORS_ROWS_PER_TASK = 400
 #: Outcomes after which running again at once cannot get further (a batch < 4 stays < 4).
 NO_PROGRESS = frozenset({"too_few", "disabled", "missing"})
 
-LOCK_PREFIX = "memory:lock:"
-QUEUED_PREFIX = "memory:queued:"
-VECTORS = "vectors"
-
 _CAS_DELETE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 
 
 def _redis() -> redis.Redis:
     return broker.client()  # short timeouts, no client-side retries (memory/broker.py)
-
-
-def _lock_key(queue: str, stream_id: int | None = None) -> str:
-    return f"{LOCK_PREFIX}{queue}" if stream_id is None else f"{LOCK_PREFIX}{queue}:{stream_id}"
-
-
-def _queued_key(queue: str, stream_id: int | None = None) -> str:
-    return f"{QUEUED_PREFIX}{queue}" if stream_id is None else f"{QUEUED_PREFIX}{queue}:{stream_id}"
 
 
 def _node_name(hostname: str | None) -> str:
@@ -121,124 +106,16 @@ def _token(hostname: str | None) -> str:
     return f"{_node_name(hostname)}|{uuid.uuid4().hex}"
 
 
-def _stream_task(queue: str) -> Any:
-    return summarize_stream_task if queue == pipeline.SUMMARIZE else extract_stream_task
-
-
-def _due(queue: str, stream_id: int) -> bool:
-    return pipeline.summarize_due(stream_id) if queue == pipeline.SUMMARIZE else pipeline.extract_due(stream_id)
-
-
-# --- enqueueing ------------------------------------------------------------------------------
-
-
-def enqueue_stream_check(queue: str, stream_id: int, *, countdown: int = 0, check_due: bool = True) -> bool:
-    """Enqueue one stream's summarisation or extraction task if it is due and not in flight.
-
-    Returns True when a task was sent. Never raises and never waits on Redis
-    for more than its short timeouts: a broker outage must not fail (or hold)
-    the request that stored a message — the next message, the beat sweep or
-    the worker's start-up sweep picks the work up from the database.
-    """
-    if broker.is_down():
-        return False
-    try:
-        if check_due and not countdown and not _due(queue, stream_id):
-            return False
-        client = _redis()
-        if client.exists(_lock_key(queue, stream_id)):
-            return False  # the holder re-checks after it finishes
-        marker = _queued_key(queue, stream_id)
-        if not client.set(marker, "1", nx=True, ex=QUEUED_TTL + countdown):
-            return False  # already queued
-        try:
-            broker.send(_stream_task(queue), (stream_id,), countdown=countdown or None)
-        except broker.BrokerUnavailable:
-            _forget(marker)
-            raise
-        return True
-    except (*TRANSIENT, LockError) as exc:
-        if isinstance(exc, broker.REDIS_ERRORS):
-            broker.mark_down(exc)
-        logger.warning("stream_check_enqueue_failed queue=%s stream=%s error=%s", queue, stream_id, exc)
-        return False
-
-
-def enqueue_stream_checks(stream_id: int) -> None:
-    """Called after a message commits: enqueue the stream's summarisation and extraction checks.
-
-    Never raises: the message is already stored, and the beat sweep or the
-    worker's start-up sweep picks up a check that could not be sent. While the
-    broker is known to be down (:mod:`memory.broker`) it returns at once.
-    """
-    if broker.is_down():
-        return
-    queues = (pipeline.SUMMARIZE, pipeline.EXTRACT)
-    try:
-        # One round trip first: during a burst a check is queued or running for
-        # most messages, and those need no database query at all.
-        held = _redis().mget([_lock_key(q, stream_id) for q in queues] + [_queued_key(q, stream_id) for q in queues])
-    except broker.REDIS_ERRORS as exc:
-        broker.mark_down(exc)
-        logger.warning("stream_check_enqueue_failed stream=%s error=%s", stream_id, exc)
-        return
-    for i, queue in enumerate(queues):
-        if held[i] is not None or held[i + len(queues)] is not None:
-            continue
-        try:
-            enqueue_stream_check(queue, stream_id)
-        except Exception:
-            logger.exception("stream_check_enqueue_error queue=%s stream=%s", queue, stream_id)
-
-
-def enqueue_vector_backfill() -> bool:
-    """Embed new rows soon: enqueue one backfill unless one is queued or running.
-
-    Never raises; while Redis is down the beat schedule (every 3 minutes) and
-    the worker's start-up backfill find the rows by ``embedding IS NULL``.
-    """
-    if broker.is_down():
-        return False
-    try:
-        client = _redis()
-        if client.exists(_lock_key(VECTORS)):
-            return False  # the running backfill looks again after it finishes
-        marker = _queued_key(VECTORS)
-        if not client.set(marker, "1", nx=True, ex=QUEUED_TTL):
-            return False
-        try:
-            broker.send(vectors_backfill_task)
-        except broker.BrokerUnavailable:
-            _forget(marker)
-            raise
-        return True
-    except TRANSIENT as exc:
-        if isinstance(exc, broker.REDIS_ERRORS):
-            broker.mark_down(exc)
-        logger.warning("vector_backfill_enqueue_failed error=%s", exc)
-        return False
-
-
-def _forget(marker: str) -> None:
-    """Drop a queued marker whose task was never sent (best effort: it expires anyway)."""
-    if broker.is_down():
-        return
-    try:
-        _redis().delete(marker)
-    except TRANSIENT:
-        pass
-
-
 # --- stream work ------------------------------------------------------------------------------
 
 
 def _run_stream_queue(queue: str, stream_id: int, hostname: str | None) -> dict[str, Any]:
     client = _redis()
-    client.delete(_queued_key(queue, stream_id))
-    lock = client.lock(_lock_key(queue, stream_id), timeout=STREAM_LOCK_TIMEOUT)
+    client.delete(enqueue.queued_key(queue, stream_id))
+    lock = client.lock(enqueue.lock_key(queue, stream_id), timeout=STREAM_LOCK_TIMEOUT)
     if not lock.acquire(blocking=False, token=_token(hostname)):
         return {"status": "busy", "stream_id": stream_id}
-    step = pipeline.summarize_stream if queue == pipeline.SUMMARIZE else pipeline.extract_stream
+    step = pipeline.summarize_stream if queue == triggers.SUMMARIZE else pipeline.extract_stream
     deadline = time.monotonic() + STREAM_STEP_BUDGET
     statuses: list[str] = []
     try:
@@ -254,28 +131,30 @@ def _run_stream_queue(queue: str, stream_id: int, hostname: str | None) -> dict[
             logger.warning("stream_lock_expired queue=%s stream=%s", queue, stream_id)
     # Re-check after releasing: a message stored while the lock was held skipped its own enqueue.
     if outcome.status == "failed":
-        enqueue_stream_check(queue, stream_id, countdown=FAILURE_RETRY_DELAY)
+        enqueue.stream_check(queue, stream_id, countdown=FAILURE_RETRY_DELAY)
     elif outcome.status not in NO_PROGRESS:
-        enqueue_stream_check(queue, stream_id)
+        enqueue.stream_check(queue, stream_id)
     return {"status": outcome.status, "stream_id": stream_id, "steps": statuses}
 
 
 # Safe to redeliver: the batch is recomputed from the messages still pending and the
 # episode, cues and archive marks are written in one transaction that first re-checks
 # that the batch is still pending, so a rerun after a crash redoes it exactly once.
-@shared_task(bind=True, acks_late=True, soft_time_limit=STREAM_SOFT_LIMIT, time_limit=STREAM_HARD_LIMIT, **RETRY)
+@shared_task(bind=True, name=enqueue.SUMMARIZE_TASK, acks_late=True, soft_time_limit=STREAM_SOFT_LIMIT,
+             time_limit=STREAM_HARD_LIMIT, **RETRY)
 def summarize_stream_task(self: Any, stream_id: int) -> dict[str, Any]:
     """Summarise a stream's due batches (:func:`memory.pipeline.summarize_stream`)."""
-    return _run_stream_queue(pipeline.SUMMARIZE, int(stream_id), self.request.hostname)
+    return _run_stream_queue(triggers.SUMMARIZE, int(stream_id), self.request.hostname)
 
 
 # Safe to redeliver: the batch starts at the stored cursor, and facts, knowledge, edges
 # and the new cursor are written in one transaction that first re-reads the cursor;
 # facts and knowledge are deduplicated by content, so a rerun cannot double them.
-@shared_task(bind=True, acks_late=True, soft_time_limit=STREAM_SOFT_LIMIT, time_limit=STREAM_HARD_LIMIT, **RETRY)
+@shared_task(bind=True, name=enqueue.EXTRACT_TASK, acks_late=True, soft_time_limit=STREAM_SOFT_LIMIT,
+             time_limit=STREAM_HARD_LIMIT, **RETRY)
 def extract_stream_task(self: Any, stream_id: int) -> dict[str, Any]:
     """Extract facts and knowledge from a stream's due batches (:func:`memory.pipeline.extract_stream`)."""
-    return _run_stream_queue(pipeline.EXTRACT, int(stream_id), self.request.hostname)
+    return _run_stream_queue(triggers.EXTRACT, int(stream_id), self.request.hostname)
 
 
 # Safe to redeliver: it only reads which streams are due and enqueues deduplicated checks.
@@ -283,8 +162,8 @@ def extract_stream_task(self: Any, stream_id: int) -> dict[str, Any]:
 def stream_checks_sweep_task() -> int:
     """Enqueue the checks of every stream whose summarisation or extraction is due."""
     sent = 0
-    for queue, stream_id in pipeline.streams_due():
-        sent += enqueue_stream_check(queue, stream_id, check_due=False)
+    for queue, stream_id in triggers.streams_due():
+        sent += enqueue.stream_check(queue, stream_id, check_due=False)
     return sent
 
 
@@ -293,12 +172,13 @@ def stream_checks_sweep_task() -> int:
 
 # Safe to redeliver: rows are selected by `embedding IS NULL`, so a rerun embeds only
 # what is still missing and rewrites nothing already stored.
-@shared_task(bind=True, acks_late=True, soft_time_limit=VECTORS_SOFT_LIMIT, time_limit=VECTORS_HARD_LIMIT, **RETRY)
+@shared_task(bind=True, name=enqueue.VECTORS_TASK, acks_late=True, soft_time_limit=VECTORS_SOFT_LIMIT,
+             time_limit=VECTORS_HARD_LIMIT, **RETRY)
 def vectors_backfill_task(self: Any) -> dict[str, Any]:
     """Embed up to 400 rows whose vector is missing; re-enqueue while batches come back full."""
     client = _redis()
-    client.delete(_queued_key(VECTORS))
-    lock = client.lock(_lock_key(VECTORS), timeout=VECTORS_LOCK_TIMEOUT)
+    client.delete(enqueue.queued_key(enqueue.VECTORS))
+    lock = client.lock(enqueue.lock_key(enqueue.VECTORS), timeout=VECTORS_LOCK_TIMEOUT)
     if not lock.acquire(blocking=False, token=_token(self.request.hostname)):
         return {"status": "busy"}
     try:
@@ -309,7 +189,7 @@ def vectors_backfill_task(self: Any) -> dict[str, Any]:
         except LockError:
             logger.warning("vector_lock_expired")
     if result.more or (result.enabled and not result.failed and pipeline.vectors_pending_after(result.last_ids)):
-        enqueue_vector_backfill()
+        enqueue.vector_backfill()
     return result.as_dict()
 
 
@@ -354,10 +234,11 @@ def expire_message_bodies_task() -> int:
 # Safe to redeliver: knowledge is deduplicated by content, so a rerun of a half-done
 # import re-finds its rows; a finished job returns its stored result. Not retried:
 # a failure marks the job and its batch failed for the operator to see.
-@shared_task(bind=True, acks_late=True, soft_time_limit=1800, time_limit=1860)
+@shared_task(bind=True, name=enqueue.IMPORT_TASK, acks_late=True, soft_time_limit=1800, time_limit=1860)
 def import_knowledge_task(self: Any, job_id: int, batch_id: int | None = None) -> dict[str, Any] | None:
-    """Run an import job (:func:`memory.pipeline.run_import`); a missing job is a no-op."""
-    return pipeline.run_import(job_id=int(job_id), worker=self.request.hostname or "")
+    """Run an import job (:func:`memory.pipeline.run_import`); a missing job, or one of another batch, is a no-op."""
+    return pipeline.run_import(job_id=int(job_id), batch_id=None if batch_id is None else int(batch_id),
+                               worker=self.request.hostname or "")
 
 
 # Safe to redeliver: every transition is conditional on the job still running.
@@ -379,7 +260,7 @@ def release_stale_locks(hostname: str) -> int:
     client = _redis()
     released = 0
     prefix = f"{hostname}|".encode()
-    for key in client.scan_iter(match=f"{LOCK_PREFIX}*", count=500):
+    for key in client.scan_iter(match=f"{enqueue.LOCK_PREFIX}*", count=500):
         value = client.get(key)
         if value is not None and value.startswith(prefix):
             released += int(client.eval(_CAS_DELETE, 1, key, value))
@@ -411,11 +292,9 @@ def worker_startup(hostname: str | None, *, started_at: float | None = None) -> 
         client = _redis()
         if hostname:
             release_stale_locks(hostname)
-        for key in client.scan_iter(match=f"{QUEUED_PREFIX}*", count=500):
+        for key in client.scan_iter(match=f"{enqueue.QUEUED_PREFIX}*", count=500):
             client.delete(key)
-        edges_decay_task.apply_async()
-        vectors_backfill_task.apply_async()
-        stream_checks_sweep_task.apply_async()
-        retention_sweep_task.apply_async()
+        for task in (edges_decay_task, vectors_backfill_task, stream_checks_sweep_task, retention_sweep_task):
+            enqueue.send(task.name)
     except Exception:  # start-up housekeeping must never stop the worker
         logger.exception("worker_startup_failed worker=%s", hostname)

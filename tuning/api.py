@@ -1,4 +1,4 @@
-"""Retrieval tuning over the JSON API: ``/api/v1/tuning/...`` (mounted by :mod:`memory.api`).
+"""Retrieval tuning over the JSON API: ``/api/v1/tuning/...`` (mounted by :mod:`config.api`).
 
 Parameter values are taken **as JSON decoded them** (``dict[str, Any]``, never coerced):
 ``3`` is an integer and valid for ``ppr_hops``; ``3.0`` and ``1.5`` are floats and are
@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+from django.conf import settings
 from django.http import HttpRequest
 from ninja import Field, Path, Router, Schema, Status
 from pydantic import ConfigDict
 
-from memory.auth import BearerTokenAuth
+from memory.auth import BearerTokenAuth, api_user
 from memory.engine.tuning import WHITELIST
 from memory.models import Job
 from memory.schemas import MAX_ID, NOT_BLANK, WHITESPACE, JsonInt
@@ -147,7 +148,7 @@ class JobOut(Schema):
     result: dict[str, Any] = Field(default_factory=dict)
 
 
-# 401 without a valid token, 422 for a malformed request (memory.api's handlers), 400 for a
+# 401 without a valid token, 422 for a malformed request (config.api's handlers), 400 for a
 # refused parameter set, 404 for an unknown profile or job.
 ERRS = {400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 404: ErrorBody, 422: ErrorBody}
 
@@ -161,8 +162,6 @@ def _error(exc: ProfileError, prefix: str = "body") -> Status:
 
 
 def whitelist_out() -> dict[str, dict[str, Any]]:
-    from django.conf import settings
-
     configured = {
         "fact_recall_limit": getattr(settings, "FACT_RECALL_LIMIT", None),
         "recalled_episode_limit": getattr(settings, "RECALLED_EPISODE_LIMIT", None),
@@ -207,8 +206,6 @@ def job_out(job: Job, *, with_result: bool = True) -> dict[str, Any]:
 
 
 def _user(request: HttpRequest) -> str:
-    from memory.auth import api_user
-
     return api_user(request)
 
 

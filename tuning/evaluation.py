@@ -43,14 +43,25 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from memory import broker, enqueue, jobs, recall
 from memory.engine.metrics import ndcg_at_k, recall_at_k
 from memory.engine.tuning import reconcile_trace_pool
+from memory.models import Fact, Job, Turn
+from memory.overrides import overrides_scope
+from memory.providers import config as provider_config
+from memory.providers.embeddings import embed_one
+from memory.retention import REPLAYABLE_TURNS
+from memory.services import emit_event
 from tuning import services
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_TURNS = 200
-MAX_TURNS_LIMIT = 500
+#: An evaluation replays at most the newest turns retention always keeps.
+MAX_TURNS_LIMIT = REPLAYABLE_TURNS
+#: Job kind → the registered name of its task (``tuning/tasks.py``); sent by name, rerun by
+#: :func:`memory.jobs.recover_orphaned_jobs` (registered in ``tuning/apps.py``).
+JOB_TASKS = {"evaluate": "tuning.tasks.evaluate_task", "compare": "tuning.tasks.compare_task"}
 TEXT_PREVIEW_CHARS = 160
 GROUPS = ("all", "group", "direct")
 PROGRESS_INTERVAL_S = 0.25
@@ -121,8 +132,6 @@ def clamp_max_turns(value: Any) -> int:
 
 def build_samples(*, max_turns: int = DEFAULT_MAX_TURNS, turn_ids: Iterable[int] | None = None) -> list[TraceSample]:
     """The most recent ``max_turns`` recorded turns (or exactly ``turn_ids``), oldest first."""
-    from memory.models import Turn
-
     rows = Turn.objects.all()
     if turn_ids is not None:
         rows = rows.filter(pk__in=list(turn_ids))
@@ -176,10 +185,7 @@ class QueryVectors:
 def configured_query_vectors() -> QueryVectors:
     """Query vectors from the configured embedder; lexical order when there is none."""
     try:
-        from memory.providers.config import get_embedder
-        from memory.providers.embeddings import embed_one
-
-        embedder = get_embedder()
+        embedder = provider_config.get_embedder()
     except Exception:  # noqa: BLE001
         logger.warning("tuning_eval_embedder_unavailable", exc_info=True)
         embedder = None
@@ -195,8 +201,6 @@ def configured_query_vectors() -> QueryVectors:
 
 
 def _default_replay(**kwargs: Any) -> Sequence[Any]:
-    from memory import recall
-
     return recall.replay_turn_pool(**kwargs)
 
 
@@ -206,12 +210,10 @@ def production_rank(
     """The confirm step of production (``memory.recall.confirm_turn``) on a replayed pool:
     with a query vector the dense candidates join the pool, facts no longer valid leave it,
     then the fused re-rank cuts at ``limit``. Read-only (nothing is reinforced)."""
-    from memory.recall import rank_for_prompt
-
-    return rank_for_prompt(
+    return recall.rank_pool(
         pool=replayed, query_vector=vector, person_ids=list(sample.person_ids), text=sample.text,
         stream_kind=sample.stream_kind, now=sample.at, limit=limit, overrides=overrides,
-    )
+    ).prompt
 
 
 def fact_limit(overrides: Mapping[str, Any]) -> int:
@@ -233,10 +235,8 @@ class Evaluator:
         self.k = fact_limit(self.overrides)
 
     def turn(self, sample: TraceSample) -> dict[str, Any]:
-        from memory import recall
-
-        overrides = dict(self.overrides)
-        with services.overrides_scope(self.overrides):
+        params = dict(self.overrides)
+        with overrides_scope(self.overrides):
             # the turn's conversation as it recorded it, weighed by the evaluated profile
             context = recall.context_from_ids(sample.context_message_ids)
             replayed = list(
@@ -246,14 +246,14 @@ class Evaluator:
                     impression=sample.impression,
                     now=sample.at,
                     stream_kind=sample.stream_kind,
-                    overrides=overrides,
-                    context=recall.conversation_lines(context, overrides),
+                    overrides=params,
+                    context=recall.conversation_lines(context, params),
                 )
             )
             rec = reconcile_trace_pool([(f.id, f.score) for f in replayed], list(sample.pool))
             text_vector = self.vectors(sample.text)
-            vector = recall.conversation_query(text_vector, context, overrides) if text_vector is not None else None
-            ranked = self.rank(sample, replayed, vector, self.k, overrides)
+            vector = recall.conversation_query(text_vector, context, params) if text_vector is not None else None
+            ranked = self.rank(sample, replayed, vector, self.k, params)
         ranked_ids = [f.id for f in ranked][: self.k]
         positives = list(dict.fromkeys(sample.prompt_fact_ids))
         top = set(ranked_ids)
@@ -380,8 +380,6 @@ def evaluate(
         "generated_at": _iso_now(),
     }
     if emit:
-        from memory.services import emit_event
-
         emit_event(
             "retrieval_eval_done",
             {
@@ -473,8 +471,6 @@ def compare(
         "generated_at": _iso_now(),
     }
     if emit:
-        from memory.services import emit_event
-
         emit_event(
             "retrieval_compare_done",
             {
@@ -491,8 +487,6 @@ def compare(
 
 def fact_previews(ids: Iterable[int], limit: int = 2000) -> dict[str, str]:
     """``{"<id>": content}`` (JSON keys are strings) for display of moved / displaced facts."""
-    from memory.models import Fact
-
     wanted = list(dict.fromkeys(ids))[:limit]
     return {str(i): c[:TEXT_PREVIEW_CHARS] for i, c in Fact.objects.filter(pk__in=wanted).values_list("id", "content")}
 
@@ -531,19 +525,12 @@ def _enqueue(kind: str, job_id: int) -> None:
     ``atomic`` block (HTTP 503); the job is already ``failed`` with the reason,
     so it never waits ``queued`` for a task that was never sent.
     """
-    from memory import broker
-    from tuning import tasks
-
-    task = tasks.evaluate_task if kind == "evaluate" else tasks.compare_task
-
     def send() -> None:
         try:
-            broker.publish(task, (job_id,))
+            enqueue.publish(JOB_TASKS[kind], (job_id,))
         except broker.BrokerUnavailable as exc:
-            from memory.jobs import job_fail
-
             logger.warning("tuning_job_enqueue_failed job=%s error=%s", job_id, exc)
-            job_fail(job_id=job_id, error=f"无法提交后台任务：{exc}")
+            jobs.job_fail(job_id=job_id, error=f"无法提交后台任务：{exc}")
             raise
 
     transaction.on_commit(send)
@@ -551,21 +538,17 @@ def _enqueue(kind: str, job_id: int) -> None:
 
 def submit_evaluation(target: Mapping[str, Any], *, max_turns: Any = DEFAULT_MAX_TURNS, user: str = ""):
     """Create an ``evaluate`` job and enqueue it after commit; returns the Job."""
-    from memory.jobs import job_create
-
     params = {"target": dict(target), "max_turns": clamp_max_turns(max_turns)}
     with transaction.atomic():
-        job = job_create(kind="evaluate", params=params, user=user)
+        job = jobs.job_create(kind="evaluate", params=params, user=user)
         _enqueue("evaluate", job.pk)
     return job
 
 
 def submit_comparison(a: Mapping[str, Any], b: Mapping[str, Any], *, max_turns: Any = DEFAULT_MAX_TURNS, user: str = ""):
-    from memory.jobs import job_create
-
     params = {"a": dict(a), "b": dict(b), "max_turns": clamp_max_turns(max_turns)}
     with transaction.atomic():
-        job = job_create(kind="compare", params=params, user=user)
+        job = jobs.job_create(kind="compare", params=params, user=user)
         _enqueue("compare", job.pk)
     return job
 
@@ -578,21 +561,18 @@ def run_job(job_id: int, *, vectors: QueryVectors | None = None, replay: ReplayF
     Safe to rerun from the start (replays only read): a job whose worker died is
     re-queued by :func:`memory.jobs.recover_orphaned_jobs`.
     """
-    from memory.jobs import job_fail, job_finish, job_progress, job_start
-    from memory.models import Job
-
     job = Job.objects.filter(pk=job_id).first()
     if job is None or job.kind not in ("evaluate", "compare"):
         return False
     params = job.params or {}
     samples = build_samples(max_turns=params.get("max_turns", DEFAULT_MAX_TURNS))
-    if not job_start(job_id=job_id, total=len(samples), worker=worker):
+    if not jobs.job_start(job_id=job_id, total=len(samples), worker=worker):
         return False
     try:
         vectors = vectors if vectors is not None else configured_query_vectors()
 
         def progress(done: int, total: int) -> None:
-            job_progress(job_id=job_id, progress=done, total=total)
+            jobs.job_progress(job_id=job_id, progress=done, total=total)
 
         if job.kind == "evaluate":
             target = params.get("target") or {}
@@ -610,6 +590,6 @@ def run_job(job_id: int, *, vectors: QueryVectors | None = None, replay: ReplayF
                              progress=progress, replay=replay)
     except Exception as exc:  # noqa: BLE001 — recorded on the job row, shown by the console
         logger.exception("tuning_job_failed job=%s", job_id)
-        job_fail(job_id=job_id, error=f"{type(exc).__name__}: {exc}")
+        jobs.job_fail(job_id=job_id, error=f"{type(exc).__name__}: {exc}")
         return False
-    return job_finish(job_id=job_id, result=result)
+    return jobs.job_finish(job_id=job_id, result=result)

@@ -15,7 +15,7 @@ from django.utils.translation import gettext_lazy as _
 
 from memory.engine.tuning import WHITELIST
 from tuning import services
-from tuning.evaluation import DEFAULT_MAX_TURNS, MAX_TURNS_LIMIT
+from tuning.evaluation import DEFAULT_MAX_TURNS, MAX_TURNS_LIMIT, resolve_target
 
 INT_RE = re.compile(r"^[+-]?\d+$")
 FLOAT_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
@@ -113,8 +113,6 @@ ACTIVE_CHOICE = "@active"
 
 def target_for_choice(choice: str) -> dict[str, Any]:
     """``@active`` → the active profile; anything else → that stored profile (or default)."""
-    from tuning.evaluation import resolve_target
-
     if choice == ACTIVE_CHOICE:
         return resolve_target()
     return resolve_target(profile=choice)

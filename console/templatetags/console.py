@@ -13,6 +13,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from memory.models import Fact, Job, MemoryNode, Message, StreamKind
 from tuning import labels as tuning_labels
 
 register = template.Library()
@@ -99,14 +100,7 @@ def query_with(context: template.Context, **changes: object) -> str:
 
 
 #: What a job kind does, in an operator's words.
-JOB_KINDS = {
-    "import": gettext_lazy("导入知识"),
-    "evaluate": gettext_lazy("检索评估"),
-    "compare": gettext_lazy("参数对比"),
-    "backfill": gettext_lazy("补全向量"),
-    "decay": gettext_lazy("记忆衰减"),
-    "tuning_probe": gettext_lazy("调优探针"),
-}
+JOB_KINDS = dict(Job.Kind.choices)
 
 
 @register.filter
@@ -115,7 +109,7 @@ def job_kind(job: object) -> str:
     return str(JOB_KINDS.get(kind, kind))
 
 
-STREAM_KINDS = {"direct": gettext_lazy("私聊"), "group": gettext_lazy("群聊"), "desktop": gettext_lazy("桌面")}
+STREAM_KINDS = dict(StreamKind.choices)
 
 
 @register.filter
@@ -207,9 +201,9 @@ def profile_name(name: object) -> str:
 #: language (an unknown code is shown as it is).
 CODE_LABELS = {
     # where a fact was learnt
-    "origin_label": {"legacy": gettext_lazy("旧数据"), "direct": gettext_lazy("私聊"), "group": gettext_lazy("群聊")},
+    "origin_label": dict(Fact.Origin.choices),
     # who wrote a message
-    "role_label": {"user": gettext_lazy("用户"), "assistant": gettext_lazy("机器人"), "system": gettext_lazy("系统")},
+    "role_label": dict(Message.Role.choices),
     # which channel found a recall candidate
     "channel_label": {"lexical": gettext_lazy("词面"), "dense": gettext_lazy("向量"), "context": gettext_lazy("对话上下文")},
     # where knowledge came from
@@ -242,7 +236,7 @@ def event_label(kind: object) -> str:
     return str(EVENTS.get(str(kind), kind))
 
 
-NODE_KINDS = {"fact": gettext_lazy("事实"), "episode": gettext_lazy("情节"), "knowledge": gettext_lazy("知识")}
+NODE_KINDS = dict(MemoryNode.RefKind.choices)
 
 
 @register.filter

@@ -4,8 +4,9 @@ from __future__ import annotations
 from django import template
 from django.conf import settings
 
-from memory import selectors, services
+from memory import selectors
 from memory.forget import RETENTION_META_KEY
+from memory.meta import meta_get
 
 register = template.Library()
 
@@ -19,4 +20,4 @@ def broad_tokens() -> int:
 def message_retention() -> dict:
     """The ``MESSAGE_RETENTION_DAYS`` setting and the last run of its sweep."""
     days = settings.MESSAGE_RETENTION_DAYS
-    return {"days": days, "state": services.meta_get(RETENTION_META_KEY, {}) if days > 0 else {}}
+    return {"days": days, "state": meta_get(RETENTION_META_KEY, {}) if days > 0 else {}}

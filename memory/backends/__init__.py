@@ -23,6 +23,8 @@ from typing import Any
 
 from django.db import connection, migrations
 
+from memory.backends import postgresql, sqlite
+
 SQLITE = "sqlite"
 POSTGRESQL = "postgresql"
 
@@ -37,13 +39,7 @@ def is_postgresql(conn: Any = None) -> bool:
 
 def module(conn: Any = None):
     """The backend module of ``conn`` (default: the default connection)."""
-    if is_postgresql(conn):
-        from memory.backends import postgresql
-
-        return postgresql
-    from memory.backends import sqlite
-
-    return sqlite
+    return postgresql if is_postgresql(conn) else sqlite
 
 
 def bump_revision(cur: Any, key: str) -> None:

@@ -13,7 +13,7 @@ score FTS5's ``bm25()`` would give, bit for bit:
   multi-token term ("3.14") match as the phrase FTS5 would make of it.
 - ``lexical_stats(source, docs, tokens)``: the table's row and token counts as delta
   rows (each writer inserts its own; no row every writer updates), folded into one row
-  by readers now and then (:func:`_stats`).
+  by readers now and then (:func:`_stats`; rows locked by another transaction are skipped).
 
 Scoring (:func:`_score`): the postings of the query's tokens (restricted to a scope, an
 id range or a list of ids when the query is), FTS5's statistics of the whole table
@@ -30,6 +30,7 @@ which also bump the lexical revisions the resident index watches; inserts are lo
 """
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -38,7 +39,8 @@ from typing import Any
 
 from django.db import connection
 
-from memory.lexical_index import B, IDF_FLOOR, K1, fts_tokens
+from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_tokens
+from memory.engine.tokenize import index_tokens
 
 BUMP_REVISION_SQL = (
     "INSERT INTO meta(key, value) VALUES (%s, '1-' || substr(md5(random()::text), 1, 12))"
@@ -71,7 +73,7 @@ SOURCES = {
 REVISION_KEYS = {"facts": "lexical_revision:facts", "episode_cues": "lexical_revision:episode_cues",
                  "knowledge": "lexical_revision:knowledge"}
 
-# --- schema (migration 0017_postgresql) -----------------------------------------------------------
+# --- schema (migration 0019_postgresql) -----------------------------------------------------------
 
 SCHEMA = [
     "CREATE TABLE lexical_docs (source smallint NOT NULL, doc_id bigint NOT NULL, scope bigint NOT NULL,"
@@ -230,8 +232,6 @@ def _delete_docs(cur: Any, table: str, doc_ids: Iterable[int]) -> None:
 
 
 def index_rows(table: str, rows: Sequence[tuple[int, str]]) -> list[str]:
-    from memory.engine.tokenize import index_tokens
-
     payload = [(int(rowid), index_tokens(text)) for rowid, text in rows]
     with connection.cursor() as cur:
         _write_docs(cur, table, [(rowid, tokens, 0) for rowid, tokens in payload])
@@ -241,8 +241,6 @@ def index_rows(table: str, rows: Sequence[tuple[int, str]]) -> list[str]:
 
 def index_scoped(table: str, rows: Sequence[tuple[int, str, int]]) -> list[str]:
     """``(rowid, text, scope id)`` rows of facts (person) or cues (stream)."""
-    from memory.engine.tokenize import index_tokens
-
     payload = [(int(rowid), index_tokens(text), int(scope)) for rowid, text, scope in rows]
     with connection.cursor() as cur:
         _write_docs(cur, table, payload)
@@ -251,8 +249,6 @@ def index_scoped(table: str, rows: Sequence[tuple[int, str, int]]) -> list[str]:
 
 
 def index_messages(rows: Sequence[tuple[int, str, int]]) -> list[str]:
-    from memory.engine.tokenize import index_tokens
-
     payload = [(int(rowid), index_tokens(text or ""), int(s)) for rowid, text, s in rows]
     indexed = [p for p in payload if p[1]]
     if indexed:
@@ -293,9 +289,11 @@ def _stats(code: int) -> tuple[int, int]:
             [code],
         )
         deltas, docs, tokens = cur.fetchone()
-        if deltas > STATS_FOLD_ROWS and not connection.in_atomic_block:
+        if deltas > STATS_FOLD_ROWS:
+            # rows another transaction is folding (or wrote and has not committed) are skipped, never waited for
             cur.execute(
-                "WITH gone AS (DELETE FROM lexical_stats WHERE source = %s RETURNING docs, tokens)"
+                "WITH gone AS (DELETE FROM lexical_stats WHERE id IN (SELECT id FROM lexical_stats WHERE source = %s"
+                " FOR UPDATE SKIP LOCKED) RETURNING docs, tokens)"
                 " INSERT INTO lexical_stats(source, docs, tokens)"
                 " SELECT %s, coalesce(sum(docs), 0), coalesce(sum(tokens), 0) FROM gone",
                 [code, code],
@@ -521,8 +519,6 @@ def read_changes(source: str, revision_key: str, horizon: int | None) -> tuple[s
         )
         revision, xmin, changes, pruned = cur.fetchone()
     if isinstance(changes, str):
-        import json
-
         changes = json.loads(changes)
     return revision or "0", int(xmin), [(int(a), int(b), int(c)) for a, b, c in changes], int(pruned or 0)
 

@@ -1,7 +1,10 @@
 """SQLite-only SQL outside the FTS5 lexical index (which is ``memory/lexical.py``)."""
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from django.db import connection
 
 BUMP_REVISION_SQL = (
     "INSERT INTO meta(key, value) VALUES (%s, '1-' || hex(randomblob(6))) ON CONFLICT(key) DO UPDATE"
@@ -29,10 +32,6 @@ DROP_CHANGE_LOG_TRIGGERS = [f"DROP TRIGGER IF EXISTS {table}_change_log" for tab
 
 def read_changes(source: str, revision_key: str, horizon: int | None) -> tuple[str, int, list[tuple[int, int, int]], int]:
     """One read: ``(revision, new horizon, changes (id, row id, id) at or above horizon, pruned)``."""
-    import json
-
-    from django.db import connection
-
     with connection.cursor() as cur:
         cur.execute(
             "SELECT (SELECT value FROM meta WHERE key = %s), (SELECT coalesce(max(id), 0) + 1 FROM memory_changes),"
@@ -46,8 +45,6 @@ def read_changes(source: str, revision_key: str, horizon: int | None) -> tuple[s
 
 
 def prune_changes(keep: int) -> int:
-    from django.db import connection
-
     with connection.cursor() as cur:
         cur.execute("SELECT id FROM memory_changes ORDER BY id DESC LIMIT 1 OFFSET %s", [keep])
         row = cur.fetchone()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Hashable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -108,9 +108,12 @@ def personalized_pagerank(
 
     now = clock if clock is not None else time.monotonic
     if isinstance(system, _Arrays):
-        ranks = _iterate_numpy(system, personal, alpha, max_iterations, tolerance, timeout_seconds, now)
+        step = _numpy_step(system, personal, alpha)
+        ranks = _iterate(step, np.asarray(personal, dtype=np.float64), max_iterations, tolerance, timeout_seconds, now)
+        ranks = ranks.tolist()
     else:
-        ranks = _iterate_python(system, personal, alpha, max_iterations, tolerance, timeout_seconds, now)
+        ranks = _iterate(_python_step(system, personal, alpha), list(personal), max_iterations, tolerance,
+                         timeout_seconds, now)
     total_rank = sum(ranks)
     return {node: value / total_rank for node, value in zip(nodes, ranks, strict=True)}
 
@@ -186,23 +189,12 @@ def _timeout() -> PageRankTimeoutError:
     return PageRankTimeoutError("个性化 PageRank 计算超时")
 
 
-def _iterate_python(
-    system: _Python,
-    personal: list[float],
-    alpha: float,
-    max_iterations: int,
-    tolerance: float,
-    timeout_seconds: float,
-    clock: Callable[[], float],
-) -> list[float]:
+def _python_step(system: _Python, personal: list[float], alpha: float) -> Callable[[list[float]], tuple[list[float], float]]:
     edges = system.edges
     n = len(edges)
     dangling = [i for i, out in enumerate(edges) if not out]
-    ranks = list(personal)
-    deadline = clock() + timeout_seconds
-    for _ in range(max_iterations):
-        if clock() >= deadline:
-            raise _timeout()
+
+    def step(ranks: list[float]) -> tuple[list[float], float]:
         dangling_mass = sum(ranks[i] for i in dangling)
         base = (1.0 - alpha) + alpha * dangling_mass
         updated = [base * personal[i] for i in range(n)]
@@ -212,39 +204,43 @@ def _iterate_python(
                 share = alpha * ranks[source]
                 for target, probability in out:
                     updated[target] += share * probability
-        if clock() >= deadline:
-            raise _timeout()
-        delta = sum(abs(updated[i] - ranks[i]) for i in range(n))
-        ranks = updated
-        if delta <= tolerance:
-            break
-    return ranks
+        return updated, sum(abs(updated[i] - ranks[i]) for i in range(n))
+
+    return step
 
 
-def _iterate_numpy(
-    system: _Arrays,
-    personal: list[float],
-    alpha: float,
-    max_iterations: int,
-    tolerance: float,
-    timeout_seconds: float,
-    clock: Callable[[], float],
-) -> list[float]:
+def _numpy_step(system: _Arrays, personal: list[float], alpha: float) -> Callable[[np.ndarray], tuple[np.ndarray, float]]:
     src, dst, prob, dangling, n = system.src, system.dst, system.prob, system.dangling, system.n
     p = np.asarray(personal, dtype=np.float64)
-    ranks = p.copy()
-    deadline = clock() + timeout_seconds
-    for _ in range(max_iterations):
-        if clock() >= deadline:
-            raise _timeout()
+
+    def step(ranks: np.ndarray) -> tuple[np.ndarray, float]:
         dangling_mass = float(ranks[dangling].sum())
         base = (1.0 - alpha) + alpha * dangling_mass
         flow = np.bincount(dst, weights=(alpha * ranks[src]) * prob, minlength=n)
         updated = base * p + flow
+        return updated, float(np.abs(updated - ranks).sum())
+
+    return step
+
+
+def _iterate(
+    step: Callable[[Any], tuple[Any, float]],
+    ranks: Any,
+    max_iterations: int,
+    tolerance: float,
+    timeout_seconds: float,
+    clock: Callable[[], float],
+) -> Any:
+    """Apply ``step`` (ranks → updated ranks and their L1 change) until the change is at most
+    ``tolerance`` or ``max_iterations`` ran; the deadline is checked before and after each step."""
+    deadline = clock() + timeout_seconds
+    for _ in range(max_iterations):
         if clock() >= deadline:
             raise _timeout()
-        delta = float(np.abs(updated - ranks).sum())
+        updated, delta = step(ranks)
+        if clock() >= deadline:
+            raise _timeout()
         ranks = updated
         if delta <= tolerance:
             break
-    return ranks.tolist()
+    return ranks

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .decay import EDGE_BOOST, EDGE_HALF_LIFE_HOURS, REVIVE
@@ -243,16 +243,31 @@ def _neighbours_of(
     return grouped
 
 
+def _within_hops(starts: Iterable[int], hops: int, reach: Callable[[list[int]], Iterable[int]]) -> dict[int, int]:
+    """Breadth-first ``{node: hops from the starts}`` up to ``hops``; ``reach(frontier)`` yields the nodes one hop on."""
+    distances = dict.fromkeys(starts, 0)
+    frontier = list(distances)
+    for depth in range(hops):
+        following: list[int] = []
+        for other in reach(frontier):
+            if other not in distances:
+                distances[other] = depth + 1
+                following.append(other)
+        frontier = following
+        if not frontier:
+            break
+    return distances
+
+
 def _bounded_memory_graph(
     seeds: Mapping[int, float], hops: int, expand: ExpandFn, cache: _RetentionCache
 ) -> tuple[dict[int, dict[int, float]], dict[int, int]]:
     adjacency: dict[int, dict[int, float]] = {node: {} for node in seeds}
-    distances: dict[int, int] = {node: 0 for node in seeds}
-    frontier = list(seeds)
-    for depth in range(hops):
+
+    def reach(frontier: list[int]) -> Iterator[int]:
+        """The live neighbours of the frontier, each edge recorded both ways in ``adjacency``."""
         grouped = _neighbours_of(frontier, expand(set(frontier)))
         cache.load(other for pairs in grouped.values() for other, _s in pairs)
-        following: list[int] = []
         for node in frontier:
             for other, strength in grouped[node]:
                 keep = cache.get(other)
@@ -262,12 +277,9 @@ def _bounded_memory_graph(
                 out[other] = max(out.get(other, 0.0), strength)
                 back = adjacency.setdefault(other, {})
                 back[node] = max(back.get(node, 0.0), strength)
-                if other not in distances:
-                    distances[other] = depth + 1
-                    following.append(other)
-        frontier = following
-        if not frontier:
-            break
+                yield other
+
+    distances = _within_hops(seeds, hops, reach)
     return adjacency, distances
 
 
@@ -316,18 +328,7 @@ def _concept_spread(
     if not weights or sum(weights.values()) <= 0.0:
         return {}, {}
 
-    distances: dict[int, int] = {cid: 0 for cid in weights}
-    frontier = list(weights)
-    for depth in range(hops):
-        following: list[int] = []
-        for node in frontier:
-            for other in graph.get(node, {}):
-                if other not in distances:
-                    distances[other] = depth + 1
-                    following.append(other)
-        frontier = following
-        if not frontier:
-            break
+    distances = _within_hops(weights, hops, lambda frontier: (o for node in frontier for o in graph.get(node, {})))
     bounded = _normalise({node: {o: w for o, w in graph.get(node, {}).items() if o in distances} for node in distances})
     ranks = personalized_pagerank(
         bounded,

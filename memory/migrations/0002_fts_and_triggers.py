@@ -54,7 +54,7 @@ def seed(apps, schema_editor) -> None:
 class Migration(migrations.Migration):
     dependencies = [("memory", "0001_initial")]
 
-    # SQLite only: PostgreSQL gets its lexical tables and triggers in 0017_postgresql.
+    # SQLite only: PostgreSQL gets its lexical tables and triggers in 0019_postgresql.
     operations = [
         sql_for(
             sqlite=[

@@ -37,5 +37,5 @@ def triggers(bump: str) -> list[str]:
 class Migration(migrations.Migration):
     dependencies = [("memory", "0002_fts_and_triggers")]
 
-    # SQLite only (PostgreSQL: 0017_postgresql).
+    # SQLite only (PostgreSQL: 0019_postgresql).
     operations = [sql_for(sqlite=triggers(NEW_BUMP), reverse_sqlite=triggers(OLD_BUMP))]

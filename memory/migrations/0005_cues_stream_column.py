@@ -45,5 +45,5 @@ def backward(apps, schema_editor) -> None:
 class Migration(migrations.Migration):
     dependencies = [("memory", "0004_console_permissions")]
 
-    # FTS5: SQLite only (PostgreSQL: 0017_postgresql).
+    # FTS5: SQLite only (PostgreSQL: 0019_postgresql).
     operations = [run_for(sqlite=forward, reverse_sqlite=backward)]

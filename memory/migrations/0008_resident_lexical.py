@@ -61,5 +61,5 @@ class Migration(migrations.Migration):
             model_name="episodecue", name="tokens", field=models.TextField(blank=True, default="", db_default=""),
         ),
         migrations.RunPython(backfill, migrations.RunPython.noop),
-        sql_for(sqlite=_triggers(), reverse_sqlite=_drop_triggers()),  # PostgreSQL: 0017_postgresql
+        sql_for(sqlite=_triggers(), reverse_sqlite=_drop_triggers()),  # PostgreSQL: 0019_postgresql
     ]

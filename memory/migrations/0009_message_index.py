@@ -56,7 +56,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="message", name="tokens", field=models.TextField(blank=True, default="", db_default=""),
         ),
-        # FTS5: SQLite only (PostgreSQL indexes messages in its postings tables: 0017_postgresql).
+        # FTS5: SQLite only (PostgreSQL indexes messages in its postings tables: 0019_postgresql).
         sql_for(sqlite=CREATE, reverse_sqlite=DROP),
         run_for(sqlite=index_existing),
     ]

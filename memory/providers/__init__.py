@@ -3,7 +3,9 @@
 Nothing in this package imports Django at import time except ``config.py``,
 the factory module that reads ``django.conf.settings`` lazily.
 
-This module holds the plain input types shared by the LLM and heuristic
+This module holds the three provider protocols the memory code is typed with
+(:class:`Embedder`, :class:`Summariser`, :class:`Extractor`; chat models are
+``chat.ChatModel``), the plain input types shared by the LLM and heuristic
 summarisers/extractors, and the dialogue cleaning both of them apply, so the
 "body shorter than 40 characters" contract means the same thing for each.
 """
@@ -15,10 +17,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+import numpy as np
+
 from memory.engine.extraction import MIN_DIALOGUE_CHARS, EpisodeDraft, Extraction
 
 __all__ = [
     "DialogueLine",
+    "Embedder",
     "Emit",
     "Extractor",
     "KnownFact",
@@ -57,6 +62,16 @@ class KnownFact:
     person_ref: str  # the participant's external id
     content: str
     slot: str = ""
+
+
+class Embedder(Protocol):
+    """Turns texts into unit vectors of one space (``name``, ``dim``); ``None`` where one failed."""
+
+    name: str
+    label: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> list[np.ndarray | None]: ...
 
 
 class Summariser(Protocol):

@@ -22,9 +22,9 @@ import threading
 import time
 from typing import Any
 
-from memory.providers import Extractor, Summariser
+from memory.providers import Embedder, Extractor, Summariser
 from memory.providers.chat import OpenAIChatModel
-from memory.providers.embeddings import MAX_BATCH, Embedder
+from memory.providers.embeddings import MAX_BATCH
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ _cache_lock = threading.Lock()
 
 
 def _setting(name: str, default: Any) -> Any:
-    from django.conf import settings
+    from django.conf import settings  # read lazily: the providers work without Django configured (scripts, benches)
 
     value = getattr(settings, name, default)
     return default if value is None else value
@@ -91,7 +91,7 @@ def get_embedder() -> Embedder | None:
         batch = int(_setting("EMBEDDING_BATCH", MAX_BATCH))
 
         def build_remote():
-            from memory.providers.embeddings import OpenAIEmbedder
+            from memory.providers.embeddings import OpenAIEmbedder  # only the configured provider's module loads
 
             return OpenAIEmbedder(base_url, model, api_key=api_key, dim=dim, batch=batch)
 
@@ -102,7 +102,7 @@ def get_embedder() -> Embedder | None:
     threads = int(_setting("EMBEDDING_THREADS", 1))
 
     def build_local():
-        from memory.providers.local import LocalUSEEmbedder
+        from memory.providers.local import LocalUSEEmbedder  # ONNX runtime and the USE model: only when configured
 
         return LocalUSEEmbedder(threads=threads)
 
@@ -113,10 +113,10 @@ def get_summariser() -> Summariser:
     """LLMSummariser over the configured chat model, else HeuristicSummariser."""
     key = _chat_key()
     if key is None:
-        from memory.providers.heuristic import HeuristicSummariser
+        from memory.providers.heuristic import HeuristicSummariser  # jieba's analyser: only when it is the provider
 
         return _cached(("summariser", "heuristic"), HeuristicSummariser)
-    from memory.providers.llm import LLMSummariser
+    from memory.providers.llm import LLMSummariser  # only the configured provider's module loads
 
     chat = get_chat_model()
     return _cached(("summariser", *key), lambda: LLMSummariser(chat))
@@ -126,10 +126,10 @@ def get_extractor() -> Extractor:
     """LLMExtractor over the configured chat model, else HeuristicExtractor."""
     key = _chat_key()
     if key is None:
-        from memory.providers.heuristic import HeuristicExtractor
+        from memory.providers.heuristic import HeuristicExtractor  # jieba's analyser: only when it is the provider
 
         return _cached(("extractor", "heuristic"), HeuristicExtractor)
-    from memory.providers.llm import LLMExtractor
+    from memory.providers.llm import LLMExtractor  # only the configured provider's module loads
 
     chat = get_chat_model()
     return _cached(("extractor", *key), lambda: LLMExtractor(chat))
@@ -149,7 +149,7 @@ def preload_embedder() -> float | None:
     threads = getattr(embedder, "threads", None)
     if embedder is None or threads is None:
         return None
-    from memory.providers import local
+    from memory.providers import local  # ONNX runtime and the USE model: only for a local embedder
 
     try:
         started = time.perf_counter()

@@ -1,6 +1,6 @@
 """Embedders: texts in, position-aligned float32 unit vectors (or None) out.
 
-The contract every embedder keeps (reference-spec §3.5):
+The contract every :class:`~memory.providers.Embedder` keeps (reference-spec §3.5):
 
 * ``embed(texts)`` returns one entry per input, in input order;
 * an entry is a float32, L2-normalised vector of length ``dim``, or ``None``
@@ -17,10 +17,11 @@ import base64
 import binascii
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from memory.providers import Embedder
 from memory.providers.chat import JSONClient, ProviderBadResponse, ProviderError
 
 logger = logging.getLogger(__name__)
@@ -28,13 +29,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["MAX_BATCH", "Embedder", "OpenAIEmbedder", "clamp_batch", "embed_one", "normalise"]
 
 MAX_BATCH = 20
-
-
-class Embedder(Protocol):
-    name: str
-    dim: int
-
-    def embed(self, texts: Sequence[str]) -> list[np.ndarray | None]: ...
 
 
 def embed_one(embedder: Embedder, text: str) -> np.ndarray | None:

@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from memory.engine.extraction import EpisodeDraft, ExtractedFact, Extraction
 from memory.providers import (
@@ -48,7 +49,7 @@ _jieba_ready = False
 def _analyse():
     """Return ``jieba.analyse`` with the project's jieba set-up, initialised once."""
     global _jieba_ready
-    import jieba.analyse
+    import jieba.analyse  # builds jieba's TF-IDF table (seconds): only when the heuristic provider runs
 
     if not _jieba_ready:
         with _jieba_lock:
@@ -137,7 +138,7 @@ class HeuristicSummariser:
         return EpisodeDraft(summary=summary, cues=cues or [summary])
 
     def _score(self, sentence: _Sentence, weights: dict[str, float]) -> float:
-        import jieba
+        import jieba  # heavy; loaded only when the heuristic provider runs
 
         words = [w for w in jieba.cut(sentence.text) if w.strip()]
         if not words:
@@ -173,7 +174,7 @@ class HeuristicSummariser:
 
     @staticmethod
     def _cues(plain: str, chosen_texts: list[str], weights: dict[str, float], analyse) -> list[str]:
-        import jieba
+        import jieba  # heavy; loaded only when the heuristic provider runs
 
         def usable(word: str) -> bool:
             return len(word) >= 2 and word not in _GENERIC_WORDS and not word.isdigit()
@@ -627,6 +628,88 @@ def _obj(text: str) -> str:
     return re.sub(r"[了的]+$", "", _trim(text))
 
 
+def _place(m: re.Match[str]) -> str | None:
+    """The place a residence names, cut before what follows it ("杭州已经三年了" → "杭州"); None if none is left."""
+    return _PLACE_CUT_RE.split(m.group("place"), maxsplit=1)[0] or None
+
+
+def _liked(m: re.Match[str]) -> str | None:
+    """What a preference is about ("吃火锅" → "火锅"); None for a pronoun or a grammatical leftover."""
+    what = _obj(m.group("what"))
+    if not what or what in _PRONOUN_OBJECTS or what[0] in "上过了的着":
+        return None
+    return what.removeprefix("吃").removeprefix("喝") or what
+
+
+class _Clause(NamedTuple):
+    """A clause by the speaker: ``rest`` follows 我 (and the time words before it), ``pred`` follows the adverbs."""
+
+    text: str
+    name: str
+    time: str
+    rest: str
+    pred: str
+
+
+@dataclass(frozen=True)
+class _Says:
+    """A rule for what a clause states about its speaker.
+
+    ``pattern`` is matched at the start of the predicate (searched in the whole clause
+    with ``anywhere``); ``obj`` gives the fact's object from the match, or None when the
+    rule does not apply after all; ``content`` writes the fact from the clause and the
+    object (default: the clause in the third person).
+    """
+
+    pattern: re.Pattern[str]
+    kind: str
+    slot: str
+    obj: Callable[[re.Match[str], _Clause], str | None] = lambda m, c: ""
+    content: Callable[[_Clause, str], str] | None = None
+    anywhere: bool = False
+
+    def rule(self, clause: _Clause) -> _Rule | None:
+        m = self.pattern.search(clause.text) if self.anywhere else self.pattern.match(clause.pred)
+        if m is None or (obj := self.obj(m, clause)) is None:
+            return None
+        content = self.content(clause, obj) if self.content else _third_person(clause.name, clause.time, clause.rest)
+        return _Rule(self.kind, self.slot, content, obj)
+
+
+def _nickname(m: re.Match[str], clause: _Clause) -> str | None:
+    nick = _trim(m.group("name"))
+    return nick if nick != clause.name else None
+
+
+def _own_name(m: re.Match[str], clause: _Clause) -> str | None:
+    nick = _trim(m.group("name"))
+    return nick if nick and nick[0] not in "了过着他她你人" and nick not in ("外卖", clause.name) else None
+
+
+def _job_content(clause: _Clause, job: str) -> str:
+    if re.match(r"^(?:新的?)?(?:工作|职业)", clause.pred):  # "（我的）新工作是…"
+        return _third_person(clause.name, clause.time, "的" + clause.pred)
+    return _third_person(clause.name, clause.time, clause.rest)
+
+
+#: "你可以叫我小明": a nickname, wherever it stands in the clause.
+_CALL_ME = _Says(
+    _CALL_ME_RE, "身份", "昵称", obj=_nickname, content=lambda c, nick: f"{c.name}的昵称是{nick}", anywhere=True
+)
+#: What a speaker says about themselves, tried in order after a family member at the start: first match wins.
+_SPEAKER_RULES: tuple[_Says, ...] = (
+    _Says(_RESIDENCE_RE, "身份", "居住地", obj=lambda m, c: _place(m)),
+    _Says(_NAME_RE, "身份", "昵称", obj=_own_name, content=lambda c, nick: f"{c.name}的名字是{nick}"),
+    _CALL_ME,
+    _Says(_JOB_RE, "身份", "职业", obj=lambda m, c: m.group("job"), content=_job_content),
+    _Says(_ALLERGY_RE, "身份", "", obj=lambda m, c: None if m.group("what") in _NOT_ALLERGEN else m.group("what")),
+    _Says(_PREFERENCE_RE, "偏好", "", obj=lambda m, c: _liked(m)),
+    _Says(_PET_RE, "关系", ""),
+    _Says(_HAS_FAMILY_RE, "关系", ""),
+    _Says(_STUDY_RE, "习惯", "", obj=lambda m, c: _obj(m.group("what"))),
+)
+
+
 def _clause_rule(clause: str, name: str, continuing: bool) -> _Rule | None:
     """The fact one clause states about its speaker, or None.
 
@@ -640,43 +723,18 @@ def _clause_rule(clause: str, name: str, continuing: bool) -> _Rule | None:
     elif continuing and not re.match(r"^[\u4e00-\u9fff]{1,3}(?:说|觉得|认为)", clause):
         rest = clause
     else:
-        if (call := _CALL_ME_RE.search(clause)) and _trim(call.group("name")) != name:  # "你可以叫我小明"
-            return _Rule("身份", "昵称", f"{name}的昵称是{_trim(call.group('name'))}")
-        return None
+        return _CALL_ME.rule(_Clause(clause, name, "", "", ""))
 
     if m and (family := _FAMILY_RE.match(rest)):
         who = _FAMILY_FULL.get(family.group("who"), family.group("who"))
         return _Rule("关系", "", _third_person(name, "", f"的{who}{time}{family.group('pred')}"), who)
 
     a = _ADV_RE.match(rest)
-    pred = a.group("pred") if a else rest
-    content = _third_person(name, time, rest)
-
-    if r := _RESIDENCE_RE.match(pred):
-        place = _PLACE_CUT_RE.split(r.group("place"), maxsplit=1)[0]
-        if place:
-            return _Rule("身份", "居住地", content, place)
-    if r := _NAME_RE.match(pred):
-        nick = _trim(r.group("name"))
-        if nick and nick[0] not in "了过着他她你人" and nick not in ("外卖", name):
-            return _Rule("身份", "昵称", f"{name}的名字是{nick}", nick)
-    if (r := _CALL_ME_RE.search(clause)) and _trim(r.group("name")) != name:
-        return _Rule("身份", "昵称", f"{name}的昵称是{_trim(r.group('name'))}")
-    if r := _JOB_RE.match(pred):
-        if re.match(r"^(?:新的?)?(?:工作|职业)", pred):  # "（我的）新工作是…"
-            content = _third_person(name, time, "的" + pred)
-        return _Rule("身份", "职业", content, r.group("job"))
-    if (r := _ALLERGY_RE.match(pred)) and r.group("what") not in _NOT_ALLERGEN:
-        return _Rule("身份", "", content, r.group("what"))
-    if r := _PREFERENCE_RE.match(pred):
-        what = _obj(r.group("what"))
-        if what and what not in _PRONOUN_OBJECTS and what[0] not in "上过了的着":
-            return _Rule("偏好", "", content, what.removeprefix("吃").removeprefix("喝") or what)
-    if _PET_RE.match(pred) or _HAS_FAMILY_RE.match(pred):
-        return _Rule("关系", "", content)
-    if r := _STUDY_RE.match(pred):
-        return _Rule("习惯", "", content, _obj(r.group("what")))
-    return _more_of_the_speaker(rest, pred, name, time, content)
+    said = _Clause(clause, name, time, rest, a.group("pred") if a else rest)
+    for says in _SPEAKER_RULES:
+        if (rule := says.rule(said)) is not None:
+            return rule
+    return _more_of_the_speaker(rest, said.pred, name, time, _third_person(name, time, rest))
 
 
 def _more_of_the_speaker(rest: str, pred: str, name: str, time: str, content: str) -> _Rule | None:
@@ -717,14 +775,10 @@ def _attribute(pred: str) -> _Attr | None:
                     continue
             return _Attr(kind, attr, value)
     a = _ADV_RE.match(pred)
-    if a and (m := _PREFERENCE_RE.match(a.group("pred"))):
-        what = _obj(m.group("what"))
-        if what and what not in _PRONOUN_OBJECTS and what[0] not in "上过了的着":
-            return _Attr("偏好", "", what.removeprefix("吃").removeprefix("喝") or what)
-    if a and (m := _RESIDENCE_RE.match(a.group("pred"))):
-        place = _PLACE_CUT_RE.split(m.group("place"), maxsplit=1)[0]
-        if place:
-            return _Attr("身份", "居住地", place)
+    if a and (m := _PREFERENCE_RE.match(a.group("pred"))) and (what := _liked(m)):
+        return _Attr("偏好", "", what)
+    if a and (m := _RESIDENCE_RE.match(a.group("pred"))) and (place := _place(m)):
+        return _Attr("身份", "居住地", place)
     return None
 
 

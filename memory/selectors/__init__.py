@@ -1,4 +1,4 @@
-"""Reads of the memory layers: recall, search, conflicts and spreading, one module per area.
+"""Every reusable read of the memory layers: recall, search, conflicts, spreading, the pages' lists and counts.
 
 Selectors never change memory. The one exception the seed asks for is the
 ``memory_fact_scope_blocked`` observation event, written only when
@@ -6,8 +6,17 @@ Selectors never change memory. The one exception the seed asks for is the
 :func:`message_vectors` stores the vectors it had to compute (a cache of the
 message text, so each message is embedded at most once).
 
-The public names of the area modules are re-exported here: callers write
-``from memory import selectors; selectors.recall_facts_in_scope(...)``.
+One module per area, their public names re-exported here (callers write
+``from memory import selectors; selectors.recall_facts_in_scope(...)``):
+
+- ``messages``: L1 — working memory, pending counts, message search and vectors, stream lists;
+- ``facts``: L3 — fact recall in scope, the dense channel, the fused ranking, the fact pages' search;
+- ``conflicts``: slot-conflict groups (keys, members, groups for review);
+- ``episodes``: L2 — episode recall by cue, the newest episodes, episode lists;
+- ``knowledge``: knowledge search, the knowledge list and import batches;
+- ``graph``: short-term activation, memory-graph and concept-graph spreading, the drawn subgraph;
+- ``overview``: the dashboard's counts, recent events and jobs;
+- ``persons``: the privacy pages (persons, forget samples, API tokens).
 """
 from __future__ import annotations
 
@@ -20,10 +29,12 @@ from memory.selectors.conflicts import (
 from memory.selectors.episodes import (
     RecalledEpisode,
     episode_batches,
+    episode_cues,
     episode_list,
     episodes_with_counts,
     recall_episodes,
     recent_episodes,
+    summary_skip_reasons,
 )
 from memory.selectors.facts import (
     ScopedFact,
@@ -52,6 +63,7 @@ from memory.selectors.graph import (
     node_of,
     node_refs,
     node_retentions,
+    node_rows,
     node_texts,
     resident_node_texts,
     short_term_activation,
@@ -94,6 +106,7 @@ from memory.selectors.persons import (
     api_tokens,
     broad_token_count,
     forget_samples,
+    persons_by_id,
     search_persons,
     streams_by_id,
 )
@@ -121,6 +134,7 @@ __all__ = [
     "densest_subgraph",
     "edge_stats",
     "episode_batches",
+    "episode_cues",
     "episode_list",
     "episodes_with_counts",
     "extraction_cursors",
@@ -142,10 +156,12 @@ __all__ = [
     "node_of",
     "node_refs",
     "node_retentions",
+    "node_rows",
     "node_texts",
     "oldest_pending",
     "pending_count",
     "pending_counts",
+    "persons_by_id",
     "rank_facts",
     "rank_recalled_facts",
     "recall_episodes",
@@ -165,6 +181,7 @@ __all__ = [
     "stream_rows",
     "stream_speakers",
     "streams_by_id",
+    "summary_skip_reasons",
     "supersede_chain",
     "top_facts",
     "vector_coverage",

@@ -8,16 +8,13 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
+from memory import overrides as live
 from memory.engine.context import ConversationQuery
 from memory.engine.quantize import quantize_vector
 
 
 def _overrides(overrides: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    if overrides is not None:
-        return overrides
-    from tuning.services import active_overrides  # tuning sits above memory: looked up per call
-
-    return active_overrides()
+    return live.active_overrides() if overrides is None else overrides
 
 
 def _private_in_group(value: bool | None) -> bool:

@@ -1,13 +1,15 @@
 """L2 reads: episode recall by cue, the newest episodes of a stream, the episode lists."""
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db.models import Count, Max, Min, QuerySet
 
 from memory import lexical
 from memory.engine import decay
-from memory.models import Episode, Stream
+from memory.models import Episode, EpisodeCue, PipelineEvent, Stream
 
 
 @dataclass(frozen=True)
@@ -29,8 +31,8 @@ def recall_episodes(*, stream_id: int | None, query: str, limit: int = 3) -> lis
     match = lexical.match_for("cues_fts", query)
     hits = lexical.cue_candidates(match, stream_id=stream_id, limit=limit * 4)
     best: dict[int, float] = {}
-    for episode_id, _cue, b in hits:
-        best.setdefault(episode_id, b)
+    for hit in hits:
+        best.setdefault(hit.episode_id, hit.bm25)
     chosen = list(best)[:limit]
     episodes = Episode.objects.in_bulk(chosen)
     return [
@@ -46,7 +48,7 @@ def recent_episodes(*, stream_id: int, limit: int = 4) -> list[RecalledEpisode]:
     """Newest episodes of a stream by end time; placeholders excluded; score 1.0."""
     if limit < 1:
         return []
-    rows = Episode.objects.filter(stream_id=stream_id).exclude(kind=Episode.UNSUMMARIZED).order_by("-ended_at", "-id")
+    rows = Episode.objects.filter(stream_id=stream_id).exclude(kind=Episode.Kind.UNSUMMARIZED).order_by("-ended_at", "-id")
     return [
         RecalledEpisode(
             id=e.id, summary=e.summary, kind=e.kind, started_at=e.started_at, ended_at=e.ended_at, score=1.0,
@@ -70,7 +72,7 @@ def episode_list(*, stream: Stream | None = None, placeholders: bool = False) ->
     if stream is not None:
         qs = qs.filter(stream=stream)
     if placeholders:
-        qs = qs.filter(kind=Episode.UNSUMMARIZED)
+        qs = qs.filter(kind=Episode.Kind.UNSUMMARIZED)
     return qs
 
 
@@ -81,3 +83,24 @@ def episode_batches(*, stream_id: int) -> QuerySet[Episode]:
         .annotate(n_messages=Count("messages"), first_id=Min("messages__id"), last_id=Max("messages__id"))
         .order_by("-ended_at", "-id")
     )
+
+
+def episode_cues(episode_ids: Iterable[int]) -> dict[int, list[str]]:
+    """``{episode id: its cues}`` (one query; episodes without a cue are absent)."""
+    by_id: dict[int, list[str]] = defaultdict(list)
+    for episode_id, cue in EpisodeCue.objects.filter(episode_id__in=list(episode_ids)).values_list("episode_id", "cue"):
+        by_id[episode_id].append(cue)
+    return dict(by_id)
+
+
+def summary_skip_reasons(stream_ids: Iterable[int]) -> dict[int, str]:
+    """``{placeholder episode id: why its batch was not summarised}`` from the streams'
+    ``summary_batch_skipped`` events (one query; the latest event of an episode wins)."""
+    events = PipelineEvent.objects.filter(kind="summary_batch_skipped", stream_id__in=list(stream_ids)).order_by("seq")
+    reasons: dict[int, str] = {}
+    for payload in events.values_list("payload", flat=True):
+        payload = payload or {}
+        episode_id = payload.get("episodeId") or payload.get("episode_id")
+        if episode_id:
+            reasons[int(episode_id)] = str(payload.get("error") or payload.get("reason") or "")
+    return reasons

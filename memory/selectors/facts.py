@@ -21,7 +21,7 @@ from memory.engine.scoring import (
     rank,
 )
 from memory.engine.tokenize import bigrams, words
-from memory.models import Fact
+from memory.models import Fact, FactState
 from memory.selectors._common import _overrides, _private_in_group, _query_q8
 from memory.services import emit_event
 
@@ -81,10 +81,12 @@ class ScopedFact:
         }
 
 
-def _visible_rows(rows: Sequence[tuple], stream_kind: str, private_in_group: bool) -> tuple[list[tuple], int]:
+def _visible_rows(
+    rows: Sequence[lexical.FactRow], stream_kind: str, private_in_group: bool
+) -> tuple[list[lexical.FactRow], int]:
     if stream_kind == SCOPE_ALL:
         return list(rows), 0
-    kept = [r for r in rows if fact_visible_in_stream(r[6], stream_kind, private_in_group=private_in_group)]
+    kept = [r for r in rows if fact_visible_in_stream(r.origin_kind, stream_kind, private_in_group=private_in_group)]
     return kept, len(rows) - len(kept)
 
 
@@ -186,18 +188,19 @@ def rank_facts(
 
 
 def _score_rows(
-    rows: Iterable[tuple], now: int, overrides: Mapping[str, Any],
+    rows: Iterable[lexical.FactRow], now: int, overrides: Mapping[str, Any],
     coverages: Mapping[int, tuple[float, bool]] | None = None,
 ) -> list[ScopedFact]:
     facts = []
-    for fid, b, person_id, kind, content, slot, origin, strength, half_life, updated_at, active, _v in rows:
-        ret = decay.retention(strength, updated_at, half_life, now)
+    for r in rows:
+        fid, b = r.id, r.bm25
+        ret = decay.retention(r.strength, r.updated_at, r.half_life_hours, now)
         lex = decay.relevance_from_bm25(b)
         facts.append(
             ScopedFact(
-                id=fid, person_id=person_id, kind=kind, content=content, slot=slot, origin_kind=origin,
-                retention=ret, score=0.0, lexical_relevance=lex, bm25=b, half_life_hours=half_life,
-                active=bool(active), coverage=None if coverages is None else coverages.get(fid, (0.0, False))[0],
+                id=fid, person_id=r.person_id, kind=r.kind, content=r.content, slot=r.slot, origin_kind=r.origin_kind,
+                retention=ret, score=0.0, lexical_relevance=lex, bm25=b, half_life_hours=r.half_life_hours,
+                active=bool(r.active), coverage=None if coverages is None else coverages.get(fid, (0.0, False))[0],
                 rarest=False if coverages is None else coverages.get(fid, (0.0, False))[1],
             )
         )
@@ -222,7 +225,7 @@ def _recall(
     if stats is not None:
         stats["blocked"] = stats.get("blocked", 0) + blocked
     ov = _overrides(overrides)
-    coverages = None if is_seed_profile(ov) else fact_coverages([r[0] for r in rows], query)
+    coverages = None if is_seed_profile(ov) else fact_coverages([r.id for r in rows], query)
     pool = _score_rows(rows, now, ov, coverages)
     return pool if return_candidates else [f for f in pool if f.eligible][:limit]
 
@@ -284,7 +287,7 @@ def top_facts(
     ``stream_kind='all'`` bypasses visibility; only the extraction de-dup list may use it.
     """
     rows = list(
-        Fact.objects.filter(person_id=person_id, active=True, superseded_by__isnull=True).values_list(
+        Fact.objects.in_state(FactState.ACTIVE).filter(person_id=person_id).values_list(
             "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "half_life_hours", "updated_at"
         )
     )
@@ -325,7 +328,7 @@ def dense_fact_candidates(
     if _query_q8(query_vector) is None or not persons or limit < 1:
         return []
     rows = list(
-        Fact.objects.filter(person_id__in=persons, superseded_by__isnull=True, embedding_q8__isnull=False).values_list(
+        Fact.objects.valid().filter(person_id__in=persons, embedding_q8__isnull=False).values_list(
             "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "half_life_hours",
             "updated_at", "active",
         )

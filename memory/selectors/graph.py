@@ -17,7 +17,7 @@ from memory.engine import decay
 from memory.engine import spreading as sp
 from memory.engine.spreading import ConceptGraph, SpreadResult
 from memory.engine.spreading import spread as engine_spread
-from memory.models import MemoryEdge, MemoryNode
+from memory.models import Episode, Fact, Knowledge, MemoryEdge, MemoryNode
 from memory.selectors._common import _overrides
 from memory.services import CONCEPT_GRAPH_REVISION, emit_event
 
@@ -456,7 +456,7 @@ def densest_subgraph(*, limit: int, include_frozen: bool = False) -> DenseSubgra
         edge_total, frozen = cur.fetchone()
         cur.execute(
             f"WITH deg AS (SELECT node, COUNT(*) AS d FROM (SELECT source_id AS node FROM memory_edges{active_only}"
-            f" UNION ALL SELECT target_id FROM memory_edges{active_only}) GROUP BY node)"
+            f" UNION ALL SELECT target_id FROM memory_edges{active_only}) AS ends GROUP BY node)"
             " SELECT node, d, (SELECT COUNT(*) FROM deg) FROM deg ORDER BY d DESC, node LIMIT %s",
             [limit + 1],
         )
@@ -502,3 +502,16 @@ def node_edges(node: int) -> dict[int, tuple[float, int, bool]]:
         "source_id", "target_id", "strength", "updated_at", "active"
     )
     return {(t if s == node else s): (strength, updated_at, active) for s, t, strength, updated_at, active in rows}
+
+
+def node_rows(
+    *, facts: Sequence[int], episodes: Sequence[int], knowledge: Sequence[int]
+) -> tuple[dict[int, Fact], dict[int, Episode], dict[int, Knowledge]]:
+    """The rows memory nodes point at, by id: facts (with their person), episodes, knowledge
+    (vectors and tokens unread); one query per kind asked for."""
+    return (
+        Fact.objects.select_related("person").defer("embedding", "embedding_q8", "tokens_v2").in_bulk(facts)
+        if facts else {},
+        Episode.objects.in_bulk(episodes) if episodes else {},
+        Knowledge.objects.defer("embedding", "embedding_q8", "tokens_v2").in_bulk(knowledge) if knowledge else {},
+    )

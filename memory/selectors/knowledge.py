@@ -88,6 +88,6 @@ def knowledge_list() -> QuerySet[Knowledge]:
 def import_batches(*, limit: int = 50) -> list[ImportBatch]:
     """The newest import batches that still hold knowledge or are running, each with ``live`` (its rows)."""
     return list(
-        ImportBatch.objects.annotate(live=Count("knowledge")).filter(Q(live__gt=0) | Q(status="running"))
+        ImportBatch.objects.annotate(live=Count("knowledge")).filter(Q(live__gt=0) | Q(status=ImportBatch.Status.RUNNING))
         .order_by("-created_at", "-id")[:limit]
     )

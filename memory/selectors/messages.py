@@ -18,6 +18,7 @@ from memory.engine import decay
 from memory.engine.quantize import HEADER_SIZE, MAGIC, Int8Matrix, cosine_q8_many, quantize_vector, unpack_float32
 from memory.engine.scoring import fused_relevance
 from memory.models import Episode, Message, Person, Stream
+from memory.providers import Embedder
 from memory.providers import config as provider_config  # looked up per call: tests swap the embedder
 from memory.providers.embeddings import clamp_batch
 from memory.selectors._common import _query_q8
@@ -168,7 +169,7 @@ def _q8_matrix(rows: Sequence[tuple[int, Any]], dim: int) -> Int8Matrix:
     return Int8Matrix(ids=ids, matrix=payload.reshape(len(ids), dim), norms=norms)
 
 
-def message_vectors(message_ids: Iterable[int], *, embedder: Any = None) -> dict[int, np.ndarray]:
+def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = None) -> dict[int, np.ndarray]:
     """float32 vectors of messages, each computed at most once.
 
     Stored vectors are read; missing ones (and ones of another dimension than the

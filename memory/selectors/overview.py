@@ -8,11 +8,13 @@ from typing import Any
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from memory.engine import decay
+from memory.meta import meta_get
 from memory.models import (
     EXTRACT_CURSOR_KEY,
+    PINNED,
     Episode,
     Fact,
+    FactState,
     Job,
     Knowledge,
     MemoryEdge,
@@ -24,20 +26,18 @@ from memory.models import (
 )
 from memory.selectors.conflicts import conflict_group_keys
 from memory.selectors.messages import pending_counts
-from memory.services import meta_get
 
 
 def layer_counts() -> dict[str, int]:
     """Row counts per layer (two aggregate queries plus one count per small table)."""
     facts = Fact.objects.aggregate(
         n_total=Count("id"),
-        n_active=Count("id", filter=Q(superseded_by__isnull=True, active=True)),
-        n_frozen=Count("id", filter=Q(superseded_by__isnull=True, active=False)),
-        n_invalid=Count("id", filter=Q(superseded_by__isnull=False)),
-        n_pinned=Count("id", filter=Q(half_life_hours__gte=decay.PIN_HALF_LIFE_HOURS)),
+        n_active=Count("id", filter=Fact.state_condition(FactState.ACTIVE)),
+        n_frozen=Count("id", filter=Fact.state_condition(FactState.FROZEN)),
+        n_pinned=Count("id", filter=Fact.state_condition(PINNED)),
     )
     episodes = Episode.objects.aggregate(
-        n_total=Count("id"), n_placeholders=Count("id", filter=Q(kind=Episode.UNSUMMARIZED))
+        n_total=Count("id"), n_placeholders=Count("id", filter=Q(kind=Episode.Kind.UNSUMMARIZED))
     )
     return {
         "persons": Person.objects.count(),
@@ -48,7 +48,7 @@ def layer_counts() -> dict[str, int]:
         "facts": facts["n_total"],
         "facts_active": facts["n_active"],
         "facts_frozen": facts["n_frozen"],
-        "facts_invalid": facts["n_invalid"],
+        "facts_invalid": facts["n_total"] - facts["n_active"] - facts["n_frozen"],  # invalidated or superseded
         "facts_pinned": facts["n_pinned"],
         "knowledge": Knowledge.objects.count(),
         "nodes": MemoryNode.objects.count(),

@@ -1,6 +1,7 @@
 """Reads of the privacy pages: persons, the rows a forget would touch, API tokens."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from django.db.models import Q, QuerySet
@@ -22,7 +23,11 @@ def search_persons(query: str = "") -> QuerySet[Person]:
     return rows
 
 
-def streams_by_id(ids: set[int]) -> dict[int, Stream]:
+def persons_by_id(ids: Iterable[int]) -> dict[int, Person]:
+    return Person.objects.in_bulk(list(ids))
+
+
+def streams_by_id(ids: Iterable[int]) -> dict[int, Stream]:
     return Stream.objects.in_bulk(list(ids))
 
 

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from curation.models import FactOperation
-from memory.models import Fact
+from memory.models import Fact, FactOperation
 
 from .conftest import T0, person
 

@@ -73,6 +73,23 @@ def filter_case(context, case) -> bool:
     return not (positive and _outside_json_schema(case))
 
 
+@pytest.fixture(autouse=True)
+def _keep_the_test_connection():
+    """The WSGI app runs in the test's transaction: don't let request signals close its connection.
+
+    Django's test client does the same; SQLite's in-memory test database ignores a close, a
+    PostgreSQL connection would really be closed in the middle of the test's transaction.
+    """
+    from django.core import signals
+    from django.db import close_old_connections
+
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    yield
+    signals.request_started.connect(close_old_connections)
+    signals.request_finished.connect(close_old_connections)
+
+
 @schema.parametrize()
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_api_conforms_to_its_schema(case):

@@ -12,8 +12,7 @@ import datetime as dt
 import pytest
 from django.test import Client
 
-from curation.models import FactOperation
-from memory.models import Fact, Knowledge, Message
+from memory.models import Fact, FactOperation, Knowledge, Message
 from memory.schemas import MAX_EPOCH_MS
 
 from .conftest import T0, person, stream

@@ -122,7 +122,7 @@ def test_an_import_job_progress_bar_completes(login, live_server, memory_set, fr
 
 
 def test_curation_works_without_javascript(login, live_server, memory_set, frozen_now):
-    from memory.models import Fact
+    from memory.models import Fact, FactState
 
     fact_id = memory_set["facts"][2]
     page = login("operator", javascript=False)
@@ -131,7 +131,7 @@ def test_curation_works_without_javascript(login, live_server, memory_set, froze
     page.wait_for_selector("text=标失效后该事实不再进入召回与提示词")  # the confirmation page
     page.click("form button.primary")
     page.wait_for_selector(f"#fact-row-{fact_id} .chip.invalid")
-    assert Fact.objects.get(pk=fact_id).manually_invalidated
+    assert Fact.objects.get(pk=fact_id).state == FactState.INVALID
 
 
 def test_screenshots_of_the_main_pages(login, live_server, memory_set, frozen_now):

@@ -124,15 +124,15 @@ def test_an_action_shows_progress_and_disables_its_button_while_it_runs(login, l
                                                                           monkeypatch):
     import time
 
-    from curation import views as curation_views
+    from curation.actions import ACTIONS
 
-    service, label, text = curation_views.ACTIONS["pin"]
+    pin = ACTIONS["pin"]
 
     def slow_pin(**kwargs):
         time.sleep(1.5)
-        return service(**kwargs)
+        return pin.service(**kwargs)
 
-    monkeypatch.setitem(curation_views.ACTIONS, "pin", (slow_pin, label, text))
+    monkeypatch.setitem(ACTIONS, "pin", pin._replace(service=slow_pin))
     fact_id = memory_set["facts"][2]
     page = login("operator")
     page.goto(f"{live_server.url}{reverse('console:facts')}")
@@ -261,3 +261,23 @@ def test_a_refusal_speaks_the_interface_language(login, live_server, memory_set,
     refusal.wait_for()
     assert f"fact #{fact_id} is already invalid" in refusal.inner_text()
     assert not re.search(r"[\u4e00-\u9fff]", refusal.inner_text())
+
+
+def test_back_after_a_history_cache_miss_restores_the_whole_page(login, live_server, memory_set, frozen_now):
+    """htmx asks for a page it no longer has cached without ``HX-Request`` (historyRestoreAsHxRequest off), so
+    the view answers with the whole page, not the fragment it sends to htmx swaps."""
+    page = login("operator")
+    page.goto(f"{live_server.url}{reverse('console:facts')}")
+    page.fill("#id_q", "猫")
+    page.wait_for_url("**q=*")  # the search pushed its URL
+    page.goto(f"{live_server.url}{reverse('console:dashboard')}")
+    page.goto(f"{live_server.url}{reverse('console:facts')}?q=%E7%8C%AB")
+    page.fill("#id_q", "杭州")
+    page.wait_for_function("location.search.includes('%E6%9D%AD')")
+    page.evaluate("htmx.config.historyCacheSize = 0")  # nothing cached: the back button asks the server
+    with page.expect_request(lambda r: "HX-History-Restore-Request".lower() in r.headers) as restore:
+        page.go_back()
+    assert "hx-request" not in restore.value.headers
+    page.wait_for_function("document.querySelector('#id_q').value === '猫'")
+    assert page.locator("header.top").count() == 1 and page.locator("#fact-results").count() == 1
+    assert "小林喜欢猫" in page.inner_text("#fact-results")

@@ -25,7 +25,7 @@ def _console_settings(settings, monkeypatch):
     from memory.providers import config
 
     config.reset_cache()
-    monkeypatch.setattr("tuning.services.active_overrides", lambda: {})
+    monkeypatch.setattr("memory.overrides.active_overrides", lambda: {})
     cache.clear()
 
 

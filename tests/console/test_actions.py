@@ -4,8 +4,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from curation.models import FactOperation
-from memory.models import Fact
+from memory.models import Fact, FactOperation, FactState
 from tests.console.conftest import NOW
 
 pytestmark = pytest.mark.django_db
@@ -87,7 +86,7 @@ def test_unknown_action_is_404(operator, memory_set):
 def test_invalidate_and_restore(operator, memory_set, frozen_now):
     fact_id = memory_set["facts"][2]
     operator.post(_action(fact_id, "invalidate"), {"confirmed": "1"})
-    assert Fact.objects.get(pk=fact_id).manually_invalidated
+    assert Fact.objects.get(pk=fact_id).state == FactState.INVALID
     html = operator.get(reverse("console:fact", args=[fact_id])).content.decode()
     assert "已失效" in html and 'data-action="restore"' in html and 'data-action="pin"' not in html
     operator.post(_action(fact_id, "restore"), {"confirmed": "1"})
@@ -104,7 +103,7 @@ def test_bulk_invalidate_confirms_then_reports_each_refusal(operator, memory_set
     done = operator.post(url, {"action": "invalidate", "ids": [f3, f5], "confirmed": "1", "next": "/facts/"}, follow=True)
     html = done.content.decode()
     assert "标失效：1 条已完成" in html and f"#{f5}：事实 #{f5} 已经失效" in html
-    assert Fact.objects.get(pk=f3).manually_invalidated
+    assert Fact.objects.get(pk=f3).state == FactState.INVALID
 
 
 def test_bulk_without_selection_says_so(operator, memory_set):
@@ -127,6 +126,23 @@ def test_keep_this_one_adjudicates_the_rest_and_is_undoable(make_client, memory_
     reviewer.post(reverse("curation:undo", args=[op.pk]), {"confirmed": "1"})
     assert Fact.objects.get(pk=f1).superseded_by_id is None
     assert "小林住在杭州" in operator.get(reverse("curation:conflicts")).content.decode()
+
+
+def test_keep_what_the_operator_saw_or_nothing(operator, memory_set, frozen_now):
+    from memory import services
+
+    f1, f2 = memory_set["facts"][:2]
+    page = operator.get(reverse("curation:conflicts")).content.decode()
+    assert f'name="drop" value="{f1}"' in page and f'name="drop" value="{f2}"' in page  # each button names the rest
+    alice = Fact.objects.get(pk=f1).person_id
+    f6 = services.add_fact(person_id=alice, content="小林住在苏州", kind="身份", slot="住址", at=NOW).fact_id
+    response = operator.post(reverse("curation:keep", args=[f2]), {"confirmed": "1", "drop": [f1]}, headers=HTMX)
+    assert response.status_code == 409 and "冲突组在确认之后有了变化" in response.content.decode()
+    assert not FactOperation.objects.exists()
+    assert Fact.objects.filter(pk__in=[f1, f2, f6], superseded_by__isnull=True).count() == 3
+    done = operator.post(reverse("curation:keep", args=[f2]), {"confirmed": "1", "drop": [f6, f1]}, follow=True)
+    assert f"已保留 #{f2}，标失效 #{f1}、#{f6}" in done.content.decode()
+    assert [o.fact_id for o in FactOperation.objects.order_by("id")] == [f1, f6]
 
 
 def test_keep_outside_a_conflict_group_is_refused(operator, memory_set, frozen_now):

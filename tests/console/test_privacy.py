@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from memory import services
+from memory import meta, services
 from memory.auth import hash_token, issue_token
 from memory.models import ApiToken, Fact, ForgetRecord, Message, Person
 
@@ -98,7 +98,7 @@ def test_an_htmx_confirmation_navigates_to_the_next_page(operator, alice):
 def test_dashboard_shows_message_retention(admin_client_, settings):
     assert "永久保留" in admin_client_.get("/").content.decode()
     settings.MESSAGE_RETENTION_DAYS = 30
-    services.meta_set("message_retention", {"at": NOW, "days": 30, "emptied": 4, "total": 9})
+    meta.meta_set("message_retention", {"at": NOW, "days": 30, "emptied": 4, "total": 9})
     body = admin_client_.get("/").content.decode()
     assert "保留 30 天" in body and "累计清空 9 条" in body
 

@@ -9,9 +9,19 @@ from django.core.management import call_command
 from django.db.models import F
 from django.urls import reverse
 
-from curation.models import FactOperation
 from memory import selectors, services
-from memory.models import Episode, Fact, ImportBatch, Job, Knowledge, MemoryEdge, Message, PipelineEvent, Turn
+from memory.models import (
+    Episode,
+    Fact,
+    FactOperation,
+    ImportBatch,
+    Job,
+    Knowledge,
+    MemoryEdge,
+    Message,
+    PipelineEvent,
+    Turn,
+)
 
 pytestmark = pytest.mark.django_db
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
+from curation import selectors as journal
 from curation import services as curation
-from curation.models import FactOperation
 from memory import selectors, services
-from memory.models import Fact
+from memory.models import Fact, FactOperation, FactState
 from tests.memory.conftest import NOW, events
 
 DECAY = ("strength", "half_life_hours", "updated_at", "due_at", "active")
@@ -39,7 +39,7 @@ class TestInvalidateRestore:
         op = curation.invalidate_fact(fact_id=fid, user="alice", at=NOW + 1)
         assert _three(person, "杭州") == ([], [], [])
         row = Fact.objects.get(pk=fid)
-        assert row.superseded_by_id == fid and row.manually_invalidated
+        assert row.superseded_by_id == fid and row.state == FactState.INVALID
         assert (op.op, op.actor, op.prev, op.user, op.fact_id) == ("invalidate", "manual", {"superseded_by": None},
                                                                    "alice", fid)
         assert events("memory_fact_invalidated") == [{"factId": fid, "personId": person.pk, "operationId": op.pk}]
@@ -229,6 +229,63 @@ class TestAdjudicate:
             curation.adjudicate(keep_fact_id=b, drop_fact_id=a, at=NOW)
 
 
+class TestKeepOnly:
+    def test_drops_every_other_member_each_undoable(self, person):
+        a = _fact(person, "他现在住在成都", slot="居住地")
+        b = _fact(person, "他现在住在杭州", slot="居住地")
+        c = _fact(person, "他现在住在深圳", slot="居住地")
+        other_slot = _fact(person, "他是程序员", slot="职业")
+        ops = curation.keep_only(keep_fact_id=b, expected_drop_ids=[c, a], user="alice", at=NOW + 1)
+        assert [(o.op, o.fact_id, o.related_fact_id, o.user) for o in ops] == [
+            ("adjudicate", a, b, "alice"), ("adjudicate", c, b, "alice"),
+        ]
+        assert selectors.conflict_groups(now=NOW) == []
+        assert [Fact.objects.get(pk=i).superseded_by_id for i in (a, b, c, other_slot)] == [a, None, c, None]
+        assert [e["dropFactId"] for e in events("memory_conflict_resolved")] == [a, c]
+        curation.undo_operation(operation_id=ops[1].pk, at=NOW + 2)
+        assert [m["id"] for m in selectors.conflict_groups(now=NOW)[0].members] == [b, c]
+
+    def test_all_or_nothing_when_a_drop_is_refused(self, person, monkeypatch):
+        a = _fact(person, "他现在住在成都", slot="居住地")
+        b = _fact(person, "他现在住在杭州", slot="居住地")
+        c = _fact(person, "他现在住在深圳", slot="居住地")
+        adjudicate = curation.adjudicate
+
+        def second_refused(**kwargs):
+            if kwargs["drop_fact_id"] == c:
+                raise curation.FactStateError("another operator was faster")
+            return adjudicate(**kwargs)
+
+        monkeypatch.setattr(curation, "adjudicate", second_refused)
+        with pytest.raises(curation.FactStateError, match="faster"):
+            curation.keep_only(keep_fact_id=b, at=NOW + 1)
+        assert Fact.objects.get(pk=a).superseded_by_id is None  # the first drop was rolled back
+        assert FactOperation.objects.count() == 0 and events("memory_conflict_resolved") == []
+        assert [m["id"] for m in selectors.conflict_groups(now=NOW)[0].members] == [a, b, c]
+
+    def test_refuses_when_the_group_changed_since_confirmation(self, person):
+        a = _fact(person, "他现在住在成都", slot="居住地")
+        b = _fact(person, "他现在住在杭州", slot="居住地")
+        c = _fact(person, "他现在住在深圳", slot="居住地")  # arrived after the operator looked
+        with pytest.raises(curation.FactStateError, match="变化"):
+            curation.keep_only(keep_fact_id=b, expected_drop_ids=[a], at=NOW + 1)
+        assert FactOperation.objects.count() == 0
+        assert [Fact.objects.get(pk=i).superseded_by_id for i in (a, b, c)] == [None, None, None]
+
+    def test_refuses_outside_a_conflict_group(self, person):
+        alone = _fact(person, "他是程序员", slot="职业")
+        no_slot = _fact(person, "他喜欢猫")
+        a = _fact(person, "他现在住在成都", slot="居住地")
+        b = _fact(person, "他现在住在杭州", slot="居住地")
+        curation.invalidate_fact(fact_id=a, at=NOW)
+        for fid in (alone, no_slot, a, b):
+            with pytest.raises(curation.NotInConflictGroupError, match=f"#{fid}"):
+                curation.keep_only(keep_fact_id=fid, at=NOW + 1)
+        with pytest.raises(curation.FactNotFoundError):
+            curation.keep_only(keep_fact_id=99999, at=NOW + 1)
+        assert FactOperation.objects.filter(op="adjudicate").count() == 0
+
+
 class TestReplace:
     def test_guards(self, person):
         fid = _fact(person, "他现在住在杭州", slot="居住地")
@@ -271,9 +328,9 @@ def test_manual_and_n4_operations_are_distinguishable(person):
     n4 = FactOperation.objects.get(pk=write.operation_id)
     assert (n4.actor, n4.op, n4.related_fact_id, n4.fact.content) == ("n4", "supersede", write.fact_id, "他在星野公司上班")
     assert manual.actor == "manual"
-    log = list(curation.operation_log(fact_id=old))
+    log = list(journal.operations(fact_id=old))
     assert [o.op for o in log] == ["supersede", "restore", "invalidate"]
-    assert [o.pk for o in curation.operation_log(actor="n4")] == [n4.pk]
+    assert [o.pk for o in journal.operations(actor="n4")] == [n4.pk]
     undo = curation.undo_operation(operation_id=n4.pk, at=NOW + 4)
     assert Fact.objects.get(pk=old).superseded_by_id is None
     assert Fact.objects.get(pk=write.fact_id).superseded_by_id == write.fact_id

@@ -104,6 +104,7 @@ print(json.dumps({"preview": preview, "done": done, "before": before, "after": a
 """
 
 
+@pytest.mark.sqlite_only("reads the bytes of the SQLite file (PostgreSQL: dead tuples go at vacuum, docs/DEPLOY.md)")
 def test_forgetting_a_person_removes_their_text_from_the_database_file(tmp_path):
     db = tmp_path / "memory.sqlite3"
     env = dict(os.environ)

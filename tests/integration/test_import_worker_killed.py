@@ -1,7 +1,7 @@
 """A real worker is SIGKILLed in the middle of an import: the next worker finishes the job.
 
-The import is slowed by ``MEMORY_TEST_IMPORT_DELAY`` (a sleep *between* its
-20-chunk transactions, test-only), the worker is killed once the job has
+The import is slowed from outside (``tests/integration/slow_worker.py --import-delay``:
+a sleep after each progress write, *between* its 20-chunk transactions), the worker is killed once the job has
 reported progress, and a worker started again under the same node name
 re-queues the job it finds marked with its name (memory.jobs.recover_orphaned_jobs).
 The job ends ``done`` with every chunk stored once; it never stays ``running``.
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests import dbenv
 from tests.integration.test_worker import ROOT, Worker, poll, query
 from tests.redis_url import TEST_REDIS_URL
 
@@ -48,8 +49,7 @@ def env(tmp_path) -> dict[str, str]:
         MEMORY_ENQUEUE_TASKS="1", EMBEDDING_PROVIDER="none", LLM_BASE_URL="", LLM_MODEL="", PYTHONPATH=str(ROOT),
         LOG_LEVEL="INFO",
     )
-    for name in ("MEMORY_TEST_SUMMARY_DELAY", "MEMORY_TEST_IMPORT_DELAY"):
-        values.pop(name, None)
+    dbenv.store_env(values)
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=values,
                    check=True, timeout=120)
     values["_TMP"] = str(tmp_path)
@@ -59,7 +59,7 @@ def env(tmp_path) -> dict[str, str]:
 
 def test_an_import_killed_with_its_worker_is_finished_by_the_next_worker(env):
     log = Path(env["_TMP"]) / "worker.log"
-    slow = Worker(env, log, MEMORY_TEST_IMPORT_DELAY="0.5")
+    slow = Worker(env, log, slow=("--import-delay", "0.5"))
     started = [slow]
     try:
         assert slow.wait_for_log("ready.", 60), log.read_text()[-3000:]

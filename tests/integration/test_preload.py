@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import dbenv
 from tests.integration.test_worker import ROOT, Worker, poll, query
 from tests.redis_url import TEST_REDIS_URL
 
@@ -47,7 +48,7 @@ def env(tmp_path) -> dict[str, str]:
         MEMORY_ENQUEUE_TASKS="1", EMBEDDING_PROVIDER="local", LLM_BASE_URL="", LLM_MODEL="", PYTHONPATH=str(ROOT),
         LOG_LEVEL="INFO",
     )
-    values.pop("MEMORY_TEST_IMPORT_DELAY", None)
+    dbenv.store_env(values)
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=values,
                    check=True, timeout=120)
     values["_TMP"] = str(tmp_path)

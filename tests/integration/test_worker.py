@@ -8,9 +8,10 @@ the database file through ``sqlite3`` and the worker's log.
 1. 60 messages → an episode with cues, facts with embeddings and association
    edges appear.
 2. The worker is SIGKILLed while a summarisation transaction is open (the
-   summariser is slowed by ``MEMORY_TEST_SUMMARY_DELAY``): no half-written
+   transaction is held open by ``slow_worker --summary-delay``): no half-written
    episode exists, and after a restart under the same node name the batch is
-   summarised exactly once.
+   summarised exactly once. The worker is slowed from outside
+   (``tests/integration/slow_worker.py``: a sleep after the episode is written).
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests import dbenv
 from tests.redis_url import TEST_REDIS_URL
 
 pytestmark = pytest.mark.integration
@@ -69,7 +70,7 @@ def env(tmp_path_factory, redis_test_db) -> dict[str, str]:
         PYTHONPATH=str(ROOT),
         LOG_LEVEL="INFO",
     )
-    values.pop("MEMORY_TEST_SUMMARY_DELAY", None)
+    dbenv.store_env(values)
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=values,
                    check=True, timeout=60)
     values["_TMP"] = str(tmp)
@@ -77,12 +78,16 @@ def env(tmp_path_factory, redis_test_db) -> dict[str, str]:
 
 
 class Worker:
-    def __init__(self, env: dict[str, str], log: Path, **extra: str):
+    """``celery worker`` under the node name ``NODE``; ``slow`` runs it through ``tests.integration.slow_worker``."""
+
+    def __init__(self, env: dict[str, str], log: Path, *, slow: tuple[str, ...] = (), **extra: str):
         self.log = log
         handle = open(log, "ab")
+        args = ["-A", "config", "worker", "-n", NODE, "--concurrency=2", "--loglevel=INFO", "--without-mingle",
+                "--without-gossip"]
+        command = [sys.executable, "-m", "tests.integration.slow_worker", *slow, "--", *args] if slow else [_celery(), *args]
         self.proc = subprocess.Popen(
-            [_celery(), "-A", "config", "worker", "-n", NODE, "--concurrency=2", "--loglevel=INFO",
-             "--without-mingle", "--without-gossip"],
+            command,
             cwd=ROOT, env={**env, **extra}, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
         )
         handle.close()
@@ -122,8 +127,7 @@ def post(env: dict[str, str], *, stream: str, n: int, start: int = 0) -> list[in
 
 
 def query(env: dict[str, str], sql: str, params: tuple = ()) -> list[tuple]:
-    with sqlite3.connect(env["MEMORY_DB"], timeout=30) as db:
-        return db.execute(sql, params).fetchall()
+    return dbenv.query(env, sql, params)
 
 
 def poll(check, timeout: float, interval: float = 0.3):
@@ -139,8 +143,8 @@ def test_worker_builds_memory_and_survives_a_kill(env):
     log = Path(env["_TMP"]) / "worker.log"
     started: list[Worker] = []
 
-    def start(**extra: str) -> Worker:
-        started.append(Worker(env, log, **extra))
+    def start(slow: tuple[str, ...] = ()) -> Worker:
+        started.append(Worker(env, log, slow=slow))
         return started[-1]
 
     worker = start()
@@ -174,10 +178,10 @@ def test_worker_builds_memory_and_survives_a_kill(env):
 
         # --- 2. SIGKILL inside the summarisation transaction ---------------------------------
         offset = len(log.read_text("utf-8", errors="replace"))
-        slow = start(MEMORY_TEST_SUMMARY_DELAY="30")
+        slow = start(slow=("--summary-delay", "30"))
         assert slow.wait_for_log("ready.", 30, after=offset)
         more = post(env, stream="it-1", n=4, start=60)  # 48 pending → the second batch is due
-        assert slow.wait_for_log(f"summary_writing stream={stream_id}", 30, after=offset), log.read_text()[-3000:]
+        assert slow.wait_for_log(f"summary_delay_open stream={stream_id}", 30, after=offset), log.read_text()[-3000:]
         slow.kill()
 
         assert query(env, "SELECT count(*) FROM episodes WHERE stream_id = ?", (stream_id,))[0][0] == 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory import services
+from memory import overrides, services
 from memory.models import Fact, PipelineEvent
 
 NOW = 1_800_000_000_000
@@ -25,11 +25,9 @@ def _memory_settings(settings):
 
 @pytest.fixture(autouse=True)
 def _fresh_overrides(db):
-    from tuning import services as tuning_services
-
-    tuning_services.reset_cache()
+    overrides.reset_cache()
     yield
-    tuning_services.reset_cache()
+    overrides.reset_cache()
 
 
 @pytest.fixture(autouse=True)

@@ -11,12 +11,11 @@ import pytest
 
 from memory import recall, services
 from memory.models import Message, Turn
+from memory.overrides import builtin_params, overrides_scope
 from tests.memory.conftest import DAY, NOW, make_person
-from tuning import services as tuning_services
-from tuning.services import overrides_scope
 
 FILLER = ["她养了一只猫", "她是一名护士", "她住在北京", "她喜欢爬山", "她对芒果过敏", "她的生日是六月", "她在学游泳", "她不喝咖啡"]
-SEED = tuning_services.load_profile_params
+SEED = builtin_params
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ from django.core.management import call_command
 
 from memory import recall
 from memory.models import Person, Stream
-from tuning.services import overrides_scope
+from memory.overrides import overrides_scope
 
 pytestmark = pytest.mark.django_db
 

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from curation import services as curation
-from curation.models import FactOperation
 from memory import forget, services
 from memory.models import (
     Episode,
     EpisodeCue,
     Fact,
+    FactOperation,
     ForgetRecord,
     MemoryEdge,
     MemoryNode,

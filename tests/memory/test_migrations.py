@@ -14,7 +14,7 @@ VOCAB = {f"{t}_vocab" for t in FTS}
 TRIGGERS = {"knowledge_q8_insert", "knowledge_q8_update", "knowledge_q8_delete"} | {
     f"{table}_lexical_{op}" for table in ("facts", "episode_cues", "knowledge") for op in ("delete", "update")
 } | {"messages_fts_delete"} | {f"{table}_change_log" for table in ("facts", "episode_cues", "knowledge")}
-# PostgreSQL (0017_postgresql): postings tables instead of FTS5, plpgsql triggers
+# PostgreSQL (0019_postgresql): postings tables instead of FTS5, plpgsql triggers
 PG_TABLES = {"lexical_docs", "lexical_postings", "lexical_stats"}
 PG_TRIGGERS = {"knowledge_q8_insert", "knowledge_q8_update", "knowledge_q8_delete"} | {
     f"{table}_{op}" for table in ("facts", "episode_cues", "knowledge")

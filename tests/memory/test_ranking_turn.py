@@ -9,8 +9,8 @@ import pytest
 
 from memory import recall, services
 from memory.models import Turn
+from memory.overrides import overrides_scope
 from tests.memory.conftest import DAY, NOW, events
-from tuning.services import overrides_scope
 
 SEED = {"seed_blend": 1}
 FILLER = ["她养了一只猫", "她是一名护士", "她住在北京", "她喜欢爬山", "她对芒果过敏", "她的生日是六月", "她在学游泳", "她不喝咖啡"]

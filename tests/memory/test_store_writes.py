@@ -117,7 +117,7 @@ class TestEpisodes:
 
     def test_placeholders_hidden_from_recall_and_recent(self, direct_stream):
         ep = services.add_episode(stream_id=direct_stream.pk, summary="这一批对话未能生成摘要：超时", cues=[],
-                                  started_at=0, ended_at=10, message_ids=[], kind=Episode.UNSUMMARIZED, at=NOW)
+                                  started_at=0, ended_at=10, message_ids=[], kind=Episode.Kind.UNSUMMARIZED, at=NOW)
         real = services.add_episode(stream_id=direct_stream.pk, summary="正常", cues=["正常的时候"],
                                     started_at=0, ended_at=5, message_ids=[], at=NOW)
         assert [e.id for e in selectors.recent_episodes(stream_id=direct_stream.pk)] == [real.pk]
@@ -171,7 +171,7 @@ class TestFacts:
         assert _ids(person, "成都") == []
         assert [f.id for f in selectors.recall_facts_across_persons(query="成都", now=NOW, stream_kind="direct")] == []
         assert [f.id for f in selectors.top_facts(person_id=person.pk, now=NOW, stream_kind="direct")] == [new.fact_id]
-        from curation.models import FactOperation
+        from memory.models import FactOperation
 
         op = FactOperation.objects.get(pk=new.operation_id)
         assert (op.op, op.actor, op.fact_id, op.related_fact_id) == ("supersede", "auto", old, new.fact_id)
@@ -211,7 +211,7 @@ class TestFacts:
         assert write.superseded == old
         assert fact_row(old).superseded_by_id == existing
         assert fact_row(existing).hit_count == 1 and fact_row(existing).updated_at == NOW + 1000
-        from curation.models import FactOperation
+        from memory.models import FactOperation
 
         assert FactOperation.objects.get(pk=write.operation_id).prev == {
             "superseded_by": None, "new_row_created": False,

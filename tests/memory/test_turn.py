@@ -144,7 +144,7 @@ def test_confirm_skips_facts_invalidated_in_between(person, direct_stream):
 def test_dense_channel_adds_a_fact_without_lexical_match(person, direct_stream):
     # The seed's numbers (reference-spec §6) under the built-in seed profile; the default
     # ranking is checked in test_dense_channel_default_ranking_terms.
-    from tuning.services import overrides_scope
+    from memory.overrides import overrides_scope
 
     lexical = _fact(person, "他喜欢喝咖啡")
     dense = _fact(person, "他每天早上都要来一杯浓缩", at=NOW - 30 * DAY)

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from tuning import services
+from memory import overrides
 
 
 @pytest.fixture(autouse=True)
 def _fresh_override_cache():
-    services.reset_cache()
+    overrides.reset_cache()
     yield
-    services.reset_cache()
+    overrides.reset_cache()

@@ -6,9 +6,9 @@ import json
 import pytest
 from django.test import Client
 
+from memory import overrides
 from memory.auth import issue_token
 from memory.models import Job
-from tuning import services
 from tuning.models import RetrievalProfile
 
 pytestmark = pytest.mark.django_db
@@ -64,8 +64,8 @@ def test_integer_parameter_saved_and_applied_over_http(api):
     r = api.post("/apply", {"name": "hops"})
     assert r.status_code == 200, r.content
     assert r.json()["profile"] == "hops" and r.json()["params"]["ppr_hops"] == 3
-    assert type(services.active_overrides()["ppr_hops"]) is int
-    assert services.tuned("fact_recall_limit", 6) == 8
+    assert type(overrides.active_overrides()["ppr_hops"]) is int
+    assert overrides.tuned("fact_recall_limit", 6) == 8
 
     state = api.get().json()
     assert state["active"] == {"profile": "hops", "overrides": {"ppr_hops": 3, "fact_recall_limit": 8, "bm25_weight": 2.0}}
@@ -108,7 +108,7 @@ def test_apply_unknown_is_404_and_rollback(api):
     api.post("/apply", {"name": "b"})
     r = api.post("/rollback")
     assert r.status_code == 200 and r.json()["profile"] == "default" and r.json()["params"] == {}
-    assert services.active_overrides() == {}
+    assert overrides.active_overrides() == {}
 
 
 def test_export_and_delete(api):
@@ -121,7 +121,7 @@ def test_export_and_delete(api):
     r = api.delete("/profiles/b")
     assert r.status_code == 200
     assert r.json() == {"deleted": True, "active": "default", "profiles": ["default", "seed"]}
-    assert services.active_overrides() == {}
+    assert overrides.active_overrides() == {}
     assert api.delete("/profiles/b").json()["deleted"] is False
     assert api.delete("/profiles/default").status_code == 400
 

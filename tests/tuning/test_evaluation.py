@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from memory import recall, selectors
+from memory import overrides, recall, selectors
 from memory import services as memory_services
 from memory.engine.metrics import ndcg_at_k
 from memory.engine.tuning import reconcile_trace_pool
@@ -246,7 +246,7 @@ def test_evaluated_overrides_do_not_touch_the_live_state_and_reinforce_nothing(e
     )
     assert report["k"] == 3 and report["sample_count"] == 3
     assert all(r["recall_count"] >= 1 for r in report["per_turn"]) and report["groups"]["all"]["ndcg_mean"] > 0
-    assert services.active_overrides() == {"ppr_alpha": 0.9}
+    assert overrides.active_overrides() == {"ppr_alpha": 0.9}
     assert fact_state() == before
     assert all(f.hit_count == 0 for f in Fact.objects.all())
     new_kinds = set(PipelineEvent.objects.values_list("kind", flat=True)) - events_before
@@ -260,14 +260,14 @@ def test_end_to_end_turns_from_the_recall_path_replay_and_leave_facts_alone(e1):
     s = e1["s"]
     memory_services.append_message(stream_id=s.pk, role="user", content="聊聊咖啡", sender_person_id=e1["b"].pk, at=T0)
     ctx = recall.prepare_turn(stream_id=s.pk, speaker_id=e1["a"].pk, text="手冲 咖啡", impression="爵士", at=T0 + 100)
-    fresh = evaluation.evaluate(evaluation.build_samples(), services.active_overrides())["per_turn"][0]
+    fresh = evaluation.evaluate(evaluation.build_samples(), overrides.active_overrides())["per_turn"][0]
     assert fresh["reconcile"]["status"] == "match" and fresh["reconcile"]["max_score_delta"] == 0.0
     assert fresh["scorable"] is False  # not confirmed yet
     recall.confirm_turn(turn_id=ctx.turn_id, at=T0 + 200)
     turn = Turn.objects.get(pk=ctx.turn_id)
     assert turn.prompt_fact_ids == [e1["fa"], e1["fb"]]
     before = fact_state()
-    row = evaluation.evaluate(evaluation.build_samples(), services.active_overrides())["per_turn"][0]
+    row = evaluation.evaluate(evaluation.build_samples(), overrides.active_overrides())["per_turn"][0]
     rec = row["reconcile"]
     assert rec["status"] == "mismatch" and rec["missing"] == rec["extra"] == [] and not rec["order_changed"]
     assert rec["drift_only"] is True
@@ -314,18 +314,20 @@ def test_compare_same_params_changes_nothing(e1):
 
 
 def test_job_runs_with_progress_and_stores_the_report(e1, django_capture_on_commit_callbacks, monkeypatch, settings):
+    from celery import Celery
+
     from tests.redis_url import TEST_REDIS_URL
     from tuning import tasks
 
     settings.REDIS_URL = TEST_REDIS_URL  # the pre-publish check pings it; nothing is published
     sent = []
-    monkeypatch.setattr(tasks.evaluate_task, "apply_async", lambda args=None, **options: sent.append(args[0]))
+    monkeypatch.setattr(Celery, "send_task", lambda self, name, args=None, **options: sent.append((name, args[0])))
     record_turn(e1["s"], e1["a"], [e1["a"], e1["b"]], "咖啡", prompt=[e1["fa"]])
     record_turn(e1["s"], e1["a"], [e1["a"], e1["b"]], "爵士", prompt=[e1["fb"]], at=T0 + 5000)
     target = evaluation.resolve_target(params={"fact_recall_limit": 2})
     with django_capture_on_commit_callbacks(execute=True):
         job = evaluation.submit_evaluation(target, max_turns=10, user="alice")
-    assert sent == [job.pk]
+    assert sent == [("tuning.tasks.evaluate_task", job.pk)]
     job.refresh_from_db()
     assert (job.status, job.kind, job.created_by) == ("queued", "evaluate", "alice")
     progress = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory import recall
+from memory import overrides, recall
 from memory import services as memory_services
 from tuning import evaluation, services
 
@@ -19,9 +19,9 @@ def _offline(settings):
     settings.EMBEDDING_PROVIDER = "none"
     settings.MEMORY_ENQUEUE_TASKS = False
     settings.FACT_RECALL_LIMIT = 6
-    services.reset_cache()
+    overrides.reset_cache()
     yield
-    services.reset_cache()
+    overrides.reset_cache()
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_seed_is_a_builtin_profile():
         services.delete_profile("seed")
     applied = services.apply_profile("seed")
     assert applied["params"] == seed
-    assert services.active_overrides() == seed and services.active_profile_name() == "seed"
+    assert overrides.active_overrides() == seed and services.active_profile_name() == "seed"
 
 
 def test_a_turn_recorded_under_the_seed_profile_replays_with_zero_differences(world):

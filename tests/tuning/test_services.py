@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from memory import overrides
 from memory.engine.scoring import apply_pool_percentile
 from memory.models import Meta, PipelineEvent
+from tests import dbenv
 from tuning import services
 from tuning.models import RetrievalProfile
 from tuning.services import ProfileError
@@ -86,9 +88,9 @@ def test_profile_lifecycle():
     applied = services.apply_profile("boost", at=2000)
     assert applied["profile"] == "boost" and applied["params"] == {"bm25_weight": 2.0}
     assert services.active_profile_name() == "boost"
-    assert services.active_overrides() == {"bm25_weight": 2.0}
-    assert services.tuned("bm25_weight", 1.0) == 2.0
-    assert services.tuned("ppr_alpha", 0.85) == 0.85
+    assert overrides.active_overrides() == {"bm25_weight": 2.0}
+    assert overrides.tuned("bm25_weight", 1.0) == 2.0
+    assert overrides.tuned("ppr_alpha", 0.85) == 0.85
     assert RetrievalProfile.objects.get(name="boost").last_applied_at == 2000
     event = PipelineEvent.objects.filter(kind="retrieval_profile_applied").latest("seq")
     assert event.payload == {"profile": "boost", "params": 1}
@@ -99,7 +101,7 @@ def test_profile_lifecycle():
 
     services.rollback_to_default()
     assert services.active_profile_name() == "default"
-    assert services.active_overrides() == {}
+    assert overrides.active_overrides() == {}
 
     assert services.delete_profile("boost") is True
     assert names() == ["default", "seed"]
@@ -113,9 +115,9 @@ def test_save_keeps_created_at_and_last_applied_at():
     row = RetrievalProfile.objects.get(name="p")
     assert (row.created_at, row.last_applied_at, row.params) == (1000, 1500, {"bm25_weight": 3.0})
     # saving the active profile does not change the live overrides until re-applied
-    assert services.active_overrides() == {"bm25_weight": 2.0}
+    assert overrides.active_overrides() == {"bm25_weight": 2.0}
     services.apply_profile("p")
-    assert services.active_overrides() == {"bm25_weight": 3.0}
+    assert overrides.active_overrides() == {"bm25_weight": 3.0}
 
 
 @pytest.mark.parametrize("bad", ["default", "  ", "", None])
@@ -141,28 +143,28 @@ def test_default_cannot_be_deleted_but_exports_empty():
 def test_bootstrap_restores_after_a_reset():
     services.save_profile("alpha", {"ppr_alpha": 0.9})
     services.apply_profile("alpha")
-    services.reset_cache()  # a restarted process
+    overrides.reset_cache()  # a restarted process
     assert services.bootstrap_active() == "alpha"
-    assert services.active_overrides() == {"ppr_alpha": 0.9}
+    assert overrides.active_overrides() == {"ppr_alpha": 0.9}
 
 
 def test_deleting_the_active_profile_falls_back_to_default():
     services.save_profile("boost", {"bm25_weight": 2.0})
     services.apply_profile("boost")
-    before = services._read_revision()
+    before = overrides.read_revision()
     services.delete_profile("boost")
     assert services.active_profile_name() == "default"
-    assert services.active_overrides() == {}
-    assert services._read_revision() == before + 1
-    assert json.loads(Meta.objects.get(key=services.ACTIVE_PROFILE_META_KEY).value) == "default"
+    assert overrides.active_overrides() == {}
+    assert overrides.read_revision() == before + 1
+    assert json.loads(Meta.objects.get(key=overrides.ACTIVE_PROFILE_META_KEY).value) == "default"
 
 
 def test_revision_bumped_on_apply_and_rollback():
     services.save_profile("a", {"ppr_hops": 3})
-    assert services._read_revision() == 0
+    assert overrides.read_revision() == 0
     services.apply_profile("a")
     services.rollback_to_default()
-    assert services._read_revision() == 2
+    assert overrides.read_revision() == 2
 
 
 def test_meta_value_is_a_json_string():
@@ -175,10 +177,10 @@ def test_vanished_row_reads_as_default():
     services.save_profile("boost", {"bm25_weight": 2.0})
     services.apply_profile("boost")
     RetrievalProfile.objects.filter(name="boost").delete()  # behind the service's back
-    Meta.objects.filter(key=services.REVISION_META_KEY).update(value="99")
-    services.reset_cache()
+    Meta.objects.filter(key=overrides.REVISION_META_KEY).update(value="99")
+    overrides.reset_cache()
     assert services.active_profile_name() == "default"
-    assert services.active_overrides() == {}
+    assert overrides.active_overrides() == {}
 
 
 # --- the live cache -----------------------------------------------------------------------
@@ -186,48 +188,48 @@ def test_vanished_row_reads_as_default():
 
 def test_cache_reads_the_database_at_most_once_per_second(django_assert_max_num_queries, monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr(services.time, "monotonic", lambda: clock[0])
-    services.active_overrides()  # primes
+    monkeypatch.setattr(overrides.time, "monotonic", lambda: clock[0])
+    overrides.active_overrides()  # primes
     with django_assert_max_num_queries(0):
         for _ in range(1000):
-            services.tuned("bm25_weight", 1.0)
-            services.active_overrides()
+            overrides.tuned("bm25_weight", 1.0)
+            overrides.active_overrides()
         clock[0] += 0.99
-        services.active_overrides()
+        overrides.active_overrides()
     clock[0] += 0.02
     with django_assert_max_num_queries(1):  # revision unchanged: one tiny query
-        services.active_overrides()
+        overrides.active_overrides()
 
 
 def test_another_process_write_is_seen_after_the_refresh_interval(monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr(services.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(overrides.time, "monotonic", lambda: clock[0])
     services.save_profile("boost", {"bm25_weight": 2.0})
-    assert services.active_overrides() == {}
+    assert overrides.active_overrides() == {}
     # simulate another process: write meta directly, do not touch this process's cache
-    Meta.objects.update_or_create(key=services.ACTIVE_PROFILE_META_KEY, defaults={"value": '"boost"'})
-    Meta.objects.update_or_create(key=services.REVISION_META_KEY, defaults={"value": "7"})
+    Meta.objects.update_or_create(key=overrides.ACTIVE_PROFILE_META_KEY, defaults={"value": '"boost"'})
+    Meta.objects.update_or_create(key=overrides.REVISION_META_KEY, defaults={"value": "7"})
     clock[0] += 0.5
-    assert services.active_overrides() == {}  # still cached
+    assert overrides.active_overrides() == {}  # still cached
     clock[0] += 0.6
-    assert services.active_overrides() == {"bm25_weight": 2.0}
-    assert services.cached_active_profile() == "boost"
+    assert overrides.active_overrides() == {"bm25_weight": 2.0}
+    assert overrides.cached_active_profile() == "boost"
 
 
 def test_overrides_scope_wins_inside_the_block():
     services.save_profile("boost", {"bm25_weight": 2.0})
     services.apply_profile("boost")
-    with services.overrides_scope({"fact_recall_limit": 3}):
-        assert services.active_overrides() == {"fact_recall_limit": 3}
-        assert services.tuned("bm25_weight", 1.0) == 1.0
-    assert services.active_overrides() == {"bm25_weight": 2.0}
+    with overrides.overrides_scope({"fact_recall_limit": 3}):
+        assert overrides.active_overrides() == {"fact_recall_limit": 3}
+        assert overrides.tuned("bm25_weight", 1.0) == 1.0
+    assert overrides.active_overrides() == {"bm25_weight": 2.0}
 
 
 def test_returned_overrides_are_copies():
     services.save_profile("boost", {"bm25_weight": 2.0})
     services.apply_profile("boost")
-    services.active_overrides()["bm25_weight"] = 5.0
-    assert services.active_overrides() == {"bm25_weight": 2.0}
+    overrides.active_overrides()["bm25_weight"] = 5.0
+    assert overrides.active_overrides() == {"bm25_weight": 2.0}
 
 
 # --- another process sees an apply within a second ------------------------------------------
@@ -235,11 +237,11 @@ def test_returned_overrides_are_copies():
 WATCHER = r"""
 import json, sys, time, django
 django.setup()
-from tuning import services
-print(json.dumps({"ready": True, "overrides": services.active_overrides()}), flush=True)
+from memory import overrides
+print(json.dumps({"ready": True, "overrides": overrides.active_overrides()}), flush=True)
 deadline = time.time() + 15
 while time.time() < deadline:
-    ov = services.active_overrides()
+    ov = overrides.active_overrides()
     if ov:
         print(json.dumps({"seen_at": time.time(), "overrides": ov}), flush=True)
         break
@@ -273,6 +275,7 @@ def _env(db: Path) -> dict[str, str]:
 def test_apply_in_one_process_is_seen_by_another_within_a_second(tmp_path):
     db = tmp_path / "live.sqlite3"
     env = _env(db)
+    dbenv.store_env(env)
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "--skip-checks", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=120
     )
@@ -328,3 +331,44 @@ def test_applied_profile_reaches_the_production_recall_path():
     assert tuned.score == pytest.approx(expected) and tuned.score != plain.score
     services.rollback_to_default()
     assert recalled().score == plain.score
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgresql_only("SQLite's IMMEDIATE transactions serialise the two writers before they read")
+def test_concurrent_applies_never_share_a_revision():
+    """Two transactions bump the tuning revision at once: each gets its own number (no lost update)."""
+    import threading
+
+    from django.db import connection, transaction
+
+    from memory import overrides
+
+    start = overrides.read_revision()
+    first_in, release, got = threading.Event(), threading.Event(), []
+
+    def slow() -> None:
+        try:
+            with transaction.atomic():
+                got.append(overrides.set_active("default"))
+                first_in.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    def fast() -> None:
+        try:
+            got.append(overrides.set_active("default"))  # waits for the slow transaction's row lock
+        finally:
+            connection.close()
+
+    a = threading.Thread(target=slow)
+    a.start()
+    assert first_in.wait(30)
+    b = threading.Thread(target=fast)
+    b.start()
+    b.join(0.5)
+    release.set()
+    a.join(30)
+    b.join(30)
+    assert sorted(got) == [start + 1, start + 2]
+    assert overrides.read_revision() == start + 2

@@ -7,6 +7,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 
+from memory import overrides
 from memory import services as memory_services
 from memory.models import Job, Turn
 from tuning import evaluation, services
@@ -103,7 +104,7 @@ def test_evaluate_draft_creates_a_job_and_redirects(tuner):
     assert job.kind == "evaluate" and job.params["target"]["params"] == {"fact_recall_limit": 3}
     assert job.params["max_turns"] == 50 and job.created_by == "tuner"
     # the live overrides are untouched
-    assert services.active_overrides() == {"ppr_alpha": 0.9}
+    assert overrides.active_overrides() == {"ppr_alpha": 0.9}
 
 
 def test_evaluate_active(tuner):
@@ -117,7 +118,7 @@ def test_evaluate_active(tuner):
 def test_apply_rollback_delete_export(tuner):
     services.save_profile("boost", {"bm25_weight": 2.0})
     r = tuner.post(reverse("tuning:apply"), {"name": "boost"})
-    assert r.status_code == 302 and services.active_overrides() == {"bm25_weight": 2.0}
+    assert r.status_code == 302 and overrides.active_overrides() == {"bm25_weight": 2.0}
     r = tuner.get(reverse("tuning:export"), {"name": "boost"})
     assert r.status_code == 200 and "retrieval-profile-boost.json" in r["Content-Disposition"]
     data = json.loads(r.content)

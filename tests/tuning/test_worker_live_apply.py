@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import dbenv
 from tests.redis_url import TEST_REDIS_URL
 
 pytestmark = pytest.mark.integration
@@ -81,6 +82,7 @@ def test_apply_reaches_a_celery_worker_within_a_second(tmp_path):
             "EMBEDDING_PROVIDER": "none",
         }
     )
+    dbenv.store_env(env)
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "--skip-checks", "-v", "0"],
         cwd=ROOT, env=env, check=True, timeout=180,

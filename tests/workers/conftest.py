@@ -1,6 +1,6 @@
 """Fixtures of the worker tests: streams with messages, scripted models, a burst queue, Redis.
 
-* ``burst`` patches ``Task.apply_async`` to collect enqueued tasks (and checks
+* ``burst`` patches ``Celery.send_task`` to collect enqueued tasks (and checks
   that their arguments survive JSON, which eager mode would not), then replays
   them — duplicates included — by calling the task functions directly.
 * ``redis_db`` points ``REDIS_URL`` at a scratch database of the real Redis.
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import redis
-from celery.app.task import Task
+from celery import Celery
 
 from memory import services
 from memory.engine.extraction import EpisodeDraft, ExtractedFact, Extraction
@@ -68,12 +68,12 @@ class Burst:
 def burst(monkeypatch) -> Burst:
     queue = Burst()
 
-    def apply_async(self, args=None, kwargs=None, **options):
+    def send_task(self, name, args=None, kwargs=None, **options):
         args, kwargs = tuple(args or ()), dict(kwargs or {})
         json.dumps([args, kwargs])  # what the broker would have to carry
-        queue.calls.append((self.name, args, kwargs))
+        queue.calls.append((name, args, kwargs))
 
-    monkeypatch.setattr(Task, "apply_async", apply_async)
+    monkeypatch.setattr(Celery, "send_task", send_task)
     return queue
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory import lexical, pipeline, selectors, services
+from memory import lexical, meta, pipeline, selectors, services, triggers
 from memory.engine.extraction import Extraction
 from memory.models import Fact, Knowledge, MemoryEdge, PipelineEvent, QueueFailure
 from memory.providers.heuristic import HeuristicExtractor
@@ -24,15 +24,15 @@ def events(kind: str) -> list[dict]:
 
 
 def test_cursors_are_per_stream():
-    assert pipeline.read_cursor(1) == 0
+    assert triggers.read_cursor(1) == 0
     pipeline.advance_cursor(1, 42)
-    assert services.meta_get("fact_extract_cursor") == {"1": 42}
-    assert pipeline.read_cursor(2) == 0
+    assert meta.meta_get("fact_extract_cursor") == {"1": 42}
+    assert triggers.read_cursor(2) == 0
 
 
 def test_a_non_integer_cursor_reads_as_zero():
-    services.meta_set("fact_extract_cursor", {"1": "42", "2": True})
-    assert pipeline.read_cursor(1) == 0 and pipeline.read_cursor(2) == 0
+    meta.meta_set("fact_extract_cursor", {"1": "42", "2": True})
+    assert triggers.read_cursor(1) == 0 and triggers.read_cursor(2) == 0
 
 
 def test_below_the_trigger_the_model_is_not_called(settings):
@@ -63,7 +63,7 @@ def test_a_valid_extraction_writes_facts_knowledge_edges_and_moves_the_cursor(se
     item = Knowledge.objects.get()
     assert item.source == "fact_extract"
     assert [h.id for h in selectors.search_knowledge(query="月球磁场")] == [item.pk]
-    assert pipeline.read_cursor(stream.pk) == ids[3]
+    assert triggers.read_cursor(stream.pk) == ids[3]
     assert MemoryEdge.objects.count() == 1 and outcome.edges == 1
     assert events("memory_extract") == [{"streamId": stream.pk, "messageCount": 4, "extracted": 1, "written": 1,
                                          "knowledge": 1, "edges": 1}]
@@ -89,7 +89,7 @@ def test_a_failed_extraction_keeps_the_cursor(result):
     outcome = pipeline.extract_stream(stream_id=stream.pk, extractor=ScriptedExtractor(result or (lambda *a: None)))
 
     assert outcome.status == "failed"
-    assert pipeline.read_cursor(stream.pk) == 0
+    assert triggers.read_cursor(stream.pk) == 0
     assert not Fact.objects.exists()
     assert events("memory_extract_failed")[0]["cursor"] == 0
 
@@ -102,7 +102,7 @@ def test_the_third_failure_skips_the_batch():
     cursors = []
     for _ in range(3):
         pipeline.extract_stream(stream_id=stream.pk, extractor=failing)
-        cursors.append(pipeline.read_cursor(stream.pk))
+        cursors.append(triggers.read_cursor(stream.pk))
 
     assert cursors == [0, 0, ids[11]]
     assert len(events("memory_extract_failed")) == 3
@@ -213,7 +213,7 @@ def test_a_batch_without_participants_is_passed_without_a_model_call():
     outcome = pipeline.extract_stream(stream_id=stream.pk, extractor=extractor)
 
     assert outcome.status == "no_participants" and extractor.calls == []
-    assert pipeline.read_cursor(stream.pk) > 0
+    assert triggers.read_cursor(stream.pk) > 0
 
 
 def test_the_heuristic_extractor_finds_first_person_facts():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory import lexical, pipeline, selectors, services
+from memory import jobs, lexical, pipeline, selectors, services
 from memory.models import ImportBatch, Job, Knowledge, MemoryNode, PipelineEvent
 from tests.workers.conftest import T0, FakeEmbedder
 
@@ -134,13 +134,13 @@ def test_progress_is_written_every_twenty_chunks(monkeypatch):
     text = "\n\n".join(f"第{i}条知识：编号{i * 7}" for i in range(45))
     job = pipeline.start_import(text=text, origin_name="many")
     written: list[int] = []
-    real = pipeline.job_progress
+    real = jobs.job_progress
 
     def spy(*, job_id, progress: int, total=None):
         written.append(progress)
         return real(job_id=job_id, progress=progress, total=total)
 
-    monkeypatch.setattr(pipeline, "job_progress", spy)
+    monkeypatch.setattr(jobs, "job_progress", spy)
 
     pipeline.run_import(job_id=job.pk, embed=False)
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from memory import pipeline
+from memory import pipeline, triggers
 from memory.models import Episode, EpisodeCue, Fact, Knowledge, PipelineEvent
 from memory.providers import config
 from tests.providers.conftest import Reply
@@ -49,7 +49,7 @@ def test_llm_prose_counts_as_a_failed_extraction(llm):
     llm.chat_reply = "抱歉，我无法完成这个任务。"
 
     assert pipeline.extract_stream(stream_id=stream.pk).status == "failed"
-    assert pipeline.read_cursor(stream.pk) == 0
+    assert triggers.read_cursor(stream.pk) == 0
 
 
 def test_llm_summary_and_server_errors(llm):

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from django.db import connection
 
-from memory import pipeline, services
+from memory import meta, pipeline, services
 from memory.forget import expire_message_bodies
 from memory.models import Message
 from memory.tasks import expire_message_bodies_task
+from tests import lexical_probe
 from tests.workers.conftest import make_person, make_stream
 
 pytestmark = pytest.mark.django_db
@@ -18,10 +18,7 @@ DAY = 86_400_000
 
 
 def _docs(term: str) -> int:
-    with connection.cursor() as cur:
-        cur.execute("SELECT doc FROM messages_fts_vocab WHERE term = %s", [term])
-        row = cur.fetchone()
-    return int(row[0]) if row else 0
+    return lexical_probe.docs("messages_fts", term)
 
 
 def _setup():
@@ -46,7 +43,7 @@ def test_old_summarised_and_extracted_bodies_are_emptied(settings):
     assert rows[old[0].pk].embedding is None and rows[old[0].pk].episode_id is not None  # the row and link stay
     assert rows[old[2].pk].content and rows[recent.pk].content  # not summarised / too recent
     assert _docs("琥珀") == 2
-    assert services.meta_get("message_retention")["total"] == 2
+    assert meta.meta_get("message_retention")["total"] == 2
 
 
 def test_the_task_is_off_by_default_and_a_rerun_empties_nothing_more(settings):

@@ -35,7 +35,7 @@ def test_it_writes_one_episode_per_batch_and_a_rerun_writes_nothing():
 
     assert (first.status, second.status) == ("written", "idle")
     episode = Episode.objects.get()
-    assert episode.kind == Episode.CONVERSATION and episode.source == "scripted"
+    assert episode.kind == Episode.Kind.CONVERSATION and episode.source == "scripted"
     assert list(Message.objects.filter(episode=episode).order_by("id").values_list("id", flat=True)) == ids[:16]
     assert (episode.started_at, episode.ended_at) == (T0, T0 + 15_000)
     assert sorted(EpisodeCue.objects.values_list("cue", flat=True)) == ["工作", "杭州"]
@@ -103,7 +103,7 @@ def test_three_failures_of_the_same_batch_write_the_placeholder():
 
     assert statuses == ["failed", "failed"] and third.status == "skipped"
     placeholder = Episode.objects.get()
-    assert placeholder.kind == Episode.UNSUMMARIZED
+    assert placeholder.kind == Episode.Kind.UNSUMMARIZED
     assert placeholder.summary == "这一批对话未能生成摘要：模型未返回合法的摘要 JSON"
     assert not EpisodeCue.objects.exists()
     assert list(Message.objects.filter(episode=placeholder).values_list("id", flat=True)) == ids[:16]

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from memory import pipeline, services, tasks
+from memory import enqueue, pipeline, services, tasks
 from memory.models import Episode, Fact, ImportBatch, Job, MemoryEdge, MemoryNode, PipelineEvent
 from tests.workers.conftest import T0, FakeEmbedder, make_person, make_stream, post_messages
 
@@ -39,7 +39,7 @@ def test_a_burst_of_messages_queues_each_check_once(settings, redis_db, burst, d
     post_messages(stream, 48)
 
     for _ in range(5):
-        tasks.enqueue_stream_checks(stream.pk)
+        enqueue.stream_checks(stream.pk)
 
     assert sorted(burst.names()) == ["extract_stream_task", "summarize_stream_task"]
 
@@ -47,7 +47,7 @@ def test_a_burst_of_messages_queues_each_check_once(settings, redis_db, burst, d
 def test_a_stream_that_is_not_due_is_not_queued(redis_db, burst):
     stream = make_stream()
     post_messages(stream, 10)
-    tasks.enqueue_stream_checks(stream.pk)
+    enqueue.stream_checks(stream.pk)
     assert burst.calls == []
 
 
@@ -56,7 +56,7 @@ def test_a_held_lock_skips_the_enqueue_and_the_task(redis_db, burst):
     post_messages(stream, 48)
     redis_db.set(f"memory:lock:summarize:{stream.pk}", "other-worker|abc", ex=60)
 
-    tasks.enqueue_stream_check("summarize", stream.pk)
+    enqueue.stream_check("summarize", stream.pk)
     result = tasks.summarize_stream_task(stream.pk)
 
     assert burst.calls == []
@@ -172,6 +172,16 @@ def test_import_task_twice_imports_once(redis_db):
     assert tasks.import_knowledge_task(99999, None) is None
 
 
+def test_an_import_task_sent_for_another_batch_leaves_the_job_alone(redis_db):
+    job = pipeline.start_import(text="第一条。\n\n第二条。", origin_name="t")
+    batch_id = job.params["batch_id"]
+
+    assert tasks.import_knowledge_task(job.pk, batch_id + 1) is None
+    job.refresh_from_db()
+    assert job.status == "queued" and ImportBatch.objects.get().status == "running"
+    assert tasks.import_knowledge_task(job.pk)["added"] == 2  # a re-queued job is sent without its batch
+
+
 def test_worker_startup_releases_only_its_own_locks_and_enqueues_housekeeping(redis_db, burst):
     redis_db.set("memory:lock:summarize:1", "celery@box|dead", ex=300)
     redis_db.set("memory:lock:extract:1", "celery@other|alive", ex=300)
@@ -202,7 +212,7 @@ def test_enqueueing_survives_a_redis_outage(settings, burst):
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
     stream = make_stream()
     post_messages(stream, 48)
-    tasks.enqueue_stream_checks(stream.pk)  # logged, not raised
+    enqueue.stream_checks(stream.pk)  # logged, not raised
     assert burst.calls == []
 
 
@@ -221,3 +231,20 @@ def test_a_batch_too_small_to_summarise_is_not_requeued_forever(settings, redis_
 
     assert tasks.summarize_stream_task(stream.pk)["status"] == "too_few"
     assert burst.calls == []
+
+
+def test_every_name_enqueue_sends_is_a_registered_task():
+    """Tasks are sent by name (memory.enqueue, the job registry): a name without a task would be lost silently."""
+    from celery import current_app
+
+    from memory import jobs
+    from tuning import evaluation
+    from tuning import tasks as tuning_tasks
+
+    registered = set(current_app.tasks)
+    names = {*enqueue.TASKS.values(), enqueue.VECTORS_TASK, enqueue.IMPORT_TASK, *evaluation.JOB_TASKS.values(),
+             *jobs.RERUNNABLE.values()}
+    assert names <= registered, names - registered
+    assert set(jobs.RERUNNABLE) == {"import", "evaluate", "compare"}  # tuning registers its kinds when it loads
+    assert tuning_tasks.evaluate_task.name == evaluation.JOB_TASKS["evaluate"]
+    assert tasks.summarize_stream_task.name == enqueue.TASKS["summarize"]

@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from console.management.commands._demo_data import KNOWLEDGE_DOC, PEOPLE, STREAMS
 from curation import services as curation
-from memory import pipeline, recall, services
+from memory import pipeline, recall, services, triggers
 from memory.management.commands.ensure_roles import ensure_roles
 from memory.models import Fact, Message, Person, Stream
 
@@ -118,7 +118,7 @@ class Command(BaseCommand):
                 stream_id=stream.pk, role="assistant" if speaker == "bot" else "user", content=text,
                 sender_person_id=sender, external_message_id=external_id, at=at,
             )
-            if stream.kind == "desktop" and stream.pk not in failed_once and pipeline.summarize_due(stream.pk):
+            if stream.kind == "desktop" and stream.pk not in failed_once and triggers.summarize_due(stream.pk):
                 failed_once.add(stream.pk)
                 for _ in range(3):
                     pipeline.summarize_stream(stream_id=stream.pk, summariser=_FailingSummariser(), at=at)
@@ -140,7 +140,7 @@ class Command(BaseCommand):
 
     def _fact(self, person: Person, needle: str) -> Fact | None:
         return (
-            Fact.objects.filter(person=person, content__contains=needle, superseded_by__isnull=True)
+            Fact.objects.valid().filter(person=person, content__contains=needle)
             .order_by("-id").first()
         )
 

@@ -15,7 +15,7 @@ TABLES = ("persons", "streams")
 
 
 class Migration(migrations.Migration):
-    dependencies = [("memory", "0017_postgresql")]
+    dependencies = [("memory", "0019_postgresql")]
 
     operations = [
         sql_for(postgresql=[

@@ -23,7 +23,7 @@ def index_existing(apps, schema_editor) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("memory", "0016_verbose_names")]
+    dependencies = [("memory", "0018_choices")]
 
     operations = [
         migrations.CreateModel(

@@ -1,4 +1,4 @@
-"""Console views of curation: fact actions, bulk actions, the conflict queue, the operation log.
+"""Console pages of curation: fact actions, bulk actions, the conflict queue, the operation log.
 
 Every action is a POST with CSRF. A POST without ``confirmed=1`` renders a
 confirmation page (the no-JavaScript path); htmx sends ``confirmed=1`` after
@@ -10,7 +10,6 @@ out-of-band message with the main swap suppressed.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -21,33 +20,21 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy, pgettext_lazy
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reselect, reswap, retarget
 
-from console.forms import MAX_ID, ConflictFilterForm, OperationFilterForm, ReplaceForm, parse_id
-from console.views import wants_fragment
+from console import presenters
+from curation import selectors as journal
 from curation import services
-from curation.models import FactOperation
+from curation.actions import ACTIONS, BULK_ACTIONS
+from curation.forms import ConflictFilterForm, OperationFilterForm, ReplaceForm
 from memory import selectors
 from memory import services as memory_services
-from memory.models import Fact, Person
+from memory.fields import MAX_ID, parse_id
+from memory.models import Fact, FactOperation, Person
 
 CURATE = "curation.curate_fact"
 
-#: action → (service, button label, confirmation text)
-ACTIONS: dict[str, tuple[Callable[..., Any], Any, Any]] = {
-    "pin": (services.pin_fact, pgettext_lazy("action", "永久保留"), gettext_lazy("永久保留后这条事实不再随时间淡忘；可以在操作流水里撤销。")),
-    "unpin": (services.unpin_fact, gettext_lazy("取消永久保留"), gettext_lazy("取消后这条事实重新按它的类型随时间淡忘。")),
-    "invalidate": (
-        services.invalidate_fact,
-        gettext_lazy("标失效"),
-        gettext_lazy("标失效后该事实不再进入召回与提示词，但保留记录，随时可以恢复。"),
-    ),
-    "restore": (services.restore_fact, gettext_lazy("恢复"), gettext_lazy("恢复后该事实重新参与召回。")),
-    "replace": (services.replace_fact, gettext_lazy("改成"), gettext_lazy("用新的说法取代这条事实；旧事实标为已被取代，可以撤销。")),
-}
-BULK_ACTIONS = ("invalidate", "pin")
 ERROR_STATUS: dict[type[Exception], int] = {
     services.FactNotFoundError: 404,
     services.FactStateError: 409,
@@ -73,7 +60,7 @@ def _refused(request: HttpRequest, exc: Exception, template: str, context: dict[
     htmx from a fact row or a fact page: that region re-renders with the fact's real
     state (another operator may have changed it) and the refusal beside its buttons.
     """
-    status = ERROR_STATUS.get(type(exc), 400)
+    status = next((code for kind, code in ERROR_STATUS.items() if isinstance(exc, kind)), 400)
     text = _("操作被拒绝：%(reason)s") % {"reason": exc}
     fact = context.get("fact")
     if request.htmx and fact is not None and status != 404:
@@ -82,9 +69,7 @@ def _refused(request: HttpRequest, exc: Exception, template: str, context: dict[
             return _with_status(region, status)
     if request.htmx:
         messages.error(request, text)
-        response = render(request, "console/_messages.html", {}, status=status)
-        response["HX-Reswap"] = "none"
-        return response
+        return reswap(render(request, "console/_messages.html", {}, status=status), "none")
     return render(request, template, {**context, "refusal": text}, status=status)
 
 
@@ -95,8 +80,6 @@ def _with_status(response: HttpResponse, status: int) -> HttpResponse:
 
 def _fact_region(request: HttpRequest, pk: int, text: str, next_url: str) -> HttpResponse | None:
     """The fact's row (facts table) or summary card (fact page), fresh from the database, with ``text``."""
-    from console import presenters
-
     target = request.htmx.target or ""
     fact = Fact.objects.select_related("person").filter(pk=pk).first()
     if fact is None:
@@ -126,7 +109,7 @@ def fact_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     if action not in ACTIONS:
         raise Http404(action)
     fact = get_object_or_404(Fact.objects.select_related("person"), pk=pk)
-    service, label, explanation = ACTIONS[action]
+    label, explanation = ACTIONS[action].label, ACTIONS[action].confirmation
     form = ReplaceForm(request.POST or None, initial={"content": fact.content}) if action == "replace" else None
     context = {"fact": fact, "action": action, "label": label, "explanation": explanation, "form": form,
                "next": _next_url(request, reverse("console:fact", args=[pk]))}
@@ -134,7 +117,7 @@ def fact_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
         return render(request, "curation/confirm.html", context, status=400 if form is not None and form.errors else 200)
     kwargs = {"content": form.cleaned_data["content"]} if form is not None else {}
     try:
-        result = service(fact_id=pk, user=request.user.get_username(), **kwargs)
+        result = ACTIONS[action].service(fact_id=pk, user=request.user.get_username(), **kwargs)
     except REFUSALS as exc:
         return _refused(request, exc, "curation/confirm.html", context)
     messages.success(request, _success_text(action, pk, result))
@@ -150,7 +133,7 @@ def _success_text(action: str, pk: int, result: Any) -> str:
             }
         return text
     return _("事实 #%(id)s：%(label)s 已完成（操作 #%(op)s，可撤销）。") % {
-        "id": pk, "label": ACTIONS[action][1], "op": result.pk,
+        "id": pk, "label": ACTIONS[action].label, "op": result.pk,
     }
 
 
@@ -170,18 +153,18 @@ def bulk_action(request: HttpRequest) -> HttpResponse:
         return redirect(next_url)
     facts = list(Fact.objects.filter(pk__in=ids).select_related("person").order_by("id"))
     if not _confirmed(request):
-        context = {"facts": facts, "action": action, "label": ACTIONS[action][1],
-                   "explanation": ACTIONS[action][2], "next": next_url}
+        context = {"facts": facts, "action": action, "label": ACTIONS[action].label,
+                   "explanation": ACTIONS[action].confirmation, "next": next_url}
         return render(request, "curation/bulk_confirm.html", context)
     done, refused = [], []
     for fact in facts:
         try:
-            ACTIONS[action][0](fact_id=fact.pk, user=request.user.get_username())
+            ACTIONS[action].service(fact_id=fact.pk, user=request.user.get_username())
             done.append(fact.pk)
         except REFUSALS as exc:
             refused.append(f"#{fact.pk}：{exc}")
     if done:
-        messages.success(request, _("%(label)s：%(n)s 条已完成。") % {"label": ACTIONS[action][1], "n": len(done)})
+        messages.success(request, _("%(label)s：%(n)s 条已完成。") % {"label": ACTIONS[action].label, "n": len(done)})
     for text in refused:
         messages.error(request, _("操作被拒绝：%(reason)s") % {"reason": text})
     return redirect(next_url)
@@ -210,7 +193,7 @@ def conflicts(request: HttpRequest) -> HttpResponse:
         "person_id": person_id,
         "next_url": request.get_full_path(),
     }
-    template = "curation/conflicts.html#conflict-groups" if wants_fragment(request) else "curation/conflicts.html"
+    template = "curation/conflicts.html#conflict-groups" if request.htmx else "curation/conflicts.html"
     return render(request, template, context)
 
 
@@ -218,28 +201,25 @@ def conflicts(request: HttpRequest) -> HttpResponse:
 @permission_required(CURATE, raise_exception=True)
 @require_POST
 def keep(request: HttpRequest, pk: int) -> HttpResponse:
-    """Keep fact ``pk`` and adjudicate every other member of its conflict group away."""
+    """Keep fact ``pk`` and adjudicate every other member of its conflict group away, all or nothing
+    (``drop``: the members the operator saw; a group that changed since is refused)."""
     fact = get_object_or_404(Fact.objects.select_related("person"), pk=pk)
     found = selectors.conflict_groups(keys=[(fact.person_id, fact.slot)], now=memory_services.now_ms())
     group = found[0] if found else None
     others = [m for m in (group.members if group else []) if m["id"] != pk]
     context = {"fact": fact, "group": group, "others": others, "next": _next_url(request, reverse("curation:conflicts"))}
     if not others:
-        return _refused(request, services.FactStateError(_("事实 #%(id)s 不在待裁决的冲突组里") % {"id": pk}),
-                        "curation/keep_confirm.html", context)
+        return _refused(request, services.NotInConflictGroupError(pk), "curation/keep_confirm.html", context)
     if not _confirmed(request):
         return render(request, "curation/keep_confirm.html", context)
-    dropped = []
-    for member in others:
-        try:
-            services.adjudicate(keep_fact_id=pk, drop_fact_id=member["id"], user=request.user.get_username())
-        except REFUSALS as exc:
-            if dropped:
-                messages.warning(request, _("部分成员已经处理：%(ids)s。") % {"ids": "、".join(f"#{i}" for i in dropped)})
-            return _refused(request, exc, "curation/keep_confirm.html", context)
-        dropped.append(member["id"])
+    seen = [parse_id(i) for i in request.POST.getlist("drop")] if "drop" in request.POST else None
+    try:
+        dropped = services.keep_only(keep_fact_id=pk, expected_drop_ids=seen,
+                                     user=request.user.get_username())
+    except REFUSALS as exc:
+        return _refused(request, exc, "curation/keep_confirm.html", context)
     messages.success(request, _("已保留 #%(keep)s，标失效 %(ids)s；可在操作流水里撤销。") % {
-        "keep": pk, "ids": "、".join(f"#{i}" for i in dropped)})
+        "keep": pk, "ids": "、".join(f"#{op.fact_id}" for op in dropped)})
     return redirect(context["next"])
 
 
@@ -252,18 +232,13 @@ def keep(request: HttpRequest, pk: int) -> HttpResponse:
 def operations(request: HttpRequest) -> HttpResponse:
     form = OperationFilterForm(request.GET)
     data = form.cleaned_data if form.is_valid() else {}
-    rows = FactOperation.objects.select_related("fact", "related_fact", "person").order_by("-at", "-id")
-    for field in ("actor", "op"):
-        if data.get(field):
-            rows = rows.filter(**{field: data[field]})
-    if data.get("person"):
-        rows = rows.filter(person=data["person"])
-    if data.get("fact"):
-        rows = rows.filter(fact_id=data["fact"])
-    page = Paginator(rows.defer("fact__embedding", "fact__embedding_q8", "related_fact__embedding",
-                                "related_fact__embedding_q8"), 50).get_page(request.GET.get("page"))
+    rows = journal.operations(
+        actor=data.get("actor"), op=data.get("op"), person_id=data["person"].pk if data.get("person") else None,
+        fact_id=data.get("fact"),
+    )
+    page = Paginator(rows, 50).get_page(request.GET.get("page"))
     context = {"form": form, "page": page, "next_url": request.get_full_path()}
-    template = "curation/operations.html#operations-table" if wants_fragment(request) else "curation/operations.html"
+    template = "curation/operations.html#operations-table" if request.htmx else "curation/operations.html"
     return render(request, template, context, status=400 if {"person", "fact"} & set(form.errors) else 200)
 
 

@@ -1,8 +1,9 @@
+"""The curation pages (namespace ``curation``, mounted at ``/curation/``)."""
 from __future__ import annotations
 
 from django.urls import path
 
-from curation import views
+from console import curation_views as views
 
 app_name = "curation"
 urlpatterns = [

@@ -1,0 +1,241 @@
+"""The bot-facing JSON API (django-ninja): ``/api/v1/...``, OpenAPI docs at ``/api/docs``.
+
+A bot integrates with the memory system only through this API. Every route needs
+``Authorization: Bearer <token>`` (``python manage.py create_api_token NAME``). All
+instants are integer epoch milliseconds and every call that reads or writes memory
+accepts an optional ``at`` (default: now) so replays and tests are deterministic.
+
+Errors always have a JSON body ``{"detail": "<one sentence>", "errors": [...]}``:
+422 for malformed JSON, missing fields and wrong types (the field path is named),
+404 for unknown ids, 409 for a wrong state, 413 for oversized bodies, 401 without a
+valid token, 403 for a token without the route's scope. Client input never produces a 500. Input is validated before anything is
+written; the write endpoints (messages, facts, knowledge, curation) run in one
+transaction, so nothing is half-written on an error. The read paths (turns, confirm,
+actions) are not held in a write transaction — that would block ingest for the whole
+computation; their services write in short transactions of their own.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pydantic
+from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
+from django.db import DatabaseError, DataError, OperationalError
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
+
+from curation import api as curation_api
+from memory import api as memory_api
+from memory.auth import BearerTokenAuth
+from memory.broker import BrokerUnavailable
+from tuning import api as tuning_api
+
+logger = logging.getLogger(__name__)
+
+# Assembled here, above the apps: each app defines its routes (memory/api.py, curation/api.py,
+# tuning/api.py) and the statuses of its own exceptions (ERROR_STATUSES); this module builds the one
+# NinjaAPI (its docstring above is the API description), the strict JSON parser, the error format
+# and the mounting under /v1.
+
+
+# --- request body parsing ---------------------------------------------------------
+
+
+class BodyParseError(ValueError):
+    """The request body is not a JSON document the API can store."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise BodyParseError(f"{name} is not a JSON number")
+
+
+def _find_unencodable(value: Any, path: str = "body") -> str | None:
+    """Path of the first string holding a lone surrogate (cannot be stored as UTF-8)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _find_unencodable(key, path) or _find_unencodable(item, f"{path}.{key}")
+            if found:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _find_unencodable(item, f"{path}.{index}")
+            if found:
+                return found
+    return None
+
+
+class StrictJsonParser(Parser):
+    """JSON bodies only: no NaN/Infinity, valid UTF-8, no lone surrogates."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        try:
+            data = json.loads(request.body, parse_constant=_reject_constant)
+        except BodyParseError:
+            raise
+        except UnicodeDecodeError as exc:
+            raise BodyParseError("the request body is not valid UTF-8") from exc
+        except json.JSONDecodeError as exc:
+            raise BodyParseError(f"the request body is not valid JSON ({exc.msg} at position {exc.pos})") from exc
+        except (ValueError, RecursionError) as exc:
+            raise BodyParseError("the request body is not valid JSON") from exc
+        bad = _find_unencodable(data)
+        if bad:
+            raise BodyParseError(f"{bad} contains a lone surrogate, which is not valid Unicode text")
+        return data
+
+
+class ScopedNinjaAPI(NinjaAPI):
+    """States each route's token scope in the OpenAPI document (``x-token-scope`` + description).
+
+    The security requirement keeps an empty scope list: OpenAPI 3.0 allows scopes only for
+    OAuth2/OpenID schemes, and schema-driven clients read the bearer requirement as is.
+    """
+
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        schema = super().get_openapi_schema(**kwargs)
+        scopes: dict[str, str] = {}
+        for bound in self._get_bound_routers():
+            for path_view in bound.path_operations.values():
+                for operation in path_view.operations:
+                    scope = next((getattr(cb, "scope", "") for cb in operation.auth_callbacks), "")
+                    if scope:
+                        scopes[operation.operation_id or self.get_openapi_operation_id(operation)] = scope
+        for item in schema.get("paths", {}).values():
+            for operation in item.values():
+                scope = scopes.get(operation.get("operationId", "")) if isinstance(operation, dict) else None
+                if scope:
+                    operation["x-token-scope"] = scope
+                    note = f"**Token scope:** `{scope}` (or `admin`); without it the answer is 403."
+                    operation["description"] = f"{note}\n\n{operation.get('description', '')}".strip()
+        return schema
+
+
+api = ScopedNinjaAPI(
+    title="Memory Console API",
+    version="1",
+    description=__doc__,
+    urls_namespace="api",
+    auth=BearerTokenAuth(scope="bot"),
+    parser=StrictJsonParser(),
+)
+
+
+
+# --- error mapping ----------------------------------------------------------------
+
+
+def error_response(request: HttpRequest, status: int, detail: str, errors: list[dict] | None = None) -> HttpResponse:
+    return api.create_response(request, {"detail": detail, "errors": errors or []}, status=status)
+
+
+def _field_path(loc: Any) -> str:
+    parts = [str(p) for p in (loc or ())]
+    # ninja prefixes the parameter source and, for a body schema, the parameter name
+    if len(parts) >= 2 and parts[0] == "body" and parts[1] == "payload":
+        parts = [parts[0], *parts[2:]]
+    return ".".join(parts) or "body"
+
+
+def _on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    errors = []
+    for err in exc.errors:
+        errors.append(
+            {"field": _field_path(err.get("loc")), "message": str(err.get("msg", "invalid")), "type": err.get("type", "")}
+        )
+    detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors) or "invalid request"
+    return error_response(request, 422, detail, errors)
+
+
+def _on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    cause = exc.__cause__
+    if isinstance(cause, BodyParseError):
+        return error_response(request, 422, str(cause), [{"field": "body", "message": str(cause), "type": "json_invalid"}])
+    if isinstance(cause, RequestDataTooBig):
+        return _on_too_big(request, cause)
+    if isinstance(exc, AuthenticationError):
+        return error_response(request, 401, "a valid 'Authorization: Bearer <token>' header is required")
+    return error_response(request, exc.status_code, str(exc))
+
+
+def _on_too_big(request: HttpRequest, exc: Exception) -> HttpResponse:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return error_response(request, 413, f"the request body is larger than {limit} bytes")
+
+
+def _status(code: int):
+    def handler(request: HttpRequest, exc: Exception) -> HttpResponse:
+        return error_response(request, code, str(exc) or exc.__class__.__name__)
+
+    return handler
+
+
+def _on_not_found(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return error_response(request, 404, str(exc) or "not found")
+
+
+def _on_operational(request: HttpRequest, exc: OperationalError) -> HttpResponse:
+    if "locked" in str(exc).lower() or "busy" in str(exc).lower():
+        response = error_response(request, 503, "the database is busy; retry shortly")
+        response["Retry-After"] = "1"
+        return response
+    return _on_unexpected(request, exc)
+
+
+def _on_broker_down(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # The job (if any) is already marked failed with the reason; nothing is left running.
+    response = error_response(request, 503, f"the task queue (Redis) is unavailable; nothing was started, retry later ({exc})")
+    response["Retry-After"] = "5"
+    return response
+
+
+def _on_unstorable(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # PostgreSQL refuses some values SQLite keeps (a NUL character in text): client input, not a 500
+    logger.info("unstorable input on %s %s: %s", request.method, request.path, exc)
+    return error_response(request, 422, "the input cannot be stored (text must not contain NUL characters)")
+
+
+def _on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    logger.exception("api error on %s %s", request.method, request.path, exc_info=exc)
+    return error_response(request, 500, "internal error; the request was not applied")
+
+
+def _handler_for(status: int) -> Callable[[HttpRequest, Exception], HttpResponse]:
+    if status == 404:
+        return _on_not_found
+    return _status(status)
+
+
+api.add_exception_handler(ValidationError, _on_validation_error)
+api.add_exception_handler(HttpError, _on_http_error)
+api.add_exception_handler(RequestDataTooBig, _on_too_big)
+api.add_exception_handler(Http404, _on_not_found)
+api.add_exception_handler(ObjectDoesNotExist, _on_not_found)
+for _exc, _code in {**memory_api.ERROR_STATUSES, **curation_api.ERROR_STATUSES}.items():
+    api.add_exception_handler(_exc, _handler_for(_code))
+api.add_exception_handler(BrokerUnavailable, _on_broker_down)
+api.add_exception_handler(ValueError, _status(400))
+# a pydantic error escaping a view is a server bug (e.g. a response not matching its schema)
+api.add_exception_handler(pydantic.ValidationError, _on_unexpected)
+api.add_exception_handler(OperationalError, _on_operational)
+api.add_exception_handler(DataError, _on_unstorable)
+api.add_exception_handler(DatabaseError, _on_unexpected)
+api.add_exception_handler(Exception, _on_unexpected)
+
+
+# --- routes: memory's, with curation's beside them and tuning's under /tuning ---------------------
+
+memory_api.router.add_router("", curation_api.router)
+memory_api.router.add_router("/tuning", tuning_api.router)
+api.add_router("/v1", memory_api.router)

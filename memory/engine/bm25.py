@@ -1,0 +1,32 @@
+"""FTS5's bm25 constants and its ``unicode61`` tokenizer, in plain Python (no Django).
+
+Both lexical backends rank with these: the resident index (``memory/lexical_index.py``)
+and PostgreSQL's postings (``memory/backends/postgresql.py``) compute the very score FTS5's
+``bm25()`` gives, from the tokens ``unicode61`` (remove_diacritics=1) makes of the stored
+``index_tokens`` strings.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+
+K1 = 1.2
+B = 0.75
+IDF_FLOOR = 1e-6          # FTS5 replaces a non-positive IDF by this
+
+_TOKEN = re.compile(r"[^\W_]+")
+
+
+def _fold(text: str) -> str:
+    """Lower-case and drop Latin diacritics, as ``unicode61`` (remove_diacritics=1) does."""
+    text = text.lower()
+    if text.isascii():
+        return text
+    return "".join(
+        unicodedata.normalize("NFD", ch)[0] if ch < "\u0250" or "\u1e00" <= ch <= "\u1eff" else ch for ch in text
+    )
+
+
+def fts_tokens(text: str) -> list[str]:
+    """The tokens ``unicode61`` makes of ``text`` (runs of letters and digits)."""
+    return _TOKEN.findall(_fold(text))

@@ -1,0 +1,211 @@
+"""The one place that sends Celery tasks: by name, so nothing here imports a task module.
+
+Services call the ``*_on_commit`` helpers inside their transaction; the request
+that stored a message or a fact never waits on Redis for more than the short
+timeouts of :mod:`memory.broker` and never fails because of it. Tasks re-enqueue
+themselves through the same functions. The web process therefore never imports
+:mod:`memory.tasks` (nor ``tuning.tasks``): ``current_app.send_task`` publishes a
+task by its registered name, and the worker that consumes it has imported it.
+
+**At most one summarisation and one extraction in flight per stream.** A task
+holds a Redis lock (``memory:lock:<queue>:<stream>``) while it works
+(:mod:`memory.tasks`); :func:`stream_check` skips a stream whose lock is held —
+the holder re-checks the trigger after releasing it — and a short-lived
+``memory:queued:…`` marker keeps a burst of messages from queueing the same
+check many times.
+
+``MEMORY_ENQUEUE_TASKS`` (settings; off in tests and benchmarks) is read by
+:func:`enabled` only: with it off, writes enqueue nothing after commit, and the
+caller runs the work itself (``pipeline.run_import``, ``summarize_stream``, …).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from django.conf import settings
+from django.db import OperationalError, transaction
+
+from memory import broker, triggers
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "LOCK_PREFIX",
+    "QUEUED_PREFIX",
+    "TASKS",
+    "enabled",
+    "lock_key",
+    "publish",
+    "queued_key",
+    "send",
+    "stream_check",
+    "stream_checks",
+    "stream_checks_on_commit",
+    "vector_backfill",
+    "vector_backfill_on_commit",
+]
+
+#: Registered names of the memory tasks (``memory/tasks.py`` declares them under these names).
+SUMMARIZE_TASK = "memory.tasks.summarize_stream_task"
+EXTRACT_TASK = "memory.tasks.extract_stream_task"
+VECTORS_TASK = "memory.tasks.vectors_backfill_task"
+IMPORT_TASK = "memory.tasks.import_knowledge_task"
+TASKS = {triggers.SUMMARIZE: SUMMARIZE_TASK, triggers.EXTRACT: EXTRACT_TASK}
+
+LOCK_PREFIX = "memory:lock:"
+QUEUED_PREFIX = "memory:queued:"
+VECTORS = "vectors"
+#: A queued marker outlives the countdown of its task by this much (then it expires on its own).
+QUEUED_TTL = 60
+
+#: What a dead broker or a locked database raises while a check is decided and sent.
+SEND_ERRORS: tuple[type[BaseException], ...] = (broker.BrokerUnavailable, OperationalError, *broker.REDIS_ERRORS)
+
+
+def enabled() -> bool:
+    """Whether writes enqueue their background work after commit (``MEMORY_ENQUEUE_TASKS``)."""
+    return bool(settings.MEMORY_ENQUEUE_TASKS)
+
+
+def lock_key(queue: str, stream_id: int | None = None) -> str:
+    return f"{LOCK_PREFIX}{queue}" if stream_id is None else f"{LOCK_PREFIX}{queue}:{stream_id}"
+
+
+def queued_key(queue: str, stream_id: int | None = None) -> str:
+    return f"{QUEUED_PREFIX}{queue}" if stream_id is None else f"{QUEUED_PREFIX}{queue}:{stream_id}"
+
+
+def send(name: str, args: Sequence[Any] = (), **options: Any) -> None:
+    """Publish task ``name`` without a round trip first (:func:`memory.broker.send`)."""
+    broker.send(name, args, **options)
+
+
+def publish(name: str, args: Sequence[Any] = (), **options: Any) -> None:
+    """Publish task ``name`` after one bounded round trip; raises ``BrokerUnavailable`` (a job's caller fails it)."""
+    broker.publish(name, args, **options)
+
+
+# --- after commit (what services call) ---------------------------------------------------------
+
+
+def stream_checks_on_commit(stream_id: int) -> None:
+    """Enqueue the stream's summarisation and extraction checks once the current transaction commits."""
+
+    def run() -> None:
+        if enabled():
+            stream_checks(stream_id)
+
+    transaction.on_commit(run)
+
+
+def vector_backfill_on_commit() -> None:
+    """Ask the workers to embed rows still without a vector once the current transaction commits."""
+
+    def run() -> None:
+        if enabled():
+            vector_backfill()
+
+    transaction.on_commit(run)
+
+
+# --- stream checks and the vector backfill -------------------------------------------------------
+
+
+def stream_check(queue: str, stream_id: int, *, countdown: int = 0, check_due: bool = True) -> bool:
+    """Enqueue one stream's summarisation or extraction task if it is due and not in flight.
+
+    Returns True when a task was sent. Never raises and never waits on Redis
+    for more than its short timeouts: a broker outage must not fail (or hold)
+    the request that stored a message — the next message, the beat sweep or
+    the worker's start-up sweep picks the work up from the database.
+    """
+    if broker.is_down():
+        return False
+    try:
+        if check_due and not countdown and not triggers.due(queue, stream_id):
+            return False
+        client = broker.client()
+        if client.exists(lock_key(queue, stream_id)):
+            return False  # the holder re-checks after it finishes
+        marker = queued_key(queue, stream_id)
+        if not client.set(marker, "1", nx=True, ex=QUEUED_TTL + countdown):
+            return False  # already queued
+        _send_or_forget(marker, TASKS[queue], (stream_id,), countdown=countdown or None)
+        return True
+    except SEND_ERRORS as exc:
+        if isinstance(exc, broker.REDIS_ERRORS):
+            broker.mark_down(exc)
+        logger.warning("stream_check_enqueue_failed queue=%s stream=%s error=%s", queue, stream_id, exc)
+        return False
+
+
+def stream_checks(stream_id: int) -> None:
+    """After a message commits: enqueue the stream's summarisation and extraction checks.
+
+    Never raises: the message is already stored, and the beat sweep or the
+    worker's start-up sweep picks up a check that could not be sent. While the
+    broker is known to be down (:mod:`memory.broker`) it returns at once.
+    """
+    if broker.is_down():
+        return
+    queues = tuple(TASKS)
+    try:
+        # One round trip first: during a burst a check is queued or running for
+        # most messages, and those need no database query at all.
+        held = broker.client().mget([lock_key(q, stream_id) for q in queues] + [queued_key(q, stream_id) for q in queues])
+    except broker.REDIS_ERRORS as exc:
+        broker.mark_down(exc)
+        logger.warning("stream_check_enqueue_failed stream=%s error=%s", stream_id, exc)
+        return
+    for i, queue in enumerate(queues):
+        if held[i] is not None or held[i + len(queues)] is not None:
+            continue
+        try:
+            stream_check(queue, stream_id)
+        except Exception:
+            logger.exception("stream_check_enqueue_error queue=%s stream=%s", queue, stream_id)
+
+
+def vector_backfill() -> bool:
+    """Embed new rows soon: enqueue one backfill unless one is queued or running.
+
+    Never raises; while Redis is down the beat schedule (every 3 minutes) and
+    the worker's start-up backfill find the rows by ``embedding IS NULL``.
+    """
+    if broker.is_down():
+        return False
+    try:
+        client = broker.client()
+        if client.exists(lock_key(VECTORS)):
+            return False  # the running backfill looks again after it finishes
+        marker = queued_key(VECTORS)
+        if not client.set(marker, "1", nx=True, ex=QUEUED_TTL):
+            return False
+        _send_or_forget(marker, VECTORS_TASK)
+        return True
+    except SEND_ERRORS as exc:
+        if isinstance(exc, broker.REDIS_ERRORS):
+            broker.mark_down(exc)
+        logger.warning("vector_backfill_enqueue_failed error=%s", exc)
+        return False
+
+
+def _send_or_forget(marker: str, name: str, args: Sequence[Any] = (), **options: Any) -> None:
+    """Send a task whose queued marker was just set; drop the marker if the send fails (then re-raise)."""
+    try:
+        send(name, args, **options)
+    except broker.BrokerUnavailable:
+        forget_marker(marker)
+        raise
+
+
+def forget_marker(marker: str) -> None:
+    """Drop a queued marker (best effort: it expires anyway)."""
+    if broker.is_down():
+        return
+    try:
+        broker.client().delete(marker)
+    except broker.REDIS_ERRORS:
+        pass

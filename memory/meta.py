@@ -1,0 +1,29 @@
+"""The ``meta`` table: small JSON values under a key (cursors, revisions, the active profile).
+
+Below the services and selectors on purpose — :mod:`memory.triggers`,
+:mod:`memory.overrides` and the services all read it, and it imports nothing
+of the project but the model.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from memory.models import Meta
+
+__all__ = ["meta_get", "meta_set"]
+
+
+def meta_get(key: str, default: Any = None) -> Any:
+    """JSON value of a meta key; ``default`` when missing or not valid JSON."""
+    row = Meta.objects.filter(key=key).values_list("value", flat=True).first()
+    if row is None:
+        return default
+    try:
+        return json.loads(row)
+    except ValueError:
+        return default
+
+
+def meta_set(key: str, value: Any) -> None:
+    Meta.objects.update_or_create(key=key, defaults={"value": json.dumps(value, ensure_ascii=False)})
