@@ -15,6 +15,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -60,23 +61,24 @@ class RealText:
         return self.rng.choice(self.sentences)
 
 
+#: Synthetic facts: (upper bound of the roll, text maker, kind, slot); a roll takes the first row it is below.
+FACT_SHAPES: list[tuple[float, Callable[[random.Random, str], str], str, str]] = [
+    (0.15, lambda rng, name: f"{name}住在{rng.choice(CITIES)}", "身份", "居住地"),
+    (0.25, lambda rng, name: f"{name}是一名{rng.choice(JOBS)}", "身份", "职业"),
+    (0.45, lambda rng, name: f"{name}{rng.choice(['喜欢', '不喜欢', '特别爱吃', '讨厌'])}{rng.choice(FOODS)}", "偏好", ""),
+    (0.6, lambda rng, name: f"{name}{rng.choice(['周末常去', '每天坚持', '最近迷上了'])}{rng.choice(HOBBIES)}", "习惯", ""),
+    (0.7, lambda rng, name: f"{name}养了一只{rng.choice(PETS)}，叫{rng.choice(GIVEN)}{rng.choice(GIVEN)}", "关系", ""),
+    (0.8, lambda rng, name: f"{name}的生日是{rng.randint(1, 12)}月{rng.randint(1, 28)}日", "日期", "生日"),
+    (1.0, lambda rng, name: f"{name}下周要去{rng.choice(CITIES)}{rng.choice(EVENTS)}", "事件", ""),
+]
+
+
 def fact_text(rng: random.Random, name: str, real: RealText | None = None) -> tuple[str, str, str]:
     if real is not None and rng.random() < 0.5:  # half the facts: real self-disclosures, third person
         return real.sentence().replace("我", name, 1), "事件", ""
     roll = rng.random()
-    if roll < 0.15:
-        return f"{name}住在{rng.choice(CITIES)}", "身份", "居住地"
-    if roll < 0.25:
-        return f"{name}是一名{rng.choice(JOBS)}", "身份", "职业"
-    if roll < 0.45:
-        return f"{name}{rng.choice(['喜欢', '不喜欢', '特别爱吃', '讨厌'])}{rng.choice(FOODS)}", "偏好", ""
-    if roll < 0.6:
-        return f"{name}{rng.choice(['周末常去', '每天坚持', '最近迷上了'])}{rng.choice(HOBBIES)}", "习惯", ""
-    if roll < 0.7:
-        return f"{name}养了一只{rng.choice(PETS)}，叫{rng.choice(GIVEN)}{rng.choice(GIVEN)}", "关系", ""
-    if roll < 0.8:
-        return f"{name}的生日是{rng.randint(1, 12)}月{rng.randint(1, 28)}日", "日期", "生日"
-    return f"{name}下周要去{rng.choice(CITIES)}{rng.choice(EVENTS)}", "事件", ""
+    _, make, kind, slot = next(shape for shape in FACT_SHAPES if roll < shape[0])  # random() < 1.0
+    return make(rng, name), kind, slot
 
 
 def message_text(rng: random.Random, real: RealText | None = None) -> str:

@@ -289,7 +289,7 @@ def locomo_questions(raw: dict, sessions: Sequence[int], max_questions: int | No
 
 
 def post_locomo(raw: dict, client: Client, max_questions: int | None, max_sessions: int | None = None) -> LocomoConv:
-    from bench.eval_locomo import session_times
+    from bench.eval_locomo import session_observations, session_times
 
     conv, sid = raw["conversation"], raw["sample_id"]
     speakers = [conv["speaker_a"], conv["speaker_b"]]
@@ -311,20 +311,16 @@ def post_locomo(raw: dict, client: Client, max_questions: int | None, max_sessio
             out.turns += 1
         end = start + len(turns) * TURN_GAP_MS
         last_end = max(last_end, end)
-        for name, items in (raw["observation"].get(f"session_{s}_observation") or {}).items():
-            if name not in persons:
+        for name, text, evidence in session_observations(raw, s, persons):
+            out.observations += 1
+            written = client.post("facts", "/api/v1/facts", {
+                "person": persons[name], "kind": "事件", "content": text, "stream_kind": "direct", "at": end,
+            })
+            if not written:
                 continue
-            for item in items:
-                out.observations += 1
-                text, evidence = item[0], item[1] if len(item) > 1 else []
-                written = client.post("facts", "/api/v1/facts", {
-                    "person": persons[name], "kind": "事件", "content": text, "stream_kind": "direct", "at": end,
-                })
-                if not written:
-                    continue
-                fid = written["fact_id"]
-                out.fact_text.setdefault(fid, text)
-                out.fact_evidence.setdefault(fid, set()).update(dia_ids(evidence))
+            fid = written["fact_id"]
+            out.fact_text.setdefault(fid, text)
+            out.fact_evidence.setdefault(fid, set()).update(evidence)
     out.ask_at = last_end + DAY_MS
     return out
 

@@ -42,7 +42,7 @@ import re
 import sqlite3
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -179,6 +179,15 @@ def session_times(conv: dict) -> dict[int, int]:
     return {s: session_time_ms(conv[f"session_{s}_date_time"]) for s in sessions}
 
 
+def session_observations(raw: dict, session: int, speakers: Container[str]) -> Iterator[tuple[str, str, list[str]]]:
+    """The observations of one session about the given speakers: (speaker, text, evidence dialog ids)."""
+    for speaker, items in (raw["observation"].get(f"session_{session}_observation") or {}).items():
+        if speaker not in speakers:
+            continue
+        for item in items:
+            yield speaker, item[0], dia_ids(item[1] if len(item) > 1 else [])
+
+
 def questions_with_evidence(raw: dict, max_questions: int | None = None) -> list[dict]:
     """The questions that cite at least one dialog id, in file order (capped at ``max_questions``)."""
     questions = [q for q in raw["qa"] if dia_ids(q.get("evidence") or [])]
@@ -222,23 +231,19 @@ def import_conversation(raw: dict, embedder: Embedder, *, max_questions: int | N
                 )
                 message_ids.append(message.pk)
                 out.turns.append((turn["dia_id"], turn["text"]))
-            for speaker, items in (raw["observation"].get(f"session_{s}_observation") or {}).items():
-                if speaker not in persons:
+            for speaker, text, evidence in session_observations(raw, s, persons):
+                out.observations += 1
+                write = services.add_fact(
+                    person_id=persons[speaker].pk, content=text, kind="事件", origin_kind="direct",
+                    source=f"locomo:{sid}", at=end,
+                )
+                if not write.fact_id:
                     continue
-                for item in items:
-                    out.observations += 1
-                    text, evidence = item[0], item[1] if len(item) > 1 else []
-                    write = services.add_fact(
-                        person_id=persons[speaker].pk, content=text, kind="事件", origin_kind="direct",
-                        source=f"locomo:{sid}", at=end,
-                    )
-                    if not write.fact_id:
-                        continue
-                    if write.fact_id not in out.fact_evidence:
-                        out.fact_ids.append(write.fact_id)
-                        out.fact_text[write.fact_id] = text
-                        out.fact_evidence[write.fact_id] = set()
-                    out.fact_evidence[write.fact_id].update(dia_ids(evidence))
+                if write.fact_id not in out.fact_evidence:
+                    out.fact_ids.append(write.fact_id)
+                    out.fact_text[write.fact_id] = text
+                    out.fact_evidence[write.fact_id] = set()
+                out.fact_evidence[write.fact_id].update(evidence)
             summary = raw["session_summary"].get(f"session_{s}_summary") or ""
             if summary:
                 cues = sentences(summary)

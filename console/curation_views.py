@@ -14,7 +14,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -181,7 +180,7 @@ def conflicts(request: HttpRequest) -> HttpResponse:
     person_id = parse_id(person_id) if person_id else None
     all_keys = selectors.conflict_group_keys()
     keys = [k for k in all_keys if person_id is None or k[0] == person_id]
-    page = Paginator(keys, 10).get_page(request.GET.get("page"))
+    page = presenters.page_of(request, keys, 10)
     groups = selectors.conflict_groups(keys=page.object_list, now=memory_services.now_ms())
     context = {
         "groups": groups,
@@ -236,7 +235,7 @@ def operations(request: HttpRequest) -> HttpResponse:
         actor=data.get("actor"), op=data.get("op"), person_id=data["person"].pk if data.get("person") else None,
         fact_id=data.get("fact"),
     )
-    page = Paginator(rows, 50).get_page(request.GET.get("page"))
+    page = presenters.page_of(request, rows)
     context = {"form": form, "page": page, "next_url": request.get_full_path()}
     template = "curation/operations.html#operations-table" if request.htmx else "curation/operations.html"
     return render(request, template, context, status=400 if {"person", "fact"} & set(form.errors) else 200)

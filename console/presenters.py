@@ -24,6 +24,8 @@ import numpy as np
 from celery import current_app as app  # the project's Celery app (config/celery.py), without importing config
 from django.conf import settings
 from django.core.cache import cache
+from django.core.paginator import Page, Paginator
+from django.http import HttpRequest
 
 from console.templatetags.console import format_ms
 from memory import broker, recall, selectors
@@ -39,6 +41,15 @@ from memory.models import (
     FactState,
     Message,
 )
+
+#: Rows on a page of the console's lists.
+PAGE_SIZE = 50
+
+
+def page_of(request: HttpRequest, rows: Any, per_page: int = PAGE_SIZE, param: str = "page") -> Page:
+    """The page of ``rows`` that the request's ``?<param>=`` asks for (the last page when out of range)."""
+    return Paginator(rows, per_page).get_page(request.GET.get(param))
+
 
 # --- dashboard -------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -19,6 +18,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from console import presenters
 from memory import export, forget, selectors, services
 from memory.auth import SCOPES, TokenScopeError, issue_token, revoke_tokens
 from memory.models import ApiToken, Person
@@ -26,7 +26,6 @@ from memory.models import ApiToken, Person
 VIEW = "memory.view_person"
 FORGET = "memory.forget_memory"
 TOKENS = "memory.manage_api_tokens"
-PAGE_SIZE = 50
 #: where to go after forgetting a target (its own page no longer exists)
 AFTER = {"message": "console:streams", "fact": "console:facts", "episode": "console:episodes",
          "person": "console:persons", "stream": "console:streams"}
@@ -38,7 +37,7 @@ SAMPLE = 8  # rows of each kind shown with their text in the preview, so the ope
 @require_GET
 def persons(request: HttpRequest) -> HttpResponse:
     q = (request.GET.get("q") or "").strip()[:200]
-    page = Paginator(selectors.search_persons(q), PAGE_SIZE).get_page(request.GET.get("page"))
+    page = presenters.page_of(request, selectors.search_persons(q))
     counts = export.person_counts([p.pk for p in page])
     streams = export.person_streams([p.pk for p in page])
     for p in page:

@@ -13,7 +13,6 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.cache import cache
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
@@ -45,7 +44,6 @@ from memory.models import (
 log = logging.getLogger(__name__)
 
 VIEW = "memory.view_fact"
-PAGE_SIZE = 50
 #: Event kinds the dashboard lists under "recent events".
 DASHBOARD_EVENTS = [
     "memory_fact_scope_blocked",
@@ -116,11 +114,12 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
         hits = presenters.attach_senders(recall.inspect_messages(stream_id=obj.pk, query=form.cleaned_data["q"], limit=20))
         if request.htmx:
             return render(request, "console/stream.html#message-hits", {"hits": hits, "form": form, "stream": obj})
-    batches = Paginator(selectors.episode_batches(stream_id=obj.pk), 20).get_page(request.GET.get("page"))
+    batches = presenters.page_of(request, selectors.episode_batches(stream_id=obj.pk), 20)
     message_form = MessageFilterForm(request.GET, speakers=selectors.stream_speakers(stream_id=obj.pk))
     message_form.is_valid()
-    messages_page = Paginator(selectors.filter_messages(obj, getattr(message_form, "cleaned_data", {})), PAGE_SIZE
-                              ).get_page(request.GET.get("mpage"))
+    messages_page = presenters.page_of(
+        request, selectors.filter_messages(obj, getattr(message_form, "cleaned_data", {})), param="mpage"
+    )
     messages_page.object_list = presenters.attach_senders(messages_page.object_list)
     if request.htmx.target == "stream-messages":
         return render(request, "console/stream.html#stream-messages",
@@ -150,7 +149,7 @@ def episodes(request: HttpRequest) -> HttpResponse:
         page = None
     else:
         qs = selectors.episode_list(stream=data.get("stream"), placeholders=bool(data.get("placeholders")))
-        page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+        page = presenters.page_of(request, qs)
         presenters.attach_cues(page.object_list)
         presenters.placeholder_reasons(page.object_list)
     template = _partial(request, "console/episodes.html", "episode-results")
@@ -165,7 +164,7 @@ def episode(request: HttpRequest, pk: int) -> HttpResponse:
     obj = get_object_or_404(selectors.episodes_with_counts(), pk=pk)
     presenters.attach_cues([obj])
     presenters.placeholder_reasons([obj])
-    page = Paginator(obj.messages.order_by("id"), PAGE_SIZE).get_page(request.GET.get("page"))
+    page = presenters.page_of(request, obj.messages.order_by("id"))
     page.object_list = presenters.attach_senders(page.object_list)
     return render(request, "console/episode.html", {"ep": obj, "page": page})
 
@@ -188,9 +187,9 @@ def facts(request: HttpRequest) -> HttpResponse:
         # The ranked hits, then (the search honours the state filter) facts recall never sees, matched by text.
         rows = selectors.match_facts(qs, data["q"], ranked=[h.id for h in hits])
         breakdown = {h.id: h for h in hits}
-        page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+        page = presenters.page_of(request, rows)
     else:
-        page = Paginator(qs.order_by("-updated_at", "-id"), PAGE_SIZE).get_page(request.GET.get("page"))
+        page = presenters.page_of(request, qs.order_by("-updated_at", "-id"))
     presenters.decorate_facts(page.object_list, now=now, breakdown=breakdown)
     context = {
         "form": form,
@@ -235,7 +234,7 @@ def knowledge(request: HttpRequest) -> HttpResponse:
         # the bot's ``consult`` path; touch=False: a console search is not a consultation (hit counts stay)
         hits = recall.consult_knowledge(query=form.cleaned_data["q"], limit=20, touch=False)
     else:
-        page = Paginator(selectors.knowledge_list(), PAGE_SIZE).get_page(request.GET.get("page"))
+        page = presenters.page_of(request, selectors.knowledge_list())
     return render(request, _partial(request, "console/knowledge.html", "knowledge-results"),
                   {"form": form, "hits": hits, "page": page})
 

@@ -67,30 +67,36 @@ def _event(kind: str, payload: dict[str, Any], at: int) -> None:
     services.emit_event(kind, payload, at=at, stage="curation")
 
 
-def invalidate_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOperation:
-    """Mark a valid fact invalid with the self-pointing sentinel (frozen facts allowed)."""
+def _journal(*, op: str, event: str, fact: Fact, prev: dict[str, Any], at: int, user: str) -> FactOperation:
+    """The operation's journal row and its ledger event (fact, person and operation ids)."""
+    operation = _log(op=op, fact=fact, prev=prev, at=at, user=user)
+    _event(event, {"factId": fact.pk, "personId": fact.person_id, "operationId": operation.pk}, at)
+    return operation
+
+
+def _set_validity(fact_id: int, *, valid: bool, user: str, at: int | None) -> FactOperation:
+    """Invalidate (self-pointing sentinel) or restore (no pointer) a fact; ``prev`` keeps the old pointer."""
     at = services.now_ms() if at is None else at
     with transaction.atomic():
         fact = _fact(fact_id)
-        if not fact.valid:
-            raise FactStateError(_("事实 #%(id)s 已经失效") % {"id": fact_id})
-        Fact.objects.filter(pk=fact.pk).update(superseded_by=fact.pk)
-        op = _log(op="invalidate", fact=fact, prev={"superseded_by": None}, at=at, user=user)
-        _event("memory_fact_invalidated", {"factId": fact.pk, "personId": fact.person_id, "operationId": op.pk}, at)
-    return op
+        if fact.valid == valid:
+            message = _("事实 #%(id)s 仍然有效，无需恢复") if valid else _("事实 #%(id)s 已经失效")
+            raise FactStateError(message % {"id": fact_id})
+        prev = {"superseded_by": fact.superseded_by_id}
+        Fact.objects.filter(pk=fact.pk).update(superseded_by=None if valid else fact.pk)
+        if valid:
+            return _journal(op="restore", event="memory_fact_restored", fact=fact, prev=prev, at=at, user=user)
+        return _journal(op="invalidate", event="memory_fact_invalidated", fact=fact, prev=prev, at=at, user=user)
+
+
+def invalidate_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOperation:
+    """Mark a valid fact invalid with the self-pointing sentinel (frozen facts allowed)."""
+    return _set_validity(fact_id, valid=False, user=user, at=at)
 
 
 def restore_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOperation:
     """Make an invalid fact (sentinel or supersede chain) valid again."""
-    at = services.now_ms() if at is None else at
-    with transaction.atomic():
-        fact = _fact(fact_id)
-        if fact.valid:
-            raise FactStateError(_("事实 #%(id)s 仍然有效，无需恢复") % {"id": fact_id})
-        Fact.objects.filter(pk=fact.pk).update(superseded_by=None)
-        op = _log(op="restore", fact=fact, prev={"superseded_by": fact.superseded_by_id}, at=at, user=user)
-        _event("memory_fact_restored", {"factId": fact.pk, "personId": fact.person_id, "operationId": op.pk}, at)
-    return op
+    return _set_validity(fact_id, valid=True, user=user, at=at)
 
 
 def pin_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOperation:
@@ -109,8 +115,7 @@ def pin_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOper
             strength=1.0, half_life_hours=decay.PIN_HALF_LIFE_HOURS, updated_at=at,
             due_at=decay.freeze_due_at(1.0, at, decay.PIN_HALF_LIFE_HOURS), active=True,
         )
-        op = _log(op="pin", fact=fact, prev=prev, at=at, user=user)
-        _event("memory_fact_pinned", {"factId": fact.pk, "personId": fact.person_id, "operationId": op.pk}, at)
+        op = _journal(op="pin", event="memory_fact_pinned", fact=fact, prev=prev, at=at, user=user)
     return op
 
 
@@ -127,8 +132,7 @@ def unpin_fact(*, fact_id: int, user: str = "", at: int | None = None) -> FactOp
             half_life_hours=half_life, updated_at=at, due_at=decay.freeze_due_at(fact.strength, at, half_life),
             active=True,
         )
-        op = _log(op="unpin", fact=fact, prev=prev, at=at, user=user)
-        _event("memory_fact_unpinned", {"factId": fact.pk, "personId": fact.person_id, "operationId": op.pk}, at)
+        op = _journal(op="unpin", event="memory_fact_unpinned", fact=fact, prev=prev, at=at, user=user)
     return op
 
 

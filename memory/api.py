@@ -95,6 +95,12 @@ def _person(ref: PersonRef, at: int) -> Person:
     return services.resolve_person(platform=ref.platform, external_id=ref.external_id, name=ref.name, at=at)
 
 
+def _scope(payload: TurnIn | RecallIn) -> tuple[int, dict[str, int]]:
+    """The request's time and its stream and speaker ids (both resolved, created on first use)."""
+    at = _at(payload.at)
+    return at, {"stream_id": _stream(payload.stream).pk, "speaker_id": _person(payload.speaker, at).pk}
+
+
 def _check_content(content: str, field: str = "content") -> None:
     limit = settings.MESSAGE_MAX_CHARS
     if len(content) > limit:
@@ -167,16 +173,13 @@ def post_turn(request: HttpRequest, payload: TurnIn):
     persons, visibility before scoring, conflict groups completed), never reinforces,
     and records the turn's retrieval trace. Confirm with `POST /turns/{turn_id}/confirm`.
     """
-    at = _at(payload.at)
     if payload.watermark_message_id is not None:
         _require_message_in(payload.stream, payload.watermark_message_id)
     # Reads are not wrapped in a write transaction (that would block ingest for the
     # whole turn); prepare_turn writes its sweep and its turn row in short ones.
-    stream = _stream(payload.stream)
-    speaker = _person(payload.speaker, at)
+    at, scope = _scope(payload)
     ctx = recall.prepare_turn(
-        stream_id=stream.pk,
-        speaker_id=speaker.pk,
+        **scope,
         text=payload.text,
         impression=payload.impression,
         watermark_message_id=payload.watermark_message_id,
@@ -184,8 +187,7 @@ def post_turn(request: HttpRequest, payload: TurnIn):
     )
     return {
         "turn_id": ctx.turn_id,
-        "stream_id": stream.pk,
-        "speaker_id": speaker.pk,
+        **scope,
         "working_memory": [working_message_out(m) for m in ctx.working_memory],
         "facts": [fact_out(f) for f in ctx.facts],
         "episodes": [episode_out(e) for e in ctx.episodes],
@@ -217,12 +219,9 @@ def action_recall(request: HttpRequest, payload: RecallIn):
 
     No reinforcement; adopted items are linked in the association graph.
     """
-    at = _at(payload.at)
-    stream = _stream(payload.stream)
-    speaker = _person(payload.speaker, at)
+    at, scope = _scope(payload)
     result = recall.cognitive_recall(
-        stream_id=stream.pk,
-        speaker_id=speaker.pk,
+        **scope,
         query=payload.query,
         cross_person=payload.cross_person,
         hops=payload.hops,
@@ -230,8 +229,7 @@ def action_recall(request: HttpRequest, payload: RecallIn):
         query_embedding=payload.query_embedding,
     )
     return {
-        "stream_id": stream.pk,
-        "speaker_id": speaker.pk,
+        **scope,
         "facts": [fact_out(f) for f in result.facts],
         "episodes": [episode_out(e) for e in result.episodes],
         "spread": [spread_hit_out(h) for h in result.spread],

@@ -84,6 +84,11 @@ def emit_event(
 # --- persons and streams ---------------------------------------------------------
 
 
+def _check_length(content: str) -> None:
+    if len(content) > settings.MESSAGE_MAX_CHARS:
+        raise MemoryInputError(f"content is longer than {settings.MESSAGE_MAX_CHARS} characters")
+
+
 def _one(sql: str, params: Sequence[Any]) -> tuple | None:
     """One row of a plain query: the hot look-ups of ingest skip the ORM's query compiler."""
     with connection.cursor() as cur:
@@ -173,8 +178,7 @@ def append_message(
         raise MemoryInputError("role must be 'user' or 'assistant'")
     if role == "user" and sender_person_id is None:
         raise MemoryInputError("a user message needs its sender")
-    if len(content) > settings.MESSAGE_MAX_CHARS:
-        raise MemoryInputError(f"content is longer than {settings.MESSAGE_MAX_CHARS} characters")
+    _check_length(content)
     if external_message_id is not None and _one(
         "SELECT 1 FROM messages WHERE stream_id = %s AND external_message_id = %s", [stream_id, external_message_id]
     ):
@@ -205,8 +209,7 @@ def update_message_content(*, message_id: int, content: str, stream_id: int | No
     One transaction: the content, its FTS row (re-indexed) and, when the text
     changed, the message vector cleared (the backfill recomputes it).
     """
-    if len(content) > settings.MESSAGE_MAX_CHARS:
-        raise MemoryInputError(f"content is longer than {settings.MESSAGE_MAX_CHARS} characters")
+    _check_length(content)
     with transaction.atomic():
         sql = "SELECT stream_id, tokens, content FROM messages WHERE id = %s"
         params: list[Any] = [message_id]

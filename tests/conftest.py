@@ -2,8 +2,36 @@
 from __future__ import annotations
 
 import pytest
+from pytest_django.fixtures import validate_django_db
 
 from tests.providers.conftest import FakeOpenAI
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Every transactional test must also roll back serialized: ``django_db(transaction=True, serialized_rollback=True)``.
+
+    A transactional test empties every table when it ends. With serialized rollback the next such test reloads what
+    the migrations wrote (content types, permissions, the rows of data migrations) under the same ids; without it the
+    flush re-runs ``post_migrate``, which recreates the content types under new ids, and the next serialized-rollback
+    test then fails to reload them ("UNIQUE constraint failed: django_content_type") — but only in the orders where
+    it runs after this one. Refused here, in every order.
+    """
+    from django.test import TestCase, TransactionTestCase
+
+    cls = getattr(item, "cls", None)
+    if cls is not None and issubclass(cls, TransactionTestCase):
+        transactional = not issubclass(cls, TestCase)
+        serialized = cls.serialized_rollback
+    else:
+        marker = item.get_closest_marker("django_db")
+        transaction, reset_sequences, _, serialized, _ = validate_django_db(marker) if marker else (False,) * 5
+        fixtures = getattr(item, "fixturenames", ())
+        transactional = transaction or reset_sequences or "transactional_db" in fixtures or "live_server" in fixtures
+        serialized = serialized or "django_db_serialized_rollback" in fixtures
+    if transactional and not serialized:
+        pytest.fail(f"{item.nodeid}: a transactional test needs serialized_rollback=True too "
+                    "(see pytest_runtest_setup in tests/conftest.py)", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,10 @@ memory text is untrusted and is never marked safe here.
 from __future__ import annotations
 
 import datetime as dt
+from typing import NamedTuple
 
 from django import template
+from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
@@ -97,6 +99,58 @@ def query_with(context: template.Context, **changes: object) -> str:
             params[key] = str(value)
     encoded = params.urlencode()
     return f"?{encoded}" if encoded else "?"
+
+
+@register.simple_tag(takes_context=True)
+def page_query(context: template.Context, number: int, param: str = "page") -> str:
+    """The current query string pointing at page ``number`` of the list paged by ``?<param>=``."""
+    return query_with(context, **{param: number})
+
+
+class NavLink(NamedTuple):
+    perm: str  # the permission of the view it leads to: no link to a 403
+    url_name: str
+    label: str
+    current: frozenset[str] = frozenset()  # url names (without namespace) of the pages it is "current" on
+    optional: bool = False  # left out when the URL is not mounted
+
+
+#: The main navigation, in order.
+NAV = [
+    NavLink("memory.view_fact", "console:dashboard", gettext_lazy("总览"), frozenset({"dashboard"})),
+    NavLink("memory.view_message", "console:streams", gettext_lazy("会话流"), frozenset({"streams", "stream"})),
+    NavLink("memory.view_episode", "console:episodes", gettext_lazy("情节"), frozenset({"episodes"})),
+    NavLink("memory.view_fact", "console:facts", gettext_lazy("事实"), frozenset({"facts", "fact"})),
+    NavLink("memory.view_fact", "curation:conflicts", gettext_lazy("冲突组"), frozenset({"conflicts"})),
+    NavLink("memory.view_fact", "console:persons", gettext_lazy("人物"), frozenset({"persons", "person_export"})),
+    NavLink("curation.view_factoperation", "curation:operations", gettext_lazy("操作流水"), frozenset({"operations"})),
+    NavLink("memory.view_knowledge", "console:knowledge", gettext_lazy("知识"), frozenset({"knowledge"})),
+    NavLink("memory.import_knowledge", "console:imports", gettext_lazy("导入中心"), frozenset({"imports"})),
+    NavLink("memory.preview_association", "console:graph", gettext_lazy("联想网络"), frozenset({"graph"})),
+    NavLink("memory.preview_recall", "console:playground", gettext_lazy("召回演练"), frozenset({"playground"})),
+    NavLink("tuning.tune_retrieval", "tuning:index", gettext_lazy("检索调优"), optional=True),
+    NavLink("memory.view_job", "console:jobs", gettext_lazy("后台任务"), frozenset({"jobs"})),
+]
+
+
+@register.simple_tag(takes_context=True)
+def nav_links(context: template.Context) -> list[dict[str, object]]:
+    """The links of :data:`NAV` the user may follow: ``url``, ``label`` and ``current`` (the page shown)."""
+    perms = context.get("perms") or ()
+    match = getattr(context.get("request"), "resolver_match", None)
+    here = match.url_name if match else None
+    links = []
+    for link in NAV:
+        if link.perm not in perms:
+            continue
+        try:
+            url = reverse(link.url_name)
+        except NoReverseMatch:
+            if link.optional:
+                continue
+            raise
+        links.append({"url": url, "label": link.label, "current": here in link.current})
+    return links
 
 
 #: What a job kind does, in an operator's words.

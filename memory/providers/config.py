@@ -109,30 +109,28 @@ def get_embedder() -> Embedder | None:
     return _cached(("embed-local", threads), build_local)
 
 
-def get_summariser() -> Summariser:
-    """LLMSummariser over the configured chat model, else HeuristicSummariser."""
+def _dialogue_provider(role: str, heuristic: str, llm: str) -> Any:
+    """The class ``llm`` of :mod:`memory.providers.llm` over the configured chat model, else ``heuristic``."""
     key = _chat_key()
     if key is None:
-        from memory.providers.heuristic import HeuristicSummariser  # jieba's analyser: only when it is the provider
+        from memory.providers import heuristic as rules  # jieba's analyser: only when it is the provider
 
-        return _cached(("summariser", "heuristic"), HeuristicSummariser)
-    from memory.providers.llm import LLMSummariser  # only the configured provider's module loads
+        return _cached((role, "heuristic"), getattr(rules, heuristic))
+    from memory.providers import llm as model  # only the configured provider's module loads
 
     chat = get_chat_model()
-    return _cached(("summariser", *key), lambda: LLMSummariser(chat))
+    provider = getattr(model, llm)
+    return _cached((role, *key), lambda: provider(chat))
+
+
+def get_summariser() -> Summariser:
+    """LLMSummariser over the configured chat model, else HeuristicSummariser."""
+    return _dialogue_provider("summariser", "HeuristicSummariser", "LLMSummariser")
 
 
 def get_extractor() -> Extractor:
     """LLMExtractor over the configured chat model, else HeuristicExtractor."""
-    key = _chat_key()
-    if key is None:
-        from memory.providers.heuristic import HeuristicExtractor  # jieba's analyser: only when it is the provider
-
-        return _cached(("extractor", "heuristic"), HeuristicExtractor)
-    from memory.providers.llm import LLMExtractor  # only the configured provider's module loads
-
-    chat = get_chat_model()
-    return _cached(("extractor", *key), lambda: LLMExtractor(chat))
+    return _dialogue_provider("extractor", "HeuristicExtractor", "LLMExtractor")
 
 
 def preload_embedder() -> float | None:

@@ -232,7 +232,7 @@ def _recall(
 
 def recall_facts_in_scope(
     *,
-    person_ids: Sequence[int],
+    person_ids: Sequence[int] | None,
     query: str,
     limit: int = 6,
     now: int,
@@ -243,16 +243,16 @@ def recall_facts_in_scope(
     events: bool = True,
     stats: dict[str, int] | None = None,
 ) -> list[ScopedFact]:
-    """Lexical fact recall over the present persons; read-only.
+    """Lexical fact recall over the present persons (``None``: every person); read-only.
 
     One FTS query over ``person_id IN (...)`` (valid facts, frozen included),
     ``LIMIT limit*3``; visibility filtered before scoring; each candidate's
     relevance (``relevance_from_bm25``) and IDF coverage of the query go through
     :func:`rank_facts` (the engine's ``rank``); without ``return_candidates`` only
-    eligible facts are returned.
+    eligible facts are returned. No person, no fact.
     """
-    persons = list(dict.fromkeys(person_ids))
-    if not persons:
+    persons = None if person_ids is None else list(dict.fromkeys(person_ids))
+    if persons == []:
         return []
     return _recall(
         person_ids=persons, query=query, limit=limit, now=now, stream_kind=stream_kind,
@@ -261,22 +261,9 @@ def recall_facts_in_scope(
     )
 
 
-def recall_facts_across_persons(
-    *,
-    query: str,
-    limit: int = 6,
-    now: int,
-    stream_kind: str,
-    private_in_group: bool | None = None,
-    return_candidates: bool = False,
-    overrides: Mapping[str, Any] | None = None,
-    events: bool = True,
-) -> list[ScopedFact]:
-    """Like :func:`recall_facts_in_scope` without the person filter."""
-    return _recall(
-        person_ids=None, query=query, limit=limit, now=now, stream_kind=stream_kind,
-        private_in_group=private_in_group, return_candidates=return_candidates, overrides=overrides, events=events,
-    )
+def recall_facts_across_persons(**options: Any) -> list[ScopedFact]:
+    """:func:`recall_facts_in_scope` over every person's facts (the resident index ranks them), same options."""
+    return recall_facts_in_scope(person_ids=None, **options)
 
 
 def top_facts(

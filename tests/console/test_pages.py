@@ -108,6 +108,19 @@ def test_stream_page_shows_working_memory_batches_and_search(operator, memory_se
     assert "我对花生过敏" in hits.content.decode() and "<html" not in hits.content.decode()
 
 
+def test_stream_message_browser_pages_by_mpage_and_keeps_the_other_parameters(operator, memory_set):
+    stream = memory_set["group"]
+    for i in range(60):  # more than a page of messages
+        services.append_message(stream_id=stream.pk, role="user", content=f"翻页消息{i}",
+                                sender_person_id=memory_set["bob"].pk, at=NOW - i)
+    url = reverse("console:stream", args=[stream.pk])
+    first = operator.get(url, {"archived": "no"}).content.decode()
+    assert 'href="?archived=no&amp;mpage=2"' in first and "mpage=0" not in first
+    second = operator.get(url, {"archived": "no", "mpage": 2})
+    assert second.context["messages_page"].number == 2
+    assert 'href="?archived=no&amp;mpage=1"' in second.content.decode()
+
+
 def test_episodes_list_and_cue_search(operator, memory_set, django_assert_num_queries):
     placeholder = services.add_episode(
         stream_id=memory_set["group"].pk, summary="这一批对话未能生成摘要：超时", cues=[], started_at=NOW - HOUR,

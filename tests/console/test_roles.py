@@ -1,6 +1,8 @@
 """Who may see and do what: groups from ensure_roles, 403 for everything else."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.auth.models import Group
 from django.core.management import call_command
@@ -115,3 +117,18 @@ def test_admin_lists_every_model_read_only(admin_client_, memory_set):
 def test_forbidden_pages_explain_the_roles(make_client):
     response = make_client("operator").get(reverse("console:graph"))
     assert response.status_code == 403 and "没有权限" in response.content.decode() and "staff" in response.content.decode()
+
+
+@pytest.mark.parametrize("role", ["operator", "reviewer", "staff", "superuser"])
+def test_the_nav_links_exactly_the_pages_a_role_may_open_and_marks_the_current_one(
+    make_client, memory_set, frozen_now, role
+):
+    client = make_client(role)
+    html = client.get(reverse("console:dashboard")).content.decode()
+    nav = html[html.index('<nav aria-label='):html.index("</nav>")]
+    linked = re.findall(r'<a href="([^"]+)"', nav)
+    not_in_pages = {reverse("console:persons"), reverse("tuning:index")}  # checked by their own apps' tests
+    assert {reverse(name) for name, allowed in PAGES.items() if role in allowed} == set(linked) - not_in_pages
+    assert re.findall(r'<a href="([^"]+)" class="current"', nav) == [reverse("console:dashboard")]
+    for url in linked:
+        assert client.get(url).status_code == 200, (role, url)

@@ -1,6 +1,7 @@
 """Profiles and live overrides (reference-spec §3.12, §6.9 scenarios 82, 85, 86)."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -234,16 +235,26 @@ def test_returned_overrides_are_copies():
 
 # --- another process sees an apply within a second ------------------------------------------
 
+# Times are time.monotonic(), one clock for every process of the machine (CLOCK_MONOTONIC).
 WATCHER = r"""
 import json, sys, time, django
 django.setup()
 from memory import overrides
+
+refreshes = []  # (monotonic time the refresh began, the overrides it left in the cache): each read of the database
+read = overrides._refresh
+
+def counted(now):
+    read(now)
+    refreshes.append((now, dict(overrides._cache.overrides or {})))
+
+overrides._refresh = counted
 print(json.dumps({"ready": True, "overrides": overrides.active_overrides()}), flush=True)
-deadline = time.time() + 15
+deadline = time.time() + 30
 while time.time() < deadline:
     ov = overrides.active_overrides()
     if ov:
-        print(json.dumps({"seen_at": time.time(), "overrides": ov}), flush=True)
+        print(json.dumps({"seen_at": time.monotonic(), "overrides": ov, "refreshes": refreshes}), flush=True)
         break
     time.sleep(0.02)
 """
@@ -254,7 +265,7 @@ django.setup()
 from tuning import services
 services.save_profile("hops", {"ppr_hops": 3, "bm25_weight": 2})
 r = services.apply_profile("hops")
-print(json.dumps({"applied_at": time.time(), "profile": r["profile"]}), flush=True)
+print(json.dumps({"applied_at": time.monotonic(), "profile": r["profile"]}), flush=True)
 """
 
 
@@ -299,7 +310,18 @@ def test_apply_in_one_process_is_seen_by_another_within_a_second(tmp_path):
         watcher.wait()
     assert seen["overrides"] == {"ppr_hops": 3, "bm25_weight": 2.0}
     assert isinstance(seen["overrides"]["ppr_hops"], int)
-    assert seen["seen_at"] - applied["applied_at"] <= 1.2
+    # "Within a second" is the mechanism, not the wall clock of a loaded machine: the watcher re-reads the database
+    # once per REFRESH_INTERVAL_S (never more often), and the first read after the apply returned finds the profile.
+    assert overrides.REFRESH_INTERVAL_S == 1.0
+    starts = [at for at, _ in seen["refreshes"]]
+    assert all(b - a >= overrides.REFRESH_INTERVAL_S for a, b in itertools.pairwise(starts)), starts
+    after_apply = [found for at, found in seen["refreshes"] if at >= applied["applied_at"]]
+    assert len(after_apply) <= 1, seen["refreshes"]  # one stale read after the apply would be one too many
+    assert seen["refreshes"][-1][1] == seen["overrides"]
+    assert all(found == {} for _, found in seen["refreshes"][:-1])
+    # A failure bound only: the watcher polls every 20 ms, so this holds on a busy machine unless the profile
+    # waited for something other than the next refresh.
+    assert seen["seen_at"] - applied["applied_at"] <= overrides.REFRESH_INTERVAL_S + 2.0
 
 
 # --- 83: an applied profile changes the production ranking (no explicit overrides passed) ---------

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from memory import overrides
 from tests import dbenv
 from tests.redis_url import TEST_REDIS_URL
 
@@ -44,15 +45,19 @@ def probe(timeout=20.0):
 
 before = probe(60.0)  # also waits for the worker to come up
 services.save_profile("hops", {"ppr_hops": 3, "bm25_weight": 2})
-applied_at = time.time()
 services.apply_profile("hops")
+applied_at = time.monotonic()  # one clock for every process of the machine
 seen = None
-while time.time() - applied_at < 10:
+stale_sent = []  # when each probe answered with the old overrides was sent, in seconds after the apply
+while time.monotonic() - applied_at < 20:
+    sent = time.monotonic() - applied_at
     result = probe()
     if result["overrides"]:
         seen = result
         break
-print(json.dumps({"before": before, "seen": seen, "elapsed": time.time() - applied_at}), flush=True)
+    stale_sent.append(sent)
+print(json.dumps({"before": before, "seen": seen, "stale_sent": stale_sent,
+                  "elapsed": time.monotonic() - applied_at}), flush=True)
 """
 
 
@@ -109,4 +114,9 @@ def test_apply_reaches_a_celery_worker_within_a_second(tmp_path):
     assert out["seen"]["profile"] == "hops"
     assert out["seen"]["overrides"] == {"ppr_hops": 3, "bm25_weight": 2.0}
     assert out["seen"]["pid"] != os.getpid()
-    assert out["elapsed"] <= 1.6, out
+    # "Within a second" as a mechanism rather than the wall clock of a loaded machine: a probe runs in the worker
+    # after it was sent, so one sent a refresh interval after the apply must find the profile — only earlier ones
+    # may still answer from the worker's cache.
+    assert overrides.REFRESH_INTERVAL_S == 1.0
+    assert all(sent < overrides.REFRESH_INTERVAL_S for sent in out["stale_sent"]), out
+    assert out["elapsed"] <= overrides.REFRESH_INTERVAL_S + 5.0, out  # a failure bound: probes are round trips
