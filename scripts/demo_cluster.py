@@ -268,14 +268,16 @@ def database_counts(env: dict[str, str]) -> dict[str, int]:
         "print(json.dumps({"
         "'messages': Message.objects.count(),"
         "'summarised': Message.objects.filter(episode__isnull=False).count(),"
-        "'episodes': Episode.objects.exclude(kind=Episode.UNSUMMARIZED).count(),"
+        "'episodes': Episode.objects.exclude(kind=Episode.Kind.UNSUMMARIZED).count(),"
         "'cues': EpisodeCue.objects.count(),"
         "'facts': Fact.objects.count(),"
         "'fact_vectors': Fact.objects.filter(embedding__isnull=False).count(),"
         "'message_vectors': Message.objects.filter(embedding__isnull=False).count(),"
         "}))\n"
     )
-    done = run(sys.executable, "manage.py", "shell", "-c", code, cwd=ROOT, env=env, timeout=120)
+    done = run(sys.executable, "manage.py", "shell", "-c", code, cwd=ROOT, env=env, timeout=120, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"counting what the worker wrote failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
