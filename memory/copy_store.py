@@ -46,10 +46,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import dj_database_url
 from django.apps import apps
 from django.conf import settings
 from django.core.management.color import no_style
 from django.db import connections, models, transaction
+
+from memory import selectors
+from memory.backends import postgresql
+from memory.engine.tokenize import query_terms
+from memory.models import Fact, Knowledge, Message
 
 TARGET = "copy_store_target"
 #: Tables ``migrate`` fills itself; a target holding only these is empty.
@@ -88,8 +94,6 @@ class CopyReport:
 
 
 def target_settings(url: str) -> dict[str, Any]:
-    import dj_database_url
-
     config = dj_database_url.parse(url)
     if config["ENGINE"] != "django.db.backends.postgresql":
         raise CopyRefused(f"--to must name a PostgreSQL database (postgres://…), not {config['ENGINE']}")
@@ -252,9 +256,6 @@ def user_triggers(alias: str, tables: Iterable[str], *, enabled: bool) -> None:
 
 def recall_sample(n: int) -> list[dict[str, Any]]:
     """``n`` queries per recall path, taken from the stored rows (spread over the id range)."""
-    from memory.engine.tokenize import query_terms
-    from memory.models import Fact, Knowledge, Message
-
     def spread_ids(qs, k: int) -> list[int]:
         ids = list(qs.order_by("id").values_list("id", flat=True))
         if len(ids) <= k:
@@ -281,8 +282,6 @@ def recall_sample(n: int) -> list[dict[str, Any]]:
 
 def answer_sample(queries: list[dict[str, Any]]) -> list[list[int]]:
     """Top ids of each query on this process's database (lexical ranking: no query vectors)."""
-    from memory import selectors
-
     out: list[list[int]] = []
     for q in queries:
         if q["path"] == "facts":
@@ -352,8 +351,6 @@ def copy_store(target_url: str, *, progress: Progress = print, sample: int = 20,
             reset_sequences(alias, ordered)
             progress("rebuilding the lexical index on the target from the stored tokens")
             t0 = time.monotonic()
-            from memory.backends import postgresql
-
             with target.cursor() as cur:
                 indexed = postgresql.reindex_all(cur)
             progress(f"lexical index: {indexed:,} rows in {time.monotonic() - t0:.1f} s")
