@@ -4,9 +4,10 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
+comma := ,
 export DJANGO_SETTINGS_MODULE := config.settings
 
-.PHONY: setup run web worker beat test test-postgres test-fast bench eval lint check demo clean screenshots
+.PHONY: setup run web worker beat test test-postgres test-fast bench eval lint check demo demo-cluster clean screenshots
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -53,12 +54,22 @@ screenshots: $(VENV)/.installed
 	SCREENSHOTS=1 $(BIN)/python -m pytest -q -p no:randomly tests/browser/test_screenshots.py
 	@echo "Open test-artifacts/screenshots/index.html"
 
+# Both backends when PostgreSQL answers (BENCH_BACKENDS=sqlite to skip it; bench/backends.py): the scale
+# store is moved to PostgreSQL by copy_store once, the API runs with a real worker on each.
+BENCH_BACKENDS ?= $(shell $(BIN)/python -c "from bench.backends import requested; print(','.join(requested()))" 2>/dev/null || echo sqlite)
+
 bench: $(VENV)/.installed
-	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.run --backends $(BENCH_BACKENDS)
 	$(BIN)/python -m bench.api_bench
+	for b in $(subst $(comma), ,$(BENCH_BACKENDS)); do $(BIN)/python -m bench.api_bench --worker --backend $$b || exit 1; done
 	$(BIN)/python -m bench.console_bench
-	$(BIN)/python -m bench.worker_bench --worker
+	$(BIN)/python -m bench.worker_bench --worker --backends $(BENCH_BACKENDS)
 	$(BIN)/python -m bench.report
+
+# A Celery worker in a network namespace (a second machine) reaching PostgreSQL and Redis over a
+# veth; gunicorn on the host; checks that the worker builds episodes, facts and vectors (root, `ip`).
+demo-cluster: $(VENV)/.installed
+	$(BIN)/python -m scripts.demo_cluster
 
 eval: $(VENV)/.installed
 	$(BIN)/python -m bench.eval

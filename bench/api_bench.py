@@ -42,7 +42,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import Server, latency_stats
+from bench.common import Server, latency_stats, stop_process_group
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -61,12 +61,19 @@ CHAT = ["今天天气不错", "晚上吃火锅吗", "我最近在学吉他", "�
 
 
 SETTINGS_OVERRIDE: dict[str, str] = {}  # set by --persistent-connections: module name and its folder
+#: set by --worker: the Redis database of the broker (flushed before and after)
+WORKER: dict[str, str] = {}
 
 
-def env_for(db: Path) -> dict[str, str]:
-    env = dict(os.environ)
+def env_for(db: Path | str, *, deployed: bool = False) -> dict[str, str]:
+    """The environment of the server (``deployed``: enqueue on, Redis, the local embedder) on ``db``.
+
+    ``db`` is a SQLite file or a ``postgres://`` URL (bench/backends.py).
+    """
+    from bench import backends
+
+    env = backends.env_for(db)
     env.update(
-        MEMORY_DB=str(db),
         DJANGO_SETTINGS_MODULE=SETTINGS_OVERRIDE.get("module", "config.settings"),
         DJANGO_DEBUG="False",
         MEMORY_ENQUEUE_TASKS="False",
@@ -74,7 +81,36 @@ def env_for(db: Path) -> dict[str, str]:
         LOG_LEVEL="WARNING",
         PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [SETTINGS_OVERRIDE.get("path")])]),
     )
+    if deployed and WORKER:
+        env.update(MEMORY_ENQUEUE_TASKS="True", REDIS_URL=WORKER["redis_url"], EMBEDDING_PROVIDER="local",
+                   LLM_BASE_URL="", LLM_MODEL="")
     return env
+
+
+class Worker:
+    """A real ``celery -A config worker`` (2 processes) beside the server, as deployed (--worker)."""
+
+    def __init__(self, db: Path | str, log: Path):
+        import redis
+
+        redis.Redis.from_url(WORKER["redis_url"]).flushdb()
+        self.log = log
+        handle = open(log, "wb")
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).with_name("celery")), "-A", "config", "worker", "-n", "api-bench@%h",
+             "--concurrency=2", "--loglevel=WARNING", "--without-mingle", "--without-gossip"],
+            cwd=ROOT, env=env_for(db, deployed=True), stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        handle.close()
+        time.sleep(8)  # start-up incl. the embedding model, not part of the measurement
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"celery worker exited: {log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        import redis
+
+        stop_process_group(self.proc, timeout=30)
+        redis.Redis.from_url(WORKER["redis_url"]).flushdb()
 
 
 def persistent_connection_settings(folder: Path) -> None:
@@ -127,16 +163,12 @@ def copy_db(src: Path, dst: Path) -> None:
             shutil.copyfile(s, f"{dst}{suffix}")
 
 
-def refs(db: Path, counts: dict) -> tuple[list[tuple[str, str]], list[str], int]:
+def refs(db: Path | str, counts: dict) -> tuple[list[tuple[str, str]], list[str], int]:
     """(stream kind, external id) pairs and person external ids present in the database."""
-    import sqlite3
+    from bench import backends
 
-    con = sqlite3.connect(db)
-    try:
-        streams = con.execute("SELECT kind, external_id FROM streams WHERE platform = 'bench' ORDER BY id").fetchall()
-        persons = [r[0] for r in con.execute("SELECT external_id FROM identities WHERE platform = 'bench' ORDER BY id")]
-    finally:
-        con.close()
+    streams = backends.query(db, "SELECT kind, external_id FROM streams WHERE platform = 'bench' ORDER BY id")
+    persons = [r[0] for r in backends.query(db, "SELECT external_id FROM identities WHERE platform = 'bench' ORDER BY id")]
     return streams, persons, int(counts.get("now") or 1_800_000_000_000)
 
 
@@ -214,7 +246,7 @@ def turn_inputs(streams, persons, n: int, now: int) -> list[dict]:
 def http_turns(base: str, token: str, inputs: list[dict], warmup: int) -> dict:
     import httpx
 
-    prep, conf, facts = [], [], []
+    prep, conf, facts, total = [], [], [], []
     errors: list[str] = []
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
         for i, item in enumerate(inputs):
@@ -243,15 +275,17 @@ def http_turns(base: str, token: str, inputs: list[dict], warmup: int) -> dict:
             if i >= warmup:
                 prep.append(dt)
                 conf.append(dc)
+                total.append(dt + dc)
                 facts.append(len(turn["facts"]))
-    return {"turns": latency_stats(prep), "confirm": latency_stats(conf), "mean_facts": round(statistics.fmean(facts), 2) if facts else 0,
+    return {"turns": latency_stats(prep), "confirm": latency_stats(conf), "turn_total": latency_stats(total),
+            "mean_facts": round(statistics.fmean(facts), 2) if facts else 0,
             "errors": len(errors), "first_errors": errors[:3]}
 
 
 # --- direct calls (same database, in this process) --------------------------------------------
 
 
-def setup_django(db: Path) -> None:
+def setup_django(db: Path | str) -> None:
     os.environ.update(env_for(db))
     sys.path[:0] = os.environ["PYTHONPATH"].split(os.pathsep)
     import django
@@ -376,19 +410,40 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default=str(RESULTS / "api.json"))
     parser.add_argument("--persistent-connections", action="store_true",
                         help="what-if: run with CONN_MAX_AGE = None if the settings do not set it")
+    parser.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite",
+                        help="postgresql: the scale database moved by copy_store, cloned per run (bench/backends.py)")
+    parser.add_argument("--worker", action="store_true",
+                        help="as deployed: task enqueueing on, a real Celery worker (2 processes) and Redis")
+    parser.add_argument("--redis-url", default=os.environ.get("MEMORY_BENCH_REDIS_URL") or "redis://127.0.0.1:6379/13",
+                        help="--worker's Redis database (flushed before and after)")
     args = parser.parse_args(argv)
+    if args.worker:
+        WORKER["redis_url"] = args.redis_url
+        if args.out == str(RESULTS / "api.json"):
+            args.out = str(RESULTS / f"api_{args.backend}_worker.json")
 
     tmp = Path(tempfile.mkdtemp(prefix="memory-api-bench-"))
     if args.persistent_connections:
         persistent_connection_settings(tmp)
-    db = tmp / "api-bench.sqlite3"
+    db: Path | str = tmp / "api-bench.sqlite3"
     src = Path(args.db)
+    clone = None
+    worker = None
     try:
-        if src.exists():
+        if src.exists() and args.backend == "postgresql":
+            from bench import backends
+
+            db = clone = backends.clone(backends.scale_copy(src)["url"], "api")
+            meta = src.with_suffix(".json")
+            counts = json.loads(meta.read_text()) if meta.exists() else {}
+            source = f"{src} moved to PostgreSQL (copy_store)"
+        elif src.exists():
             copy_db(src, db)
             meta = src.with_suffix(".json")
             counts = json.loads(meta.read_text()) if meta.exists() else {}
             source = str(src)
+        elif args.backend == "postgresql":
+            raise SystemExit(f"--backend postgresql needs the scale database {src} (python -m bench.run builds it)")
         else:
             print(f"no database at {src}; building a small one through the services …", flush=True)
             counts = build_small_db(db)
@@ -412,7 +467,8 @@ def main(argv: list[str] | None = None) -> dict:
         inputs = turn_inputs(streams, persons, args.turns, now)
         warmup = min(10, args.turns // 10)
 
-        server = Server(env_for(db), workers=args.workers)
+        worker = Worker(db, tmp / "worker.log") if args.worker else None
+        server = Server(env_for(db, deployed=True), workers=args.workers)
         try:
             server.wait_ready()
             ingest = http_ingest(server, token, streams, persons, args.messages, args.threads, now, "http")
@@ -422,6 +478,8 @@ def main(argv: list[str] | None = None) -> dict:
             http_context = context_stats(first)
         finally:
             server.stop()
+            if worker is not None:
+                worker.stop()
 
         direct_msg = direct_ingest(streams, persons, min(args.messages, 1000), now)
         backfill_message_vectors(2)
@@ -431,6 +489,15 @@ def main(argv: list[str] | None = None) -> dict:
         direct_context = context_stats(first)
         connection.close()
     finally:
+        if worker is not None:
+            worker.stop()
+        if clone is not None:
+            from django.db import connections
+
+            connections.close_all()
+            from bench import backends
+
+            backends.drop(clone)
         shutil.rmtree(tmp, ignore_errors=True)
 
     def ratio(a: float, b: float) -> float:
@@ -439,8 +506,11 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "database": source,
         "counts": {k: counts.get(k) for k in ("persons", "facts", "knowledge", "messages", "episodes", "edges", "streams")},
-        "server": f"gunicorn config.wsgi, {args.workers} sync workers, DEBUG off, enqueue off"
+        "server": f"gunicorn config.wsgi, {args.workers} sync workers, DEBUG off, "
+                  + ("enqueue on with a real Celery worker (2 processes)" if args.worker else "enqueue off")
                   + (", CONN_MAX_AGE=None (what-if)" if args.persistent_connections else ""),
+        "backend": args.backend,
+        "worker": args.worker,
         "conn_max_age": conn_max_age,
         "cpus": os.cpu_count(),
         "load_average_before": load_before,
@@ -452,6 +522,7 @@ def main(argv: list[str] | None = None) -> dict:
                     "ratio_median": ratio(turns["confirm"]["median_ms"], direct["confirm"]["median_ms"]),
                     "ratio_p95": ratio(turns["confirm"]["p95_ms"], direct["confirm"]["p95_ms"])},
         "direct_cpu": {"turns": direct["turns_cpu"], "confirm": direct["confirm_cpu"]},
+        "turn_total": {"http": turns["turn_total"]},  # prepare + confirm of the same turn
         "mean_facts_per_turn": turns["mean_facts"],
         "context": {"http": http_context, "direct": direct_context, "message_vectors_backfilled": backfilled},
         "errors": {"ingest": ingest["first_errors"], "turns": turns["first_errors"]},

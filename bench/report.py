@@ -94,6 +94,56 @@ def render() -> str:
     return "\n".join(lines)
 
 
+def render_backends() -> str | None:
+    """One table: the same scale store on SQLite and on PostgreSQL, read paths, API with a worker, workers.
+
+    Reads ``speed.json`` (``read_by_backend``), ``api_<backend>_worker.json`` and ``workers.json``
+    (``worker_by_backend``); ``None`` when no run measured PostgreSQL.
+    """
+    speed, workers = _load("speed") or {}, _load("workers") or {}
+    reads = speed.get("read_by_backend") or {}
+    apis = {b: _load(f"api_{b}_worker") for b in ("sqlite", "postgresql")}
+    apis = {b: r for b, r in apis.items() if r}
+    runs = workers.get("worker_by_backend") or {}
+    if "postgresql" not in reads and "postgresql" not in apis and "postgresql" not in runs:
+        return None
+    cols = ["sqlite", "postgresql"]
+
+    def cell(value) -> str:
+        return "—" if value is None else str(value)
+
+    rows: list[tuple[str, list, str]] = []
+    for name in (reads.get("sqlite") or {}):
+        if "p95_ms" in reads["sqlite"][name]:
+            rows.append((f"{name} — p95 ms", [(reads.get(b) or {}).get(name, {}).get("p95_ms") for b in cols], "≤ 10"))
+    if apis:
+        first = next(iter(apis.values()))
+        rows.append((f"POST /messages with the worker running — req/s ({first['ingest']['http']['threads']} client threads)",
+                     [(apis.get(b) or {}).get("ingest", {}).get("http", {}).get("requests_per_s") for b in cols],
+                     "PostgreSQL ≥ SQLite"))
+        rows.append(("POST /messages — p95 ms",
+                     [(apis.get(b) or {}).get("ingest", {}).get("http", {}).get("latency", {}).get("p95_ms") for b in cols], ""))
+        for key, label in (("turn_total", "POST /turns + confirm (one turn) — p95 ms"), ("turns", "POST /turns — p95 ms"),
+                           ("confirm", "POST /turns/{id}/confirm — p95 ms")):
+            rows.append((label, [((apis.get(b) or {}).get(key) or {}).get("http", {}).get("p95_ms") for b in cols],
+                         "≤ 30" if key == "turn_total" else ""))
+    if runs:
+        n = next(iter(runs.values()))["messages"]
+        rows.append((f"{n} messages → episodes, facts, vectors through a real worker — s",
+                     [(runs.get(b) or {}).get("seconds", {}).get("total") for b in cols], ""))
+    copy = speed.get("postgresql_copy") or {}
+    lines = ["<!-- backends:start -->", "## SQLite and PostgreSQL side by side (`make bench`)", "",
+             "The same scale store on both backends, measured in one run on this machine "
+             f"({(speed.get('when') or '?')}); the PostgreSQL store is the SQLite scale database moved by "
+             f"`manage.py copy_store` ({copy.get('copy_seconds')} s; same top ids of its recall sample on both: "
+             f"{copy.get('recalls') or '—'}). The API rows run gunicorn (2 workers) with task enqueueing on and a real "
+             "Celery worker (2 processes) beside it, as deployed (`python -m bench.api_bench --worker --backend …`).", "",
+             "| measure | SQLite | PostgreSQL | target |", "| --- | ---: | ---: | --- |"]
+    lines += [f"| {label} | {cell(a)} | {cell(b)} | {target} |" for label, (a, b), target in rows]
+    lines += ["", "<!-- backends:end -->"]
+    return "\n".join(lines)
+
+
 def main() -> None:
     from bench.common import BENCHMARKS_MD, replace_section
 
@@ -101,6 +151,11 @@ def main() -> None:
     body = section.removeprefix("<!-- services:start -->").removesuffix("<!-- services:end -->").strip("\n")
     replace_section(BENCHMARKS_MD, "<!-- services:start -->", "<!-- services:end -->", body, title="Benchmarks")
     print(section)
+    both = render_backends()
+    if both:
+        body = both.removeprefix("<!-- backends:start -->").removesuffix("<!-- backends:end -->").strip("\n")
+        replace_section(BENCHMARKS_MD, "<!-- backends:start -->", "<!-- backends:end -->", body, title="Benchmarks")
+        print(both)
 
 
 if __name__ == "__main__":

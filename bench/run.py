@@ -99,8 +99,12 @@ def ensure_db(path: Path, scale: float, rebuild: bool) -> dict:
     return json.loads(meta.read_text())
 
 
-def setup_django(db: Path) -> None:
-    os.environ["MEMORY_DB"] = str(db)
+def setup_django(db: Path | str) -> None:
+    """Django on the SQLite file ``db``, or on PostgreSQL when ``db`` is a ``postgres://`` URL (bench/backends.py)."""
+    from bench import backends
+
+    os.environ.update(backends.env_for(db))
+    os.environ.pop("MEMORY_DB" if backends.is_pg(db) else "DATABASE_URL", None)
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     os.environ["MEMORY_ENQUEUE_TASKS"] = "False"
     sys.path.insert(0, str(ROOT))
@@ -334,8 +338,8 @@ def write_paths(counts: dict) -> dict:
     with connection.cursor() as cur:
         # exactly 1 % of the facts due (this runs on a copy of the scale database)
         cur.execute("UPDATE facts SET due_at = %s WHERE id %% 100 <> 0", [now + 24 * 3_600_000])
-        cur.execute("UPDATE facts SET due_at = %s, active = 1 WHERE id %% 100 = 0", [now - 1000])
-        cur.execute("SELECT count(*) FROM facts WHERE active = 1 AND due_at <= %s", [now])
+        cur.execute("UPDATE facts SET due_at = %s, active = %s WHERE id %% 100 = 0", [now - 1000, True])
+        cur.execute("SELECT count(*) FROM facts WHERE active = %s AND due_at <= %s", [True, now])
         due = cur.fetchone()[0]
     t = time.perf_counter()
     frozen = services.sweep(at=now)
@@ -464,16 +468,36 @@ def ppr_side_by_side(n: int) -> dict:
     return out
 
 
-def run_in_subprocess(db: Path, counts: dict, n: int, part: str) -> dict:
+def run_in_subprocess(db: Path | str, counts: dict, n: int, part: str) -> dict:
     """Each database is measured in a fresh process (Django binds to one DB per process)."""
     code = (
-        "import json,sys; from bench import run as r; r.setup_django(__import__('pathlib').Path(sys.argv[1]));"
+        "import json,sys; from bench import run as r; r.setup_django(sys.argv[1]);"
         "print('@@'+json.dumps(r.part(sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]))))"
     )
     out = subprocess.run([sys.executable, "-c", code, str(db), part, json.dumps(counts), str(n)],
                          cwd=ROOT, check=True, capture_output=True, text=True)
     line = [x for x in out.stdout.splitlines() if x.startswith("@@")][-1]
     return json.loads(line[2:])
+
+
+def other_backends(big: Path, counts: dict, n: int, wanted: str | None, results: dict) -> dict:
+    """Read paths (and writes, on a clone) of the same scale store on PostgreSQL; SQLite's are ``results``'."""
+    from bench import backends
+
+    names = backends.requested(wanted)
+    if backends.POSTGRESQL not in names:
+        return {}
+    copy = backends.scale_copy(big)
+    out = {"postgresql_copy": copy,
+           "read_by_backend": {backends.SQLITE: results["read"],
+                               backends.POSTGRESQL: run_in_subprocess(copy["url"], counts, n, "read")},
+           "write_by_backend": {backends.SQLITE: results["write"]}}
+    clone = backends.clone(copy["url"], "write")
+    try:
+        out["write_by_backend"][backends.POSTGRESQL] = run_in_subprocess(clone, counts, n, "write")
+    finally:
+        backends.drop(clone)
+    return out
 
 
 def part(name: str, counts: dict, n: int) -> dict:
@@ -525,6 +549,7 @@ def render(results: dict) -> str:
             ratio = r["fts5"]["median_ms"] / max(1e-9, r["resident"]["median_ms"])
             lines.append(f"| {label} | {r['runs']} | {r['identical_rankings']} | {r['resident']['median_ms']} / "
                          f"{r['resident']['p95_ms']} | {r['fts5']['median_ms']} / {r['fts5']['p95_ms']} | {ratio:.1f} |")
+    lines += render_backends(results)
     lines += ["", f"Whole-table lexical queries ({3 * len(QUESTIONS)} runs of {len(QUESTIONS)} questions, 20 written here "
               "and 40 from MemDaily): top-10 agreement with unpruned FTS5 bm25 (target ≥ 0.95) and time, for the "
               f"resident index (the default) and for FTS5 with query terms above a document-frequency share pruned "
@@ -574,6 +599,27 @@ def render(results: dict) -> str:
     return "\n".join(lines)
 
 
+def render_backends(results: dict) -> list[str]:
+    """The read paths on each backend side by side (``--backends``; bench/backends.py)."""
+    from bench import backends
+
+    by = results.get("read_by_backend") or {}
+    if len(by) < 2:
+        return []
+    names = list(by)
+    copy = results.get("postgresql_copy") or {}
+    lines = ["", f"The same read paths on {' and '.join(backends.LABELS[b] for b in names)} (the PostgreSQL store is "
+             f"the scale database moved by `manage.py copy_store` in {copy.get('copy_seconds')} s; its own check — "
+             f"same top ids of a recall sample on both: {copy.get('recalls') or '—'}):", ""]
+    lines += backends.read_table(by, names)
+    writes = results.get("write_by_backend") or {}
+    if len(writes) > 1:
+        lines += ["", "Writes and sweeps per backend: " + "; ".join(
+            f"{backends.LABELS[b]}: " + ", ".join(f"{k} {v.get('ms', v.get('per_second'))}" for k, v in w.items())
+            for b, w in writes.items())]
+    return lines
+
+
 def write_markdown(section: str) -> None:
     from bench.common import BENCHMARKS_MD, replace_section
 
@@ -585,6 +631,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the scale databases")
+    parser.add_argument("--backends", default=None,
+                        help="sqlite,postgresql (default: both when PostgreSQL answers; bench/backends.py)")
     args = parser.parse_args()
     n = 40 if args.quick else 200
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -600,6 +648,7 @@ def main() -> None:
         copy = Path(tmp) / "write.sqlite3"
         shutil.copy(big, copy)
         results["write"] = run_in_subprocess(copy, counts, n, "write")
+    results.update(other_backends(big, counts, n, args.backends, results))
     results["lexical"] = {
         "10 %": run_in_subprocess(small, small_counts, n, "lexical"),
         "100 %": run_in_subprocess(big, counts, n, "lexical"),

@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import random
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -187,35 +186,44 @@ print(json.dumps({"started": t, "posted": time.time()}))
 """
 
 
-def _due(db: Path, trigger_sum: int = 48, trigger_ext: int = 32) -> dict:
-    with sqlite3.connect(db, timeout=30) as con:
+def _due(db: Path | str, trigger_sum: int = 48, trigger_ext: int = 32) -> dict:
+    from bench import backends
+
+    con = backends.connect(db)
+    try:
         pending = con.execute("SELECT stream_id, count(*) FROM messages WHERE episode_id IS NULL GROUP BY stream_id")
         sum_due = sum(1 for _, c in pending.fetchall() if c >= trigger_sum)
         row = con.execute("SELECT value FROM meta WHERE key = 'fact_extract_cursor'").fetchone()
         cursors = json.loads(row[0]) if row else {}
         ext_due = 0
         for (stream_id,) in con.execute("SELECT id FROM streams WHERE platform = 'bench'").fetchall():
-            after = con.execute("SELECT count(*) FROM messages WHERE stream_id = ? AND id > ?",
-                                (stream_id, cursors.get(str(stream_id), 0))).fetchone()[0]
+            after = con.execute(f"SELECT count(*) FROM messages WHERE stream_id = {int(stream_id)}"
+                                f" AND id > {int(cursors.get(str(stream_id), 0))}").fetchone()[0]
             ext_due += after >= trigger_ext
         nulls = con.execute("SELECT (SELECT count(*) FROM facts WHERE embedding IS NULL) +"
                             " (SELECT count(*) FROM knowledge WHERE embedding IS NULL)").fetchone()[0]
         counts = con.execute("SELECT (SELECT count(*) FROM episodes), (SELECT count(*) FROM facts),"
                              " (SELECT count(*) FROM knowledge), (SELECT count(*) FROM memory_edges)").fetchone()
+    finally:
+        con.close()
     return {"summarise_due": sum_due, "extract_due": ext_due, "null_vectors": nulls, "episodes": counts[0],
             "facts": counts[1], "knowledge": counts[2], "edges": counts[3]}
 
 
-def bench_worker(n_messages: int, streams: int = 5, timeout: float = 300.0) -> dict:
+def bench_worker(n_messages: int, streams: int = 5, timeout: float = 300.0, backend: str = "sqlite") -> dict:
+    """The real-worker run on a fresh database of ``backend`` (a SQLite file, or a PostgreSQL database dropped after)."""
     import redis
 
+    from bench import backends
     from bench.common import stop_process_group
 
     tmp = Path(tempfile.mkdtemp(prefix="memory-worker-bench-"))
-    db = tmp / "bench.sqlite3"
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "MEMORY_DB": str(db),
+    db: Path | str = tmp / "bench.sqlite3"
+    if backend == backends.POSTGRESQL:
+        db = backends.create(f"{backends.prefix()}_workers_{os.getpid()}")
+    env = backends.env_for(db, {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings",
            "REDIS_URL": WORKER_REDIS, "MEMORY_ENQUEUE_TASKS": "1", "EMBEDDING_PROVIDER": "local",
-           "LLM_BASE_URL": "", "LLM_MODEL": "", "LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+           "LLM_BASE_URL": "", "LLM_MODEL": "", "LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)})
     redis.Redis.from_url(WORKER_REDIS).flushdb()
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
     log = open(tmp / "worker.log", "wb")
@@ -235,7 +243,7 @@ def bench_worker(n_messages: int, streams: int = 5, timeout: float = 300.0) -> d
                 break
             time.sleep(0.25)
         done = time.time()
-        return {"messages": n_messages, "streams": streams, "worker_processes": 2, **state,
+        return {"backend": backend, "messages": n_messages, "streams": streams, "worker_processes": 2, **state,
                 "seconds": {"post": round(stamps["posted"] - stamps["started"], 3),
                             "total": round(done - stamps["started"], 3),
                             "after_last_post": round(done - stamps["posted"], 3)},
@@ -244,12 +252,16 @@ def bench_worker(n_messages: int, streams: int = 5, timeout: float = 300.0) -> d
         stop_process_group(worker)
         log.close()
         redis.Redis.from_url(WORKER_REDIS).flushdb()
+        if backends.is_pg(db):
+            backends.drop(str(db))
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1000)
     parser.add_argument("--worker", action="store_true", help="also measure a real celery worker")
+    parser.add_argument("--backends", default=None,
+                        help="the real-worker run on sqlite,postgresql (default: both when PostgreSQL answers)")
     parser.add_argument("--out", default=str(RESULTS / "workers.json"))
     args = parser.parse_args(argv)
 
@@ -266,7 +278,10 @@ def main(argv: list[str] | None = None) -> dict:
         "in_process": bench_in_process(args.messages),
     }
     if args.worker:
-        result["worker"] = bench_worker(args.messages)
+        from bench import backends
+
+        result["worker_by_backend"] = {b: bench_worker(args.messages, backend=b) for b in backends.requested(args.backends)}
+        result["worker"] = result["worker_by_backend"][backends.requested(args.backends)[0]]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, ensure_ascii=False, indent=2) + "\n")

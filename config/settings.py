@@ -274,5 +274,10 @@ EMBEDDING_DIM = envint("EMBEDDING_DIM", 512)
 EMBEDDING_BATCH = min(envint("EMBEDDING_BATCH", 20), 20)  # provider hard limit
 EMBEDDING_THREADS = envint("EMBEDDING_THREADS", 1)
 
+# Short-term spreading activation (recently recalled memory nodes spread more for ~10 min):
+# "redis" = one table in REDIS_URL shared by every web and worker host (memory/activation.py),
+# "process" = a table per process (the test settings: unit tests never write to Redis).
+SHORT_TERM_ACTIVATION = env("SHORT_TERM_ACTIVATION", "redis")
+
 # Enqueue summarisation/extraction checks after each stored message (tests turn it off).
 MEMORY_ENQUEUE_TASKS = envbool("MEMORY_ENQUEUE_TASKS", "True")

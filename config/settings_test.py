@@ -8,3 +8,4 @@ EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 LANGUAGE_CODE = "zh-hans"
 MEMORY_ENQUEUE_TASKS = False
 EMBEDDING_PROVIDER = "none"  # tests that need vectors opt in
+SHORT_TERM_ACTIVATION = "process"  # a shared one would write to REDIS_URL (tests/memory/test_shared_activation.py opts in)

@@ -10,6 +10,7 @@ from django.http import Http404
 from django.urls import include, path
 
 from config.api import api
+from memory.health import healthz
 
 PASSWORD_RESET_VIEWS = {"password_reset", "password_reset_done", "password_reset_confirm", "password_reset_complete"}
 
@@ -40,6 +41,7 @@ account_urls = [path("login/", LoginView.as_view(), name="login")] + [
 ]
 
 urlpatterns = [
+    path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("accounts/", include(account_urls)),

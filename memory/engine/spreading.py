@@ -54,6 +54,8 @@ __all__ = [
     "GRAPH_MEMORY",
     "GRAPH_KNOWLEDGE",
     "ShortTermActivation",
+    "activation_factor",
+    "activation_factors",
     "SpreadHit",
     "SpreadResult",
     "ConceptGraph",
@@ -92,6 +94,27 @@ _HIT_BATCH = 64
 _PRUNE_EVERY = 4096
 
 
+def activation_factor(last_touch: int | None, now: int) -> float:
+    """``1 + exp(-max(0, now - t) / ACTIVATION_TAU_MS)`` for a node last touched at ``t``; 1.0 if never."""
+    if last_touch is None:
+        return 1.0
+    return 1.0 + math.exp(-max(0, now - last_touch) / ACTIVATION_TAU_MS)
+
+
+def activation_factors(activation: Callable[[int], float], nodes: Iterable[int]) -> dict[int, float]:
+    """``activation(node)`` for every node, in one call when ``activation`` has a ``many(nodes)`` method.
+
+    A shared activation (Redis, several processes) answers a whole batch in one round trip;
+    a plain callable is asked node by node.
+    """
+    nodes = list(nodes)
+    many = getattr(activation, "many", None)
+    if many is not None:
+        found = many(nodes)
+        return {node: float(found.get(node, 1.0)) for node in nodes}
+    return {node: activation(node) for node in nodes}
+
+
 class ShortTermActivation:
     """In-process short-term activation of recently lit memory nodes (thread-safe).
 
@@ -119,10 +142,15 @@ class ShortTermActivation:
 
     def factor(self, node: int, now: int) -> float:
         """Activation multiplier of ``node`` at ``now`` (2.0 right after a touch, → 1.0)."""
-        last = self._at.get(node)
-        if last is None:
-            return 1.0
-        return 1.0 + math.exp(-max(0, now - last) / ACTIVATION_TAU_MS)
+        return activation_factor(self._at.get(node), now)
+
+    def factors(self, nodes: Iterable[int], now: int) -> dict[int, float]:
+        """:meth:`factor` of every node of ``nodes`` (the batched form :func:`spread` uses)."""
+        return {node: activation_factor(self._at.get(node), now) for node in nodes}
+
+    def at(self, nodes: Iterable[int]) -> dict[int, int]:
+        """The last touch of each node of ``nodes`` that has one."""
+        return {node: self._at[node] for node in nodes if node in self._at}
 
     def clear(self) -> None:
         """Forget every activation."""
@@ -363,7 +391,9 @@ def legacy_spread(
     frontier: dict[int, float] = dict(seeds)
     for hop in range(1, hops + 1):
         grouped = _neighbours_of(list(frontier), expand(set(frontier)))
-        cache.load(other for pairs in grouped.values() for other, _s in pairs if other not in seeds)
+        reached = {other for pairs in grouped.values() for other, _s in pairs if other not in seeds}
+        cache.load(reached)
+        factors = activation_factors(activation, reached) if activation is not None else None
         following: dict[int, float] = {}
         for node, base in frontier.items():
             for other, strength in grouped[node]:
@@ -373,8 +403,8 @@ def legacy_spread(
                 if keep is None or keep < REVIVE:
                     continue
                 value = base * strength * HOP_DECAY * keep
-                if activation is not None:
-                    value *= activation(other)
+                if factors is not None:
+                    value *= factors[other]
                 if value > following.get(other, 0.0):
                     following[other] = value
         for node, value in following.items():
@@ -413,7 +443,9 @@ def spread(
     :param concept: the concept graph, or ``None`` to skip it.
     :param alpha: PPR alpha (tunable ``ppr_alpha``).
     :param timeout_seconds: wall-clock budget of *each* PPR run.
-    :param activation: ``node → factor`` (e.g. ``lambda n: sta.factor(n, now)``); ``None`` = 1.
+    :param activation: ``node → factor`` (e.g. ``lambda n: sta.factor(n, now)``); ``None`` = 1. When it
+        also has ``many(nodes) → {node: factor}``, factors are asked for in batches (one per hop
+        or one for all candidate hits) — what a shared activation in Redis needs.
     :param on_timeout: called with ``'memory'`` or ``'knowledge'`` when a PPR times out.
     :param clock: monotonic clock in seconds (``None`` = ``time.monotonic`` at call time),
         used for both PPR deadlines and ``elapsed_ms``.
@@ -485,7 +517,7 @@ def _best_hits(
     ``fused`` order); a retention above 1 switches the early stop off.
     """
     position = {node: i for i, node in enumerate(fused)}
-    factors = {node: activation(node) for node in fused} if activation is not None else None
+    factors = activation_factors(activation, fused) if activation is not None else None
     order = sorted(
         fused, key=lambda n: (-(fused[n] * factors[n]) if factors is not None else -fused[n], position[n])
     )

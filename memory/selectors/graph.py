@@ -12,20 +12,32 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Q
 
+from memory import activation as shared_activation
 from memory.engine import decay
 from memory.engine import spreading as sp
-from memory.engine.spreading import ConceptGraph, ShortTermActivation, SpreadResult
+from memory.engine.spreading import ConceptGraph, SpreadResult
 from memory.engine.spreading import spread as engine_spread
 from memory.models import Episode, Fact, Knowledge, MemoryEdge, MemoryNode
 from memory.selectors._common import _overrides
 from memory.services import CONCEPT_GRAPH_REVISION, emit_event
 
-_activation = ShortTermActivation()
+
+def short_term_activation():
+    """The short-term activation (10 min time constant): shared in Redis by every process (memory/activation.py)."""
+    return shared_activation.activation()
 
 
-def short_term_activation() -> ShortTermActivation:
-    """The in-process short-term activation (10 min time constant, not persisted)."""
-    return _activation
+class _FactorsAt:
+    """``node → factor`` at ``now`` for the engine, with the batched ``many`` it prefers."""
+
+    def __init__(self, activation, now: int) -> None:
+        self.activation, self.now = activation, now
+
+    def __call__(self, node: int) -> float:
+        return self.activation.factor(node, self.now)
+
+    def many(self, nodes: Iterable[int]) -> dict[int, float]:
+        return self.activation.factors(nodes, self.now)
 
 
 def _expand(frontier: set[int]) -> list[tuple[int, int, float]]:
@@ -360,7 +372,7 @@ def spread(
     hops: int | None = None,
     limit: int = 4,
     alpha: float | None = None,
-    activation: ShortTermActivation | None = None,
+    activation=None,  # ShortTermActivation or memory.activation.SharedActivation
     events: bool = True,
     use_concepts: bool = True,
     timeout_seconds: float | None = None,
@@ -395,7 +407,7 @@ def spread(
         if events:
             emit_event("memory_ppr_timeout", {"graph": graph}, at=now)
 
-    factor: Callable[[int], float] | None = (lambda n: activation.factor(n, now)) if activation else None
+    factor: Callable[[int], float] | None = _FactorsAt(activation, now) if activation is not None else None
     result: SpreadResult = engine_spread(
         weights, hops=hops, limit=limit, expand=_expand, retention_of=lambda ns: node_retentions(ns, now),
         concept=concept, alpha=alpha, activation=factor, on_timeout=on_timeout,
