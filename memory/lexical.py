@@ -558,7 +558,7 @@ def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[Cue
     else:
         rows = _resident_stream_cues(match, stream_id, limit)
         if rows is not None:
-            return rows
+            return [CueHit(*h) for h in rows]
     expression = f"tokens : ({match})"
     if stream_id is not None:
         expression += f' AND stream : "{_stream_token(stream_id)}"'

@@ -249,9 +249,11 @@ def test_person_and_stream_scoped_queries_rank_like_fts5_ties_included(monkeypat
                 got = lexical.fact_candidates(match, person_ids=persons, limit=limit, include_invalid=invalid)
                 want = _fts5(lexical.fact_candidates, match, person_ids=persons, limit=limit, include_invalid=invalid)
                 _same_rows(got, want, 1)
+                assert all(type(r) is lexical.FactRow for r in got)  # named rows whichever index answered
         for sid in (stream.pk, other.pk):
             got = lexical.cue_candidates(match, stream_id=sid, limit=4)
             _same_rows(got, _fts5(lexical.cue_candidates, match, stream_id=sid, limit=4), 2)
+            assert all(type(r) is lexical.CueHit for r in got)
     assert {"facts_fts", "cues_fts"} <= set(calls)  # the resident index answered (FTS5 only for want)
 
 
