@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+from django.conf import settings
 from django.db import connection
 
 from memory.backends import postgresql
@@ -330,8 +331,6 @@ def prune_terms(table: str, terms: list[str]) -> list[str]:
     if total < PRUNE_MIN_DOCS or len(terms) <= PRUNE_KEEP_AT_LEAST:
         return terms
     df = document_frequencies(table, [t for t in terms if _is_single_token(t)])
-    from django.conf import settings
-
     limit = float(getattr(settings, "FTS_PRUNE_DF_RATIO", PRUNE_DF_RATIO)) * total
     kept = [t for t in terms if not _is_single_token(t) or 0 < df.get(t, 0) <= limit]
     if len(kept) >= PRUNE_KEEP_AT_LEAST:

@@ -33,9 +33,7 @@ ENGINE_FORBIDDEN = ("django", "ninja", "celery", "redis", "kombu")
 
 KNOWN_CYCLES: set[frozenset[str]] = set()
 KNOWN_LAYER_VIOLATIONS: set[tuple[str, str]] = set()
-KNOWN_UNEXPLAINED_LOCAL_IMPORTS: set[tuple[str, str]] = {
-    ('memory.lexical', 'django.conf.settings'),  # memory/lexical.py is being reworked on the pgcore branch
-}
+KNOWN_UNEXPLAINED_LOCAL_IMPORTS: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
