@@ -460,7 +460,8 @@ def _carry_out(plan: ForgetPlan) -> None:
         lexical.purge_deleted(sorted(tables))
     # Episode summaries are edited in place here (nowhere else): make the spreading
     # node-text cache reload, which it does when the facts' lexical revision changes.
-    meta_set("lexical_revision:facts", f"forget-{services.now_ms()}")
+    with connection.cursor() as cur:
+        backends.bump_revision(cur, "lexical_revision:facts")
 
 
 def _redact_json(value: Any, pattern: re.Pattern[str] | None) -> Any:

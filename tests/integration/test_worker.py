@@ -188,7 +188,8 @@ def test_worker_builds_memory_and_survives_a_kill(env):
         assert query(env, "SELECT count(*) FROM messages WHERE episode_id IS NULL")[0][0] == 48
         assert query(env, "SELECT count(*) FROM episode_cues c LEFT JOIN episodes e ON e.id = c.episode_id"
                           " WHERE e.id IS NULL")[0][0] == 0
-        assert query(env, "PRAGMA integrity_check")[0][0] == "ok"
+        if not env.get("DATABASE_URL"):  # SQLite's own check of the file a killed worker wrote to
+            assert query(env, "PRAGMA integrity_check")[0][0] == "ok"
 
         # --- 3. restart under the same node name: the batch is completed, once ---------------
         offset = len(log.read_text("utf-8", errors="replace"))
