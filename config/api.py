@@ -6,7 +6,8 @@ instants are integer epoch milliseconds and every call that reads or writes memo
 accepts an optional ``at`` (default: now) so replays and tests are deterministic.
 
 Errors always have a JSON body ``{"detail": "<one sentence>", "errors": [...]}``:
-422 for malformed JSON, missing fields and wrong types (the field path is named),
+422 for malformed JSON, missing fields and wrong types (the field path is named) and for
+text holding a NUL character or a lone surrogate (refused on every database backend),
 404 for unknown ids, 409 for a wrong state, 413 for oversized bodies, 401 without a
 valid token, 403 for a token without the route's scope. Client input never produces a 500. Input is validated before anything is
 written; the write endpoints (messages, facts, knowledge, curation) run in one
@@ -55,29 +56,41 @@ def _reject_constant(name: str) -> Any:
     raise BodyParseError(f"{name} is not a JSON number")
 
 
-def _find_unencodable(value: Any, path: str = "body") -> str | None:
-    """Path of the first string holding a lone surrogate (cannot be stored as UTF-8)."""
+def _unstorable(text: str) -> str | None:
+    """Why ``text`` cannot be stored on every backend, or None.
+
+    A lone surrogate is not UTF-8; a NUL character is refused by PostgreSQL (SQLite keeps it),
+    so both backends refuse it here, before anything is written, with the same 422.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate, which is not valid Unicode text"
+    if "\x00" in text:
+        return "contains a NUL character (\\u0000), which cannot be stored"
+    return None
+
+
+def _find_unstorable(value: Any, path: str = "body") -> tuple[str, str] | None:
+    """Path of the first string (value or key) that cannot be stored, and why."""
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path
-        return None
+        reason = _unstorable(value)
+        return (path, reason) if reason else None
     if isinstance(value, dict):
         for key, item in value.items():
-            found = _find_unencodable(key, path) or _find_unencodable(item, f"{path}.{key}")
+            found = _find_unstorable(key, path) or _find_unstorable(item, f"{path}.{key}")
             if found:
                 return found
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            found = _find_unencodable(item, f"{path}.{index}")
+            found = _find_unstorable(item, f"{path}.{index}")
             if found:
                 return found
     return None
 
 
 class StrictJsonParser(Parser):
-    """JSON bodies only: no NaN/Infinity, valid UTF-8, no lone surrogates."""
+    """JSON bodies only: no NaN/Infinity, valid UTF-8, no lone surrogates, no NUL characters."""
 
     def parse_body(self, request: HttpRequest) -> Any:
         try:
@@ -90,10 +103,43 @@ class StrictJsonParser(Parser):
             raise BodyParseError(f"the request body is not valid JSON ({exc.msg} at position {exc.pos})") from exc
         except (ValueError, RecursionError) as exc:
             raise BodyParseError("the request body is not valid JSON") from exc
-        bad = _find_unencodable(data)
+        bad = _find_unstorable(data)
         if bad:
-            raise BodyParseError(f"{bad} contains a lone surrogate, which is not valid Unicode text")
+            raise BodyParseError(f"{bad[0]} {bad[1]}")
         return data
+
+
+NO_NUL = r"^[^\x00]*$"
+
+
+def _no_nul_pattern(pattern: str | None) -> str:
+    """``pattern`` (unanchored, "contains a character of this class") for a string without NUL."""
+    if not pattern:
+        return NO_NUL
+    if pattern.startswith("[^"):  # a negated class would match the NUL itself
+        pattern = "[^\\x00" + pattern[2:]
+    return rf"^[^\x00]*{pattern}[^\x00]*$"
+
+
+def _state_no_nul(node: Any, components: dict[str, Any], seen: set[str]) -> None:
+    """Every string a request body may hold says in its pattern that it has no NUL (the parser refuses one)."""
+    if isinstance(node, list):
+        for item in node:
+            _state_no_nul(item, components, seen)
+        return
+    if not isinstance(node, dict):
+        return
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+        name = ref.rsplit("/", 1)[-1]
+        if name not in seen:
+            seen.add(name)
+            _state_no_nul(components.get(name), components, seen)
+    if node.get("type") == "string" and "enum" not in node and "const" not in node and "format" not in node:
+        node["pattern"] = _no_nul_pattern(node.get("pattern"))
+    for key, value in node.items():
+        if key not in ("pattern", "not") and isinstance(value, (dict, list)):
+            _state_no_nul(value, components, seen)
 
 
 class ScopedNinjaAPI(NinjaAPI):
@@ -119,6 +165,12 @@ class ScopedNinjaAPI(NinjaAPI):
                     operation["x-token-scope"] = scope
                     note = f"**Token scope:** `{scope}` (or `admin`); without it the answer is 403."
                     operation["description"] = f"{note}\n\n{operation.get('description', '')}".strip()
+        components = schema.get("components", {}).get("schemas", {})
+        seen: set[str] = set()
+        for item in schema.get("paths", {}).values():
+            for operation in item.values():
+                if isinstance(operation, dict) and "requestBody" in operation:
+                    _state_no_nul(operation["requestBody"], components, seen)
         return schema
 
 

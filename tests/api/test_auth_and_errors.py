@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import io
+import re
 from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from config.api import api as ninja_api
 from memory.auth import hash_token
-from memory.models import ApiToken, Message, Stream
+from memory.models import ApiToken, Message, Person, Stream
 
 from .conftest import T0, ApiClient, person, stream
 
@@ -86,6 +88,35 @@ def test_lone_surrogate_is_422_naming_field(api):
     assert r.status_code == 422
     assert "body.content" in r.json()["detail"]
     assert Stream.objects.count() == before
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("messages", {"stream": stream(), "role": "assistant", "content": "a\x00b"}, "body.content"),
+        ("turns", {"stream": stream(), "speaker": {"platform": "qq", "external_id": "u\x00"}, "text": "hi"},
+         "body.speaker.external_id"),
+        ("turns", {"stream": stream(external_id="g\x00"), "speaker": {"platform": "qq", "external_id": "u"}, "text": "x"},
+         "body.stream.external_id"),
+    ],
+)
+def test_nul_character_is_422_on_every_backend(api, path, body, field):
+    # PostgreSQL cannot store a NUL in text, SQLite can: the parser refuses it for both, before any write
+    before = (Stream.objects.count(), Person.objects.count())
+    r = api.post(path, body)
+    assert r.status_code == 422
+    assert field in r.json()["detail"] and "NUL" in r.json()["detail"]
+    assert r.json()["errors"][0]["type"] == "json_invalid"
+    assert (Stream.objects.count(), Person.objects.count()) == before
+
+
+def test_schema_states_request_strings_have_no_nul():
+    schema = ninja_api.get_openapi_schema()
+    stream_ref = schema["components"]["schemas"]["StreamRef"]["properties"]
+    for name in ("platform", "external_id", "name"):
+        pattern = stream_ref[name]["pattern"]
+        assert re.search(pattern, "g") and not re.search(pattern, "g\x00"), name
+    assert not re.search(stream_ref["external_id"]["pattern"], "   ")
 
 
 def test_missing_field_is_422_naming_it(api):
