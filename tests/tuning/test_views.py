@@ -171,9 +171,9 @@ def test_job_page_progress_then_report(tuner):
 def test_compare_page(tuner):
     fa = _traces()
     services.save_profile("one", {"fact_recall_limit": 1})
-    memory_services.add_fact(
+    cafe = memory_services.add_fact(
         person_id=Turn.objects.get().speaker_id, content="阿青常去的咖啡馆在西湖边", at=T0
-    )
+    ).fact_id
     r = tuner.post(reverse("tuning:compare"), {"a": "one", "b": "@active", "max_turns": "10"})
     job = Job.objects.get(kind="compare")
     assert r.status_code == 302 and r["Location"] == reverse("tuning:job", args=[job.pk])
@@ -181,7 +181,11 @@ def test_compare_page(tuner):
     html = tuner.get(reverse("tuning:job", args=[job.pk])).content.decode()
     assert "A · one" in html and "B · 当前生效（default）" in html
     assert 'data-group="all"' in html and "nDCG A" in html
-    assert "移入 top k" in html and f"#{fa}" in html
+    # A keeps only the confirmed fact (its k is 1); B's top k also holds the café fact: it moved in, fa did not.
+    # Checked by the fact links of the moved-in cell, not a bare "#<id>", which a turn id can match too.
+    moved_in = html.split('class="small moved-in"', 1)[1].split("</td>", 1)[0]
+    assert "移入 top k" in html and f'href="{reverse("console:fact", args=[cafe])}"' in moved_in
+    assert f'href="{reverse("console:fact", args=[fa])}"' not in moved_in
     changed = tuner.get(reverse("tuning:job", args=[job.pk]), {"changed": "1"}).content.decode()
     assert "显示全部回合" in changed
 
