@@ -48,7 +48,7 @@ def _leftovers() -> str:
 
 def test_a_worker_in_another_namespace_builds_the_memory(tmp_path):
     if not _postgres():
-        pytest.skip("no PostgreSQL at 127.0.0.1:5432 (or no psycopg)")
+        pytest.fail("no PostgreSQL at 127.0.0.1:5432 (or no psycopg): this test needs it (it must not be skipped)")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("DATABASE_URL", None)  # the demo creates and drops its own database
     done = subprocess.run(
