@@ -1,14 +1,20 @@
 """Top-10 agreement of every recall path between SQLite (FTS5) and PostgreSQL (postings + BM25).
 
-``python -m bench.agreement --pg-url postgres://postgres@127.0.0.1:5432/memory_agreement``
+``BENCH_PG_PREFIX=memory_bench python -m bench.agreement`` (PostgreSQL database
+``<prefix>_agreement``, created and dropped; ``--pg-url`` names another)
 
-The same data goes through the same write path into a fresh SQLite file and a fresh
-PostgreSQL database (created from the URL's name, dropped afterwards), each in its own
-process: LoCoMo (every conversation: turns as messages, observations as facts, session
-summaries as episodes with their sentences as cues) and MemDaily (haystacks: messages,
-facts from the offline extractor), plus every LoCoMo observation and MemDaily message
-as a knowledge row. Then, for every LoCoMo and MemDaily question, each process records
-the top 10 of every recall path, read outside a transaction as a deployment reads:
+1. **Import** (one child, a fresh SQLite file), through the services the write path uses:
+   LoCoMo (every conversation: turns as messages, observations as facts, session summaries
+   as episodes with their sentences as cues) and MemDaily (the evaluation's 12 haystacks,
+   every question of ``bench.eval``: messages, facts from the offline extractor), plus every
+   LoCoMo observation and MemDaily message as a knowledge row.
+2. **PostgreSQL gets the same store** by ``copy_store`` (COPY of every table with its ids and
+   stored tokens, then the postings rebuilt from those tokens, as a move to PostgreSQL does):
+   seconds instead of the ~10 minutes the row-by-row write path takes there.
+   ``--pg-import services`` instead imports into PostgreSQL through the services too, in
+   parallel with SQLite (its ids and questions must then come out identical).
+3. **Query** (one child per backend, in parallel): for every LoCoMo and MemDaily question the
+   top 10 of every recall path, read outside a transaction as a deployment reads:
 
 - facts in scope (``recall_facts_in_scope``, the question's persons, limit 10)
 - knowledge (``search_knowledge``, limit 10)
@@ -18,8 +24,8 @@ the top 10 of every recall path, read outside a transaction as a deployment read
 Agreement of a path = mean over questions of |top10(SQLite) ∩ top10(PostgreSQL)| / max(sizes)
 (1 when both are empty); ``exact`` = share of questions whose two lists are identical (same
 ids in the same order). No query vectors: the vector part of every path is the same numpy
-code on both backends; what differs is the lexical index. Rows are compared by content
-(ids could differ if the two imports diverged; they are checked to be identical too).
+code on both backends; what differs is the lexical index. Each query child also hashes the
+rows' ids and contents, so the report says whether both read the same data.
 Writes ``bench/results/agreement.json`` and the BENCHMARKS.md section.
 """
 from __future__ import annotations
@@ -41,8 +47,7 @@ PATHS = ("facts_in_scope", "knowledge", "episodes", "inspect_messages")
 NOW_PAD = 3_600_000
 
 
-def _collect(out: Path, memdaily_haystacks: int | None, conversations: int | None) -> None:
-    """Child process: import, query, write ``{path: {question key: [ids]}}`` and a content digest."""
+def _setup() -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     os.environ["MEMORY_ENQUEUE_TASKS"] = "False"
     os.environ["EMBEDDING_PROVIDER"] = "none"
@@ -51,13 +56,19 @@ def _collect(out: Path, memdaily_haystacks: int | None, conversations: int | Non
     import django
 
     django.setup()
+
+
+def _import(out: Path, memdaily_haystacks: int | None, conversations: int | None, copy_to: str | None) -> None:
+    """Child process: import everything through the services, write the questions (``units``) to ``out``;
+    then, with ``copy_to``, move the store into that empty PostgreSQL database (``copy_store``)."""
+    _setup()
     from django.core.management import call_command
-    from django.db import connection, transaction
+    from django.db import transaction
 
     call_command("migrate", verbosity=0, interactive=False)
     from bench import eval_locomo, eval_memdaily
     from bench.common import load_memdaily
-    from memory import selectors, services
+    from memory import services
     from memory.providers.heuristic import HeuristicExtractor
 
     class NoEmbedder:  # constant vectors: no recall path below is given a query vector
@@ -69,28 +80,57 @@ def _collect(out: Path, memdaily_haystacks: int | None, conversations: int | Non
 
     t0 = time.perf_counter()
     units: list[dict] = []   # (stream, persons, now, question)
-    locomo = [eval_locomo.import_conversation(raw, NoEmbedder()) for raw in eval_locomo.load(conversations)]
-    for conv in locomo:
+    counts = {"locomo_conversations": 0, "locomo_messages": 0, "locomo_facts": 0, "locomo_episodes": 0,
+              "memdaily_haystacks": 0, "memdaily_messages": 0, "memdaily_facts": 0, "knowledge": 0}
+    knowledge: list[tuple[str, int]] = []
+    for raw in eval_locomo.load(conversations):
+        conv = eval_locomo.import_conversation(raw, NoEmbedder())
+        counts["locomo_conversations"] += 1
+        counts["locomo_messages"] += len(conv.turns)
+        counts["locomo_facts"] += len(conv.fact_ids)
+        counts["locomo_episodes"] += len(conv.episode_session)
+        knowledge += [(text, conv.now) for text in conv.fact_text.values()]
         for q in conv.questions:
             units.append({"set": "locomo", "stream": conv.stream_id, "persons": conv.person_ids, "now": conv.now,
                           "q": str(q["question"])})
     extractor = HeuristicExtractor()
     data = load_memdaily()
-    haystacks = [eval_memdaily.build(i, g, NoEmbedder(), extractor)
-                 for i, g in enumerate(eval_memdaily.haystacks_from(data, memdaily_haystacks))]
-    for hs in haystacks:
+    for i, g in enumerate(eval_memdaily.haystacks_from(data, memdaily_haystacks)):
+        hs = eval_memdaily.build(i, g, NoEmbedder(), extractor)
+        counts["memdaily_haystacks"] += 1
+        counts["memdaily_messages"] += len(hs.messages)
+        counts["memdaily_facts"] += len(hs.fact_ids)
+        knowledge += [(text, hs.now) for _mid, text in hs.messages]
         for _kind, question, _gold in hs.questions:
             units.append({"set": "memdaily", "stream": hs.stream_id, "persons": [hs.person_id], "now": hs.now,
                           "q": question})
-    with transaction.atomic():
-        for conv in locomo:
-            for text in conv.fact_text.values():
-                services.add_knowledge(content=text, source="agreement", at=conv.now)
-    for hs in haystacks:
+    knowledge_ids = set()
+    for start in range(0, len(knowledge), 500):
         with transaction.atomic():
-            for _mid, text in hs.messages:
-                services.add_knowledge(content=text, source="agreement", at=hs.now)
+            knowledge_ids.update(services.add_knowledge(content=text, source="agreement", at=at)
+                                 for text, at in knowledge[start:start + 500])
+    counts["knowledge"] = len(knowledge_ids - {0})  # distinct rows (the service deduplicates by content)
     t_import = time.perf_counter() - t0
+    t_copy = None
+    if copy_to:
+        from memory.copy_store import copy_store
+
+        report = copy_store(copy_to, progress=lambda line: None, verify=False)
+        if not report.counts_match:
+            raise SystemExit(f"copy_store: row counts differ: {report.tables}")
+        t_copy = round(report.seconds, 1)
+    out.write_text(json.dumps({"units": units, "counts": counts, "import_seconds": round(t_import, 1),
+                               "copy_seconds": t_copy}))
+
+
+def _query(units_file: Path, out: Path) -> None:
+    """Child process: the top 10 of every recall path for every question, and a content digest."""
+    _setup()
+    from django.db import connection
+
+    from memory import selectors
+
+    units = json.loads(units_file.read_text())["units"]
     t1 = time.perf_counter()
     got: dict[str, list] = {p: [] for p in PATHS}
     for u in units:
@@ -110,8 +150,7 @@ def _collect(out: Path, memdaily_haystacks: int | None, conversations: int | Non
                 digest.update(f"{table}:{row[0]}:{row[1]}\n".encode())
     out.write_text(json.dumps({
         "vendor": connection.vendor, "units": [{"set": u["set"], "q": u["q"]} for u in units], "got": got,
-        "digest": digest.hexdigest(), "import_seconds": round(t_import, 1),
-        "query_seconds": round(time.perf_counter() - t1, 1),
+        "digest": digest.hexdigest(), "query_seconds": round(time.perf_counter() - t1, 1),
     }))
 
 
@@ -123,18 +162,35 @@ def _agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
     return sum(overlap) / len(overlap), exact / len(a)
 
 
+def _run(children: list[list[str]], envs: list[dict[str, str]]) -> None:
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.agreement", *args], cwd=ROOT, env=env)
+             for args, env in zip(children, envs, strict=True)]
+    if any(p.wait() != 0 for p in procs):
+        raise SystemExit("a child failed")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    prefix = os.environ.get("BENCH_PG_PREFIX", "memory_bench")
     parser.add_argument("--pg-url", default=os.environ.get("AGREEMENT_PG_URL",
-                                                            "postgres://postgres@127.0.0.1:5432/memory_agreement"))
-    parser.add_argument("--memdaily-haystacks", type=int, default=None, help="default: every haystack")
+                                                            f"postgres://postgres@127.0.0.1:5432/{prefix}_agreement"))
+    parser.add_argument("--memdaily-haystacks", type=int, default=12,
+                        help="MemDaily haystacks (default 12: every question of the evaluation, bench.eval)")
     parser.add_argument("--conversations", type=int, default=None, help="LoCoMo conversations (default: all 10)")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--pg-import", choices=("copy", "services"), default="copy",
+                        help="copy: import into SQLite, then copy_store into PostgreSQL (default); services: import "
+                             "into each backend through the services, in parallel (slow on PostgreSQL)")
+    parser.add_argument("--import-to", help=argparse.SUPPRESS)
+    parser.add_argument("--copy-to", help=argparse.SUPPRESS)
+    parser.add_argument("--query", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--report-from", help="re-summarise the children's outputs kept in this folder")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite BENCHMARKS.md")
     args = parser.parse_args()
-    if args.child:
-        _collect(Path(args.child), args.memdaily_haystacks, args.conversations)
+    if args.import_to:
+        _import(Path(args.import_to), args.memdaily_haystacks, args.conversations, args.copy_to)
+        return
+    if args.query:
+        _query(Path(args.query[0]), Path(args.query[1]))
         return
     if args.report_from:
         report(Path(args.report_from), seconds=None, write=not args.no_write)
@@ -145,7 +201,8 @@ def main() -> None:
     admin = f"{base}/postgres"
     tmp = Path(tempfile.mkdtemp(prefix="memory-agreement-"))
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "MEMORY_DB")}
-    cmd = [sys.executable, "-m", "bench.agreement"]
+    lite_env = {**env, "MEMORY_DB": str(tmp / "agreement.sqlite3")}
+    pg_env = {**env, "DATABASE_URL": args.pg_url}
     extra = [] if args.memdaily_haystacks is None else ["--memdaily-haystacks", str(args.memdaily_haystacks)]
     extra += [] if args.conversations is None else ["--conversations", str(args.conversations)]
     with psycopg.connect(admin, autocommit=True) as conn:
@@ -154,28 +211,43 @@ def main() -> None:
     started = time.perf_counter()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the finally below drops the database
     try:
-        procs = [
-            subprocess.Popen([*cmd, "--child", str(tmp / "sqlite.json"), *extra], cwd=ROOT,
-                             env={**env, "MEMORY_DB": str(tmp / "agreement.sqlite3")}),
-            subprocess.Popen([*cmd, "--child", str(tmp / "postgresql.json"), *extra], cwd=ROOT,
-                             env={**env, "DATABASE_URL": args.pg_url}),
-        ]
-        if any(p.wait() != 0 for p in procs):
-            raise SystemExit("a child failed")
+        if args.pg_import == "copy":
+            _run([["--import-to", str(tmp / "import-sqlite.json"), "--copy-to", args.pg_url, *extra]], [lite_env])
+        else:
+            _run([["--import-to", str(tmp / "import-sqlite.json"), *extra],
+                  ["--import-to", str(tmp / "import-postgresql.json"), *extra]], [lite_env, pg_env])
+            a, b = (json.loads((tmp / f"import-{v}.json").read_text()) for v in ("sqlite", "postgresql"))
+            if a["units"] != b["units"]:
+                raise SystemExit("the two imports gave different questions or ids")
+        units = str(tmp / "import-sqlite.json")
+        _run([["--query", units, str(tmp / "sqlite.json")], ["--query", units, str(tmp / "postgresql.json")]],
+             [lite_env, pg_env])
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     report(tmp, seconds=round(time.perf_counter() - started, 1), write=not args.no_write)
 
 
+def seconds_text(seconds: float | None) -> str:
+    return "re-summarised from kept outputs" if seconds is None else f"{seconds:.0f} s in all"
+
+
 def report(folder: Path, *, seconds: float | None, write: bool) -> dict:
     """Compare the two children's outputs in ``folder``; write the JSON and the BENCHMARKS.md section."""
     lite = json.loads((folder / "sqlite.json").read_text())
     pg = json.loads((folder / "postgresql.json").read_text())
+    imported = json.loads((folder / "import-sqlite.json").read_text())
+    pg_import = folder / "import-postgresql.json"
     assert lite["units"] == pg["units"], "the two runs asked different questions"
-    result = {"same_data": lite["digest"] == pg["digest"], "questions": {}, "paths": {}, "seconds": seconds,
-              "import_seconds": {"sqlite": lite["import_seconds"], "postgresql": pg["import_seconds"]},
+    result = {"same_data": lite["digest"] == pg["digest"], "counts": imported["counts"], "questions": {},
+              "paths": {}, "seconds": seconds,
+              "import_seconds": {"sqlite": imported["import_seconds"]},
+              "postgresql_from": "services" if pg_import.exists() else "copy_store",
               "query_seconds": {"sqlite": lite["query_seconds"], "postgresql": pg["query_seconds"]}}
+    if pg_import.exists():
+        result["import_seconds"]["postgresql"] = json.loads(pg_import.read_text())["import_seconds"]
+    else:
+        result["copy_seconds"] = imported["copy_seconds"]
     for dataset in ("locomo", "memdaily"):
         idx = [i for i, u in enumerate(lite["units"]) if u["set"] == dataset]
         result["questions"][dataset] = len(idx)
@@ -195,17 +267,29 @@ def report(folder: Path, *, seconds: float | None, write: bool) -> dict:
         rows = [[key.split("/")[0], key.split("/")[1].replace("_", " "), v["agreement"], v["exact"],
                  f"{v['non_empty']} / {result['questions'][key.split('/')[0]]}", v["ids"]]
                 for key, v in result["paths"].items()]
+        n = result["counts"]
+        if result["postgresql_from"] == "copy_store":
+            pg_side = f"copied into PostgreSQL by `copy_store` in {result['copy_seconds']} s"
+        else:
+            pg_side = f"imported through the services on PostgreSQL too in {result['import_seconds']['postgresql']} s"
         body = (
             "## SQLite and PostgreSQL rank alike (`python -m bench.agreement`)\n\n"
-            f"Produced by `python -m bench.agreement` ({result['questions']['locomo']} LoCoMo and "
-            f"{result['questions']['memdaily']} MemDaily questions; identical imported data on both: "
-            f"{result['same_data']}; import {result['import_seconds']['sqlite']} s on SQLite, "
-            f"{result['import_seconds']['postgresql']} s on PostgreSQL; machine-readable: `bench/results/agreement.json`). "
-            "Top-10 of each recall path read from SQLite (FTS5 bm25) and from PostgreSQL (postings tables, the same "
-            "bm25 computed in Python), outside a transaction as a deployment reads; agreement = mean |A ∩ B| / "
-            "max(|A|, |B|), identical = the same ids in the same order; non-empty = questions where SQLite "
-            "returned anything (MemDaily is imported without summaries, so it has no episodes). No query vectors: "
-            "the vector part of each path is the same numpy code on both. Target ≥ 0.99 on every path.\n\n"
+            f"Produced by `python -m bench.agreement` ({seconds_text(result['seconds'])}). Data: all "
+            f"{n['locomo_conversations']} LoCoMo conversations ({n['locomo_messages']} messages, {n['locomo_facts']} "
+            f"facts, {n['locomo_episodes']} episodes) and the evaluation's {n['memdaily_haystacks']} MemDaily haystacks "
+            f"({n['memdaily_messages']} messages, {n['memdaily_facts']} facts), plus {n['knowledge']} knowledge rows, "
+            f"imported through the services into SQLite in {result['import_seconds']['sqlite']} s and {pg_side}; "
+            f"identical data on both: {result['same_data']}. Questions: every LoCoMo question with evidence "
+            f"({result['questions']['locomo']}) and every MemDaily question ({result['questions']['memdaily']}); "
+            f"querying took {result['query_seconds']['sqlite']} s on SQLite and {result['query_seconds']['postgresql']} s "
+            "on PostgreSQL (in parallel, wall clock on a shared 2-core machine); machine-readable: "
+            "`bench/results/agreement.json`.\n\n"
+            "Top-10 of each recall path read outside a transaction as a deployment reads: on SQLite the resident index "
+            "answers (FTS5's bm25 over the rows' stored tokens), on PostgreSQL the postings tables (the same bm25 "
+            "computed in Python). Agreement = mean |A ∩ B| / max(|A|, |B|) over the questions (1 when both are empty); "
+            "identical = the same ids in the same order; non-empty = questions where SQLite returned anything "
+            "(MemDaily is imported without summaries, so it has no episodes). No query vectors: the vector part of "
+            "each path is the same numpy code on both. Target ≥ 0.99 on every path.\n\n"
             + md_table(["questions", "recall path", "top-10 agreement", "identical lists", "non-empty", "ids compared"],
                        rows)
         )
