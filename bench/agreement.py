@@ -23,9 +23,11 @@
 
 Agreement of a path = mean over questions of |top10(SQLite) ∩ top10(PostgreSQL)| / max(sizes)
 (1 when both are empty); ``exact`` = share of questions whose two lists are identical (same
-ids in the same order). No query vectors: the vector part of every path is the same numpy
-code on both backends; what differs is the lexical index. Each query child also hashes the
-rows' ids and contents, so the report says whether both read the same data.
+ids in the same order). Without ``--vectors`` no query vectors: the vector part of every path
+is the same numpy code on both backends; what differs is the lexical index. ``--vectors``
+embeds every fact, message, knowledge row and question with the local USE model, so knowledge
+and inspect rank fused (lexical ⊕ cosine) as in production. Each query child also hashes the
+rows' ids, contents and vectors, so the report says whether both read the same data.
 Writes ``bench/results/agreement.json`` and the BENCHMARKS.md section.
 """
 from __future__ import annotations
@@ -40,6 +42,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -58,9 +62,12 @@ def _setup() -> None:
     django.setup()
 
 
-def _import(out: Path, memdaily_haystacks: int | None, conversations: int | None, copy_to: str | None) -> None:
+def _import(out: Path, memdaily_haystacks: int | None, conversations: int | None, copy_to: str | None,
+            vectors: bool) -> None:
     """Child process: import everything through the services, write the questions (``units``) to ``out``;
-    then, with ``copy_to``, move the store into that empty PostgreSQL database (``copy_store``)."""
+    then, with ``copy_to``, move the store into that empty PostgreSQL database (``copy_store``).
+    With ``vectors`` every fact, message and knowledge row and every question is embedded by the
+    local USE model (the questions' vectors go to ``<out>.npy``)."""
     _setup()
     from django.core.management import call_command
     from django.db import transaction
@@ -71,20 +78,26 @@ def _import(out: Path, memdaily_haystacks: int | None, conversations: int | None
     from memory import services
     from memory.providers.heuristic import HeuristicExtractor
 
-    class NoEmbedder:  # constant vectors: no recall path below is given a query vector
+    class NoEmbedder:  # constant vectors (without --vectors no recall path below is given a query vector)
         name = label = "constant"
         dim = 8
 
         def embed(self, texts):
             return [[1.0] + [0.0] * 7 for _ in texts]
 
+    if vectors:
+        from memory.providers.local import LocalUSEEmbedder
+
+        embedder = LocalUSEEmbedder()
+    else:
+        embedder = NoEmbedder()
     t0 = time.perf_counter()
     units: list[dict] = []   # (stream, persons, now, question)
     counts = {"locomo_conversations": 0, "locomo_messages": 0, "locomo_facts": 0, "locomo_episodes": 0,
               "memdaily_haystacks": 0, "memdaily_messages": 0, "memdaily_facts": 0, "knowledge": 0}
     knowledge: list[tuple[str, int]] = []
     for raw in eval_locomo.load(conversations):
-        conv = eval_locomo.import_conversation(raw, NoEmbedder())
+        conv = eval_locomo.import_conversation(raw, embedder)
         counts["locomo_conversations"] += 1
         counts["locomo_messages"] += len(conv.turns)
         counts["locomo_facts"] += len(conv.fact_ids)
@@ -96,7 +109,7 @@ def _import(out: Path, memdaily_haystacks: int | None, conversations: int | None
     extractor = HeuristicExtractor()
     data = load_memdaily()
     for i, g in enumerate(eval_memdaily.haystacks_from(data, memdaily_haystacks)):
-        hs = eval_memdaily.build(i, g, NoEmbedder(), extractor)
+        hs = eval_memdaily.build(i, g, embedder, extractor)
         counts["memdaily_haystacks"] += 1
         counts["memdaily_messages"] += len(hs.messages)
         counts["memdaily_facts"] += len(hs.fact_ids)
@@ -110,6 +123,12 @@ def _import(out: Path, memdaily_haystacks: int | None, conversations: int | None
             knowledge_ids.update(services.add_knowledge(content=text, source="agreement", at=at)
                                  for text, at in knowledge[start:start + 500])
     counts["knowledge"] = len(knowledge_ids - {0})  # distinct rows (the service deduplicates by content)
+    if vectors:  # the rest (LoCoMo messages, knowledge) as the worker's backfill embeds them
+        from memory.pipeline import backfill_vectors
+
+        backfill_vectors(embedder=embedder)
+        q = embedder.embed([u["q"] for u in units])
+        np.save(out.with_suffix(".npy"), np.vstack([np.asarray(v, dtype=np.float32) for v in q]))
     t_import = time.perf_counter() - t0
     t_copy = None
     if copy_to:
@@ -120,7 +139,7 @@ def _import(out: Path, memdaily_haystacks: int | None, conversations: int | None
             raise SystemExit(f"copy_store: row counts differ: {report.tables}")
         t_copy = round(report.seconds, 1)
     out.write_text(json.dumps({"units": units, "counts": counts, "import_seconds": round(t_import, 1),
-                               "copy_seconds": t_copy}))
+                               "copy_seconds": t_copy, "vectors": vectors}))
 
 
 def _query(units_file: Path, out: Path) -> None:
@@ -131,23 +150,27 @@ def _query(units_file: Path, out: Path) -> None:
     from memory import selectors
 
     units = json.loads(units_file.read_text())["units"]
+    vectors_file = units_file.with_suffix(".npy")
+    qvecs = np.load(vectors_file) if vectors_file.exists() else [None] * len(units)
     t1 = time.perf_counter()
     got: dict[str, list] = {p: [] for p in PATHS}
-    for u in units:
+    for u, qvec in zip(units, qvecs, strict=True):
         facts = selectors.recall_facts_in_scope(person_ids=u["persons"], query=u["q"], limit=10,
                                                 now=u["now"] + NOW_PAD, stream_kind="direct")
         got["facts_in_scope"].append([f.id for f in facts])
-        got["knowledge"].append([k.id for k in selectors.search_knowledge(query=u["q"], limit=10)])
+        knowledge = selectors.search_knowledge(query=u["q"], limit=10, query_embedding=qvec)
+        got["knowledge"].append([k.id for k in knowledge])
         got["episodes"].append([e.id for e in selectors.recall_episodes(stream_id=u["stream"], query=u["q"], limit=10)])
         got["inspect_messages"].append([m.id for m in selectors.search_messages(stream_id=u["stream"], query=u["q"],
-                                                                                limit=10)])
+                                                                                limit=10, query_vector=qvec)])
     digest = hashlib.sha256()
     with connection.cursor() as cur:
-        for table, column in (("facts", "content"), ("knowledge", "content"), ("episode_cues", "cue"),
-                              ("messages", "content")):
-            cur.execute(f"SELECT id, {column} FROM {table} ORDER BY id")
-            for row in cur.fetchall():
-                digest.update(f"{table}:{row[0]}:{row[1]}\n".encode())
+        for table, columns in (("facts", "content, embedding"), ("knowledge", "content, embedding"),
+                               ("episode_cues", "cue, NULL"), ("messages", "content, embedding")):
+            cur.execute(f"SELECT id, {columns} FROM {table} ORDER BY id")
+            for row_id, text, vector in cur.fetchall():
+                digest.update(f"{table}:{row_id}:{text}\n".encode())
+                digest.update(b"" if vector is None else bytes(vector))
     out.write_text(json.dumps({
         "vendor": connection.vendor, "units": [{"set": u["set"], "q": u["q"]} for u in units], "got": got,
         "digest": digest.hexdigest(), "query_seconds": round(time.perf_counter() - t1, 1),
@@ -180,6 +203,8 @@ def main() -> None:
     parser.add_argument("--pg-import", choices=("copy", "services"), default="copy",
                         help="copy: import into SQLite, then copy_store into PostgreSQL (default); services: import "
                              "into each backend through the services, in parallel (slow on PostgreSQL)")
+    parser.add_argument("--vectors", action="store_true",
+                        help="embed rows and questions with the local USE model: knowledge and inspect rank fused")
     parser.add_argument("--import-to", help=argparse.SUPPRESS)
     parser.add_argument("--copy-to", help=argparse.SUPPRESS)
     parser.add_argument("--query", nargs=2, help=argparse.SUPPRESS)
@@ -187,7 +212,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="do not rewrite BENCHMARKS.md")
     args = parser.parse_args()
     if args.import_to:
-        _import(Path(args.import_to), args.memdaily_haystacks, args.conversations, args.copy_to)
+        _import(Path(args.import_to), args.memdaily_haystacks, args.conversations, args.copy_to, args.vectors)
         return
     if args.query:
         _query(Path(args.query[0]), Path(args.query[1]))
@@ -205,6 +230,7 @@ def main() -> None:
     pg_env = {**env, "DATABASE_URL": args.pg_url}
     extra = [] if args.memdaily_haystacks is None else ["--memdaily-haystacks", str(args.memdaily_haystacks)]
     extra += [] if args.conversations is None else ["--conversations", str(args.conversations)]
+    extra += ["--vectors"] if args.vectors else []
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -239,7 +265,8 @@ def report(folder: Path, *, seconds: float | None, write: bool) -> dict:
     imported = json.loads((folder / "import-sqlite.json").read_text())
     pg_import = folder / "import-postgresql.json"
     assert lite["units"] == pg["units"], "the two runs asked different questions"
-    result = {"same_data": lite["digest"] == pg["digest"], "counts": imported["counts"], "questions": {},
+    result = {"same_data": lite["digest"] == pg["digest"], "counts": imported["counts"],
+              "query_vectors": imported["vectors"], "questions": {},
               "paths": {}, "seconds": seconds,
               "import_seconds": {"sqlite": imported["import_seconds"]},
               "postgresql_from": "services" if pg_import.exists() else "copy_store",
@@ -288,8 +315,11 @@ def report(folder: Path, *, seconds: float | None, write: bool) -> dict:
             "answers (FTS5's bm25 over the rows' stored tokens), on PostgreSQL the postings tables (the same bm25 "
             "computed in Python). Agreement = mean |A ∩ B| / max(|A|, |B|) over the questions (1 when both are empty); "
             "identical = the same ids in the same order; non-empty = questions where SQLite returned anything "
-            "(MemDaily is imported without summaries, so it has no episodes). No query vectors: the vector part of "
-            "each path is the same numpy code on both. Target ≥ 0.99 on every path.\n\n"
+            "(MemDaily is imported without summaries, so it has no episodes). "
+            + ("Every fact, message, knowledge row and question embedded by the local USE model: knowledge and "
+               "inspect rank lexical ⊕ cosine (facts in scope and episodes are lexical). " if result["query_vectors"]
+               else "No query vectors: the vector part of each path is the same numpy code on both. ")
+            + "Target ≥ 0.99 on every path.\n\n"
             + md_table(["questions", "recall path", "top-10 agreement", "identical lists", "non-empty", "ids compared"],
                        rows)
         )
