@@ -1,4 +1,6 @@
 """bench.agreement's measure: overlap of two top-k lists per question, and identical lists."""
+from __future__ import annotations
+
 from bench.agreement import _agreement
 
 
