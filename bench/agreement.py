@@ -251,14 +251,17 @@ def main() -> None:
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    report(tmp, seconds=round(time.perf_counter() - started, 1), write=not args.no_write)
+    report(tmp, seconds=round(time.perf_counter() - started, 1), write=not args.no_write,
+           load=round(os.getloadavg()[1], 1))
 
 
-def seconds_text(seconds: float | None) -> str:
-    return "re-summarised from kept outputs" if seconds is None else f"{seconds:.0f} s in all"
+def seconds_text(seconds: float | None, load: float | None) -> str:
+    if seconds is None:
+        return "re-summarised from kept outputs"
+    return f"{seconds:.0f} s in all" + ("" if load is None else f", 5-minute load average {load} at the end")
 
 
-def report(folder: Path, *, seconds: float | None, write: bool) -> dict:
+def report(folder: Path, *, seconds: float | None, write: bool, load: float | None = None) -> dict:
     """Compare the two children's outputs in ``folder``; write the JSON and the BENCHMARKS.md section."""
     lite = json.loads((folder / "sqlite.json").read_text())
     pg = json.loads((folder / "postgresql.json").read_text())
@@ -267,7 +270,7 @@ def report(folder: Path, *, seconds: float | None, write: bool) -> dict:
     assert lite["units"] == pg["units"], "the two runs asked different questions"
     result = {"same_data": lite["digest"] == pg["digest"], "counts": imported["counts"],
               "query_vectors": imported["vectors"], "questions": {},
-              "paths": {}, "seconds": seconds,
+              "paths": {}, "seconds": seconds, "load_average_5min_at_end": load,
               "import_seconds": {"sqlite": imported["import_seconds"]},
               "postgresql_from": "services" if pg_import.exists() else "copy_store",
               "query_seconds": {"sqlite": lite["query_seconds"], "postgresql": pg["query_seconds"]}}
@@ -301,7 +304,7 @@ def report(folder: Path, *, seconds: float | None, write: bool) -> dict:
             pg_side = f"imported through the services on PostgreSQL too in {result['import_seconds']['postgresql']} s"
         body = (
             "## SQLite and PostgreSQL rank alike (`python -m bench.agreement`)\n\n"
-            f"Produced by `python -m bench.agreement` ({seconds_text(result['seconds'])}). Data: all "
+            f"Produced by `python -m bench.agreement` ({seconds_text(result['seconds'], load)}). Data: all "
             f"{n['locomo_conversations']} LoCoMo conversations ({n['locomo_messages']} messages, {n['locomo_facts']} "
             f"facts, {n['locomo_episodes']} episodes) and the evaluation's {n['memdaily_haystacks']} MemDaily haystacks "
             f"({n['memdaily_messages']} messages, {n['memdaily_facts']} facts), plus {n['knowledge']} knowledge rows, "
