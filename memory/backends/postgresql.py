@@ -431,37 +431,12 @@ def message_bm25(terms: Sequence[str], *, stream_id: int, message_ids: Sequence[
     return _score("messages_fts", terms, scopes=[stream_id], ids=message_ids)
 
 
-def fact_rows(columns: str, ranked: Sequence[tuple[int, float]], *, include_invalid: bool, limit: int) -> list[tuple]:
-    """Fact rows (``columns`` with ``{bm25}`` = 0) of ranked ids, in rank order, valid ones unless told."""
-    rows: list[tuple] = []
-    valid = "" if include_invalid else " AND f.superseded_by IS NULL"
-    step = max(limit, 64)
-    for start in range(0, len(ranked), step):
-        chunk = ranked[start:start + step]
-        with connection.cursor() as cur:
-            cur.execute(
-                f"SELECT {columns.format(bm25='0')} FROM facts f WHERE f.id IN ({_in_clause(chunk)}){valid}",
-                [fid for fid, _ in chunk],
-            )
-            found = {r[0]: r for r in cur.fetchall()}
-        rows += [(fid, b, *found[fid][2:]) for fid, b in chunk if fid in found]
-        if len(rows) >= limit:
-            break
-    return rows[:limit]
-
-
 def fact_scores(terms: Sequence[str], person_ids: Sequence[int] | None) -> list[tuple[int, float]]:
     return _best(_score("facts_fts", terms, scopes=person_ids))
 
 
 def fact_bm25(terms: Sequence[str], fact_ids: Sequence[int]) -> dict[int, float]:
     return _score("facts_fts", terms, ids=fact_ids)
-
-
-def similar_fact_candidates(terms: Sequence[str], *, person_id: int, limit: int) -> list[tuple[int, str]]:
-    ranked = fact_scores(terms, [person_id])
-    rows = fact_rows("f.id, {bm25}, f.content", ranked, include_invalid=False, limit=limit)
-    return [(fid, content) for fid, _, content in rows]
 
 
 def cue_candidates(terms: Sequence[str], *, stream_id: int | None, limit: int) -> list[tuple[int, int, float]]:
