@@ -42,10 +42,18 @@ from django.db import connection
 from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_tokens
 from memory.engine.tokenize import index_tokens
 
+# The counter is the value's leading integer, 0 when there is none ('', 'x', a hand-edited row):
+# SQLite's CAST(value AS INTEGER). Up to 18 digits, so the cast never overflows a bigint.
 BUMP_REVISION_SQL = (
     "INSERT INTO meta(key, value) VALUES (%s, '1-' || substr(md5(random()::text), 1, 12))"
     " ON CONFLICT (key) DO UPDATE"
-    " SET value = (split_part(meta.value, '-', 1)::bigint + 1) || '-' || substr(md5(random()::text), 1, 12)"
+    " SET value = (coalesce(substring(meta.value from '^[[:space:]]*([+-]?[0-9]{1,18})')::bigint, 0) + 1)"
+    " || '-' || substr(md5(random()::text), 1, 12)"
+)
+#: the revision bump the triggers call (0020 creates it; 0022 replaces the one that failed on a non-numeric value)
+BUMP_REVISION_FUNCTION = (
+    "CREATE OR REPLACE FUNCTION memory_bump_revision(rev_key text) RETURNS void LANGUAGE sql AS $$ "
+    + BUMP_REVISION_SQL.replace("%s", "$1") + " $$"
 )
 LOG2_SQL = "(ln({}) / ln(2.0))"
 STATS_FOLD_ROWS = 64   # delta rows of a table's statistics before a reader folds them into one
@@ -87,8 +95,7 @@ SCHEMA = [
     " tokens bigint NOT NULL)",
     "CREATE INDEX lexical_stats_source ON lexical_stats (source)",
     # meta revisions: <counter>-<random>, as on SQLite
-    "CREATE FUNCTION memory_bump_revision(rev_key text) RETURNS void LANGUAGE sql AS $$ "
-    + BUMP_REVISION_SQL.replace("%s", "$1") + " $$",
+    BUMP_REVISION_FUNCTION,
     "CREATE FUNCTION memory_bump_revision_trigger() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
     "PERFORM memory_bump_revision(TG_ARGV[0]); RETURN NULL; END $$",
     # rows deleted by any path (cascades, forgetting, batch deletion) leave the index
