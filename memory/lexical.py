@@ -437,7 +437,7 @@ def fact_candidates(
 def _ranked_fact_rows(
     batches: Iterable[Sequence[tuple[int, float]]], *, include_invalid: bool, limit: int, columns: str = _FACT_COLUMNS
 ) -> list[tuple]:
-    """Rows of ranked facts, in rank order, until ``limit``: ``columns`` with the ranking's bm25 for ``{bm25}``.
+    """Rows of ranked facts, in rank order, until ``limit``: ``columns`` (``f.id, {bm25}, …``) with the ranking's bm25.
 
     ``batches`` yields the ranking ``(id, bm25)`` batch by batch, best first; each batch is
     read with one ``id IN (…)`` query (superseded facts dropped unless ``include_invalid``)
