@@ -50,7 +50,7 @@ BUMP_REVISION_SQL = (
     " SET value = (coalesce(substring(meta.value from '^[[:space:]]*([+-]?[0-9]{1,18})')::bigint, 0) + 1)"
     " || '-' || substr(md5(random()::text), 1, 12)"
 )
-#: the revision bump the triggers call (0020 creates it; 0022 replaces the one that failed on a non-numeric value)
+#: the revision bump the triggers call (0020 creates it; 0023 replaces the one that failed on a non-numeric value)
 BUMP_REVISION_FUNCTION = (
     "CREATE OR REPLACE FUNCTION memory_bump_revision(rev_key text) RETURNS void LANGUAGE sql AS $$ "
     + BUMP_REVISION_SQL.replace("%s", "$1") + " $$"

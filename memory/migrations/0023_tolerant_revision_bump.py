@@ -14,6 +14,6 @@ from memory.backends import sql_for
 
 
 class Migration(migrations.Migration):
-    dependencies = [("memory", "0021_sequences_after_seed_rows")]
+    dependencies = [("memory", "0022_message_tokens_as_terms")]
 
     operations = [sql_for(postgresql=[pg.BUMP_REVISION_FUNCTION])]
