@@ -6,6 +6,11 @@ appends messages above the last id it loaded (one writer at a time) and reloads 
 order, so inserted messages go to the change log with their transaction's id, as facts,
 cues and knowledge do (0020), and the revision moves on the same events as on SQLite:
 a message with postings deleted, a message's stored tokens changed, its content edited.
+
+Also on PostgreSQL only: an index on ``messages (stream_id, id)``. A stream's newest
+message (``ORDER BY id DESC LIMIT 1``, every turn) was planned as a backward scan of the
+primary key filtered by stream — 196,000 rows read, 0.64 s at the bench scale for a
+stream whose messages are old. SQLite's ``stream_id`` index already ends with the rowid.
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from memory.backends import sql_for
 
 KEY = "lexical_revision:messages"
 CREATE = [
+    "CREATE INDEX idx_messages_stream_id_id ON messages (stream_id, id)",
     "CREATE TRIGGER messages_change_log AFTER INSERT ON messages REFERENCING NEW TABLE AS new_rows"
     " FOR EACH STATEMENT EXECUTE FUNCTION memory_log_inserts('messages')",
     "CREATE FUNCTION memory_bump_if_indexed_deleted() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
@@ -32,6 +38,7 @@ DROP = [
     *[f"DROP TRIGGER IF EXISTS messages_{name} ON messages"
       for name in ("change_log", "lexical_delete", "lexical_update", "lexical_content")],
     "DROP FUNCTION IF EXISTS memory_bump_if_indexed_deleted()",
+    "DROP INDEX IF EXISTS idx_messages_stream_id_id",
 ]
 
 
