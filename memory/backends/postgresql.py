@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import psycopg
 from django.db import connection
 
 from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_tokens
@@ -50,6 +51,14 @@ BUMP_REVISION_SQL = (
 )
 LOG2_SQL = "(ln({}) / ln(2.0))"
 STATS_FOLD_ROWS = 64   # delta rows of a table's statistics before a reader folds them into one
+
+
+def fetch_binary(sql: str, params: Sequence[Any]) -> list[tuple]:
+    """Rows of ``sql`` in PostgreSQL's binary format (see :func:`memory.backends.fetch_binary`)."""
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cur:
+        cur.execute(sql, params, binary=True)
+        return cur.fetchall()
 
 
 def secure_delete(cur: Any) -> None:
