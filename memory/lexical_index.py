@@ -537,7 +537,7 @@ class ResidentMessages:
     PostgreSQL commits in any order, so "above the last id" would miss a message committed
     late with a smaller id: there the statistics come from the postings tables (one
     repeatable-read snapshot: document frequencies, lengths, the ids counted) and inserted
-    messages from the change log (:mod:`memory.changes`, migration 0022); a stream's
+    messages from the change log (:mod:`memory.changes`, migration 0023); a stream's
     postings keep only the ids the statistics count, the others arrive with the next poll.
     """
 

@@ -43,6 +43,6 @@ DROP = [
 
 
 class Migration(migrations.Migration):
-    dependencies = [("memory", "0021_sequences_after_seed_rows")]
+    dependencies = [("memory", "0022_message_tokens_as_terms")]
 
     operations = [sql_for(postgresql=CREATE, reverse_postgresql=DROP)]
