@@ -229,7 +229,7 @@ def bench_worker(n_messages: int, streams: int = 5, timeout: float = 300.0, back
     log = open(tmp / "worker.log", "wb")
     celery = str(Path(sys.executable).with_name("celery"))
     worker = subprocess.Popen([celery, "-A", "config", "worker", "-n", "bench@%h", "--concurrency=2",
-                               "--loglevel=WARNING", "--without-mingle", "--without-gossip"],
+                               f"--loglevel={os.environ.get('BENCH_WORKER_LOGLEVEL', 'WARNING')}", "--without-mingle", "--without-gossip"],
                               cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         time.sleep(8)  # worker start-up incl. model loads, not part of the measurement

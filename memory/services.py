@@ -372,6 +372,8 @@ def add_fact(
     slot = (slot or "").strip()
     supersedes = supersedes if isinstance(supersedes, int) and supersedes > 0 else 0
     with transaction.atomic():
+        with connection.cursor() as cur:  # two writers must not both miss each other's similar fact
+            backends.lock_key(cur, backends.LOCK_PERSON_FACTS, person_id)
         existing = _find_similar(person_id, content, key)
         if existing is not None:
             nxt = decay.reinforce(existing.retention_at(at))

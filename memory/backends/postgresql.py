@@ -51,6 +51,10 @@ LOG2_SQL = "(ln({}) / ln(2.0))"
 STATS_FOLD_ROWS = 64   # delta rows of a table's statistics before a reader folds them into one
 
 
+def lock_key(cur: Any, space: int, key: int) -> None:
+    cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [int(space), int(key)])
+
+
 def secure_delete(cur: Any) -> None:
     """No such switch: vacuum reclaims dead tuples (docs/DEPLOY.md)."""
 
@@ -390,7 +394,9 @@ def _score(
         hits_per_phrase[key] = sum(1 for _, positions in pool.values() if _phrase_hits(phrase, positions))
     idfs = []
     for phrase in phrases:
-        n_hit = hits_per_phrase[tuple(phrase)]
+        # Read committed: the statistics and the postings are read by different statements, and rows
+        # another transaction commits in between can make more documents hit than the statistics count.
+        n_hit = min(hits_per_phrase[tuple(phrase)], n_rows)
         idf = math.log((n_rows - n_hit + 0.5) / (n_hit + 0.5))
         idfs.append(idf if idf > 0.0 else IDF_FLOOR)
     avgdl = float(n_tokens) / float(n_rows)
