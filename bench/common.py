@@ -278,9 +278,17 @@ def evaluation_main(
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free localhost port: any, or the first free one of ``BENCH_PORTS`` (``18200-18299`` on a shared machine)."""
+    low, _, high = os.environ.get("BENCH_PORTS", "").partition("-")
+    candidates = range(int(low), int(high or low) + 1) if low else [0]
+    for port in candidates:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
+    raise RuntimeError(f"no free port in BENCH_PORTS={os.environ['BENCH_PORTS']}")
 
 
 def tree_cpu_seconds(pid: int) -> float:

@@ -114,3 +114,35 @@ def test_bm25_with_statistics_behind_the_postings_still_scores():
                     [postgresql.SOURCES["facts_fts"].code])
     scores = postgresql.fact_bm25(["杭州"], list(Fact.objects.values_list("id", flat=True)))
     assert len(scores) == 3 and all(score < 0 for score in scores.values())
+
+
+def test_a_message_stored_outside_a_transaction_is_indexed_as_a_rebuild_would_index_it():
+    """On PostgreSQL a message outside a transaction is one statement (row, postings, doc, statistics)."""
+    from memory.backends import postgresql  # PostgreSQL-only module: imported where the test runs there
+
+    stream = services.resolve_stream(platform="qq", kind="group", external_id="g-one-statement")
+    sender = make_person("u-one-statement")
+    assert not connection.in_atomic_block
+    stored = [services.append_message(stream_id=stream.pk, role="user", content=text, sender_person_id=sender.pk,
+                                      external_message_id=f"m{i}", at=NOW)[0]
+              for i, text in enumerate(["我住在杭州西湖区，每天骑车上班", "3.14 是圆周率", "……", "我住在杭州西湖区"])]
+    again, created = services.append_message(stream_id=stream.pk, role="user", content="重复", sender_person_id=sender.pk,
+                                             external_message_id="m0", at=NOW)
+    assert not created and again.pk == stored[0].pk
+
+    def index() -> tuple[list, list, tuple]:
+        with connection.cursor() as cur:
+            cur.execute("SELECT doc_id, scope, length FROM lexical_docs WHERE source = 4 ORDER BY doc_id")
+            docs = cur.fetchall()
+            cur.execute("SELECT term, doc_id, scope, tf, length, positions FROM lexical_postings WHERE source = 4"
+                        " ORDER BY doc_id, term")
+            postings = cur.fetchall()
+            cur.execute("SELECT sum(docs), sum(tokens) FROM lexical_stats WHERE source = 4")
+            return docs, postings, cur.fetchone()
+
+    written = index()
+    assert [d[0] for d in written[0]] == [m.pk for m in stored if m.tokens]
+    assert stored[2].tokens == "" and all(m.tokens for m in (stored[0], stored[1], stored[3]))
+    with connection.cursor() as cur:
+        postgresql.reindex_all(cur)
+    assert index() == written
