@@ -7,7 +7,6 @@ transaction of its row.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -180,26 +179,28 @@ def append_message(
     if role == "user" and sender_person_id is None:
         raise MemoryInputError("a user message needs its sender")
     _check_length(content)
+    row = {"role": role, "content": content, "created_at": _at(at), "stream_id": stream_id,
+           "sender_person_id": sender_person_id, "external_message_id": external_message_id}
+    if backends.is_postgresql():
+        # One statement, its own transaction outside one: a single round trip to the server (SQLite's
+        # path below would be nine: the look-up, BEGIN, five statements, COMMIT). A repeated
+        # external id inserts nothing (ON CONFLICT) and the stored row is returned.
+        stored = backends.postgresql.insert_message(row)
+        if stored is None:
+            return Message.objects.get(stream_id=stream_id, external_message_id=external_message_id), False
+        enqueue.stream_checks_on_commit(stream_id)  # outside a transaction: committed, runs now
+        message = Message(id=stored[0], tokens=stored[1], **row)
+        message._state.adding, message._state.db = False, connection.alias
+        return message, True
     if external_message_id is not None and _one(
         "SELECT 1 FROM messages WHERE stream_id = %s AND external_message_id = %s", [stream_id, external_message_id]
     ):
         return Message.objects.get(stream_id=stream_id, external_message_id=external_message_id), False
-    row = {"role": role, "content": content, "created_at": _at(at), "stream_id": stream_id,
-           "sender_person_id": sender_person_id, "external_message_id": external_message_id}
     try:
-        if backends.is_postgresql():
-            # One statement is its own transaction: outside one, a round trip to the server instead of
-            # seven (BEGIN, five statements, COMMIT); inside one, a savepoint keeps a conflict local.
-            with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
-                message_id, tokens = backends.postgresql.insert_message(row)
-                enqueue.stream_checks_on_commit(stream_id)  # outside a transaction: committed, runs now
-            message = Message(id=message_id, tokens=tokens, **row)
-            message._state.adding, message._state.db = False, connection.alias
-        else:
-            with transaction.atomic():
-                message = Message.objects.create(**row)
-                message.tokens = lexical.index_messages([(message.pk, content, stream_id)])[0]
-                enqueue.stream_checks_on_commit(stream_id)
+        with transaction.atomic():
+            message = Message.objects.create(**row)
+            message.tokens = lexical.index_messages([(message.pk, content, stream_id)])[0]
+            enqueue.stream_checks_on_commit(stream_id)
     except IntegrityError:
         existing = Message.objects.filter(stream_id=stream_id, external_message_id=external_message_id).first()
         if existing is None:

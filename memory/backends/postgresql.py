@@ -266,16 +266,17 @@ def index_messages(rows: Sequence[tuple[int, str, int]]) -> list[str]:
     return [tokens for _, tokens, _ in payload]
 
 
-def insert_message(row: dict[str, Any]) -> tuple[int, str]:
+def insert_message(row: dict[str, Any]) -> tuple[int, str] | None:
     """INSERT one message (``row``: its columns) and its postings, doc row and statistics delta in one statement.
 
-    Returns ``(id, tokens)``. One statement is atomic on its own, so outside a transaction
-    the message costs one round trip to the server (no BEGIN, no COMMIT); a unique
-    ``external_message_id`` conflict raises before anything is written.
+    Returns ``(id, tokens)``, or ``None`` when the stream already holds the row's
+    ``external_message_id`` (nothing is written). One statement is atomic on its own, so
+    outside a transaction the message costs one round trip (no BEGIN, no COMMIT).
     """
     tokens = index_tokens(row.get("content") or "")
     columns = [*row, "tokens"]
     sql = (f"WITH m AS (INSERT INTO messages({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})"
+           " ON CONFLICT (stream_id, external_message_id) WHERE external_message_id IS NOT NULL DO NOTHING"
            " RETURNING id)")
     params: list[Any] = [*row.values(), tokens]
     if tokens:
@@ -293,7 +294,8 @@ def insert_message(row: dict[str, Any]) -> tuple[int, str]:
                    [p[1] for p in postings], [p[2] for p in postings], src.code, length]
     with connection.cursor() as cur:
         cur.execute(sql + " SELECT id FROM m", params)
-        return int(cur.fetchone()[0]), tokens
+        found = cur.fetchone()
+    return None if found is None else (int(found[0]), tokens)
 
 
 def reindex_message(rowid: int, text: str, stream_id: int, old_tokens: str) -> str:
