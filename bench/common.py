@@ -307,6 +307,37 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+class ServerCPU:
+    """CPU seconds of the PostgreSQL backends serving one database (their titles name it), sampled.
+
+    A backend's CPU is counted up to its last sample, so :meth:`sample` often while they live
+    (a connection that closes between samples loses its last interval). SQLite does its work
+    inside the client processes, whose CPU the caller measures; this is PostgreSQL's share.
+    """
+
+    def __init__(self, database: str):
+        self.needle = f" {database} "
+        self.seen: dict[int, float] = {}
+
+    def sample(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if not title.startswith("postgres:") or self.needle not in title:
+                    continue
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            self.seen[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.seen.values())
+
+
 def stop_process_group(proc: subprocess.Popen, *, timeout: float = 20.0) -> None:
     """SIGTERM the session ``proc`` leads (started with ``start_new_session``), SIGKILL after ``timeout``."""
     if proc.poll() is not None:
