@@ -31,7 +31,8 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain
+from operator import itemgetter
 
 import numpy as np
 from django.conf import settings
@@ -419,18 +420,29 @@ class _StreamPostings:
         self._load(rows)
 
     def _load(self, rows: Sequence[tuple[int, str]]) -> None:
-        """Arrays of ``rows`` (ascending ids), built with a few C-level passes over all their tokens."""
-        flat, counts_per_doc = _split_all([tokens or "" for _, tokens in rows])
-        self.ids = np.fromiter((int(r) for r, _ in rows), dtype=np.int64, count=len(rows))
-        sizes = np.asarray(counts_per_doc, dtype=np.int64)
-        self.lengths = (sizes + 1).astype(np.float64)  # + the stream column's token
+        """Arrays of ``rows`` (ascending ids), built with a few C-level passes over all their tokens:
+        one split of the stream's text (documents parted by a break token), one dictionary
+        lookup per token, then numpy. A stored string that is not the terms themselves (none
+        should be) sends the stream through :func:`_split_all`."""
+        self.ids = np.fromiter(map(itemgetter(0), rows), dtype=np.int64, count=len(rows))
+        texts = list(map(itemgetter(1), rows))
         ids = self._term_ids
-        terms = np.fromiter(map(ids.get, flat, repeat(-1)), dtype=np.int64, count=len(flat))
-        if len(terms) and terms.min() < 0:  # a token the statistics do not hold yet (never, normally)
-            for k in np.flatnonzero(terms < 0):
-                terms[k] = ids.setdefault(flat[k], len(ids))
-        positions = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
-        self._n = max(1, len(sizes))
+        joined = f" {_DOC_BREAK} ".join(texts)
+        try:  # stored tokens are the terms themselves (``index_tokens``; migration 0022): split, look up
+            if joined.count(_DOC_BREAK) != max(len(texts) - 1, 0):
+                raise KeyError(_DOC_BREAK)  # a NUL inside a stored string
+            flat = joined.split()
+            found = itemgetter(*flat)(ids) if len(flat) > 1 else [ids[t] for t in flat]
+        except KeyError:  # a row stored otherwise: unicode61's terms of it (and a term the statistics lack)
+            flat = _split_all(texts)
+            found = [ids.setdefault(t, len(ids)) for t in flat]
+        terms = np.fromiter(found, dtype=np.int64, count=len(flat))
+        words = terms != _BREAK_ID
+        positions = np.cumsum(~words)[words]  # each token's document
+        terms = terms[words]
+        sizes = np.bincount(positions, minlength=len(rows))
+        self.lengths = (sizes + 1).astype(np.float64)  # + the stream column's token
+        self._n = max(1, len(rows))
         keys, counts = np.unique(terms * self._n + positions, return_counts=True)
         self._keys = keys.astype(np.uint32) if not len(keys) or keys[-1] < 2**32 - self._n else keys  # half the bytes
         self._tfs = counts.astype(np.float32)  # exact integers
@@ -477,22 +489,28 @@ class _StreamPostings:
 
 
 _DOC_BREAK = "\x00"  # never a token character, never in stored tokens
+_BREAK_ID = -1  # its id in every term-id map of the stream postings
 
 
 _NOT_PLAIN = re.compile("[^\\w\\s\x00]|_")  # a character that makes unicode61 split other than str.split()
 
 
-def _split_all(texts: Sequence[str]) -> tuple[list[str], list[int]]:
-    """All of ``texts``' :func:`fts_tokens` in one list, and how many each text has, in a few
-    C-level passes: once every character that is neither a letter, a digit nor whitespace
-    (``_`` included) is made a space, ``str.split`` cuts exactly the runs the regex finds.
-    Texts with a diacritic to drop (or a NUL) go through :func:`fts_tokens` one by one."""
-    folded = _DOC_BREAK.join(texts).lower()
+def _split_all(texts: Sequence[str]) -> list[str]:
+    """All of ``texts``' :func:`fts_tokens` in one list, with a :data:`_DOC_BREAK` token between
+    consecutive texts, in a few C-level passes: once every character that is neither a letter,
+    a digit nor whitespace (``_`` included) is made a space, ``str.split`` cuts exactly the
+    runs the regex finds (stored tokens are almost always plain already, so that pass is
+    usually skipped). Texts with a diacritic to drop (or a NUL) go through :func:`fts_tokens`
+    one by one."""
+    folded = f" {_DOC_BREAK} ".join(texts).lower()
     if (not folded.isascii() and _FOLDABLE.search(folded) is not None) or folded.count(_DOC_BREAK) != len(texts) - 1:
-        docs = [fts_tokens(t) for t in texts]
-        return list(chain.from_iterable(docs)), [len(d) for d in docs]
-    plain = _NOT_PLAIN.sub(" ", folded)
-    return plain.replace(_DOC_BREAK, " ").split(), list(map(len, map(str.split, plain.split(_DOC_BREAK))))
+        flat: list[str] = []
+        for k, text in enumerate(texts):
+            flat.extend([_DOC_BREAK, *fts_tokens(text)] if k else fts_tokens(text))
+        return flat
+    if _NOT_PLAIN.search(folded) is not None:
+        folded = _NOT_PLAIN.sub(" ", folded)
+    return folded.split()
 
 
 class ResidentMessages:
@@ -525,7 +543,7 @@ class ResidentMessages:
         self._revision: str | None = None
         self._max_id = 0
         self._df: dict[str, int] = {}
-        self._term_ids: dict[str, int] = {}  # table-wide ids of the streams' postings
+        self._term_ids: dict[str, int] = {_DOC_BREAK: _BREAK_ID}  # table-wide ids of the streams' postings
         self._rows = 0
         self._total_tokens = 0.0
         self._streams: dict[int, _StreamPostings] = {}  # insertion order = least recently used first

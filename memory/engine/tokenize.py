@@ -23,6 +23,8 @@ from collections.abc import Iterable
 
 import jieba
 
+from memory.engine.bm25 import fts_tokens
+
 __all__ = [
     "STOP_CHARS",
     "CJK_RE",
@@ -109,8 +111,14 @@ def bigrams(text: str) -> list[str]:
 
 
 def index_tokens(text: str) -> str:
-    """Text to store in an FTS5 row: ``' '.join(words(text) + bigrams(text))`` (duplicates kept)."""
-    return " ".join(words(text) + bigrams(text))
+    """Text to store in an FTS5 row: ``words(text) + bigrams(text)`` (duplicates kept) as the
+    terms FTS5's ``unicode61`` makes of them, space-separated.
+
+    Storing the terms themselves (``li_ming`` as ``li ming``, ``Café`` as ``cafe``) gives FTS5
+    the very tokens it would index anyway, and lets a reader split the stored string with
+    ``str.split`` instead of re-tokenising it.
+    """
+    return " ".join(fts_tokens(" ".join(words(text) + bigrams(text))))
 
 
 def query_terms(text: str) -> list[str]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Iterable, Sequence
+from itertools import compress
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -131,10 +133,15 @@ def _fuse_messages(
         cur.execute(sql + " ORDER BY id DESC LIMIT %s", [*params, MESSAGE_DENSE_SCAN])
         rows = cur.fetchall()
     cos: dict[int, float] = {}
+    dense_top: list[int] = []
     if rows:
         matrix = _q8_matrix(rows, np.asarray(query_vector).size)
-        cos = dict(zip(matrix.ids.tolist(), matrix.cosines(q8).tolist(), strict=True))
-    dense_top = sorted(cos, key=lambda mid: (-cos[mid], -mid))[:pool]
+        scores = matrix.cosines(q8)
+        best = np.lexsort((-matrix.ids, -scores))[:pool]  # best cosine first, ties: newer first
+        dense_top = matrix.ids[best].tolist()
+        wanted = np.isin(matrix.ids, np.fromiter(lexical_hits, dtype=np.int64, count=len(lexical_hits)))
+        wanted[best] = True  # only these cosines are looked at
+        cos = dict(zip(matrix.ids[wanted].tolist(), scores[wanted].tolist(), strict=True))
     missing = [mid for mid in lexical_hits if mid not in cos]
     if missing:
         for mid, vec in message_vectors(missing).items():
@@ -158,14 +165,19 @@ def _q8_matrix(rows: Sequence[tuple[int, Any]], dim: int) -> Int8Matrix:
     ``Int8Matrix.from_blobs`` does, without its per-row Python decode).
     """
     size = HEADER_SIZE + dim
-    good = [(mid, bytes(blob)) for mid, blob in rows if blob is not None and len(blob) == size]
-    raw = np.frombuffer(b"".join(blob for _, blob in good), dtype=np.uint8).reshape(len(good), size)
+    ids = np.fromiter(map(itemgetter(0), rows), dtype=np.int64, count=len(rows))
+    blobs = [b"" if blob is None else blob for blob in map(itemgetter(1), rows)]
+    good = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) == size
+    if not good.all():
+        blobs, ids = list(compress(blobs, good)), ids[good]
+    raw = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(len(blobs), size)
     header = raw[:, :HEADER_SIZE]
     keep = (header[:, :4] == np.frombuffer(MAGIC, dtype=np.uint8)).all(axis=1)
     keep &= header[:, 4:8].copy().view("<u4").ravel() == dim
     payload = np.ascontiguousarray(raw[keep, HEADER_SIZE:]).view(np.int8)
-    ids = np.fromiter((mid for (mid, _), k in zip(good, keep, strict=True) if k), dtype=np.int64)
-    norms = np.sqrt((payload.astype(np.float32) ** 2).sum(axis=1)).astype(np.float32)
+    ids = ids[keep]
+    wide = payload.astype(np.int16)  # squares summed exactly (≤ 128² · dim), then float32 as before
+    norms = np.sqrt(np.einsum("ij,ij->i", wide, wide, dtype=np.int32).astype(np.float32))
     return Int8Matrix(ids=ids, matrix=payload.reshape(len(ids), dim), norms=norms)
 
 

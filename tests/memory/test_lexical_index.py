@@ -400,4 +400,29 @@ def test_a_streams_tokens_split_at_once_like_unicode61():
         for _ in range(3000):
             texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(12))) for _ in range(rng.randrange(1, 7))]
             docs = [fts_tokens(t) for t in texts]
-            assert lexical_index._split_all(texts) == (list(chain.from_iterable(docs)), [len(d) for d in docs]), texts
+            parted = list(chain.from_iterable([lexical_index._DOC_BREAK, *d] if k else d for k, d in enumerate(docs)))
+            assert lexical_index._split_all(texts) == parted, texts
+
+
+@pytest.mark.sqlite_only("compares the resident message index with FTS5's (PostgreSQL ranks messages from its postings)")
+def test_a_stream_with_rows_stored_before_tokens_were_terms_ranks_like_fts5():
+    """Rows stored before ``index_tokens`` wrote unicode61's terms (``Li _ Ming``, ``Café``) send the
+    stream's postings through the re-tokenising path; the scores stay FTS5's."""
+    a, _b, stream = _people_and_stream()
+    ids = _messages(stream, a, [*CHAT, "邮箱是 li_ming0530@example.com", "Café OLÉ"])
+    old_forms = {ids[-2]: "邮箱 li _ ming0530 example com 邮箱 箱是", ids[-1]: "Caf É Ol É"}
+    for mid, old in old_forms.items():  # the same terms to FTS5, another string on the row
+        assert fts_tokens(old) == Message.objects.get(pk=mid).tokens.split()
+        Message.objects.filter(pk=mid).update(tokens=old)
+    for query, hit in [("ming0530 的邮箱", ids[-2]), ("caf ol", ids[-1]), ("乌龙茶", ids[0]), ("猫", ids[7])]:
+        lexical_index.reset_all()
+        assert hit in [i for i, _ in _same_messages(stream.pk, query, limit=12)]
+
+
+def test_index_tokens_are_unicode61_terms():
+    from memory.engine.tokenize import bigrams, index_tokens, words
+
+    for text in [*CHAT, *KNOWLEDGE, "邮箱是 li_ming0530@example.com", "C++ 和 Ça va?", "___", ""]:
+        stored = index_tokens(text)
+        assert stored.split() == fts_tokens(" ".join(words(text) + bigrams(text)))
+        assert stored == " ".join(fts_tokens(stored))  # splitting the stored string is tokenising it

@@ -263,3 +263,25 @@ def test_lexical_module_owns_the_message_sql(person, direct_stream):
     assert [h[0] for h in hits] == [m.pk] and hits[0][1] < 0
     assert lexical.message_bm25(match, stream_id=direct_stream.pk, message_ids=[m.pk]) == {m.pk: hits[0][1]}
     assert lexical.message_bm25(match, stream_id=direct_stream.pk + 1000, message_ids=[m.pk]) == {}
+
+
+def test_migration_0022_stores_old_rows_as_their_terms(person, direct_stream):
+    """Rows stored before ``index_tokens`` wrote unicode61's terms are rewritten; rows already so,
+    and rows whose string holds no term, are left alone; search finds the rewritten rows the same."""
+    import importlib
+    from types import SimpleNamespace
+
+    from django.db import connection
+
+    rewrite = importlib.import_module("memory.migrations.0022_message_tokens_as_terms").rewrite
+    old, kept, empty = (_msg(direct_stream, text, person.pk, at=NOW + k)
+                        for k, text in enumerate(["邮箱是 li_ming@x.com", "晚上喝了乌龙茶", "晚上喝茶"]))
+    Message.objects.filter(pk=old.pk).update(tokens="邮箱 Li _ ming X com 邮箱 箱是")
+    Message.objects.filter(pk=empty.pk).update(tokens="_ __")
+    before = {m.pk: m.tokens for m in Message.objects.all()}
+    rewrite(None, SimpleNamespace(connection=connection))
+    after = {m.pk: m.tokens for m in Message.objects.all()}
+    assert after[old.pk] == "邮箱 li ming x com 邮箱 箱是"
+    assert after[kept.pk] == before[kept.pk] == index_tokens("晚上喝了乌龙茶")
+    assert after[empty.pk] == "_ __"
+    assert _search(direct_stream, "li 的邮箱") == [old.pk]
