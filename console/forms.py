@@ -6,7 +6,7 @@ from typing import Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from memory.fields import FastSelect, IdField, parse_id
+from memory.fields import NUL_MESSAGE, FastSelect, IdField, TextField, parse_id
 from memory.models import PINNED, Fact, FactState, MemoryNode, Person, Stream
 
 FACT_STATES = [("", _("全部状态")), *FactState.choices, (PINNED, _("永久保留"))]
@@ -18,15 +18,15 @@ class FactFilterForm(forms.Form):
     person = forms.ModelChoiceField(
         Person.objects.order_by("id"), required=False, empty_label=_("全部人物"), widget=FastSelect
     )
-    kind = forms.CharField(required=False, max_length=32)
-    slot = forms.CharField(required=False, max_length=32)
+    kind = TextField(required=False, max_length=32)
+    slot = TextField(required=False, max_length=32)
     state = forms.ChoiceField(choices=FACT_STATES, required=False)
     origin = forms.ChoiceField(choices=ORIGINS, required=False)
-    q = forms.CharField(required=False, max_length=200, strip=True)
+    q = TextField(required=False, max_length=200, strip=True)
 
 
 class SearchForm(forms.Form):
-    q = forms.CharField(required=False, max_length=200, strip=True)
+    q = TextField(required=False, max_length=200, strip=True)
 
 
 class MessageFilterForm(forms.Form):
@@ -49,14 +49,15 @@ class EpisodeSearchForm(forms.Form):
     stream = forms.ModelChoiceField(
         Stream.objects.order_by("id"), required=False, empty_label=_("全部会话流"), widget=FastSelect
     )
-    q = forms.CharField(required=False, max_length=200, strip=True)
+    q = TextField(required=False, max_length=200, strip=True)
     placeholders = forms.BooleanField(required=False)
 
 
 class GraphForm(forms.Form):
     include_frozen = forms.BooleanField(required=False)
     max_nodes = forms.IntegerField(required=False, min_value=10, max_value=1000)
-    node = forms.RegexField(regex=r"^(fact|episode|knowledge):\d+$", required=False)
+    node = forms.RegexField(regex=r"^(fact|episode|knowledge):\d+$", required=False,
+                            error_messages={"null_characters_not_allowed": NUL_MESSAGE})
 
     def clean_node(self) -> tuple[str, int] | None:
         """``kind:id`` → ``(kind, id)``; an id SQLite cannot hold is an error."""
@@ -73,7 +74,7 @@ class GraphForm(forms.Form):
 class SpreadForm(forms.Form):
     kind = forms.ChoiceField(choices=NODE_KINDS, required=False)
     ref = IdField(required=False)
-    q = forms.CharField(required=False, max_length=200, strip=True)
+    q = TextField(required=False, max_length=200, strip=True)
     hops = forms.IntegerField(required=False, min_value=1, max_value=4, initial=2)  # as tuning (ppr_hops ≤ 4)
     alpha = forms.FloatField(required=False, min_value=0.05, max_value=0.95)
     limit = forms.IntegerField(required=False, min_value=1, max_value=20, initial=8)
@@ -90,17 +91,17 @@ class PlaygroundForm(forms.Form):
                                     label=_("会话流"))
     speaker = forms.ModelChoiceField(Person.objects.order_by("id"), empty_label=None, widget=FastSelect,
                                      label=_("说话人"))
-    text = forms.CharField(max_length=2000, strip=True, widget=forms.Textarea(attrs={"rows": 3}), label=_("这句话"),
-                           error_messages={"required": _("请输入一句话（只有空白不算）。")})
-    impression = forms.CharField(required=False, max_length=2000, strip=True, widget=forms.Textarea(attrs={"rows": 2}))
+    text = TextField(max_length=2000, strip=True, widget=forms.Textarea(attrs={"rows": 3}), label=_("这句话"),
+                     error_messages={"required": _("请输入一句话（只有空白不算）。")})
+    impression = TextField(required=False, max_length=2000, strip=True, widget=forms.Textarea(attrs={"rows": 2}))
 
 
 class ImportForm(forms.Form):
     MAX_CHARS = 200_000
     MAX_UPLOAD_BYTES = 2_000 * 1024
 
-    origin_name = forms.CharField(required=False, max_length=255, strip=True)
-    text = forms.CharField(required=False, max_length=MAX_CHARS, widget=forms.Textarea(attrs={"rows": 8}))
+    origin_name = TextField(required=False, max_length=255, strip=True)
+    text = TextField(required=False, max_length=MAX_CHARS, widget=forms.Textarea(attrs={"rows": 8}))
     upload = forms.FileField(required=False)
 
     def clean(self) -> dict:
@@ -115,6 +116,8 @@ class ImportForm(forms.Form):
                 raise forms.ValidationError(_("文件不是 UTF-8 文本。")) from exc
             if len(data["text"]) > self.MAX_CHARS:
                 raise forms.ValidationError(_("文本超过 200000 字。"))
+            if "\x00" in data["text"] or "\x00" in upload.name:
+                raise forms.ValidationError(NUL_MESSAGE)
             data["kind"] = "upload"
             data["origin_name"] = data.get("origin_name") or upload.name
         else:

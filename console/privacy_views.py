@@ -21,6 +21,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from console import presenters
 from memory import export, forget, selectors, services
 from memory.auth import SCOPES, TokenScopeError, issue_token, revoke_tokens
+from memory.fields import NUL_MESSAGE
 from memory.models import ApiToken, Person
 
 VIEW = "memory.view_person"
@@ -124,6 +125,8 @@ def tokens(request: HttpRequest) -> HttpResponse:
         try:
             if not name or len(name) > 100:
                 raise TokenScopeError(_("名称必填，最多 100 个字符。"))
+            if "\x00" in name:
+                raise TokenScopeError(NUL_MESSAGE)
             row, plain = issue_token(name, request.POST.getlist("scopes"))
         except TokenScopeError as exc:
             messages.error(request, str(exc))

@@ -6,7 +6,7 @@ from typing import Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from memory.fields import IdField, PersonChoiceField
+from memory.fields import IdField, PersonChoiceField, TextField
 from memory.models import FactOperation, Person
 from memory.schemas import FACT_MAX_CHARS
 
@@ -21,7 +21,7 @@ class ConflictFilterForm(forms.Form):
 
 
 class ReplaceForm(forms.Form):
-    content = forms.CharField(max_length=FACT_MAX_CHARS, strip=True, widget=forms.Textarea(attrs={"rows": 3}))
+    content = TextField(max_length=FACT_MAX_CHARS, strip=True, widget=forms.Textarea(attrs={"rows": 3}))
 
 
 class OperationFilterForm(forms.Form):

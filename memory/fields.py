@@ -1,7 +1,9 @@
-"""Form fields shared by every console form (console pages, curation): row ids and persons.
+"""Form fields shared by every console form (console pages, curation, tuning): row ids, persons, text.
 
 ``MAX_ID`` (the largest row id SQLite can store, signed 64 bits) is the API's bound too:
-a larger number cannot even be bound to a query.
+a larger number cannot even be bound to a query. Text fields are :class:`TextField`: a
+NUL character is refused with a clear error on every backend (PostgreSQL cannot store
+one, SQLite could), as the API refuses it with a 422.
 """
 from __future__ import annotations
 
@@ -17,7 +19,15 @@ from django.utils.translation import gettext_lazy as _
 from memory.models import Person
 from memory.schemas import MAX_ID
 
-__all__ = ["MAX_ID", "FastSelect", "IdField", "PersonChoiceField", "parse_id"]
+__all__ = ["MAX_ID", "NUL_MESSAGE", "FastSelect", "IdField", "PersonChoiceField", "TextField", "parse_id"]
+
+NUL_MESSAGE = _("不能含有 NUL 字符（\\x00）：数据库无法保存它。")
+
+
+class TextField(forms.CharField):
+    """A ``CharField`` whose NUL refusal (Django's own validator) says what is wrong in plain words."""
+
+    default_error_messages = {"null_characters_not_allowed": NUL_MESSAGE}
 
 
 class FastSelect(forms.Select):

@@ -32,21 +32,16 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
 from django.conf import settings
 from django.db import connection
 
-from memory.backends import postgresql
+from memory.backends import is_postgresql, postgresql
 from memory.engine.tokenize import index_tokens, match_expression, query_terms
 from memory.lexical_index import SOURCES, resident, resident_messages
-
-
-def _pg():
-    """The PostgreSQL lexical backend when the connection is PostgreSQL, else ``None`` (FTS5 here)."""
-    return postgresql if connection.vendor == "postgresql" else None
 
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")
 #: where each FTS table's rows keep their indexed tokens: (table, column)
@@ -77,8 +72,8 @@ def index_rows(table: str, rows: Sequence[tuple[int, str]]) -> list[str]:
     """Bulk form of :func:`index_row` (``rows`` = ``(rowid, text)``)."""
     if _check(table) in ("cues_fts", "facts_fts", "messages_fts"):
         raise ValueError("cue, fact and message rows carry their scope: use index_cue(s) / index_fact(s) / index_messages")
-    if (pg := _pg()) is not None:
-        return pg.index_rows(table, rows)
+    if is_postgresql():
+        return postgresql.index_rows(table, rows)
     payload = [(rowid, index_tokens(text)) for rowid, text in rows]
     with connection.cursor() as cur:
         cur.executemany(f"INSERT INTO {table}(rowid, tokens) VALUES (%s, %s)", payload)
@@ -104,8 +99,8 @@ def index_fact(rowid: int, text: str, person_id: int) -> str:
 
 def _index_scoped(table: str, column: str, rows: Sequence[tuple[int, str, str]]) -> list[str]:
     """Insert ``(rowid, text, scope token)`` rows into a table with an unweighted scope column."""
-    if (pg := _pg()) is not None:
-        return pg.index_scoped(table, [(r, text, int(scope[1:])) for r, text, scope in rows])
+    if is_postgresql():
+        return postgresql.index_scoped(table, [(r, text, int(scope[1:])) for r, text, scope in rows])
     payload = [(rowid, index_tokens(text), scope) for rowid, text, scope in rows]
     with connection.cursor() as cur:
         cur.executemany(f"INSERT INTO {table}(rowid, tokens, {column}) VALUES (%s, %s, %s)", payload)
@@ -148,8 +143,8 @@ def index_messages(rows: Sequence[tuple[int, str, int]]) -> list[str]:
     A message without a searchable term gets no FTS row (its stored tokens stay ``''``),
     so ``messages.tokens <> ''`` is exactly "has an FTS row" (the delete trigger relies on it).
     """
-    if (pg := _pg()) is not None:
-        return pg.index_messages(rows)
+    if is_postgresql():
+        return postgresql.index_messages(rows)
     payload = [(rowid, index_tokens(text or ""), _stream_token(s)) for rowid, text, s in rows]
     indexed = [p for p in payload if p[1]]
     if indexed:
@@ -161,8 +156,8 @@ def index_messages(rows: Sequence[tuple[int, str, int]]) -> list[str]:
 
 def reindex_message(rowid: int, text: str, stream_id: int, old_tokens: str) -> str:
     """Replace a message's FTS row after its content changed (same transaction as the UPDATE)."""
-    if (pg := _pg()) is not None:
-        return pg.reindex_message(rowid, text, stream_id, old_tokens)
+    if is_postgresql():
+        return postgresql.reindex_message(rowid, text, stream_id, old_tokens)
     if old_tokens:
         with connection.cursor() as cur:
             cur.execute(
@@ -184,8 +179,8 @@ def message_candidates(
     """
     if not match or limit < 1:
         return []
-    if (pg := _pg()) is not None:
-        return pg.message_candidates(terms_of(match), stream_id=stream_id, before_id=before_id, limit=limit)
+    if is_postgresql():
+        return postgresql.message_candidates(terms_of(match), stream_id=stream_id, before_id=before_id, limit=limit)
     index = resident_messages()
     scored = index.scores(stream_id, terms_of(match), before_id=before_id) if index is not None else None
     if scored is not None:
@@ -215,8 +210,8 @@ def message_bm25(match: str, *, stream_id: int, message_ids: Sequence[int]) -> d
     """
     if not match or not message_ids:
         return {}
-    if (pg := _pg()) is not None:
-        return pg.message_bm25(terms_of(match), stream_id=stream_id, message_ids=message_ids)
+    if is_postgresql():
+        return postgresql.message_bm25(terms_of(match), stream_id=stream_id, message_ids=message_ids)
     index = resident_messages()
     scored = index.scores(stream_id, terms_of(match), rowids=message_ids) if index is not None else None
     if scored is not None:
@@ -234,8 +229,8 @@ def message_bm25(match: str, *, stream_id: int, message_ids: Sequence[int]) -> d
 def delete_row(table: str, rowid: int, tokens: str) -> None:
     """Remove a contentless FTS row: FTS5 needs the exact tokens that were indexed."""
     name = _check(table)
-    if (pg := _pg()) is not None:
-        return pg.delete_rows(name, [rowid])
+    if is_postgresql():
+        return postgresql.delete_rows(name, [rowid])
     with connection.cursor() as cur:
         cur.execute(f"INSERT INTO {name}({name}, rowid, tokens) VALUES ('delete', %s, %s)", [rowid, tokens])
     _doc_counts.pop(table, None)
@@ -253,8 +248,8 @@ def delete_cue_rows(rows: Sequence[tuple[int, str, int]]) -> None:
 
 def _delete_scoped(table: str, column: str, rows: Sequence[tuple[int, str, str]]) -> None:
     payload = [row for row in rows if row[1]]
-    if (pg := _pg()) is not None:
-        return pg.delete_rows(table, [row[0] for row in rows])
+    if is_postgresql():
+        return postgresql.delete_rows(table, [row[0] for row in rows])
     if payload:
         with connection.cursor() as cur:
             cur.executemany(
@@ -266,8 +261,8 @@ def _delete_scoped(table: str, column: str, rows: Sequence[tuple[int, str, str]]
 def clear(table: str) -> None:
     """Empty one lexical index (tests: FTS5 tables are not flushed with the rows)."""
     name = _check(table)
-    if (pg := _pg()) is not None:
-        return pg.clear(name)
+    if is_postgresql():
+        return postgresql.clear(name)
     with connection.cursor() as cur:
         cur.execute(f"INSERT INTO {name}({name}) VALUES ('delete-all')")
     _doc_counts.pop(name, None)
@@ -281,7 +276,7 @@ def purge_deleted(tables: Sequence[str]) -> None:
     is rare; with ``secure_delete`` the freed pages are zeroed). PostgreSQL: deleted
     postings are dead tuples until (auto)vacuum; nothing to do here.
     """
-    if _pg() is not None:
+    if is_postgresql():
         return
     with connection.cursor() as cur:
         for table in dict.fromkeys(tables):
@@ -291,8 +286,8 @@ def purge_deleted(tables: Sequence[str]) -> None:
 
 def document_count(table: str) -> int:
     """Rows in the index (cached for a few seconds; it only steers pruning)."""
-    if (pg := _pg()) is not None:
-        return pg.document_count(_check(table))
+    if is_postgresql():
+        return postgresql.document_count(_check(table))
     hit = _doc_counts.get(table)
     now = time.monotonic()
     if hit and now - hit[0] < _DOC_COUNT_TTL:
@@ -308,8 +303,8 @@ def document_frequencies(table: str, terms: Sequence[str]) -> dict[str, int]:
     """Rows containing each single-token term (phrase terms are absent from the result)."""
     if not terms:
         return {}
-    if (pg := _pg()) is not None:
-        return pg.document_frequencies(_check(table), terms)
+    if is_postgresql():
+        return postgresql.document_frequencies(_check(table), terms)
     # the vocab table reads each term's whole doclist; the resident index counts the ``tokens``
     # column only, so a term shaped like a scope column's token (p12, s3) is left to the vocab
     index = resident(table) if table in SOURCES and not any(_SCOPE_TOKEN.fullmatch(t) for t in terms) else None
@@ -415,9 +410,9 @@ def fact_candidates(
         rows = _resident_fact_candidates(match, limit, include_invalid)
         if rows is not None:
             return _fact_rows(rows)
-    if (pg := _pg()) is not None:
-        ranked = pg.fact_scores(terms_of(match), person_ids)
-        return _fact_rows(pg.fact_rows(_FACT_COLUMNS, ranked, include_invalid=include_invalid, limit=limit))
+    if is_postgresql():
+        ranked = postgresql.fact_scores(terms_of(match), person_ids)
+        return _fact_rows(_ranked_fact_rows(_chunks(ranked, limit), include_invalid=include_invalid, limit=limit))
     if person_ids is None:
         match = _pruned("facts_fts", match) or match
     else:
@@ -439,12 +434,46 @@ def fact_candidates(
         return _fact_rows(cur.fetchall())
 
 
+def _ranked_fact_rows(
+    batches: Iterable[Sequence[tuple[int, float]]], *, include_invalid: bool, limit: int, columns: str = _FACT_COLUMNS
+) -> list[tuple]:
+    """Rows of ranked facts, in rank order, until ``limit``: ``columns`` (``f.id, {bm25}, …``) with the ranking's bm25.
+
+    ``batches`` yields the ranking ``(id, bm25)`` batch by batch, best first; each batch is
+    read with one ``id IN (…)`` query (superseded facts dropped unless ``include_invalid``)
+    and no batch is asked for once ``limit`` rows are found. The one place fact rows are
+    fetched for ranked ids (resident index, PostgreSQL postings).
+    """
+    rows: list[tuple] = []
+    valid = "" if include_invalid else " AND f.superseded_by IS NULL"
+    for batch in batches:
+        if not batch:
+            break
+        with connection.cursor() as cur:
+            cur.execute(
+                f"SELECT {columns.format(bm25='0')} FROM facts f WHERE f.id IN ({','.join(['%s'] * len(batch))}){valid}",
+                [fid for fid, _ in batch],
+            )
+            found = {r[0]: r for r in cur.fetchall()}
+        rows += [(fid, b, *found[fid][2:]) for fid, b in batch if fid in found]
+        if len(rows) >= limit:
+            break
+    return rows[:limit]
+
+
+def _chunks(ranked: Sequence[tuple[int, float]], limit: int) -> Iterator[Sequence[tuple[int, float]]]:
+    """A whole ranking in batches for :func:`_ranked_fact_rows` (a batch covers ``limit`` when few are invalid)."""
+    step = max(limit, 64)
+    for start in range(0, len(ranked), step):
+        yield ranked[start:start + step]
+
+
 def _resident_scoped_facts(
     match: str, person_ids: Sequence[int], limit: int, include_invalid: bool
 ) -> list[tuple] | None:
     """The resident-index form of a person-scoped :func:`fact_candidates` (``None``: ask FTS5).
 
-    The persons' facts are read by their ``person_id`` index and scored by the resident
+    The persons' fact ids are read by their ``person_id`` index and scored by the resident
     index with the whole table's statistics — FTS5's bm25 of the ``tokens : (…) AND
     person : (…)`` query, whose person phrases weigh 0 — instead of FTS5 reading every query
     term's doclist over all persons for its IDF. Ties: lower id first.
@@ -453,20 +482,16 @@ def _resident_scoped_facts(
     if index is None:
         return None
     persons = list(dict.fromkeys(int(p) for p in person_ids))
-    valid = "" if include_invalid else " AND f.superseded_by IS NULL"
+    valid = "" if include_invalid else " AND superseded_by IS NULL"
     with connection.cursor() as cur:
-        cur.execute(
-            f"SELECT {_FACT_COLUMNS.format(bm25='0')} FROM facts f"
-            f" WHERE f.person_id IN ({','.join(['%s'] * len(persons))}){valid}",
-            persons,
-        )
-        found = {r[0]: r for r in cur.fetchall()}
-    scored = index.scores_for(terms_of(match), list(found))
+        cur.execute(f"SELECT id FROM facts WHERE person_id IN ({','.join(['%s'] * len(persons))}){valid}", persons)
+        fact_ids = [r[0] for r in cur.fetchall()]
+    scored = index.scores_for(terms_of(match), fact_ids)
     if scored is None:
         return None
     ids, bm25 = scored
-    order = np.lexsort((ids, bm25))[:limit]
-    return [(int(ids[k]), float(bm25[k]), *found[int(ids[k])][2:]) for k in order]
+    ranked = [(int(ids[k]), float(bm25[k])) for k in np.lexsort((ids, bm25))]
+    return _ranked_fact_rows(_chunks(ranked, limit), include_invalid=include_invalid, limit=limit)
 
 
 def _resident_fact_candidates(match: str, limit: int, include_invalid: bool) -> list[tuple] | None:
@@ -474,27 +499,20 @@ def _resident_fact_candidates(match: str, limit: int, include_invalid: bool) -> 
 
     Ranked ids come in growing batches until ``limit`` valid facts are found.
     """
-    rows: list[tuple] = []
-    offset, batch = 0, max(limit, 16)
-    valid = "" if include_invalid else " AND f.superseded_by IS NULL"
-    while len(rows) < limit:
-        hits = _whole_table_top("facts_fts", match, batch, offset)
-        if hits is None:
-            return None
-        if not hits:
-            break
-        placeholders = ",".join(["%s"] * len(hits))
-        with connection.cursor() as cur:
-            cur.execute(
-                f"SELECT {_FACT_COLUMNS.format(bm25='0')} FROM facts f WHERE f.id IN ({placeholders}){valid}",
-                [fid for fid, _ in hits],
-            )
-            found = {r[0]: r for r in cur.fetchall()}
-        rows += [(fid, b, *found[fid][2:]) for fid, b in hits if fid in found]
-        if len(hits) < batch:
-            break
-        offset, batch = offset + batch, batch * 2
-    return rows[:limit]
+    first = _whole_table_top("facts_fts", match, max(limit, 16))
+    if first is None:
+        return None
+
+    def batches() -> Iterator[list[tuple[int, float]]]:
+        hits, offset, batch = first, 0, max(limit, 16)
+        while hits:
+            yield hits
+            if len(hits) < batch:
+                return
+            offset, batch = offset + batch, batch * 2
+            hits = _whole_table_top("facts_fts", match, batch, offset)
+
+    return _ranked_fact_rows(batches(), include_invalid=include_invalid, limit=limit)
 
 
 def fact_bm25(match: str, fact_ids: Sequence[int]) -> dict[int, float]:
@@ -505,8 +523,8 @@ def fact_bm25(match: str, fact_ids: Sequence[int]) -> dict[int, float]:
     """
     if not match or not fact_ids:
         return {}
-    if (pg := _pg()) is not None:
-        return pg.fact_bm25(terms_of(match), fact_ids)
+    if is_postgresql():
+        return postgresql.fact_bm25(terms_of(match), fact_ids)
     index = resident("facts_fts")
     scored = index.scores_for(terms_of(match), fact_ids) if index is not None else None
     if scored is not None:
@@ -524,8 +542,10 @@ def similar_fact_candidates(match: str, *, person_id: int, limit: int = 8) -> li
     """Valid facts (active or frozen) of one person for duplicate detection: ``(id, content)``."""
     if not match:
         return []
-    if (pg := _pg()) is not None:
-        return pg.similar_fact_candidates(terms_of(match), person_id=person_id, limit=limit)
+    if is_postgresql():
+        ranked = postgresql.fact_scores(terms_of(match), [person_id])
+        rows = _ranked_fact_rows(_chunks(ranked, limit), include_invalid=False, limit=limit, columns="f.id, {bm25}, f.content")
+        return [(fid, content) for fid, _, content in rows]
     with connection.cursor() as cur:
         cur.execute(
             "SELECT f.id, f.content FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid"
@@ -550,8 +570,8 @@ def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[Cue
         hits = _whole_table_top("cues_fts", match, limit)
         if hits is not None:
             return [CueHit(*h) for h in _cue_rows(hits)]
-    if (pg := _pg()) is not None:
-        return [CueHit(*h) for h in pg.cue_candidates(terms_of(match), stream_id=stream_id, limit=limit)]
+    if is_postgresql():
+        return [CueHit(*h) for h in postgresql.cue_candidates(terms_of(match), stream_id=stream_id, limit=limit)]
     if stream_id is None:
         match = _pruned("cues_fts", match) or match
     else:
@@ -620,8 +640,8 @@ def knowledge_candidates(match: str, *, limit: int) -> list[tuple[int, float]]:
     hits = _whole_table_top("knowledge_fts", match, limit)
     if hits is not None:
         return hits
-    if (pg := _pg()) is not None:
-        return pg.top("knowledge_fts", terms_of(match), limit)
+    if is_postgresql():
+        return postgresql.top("knowledge_fts", terms_of(match), limit)
     with connection.cursor() as cur:
         cur.execute(
             "SELECT rowid, bm25(knowledge_fts) AS b FROM knowledge_fts WHERE knowledge_fts MATCH %s"
@@ -639,8 +659,8 @@ def knowledge_bm25(match: str, ids: Sequence[int]) -> dict[int, float]:
     scores = index.bm25_for(terms_of(match), ids) if index is not None else None
     if scores is not None:
         return scores
-    if (pg := _pg()) is not None:
-        return pg.bm25_for("knowledge_fts", terms_of(match), ids)
+    if is_postgresql():
+        return postgresql.bm25_for("knowledge_fts", terms_of(match), ids)
     placeholders = ",".join(["%s"] * len(ids))
     with connection.cursor() as cur:
         cur.execute(
@@ -656,8 +676,8 @@ def rows_containing(table: str, match: str, *, limit: int) -> list[int]:
     if not match:
         return []
     name = _check(table)
-    if (pg := _pg()) is not None:
-        return pg.rows_containing(name, terms_of(match), limit=limit)
+    if is_postgresql():
+        return postgresql.rows_containing(name, terms_of(match), limit=limit)
     if name == "facts_fts":
         match = _fact_expression(match, None)
     with connection.cursor() as cur:
@@ -674,8 +694,8 @@ def unpruned_top(table: str, match: str, *, limit: int) -> list[tuple[int, float
     if not match:
         return []
     name = _check(table)
-    if (pg := _pg()) is not None:
-        return pg.top(name, terms_of(match), limit)
+    if is_postgresql():
+        return postgresql.top(name, terms_of(match), limit)
     expression, weights = (match, "") if name == "knowledge_fts" else (f"tokens : ({match})", ", 1.0, 0.0")
     with connection.cursor() as cur:
         cur.execute(

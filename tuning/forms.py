@@ -14,6 +14,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from memory.engine.tuning import WHITELIST
+from memory.fields import TextField
 from tuning import services
 from tuning.evaluation import DEFAULT_MAX_TURNS, MAX_TURNS_LIMIT, resolve_target
 
@@ -45,15 +46,15 @@ class DraftForm(forms.Form):
     """One optional text field per whitelisted parameter (blank = not overridden)."""
 
     action = forms.ChoiceField(choices=[(a, a) for a in DRAFT_ACTIONS], required=False)
-    name = forms.CharField(max_length=services.PROFILE_NAME_MAX, required=False, label=_("profile 名称"))
-    compare_with = forms.CharField(max_length=200, required=False)
+    name = TextField(max_length=services.PROFILE_NAME_MAX, required=False, label=_("profile 名称"))
+    compare_with = TextField(max_length=200, required=False)
     max_turns = forms.IntegerField(min_value=1, max_value=MAX_TURNS_LIMIT, initial=DEFAULT_MAX_TURNS, required=False)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for param, spec in WHITELIST.items():
             step = "1" if spec.kind == "int" else "0.05"
-            self.fields[field_name(param)] = forms.CharField(
+            self.fields[field_name(param)] = TextField(
                 required=False,
                 label=param,
                 widget=forms.NumberInput(
@@ -98,8 +99,8 @@ def draft_initial(overrides: dict[str, Any]) -> dict[str, Any]:
 class CompareForm(forms.Form):
     """Two targets: ``@active``, or a profile name (``default`` included)."""
 
-    a = forms.CharField(max_length=200)
-    b = forms.CharField(max_length=200)
+    a = TextField(max_length=200)
+    b = TextField(max_length=200)
     max_turns = forms.IntegerField(min_value=1, max_value=MAX_TURNS_LIMIT, initial=DEFAULT_MAX_TURNS, required=False)
 
     def clean(self) -> dict[str, Any]:

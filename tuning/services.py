@@ -87,10 +87,18 @@ def validate_params(params: Any) -> dict[str, Any]:
         raise ProfileError(str(exc)) from exc
 
 
-def clean_profile_name(name: Any) -> str:
+def _given_name(name: Any, empty: str) -> str:
+    """A profile name as given, stripped; :class:`ProfileError` (``empty``) when blank, or when it
+    holds a NUL character (PostgreSQL cannot store or even look one up; the console posts raw text)."""
     if not isinstance(name, str) or not name.strip():
-        raise ProfileError("profile 名称为空，不可保存", param="name")
-    cleaned = name.strip()
+        raise ProfileError(empty, param="name")
+    if "\x00" in name:
+        raise ProfileError("profile 名称不能含有 NUL 字符（\\x00）", param="name")
+    return name.strip()
+
+
+def clean_profile_name(name: Any) -> str:
+    cleaned = _given_name(name, "profile 名称为空，不可保存")
     if builtin_params(cleaned) is not None:
         raise ProfileError(f"{cleaned} 是内置 profile，不可保存", param="name")
     if len(cleaned) > PROFILE_NAME_MAX:
@@ -198,9 +206,7 @@ def save_profile(name: Any, params: Any, *, at: int | None = None) -> ProfileRow
 
 def apply_profile(name: Any, *, at: int | None = None) -> dict[str, Any]:
     """Make ``name`` the active profile in every process; returns ``{profile, params, revision}``."""
-    if not isinstance(name, str) or not name.strip():
-        raise ProfileError("profile 名称为空", param="name")
-    name = name.strip()
+    name = _given_name(name, "profile 名称为空")
     at = _now_ms() if at is None else at
     with transaction.atomic():
         builtin = builtin_params(name)
@@ -227,9 +233,7 @@ def delete_profile(name: Any, *, at: int | None = None) -> bool:
 
     Unknown names are silent (returns False); ``default`` is refused.
     """
-    if not isinstance(name, str) or not name.strip():
-        raise ProfileError("profile 名称为空", param="name")
-    name = name.strip()
+    name = _given_name(name, "profile 名称为空")
     if builtin_params(name) is not None:
         raise ProfileError(f"{name} 是内置 profile，不可删除", param="name")
     at = _now_ms() if at is None else at

@@ -42,10 +42,18 @@ from django.db import connection
 from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_tokens
 from memory.engine.tokenize import index_tokens
 
+# The counter is the value's leading integer, 0 when there is none ('', 'x', a hand-edited row):
+# SQLite's CAST(value AS INTEGER). Up to 18 digits, so the cast never overflows a bigint.
 BUMP_REVISION_SQL = (
     "INSERT INTO meta(key, value) VALUES (%s, '1-' || substr(md5(random()::text), 1, 12))"
     " ON CONFLICT (key) DO UPDATE"
-    " SET value = (split_part(meta.value, '-', 1)::bigint + 1) || '-' || substr(md5(random()::text), 1, 12)"
+    " SET value = (coalesce(substring(meta.value from '^[[:space:]]*([+-]?[0-9]{1,18})')::bigint, 0) + 1)"
+    " || '-' || substr(md5(random()::text), 1, 12)"
+)
+#: the revision bump the triggers call (0020 creates it; 0023 replaces the one that failed on a non-numeric value)
+BUMP_REVISION_FUNCTION = (
+    "CREATE OR REPLACE FUNCTION memory_bump_revision(rev_key text) RETURNS void LANGUAGE sql AS $$ "
+    + BUMP_REVISION_SQL.replace("%s", "$1") + " $$"
 )
 LOG2_SQL = "(ln({}) / ln(2.0))"
 STATS_FOLD_ROWS = 64   # delta rows of a table's statistics before a reader folds them into one
@@ -87,8 +95,7 @@ SCHEMA = [
     " tokens bigint NOT NULL)",
     "CREATE INDEX lexical_stats_source ON lexical_stats (source)",
     # meta revisions: <counter>-<random>, as on SQLite
-    "CREATE FUNCTION memory_bump_revision(rev_key text) RETURNS void LANGUAGE sql AS $$ "
-    + BUMP_REVISION_SQL.replace("%s", "$1") + " $$",
+    BUMP_REVISION_FUNCTION,
     "CREATE FUNCTION memory_bump_revision_trigger() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
     "PERFORM memory_bump_revision(TG_ARGV[0]); RETURN NULL; END $$",
     # rows deleted by any path (cascades, forgetting, batch deletion) leave the index
@@ -431,37 +438,12 @@ def message_bm25(terms: Sequence[str], *, stream_id: int, message_ids: Sequence[
     return _score("messages_fts", terms, scopes=[stream_id], ids=message_ids)
 
 
-def fact_rows(columns: str, ranked: Sequence[tuple[int, float]], *, include_invalid: bool, limit: int) -> list[tuple]:
-    """Fact rows (``columns`` with ``{bm25}`` = 0) of ranked ids, in rank order, valid ones unless told."""
-    rows: list[tuple] = []
-    valid = "" if include_invalid else " AND f.superseded_by IS NULL"
-    step = max(limit, 64)
-    for start in range(0, len(ranked), step):
-        chunk = ranked[start:start + step]
-        with connection.cursor() as cur:
-            cur.execute(
-                f"SELECT {columns.format(bm25='0')} FROM facts f WHERE f.id IN ({_in_clause(chunk)}){valid}",
-                [fid for fid, _ in chunk],
-            )
-            found = {r[0]: r for r in cur.fetchall()}
-        rows += [(fid, b, *found[fid][2:]) for fid, b in chunk if fid in found]
-        if len(rows) >= limit:
-            break
-    return rows[:limit]
-
-
 def fact_scores(terms: Sequence[str], person_ids: Sequence[int] | None) -> list[tuple[int, float]]:
     return _best(_score("facts_fts", terms, scopes=person_ids))
 
 
 def fact_bm25(terms: Sequence[str], fact_ids: Sequence[int]) -> dict[int, float]:
     return _score("facts_fts", terms, ids=fact_ids)
-
-
-def similar_fact_candidates(terms: Sequence[str], *, person_id: int, limit: int) -> list[tuple[int, str]]:
-    ranked = fact_scores(terms, [person_id])
-    rows = fact_rows("f.id, {bm25}, f.content", ranked, include_invalid=False, limit=limit)
-    return [(fid, content) for fid, _, content in rows]
 
 
 def cue_candidates(terms: Sequence[str], *, stream_id: int | None, limit: int) -> list[tuple[int, int, float]]:

@@ -75,7 +75,7 @@ def test_replace_supersedes_and_mentions_conflicts(operator, memory_set, frozen_
     html = response.content.decode()
     new = Fact.objects.get(content="小林住在苏州")
     assert Fact.objects.get(pk=f1).superseded_by_id == new.pk
-    assert f"事实 #{f1} 已取代为 #{new.pk}" in html and f"#{f2}" in html
+    assert f"事实 #{f1} 已取代为 #{new.pk}。" in html and f"新事实与 #{f2} 处于同一槽位" in html
 
 
 def test_unknown_action_is_404(operator, memory_set):

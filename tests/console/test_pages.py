@@ -103,7 +103,8 @@ def test_stream_page_shows_working_memory_batches_and_search(operator, memory_se
         response = operator.get(url)
     html = response.content.decode()
     assert "我对花生过敏" in html  # pending → working memory
-    assert f"#{memory_set['episode'].pk}" in html  # the archived batch links its episode
+    episode = memory_set["episode"].pk
+    assert f'<tr><td><a href="{reverse("console:episode", args=[episode])}">#{episode}</a>' in html  # the archived batch links its episode
     hits = operator.get(url, {"q": "过敏"}, headers={"HX-Request": "true"})
     assert "我对花生过敏" in hits.content.decode() and "<html" not in hits.content.decode()
 
@@ -211,7 +212,8 @@ def test_fact_detail(operator, memory_set, frozen_now, django_assert_num_queries
     assert 'class="due-at"' in html
     assert "小林喜欢猫" in html  # a neighbour
     chain = operator.get(reverse("console:fact", args=[f2])).content.decode()
-    assert f"#{write.fact_id}" in chain and "小林住在苏州" in chain and "人工取代" in chain
+    newer = f'<a href="{reverse("console:fact", args=[write.fact_id])}">#{write.fact_id}</a> <span class="content">小林住在苏州</span>'
+    assert newer + ' <span class="chip active">新</span>' in chain and "人工取代" in chain
 
 
 def test_frozen_fact_is_shown_as_frozen_not_deleted(operator, memory_set, frozen_now):

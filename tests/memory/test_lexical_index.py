@@ -205,6 +205,27 @@ def test_revision_moves_on_token_change_and_delete_but_not_on_insert():
     assert revision() not in (before, changed)
 
 
+@pytest.mark.parametrize(("stored", "counter"), [("41-abc", 42), ("garbage", 1), ("", 1), ("-x", 1), ("7", 8)])
+def test_a_revision_bump_reads_a_non_numeric_counter_as_zero(stored, counter):
+    from memory import backends
+    from memory.models import Meta
+
+    Meta.objects.update_or_create(key="test_revision", defaults={"value": stored})
+    with connection.cursor() as cur:
+        backends.bump_revision(cur, "test_revision")
+    assert Meta.objects.get(key="test_revision").value.split("-")[0] == str(counter)
+
+
+@pytest.mark.postgresql_only("the revision triggers call a PostgreSQL function (SQLite's triggers CAST in place)")
+def test_a_delete_bumps_a_non_numeric_revision_instead_of_failing():
+    from memory.models import Knowledge, Meta
+
+    kid = services.add_knowledge(content="月球是地球唯一的天然卫星", source="t", at=NOW)
+    Meta.objects.update_or_create(key="lexical_revision:knowledge", defaults={"value": "hand-edited"})
+    Knowledge.objects.filter(pk=kid).delete()  # the delete trigger bumps the revision
+    assert Meta.objects.get(key="lexical_revision:knowledge").value.startswith("1-")
+
+
 def _fts5(fn, *args, **kwargs):
     """The same call answered by FTS5 alone (the path taken without the resident index)."""
     from django.test import override_settings

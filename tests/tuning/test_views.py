@@ -165,7 +165,7 @@ def test_job_page_progress_then_report(tuner):
     r = tuner.get(reverse("tuning:job_json", args=[job.pk]))
     assert json.loads(r.content)["k"] == 3
     index = tuner.get(reverse("tuning:index")).content.decode()
-    assert f"#{job.pk}" in index
+    assert f'<td><a href="{reverse("tuning:job", args=[job.pk])}">#{job.pk}</a></td>' in index
 
 
 def test_compare_page(tuner):
