@@ -135,7 +135,7 @@ class Deployment:
             cwd=ROOT, env=self.env, stdout=self.worker_log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         self.server = Server(self.env, workers=2)
-        self.server.wait_ready()
+        self.server.wait_ready(timeout=180)  # returns when it answers (seconds alone; 60 s ran out at load 10)
         self.log(f"deployed: gunicorn {self.server.base} (2 workers), celery worker pid {self.worker.pid}, "
                  f"db {'PostgreSQL' if 'DATABASE_URL' in self.env else self.db}, redis {self.redis_url}")
 
