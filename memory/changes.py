@@ -1,7 +1,7 @@
 """The change log: how a resident index learns which rows were inserted, in any commit order.
 
 Database triggers write one ``memory_changes`` row per inserted fact, episode cue and
-knowledge row, in the inserting transaction (a rolled-back insert leaves no change).
+knowledge row (and message, on PostgreSQL), in the inserting transaction (a rolled-back insert leaves no change).
 A reader (:class:`ChangeFeed`) remembers a *horizon* and asks for the changes at or
 above it:
 

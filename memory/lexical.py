@@ -179,14 +179,14 @@ def message_candidates(
     """
     if not match or limit < 1:
         return []
-    if is_postgresql():
-        return postgresql.message_candidates(terms_of(match), stream_id=stream_id, before_id=before_id, limit=limit)
     index = resident_messages()
     scored = index.scores(stream_id, terms_of(match), before_id=before_id) if index is not None else None
     if scored is not None:
         ids, bm25 = scored
         order = np.lexsort((-ids, bm25))[:limit]  # best first, ties: newer first
         return [(int(ids[k]), float(bm25[k])) for k in order]
+    if is_postgresql():
+        return postgresql.message_candidates(terms_of(match), stream_id=stream_id, before_id=before_id, limit=limit)
     params: list = [f'tokens : ({match}) AND stream : "{_stream_token(stream_id)}"']
     where = "messages_fts MATCH %s"
     if before_id is not None:
@@ -210,12 +210,12 @@ def message_bm25(match: str, *, stream_id: int, message_ids: Sequence[int]) -> d
     """
     if not match or not message_ids:
         return {}
-    if is_postgresql():
-        return postgresql.message_bm25(terms_of(match), stream_id=stream_id, message_ids=message_ids)
     index = resident_messages()
     scored = index.scores(stream_id, terms_of(match), rowids=message_ids) if index is not None else None
     if scored is not None:
         return {int(i): float(b) for i, b in zip(*scored, strict=True)}
+    if is_postgresql():
+        return postgresql.message_bm25(terms_of(match), stream_id=stream_id, message_ids=message_ids)
     wanted = {int(i) for i in message_ids}
     with connection.cursor() as cur:
         cur.execute(
@@ -303,13 +303,14 @@ def document_frequencies(table: str, terms: Sequence[str]) -> dict[str, int]:
     """Rows containing each single-token term (phrase terms are absent from the result)."""
     if not terms:
         return {}
-    if is_postgresql():
-        return postgresql.document_frequencies(_check(table), terms)
-    # the vocab table reads each term's whole doclist; the resident index counts the ``tokens``
-    # column only, so a term shaped like a scope column's token (p12, s3) is left to the vocab
+    # the vocab table (PostgreSQL: the postings) reads each term's whole doclist; the resident index
+    # counts the ``tokens`` column only, so a term shaped like a scope column's token (p12, s3) is left
+    # to the vocab
     index = resident(table) if table in SOURCES and not any(_SCOPE_TOKEN.fullmatch(t) for t in terms) else None
     if index is not None:
         return index.document_frequencies(terms)
+    if is_postgresql():
+        return postgresql.document_frequencies(_check(table), terms)
     placeholders = ",".join(["%s"] * len(terms))
     with connection.cursor() as cur:
         cur.execute(f"SELECT term, doc FROM {_check(table)}_vocab WHERE term IN ({placeholders})", list(terms))
@@ -408,17 +409,15 @@ def fact_candidates(
         return []
     if person_ids is None:
         rows = _resident_fact_candidates(match, limit, include_invalid)
-        if rows is not None:
-            return _fact_rows(rows)
+    else:
+        rows = _resident_scoped_facts(match, person_ids, limit, include_invalid)
+    if rows is not None:
+        return _fact_rows(rows)
     if is_postgresql():
         ranked = postgresql.fact_scores(terms_of(match), person_ids)
         return _fact_rows(_ranked_fact_rows(_chunks(ranked, limit), include_invalid=include_invalid, limit=limit))
     if person_ids is None:
         match = _pruned("facts_fts", match) or match
-    else:
-        rows = _resident_scoped_facts(match, person_ids, limit, include_invalid)
-        if rows is not None:
-            return _fact_rows(rows)
     where = ["facts_fts MATCH %s"]
     params: list = [_fact_expression(match, person_ids)]
     if not include_invalid:
@@ -523,12 +522,12 @@ def fact_bm25(match: str, fact_ids: Sequence[int]) -> dict[int, float]:
     """
     if not match or not fact_ids:
         return {}
-    if is_postgresql():
-        return postgresql.fact_bm25(terms_of(match), fact_ids)
     index = resident("facts_fts")
     scored = index.scores_for(terms_of(match), fact_ids) if index is not None else None
     if scored is not None:
         return {int(i): float(b) for i, b in zip(*scored, strict=True)}
+    if is_postgresql():
+        return postgresql.fact_bm25(terms_of(match), fact_ids)
     placeholders = ",".join(["%s"] * len(fact_ids))
     with connection.cursor() as cur:
         cur.execute(
@@ -568,16 +567,15 @@ def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[Cue
         return []
     if stream_id is None:
         hits = _whole_table_top("cues_fts", match, limit)
-        if hits is not None:
-            return [CueHit(*h) for h in _cue_rows(hits)]
+        rows = None if hits is None else _cue_rows(hits)
+    else:
+        rows = _resident_stream_cues(match, stream_id, limit)
+    if rows is not None:
+        return [CueHit(*h) for h in rows]
     if is_postgresql():
         return [CueHit(*h) for h in postgresql.cue_candidates(terms_of(match), stream_id=stream_id, limit=limit)]
     if stream_id is None:
         match = _pruned("cues_fts", match) or match
-    else:
-        rows = _resident_stream_cues(match, stream_id, limit)
-        if rows is not None:
-            return [CueHit(*h) for h in rows]
     expression = f"tokens : ({match})"
     if stream_id is not None:
         expression += f' AND stream : "{_stream_token(stream_id)}"'

@@ -36,8 +36,9 @@ from operator import itemgetter
 
 import numpy as np
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 
+from memory import backends
 from memory.changes import ChangeFeed
 from memory.engine.bm25 import FOLDABLE as _FOLDABLE
 from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_tokens
@@ -532,6 +533,12 @@ class ResidentMessages:
     changed revision reloads everything. Used only outside a transaction. A query term
     shaped like the ``stream`` column's tokens (``s123``) is left to FTS5: the vocabulary
     counts it in both columns, FTS5's IDF only in ``tokens``.
+
+    PostgreSQL commits in any order, so "above the last id" would miss a message committed
+    late with a smaller id: there the statistics come from the postings tables (one
+    repeatable-read snapshot: document frequencies, lengths, the ids counted) and inserted
+    messages from the change log (:mod:`memory.changes`, migration 0023); a stream's
+    postings keep only the ids the statistics count, the others arrive with the next poll.
     """
 
     def __init__(self) -> None:
@@ -547,10 +554,66 @@ class ResidentMessages:
         self._rows = 0
         self._total_tokens = 0.0
         self._streams: dict[int, _StreamPostings] = {}  # insertion order = least recently used first
+        # PostgreSQL only: the change log, and the ids the statistics count (sorted array + appended)
+        self._feed = ChangeFeed("messages", MESSAGE_REVISION_KEY)
+        self._known = np.zeros(0, dtype=np.int64)
+        self._known_tail: set[int] = set()
 
     def reset(self) -> None:
         with self._lock:
             self._clear()
+
+    def _load_postgresql(self) -> None:
+        """The statistics and the change log's position in one snapshot (see the class docstring)."""
+        with transaction.atomic():
+            with connection.cursor() as cur:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            self._clear()
+            revision = self._feed.start()
+            frequencies, ids, total_tokens = backends.postgresql.message_statistics()
+        for term, doc in frequencies:
+            self._df[term] = int(doc)
+            self._term_ids[term] = len(self._term_ids)
+        self._known = ids
+        self._rows, self._total_tokens = len(ids), float(total_tokens)
+        self._max_id = int(ids[-1]) if len(ids) else 0
+        self._revision = revision
+        self.rebuilds += 1
+
+    def _is_known(self, rowid: int) -> bool:
+        k = int(np.searchsorted(self._known, rowid))
+        return (k < len(self._known) and int(self._known[k]) == rowid) or rowid in self._known_tail
+
+    def _refresh_postgresql(self) -> None:
+        with self._lock:
+            poll = self._feed.poll()
+            if poll.rebuild or poll.revision != self._revision:
+                self._load_postgresql()
+                return
+            fresh = sorted({int(i) for i in poll.row_ids if not self._is_known(int(i))})
+            if not fresh:
+                return
+            with connection.cursor() as cur:
+                cur.execute("SELECT id, stream_id, tokens FROM messages WHERE id = ANY(%s) AND tokens <> '' ORDER BY id",
+                            [fresh])
+                rows = cur.fetchall()
+            for row in rows:  # known one at a time: a stream reloaded mid-way reads the rows before it only
+                self._known_tail.add(int(row[0]))
+                self._add([row])
+
+    def _add(self, fresh: Sequence[tuple[int, int, str]]) -> None:
+        """Messages ``(id, stream_id, tokens)`` committed since the last refresh, into the statistics
+        and the cached streams' postings."""
+        for rowid, stream_id, tokens in fresh:
+            toks = fts_tokens(tokens)
+            for t in set(toks) | {f"s{int(stream_id)}"}:
+                self._df[t] = self._df.get(t, 0) + 1
+            self._rows += 1
+            self._total_tokens += len(toks) + 1
+            cached = self._streams.get(int(stream_id))
+            if cached is not None:
+                cached.extend([(rowid, tokens)], lambda s=int(stream_id), m=int(rowid): self._read_stream(s, m))
+            self._max_id = max(self._max_id, int(rowid))
 
     def _load(self, revision: str) -> None:
         with connection.cursor() as cur:  # one statement: one snapshot of the vocabulary, row count and last id
@@ -571,6 +634,9 @@ class ResidentMessages:
         self.rebuilds += 1
 
     def refresh(self) -> None:
+        if backends.is_postgresql():
+            self._refresh_postgresql()
+            return
         with connection.cursor() as cur:
             cur.execute(
                 "SELECT (SELECT value FROM meta WHERE key = %s), (SELECT max(id) FROM messages)", [MESSAGE_REVISION_KEY]
@@ -589,19 +655,21 @@ class ResidentMessages:
                     [self._max_id],
                 )
                 fresh = cur.fetchall()
-            for rowid, stream_id, tokens in fresh:
-                toks = fts_tokens(tokens)
-                for t in set(toks) | {f"s{int(stream_id)}"}:
-                    self._df[t] = self._df.get(t, 0) + 1
-                self._rows += 1
-                self._total_tokens += len(toks) + 1
-                cached = self._streams.get(int(stream_id))
-                if cached is not None:
-                    cached.extend([(rowid, tokens)], lambda s=int(stream_id), m=int(rowid): self._read_stream(s, m))
-            self._max_id = max(max_id, int(fresh[-1][0]) if fresh else 0)
+            self._add(fresh)
+            self._max_id = max(max_id, self._max_id)
 
-    @staticmethod
-    def _read_stream(stream_id: int, upto: int) -> list[tuple[int, str]]:
+    def _read_stream(self, stream_id: int, upto: int) -> list[tuple[int, str]]:
+        """The stream's indexed messages the statistics count (ids up to ``upto``; PostgreSQL: known ids)."""
+        if backends.is_postgresql():
+            with connection.cursor() as cur:
+                cur.execute("SELECT id, tokens FROM messages WHERE stream_id = %s AND NOT (tokens = '') ORDER BY id",
+                            [stream_id])
+                rows = cur.fetchall()
+            ids = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))
+            known = self._known
+            at = np.minimum(np.searchsorted(known, ids), max(len(known) - 1, 0))
+            ok = known[at] == ids if len(known) else np.zeros(len(ids), dtype=bool)
+            return [r for r, k in zip(rows, ok, strict=True) if k or int(r[0]) in self._known_tail]
         with connection.cursor() as cur:  # the covering index idx_messages_stream_tokens answers
             cur.execute(
                 "SELECT id, tokens FROM messages WHERE stream_id = %s AND NOT (tokens = '') AND id <= %s ORDER BY id",

@@ -410,7 +410,8 @@ class Meta(models.Model):
 class Change(models.Model):
     """The change log resident indexes read (memory/changes.py): one row per inserted row.
 
-    Written by database triggers on facts, episode cues and knowledge. ``xid`` is the
+    Written by database triggers on facts, episode cues and knowledge (and messages on
+    PostgreSQL, migration 0023). ``xid`` is the
     writing transaction's id on PostgreSQL (``pg_current_xact_id()``), so that a reader
     can tell which changes a snapshot may not have seen yet; SQLite leaves it NULL (one
     writer at a time: the log's id is the commit order).

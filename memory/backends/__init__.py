@@ -42,6 +42,20 @@ def module(conn: Any = None):
     return postgresql if is_postgresql(conn) else sqlite
 
 
+def fetch_binary(sql: str, params: Sequence[Any]) -> list[tuple]:
+    """All rows of a read whose result carries large ``bytea`` columns (vectors).
+
+    PostgreSQL: a server-side-binding cursor with binary results (Django's client-side cursors
+    get ``bytea`` as hex text: measured 2.9 vs 1.2 ms of client CPU for a stream's 1,000 SQ8
+    vectors); plain SQL placeholders (``%s``) either way. Elsewhere the connection's own cursor.
+    """
+    if not is_postgresql():
+        with connection.cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchall()
+    return postgresql.fetch_binary(sql, params)
+
+
 def bump_revision(cur: Any, key: str) -> None:
     """Set a ``meta`` revision to ``<counter + 1>-<random>`` (never equal to an earlier value)."""
     cur.execute(module().BUMP_REVISION_SQL, [key])

@@ -37,6 +37,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import psycopg
 from django.db import connection
 
 from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_tokens
@@ -57,6 +59,14 @@ BUMP_REVISION_FUNCTION = (
 )
 LOG2_SQL = "(ln({}) / ln(2.0))"
 STATS_FOLD_ROWS = 64   # delta rows of a table's statistics before a reader folds them into one
+
+
+def fetch_binary(sql: str, params: Sequence[Any]) -> list[tuple]:
+    """Rows of ``sql`` in PostgreSQL's binary format (see :func:`memory.backends.fetch_binary`)."""
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cur:
+        cur.execute(sql, params, binary=True)
+        return cur.fetchall()
 
 
 def secure_delete(cur: Any) -> None:
@@ -321,6 +331,20 @@ def document_frequencies(table: str, terms: Sequence[str]) -> dict[str, int]:
             [SOURCES[table].code, list(dict.fromkeys(terms))],
         )
         return {term: int(n) for term, n in cur.fetchall()}
+
+
+def message_statistics() -> tuple[list[tuple[str, int]], np.ndarray, int]:
+    """The message index's statistics for the resident message index: ``(term, document frequency)``
+    pairs, the indexed message ids (ascending) and their token total (FTS5's row count and
+    ``messages_fts_vocab`` numbers; call inside one snapshot)."""
+    code = SOURCES["messages_fts"].code
+    with connection.cursor() as cur:
+        cur.execute("SELECT term, count(*) FROM lexical_postings WHERE source = %s GROUP BY term", [code])
+        frequencies = cur.fetchall()
+        cur.execute("SELECT doc_id, length FROM lexical_docs WHERE source = %s ORDER BY doc_id", [code])
+        docs = cur.fetchall()
+    ids = np.fromiter((d for d, _ in docs), dtype=np.int64, count=len(docs))
+    return frequencies, ids, sum(length for _, length in docs)
 
 
 # --- scoring --------------------------------------------------------------------------------------

@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from memory import lexical, services
+from memory import backends, lexical, services
 from memory.engine import decay
 from memory.engine.quantize import HEADER_SIZE, MAGIC, Int8Matrix, cosine_q8_many, quantize_vector, unpack_float32
 from memory.engine.scoring import fused_relevance
@@ -129,9 +129,7 @@ def _fuse_messages(
     if before_id is not None:
         sql += " AND id < %s"
         params.append(before_id)
-    with connection.cursor() as cur:
-        cur.execute(sql + " ORDER BY id DESC LIMIT %s", [*params, MESSAGE_DENSE_SCAN])
-        rows = cur.fetchall()
+    rows = backends.fetch_binary(sql + " ORDER BY id DESC LIMIT %s", [*params, MESSAGE_DENSE_SCAN])
     cos: dict[int, float] = {}
     dense_top: list[int] = []
     if rows:

@@ -97,3 +97,57 @@ def test_a_row_committed_late_with_a_smaller_id_is_not_missed():
     unpruned = lexical.unpruned_top("knowledge_fts", lexical.match_for("knowledge_fts", "月球"), limit=10)
     got = lexical.knowledge_candidates(lexical.match_for("knowledge_fts", "月球"), limit=10)
     assert got == unpruned
+
+
+@pytest.mark.postgresql_only("SQLite has one writer at a time: a smaller id cannot commit after a larger one")
+def test_a_message_committed_late_with_a_smaller_id_is_searchable():
+    """The resident message statistics read inserts from the change log, not "ids above the last one"."""
+    person = services.resolve_person(platform="t", external_id="a", name="阿明", at=NOW)
+    stream = services.resolve_stream(platform="t", kind="direct", external_id="d")
+
+    def say(text: str, at: int) -> int:
+        return services.append_message(stream_id=stream.pk, role="user", content=text, sender_person_id=person.pk,
+                                       at=at)[0].pk
+
+    def found(query: str) -> set[int]:
+        match = lexical.match_for("messages_fts", query)
+        return {i for i, _ in lexical.message_candidates(match, stream_id=stream.pk, limit=50)}
+
+    say("晚上喝了乌龙茶", NOW)
+    assert len(found("乌龙茶")) == 1  # the resident statistics and the stream's postings are loaded
+    index = lexical_index.resident_messages()
+    rebuilds = index.rebuilds
+    inserted, release, failure, late = threading.Event(), threading.Event(), [], []
+
+    def slow_writer() -> None:
+        try:
+            with transaction.atomic():
+                late.append(say("乌龙茶凉了", NOW + 1))
+                inserted.set()
+                assert release.wait(30)
+        except Exception as exc:  # surfaced by the main thread
+            failure.append(exc)
+            inserted.set()
+        finally:
+            connection.close()
+
+    writer = threading.Thread(target=slow_writer)
+    writer.start()
+    try:
+        assert inserted.wait(30) and not failure
+        early = say("乌龙茶真香", NOW + 2)
+        assert early > late[0]
+        seen = found("乌龙茶")
+        assert early in seen and late[0] not in seen
+    finally:
+        release.set()
+        writer.join(30)
+    assert not failure
+    assert late[0] in found("乌龙茶")
+    assert index.rebuilds == rebuilds  # appended, not reloaded
+    match = lexical.match_for("messages_fts", "乌龙茶 凉")
+    with transaction.atomic():  # the postings tables' own answer
+        want = lexical.message_candidates(match, stream_id=stream.pk, limit=10)
+    got = lexical.message_candidates(match, stream_id=stream.pk, limit=10)
+    assert [i for i, _ in got] == [i for i, _ in want]
+    assert [b for _, b in got] == pytest.approx([b for _, b in want], rel=1e-12)

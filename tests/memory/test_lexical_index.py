@@ -240,7 +240,6 @@ def _same_rows(got: list[tuple], want: list[tuple], score_at: int) -> None:
     assert [r[score_at + 1:] for r in got] == [tuple(r[score_at + 1:]) for r in want]
 
 
-@pytest.mark.sqlite_only("compares the resident scoped ranking with FTS5's")
 def test_person_and_stream_scoped_queries_rank_like_fts5_ties_included(monkeypatch):
     calls = []
     scores_for = lexical_index.ResidentBM25.scores_for
@@ -278,7 +277,6 @@ def test_person_and_stream_scoped_queries_rank_like_fts5_ties_included(monkeypat
     assert {"facts_fts", "cues_fts"} <= set(calls)  # the resident index answered (FTS5 only for want)
 
 
-@pytest.mark.sqlite_only("compares the resident scoped ranking with FTS5's")
 def test_scoped_queries_see_new_rows_and_changed_tokens():
     a, _b, stream = _people_and_stream()
     services.add_fact(person_id=a.pk, content="阿明喜欢火锅", kind="偏好", origin_kind="direct", at=NOW)
@@ -343,7 +341,6 @@ def _same_messages(stream_id: int, query: str, **kw) -> list[tuple[int, float]]:
     return got
 
 
-@pytest.mark.sqlite_only("compares the resident message index with FTS5's (PostgreSQL ranks messages from its postings)")
 def test_stream_scoped_message_search_ranks_like_fts5(monkeypatch):
     a, b, stream = _people_and_stream()
     other = services.resolve_stream(platform="t", kind="direct", external_id="d")
@@ -365,7 +362,6 @@ def test_stream_scoped_message_search_ranks_like_fts5(monkeypatch):
     assert [i for i, _ in tied][:2] == [ids[10], ids[0]]  # the same line twice: newer first, as FTS5 orders them
 
 
-@pytest.mark.sqlite_only("the resident message statistics are read from FTS5 (SQLite's inspect path)")
 def test_message_statistics_follow_appends_edits_and_deletes():
     a, _b, stream = _people_and_stream()
     _messages(stream, a, CHAT)
