@@ -86,10 +86,15 @@ check: lint
 clean:
 	rm -rf $(VENV) db.sqlite3 db.sqlite3-wal db.sqlite3-shm staticfiles test-artifacts
 
-# The whole suite on PostgreSQL (DATABASE_URL): a throwaway database on $(PG_HOST), dropped on exit.
+# The whole suite on PostgreSQL: `DATABASE_URL=<throwaway database on $(PG_HOST)> make test`. On exit — success,
+# failure or interrupt — it drops that database and every one named after it (pytest's test_<name>, the
+# <name>_it_* stores of tests/dbenv.py), so nothing is left behind even when pytest is killed.
 PG_HOST ?= 127.0.0.1
+PG_DB_PREFIX ?= memory_ci
 test-postgres: $(VENV)/.installed
-	@db=memory_ci_$$(date +%s)_$$$$; \
-	trap 'psql -h $(PG_HOST) -U postgres -qc "DROP DATABASE IF EXISTS \"$$db\" WITH (FORCE)" >/dev/null 2>&1; psql -h $(PG_HOST) -U postgres -qc "DROP DATABASE IF EXISTS \"test_$$db\" WITH (FORCE)" >/dev/null 2>&1' EXIT; \
+	@db=$(PG_DB_PREFIX)_$$(date +%s)_$$$$; \
+	drop() { psql -h $(PG_HOST) -U postgres -qAtc "SELECT datname FROM pg_database WHERE datname IN ('$$db', 'test_$$db') OR starts_with(datname, '$${db}_it_')" \
+	  | while read -r name; do psql -h $(PG_HOST) -U postgres -qc "DROP DATABASE IF EXISTS \"$$name\" WITH (FORCE)" >/dev/null; done; }; \
+	trap drop EXIT; trap 'exit 130' INT TERM; \
 	psql -h $(PG_HOST) -U postgres -qc "CREATE DATABASE \"$$db\"" && \
-	DATABASE_URL=postgres://postgres@$(PG_HOST):5432/$$db $(BIN)/python -m pytest -q
+	DATABASE_URL=postgres://postgres@$(PG_HOST):5432/$$db $(MAKE) --no-print-directory test

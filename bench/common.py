@@ -278,9 +278,17 @@ def evaluation_main(
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free localhost port: any, or the first free one of ``BENCH_PORTS`` (``18200-18299`` on a shared machine)."""
+    low, _, high = os.environ.get("BENCH_PORTS", "").partition("-")
+    candidates = range(int(low), int(high or low) + 1) if low else [0]
+    for port in candidates:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
+    raise RuntimeError(f"no free port in BENCH_PORTS={os.environ['BENCH_PORTS']}")
 
 
 def tree_cpu_seconds(pid: int) -> float:
@@ -297,6 +305,37 @@ def tree_cpu_seconds(pid: int) -> float:
         if int(entry.name) == pid or int(fields[1]) == pid:
             total += (int(fields[11]) + int(fields[12])) / tick
     return total
+
+
+class ServerCPU:
+    """CPU seconds of the PostgreSQL backends serving one database (their titles name it), sampled.
+
+    A backend's CPU is counted up to its last sample, so :meth:`sample` often while they live
+    (a connection that closes between samples loses its last interval). SQLite does its work
+    inside the client processes, whose CPU the caller measures; this is PostgreSQL's share.
+    """
+
+    def __init__(self, database: str):
+        self.needle = f" {database} "
+        self.seen: dict[int, float] = {}
+
+    def sample(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if not title.startswith("postgres:") or self.needle not in title:
+                    continue
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            self.seen[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.seen.values())
 
 
 def stop_process_group(proc: subprocess.Popen, *, timeout: float = 20.0) -> None:

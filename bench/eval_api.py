@@ -1,6 +1,7 @@
 """Retrieval quality lived through the HTTP API (``make eval`` runs it after ``bench.eval``).
 
-The product runs as deployed, in a temporary directory: its own SQLite file, ``migrate``,
+The product runs as deployed, in a temporary directory: its own SQLite file (or the empty
+PostgreSQL database ``--database-url`` names: the test suite on PostgreSQL passes a throwaway one), ``migrate``,
 ``gunicorn config.wsgi`` (2 sync workers) on a free localhost port, a real ``celery
 worker`` (2 processes) with the same settings, a bearer token from ``manage.py
 create_api_token``. Only the database path, the Redis database (``--redis-url``, flushed
@@ -34,6 +35,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -83,7 +85,7 @@ TABLE_KEYS = ("R@1", "R@3", "R@5", "nDCG@5")
 # settings a deployment would not inherit from this shell: the product defaults apply
 PRODUCT_KEYS = (
     "MEMORY_ENQUEUE_TASKS", "EMBEDDING_PROVIDER", "EMBEDDING_BASE_URL", "EMBEDDING_MODEL", "EMBEDDING_API_KEY",
-    "LLM_BASE_URL", "LLM_MODEL", "LLM_API_KEY", "DJANGO_SETTINGS_MODULE", "MEMORY_DB", "REDIS_URL",
+    "LLM_BASE_URL", "LLM_MODEL", "LLM_API_KEY", "DJANGO_SETTINGS_MODULE", "MEMORY_DB", "REDIS_URL", "DATABASE_URL",
 )
 
 
@@ -91,9 +93,10 @@ PRODUCT_KEYS = (
 
 
 class Deployment:
-    """gunicorn + a celery worker on a fresh SQLite file in ``folder``, Redis at ``redis_url``."""
+    """gunicorn + a celery worker on a fresh SQLite file in ``folder`` (or ``database_url``), Redis at ``redis_url``."""
 
-    def __init__(self, folder: Path, redis_url: str, *, log: Callable[[str], None], profile: dict | None = None):
+    def __init__(self, folder: Path, redis_url: str, *, log: Callable[[str], None], profile: dict | None = None,
+                 database_url: str = ""):
         db_number = int((urlparse(redis_url).path or "/0").lstrip("/") or 0)
         if db_number == 0:
             raise SystemExit("the API evaluation flushes its Redis database: give it one other than DB 0")
@@ -102,6 +105,8 @@ class Deployment:
         env = {k: v for k, v in os.environ.items() if k not in PRODUCT_KEYS}
         env.update(DJANGO_SETTINGS_MODULE="config.settings", MEMORY_DB=str(self.db), REDIS_URL=redis_url,
                    DJANGO_DEBUG="False", LOG_LEVEL="WARNING", OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+        if database_url:  # never inherited: a deployment's DATABASE_URL in this shell must not be written to
+            env["DATABASE_URL"] = database_url
         env.setdefault("JIEBA_CACHE", str(Path(tempfile.gettempdir()) / "memory-console-jieba.cache"))
         self.env = env
         self.server = None
@@ -130,15 +135,17 @@ class Deployment:
             cwd=ROOT, env=self.env, stdout=self.worker_log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         self.server = Server(self.env, workers=2)
-        self.server.wait_ready()
+        self.server.wait_ready(timeout=180)  # returns when it answers (seconds alone; 60 s ran out at load 10)
         self.log(f"deployed: gunicorn {self.server.base} (2 workers), celery worker pid {self.worker.pid}, "
-                 f"db {self.db}, redis {self.redis_url}")
+                 f"db {'PostgreSQL' if 'DATABASE_URL' in self.env else self.db}, redis {self.redis_url}")
 
     def settings(self) -> dict:
         """What the deployed processes read (this process is configured the same way)."""
         from django.conf import settings
+        from django.db import connection
 
         return {
+            "database": connection.vendor,
             "MEMORY_ENQUEUE_TASKS": settings.MEMORY_ENQUEUE_TASKS,
             "EMBEDDING_PROVIDER": settings.EMBEDDING_PROVIDER,
             "LLM": "configured" if settings.LLM_BASE_URL and settings.LLM_MODEL else "none (heuristic summariser/extractor)",
@@ -151,7 +158,7 @@ class Deployment:
     def setup_django(self) -> None:
         """Point this process at the deployed database (read-only use: the idle check)."""
         os.environ.update({k: self.env[k] for k in ("DJANGO_SETTINGS_MODULE", "MEMORY_DB", "REDIS_URL", "DJANGO_DEBUG",
-                                                      "LOG_LEVEL", "JIEBA_CACHE")})
+                                                      "LOG_LEVEL", "JIEBA_CACHE", "DATABASE_URL") if k in self.env})
         for key in PRODUCT_KEYS:
             if key not in self.env:
                 os.environ.pop(key, None)
@@ -568,7 +575,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
         MemdailyStack(i, g) for i, g in enumerate(eval_memdaily.haystacks_from(load_memdaily(), args.memdaily_haystacks))
     ]
     folder = Path(tempfile.mkdtemp(prefix="memory-eval-api-"))
-    dep = Deployment(folder, args.redis_url, log=log, profile=args.profile)
+    dep = Deployment(folder, args.redis_url, log=log, profile=args.profile, database_url=args.database_url)
     result: dict = {}
     try:
         dep.start()
@@ -710,7 +717,8 @@ def render(results: dict) -> str:
         "## Retrieval quality lived through the API (`python -m bench.eval_api`)",
         "",
         f"Produced by `{results['command']}` on {results['generated_at']} in {results['seconds']} s "
-        "(machine-readable: `bench/results/eval_api.json`). The product runs as deployed on a fresh SQLite file: "
+        f"(machine-readable: `bench/results/eval_api.json`). The product runs as deployed on a fresh "
+        f"{'PostgreSQL database' if dep.get('database') == 'postgresql' else 'SQLite file'}: "
         f"{dep['server']}, {dep['worker']}, enqueueing {'on' if dep['MEMORY_ENQUEUE_TASKS'] else 'OFF'}, "
         f"embeddings `{dep['EMBEDDING_PROVIDER']}`, LLM {dep['LLM']}, default retrieval profile (prompt limit "
         f"{dep['FACT_RECALL_LIMIT']} facts), DEBUG off. Everything goes through HTTP with a bearer token; the "
@@ -805,6 +813,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--redis-url", default=DEFAULT_REDIS,
                    help="Redis database of the deployed worker, flushed before and after (default "
                         "$MEMORY_EVAL_REDIS_URL or DB 14; never DB 0)")
+    p.add_argument("--database-url", default="", metavar="URL",
+                   help="an empty PostgreSQL database to deploy on instead of a fresh SQLite file (migrated, left "
+                        "filled: give a throwaway one); $DATABASE_URL is never used")
     p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds to wait for the worker to be idle")
     p.add_argument("--per-question", type=Path, default=None, metavar="JSONL",
                    help="also write every LoCoMo question (gold, prompt fact ids, evidence covered, R@5) as JSON lines")
@@ -828,6 +839,9 @@ def main(argv: list[str] | None = None) -> int:
     from bench.eval import INTRO, TITLE
 
     args = parse_args(argv)
+    # SIGTERM (a test's timeout, Ctrl-C of a parent) unwinds like an exception: run()'s finally stops gunicorn and
+    # the worker, which live in sessions of their own and would otherwise outlive this process
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
     def measure(results: dict, log: Log) -> None:
         results["cpus"] = os.cpu_count()

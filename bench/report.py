@@ -129,8 +129,16 @@ def render_backends() -> str | None:
                          "≤ 30" if key == "turn_total" else ""))
     if runs:
         n = next(iter(runs.values()))["messages"]
+        def total(run: dict | None):
+            if not run:
+                return None
+            seconds = run.get("seconds", {}).get("total")
+            return seconds if run.get("completed", True) else f"{seconds} (not finished)"
+
         rows.append((f"{n} messages → episodes, facts, vectors through a real worker — s",
-                     [(runs.get(b) or {}).get("seconds", {}).get("total") for b in cols], ""))
+                     [total(runs.get(b)) for b in cols], ""))
+        rows.append(("the same — CPU s (poster + worker + PostgreSQL's server processes)",
+                     [(runs.get(b) or {}).get("cpu_seconds", {}).get("total") for b in cols], ""))
     copy = speed.get("postgresql_copy") or {}
     lines = ["<!-- backends:start -->", "## SQLite and PostgreSQL side by side (`make bench`)", "",
              "The same scale store on both backends, measured in one run on this machine "

@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -215,7 +216,7 @@ def bench_worker(n_messages: int, streams: int = 5, timeout: float = 300.0, back
     import redis
 
     from bench import backends
-    from bench.common import stop_process_group
+    from bench.common import ServerCPU, stop_process_group, tree_cpu_seconds
 
     tmp = Path(tempfile.mkdtemp(prefix="memory-worker-bench-"))
     db: Path | str = tmp / "bench.sqlite3"
@@ -229,24 +230,44 @@ def bench_worker(n_messages: int, streams: int = 5, timeout: float = 300.0, back
     log = open(tmp / "worker.log", "wb")
     celery = str(Path(sys.executable).with_name("celery"))
     worker = subprocess.Popen([celery, "-A", "config", "worker", "-n", "bench@%h", "--concurrency=2",
-                               "--loglevel=WARNING", "--without-mingle", "--without-gossip"],
+                               f"--loglevel={os.environ.get('BENCH_WORKER_LOGLEVEL', 'WARNING')}", "--without-mingle", "--without-gossip"],
                               cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         time.sleep(8)  # worker start-up incl. model loads, not part of the measurement
-        driver = subprocess.run([sys.executable, "-c", DRIVER, str(n_messages), str(streams)], cwd=ROOT, env=env,
-                                capture_output=True, text=True, check=True)
-        stamps = json.loads(driver.stdout.strip().splitlines()[-1])
+        server = ServerCPU(str(db).rsplit("/", 1)[1]) if backends.is_pg(db) else None
+        worker_cpu0 = tree_cpu_seconds(worker.pid)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(n_messages), str(streams)], cwd=ROOT, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        while driver.poll() is None:
+            if server is not None:
+                server.sample()
+            time.sleep(0.2)
+        out, err = driver.communicate()
+        if driver.returncode:
+            raise RuntimeError(f"driver failed: {err[-2000:]}")
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        stamps = json.loads(out.strip().splitlines()[-1])
         state = _due(db)
         while time.time() - stamps["started"] < timeout:
+            if server is not None:
+                server.sample()
             state = _due(db)
             if not state["summarise_due"] and not state["extract_due"] and not state["null_vectors"]:
                 break
             time.sleep(0.25)
         done = time.time()
+        if server is not None:
+            server.sample()
+        cpu = {"driver": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
+               "worker": round(tree_cpu_seconds(worker.pid) - worker_cpu0, 2),
+               "postgresql_server": None if server is None else round(server.seconds, 2)}
+        cpu["total"] = round(sum(v for v in cpu.values() if v), 2)
         return {"backend": backend, "messages": n_messages, "streams": streams, "worker_processes": 2, **state,
                 "seconds": {"post": round(stamps["posted"] - stamps["started"], 3),
                             "total": round(done - stamps["started"], 3),
                             "after_last_post": round(done - stamps["posted"], 3)},
+                "cpu_seconds": cpu, "load_average": [round(x, 2) for x in os.getloadavg()],
                 "completed": not state["summarise_due"] and not state["extract_due"] and not state["null_vectors"]}
     finally:
         stop_process_group(worker)

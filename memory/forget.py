@@ -477,6 +477,8 @@ def _redact_json(value: Any, pattern: re.Pattern[str] | None) -> Any:
 
 
 def _drop_cursor(stream_id: int) -> None:
+    with connection.cursor() as cur:  # the cursors' one meta row (memory.pipeline.cursor_moved)
+        backends.lock_key(cur, backends.LOCK_EXTRACT_CURSORS, 0)
     cursors = meta_get(EXTRACT_CURSOR_KEY, {})
     if isinstance(cursors, dict) and str(stream_id) in cursors:
         cursors.pop(str(stream_id))

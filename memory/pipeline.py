@@ -27,9 +27,9 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 
-from memory import broker, enqueue, jobs, lexical, selectors, services, triggers
+from memory import backends, broker, enqueue, jobs, lexical, selectors, services, triggers
 from memory.engine.scope import SCOPE_ALL, origin_kind_for_stream
 from memory.meta import meta_set
 from memory.models import (
@@ -326,8 +326,20 @@ def _summary_failed(stream_id: int, batch: Sequence[Message], reason: str, at: i
 # --- fact extraction (§3.14) --------------------------------------------------------------
 
 
+def cursor_moved(stream_id: int, cursor: int) -> bool:
+    """Lock the cursors until the transaction ends, then tell whether this stream's is no longer ``cursor``.
+
+    Every stream's cursor lives in one meta row that each batch reads, changes and writes
+    back: without the lock, two streams' batches committing at once on PostgreSQL (read
+    committed) would each write the map they read, and one stream's cursor would go back.
+    """
+    with connection.cursor() as cur:
+        backends.lock_key(cur, backends.LOCK_EXTRACT_CURSORS, 0)
+    return read_cursor(stream_id) != cursor
+
+
 def advance_cursor(stream_id: int, message_id: int) -> None:
-    """Set a stream's cursor (:mod:`memory.triggers`); call inside the transaction that wrote the batch."""
+    """Set a stream's cursor (:mod:`memory.triggers`); call inside the transaction that wrote the batch, after :func:`cursor_moved`."""
     cursors = triggers.cursor_map()
     cursors[str(stream_id)] = int(message_id)
     meta_set(EXTRACT_CURSOR_KEY, cursors)
@@ -385,7 +397,7 @@ def extract_stream(*, stream_id: int, extractor: Extractor | None = None, at: in
     participants = _participants(stream, batch)
     if not participants:
         with transaction.atomic():
-            if read_cursor(stream_id) != cursor:
+            if cursor_moved(stream_id, cursor):
                 return BatchOutcome("raced", stream_id, more=extract_due(stream_id))
             advance_cursor(stream_id, last_id)
         return BatchOutcome("no_participants", stream_id, messages=len(batch), more=extract_due(stream_id))
@@ -413,7 +425,7 @@ def extract_stream(*, stream_id: int, extractor: Extractor | None = None, at: in
     by_ref = {p.external_id: p for p in participants}
     origin = origin_kind_for_stream(stream.kind)
     with transaction.atomic():
-        if read_cursor(stream_id) != cursor:
+        if cursor_moved(stream_id, cursor):
             return BatchOutcome("raced", stream_id, more=extract_due(stream_id))
         fact_ids = _persist_facts(extraction.facts, by_ref, origin=origin, stream_id=stream_id, at=now, emit=emit)
         knowledge_ids = _persist_knowledge(extraction.knowledge, at=now, emit=emit)
@@ -486,7 +498,7 @@ def _extract_failed(stream_id: int, batch: Sequence[Message], cursor: int, reaso
     if failures < BATCH_RETRY_LIMIT:
         return BatchOutcome("failed", stream_id, messages=len(batch), failures=failures, error=reason)
     with transaction.atomic():
-        if read_cursor(stream_id) != cursor:
+        if cursor_moved(stream_id, cursor):
             return BatchOutcome("raced", stream_id, more=extract_due(stream_id))
         advance_cursor(stream_id, batch[-1].pk)
         _clear_failures(stream_id=stream_id, queue=EXTRACT)

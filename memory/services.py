@@ -179,20 +179,26 @@ def append_message(
     if role == "user" and sender_person_id is None:
         raise MemoryInputError("a user message needs its sender")
     _check_length(content)
+    row = {"role": role, "content": content, "created_at": _at(at), "stream_id": stream_id,
+           "sender_person_id": sender_person_id, "external_message_id": external_message_id}
+    if backends.is_postgresql():
+        # One statement, its own transaction outside one: a single round trip to the server (SQLite's
+        # path below would be nine: the look-up, BEGIN, five statements, COMMIT). A repeated
+        # external id inserts nothing (ON CONFLICT) and the stored row is returned.
+        stored = backends.postgresql.insert_message(row)
+        if stored is None:
+            return Message.objects.get(stream_id=stream_id, external_message_id=external_message_id), False
+        enqueue.stream_checks_on_commit(stream_id)  # outside a transaction: committed, runs now
+        message = Message(id=stored[0], tokens=stored[1], **row)
+        message._state.adding, message._state.db = False, connection.alias
+        return message, True
     if external_message_id is not None and _one(
         "SELECT 1 FROM messages WHERE stream_id = %s AND external_message_id = %s", [stream_id, external_message_id]
     ):
         return Message.objects.get(stream_id=stream_id, external_message_id=external_message_id), False
     try:
         with transaction.atomic():
-            message = Message.objects.create(
-                stream_id=stream_id,
-                role=role,
-                content=content,
-                sender_person_id=sender_person_id,
-                external_message_id=external_message_id,
-                created_at=_at(at),
-            )
+            message = Message.objects.create(**row)
             message.tokens = lexical.index_messages([(message.pk, content, stream_id)])[0]
             enqueue.stream_checks_on_commit(stream_id)
     except IntegrityError:
@@ -372,6 +378,8 @@ def add_fact(
     slot = (slot or "").strip()
     supersedes = supersedes if isinstance(supersedes, int) and supersedes > 0 else 0
     with transaction.atomic():
+        with connection.cursor() as cur:  # two writers must not both miss each other's similar fact
+            backends.lock_key(cur, backends.LOCK_PERSON_FACTS, person_id)
         existing = _find_similar(person_id, content, key)
         if existing is not None:
             nxt = decay.reinforce(existing.retention_at(at))

@@ -28,6 +28,10 @@ from memory.backends import postgresql, sqlite
 SQLITE = "sqlite"
 POSTGRESQL = "postgresql"
 
+#: Lock spaces of :func:`lock_key`.
+LOCK_PERSON_FACTS = 1      # key: person id — add_fact's look for a similar fact, then insert
+LOCK_EXTRACT_CURSORS = 2   # key: 0 — the one meta row holding every stream's extraction cursor
+
 
 def vendor(conn: Any = None) -> str:
     return (conn or connection).vendor
@@ -59,6 +63,16 @@ def fetch_binary(sql: str, params: Sequence[Any]) -> list[tuple]:
 def bump_revision(cur: Any, key: str) -> None:
     """Set a ``meta`` revision to ``<counter + 1>-<random>`` (never equal to an earlier value)."""
     cur.execute(module().BUMP_REVISION_SQL, [key])
+
+
+def lock_key(cur: Any, space: int, key: int) -> None:
+    """Hold a lock on ``(space, key)`` until the current transaction ends (serialises check-then-insert).
+
+    SQLite's IMMEDIATE transactions already exclude every other writer; PostgreSQL takes a
+    transaction-level advisory lock (``pg_advisory_xact_lock``), so two transactions that
+    each look for a similar row before inserting one cannot both miss the other's.
+    """
+    module().lock_key(cur, space, key)
 
 
 def log2_sql(expression: str) -> str:

@@ -69,6 +69,10 @@ def fetch_binary(sql: str, params: Sequence[Any]) -> list[tuple]:
         return cur.fetchall()
 
 
+def lock_key(cur: Any, space: int, key: int) -> None:
+    cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [int(space), int(key)])
+
+
 def secure_delete(cur: Any) -> None:
     """No such switch: vacuum reclaims dead tuples (docs/DEPLOY.md)."""
 
@@ -196,8 +200,18 @@ def _store_tokens(cur: Any, table: str, payload: Sequence[tuple]) -> None:
     cur.executemany(f"UPDATE {src.table} SET {src.tokens} = %s WHERE id = %s", [(p[1], p[0]) for p in payload])
 
 
+def _doc_postings(tokens: str, extra_tokens: int) -> tuple[int, list[tuple[str, int, str]]]:
+    """A document's length (as FTS5 counts it) and its ``(term, tf, positions literal)`` postings."""
+    toks = fts_tokens(tokens or "")
+    positions: dict[str, list[int]] = defaultdict(list)
+    for position, token in enumerate(toks):
+        positions[token].append(position)
+    postings = [(term, len(where), "{" + ",".join(map(str, where)) + "}") for term, where in positions.items()]
+    return len(toks) + extra_tokens, postings
+
+
 def _write_docs(cur: Any, table: str, docs: Sequence[tuple[int, str, int]]) -> None:
-    """Index ``(doc_id, index_tokens, scope)`` rows: docs, postings and a statistics delta."""
+    """Index ``(doc_id, index_tokens, scope)`` rows: docs, postings and a statistics delta, in one statement."""
     if not docs:
         return
     src = SOURCES[table]
@@ -205,33 +219,27 @@ def _write_docs(cur: Any, table: str, docs: Sequence[tuple[int, str, int]]) -> N
     post: dict[str, list] = {k: [] for k in ("term", "doc", "scope", "tf", "length", "positions")}
     total = 0
     for doc_id, tokens, scope in docs:
-        toks = fts_tokens(tokens or "")
-        length = len(toks) + src.extra_tokens
+        length, postings = _doc_postings(tokens, src.extra_tokens)
         total += length
         doc_rows.append((doc_id, scope, length))
-        positions: dict[str, list[int]] = defaultdict(list)
-        for position, token in enumerate(toks):
-            positions[token].append(position)
-        for term, where in positions.items():
+        for term, tf, positions in postings:
             post["term"].append(term)
             post["doc"].append(doc_id)
             post["scope"].append(scope)
-            post["tf"].append(len(where))
+            post["tf"].append(tf)
             post["length"].append(length)
-            post["positions"].append("{" + ",".join(map(str, where)) + "}")
+            post["positions"].append(positions)
     cur.execute(
-        "INSERT INTO lexical_docs(source, doc_id, scope, length)"
-        " SELECT %s, * FROM unnest(%s::bigint[], %s::bigint[], %s::int[])",
-        [src.code, [d[0] for d in doc_rows], [d[1] for d in doc_rows], [d[2] for d in doc_rows]],
+        "WITH d AS (INSERT INTO lexical_docs(source, doc_id, scope, length)"
+        " SELECT %s, * FROM unnest(%s::bigint[], %s::bigint[], %s::int[])),"
+        " p AS (INSERT INTO lexical_postings(source, term, doc_id, scope, tf, length, positions)"
+        " SELECT %s, t, d, s, f, l, p::int[] FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::int[],"
+        " %s::int[], %s::text[]) AS u(t, d, s, f, l, p))"
+        " INSERT INTO lexical_stats(source, docs, tokens) VALUES (%s, %s, %s)",
+        [src.code, [d[0] for d in doc_rows], [d[1] for d in doc_rows], [d[2] for d in doc_rows],
+         src.code, post["term"], post["doc"], post["scope"], post["tf"], post["length"], post["positions"],
+         src.code, len(docs), total],
     )
-    if post["term"]:
-        cur.execute(
-            "INSERT INTO lexical_postings(source, term, doc_id, scope, tf, length, positions)"
-            " SELECT %s, t, d, s, f, l, p::int[] FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::int[],"
-            " %s::int[], %s::text[]) AS u(t, d, s, f, l, p)",
-            [src.code, post["term"], post["doc"], post["scope"], post["tf"], post["length"], post["positions"]],
-        )
-    cur.execute("INSERT INTO lexical_stats(source, docs, tokens) VALUES (%s, %s, %s)", [src.code, len(docs), total])
 
 
 def _delete_docs(cur: Any, table: str, doc_ids: Iterable[int]) -> None:
@@ -273,6 +281,38 @@ def index_messages(rows: Sequence[tuple[int, str, int]]) -> list[str]:
             _write_docs(cur, "messages_fts", indexed)
             _store_tokens(cur, "messages_fts", indexed)
     return [tokens for _, tokens, _ in payload]
+
+
+def insert_message(row: dict[str, Any]) -> tuple[int, str] | None:
+    """INSERT one message (``row``: its columns) and its postings, doc row and statistics delta in one statement.
+
+    Returns ``(id, tokens)``, or ``None`` when the stream already holds the row's
+    ``external_message_id`` (nothing is written). One statement is atomic on its own, so
+    outside a transaction the message costs one round trip (no BEGIN, no COMMIT).
+    """
+    tokens = index_tokens(row.get("content") or "")
+    columns = [*row, "tokens"]
+    sql = (f"WITH m AS (INSERT INTO messages({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})"
+           " ON CONFLICT (stream_id, external_message_id) WHERE external_message_id IS NOT NULL DO NOTHING"
+           " RETURNING id)")
+    params: list[Any] = [*row.values(), tokens]
+    if tokens:
+        src = SOURCES["messages_fts"]
+        scope = int(row["stream_id"])
+        length, postings = _doc_postings(tokens, src.extra_tokens)
+        sql += (
+            ", d AS (INSERT INTO lexical_docs(source, doc_id, scope, length) SELECT %s, m.id, %s, %s FROM m),"
+            " p AS (INSERT INTO lexical_postings(source, term, doc_id, scope, tf, length, positions)"
+            " SELECT %s, u.t, m.id, %s, u.f, %s, u.p::int[] FROM m, unnest(%s::text[], %s::int[], %s::text[])"
+            " AS u(t, f, p)),"
+            " s AS (INSERT INTO lexical_stats(source, docs, tokens) SELECT %s, 1, %s FROM m)"
+        )
+        params += [src.code, scope, length, src.code, scope, length, [p[0] for p in postings],
+                   [p[1] for p in postings], [p[2] for p in postings], src.code, length]
+    with connection.cursor() as cur:
+        cur.execute(sql + " SELECT id FROM m", params)
+        found = cur.fetchone()
+    return None if found is None else (int(found[0]), tokens)
 
 
 def reindex_message(rowid: int, text: str, stream_id: int, old_tokens: str) -> str:
@@ -421,7 +461,9 @@ def _score(
         hits_per_phrase[key] = sum(1 for _, positions in pool.values() if _phrase_hits(phrase, positions))
     idfs = []
     for phrase in phrases:
-        n_hit = hits_per_phrase[tuple(phrase)]
+        # Read committed: the statistics and the postings are read by different statements, and rows
+        # another transaction commits in between can make more documents hit than the statistics count.
+        n_hit = min(hits_per_phrase[tuple(phrase)], n_rows)
         idf = math.log((n_rows - n_hit + 0.5) / (n_hit + 0.5))
         idfs.append(idf if idf > 0.0 else IDF_FLOOR)
     avgdl = float(n_tokens) / float(n_rows)

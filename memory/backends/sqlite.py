@@ -13,6 +13,10 @@ BUMP_REVISION_SQL = (
 LOG2_SQL = "log2({})"
 
 
+def lock_key(cur: Any, space: int, key: int) -> None:
+    """Nothing to do: an IMMEDIATE transaction already holds the database's one write lock."""
+
+
 def secure_delete(cur: Any) -> None:
     cur.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left in the file
 

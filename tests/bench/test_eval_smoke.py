@@ -47,7 +47,7 @@ def test_eval_smoke_locomo_subset(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "bench.eval", "--conversations", "2", "--questions", str(QUESTIONS), "--skip-memdaily",
          "--output", str(out), "--no-markdown"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,  # ~40 s alone; 120 s ran out at load 10
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads(out.read_text(encoding="utf-8"))

@@ -16,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    # the source is a SQLite file and the target a PostgreSQL database it creates, whatever the suite's
+    # backend: the PostgreSQL suite (.ci/run runs both at once) would repeat the very same test
+    pytest.mark.sqlite_only("copies a SQLite store into its own PostgreSQL database: run once, by the SQLite suite"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = os.environ.get("MEMORY_TEST_PG_SERVER", "postgres://postgres@127.0.0.1:5432")

@@ -21,6 +21,9 @@ from tests.redis_url import TEST_REDIS_URL
 
 pytestmark = [
     pytest.mark.integration,
+    # the demo brings its own PostgreSQL database and network namespace whatever the suite's backend:
+    # run once (by the SQLite suite), not twice at the same moment when .ci/run runs both suites
+    pytest.mark.sqlite_only("the demo sets up its own PostgreSQL database: run once, by the SQLite suite"),
     pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2 (ip netns)"),
 ]
 
