@@ -461,7 +461,8 @@ def _ranked_fact_rows(
 
 
 def _chunks(ranked: Sequence[tuple[int, float]], limit: int) -> Iterator[Sequence[tuple[int, float]]]:
-    """A whole ranking in batches for :func:`_ranked_fact_rows` (a batch covers ``limit`` when few are invalid)."""
+    """A whole ranking in batches for :func:`_ranked_fact_rows` and PostgreSQL's cues (a batch covers ``limit``
+    when few rows drop out)."""
     step = max(limit, 64)
     for start in range(0, len(ranked), step):
         yield ranked[start:start + step]
@@ -573,7 +574,12 @@ def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[Cue
     if rows is not None:
         return [CueHit(*h) for h in rows]
     if is_postgresql():
-        return [CueHit(*h) for h in postgresql.cue_candidates(terms_of(match), stream_id=stream_id, limit=limit)]
+        found: list[tuple[int, int, float]] = []
+        for batch in _chunks(postgresql.cue_scores(terms_of(match), stream_id), limit):
+            found += _cue_rows(list(batch))
+            if len(found) >= limit:
+                break
+        return [CueHit(*h) for h in found[:limit]]
     if stream_id is None:
         match = _pruned("cues_fts", match) or match
     expression = f"tokens : ({match})"

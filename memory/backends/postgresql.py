@@ -512,23 +512,9 @@ def fact_bm25(terms: Sequence[str], fact_ids: Sequence[int]) -> dict[int, float]
     return _score("facts_fts", terms, ids=fact_ids)
 
 
-def cue_candidates(terms: Sequence[str], *, stream_id: int | None, limit: int) -> list[tuple[int, int, float]]:
-    ranked = _best(_score("cues_fts", terms, scopes=None if stream_id is None else [stream_id]))
-    out: list[tuple[int, int, float]] = []
-    step = max(limit, 64)
-    for start in range(0, len(ranked), step):
-        chunk = ranked[start:start + step]
-        with connection.cursor() as cur:
-            cur.execute(
-                "SELECT c.id, c.episode_id FROM episode_cues c JOIN episodes e ON e.id = c.episode_id"
-                f" WHERE c.id IN ({_in_clause(chunk)}) AND e.kind <> 'unsummarized'",
-                [cid for cid, _ in chunk],
-            )
-            episode_of = dict(cur.fetchall())
-        out += [(episode_of[cid], cid, b) for cid, b in chunk if cid in episode_of]
-        if len(out) >= limit:
-            break
-    return out[:limit]
+def cue_scores(terms: Sequence[str], stream_id: int | None) -> list[tuple[int, float]]:
+    """Every matching cue ``(id, bm25)`` of one stream (``None``: all streams), best first (ties: lower id)."""
+    return _best(_score("cues_fts", terms, scopes=None if stream_id is None else [stream_id]))
 
 
 def top(table: str, terms: Sequence[str], limit: int) -> list[tuple[int, float]]:
