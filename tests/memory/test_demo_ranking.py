@@ -17,13 +17,29 @@ pytestmark = pytest.mark.django_db
 NOISE = {"主人最近在学做菜", "小林最近在学日语", "主人最近在学书法"}
 
 
+@pytest.fixture(scope="module")
+def _seeded(django_db_setup, django_db_blocker):
+    """``seed_demo`` once for the module (it embeds every fact with the local model: ~2 s), in a transaction
+    rolled back when the module ends; each test runs in a savepoint inside it and rolls its own writes back."""
+    from django.db import transaction
+    from django.test import override_settings
+
+    from memory.providers import config
+
+    with django_db_blocker.unblock(), override_settings(EMBEDDING_PROVIDER="local"), transaction.atomic():
+        config.reset_cache()
+        call_command("seed_demo", "--if-empty", stdout=io.StringIO(), stderr=io.StringIO())
+        yield
+        transaction.set_rollback(True)
+    config.reset_cache()
+
+
 @pytest.fixture
-def demo(settings):
+def demo(_seeded, settings):
     from memory.providers import config
 
     settings.EMBEDDING_PROVIDER = "local"  # the real local model (USE), vectors for every fact
     config.reset_cache()
-    call_command("seed_demo", "--if-empty", stdout=io.StringIO(), stderr=io.StringIO())
     owner = Person.objects.get(display_name="主人")
     return {"owner": owner, "lin": Stream.objects.get(external_id="lin")}
 
