@@ -43,6 +43,11 @@ worker: $(VENV)/.installed
 beat: $(VENV)/.installed
 	mkdir -p .cache && $(BIN)/celery -A config beat --loglevel=INFO --schedule .cache/celerybeat-schedule
 
+# Bytecode is cached even where PYTHONDONTWRITEBYTECODE is set: pytest then keeps the assertion-rewritten test
+# modules and plugin packages (schemathesis, hypothesis: ~10 s CPU per collection), and every process a test starts
+# (workers, gunicorn, drivers, manage.py) loads the project's modules compiled.
+test test-fast: export PYTHONDONTWRITEBYTECODE :=
+
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q
 
