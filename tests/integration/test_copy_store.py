@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import dbenv
+
 pytestmark = [
     pytest.mark.integration,
     # the source is a SQLite file and the target a PostgreSQL database it creates, whatever the suite's
@@ -52,7 +54,7 @@ def source(tmp_path_factory) -> dict[str, str]:
            "MEMORY_ENQUEUE_TASKS": "0", "EMBEDDING_PROVIDER": "local", "LLM_BASE_URL": "", "LLM_MODEL": "",
            "LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
     env.pop("DATABASE_URL", None)
-    manage(env, "migrate", "--noinput", "-v", "0")
+    dbenv.migrated_store(env)
     manage(env, "seed_demo")
     manage(env, "create_api_token", "copy-bot", "--scope", "bot", "--scope", "curation")
     return env

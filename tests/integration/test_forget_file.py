@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from tests import dbenv
 from tests.integration.test_worker import ROOT
 
 pytestmark = pytest.mark.integration
@@ -111,8 +112,7 @@ def test_forgetting_a_person_removes_their_text_from_the_database_file(tmp_path)
     env.update(DJANGO_SETTINGS_MODULE="config.settings", MEMORY_DB=str(db), MEMORY_ENQUEUE_TASKS="0",
                EMBEDDING_PROVIDER="none", PYTHONPATH=str(ROOT), SUMMARIZE_TRIGGER_MESSAGES="8",
                SUMMARIZE_BATCH_MESSAGES="8", FACT_EXTRACT_TRIGGER_MESSAGES="6", FACT_EXTRACT_BATCH_MESSAGES="12")
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True,
-                   timeout=120)
+    dbenv.migrated_store(env)
     done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(SECRETS)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]

@@ -49,9 +49,7 @@ def env(tmp_path) -> dict[str, str]:
         MEMORY_ENQUEUE_TASKS="1", EMBEDDING_PROVIDER="none", LLM_BASE_URL="", LLM_MODEL="", PYTHONPATH=str(ROOT),
         LOG_LEVEL="INFO",
     )
-    dbenv.store_env(values)
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=values,
-                   check=True, timeout=120)
+    dbenv.migrated_store(values)
     values["_TMP"] = str(tmp_path)
     yield values
     client.flushdb()

@@ -51,9 +51,7 @@ def env(tmp_path) -> dict[str, str]:
     values = dict(os.environ)
     values.update(DJANGO_SETTINGS_MODULE="config.settings", MEMORY_DB=str(tmp_path / "memory.sqlite3"),
                   MEMORY_ENQUEUE_TASKS="0", EMBEDDING_PROVIDER="none", PYTHONPATH=str(ROOT))
-    dbenv.store_env(values)
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=values,
-                   check=True, timeout=120)
+    dbenv.migrated_store(values)
     return values
 
 

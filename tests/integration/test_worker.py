@@ -71,9 +71,7 @@ def env(tmp_path_factory, redis_test_db) -> dict[str, str]:
         PYTHONPATH=str(ROOT),
         LOG_LEVEL="INFO",
     )
-    dbenv.store_env(values)
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=values,
-                   check=True, timeout=60)
+    dbenv.migrated_store(values)
     values["_TMP"] = str(tmp)
     return values
 

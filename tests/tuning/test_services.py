@@ -286,10 +286,7 @@ def _env(db: Path) -> dict[str, str]:
 def test_apply_in_one_process_is_seen_by_another_within_a_second(tmp_path):
     db = tmp_path / "live.sqlite3"
     env = _env(db)
-    dbenv.store_env(env)
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "--skip-checks", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=120
-    )
+    dbenv.migrated_store(env)
     watcher = subprocess.Popen(
         [sys.executable, "-c", WATCHER], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

@@ -87,11 +87,7 @@ def test_apply_reaches_a_celery_worker_within_a_second(tmp_path):
             "EMBEDDING_PROVIDER": "none",
         }
     )
-    dbenv.store_env(env)
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "--skip-checks", "-v", "0"],
-        cwd=ROOT, env=env, check=True, timeout=180,
-    )
+    dbenv.migrated_store(env)
     worker = subprocess.Popen(
         [celery, "-A", "config", "worker", "-Q", queue, "--pool=solo", "--concurrency=1", "--without-gossip",
          "--without-mingle", "--without-heartbeat", "--loglevel=WARNING", "-n", f"{queue}@%h"],
