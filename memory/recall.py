@@ -405,7 +405,7 @@ def rank_pool(
 
     With a query vector the dense candidates of the same persons join the pool
     (no percentile cut for them); facts invalidated since the pool was built
-    leave it; every candidate gets its cosine (``selectors.fact_cosines``) and is
+    leave it; every candidate gets its cosine (``selectors.valid_fact_cosines``) and is
     ranked by the engine's ``rank``; the eligible top ``limit`` is the prompt.
     """
     pool = list(pool)
@@ -415,11 +415,8 @@ def rank_pool(
             overrides=overrides,
         )
         pool = selectors.merge_dense_candidates(pool, dense, query=text)
-    still_valid = set(
-        Fact.objects.valid().filter(pk__in=[f.id for f in pool]).values_list("id", flat=True)
-    )
+    still_valid, cosines = selectors.valid_fact_cosines([f.id for f in pool], query_vector)
     pool = [f for f in pool if f.id in still_valid]
-    cosines = selectors.fact_cosines([f.id for f in pool], query_vector) if query_vector is not None else {}
     ranked = selectors.rank_facts(pool, overrides, cosines=cosines)
     return PromptRanking(prompt=prompt_facts(ranked, limit), held_back=held_back_facts(ranked, limit), ranked=ranked)
 
