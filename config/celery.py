@@ -61,7 +61,7 @@ def lower_priority() -> int:
     share; a worker sharing a session with the web (``make run``) needs no more than its
     own niceness.
     """
-    from django.conf import settings
+    from django.conf import settings  # this module loads with the settings (config/__init__.py): read them late
 
     current = os.nice(0)
     target = int(getattr(settings, "WORKER_NICENESS", 0))

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
-from memory import lexical, overrides, selectors, services
+from memory import backends, lexical, overrides, selectors, services
 from memory.engine import context as conversation
 from memory.engine import spreading
 from memory.engine.scope import fact_visible_in_stream
@@ -270,6 +270,14 @@ class TurnContext:
     context: list[ContextLine] = field(default_factory=list)
 
 
+def _trace_write() -> None:
+    """A turn's writes (its trace; a confirm's reinforcement) do not wait for a disk flush
+    (:func:`memory.backends.commit_without_flush`): the bot is waiting, and a crash of the
+    database server may at worst lose the last half-second of them."""
+    with connection.cursor() as cur:
+        backends.commit_without_flush(cur)
+
+
 def prepare_turn(
     *,
     stream_id: int,
@@ -308,6 +316,7 @@ def prepare_turn(
     if record:
         prompt_ids = [f.id for f in prompt_facts(pool, limit)]
         with transaction.atomic():
+            _trace_write()
             turn = Turn.objects.create(
                 stream=stream, speaker_id=speaker_id, at=now, text=text, impression=impression,
                 watermark_message_id=watermark, stream_kind=stream.kind, present_person_ids=persons,
@@ -455,6 +464,7 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     ranked = ranking.prompt
     held = [f.id for f in ranking.held_back]
     with transaction.atomic():
+        _trace_write()
         if Turn.objects.filter(pk=turn_id, confirmed_at__isnull=True).update(confirmed_at=now) != 1:
             raise TurnStateError(f"turn {turn_id} was already confirmed")
         reinforced = services.reinforce_recalled_facts(facts=ranked, at=now)

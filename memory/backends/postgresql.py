@@ -77,6 +77,10 @@ def secure_delete(cur: Any) -> None:
     """No such switch: vacuum reclaims dead tuples (docs/DEPLOY.md)."""
 
 
+def commit_without_flush(cur: Any) -> None:
+    cur.execute("SET LOCAL synchronous_commit TO OFF")
+
+
 @dataclass(frozen=True)
 class Source:
     code: int          # lexical_* .source
