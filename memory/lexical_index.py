@@ -15,7 +15,8 @@ knowledge batch deletion. Inserted rows are read from the change log
 inserting transaction's id, so a row committed late with a smaller id is not
 missed) and appended on the next query (a cheap tail, merged in batches); triggers
 bump ``meta['lexical_revision:<table>']`` on any delete or token change, and a
-changed revision rebuilds the table's index. The index only answers queries
+changed revision rebuilds the table's index (the message statistics,
+:class:`ResidentMessages`, read edits and deletes from the log instead). The index only answers queries
 made outside a transaction (autocommit reads see committed rows only, so a
 rolled-back insert can never linger in it); inside one, callers fall back to
 FTS5. Terms that FTS5 would turn into multi-token phrases (``3.14``) fall back
@@ -526,19 +527,29 @@ class ResidentMessages:
     (:data:`STREAMS_CACHED`), and computes the very score FTS5 would for that stream's
     rows (same IDF, k1, b, document lengths over both columns, order of operations).
 
-    Freshness as :class:`ResidentBM25`: rows above the last id loaded are appended to the
-    statistics (and to a cached stream's postings); triggers bump
-    ``meta['lexical_revision:messages']`` when a message with an FTS row is deleted, its
-    stored tokens change, or its content is edited (a placeholder body filled in), and a
-    changed revision reloads everything. Used only outside a transaction. A query term
-    shaped like the ``stream`` column's tokens (``s123``) is left to FTS5: the vocabulary
-    counts it in both columns, FTS5's IDF only in ``tokens``.
+    Freshness without reloading: rows above the last id loaded are appended to the statistics
+    (and to a cached stream's postings). Edits and deletes are logged by triggers in the
+    change log (:mod:`memory.changes`, migration 0025) with the row's stream and tokens
+    before the change — a message with tokens deleted, its stored tokens changed (from ``''``
+    too: a placeholder body filled in gets its first FTS row at an old id; SQLite, whose
+    appends store their tokens with such an UPDATE, logs the content edit instead) — and read in
+    one statement together with each row as that snapshot shows it: the old row's share
+    (document frequency of its terms and its stream token, one row, its tokens) comes out,
+    the present row's goes in, and the cached postings of its stream are dropped (read again
+    on its next search). A reload is left for what the log cannot tell: a pruned log, a
+    moved ``meta['lexical_revision:messages']``, rows gone unlogged (a restored file). Used
+    only outside a transaction. A query term shaped like the ``stream`` column's tokens
+    (``s123``) is left to FTS5: the vocabulary counts it in both columns, FTS5's IDF only in
+    ``tokens``.
 
     PostgreSQL commits in any order, so "above the last id" would miss a message committed
     late with a smaller id: there the statistics come from the postings tables (one
-    repeatable-read snapshot: document frequencies, lengths, the ids counted) and inserted
-    messages from the change log (:mod:`memory.changes`, migration 0023); a stream's
-    postings keep only the ids the statistics count, the others arrive with the next poll.
+    repeatable-read snapshot: document frequencies, lengths, the ids counted) and every
+    change — inserts too — from the change log read by transaction id
+    (:func:`memory.backends.postgresql.read_message_changes`); a row's changes since the last
+    read telescope (the old tokens of its first one out, its present tokens in), so they
+    add up to the snapshot's statistics whatever the commit order. A stream's postings keep
+    only the ids the statistics count, the others arrive with the next poll.
     """
 
     def __init__(self) -> None:

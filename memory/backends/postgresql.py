@@ -26,7 +26,9 @@ as on SQLite.
 
 Rows leave the index by triggers (deletes of facts, cues, knowledge, messages; TRUNCATE),
 which also bump the lexical revisions the resident index watches; inserts are logged in
-``memory_changes`` with the writing transaction's id (:mod:`memory.changes`).
+``memory_changes`` with the writing transaction's id (:mod:`memory.changes`), and so are
+message deletes and token changes, with the old tokens (migration 0025,
+:func:`read_message_changes`).
 """
 from __future__ import annotations
 
@@ -568,13 +570,13 @@ def read_message_changes(revision_key: str, horizon: int | None, seen: set[int])
             "WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin)"
             " SELECT (SELECT value FROM meta WHERE key = %s), h.xmin,"
             " (SELECT coalesce(json_agg(json_build_array(c.id, c.row_id, c.xid, c.scope,"
-            "   CASE WHEN c.id = ANY(%s::bigint[]) THEN NULL ELSE c.old_tokens END, m.stream_id, m.tokens)"
-            "   ORDER BY c.id), '[]')"
-            "  FROM memory_changes c LEFT JOIN messages m ON m.id = c.row_id AND NOT (c.id = ANY(%s::bigint[]))"
+            "   CASE WHEN s.id IS NULL THEN c.old_tokens END, m.stream_id, m.tokens) ORDER BY c.id), '[]')"
+            "  FROM memory_changes c LEFT JOIN unnest(%s::bigint[]) AS s(id) ON s.id = c.id"
+            "  LEFT JOIN messages m ON s.id IS NULL AND m.id = c.row_id"
             "  WHERE c.source = 'messages' AND c.xid >= coalesce(%s, h.xmin)),"
             " (SELECT value FROM meta WHERE key = 'changes_pruned_through')"
             " FROM h",
-            [revision_key, sorted(seen), sorted(seen), horizon],
+            [revision_key, sorted(seen), horizon],
         )
         revision, xmin, changes, pruned = cur.fetchone()
     if isinstance(changes, str):
