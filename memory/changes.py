@@ -17,12 +17,13 @@ above it:
 Updates and deletes of facts, cues and knowledge are not logged: they bump a revision in
 ``meta`` (triggers), and a revision is a value, so a reader compares it, whatever the
 commit order. The knowledge vector index and the tuning cache work that way (a revision /
-the meta row itself). Messages on PostgreSQL are the exception (migration 0025): a token
-change or a delete is logged with the row's tokens before it, and the reader
-(``ResidentMessages``) reads each change together with the row as its snapshot shows it
-(:func:`memory.backends.postgresql.read_message_changes`, a feed's ``read``), so it can
-take the old row's share out of its statistics and add the new one: every committed
-change applied once, in whatever order, adds up to the snapshot's statistics.
+the meta row itself). Messages are the exception (migration 0025): a token change or a
+delete is logged with the row's tokens and stream before it, and the resident message
+statistics (``ResidentMessages``) read each change together with the row as the same
+snapshot shows it (PostgreSQL: :func:`memory.backends.postgresql.read_message_changes`, a
+feed's ``read``; SQLite reads the log by id itself), so they take the old row's share out
+and add the new one: every committed change applied once, in whatever order, adds up to
+the snapshot's statistics.
 The retention sweep prunes the log (:func:`prune`); a reader whose horizon lies below
 the pruned part rebuilds.
 """
