@@ -8,7 +8,9 @@ postings tables, and never have reloaded.
 """
 from __future__ import annotations
 
+import random
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -132,7 +134,8 @@ def test_a_pruned_change_log_still_reloads(streams):
 @pytest.mark.postgresql_only("SQLite has one writer at a time: a smaller transaction id cannot commit later")
 def test_an_edit_committed_late_is_applied_once(streams):
     """Transaction A edits a message first (the smaller xid) and commits after B's edits, delete and
-    append; the statistics are read in between and after, and never reload."""
+    append, and while C waits to edit A's row too; the statistics are read in between and after,
+    and never reload."""
     a, b, say, named = streams
     ids_a = say(named["a"], CHAT)
     ids_b = say(named["b"], CHAT[::-1], at=NOW + 100)
@@ -154,7 +157,18 @@ def test_an_edit_committed_late_is_applied_once(streams):
         finally:
             connection.close()
 
-    writer = threading.Thread(target=slow_editor)
+    second_started = threading.Event()
+
+    def same_row() -> None:
+        try:
+            second_started.set()
+            services.update_message_content(message_id=ids_a[6], content="红茶换成了月球形状的杯子")
+        except Exception as exc:  # surfaced by the main thread
+            failure.append(exc)
+        finally:
+            connection.close()
+
+    writer, second = threading.Thread(target=slow_editor), threading.Thread(target=same_row)
     writer.start()
     try:
         assert edited.wait(30) and not failure
@@ -164,12 +178,45 @@ def test_an_edit_committed_late_is_applied_once(streams):
         _same_as_a_fresh_load(index, (a, b))  # A's edit is not visible yet, to either
         services.update_message_content(message_id=ids_b[0], content="普洱")  # the same row again, later
         _same_as_a_fresh_load(index, (a, b))
+        second.start()  # waits for A's row lock, commits after A
+        second_started.wait(30)
+        time.sleep(0.2)
     finally:
         release.set()
         writer.join(30)
+    if second.ident is not None:
+        second.join(30)
     assert not failure
-    assert ids_a[6] in {i for i, _ in _search(a, "红茶")}
+    assert ids_a[6] in {i for i, _ in _search(a, "月球")}
     _same_as_a_fresh_load(index, (a, b))
     services.update_message_content(message_id=ids_a[6], content="只喝白开水")  # A's row, edited after its commit
+    _same_as_a_fresh_load(index, (a, b))
+    assert index.rebuilds == rebuilds
+
+
+def test_a_random_run_of_appends_edits_and_deletes_ends_where_a_fresh_load_is(streams):
+    rng = random.Random(11)
+    a, b, say, named = streams
+    words = ["乌龙茶", "猫", "月球", "红茶", "普洱", "杭州", "出差", "今天", "新", "café", "爬山", ""]
+    live = say(named["a"], CHAT[:5]) + say(named["b"], CHAT[5:], at=NOW + 50)
+    for sid in (a, b):
+        _search(sid, "猫")
+    index = lexical_index.resident_messages()
+    rebuilds = index.rebuilds
+    for step in range(60):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(0, 4))).strip()
+        op = rng.random()
+        if op < 0.4 or not live:
+            live += say(named[rng.choice("ab")], [text], at=NOW + 100 + step)
+        elif op < 0.75:
+            services.update_message_content(message_id=rng.choice(live), content=text)
+        else:
+            gone = rng.choice(live)
+            live.remove(gone)
+            Message.objects.filter(pk=gone).delete()
+        if step % 3 == 0:
+            _search(rng.choice((a, b)), rng.choice(words[:-1]))  # a refresh, with a stream's postings cached
+        if step % 10 == 9:
+            _same_as_a_fresh_load(index, (a, b))
     _same_as_a_fresh_load(index, (a, b))
     assert index.rebuilds == rebuilds
