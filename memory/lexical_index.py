@@ -30,7 +30,9 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import chain
 from operator import itemgetter
@@ -44,7 +46,10 @@ from memory.changes import ChangeFeed
 from memory.engine.bm25 import FOLDABLE as _FOLDABLE
 from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_tokens
 
-__all__ = ["B", "IDF_FLOOR", "K1", "SOURCES", "ResidentBM25", "Source", "fts_tokens", "reset_all", "resident"]
+__all__ = [
+    "B", "IDF_FLOOR", "K1", "SOURCES", "ResidentBM25", "Source", "fts_tokens", "one_state", "remembered", "reset_all",
+    "resident",
+]
 
 TAIL_MERGE_ROWS = 512     # appended rows kept aside before they are merged into the arrays
 
@@ -377,6 +382,44 @@ _indexes: dict[str, ResidentBM25] = {}
 _indexes_lock = threading.Lock()
 
 
+_state: ContextVar[dict | None] = ContextVar("lexical_one_state", default=None)
+
+
+@contextmanager
+def one_state() -> Iterator[None]:
+    """The lexical reads inside the block see one state of the tables: each resident index is
+    brought up to date once (its change-log poll is one query, once per table instead of once
+    per query of a turn), and what :func:`remembered` computes is computed once.
+
+    A turn's prepare and confirm run their reads in one (memory/recall.py); nothing inside may
+    rely on seeing its own writes through the resident indexes (they are read outside
+    transactions anyway, see the module docstring).
+    """
+    token = _state.set({})
+    try:
+        yield
+    finally:
+        _state.reset(token)
+
+
+def remembered(key: tuple, compute: Callable[[], object]) -> object:
+    """``compute()``, once per ``key`` inside :func:`one_state` (every time outside)."""
+    state = _state.get()
+    if state is None:
+        return compute()
+    if key not in state:
+        state[key] = compute()
+    return state[key]
+
+
+def _refresh_once(name: str, refresh: Callable[[], None]) -> None:
+    state = _state.get()
+    if state is None or ("refreshed", name) not in state:
+        refresh()
+        if state is not None:
+            state[("refreshed", name)] = True
+
+
 def resident(fts_table: str) -> ResidentBM25 | None:
     """The fresh resident index of ``fts_table``, or ``None`` when FTS5 must answer.
 
@@ -389,7 +432,7 @@ def resident(fts_table: str) -> ResidentBM25 | None:
     if index is None:
         with _indexes_lock:
             index = _indexes.setdefault(fts_table, ResidentBM25(SOURCES[fts_table]))
-    index.refresh()
+    _refresh_once(fts_table, index.refresh)
     return index
 
 
@@ -810,5 +853,5 @@ def resident_messages() -> ResidentMessages | None:
 
     if not getattr(settings, "LEXICAL_RESIDENT_INDEX", True) or connection.in_atomic_block:
         return None
-    _messages.refresh()
+    _refresh_once("messages", _messages.refresh)
     return _messages
