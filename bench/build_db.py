@@ -29,6 +29,10 @@ HOBBIES = ["跑步", "游泳", "弹吉他", "打篮球", "爬山", "看电影", 
 PETS = ["猫", "狗", "仓鼠", "兔子", "鹦鹉", "金鱼"]
 EVENTS = ["面试", "考试", "搬家", "出差", "旅行", "生病", "加班", "相亲", "装修", "比赛", "演出", "婚礼"]
 TOPICS = ["天气", "工作", "周末", "电影", "游戏", "旅游", "美食", "学习", "健身", "宠物", "音乐", "家人", "朋友", "购物"]
+#: a live store's shape: messages not yet summarised per stream (< SUMMARIZE_TRIGGER_MESSAGES, 48), and
+#: messages after a stream's extraction cursor (< FACT_EXTRACT_TRIGGER_MESSAGES, 32)
+PENDING_PER_STREAM = 24
+EXTRACTED_BEHIND = 16
 FILLER = ["今天", "昨天", "最近", "其实", "感觉", "真的", "有点", "还是", "一起", "好像", "明天", "周末", "晚上", "早上"]
 SCIENCE = ["月球", "太阳", "地球", "火星", "木星", "光合作用", "细胞", "DNA", "量子", "引力", "电磁波", "化学键", "火山", "地震",
            "长城", "故宫", "丝绸之路", "唐朝", "宋朝", "明朝", "黄河", "长江", "珠穆朗玛峰", "青藏高原", "熊猫", "银杏", "茶叶",
@@ -114,6 +118,8 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512, real_tex
     from memory.engine.quantize import pack_float32, quantize_vector
     from memory.engine.similarity import exact_key
     from memory.engine.tokenize import index_tokens
+    from memory.meta import meta_set
+    from memory.models import EXTRACT_CURSOR_KEY
 
     for suffix in ("", "-wal", "-shm"):
         Path(f"{out}{suffix}").unlink(missing_ok=True)
@@ -148,7 +154,7 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512, real_tex
             "INSERT INTO streams(id, platform, kind, external_id, display_name) VALUES (%s, 'bench', %s, %s, %s)",
             [(i + 2, kinds[i % 2], f"s{i}", f"会话{i}") for i in range(n_streams)],
         )
-        # facts: ~10 per person, valid, mixed kinds and ages; 1 % due for the sweep
+        # facts: ~10 per person, valid, mixed kinds and ages, frozen once faded; 1 % due for the sweep
         fact_rows, seen = [], set()
         fid = 0
         while len(fact_rows) < n_facts:
@@ -163,10 +169,13 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512, real_tex
             updated = now - rng.randrange(0, 200) * day
             strength = rng.uniform(0.3, 1.0)
             due = decay.freeze_due_at(strength, updated, hl)
+            active = due > now  # what the sweeps of a live store left: faded facts are frozen
             if rng.random() < 0.01:
-                due = now - 1000
+                due, active = now - 1000, True
             origin = rng.choice(["direct", "group", "legacy"])
-            fact_rows.append((fid, person, kind, text, key, strength, hl, updated, updated - day, 0, due, 1, origin, slot))
+            fact_rows.append(
+                (fid, person, kind, text, key, strength, hl, updated, updated - day, 0, due, int(active), origin, slot)
+            )
         cur.executemany(
             "INSERT INTO facts(id, person_id, kind, content, content_key, strength, half_life_hours, updated_at,"
             " created_at, hit_count, due_at, active, origin_kind, slot, tokens_v2, source)"
@@ -194,20 +203,28 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512, real_tex
             ],
         )
         lexical.index_rows("knowledge_fts", k_rows)
-        # messages and episodes: the oldest 80 % of each stream archived into episodes of 8
+        # messages and episodes as a worker that keeps up leaves a live store: each stream's messages
+        # archived into its episodes but the newest PENDING_PER_STREAM (below the summarisation
+        # trigger), and its extraction cursor EXTRACTED_BEHIND messages behind the newest (below the
+        # extraction trigger). A worker started on this store has nothing due: the API bench's worker
+        # does only what the measured traffic brings (not a backlog of 40,000 unsummarised messages).
         per_stream = n_messages // n_streams
+        per_episodes = max(1, n_episodes // n_streams)
         msg_rows, episode_rows, cue_rows = [], [], []
+        cursors: dict[str, int] = {}
         mid = eid = cid = 0
         for s in range(n_streams):
             stream_id = s + 2
             members = [rng.randrange(n_persons) + 2 for _ in range(6)]
-            archived = min(per_stream, (n_episodes // n_streams) * 8)  # episodes of 8 messages
+            archived = max(0, per_stream - PENDING_PER_STREAM)
             for j in range(per_stream):
                 mid += 1
                 at = now - (per_stream - j) * 60_000
+                if j == per_stream - 1 - EXTRACTED_BEHIND:
+                    cursors[str(stream_id)] = mid
                 episode = None
                 if j < archived:
-                    if j % 8 == 0:
+                    if j == 0 or j * per_episodes // archived > (j - 1) * per_episodes // archived:  # a new episode
                         eid += 1
                         topic = rng.choice(TOPICS)
                         episode_rows.append((eid, f"大家聊了{topic}和{rng.choice(FOODS)}，{names[members[0] - 2]}提到{rng.choice(EVENTS)}", at, at + 8 * 60_000, stream_id))
@@ -240,6 +257,7 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512, real_tex
                 [(*row, pack_float32(v), quantize_vector(v)) for row, v in zip(chunk, m_vecs, strict=True)],
             )
         lexical.index_messages([(r[0], r[2], r[5]) for r in msg_rows])
+        meta_set(EXTRACT_CURSOR_KEY, cursors)
         # association graph: nodes for facts, episodes, knowledge; edges mostly local (same person / neighbours)
         node_rows = [("fact", i) for i in range(1, n_facts + 1)]
         node_rows += [("episode", i) for i in range(1, len(episode_rows) + 1)]

@@ -214,7 +214,7 @@ def conversation_paths(counts: dict, n: int, streams: list, q: Callable[[], str]
     lexical_index.reset_all()
     t = time.perf_counter()
     lexical_index.resident_messages()
-    out["message statistics load (once per process and after a message edit or deletion)"] = {
+    out["message statistics load (once per process; edits and deletes are applied, not reloaded)"] = {
         "seconds": round(time.perf_counter() - t, 3), "messages": counts.get("messages")}
     return out
 
@@ -535,8 +535,9 @@ def render(results: dict) -> str:
                   "in the confirm's cosine. The inspect rows search ~1,000-message streams (bm25 fused with the "
                   "message vectors); the stream's postings stay resident per process (least recently searched of "
                   "256 streams dropped first), so the first search of a stream builds them from the covering "
-                  "index" + (f"; the table-wide message statistics load once per process and after a message is "
-                             f"edited or deleted: {load['seconds']} s for {load['messages']:,} messages." if load else ".")]
+                  "index" + (f"; the table-wide message statistics load once per process (an edited or deleted message "
+                             f"is applied from the change log): {load['seconds']} s for {load['messages']:,} messages."
+                             if load else ".")]
     scoped = [(k.split(":", 1)[1], r) for k, r in results["read"].items() if k.startswith("scoped:")]
     if scoped:
         lines += ["", "Scoped lexical queries of a turn and of inspect (same questions, same run): the resident "

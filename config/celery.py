@@ -7,6 +7,7 @@ with due work (see :func:`memory.tasks.worker_startup`).
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -14,6 +15,8 @@ from celery import Celery
 from celery.signals import worker_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+logger = logging.getLogger(__name__)
 
 app = Celery("memory_console")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -31,6 +34,7 @@ def _on_worker_init(**kwargs) -> None:
     """
     global _started_at
     _started_at = time.time()  # before any task of this worker can start a job (see worker_startup)
+    lower_priority()
 
     import jieba.analyse  # noqa: F401  (builds the default TF-IDF table at import)
 
@@ -43,6 +47,34 @@ def _on_worker_init(**kwargs) -> None:
     from memory.providers.config import preload_embedder
 
     preload_embedder()
+
+
+def lower_priority() -> int:
+    """Raise this process's niceness to ``settings.WORKER_NICENESS`` (never lower it); the new niceness.
+
+    Background work on a host shared with gunicorn then takes the cores only when the
+    web processes leave them idle, so a turn's latency does not depend on how busy
+    summarisation is (BENCHMARKS.md: the bot API with a real worker). Where the kernel
+    groups processes by session (``sched_autogroup``), niceness only orders processes
+    of one session: a worker that leads its own session (started by a supervisor, or
+    ``setsid``) also lowers its session group's weight, which only it and its children
+    share; a worker sharing a session with the web (``make run``) needs no more than its
+    own niceness.
+    """
+    from django.conf import settings  # this module loads with the settings (config/__init__.py): read them late
+
+    current = os.nice(0)
+    target = int(getattr(settings, "WORKER_NICENESS", 0))
+    if target > current:
+        current = os.nice(target - current)
+    if target > 0 and os.getsid(0) == os.getpid():
+        try:
+            with open("/proc/self/autogroup", "w") as group:
+                group.write(str(target))
+        except OSError:  # no autogroup (other kernels, cgroup schedulers): the niceness stands alone
+            pass
+    logger.info("worker_niceness niceness=%s", current)
+    return current
 
 
 @worker_ready.connect

@@ -196,6 +196,10 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker lowers its CPU priority to this niceness when it starts (its pool's children inherit it):
+# on a host shared with the web processes, summarising and embedding yield the cores to the bot's
+# turns. 0 leaves it as started; a worker started at a higher niceness keeps its own.
+WORKER_NICENESS = envint("WORKER_NICENESS", 10)
 # A hung Redis (accepts, never answers) must not hold a request: every Redis call outside
 # Celery's consumer loop (enqueue markers, per-stream locks, the pre-publish check) waits at
 # most these timeouts, then the process skips Redis for BROKER_DOWN_SECONDS (memory/broker.py).

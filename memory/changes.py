@@ -14,14 +14,22 @@ above it:
   not has an xid at or above it. Changes at or above the horizon come back on the next
   read; the feed remembers which of them it has already handed out.
 
-Updates and deletes are not logged: they bump a revision in ``meta`` (triggers), and a
-revision is a value, so a reader compares it, whatever the commit order. The knowledge
-vector index and the tuning cache work that way (a revision / the meta row itself).
+Updates and deletes of facts, cues and knowledge are not logged: they bump a revision in
+``meta`` (triggers), and a revision is a value, so a reader compares it, whatever the
+commit order. The knowledge vector index and the tuning cache work that way (a revision /
+the meta row itself). Messages are the exception (migration 0025): a token change or a
+delete is logged with the row's tokens and stream before it, and the resident message
+statistics (``ResidentMessages``) read each change together with the row as the same
+snapshot shows it (PostgreSQL: :func:`memory.backends.postgresql.read_message_changes`, a
+feed's ``read``; SQLite reads the log by id itself), so they take the old row's share out
+and add the new one: every committed change applied once, in whatever order, adds up to
+the snapshot's statistics.
 The retention sweep prunes the log (:func:`prune`); a reader whose horizon lies below
 the pruned part rebuilds.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from memory import backends
@@ -34,38 +42,47 @@ class Poll:
     revision: str
     row_ids: list[int] = field(default_factory=list)
     rebuild: bool = False
+    changes: list[tuple] = field(default_factory=list)  # the new changes as read: (id, row id, position, *detail)
+
+
+#: ``read(horizon, seen change ids) -> (revision, new horizon, changes, pruned)``, as ``read_changes``
+Reader = Callable[[int | None, set[int]], tuple[str, int, list[tuple], int]]
 
 
 class ChangeFeed:
-    """The inserts of one table not yet handed out, plus the table's revision (not thread-safe)."""
+    """The changes of one table not yet handed out, plus the table's revision (not thread-safe).
 
-    def __init__(self, source: str, revision_key: str) -> None:
+    ``read`` replaces the backend's ``read_changes`` for a feed whose changes carry more than
+    the row id (each change a tuple starting ``(change id, row id, position)``); it is given
+    the ids already handed out, whose detail it need not read again.
+    """
+
+    def __init__(self, source: str, revision_key: str, read: Reader | None = None) -> None:
         self.source = source
         self.revision_key = revision_key
         self.horizon: int | None = None
         self._seen: set[int] = set()   # change ids at or above the horizon already handed out
+        self._read = read or (lambda horizon, _seen: backends.module().read_changes(source, revision_key, horizon))
 
     def start(self) -> str:
         """Begin at the log's present: changes visible now count as read. Returns the revision."""
-        revision, horizon, changes, _pruned = backends.module().read_changes(self.source, self.revision_key, None)
+        revision, horizon, changes, _pruned = self._read(None, set())
         self.horizon = horizon
-        self._seen = {cid for cid, _row, pos in changes if pos >= horizon}
+        self._seen = {c[0] for c in changes if c[2] >= horizon}
         return revision
 
     def poll(self) -> Poll:
         """The revision and the rows inserted since the last poll (``rebuild`` when the feed cannot tell)."""
         if self.horizon is None:
-            revision, *_ = backends.module().read_changes(self.source, self.revision_key, None)
+            revision, *_ = self._read(None, set())
             return Poll(revision, rebuild=True)
-        revision, horizon, changes, pruned = backends.module().read_changes(
-            self.source, self.revision_key, self.horizon
-        )
+        revision, horizon, changes, pruned = self._read(self.horizon, self._seen)
         if pruned >= self.horizon:
             return Poll(revision, rebuild=True)
-        rows = [row for cid, row, _pos in changes if cid not in self._seen]
-        self._seen = {cid for cid, _row, pos in changes if pos >= horizon}
+        fresh = [c for c in changes if c[0] not in self._seen]
+        self._seen = {c[0] for c in changes if c[2] >= horizon}
         self.horizon = max(self.horizon, horizon)
-        return Poll(revision, rows)
+        return Poll(revision, [c[1] for c in fresh], changes=fresh)
 
 
 def prune(keep: int = KEEP_CHANGES) -> int:

@@ -41,7 +41,7 @@ from django.db import connection
 
 from memory.backends import is_postgresql, postgresql
 from memory.engine.tokenize import index_tokens, match_expression, query_terms
-from memory.lexical_index import SOURCES, resident, resident_messages
+from memory.lexical_index import SOURCES, one_state, remembered, resident, resident_messages  # noqa: F401 (one_state: for callers)
 
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")
 #: where each FTS table's rows keep their indexed tokens: (table, column)
@@ -481,11 +481,15 @@ def _resident_scoped_facts(
     index = resident("facts_fts")
     if index is None:
         return None
-    persons = list(dict.fromkeys(int(p) for p in person_ids))
-    valid = "" if include_invalid else " AND superseded_by IS NULL"
-    with connection.cursor() as cur:
-        cur.execute(f"SELECT id FROM facts WHERE person_id IN ({','.join(['%s'] * len(persons))}){valid}", persons)
-        fact_ids = [r[0] for r in cur.fetchall()]
+    persons = tuple(dict.fromkeys(int(p) for p in person_ids))
+
+    def read_ids() -> list[int]:
+        valid = "" if include_invalid else " AND superseded_by IS NULL"
+        with connection.cursor() as cur:
+            cur.execute(f"SELECT id FROM facts WHERE person_id IN ({','.join(['%s'] * len(persons))}){valid}", persons)
+            return [r[0] for r in cur.fetchall()]
+
+    fact_ids = remembered(("person_fact_ids", persons, include_invalid), read_ids)  # once per turn (one_state)
     scored = index.scores_for(terms_of(match), fact_ids)
     if scored is None:
         return None

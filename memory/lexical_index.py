@@ -15,7 +15,8 @@ knowledge batch deletion. Inserted rows are read from the change log
 inserting transaction's id, so a row committed late with a smaller id is not
 missed) and appended on the next query (a cheap tail, merged in batches); triggers
 bump ``meta['lexical_revision:<table>']`` on any delete or token change, and a
-changed revision rebuilds the table's index. The index only answers queries
+changed revision rebuilds the table's index (the message statistics,
+:class:`ResidentMessages`, read edits and deletes from the log instead). The index only answers queries
 made outside a transaction (autocommit reads see committed rows only, so a
 rolled-back insert can never linger in it); inside one, callers fall back to
 FTS5. Terms that FTS5 would turn into multi-token phrases (``3.14``) fall back
@@ -29,7 +30,9 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import chain
 from operator import itemgetter
@@ -43,7 +46,10 @@ from memory.changes import ChangeFeed
 from memory.engine.bm25 import FOLDABLE as _FOLDABLE
 from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_tokens
 
-__all__ = ["B", "IDF_FLOOR", "K1", "SOURCES", "ResidentBM25", "Source", "fts_tokens", "reset_all", "resident"]
+__all__ = [
+    "B", "IDF_FLOOR", "K1", "SOURCES", "ResidentBM25", "Source", "fts_tokens", "one_state", "remembered", "reset_all",
+    "resident",
+]
 
 TAIL_MERGE_ROWS = 512     # appended rows kept aside before they are merged into the arrays
 
@@ -376,6 +382,44 @@ _indexes: dict[str, ResidentBM25] = {}
 _indexes_lock = threading.Lock()
 
 
+_state: ContextVar[dict | None] = ContextVar("lexical_one_state", default=None)
+
+
+@contextmanager
+def one_state() -> Iterator[None]:
+    """The lexical reads inside the block see one state of the tables: each resident index is
+    brought up to date once (its change-log poll is one query, once per table instead of once
+    per query of a turn), and what :func:`remembered` computes is computed once.
+
+    A turn's prepare and confirm run their reads in one (memory/recall.py); nothing inside may
+    rely on seeing its own writes through the resident indexes (they are read outside
+    transactions anyway, see the module docstring).
+    """
+    token = _state.set({})
+    try:
+        yield
+    finally:
+        _state.reset(token)
+
+
+def remembered(key: tuple, compute: Callable[[], object]) -> object:
+    """``compute()``, once per ``key`` inside :func:`one_state` (every time outside)."""
+    state = _state.get()
+    if state is None:
+        return compute()
+    if key not in state:
+        state[key] = compute()
+    return state[key]
+
+
+def _refresh_once(name: str, refresh: Callable[[], None]) -> None:
+    state = _state.get()
+    if state is None or ("refreshed", name) not in state:
+        refresh()
+        if state is not None:
+            state[("refreshed", name)] = True
+
+
 def resident(fts_table: str) -> ResidentBM25 | None:
     """The fresh resident index of ``fts_table``, or ``None`` when FTS5 must answer.
 
@@ -388,7 +432,7 @@ def resident(fts_table: str) -> ResidentBM25 | None:
     if index is None:
         with _indexes_lock:
             index = _indexes.setdefault(fts_table, ResidentBM25(SOURCES[fts_table]))
-    index.refresh()
+    _refresh_once(fts_table, index.refresh)
     return index
 
 
@@ -526,19 +570,29 @@ class ResidentMessages:
     (:data:`STREAMS_CACHED`), and computes the very score FTS5 would for that stream's
     rows (same IDF, k1, b, document lengths over both columns, order of operations).
 
-    Freshness as :class:`ResidentBM25`: rows above the last id loaded are appended to the
-    statistics (and to a cached stream's postings); triggers bump
-    ``meta['lexical_revision:messages']`` when a message with an FTS row is deleted, its
-    stored tokens change, or its content is edited (a placeholder body filled in), and a
-    changed revision reloads everything. Used only outside a transaction. A query term
-    shaped like the ``stream`` column's tokens (``s123``) is left to FTS5: the vocabulary
-    counts it in both columns, FTS5's IDF only in ``tokens``.
+    Freshness without reloading: rows above the last id loaded are appended to the statistics
+    (and to a cached stream's postings). Edits and deletes are logged by triggers in the
+    change log (:mod:`memory.changes`, migration 0025) with the row's stream and tokens
+    before the change — a message with tokens deleted, its stored tokens changed (from ``''``
+    too: a placeholder body filled in gets its first FTS row at an old id; SQLite, whose
+    appends store their tokens with such an UPDATE, logs the content edit instead) — and read in
+    one statement together with each row as that snapshot shows it: the old row's share
+    (document frequency of its terms and its stream token, one row, its tokens) comes out,
+    the present row's goes in, and the cached postings of its stream are dropped (read again
+    on its next search). A reload is left for what the log cannot tell: a pruned log, a
+    moved ``meta['lexical_revision:messages']``, rows gone unlogged (a restored file). Used
+    only outside a transaction. A query term shaped like the ``stream`` column's tokens
+    (``s123``) is left to FTS5: the vocabulary counts it in both columns, FTS5's IDF only in
+    ``tokens``.
 
     PostgreSQL commits in any order, so "above the last id" would miss a message committed
     late with a smaller id: there the statistics come from the postings tables (one
-    repeatable-read snapshot: document frequencies, lengths, the ids counted) and inserted
-    messages from the change log (:mod:`memory.changes`, migration 0023); a stream's
-    postings keep only the ids the statistics count, the others arrive with the next poll.
+    repeatable-read snapshot: document frequencies, lengths, the ids counted) and every
+    change — inserts too — from the change log read by transaction id
+    (:func:`memory.backends.postgresql.read_message_changes`); a row's changes since the last
+    read telescope (the old tokens of its first one out, its present tokens in), so they
+    add up to the snapshot's statistics whatever the commit order. A stream's postings keep
+    only the ids the statistics count, the others arrive with the next poll.
     """
 
     def __init__(self) -> None:
@@ -554,10 +608,13 @@ class ResidentMessages:
         self._rows = 0
         self._total_tokens = 0.0
         self._streams: dict[int, _StreamPostings] = {}  # insertion order = least recently used first
-        # PostgreSQL only: the change log, and the ids the statistics count (sorted array + appended)
-        self._feed = ChangeFeed("messages", MESSAGE_REVISION_KEY)
+        # PostgreSQL only: the change log, and the ids the statistics count (sorted array, less those
+        # edited or deleted since, plus those added since)
+        self._feed = ChangeFeed("messages", MESSAGE_REVISION_KEY, _read_message_changes)
         self._known = np.zeros(0, dtype=np.int64)
         self._known_tail: set[int] = set()
+        self._known_gone: set[int] = set()
+        self._log_at = 0  # SQLite only: one past the last change-log id read
 
     def reset(self) -> None:
         with self._lock:
@@ -581,25 +638,64 @@ class ResidentMessages:
         self.rebuilds += 1
 
     def _is_known(self, rowid: int) -> bool:
+        if rowid in self._known_tail:
+            return True
         k = int(np.searchsorted(self._known, rowid))
-        return (k < len(self._known) and int(self._known[k]) == rowid) or rowid in self._known_tail
+        return k < len(self._known) and int(self._known[k]) == rowid and rowid not in self._known_gone
 
     def _refresh_postgresql(self) -> None:
         with self._lock:
             poll = self._feed.poll()
-            if poll.rebuild or poll.revision != self._revision:
+            if (poll.rebuild or poll.revision != self._revision
+                    or not self._apply([(c[1], *c[3:]) for c in poll.changes], lambda rowid, _old: self._is_known(rowid))):
                 self._load_postgresql()
-                return
-            fresh = sorted({int(i) for i in poll.row_ids if not self._is_known(int(i))})
-            if not fresh:
-                return
-            with connection.cursor() as cur:
-                cur.execute("SELECT id, stream_id, tokens FROM messages WHERE id = ANY(%s) AND tokens <> '' ORDER BY id",
-                            [fresh])
-                rows = cur.fetchall()
-            for row in rows:  # known one at a time: a stream reloaded mid-way reads the rows before it only
-                self._known_tail.add(int(row[0]))
-                self._add([row])
+
+    def _apply(self, changes: Sequence[tuple], counted: Callable[[int, str | None], bool]) -> bool:
+        """Bring the statistics from the last read's snapshot to this one's.
+
+        ``changes``: what was committed in between, in the order it happened, each ``(row id,
+        old stream, old tokens, stream, tokens)`` — the row before the change (``None``: inserted)
+        and in this snapshot (``None``: deleted). A row's changes telescope: what the statistics
+        count of it are the old tokens of its first change (when ``counted(row id, those tokens)``), what this
+        snapshot holds is its present state — the one is taken out, the other added, whatever
+        the commit order. ``False`` when a counted row's first change does not say what was
+        counted (a reload decides)."""
+        first: dict[int, tuple[int | None, str | None]] = {}
+        now: dict[int, tuple[int | None, str | None]] = {}
+        for rowid, old_stream, old_tokens, stream_id, tokens in changes:
+            first.setdefault(int(rowid), (old_stream, old_tokens))
+            now[int(rowid)] = (stream_id, tokens)
+        for rowid in sorted(first):  # one at a time: a stream reloaded mid-way reads the rows known so far
+            old_stream, old_tokens = first[rowid]
+            if old_tokens is not None:  # an edit or a delete: the stream's cached postings go
+                self._streams.pop(int(old_stream), None)
+            if counted(rowid, old_tokens):
+                if not old_tokens:
+                    return False
+                self._remove(rowid, int(old_stream), old_tokens)
+            stream_id, tokens = now[rowid]
+            if tokens:
+                if old_tokens is not None:
+                    self._streams.pop(int(stream_id), None)
+                self._known_tail.add(rowid)
+                self._add([(rowid, int(stream_id), tokens)])
+        return True
+
+    def _remove(self, rowid: int, stream_id: int, tokens: str) -> None:
+        """A counted message's share out of the statistics (its stream's postings are gone already)."""
+        toks = fts_tokens(tokens)
+        for t in set(toks) | {f"s{stream_id}"}:
+            n = self._df.get(t, 0) - 1
+            if n > 0:
+                self._df[t] = n
+            else:
+                self._df.pop(t, None)
+        self._rows -= 1
+        self._total_tokens -= len(toks) + 1
+        if rowid in self._known_tail:
+            self._known_tail.discard(rowid)
+        else:
+            self._known_gone.add(rowid)
 
     def _add(self, fresh: Sequence[tuple[int, int, str]]) -> None:
         """Messages ``(id, stream_id, tokens)`` committed since the last refresh, into the statistics
@@ -615,22 +711,24 @@ class ResidentMessages:
                 cached.extend([(rowid, tokens)], lambda s=int(stream_id), m=int(rowid): self._read_stream(s, m))
             self._max_id = max(self._max_id, int(rowid))
 
-    def _load(self, revision: str) -> None:
-        with connection.cursor() as cur:  # one statement: one snapshot of the vocabulary, row count and last id
+    def _load(self) -> None:
+        with connection.cursor() as cur:  # one statement: one snapshot of the statistics, last id and log position
             cur.execute(
-                "SELECT term, doc, cnt FROM messages_fts_vocab UNION ALL"
-                " SELECT NULL, (SELECT count(*) FROM messages_fts_docsize), (SELECT max(id) FROM messages)"
+                "SELECT term, doc, cnt, NULL, NULL FROM messages_fts_vocab UNION ALL"
+                " SELECT NULL, (SELECT count(*) FROM messages_fts_docsize), (SELECT max(id) FROM messages),"
+                " (SELECT coalesce(max(id), 0) + 1 FROM memory_changes), (SELECT value FROM meta WHERE key = %s)",
+                [MESSAGE_REVISION_KEY],
             )
             rows = cur.fetchall()
         self._clear()
-        for term, doc, cnt in rows:
+        for term, doc, cnt, log_at, revision in rows:
             if term is None:
-                self._rows, self._max_id = int(doc or 0), int(cnt or 0)
+                self._rows, self._max_id, self._log_at = int(doc or 0), int(cnt or 0), int(log_at)
+                self._revision = revision or "0"
             else:
                 self._df[term] = int(doc)
                 self._term_ids[term] = len(self._term_ids)
                 self._total_tokens += int(cnt)
-        self._revision = revision
         self.rebuilds += 1
 
     def refresh(self) -> None:
@@ -639,24 +737,43 @@ class ResidentMessages:
             return
         with connection.cursor() as cur:
             cur.execute(
-                "SELECT (SELECT value FROM meta WHERE key = %s), (SELECT max(id) FROM messages)", [MESSAGE_REVISION_KEY]
+                "SELECT (SELECT value FROM meta WHERE key = %s), (SELECT max(id) FROM messages),"
+                " (SELECT max(id) FROM memory_changes)", [MESSAGE_REVISION_KEY]
             )
-            revision, max_id = cur.fetchone()
-        revision, max_id = revision or "0", int(max_id or 0)
-        if revision == self._revision and max_id == self._max_id:
+            revision, max_id, log_top = cur.fetchone()
+        if (revision or "0") == self._revision and int(max_id or 0) == self._max_id and int(log_top or 0) < self._log_at:
             return
         with self._lock:
-            if revision != self._revision or max_id < self._max_id:
-                self._load(revision)
-                return
-            with connection.cursor() as cur:
-                cur.execute(
-                    "SELECT id, stream_id, tokens FROM messages WHERE id > %s AND tokens <> '' ORDER BY id",
-                    [self._max_id],
-                )
-                fresh = cur.fetchall()
-            self._add(fresh)
-            self._max_id = max(max_id, self._max_id)
+            if self._revision is None or not self._refresh_sqlite():
+                self._load()
+
+    def _refresh_sqlite(self) -> bool:
+        """Messages appended (ids above the last one: one writer at a time) and logged edits and deletes
+        (migration 0025), read in one statement; ``False`` when only a reload can tell."""
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT 0, id, NULL, NULL, stream_id, tokens FROM messages WHERE id > %s AND tokens <> ''"
+                " UNION ALL SELECT c.id, c.row_id, c.scope, c.old_tokens, m.stream_id, m.tokens FROM memory_changes c"
+                " LEFT JOIN messages m ON m.id = c.row_id WHERE c.id >= %s AND c.source = 'messages'"
+                " UNION ALL SELECT -1, (SELECT max(id) FROM messages), (SELECT coalesce(max(id), 0) + 1 FROM memory_changes),"
+                " (SELECT value FROM meta WHERE key = 'changes_pruned_through'), (SELECT value FROM meta WHERE key = %s),"
+                " NULL",
+                [self._max_id, self._log_at, MESSAGE_REVISION_KEY],
+            )
+            rows = cur.fetchall()
+        _, max_id, log_at, pruned, revision, _ = next(r for r in rows if r[0] == -1)
+        max_id, log_at = int(max_id or 0), int(log_at)
+        logged = sorted((r for r in rows if r[0] > 0), key=itemgetter(0))
+        if ((revision or "0") != self._revision or int(pruned or 0) >= self._log_at or log_at < self._log_at
+                or (max_id < self._max_id and not logged)):  # rows gone unlogged: a restored or emptied file
+            return False
+        upto = self._max_id
+        changes = [r[1:] for r in logged] + [r[1:] for r in rows if r[0] == 0]  # appended rows: no old tokens
+        self._apply(changes, lambda rowid, old: rowid <= upto and bool(old))
+        self._known_tail.clear()  # (ids counted are PostgreSQL's bookkeeping; here the last id tells)
+        self._known_gone.clear()
+        self._max_id, self._log_at = max_id, log_at
+        return True
 
     def _read_stream(self, stream_id: int, upto: int) -> list[tuple[int, str]]:
         """The stream's indexed messages the statistics count (ids up to ``upto``; PostgreSQL: known ids)."""
@@ -669,7 +786,9 @@ class ResidentMessages:
             known = self._known
             at = np.minimum(np.searchsorted(known, ids), max(len(known) - 1, 0))
             ok = known[at] == ids if len(known) else np.zeros(len(ids), dtype=bool)
-            return [r for r, k in zip(rows, ok, strict=True) if k or int(r[0]) in self._known_tail]
+            tail, gone = self._known_tail, self._known_gone
+            return [r for r, k in zip(rows, ok, strict=True)
+                    if (k and int(r[0]) not in gone) or int(r[0]) in tail]
         with connection.cursor() as cur:  # the covering index idx_messages_stream_tokens answers
             cur.execute(
                 "SELECT id, tokens FROM messages WHERE stream_id = %s AND NOT (tokens = '') AND id <= %s ORDER BY id",
@@ -722,6 +841,10 @@ class ResidentMessages:
             return ids[keep], -total[keep]
 
 
+def _read_message_changes(horizon: int | None, seen: set[int]) -> tuple[str, int, list[tuple], int]:
+    return backends.postgresql.read_message_changes(MESSAGE_REVISION_KEY, horizon, seen)
+
+
 _messages = ResidentMessages()
 
 
@@ -730,5 +853,5 @@ def resident_messages() -> ResidentMessages | None:
 
     if not getattr(settings, "LEXICAL_RESIDENT_INDEX", True) or connection.in_atomic_block:
         return None
-    _messages.refresh()
+    _refresh_once("messages", _messages.refresh)
     return _messages

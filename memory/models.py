@@ -411,15 +411,22 @@ class Change(models.Model):
     """The change log resident indexes read (memory/changes.py): one row per inserted row.
 
     Written by database triggers on facts, episode cues and knowledge (and messages on
-    PostgreSQL, migration 0023). ``xid`` is the
+    PostgreSQL, migration 0024). ``xid`` is the
     writing transaction's id on PostgreSQL (``pg_current_xact_id()``), so that a reader
     can tell which changes a snapshot may not have seen yet; SQLite leaves it NULL (one
     writer at a time: the log's id is the commit order).
+
+    PostgreSQL also logs a message's stored tokens changing and a message with tokens
+    being deleted (migration 0025): ``old_tokens`` / ``scope`` are the row's tokens and
+    stream before the change (NULL for an insert), so the resident message statistics
+    take the old row's share back out instead of reloading.
     """
 
     source = models.CharField(max_length=32)
     row_id = models.BigIntegerField()
     xid = models.BigIntegerField(null=True, blank=True)
+    scope = models.BigIntegerField(null=True, blank=True)
+    old_tokens = models.TextField(null=True, blank=True)
 
     class Meta:
         db_table = "memory_changes"

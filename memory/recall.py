@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
-from memory import overrides, selectors, services
+from memory import backends, lexical, overrides, selectors, services
 from memory.engine import context as conversation
 from memory.engine import spreading
 from memory.engine.scope import fact_visible_in_stream
@@ -270,6 +270,14 @@ class TurnContext:
     context: list[ContextLine] = field(default_factory=list)
 
 
+def _trace_write() -> None:
+    """A turn's writes (its trace; a confirm's reinforcement) do not wait for a disk flush
+    (:func:`memory.backends.commit_without_flush`): the bot is waiting, and a crash of the
+    database server may at worst lose the last half-second of them."""
+    with connection.cursor() as cur:
+        backends.commit_without_flush(cur)
+
+
 def prepare_turn(
     *,
     stream_id: int,
@@ -290,23 +298,25 @@ def prepare_turn(
     if record:
         services.sweep(at=now)
     overrides = _overrides()
-    watermark = watermark_message_id
-    before = watermark if watermark is not None else selectors.latest_message_id(stream_id=stream_id)
-    persons = present_persons(stream_id=stream_id, speaker_id=speaker_id, before_id=before)
-    context = recent_context(stream_id=stream_id, upto_id=before, text=text, overrides=overrides)
-    stats: dict[str, int] = {}
-    pool = replay_turn_pool(
-        person_ids=persons, text=text, impression=impression, now=now, stream_kind=stream.kind,
-        overrides=overrides, events=record, stats=stats, context=conversation_lines(context, overrides),
-    )
-    limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
-    facts = complete_conflicts(prompt_facts(pool, limit), now=now)
-    episodes = _episodes(stream_id, text, overrides)
-    working = selectors.working_memory(stream_id=stream_id, limit=settings.WORKING_MEMORY_MESSAGES, watermark=watermark)
+    with lexical.one_state():  # the turn's reads see one state of the lexical tables
+        watermark = watermark_message_id
+        before = watermark if watermark is not None else selectors.latest_message_id(stream_id=stream_id)
+        persons = present_persons(stream_id=stream_id, speaker_id=speaker_id, before_id=before)
+        context = recent_context(stream_id=stream_id, upto_id=before, text=text, overrides=overrides)
+        stats: dict[str, int] = {}
+        pool = replay_turn_pool(
+            person_ids=persons, text=text, impression=impression, now=now, stream_kind=stream.kind,
+            overrides=overrides, events=record, stats=stats, context=conversation_lines(context, overrides),
+        )
+        limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
+        facts = complete_conflicts(prompt_facts(pool, limit), now=now)
+        episodes = _episodes(stream_id, text, overrides)
+        working = selectors.working_memory(stream_id=stream_id, limit=settings.WORKING_MEMORY_MESSAGES, watermark=watermark)
     turn_id = None
     if record:
         prompt_ids = [f.id for f in prompt_facts(pool, limit)]
         with transaction.atomic():
+            _trace_write()
             turn = Turn.objects.create(
                 stream=stream, speaker_id=speaker_id, at=now, text=text, impression=impression,
                 watermark_message_id=watermark, stream_kind=stream.kind, present_person_ids=persons,
@@ -405,7 +415,7 @@ def rank_pool(
 
     With a query vector the dense candidates of the same persons join the pool
     (no percentile cut for them); facts invalidated since the pool was built
-    leave it; every candidate gets its cosine (``selectors.fact_cosines``) and is
+    leave it; every candidate gets its cosine (``selectors.valid_fact_cosines``) and is
     ranked by the engine's ``rank``; the eligible top ``limit`` is the prompt.
     """
     pool = list(pool)
@@ -415,11 +425,8 @@ def rank_pool(
             overrides=overrides,
         )
         pool = selectors.merge_dense_candidates(pool, dense, query=text)
-    still_valid = set(
-        Fact.objects.valid().filter(pk__in=[f.id for f in pool]).values_list("id", flat=True)
-    )
+    still_valid, cosines = selectors.valid_fact_cosines([f.id for f in pool], query_vector)
     pool = [f for f in pool if f.id in still_valid]
-    cosines = selectors.fact_cosines([f.id for f in pool], query_vector) if query_vector is not None else {}
     ranked = selectors.rank_facts(pool, overrides, cosines=cosines)
     return PromptRanking(prompt=prompt_facts(ranked, limit), held_back=held_back_facts(ranked, limit), ranked=ranked)
 
@@ -449,13 +456,15 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
     vector = query_embedding if query_embedding is not None else embed_query(turn.text)
     query = conversation_query(vector, context_from_ids(turn.context_message_ids), overrides)
-    ranking = rank_pool(
-        pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=turn.text,
-        stream_kind=turn.stream_kind, now=turn.at, limit=limit, overrides=overrides,
-    )
+    with lexical.one_state():
+        ranking = rank_pool(
+            pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=turn.text,
+            stream_kind=turn.stream_kind, now=turn.at, limit=limit, overrides=overrides,
+        )
     ranked = ranking.prompt
     held = [f.id for f in ranking.held_back]
     with transaction.atomic():
+        _trace_write()
         if Turn.objects.filter(pk=turn_id, confirmed_at__isnull=True).update(confirmed_at=now) != 1:
             raise TurnStateError(f"turn {turn_id} was already confirmed")
         reinforced = services.reinforce_recalled_facts(facts=ranked, at=now)

@@ -458,25 +458,27 @@ def sweep(*, at: int | None = None) -> int:
 
     Reads only ``active AND due_at <= now`` through ``idx_facts_due``; rows
     still a hair above the threshold (``due_at`` is truncated to the ms) are
-    left for a later sweep.
+    left for a later sweep. The read runs outside a transaction and a write
+    transaction opens only when something freezes (a turn's sweep usually finds
+    nothing and takes no write lock); the update re-checks ``due_at``, so a fact
+    reinforced in between (its ``due_at`` moved on) stays active.
     """
     at = _at(at)
-    frozen: list[int] = []
-    with transaction.atomic():
-        with connection.cursor() as cur:
-            cur.execute(
-                "SELECT id, strength, updated_at, half_life_hours FROM facts WHERE active AND due_at <= %s",
-                [at],
-            )
-            for fact_id, strength, updated_at, half_life in cur.fetchall():
-                state = decay.DecayState(strength, updated_at, half_life, True)
-                if not decay.evaluate(state, at).active:
-                    frozen.append(fact_id)
-            if frozen:
-                cur.execute(
-                    f"UPDATE facts SET active = FALSE WHERE id IN ({','.join(['%s'] * len(frozen))})", frozen
-                )
-    return len(frozen)
+    with connection.cursor() as cur:
+        cur.execute("SELECT id, strength, updated_at, half_life_hours FROM facts WHERE active AND due_at <= %s", [at])
+        due = cur.fetchall()
+    frozen = [
+        fact_id for fact_id, strength, updated_at, half_life in due
+        if not decay.evaluate(decay.DecayState(strength, updated_at, half_life, True), at).active
+    ]
+    if not frozen:
+        return 0
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(
+            f"UPDATE facts SET active = FALSE WHERE id IN ({','.join(['%s'] * len(frozen))}) AND active AND due_at <= %s",
+            [*frozen, at],
+        )
+        return cur.rowcount
 
 
 # --- knowledge ---------------------------------------------------------------------

@@ -82,6 +82,8 @@ STREAM_LOCK_TIMEOUT = STREAM_HARD_LIMIT + 30
 STREAM_STEP_BUDGET = 120.0
 #: After a counted model failure the batch is tried again this much later.
 FAILURE_RETRY_DELAY = 30
+#: After an unexpected error of a stream task (a bug, not a model failure) the stream is checked again this much later.
+ERROR_RETRY_DELAY = 60
 VECTORS_SOFT_LIMIT = 600
 VECTORS_HARD_LIMIT = 660
 VECTORS_LOCK_TIMEOUT = VECTORS_HARD_LIMIT + 30
@@ -118,17 +120,28 @@ def _run_stream_queue(queue: str, stream_id: int, hostname: str | None) -> dict[
     step = pipeline.summarize_stream if queue == triggers.SUMMARIZE else pipeline.extract_stream
     deadline = time.monotonic() + STREAM_STEP_BUDGET
     statuses: list[str] = []
+    unexpected = False
     try:
         while True:
             outcome = step(stream_id=stream_id)
             statuses.append(outcome.status)
             if not outcome.more or time.monotonic() >= deadline:
                 break
+    except Exception as exc:
+        # Celery retries the TRANSIENT errors (RETRY); nothing retries an unexpected one (a bug, not
+        # a model failure), and a message stored while the lock was held skipped its own enqueue.
+        unexpected = not isinstance(exc, TRANSIENT)
+        if unexpected:
+            logger.exception("stream_task_error queue=%s stream=%s: checking it again in %ss",
+                             queue, stream_id, ERROR_RETRY_DELAY)
+        raise
     finally:
         try:
             lock.release()
         except LockError:  # expired: the work is done and a newer holder may exist
             logger.warning("stream_lock_expired queue=%s stream=%s", queue, stream_id)
+        if unexpected:  # after the release: the later check must find the stream free
+            enqueue.stream_check(queue, stream_id, countdown=ERROR_RETRY_DELAY)
     # Re-check after releasing: a message stored while the lock was held skipped its own enqueue.
     if outcome.status == "failed":
         enqueue.stream_check(queue, stream_id, countdown=FAILURE_RETRY_DELAY)

@@ -75,6 +75,18 @@ def lock_key(cur: Any, space: int, key: int) -> None:
     module().lock_key(cur, space, key)
 
 
+def commit_without_flush(cur: Any) -> None:
+    """Let the current transaction's commit return before its log is flushed to disk.
+
+    For writes that are cheap to lose in a crash of the database server and needed fast: a
+    turn's trace and a confirm's reinforcement (PostgreSQL ``SET LOCAL synchronous_commit TO
+    OFF``: the commit is still atomic and never corrupts, but the last ~0.6 s of such commits
+    may roll back if PostgreSQL or the machine crashes; a flush costs ~3 ms on common disks).
+    SQLite's WAL with ``synchronous=NORMAL`` already commits so for every transaction.
+    """
+    module().commit_without_flush(cur)
+
+
 def log2_sql(expression: str) -> str:
     """``log2(expression)`` in the backend's SQL."""
     return module().LOG2_SQL.format(expression)

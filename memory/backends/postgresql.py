@@ -26,7 +26,9 @@ as on SQLite.
 
 Rows leave the index by triggers (deletes of facts, cues, knowledge, messages; TRUNCATE),
 which also bump the lexical revisions the resident index watches; inserts are logged in
-``memory_changes`` with the writing transaction's id (:mod:`memory.changes`).
+``memory_changes`` with the writing transaction's id (:mod:`memory.changes`), and so are
+message deletes and token changes, with the old tokens (migration 0025,
+:func:`read_message_changes`).
 """
 from __future__ import annotations
 
@@ -75,6 +77,10 @@ def lock_key(cur: Any, space: int, key: int) -> None:
 
 def secure_delete(cur: Any) -> None:
     """No such switch: vacuum reclaims dead tuples (docs/DEPLOY.md)."""
+
+
+def commit_without_flush(cur: Any) -> None:
+    cur.execute("SET LOCAL synchronous_commit TO OFF")
 
 
 @dataclass(frozen=True)
@@ -555,6 +561,31 @@ def read_changes(source: str, revision_key: str, horizon: int | None) -> tuple[s
     if isinstance(changes, str):
         changes = json.loads(changes)
     return revision or "0", int(xmin), [(int(a), int(b), int(c)) for a, b, c in changes], int(pruned or 0)
+
+
+def read_message_changes(revision_key: str, horizon: int | None, seen: set[int]) -> tuple[str, int, list[tuple], int]:
+    """:func:`read_changes` of ``messages``, each change with what the resident statistics need,
+    all in one statement (one snapshot): ``(change id, row id, xid, old stream, old tokens, stream,
+    tokens)`` — the row's stream and tokens before the change (``None``: an insert; migration
+    0025) and as this snapshot shows it (``None``: deleted). The last four are ``None`` for the
+    changes in ``seen`` (already handed out: only their ids and xids matter)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin)"
+            " SELECT (SELECT value FROM meta WHERE key = %s), h.xmin,"
+            " (SELECT coalesce(json_agg(json_build_array(c.id, c.row_id, c.xid, c.scope,"
+            "   CASE WHEN s.id IS NULL THEN c.old_tokens END, m.stream_id, m.tokens) ORDER BY c.id), '[]')"
+            "  FROM memory_changes c LEFT JOIN unnest(%s::bigint[]) AS s(id) ON s.id = c.id"
+            "  LEFT JOIN messages m ON s.id IS NULL AND m.id = c.row_id"
+            "  WHERE c.source = 'messages' AND c.xid >= coalesce(%s, h.xmin)),"
+            " (SELECT value FROM meta WHERE key = 'changes_pruned_through')"
+            " FROM h",
+            [revision_key, sorted(seen), horizon],
+        )
+        revision, xmin, changes, pruned = cur.fetchone()
+    if isinstance(changes, str):
+        changes = json.loads(changes)
+    return revision or "0", int(xmin), [(int(c[0]), int(c[1]), int(c[2]), *c[3:]) for c in changes], int(pruned or 0)
 
 
 def prune_changes(keep: int) -> int:

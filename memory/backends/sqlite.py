@@ -21,6 +21,10 @@ def secure_delete(cur: Any) -> None:
     cur.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left in the file
 
 
+def commit_without_flush(cur: Any) -> None:
+    """Nothing to do: WAL with ``synchronous=NORMAL`` (config/settings.py) never flushes at commit."""
+
+
 # --- the change log (memory/changes.py) -------------------------------------------------------------
 # One writer at a time: a change row's id is its commit order, so the position of a change
 # is its id and the horizon is one past the highest id a reader has seen.

@@ -51,6 +51,7 @@ from memory.selectors.facts import (
     recall_facts_in_scope,
     supersede_chain,
     top_facts,
+    valid_fact_cosines,
 )
 from memory.selectors.graph import (
     CONCEPT_HOLDERS_CACHED,
@@ -184,6 +185,7 @@ __all__ = [
     "summary_skip_reasons",
     "supersede_chain",
     "top_facts",
+    "valid_fact_cosines",
     "vector_coverage",
     "working_memory",
 ]

@@ -139,11 +139,32 @@ def fact_cosines(ids: Sequence[int], query_vector: Any) -> dict[int, float]:
     if _query_q8(query_vector) is None or not ids:
         return {}
     blobs = dict(Fact.objects.filter(id__in=ids, embedding_q8__isnull=False).values_list("id", "embedding_q8"))
-    found = [i for i in ids if i in blobs]
+    return _cosines({i: blobs[i] for i in ids if i in blobs}, query_vector)
+
+
+def valid_fact_cosines(ids: Sequence[int], query_vector: Any) -> tuple[set[int], dict[int, float]]:
+    """The facts among ``ids`` still valid (not superseded nor invalidated) and :func:`fact_cosines`
+    of those — one read (a turn's confirm checks its pool and ranks it)."""
+    ids = list(dict.fromkeys(ids))
+    if not ids:
+        return set(), {}
+    with_vector = _query_q8(query_vector) is not None
+    rows = Fact.objects.valid().filter(pk__in=ids).values_list("id", "embedding_q8" if with_vector else "id")
+    valid = dict(rows)
+    if not with_vector:
+        return set(valid), {}
+    return set(valid), _cosines({i: valid[i] for i in ids if valid.get(i) is not None}, query_vector)
+
+
+def _cosines(blobs: Mapping[int, bytes], query_vector: Any) -> dict[int, float]:
+    """:func:`fact_cosines` of SQ8 vectors already read (``{fact id: blob}``)."""
+    found = list(blobs)
     stored = [bytes(blobs[i]) for i in found]
+    if not stored:
+        return {}
     if isinstance(query_vector, ConversationQuery):
         rows = cosine_q8_matrix([quantize_vector(v) for v in query_vector.vectors], stored)
-        values = weighted_max(rows, query_vector.weights) if stored else []
+        values = weighted_max(rows, query_vector.weights)
     else:
         values = cosine_q8_many(_query_q8(query_vector), stored)
     return {i: float(v) for i, v in zip(found, values, strict=True) if not np.isnan(v)}
@@ -317,15 +338,15 @@ def dense_fact_candidates(
     rows = list(
         Fact.objects.valid().filter(person_id__in=persons, embedding_q8__isnull=False).values_list(
             "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "half_life_hours",
-            "updated_at", "active",
+            "updated_at", "active", "embedding_q8",
         )
     )
     pig = _private_in_group(private_in_group)
     rows = [r for r in rows if stream_kind == SCOPE_ALL or fact_visible_in_stream(r[5], stream_kind, private_in_group=pig)]
     if not rows:
         return []
-    cosines = fact_cosines([r[0] for r in rows], query_vector)
-    ranked = sorted(((cosines[r[0]], r) for r in rows if r[0] in cosines), key=lambda x: -x[0])[: limit * 3]
+    cosines = _cosines({r[0]: r[-1] for r in rows}, query_vector)  # the rows carry their vectors: one read
+    ranked = sorted(((cosines[r[0]], r[:-1]) for r in rows if r[0] in cosines), key=lambda x: -x[0])[: limit * 3]
     out = []
     for cos, (fid, pid, kind, content, slot, origin, strength, half_life, updated_at, active) in ranked:
         ret = decay.retention(strength, updated_at, half_life, now)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -71,12 +71,14 @@ def latest_message_id(*, stream_id: int) -> int:
 
 def recent_speakers(*, stream_id: int, before_id: int, scan_limit: int = 200) -> list[int]:
     """Distinct senders among the newest ``scan_limit`` messages up to ``before_id``, most recent first."""
-    senders = (
-        Message.objects.filter(stream_id=stream_id, id__lte=before_id, sender_person__isnull=False)
-        .order_by("-id")
-        .values_list("sender_person_id", flat=True)[:scan_limit]
-    )
-    return list(dict.fromkeys(senders))
+    with connection.cursor() as cur:  # one statement, a few rows back (each turn asks)
+        cur.execute(
+            "SELECT sender_person_id FROM (SELECT sender_person_id, id FROM messages"
+            " WHERE stream_id = %s AND id <= %s AND sender_person_id IS NOT NULL ORDER BY id DESC LIMIT %s) recent"
+            " GROUP BY sender_person_id ORDER BY max(id) DESC",
+            [stream_id, before_id, scan_limit],
+        )
+        return [row[0] for row in cur.fetchall()]
 
 
 def search_messages(

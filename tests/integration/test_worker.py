@@ -149,6 +149,8 @@ def test_worker_builds_memory_and_survives_a_kill(env):
     worker = start()
     try:
         assert worker.wait_for_log("ready.", READY), log.read_text()[-3000:]
+        # started as deployed, it yields the CPU to the web processes (settings.WORKER_NICENESS)
+        assert os.getpriority(os.PRIO_PROCESS, worker.proc.pid) == max(os.nice(0), 10)
 
         # --- 1. 60 messages through the API ---------------------------------------------------
         ids = post(env, stream="it-1", n=60)

@@ -141,3 +141,30 @@ def test_trace_replay_of_a_turn_with_its_conversation_reproduces_the_pool(person
     # without the conversation the replayed pool loses the fact the previous line found
     off = evaluation.evaluate(evaluation.build_samples(), {"context_lexical_lines": 0})
     assert off["reconcile"]["mismatched"] == 1
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # resident indexes answer outside transactions
+def test_a_turn_reads_one_state_of_the_lexical_tables(person, direct_stream):
+    """The turn's line and its conversation's lines are separate queries, but each resident
+    index is brought up to date once per prepare and once per confirm (lexical.one_state), and
+    the present persons' fact ids are read once."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    services.add_fact(person_id=person.pk, content="玩家周末喜欢打篮球", kind="偏好", at=NOW - 30 * DAY)
+    for k, line in enumerate(["下午一起去打篮球吗", "还是去游泳吧", "北京今天好热"]):
+        _say(direct_stream, person, line, NOW + k * 1000)
+    recall.prepare_turn(stream_id=direct_stream.pk, speaker_id=person.pk, text="几点", at=NOW + 8000, record=False)
+    with CaptureQueriesContext(connection) as prepare:  # the indexes are loaded: one poll each from here on
+        ctx = recall.prepare_turn(stream_id=direct_stream.pk, speaker_id=person.pk, text="当然是三点啊", at=NOW + 9000)
+    with CaptureQueriesContext(connection) as confirm:
+        recall.confirm_turn(turn_id=ctx.turn_id, query_embedding=np.ones(512, dtype=np.float32), at=NOW + 9001)
+    assert len(recall.conversation_lines(ctx.context, {})) == 3  # four lexical queries of the facts
+
+    def polls(queries, table):
+        return [q for q in queries.captured_queries if f"lexical_revision:{table}" in q["sql"]]
+
+    assert len(polls(prepare, "facts")) == 1 and len(polls(prepare, "episode_cues")) <= 1
+    assert len(polls(confirm, "facts")) <= 1
+    scope_reads = [q for q in prepare.captured_queries if q["sql"].startswith("SELECT id FROM facts WHERE person_id IN")]
+    assert len(scope_reads) == 1

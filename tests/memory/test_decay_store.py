@@ -157,3 +157,28 @@ def test_state_kind_keeps_twelve_hours(person):
 def test_due_at_is_precomputed_per_kind(person, kind, delta):
     fid = services.add_fact(person_id=person.pk, content=f"测试事实{kind}内容", kind=kind, at=T0).fact_id
     assert fact_row(fid).due_at - T0 == delta
+
+
+def test_sweep_with_nothing_due_takes_no_write_lock(person):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    services.add_fact(person_id=person.pk, content="喜欢喝冰美式", kind="偏好", at=T0)
+    with CaptureQueriesContext(connection) as queries:
+        assert services.sweep(at=T0 + DAY) == 0
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["SELECT"]
+
+
+def test_a_fact_reinforced_while_the_sweep_decides_stays_active(person, monkeypatch):
+    fid = services.add_fact(person_id=person.pk, content="他今天心情不好", kind="事件", at=T0).fact_id
+    later = T0 + 100 * DAY
+    evaluate = decay.evaluate
+
+    def reinforced_meanwhile(state, at):  # a turn confirms the fact between the sweep's read and its update
+        fact = selectors.recall_facts_in_scope(person_ids=[person.pk], query="心情", now=later, stream_kind="direct")
+        services.reinforce_recalled_facts(facts=fact, at=later)
+        return evaluate(state, at)
+
+    monkeypatch.setattr(decay, "evaluate", reinforced_meanwhile)
+    assert services.sweep(at=later) == 0
+    assert fact_row(fid).active is True

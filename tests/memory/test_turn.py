@@ -189,3 +189,24 @@ def test_prepare_sweeps_due_facts(person, direct_stream):
 def test_unknown_stream(person):
     with pytest.raises(services.NotFound):
         recall.prepare_turn(stream_id=9999, speaker_id=person.pk, text="x", at=NOW)
+
+
+@pytest.mark.postgresql_only("synchronous_commit is PostgreSQL's; SQLite's WAL + synchronous=NORMAL never flushes at commit")
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_turns_writes_do_not_wait_for_a_flush_but_a_message_does(person, direct_stream):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    _fact(person, "玩家不喜欢吃香菜")
+    relaxed = "SET LOCAL synchronous_commit TO OFF"
+    with CaptureQueriesContext(connection) as message:
+        services.append_message(stream_id=direct_stream.pk, role="user", content="香菜好吃吗", at=NOW + DAY,
+                                sender_person_id=person.pk)
+    with CaptureQueriesContext(connection) as turn:
+        ctx = _prepare(direct_stream, person, "香菜好吃吗")
+        recall.confirm_turn(turn_id=ctx.turn_id, at=NOW + DAY + 1)
+    assert not any(relaxed in q["sql"] for q in message.captured_queries)
+    assert [q["sql"] for q in turn.captured_queries].count(relaxed) == 2  # prepare's trace, confirm's writes
+    with connection.cursor() as cur:  # SET LOCAL ends with its transaction
+        cur.execute("SHOW synchronous_commit")
+        assert cur.fetchone()[0] == "on"

@@ -48,6 +48,7 @@ def redis_db(settings):
 @dataclass
 class Burst:
     calls: list[tuple[str, tuple, dict]] = field(default_factory=list)
+    options: list[dict] = field(default_factory=list)  # each call's send options (countdown, …)
 
     def names(self) -> list[str]:
         return [name.rsplit(".", 1)[-1] for name, _, _ in self.calls]
@@ -56,7 +57,7 @@ class Burst:
         """Run every collected task ``times`` times (a redelivery), in order, then forget them."""
         from celery import current_app
 
-        calls, self.calls = self.calls, []
+        calls, self.calls, self.options = self.calls, [], []
         out = []
         for name, args, kwargs in calls:
             for _ in range(times):
@@ -72,6 +73,7 @@ def burst(monkeypatch) -> Burst:
         args, kwargs = tuple(args or ()), dict(kwargs or {})
         json.dumps([args, kwargs])  # what the broker would have to carry
         queue.calls.append((name, args, kwargs))
+        queue.options.append(options)
 
     monkeypatch.setattr(Celery, "send_task", send_task)
     return queue

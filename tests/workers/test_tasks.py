@@ -108,6 +108,39 @@ def test_a_failed_batch_is_retried_later(redis_db, burst, monkeypatch):
     assert burst.names() == ["summarize_stream_task"]
 
 
+def test_an_unexpected_error_frees_the_stream_and_checks_it_again_later(redis_db, burst, monkeypatch):
+    stream = make_stream()
+    post_messages(stream, 48)
+
+    def broken(**kwargs):
+        raise KeyError("a bug in the pipeline")
+
+    monkeypatch.setattr(pipeline, "summarize_stream", broken)
+    with pytest.raises(KeyError):
+        tasks.summarize_stream_task(stream.pk)
+
+    assert not redis_db.exists(enqueue.lock_key("summarize", stream.pk))
+    assert burst.names() == ["summarize_stream_task"]  # not only at the next beat sweep
+    assert burst.options[-1]["countdown"] == tasks.ERROR_RETRY_DELAY
+
+
+def test_a_transient_error_is_left_to_celerys_retry(redis_db, burst, monkeypatch):
+    from django.db import OperationalError
+
+    stream = make_stream()
+    post_messages(stream, 48)
+
+    def locked(**kwargs):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(pipeline, "summarize_stream", locked)
+    with pytest.raises(OperationalError):
+        tasks._run_stream_queue("summarize", stream.pk, None)
+
+    assert not redis_db.exists(enqueue.lock_key("summarize", stream.pk))
+    assert burst.names() == []
+
+
 def test_redelivered_tasks_do_the_work_once(settings, redis_db, burst, django_capture_on_commit_callbacks):
     """Every enqueued task runs twice, as after a crash before the ack."""
     settings.MEMORY_ENQUEUE_TASKS = True
