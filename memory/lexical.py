@@ -373,6 +373,7 @@ class FactRow(NamedTuple):
     updated_at: int
     active: bool
     has_vector: bool
+    tokens: str | None = None  # the stored index tokens, when the read had them (the turn's scoped reads)
 
 
 class CueHit(NamedTuple):
@@ -473,29 +474,35 @@ def _resident_scoped_facts(
 ) -> list[tuple] | None:
     """The resident-index form of a person-scoped :func:`fact_candidates` (``None``: ask FTS5).
 
-    The persons' fact ids are read by their ``person_id`` index and scored by the resident
+    The persons' facts are read by their ``person_id`` index and scored by the resident
     index with the whole table's statistics — FTS5's bm25 of the ``tokens : (…) AND
     person : (…)`` query, whose person phrases weigh 0 — instead of FTS5 reading every query
-    term's doclist over all persons for its IDF. Ties: lower id first.
+    term's doclist over all persons for its IDF. Ties: lower id first. Inside
+    :func:`one_state` (a turn) the scope's rows, stored tokens included, are read once for
+    all the turn's query lines.
     """
     index = resident("facts_fts")
     if index is None:
         return None
     persons = tuple(dict.fromkeys(int(p) for p in person_ids))
 
-    def read_ids() -> list[int]:
-        valid = "" if include_invalid else " AND superseded_by IS NULL"
+    def read_scope() -> dict[int, tuple]:
+        valid = "" if include_invalid else " AND f.superseded_by IS NULL"
         with connection.cursor() as cur:
-            cur.execute(f"SELECT id FROM facts WHERE person_id IN ({','.join(['%s'] * len(persons))}){valid}", persons)
-            return [r[0] for r in cur.fetchall()]
+            cur.execute(
+                f"SELECT {_FACT_COLUMNS.format(bm25='0')}, f.tokens_v2 FROM facts f"
+                f" WHERE f.person_id IN ({','.join(['%s'] * len(persons))}){valid}",
+                persons,
+            )
+            return {r[0]: r for r in cur.fetchall()}
 
-    fact_ids = remembered(("person_fact_ids", persons, include_invalid), read_ids)  # once per turn (one_state)
-    scored = index.scores_for(terms_of(match), fact_ids)
+    scope = remembered(("person_facts", persons, include_invalid), read_scope)
+    scored = index.scores_for(terms_of(match), list(scope))
     if scored is None:
         return None
     ids, bm25 = scored
-    ranked = [(int(ids[k]), float(bm25[k])) for k in np.lexsort((ids, bm25))]
-    return _ranked_fact_rows(_chunks(ranked, limit), include_invalid=include_invalid, limit=limit)
+    ranked = [(int(ids[k]), float(bm25[k])) for k in np.lexsort((ids, bm25))[:limit]]
+    return [(fid, b, *scope[fid][2:]) for fid, b in ranked]
 
 
 def _resident_fact_candidates(match: str, limit: int, include_invalid: bool) -> list[tuple] | None:

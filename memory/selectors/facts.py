@@ -95,7 +95,9 @@ def _report_blocked(blocked: int, stream_kind: str, now: int, events: bool) -> N
         emit_event("memory_fact_scope_blocked", {"streamKind": stream_kind, "blocked": blocked}, at=now)
 
 
-def fact_coverages(ids: Sequence[int], query: str) -> dict[int, tuple[float, bool]]:
+def fact_coverages(
+    ids: Sequence[int], query: str, *, tokens: Mapping[int, str] | None = None
+) -> dict[int, tuple[float, bool]]:
     """Each fact's share of ``query``'s achievable IDF mass (:func:`scoring.idf_coverage`) and
     whether it holds the query's most specific word (:func:`scoring.holds_rarest`).
 
@@ -103,7 +105,7 @@ def fact_coverages(ids: Sequence[int], query: str) -> dict[int, tuple[float, boo
     long word several times. A word is matched when the fact's FTS row holds it, or all of
     its bigrams (jieba may cut the fact differently); its document frequency is the word's,
     else the rarest-known of its bigrams when all of them occur. Frequencies come from the
-    ``facts_fts`` vocabulary.
+    ``facts_fts`` vocabulary. ``tokens`` — the facts' stored tokens when the caller read them already.
     """
     ids = list(dict.fromkeys(ids))
     qwords = list(dict.fromkeys(words(query)))
@@ -118,7 +120,8 @@ def fact_coverages(ids: Sequence[int], query: str) -> dict[int, tuple[float, boo
             df = min(raw[g] for g in grams[w])
         dfs[w] = df
     n_docs = lexical.document_count("facts_fts")
-    tokens = dict(Fact.objects.filter(pk__in=ids).values_list("id", "tokens_v2"))
+    if tokens is None or any(i not in tokens for i in ids):
+        tokens = dict(Fact.objects.filter(pk__in=ids).values_list("id", "tokens_v2"))
     out = {}
     for i in ids:
         held = set((tokens.get(i) or "").split())
@@ -246,7 +249,8 @@ def _recall(
     if stats is not None:
         stats["blocked"] = stats.get("blocked", 0) + blocked
     ov = _overrides(overrides)
-    coverages = None if is_seed_profile(ov) else fact_coverages([r.id for r in rows], query)
+    known = {r.id: r.tokens for r in rows if r.tokens is not None}
+    coverages = None if is_seed_profile(ov) else fact_coverages([r.id for r in rows], query, tokens=known)
     pool = _score_rows(rows, now, ov, coverages)
     return pool if return_candidates else [f for f in pool if f.eligible][:limit]
 

@@ -147,7 +147,7 @@ def test_trace_replay_of_a_turn_with_its_conversation_reproduces_the_pool(person
 def test_a_turn_reads_one_state_of_the_lexical_tables(person, direct_stream):
     """The turn's line and its conversation's lines are separate queries, but each resident
     index is brought up to date once per prepare and once per confirm (lexical.one_state), and
-    the present persons' fact ids are read once."""
+    the present persons' facts are read once."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -166,5 +166,6 @@ def test_a_turn_reads_one_state_of_the_lexical_tables(person, direct_stream):
 
     assert len(polls(prepare, "facts")) == 1 and len(polls(prepare, "episode_cues")) <= 1
     assert len(polls(confirm, "facts")) <= 1
-    scope_reads = [q for q in prepare.captured_queries if q["sql"].startswith("SELECT id FROM facts WHERE person_id IN")]
-    assert len(scope_reads) == 1
+    scope_reads = [q for q in prepare.captured_queries if "WHERE f.person_id IN" in q["sql"]]
+    assert len(scope_reads) == 1  # the persons' facts with their tokens: no row or token read per query line
+    assert not [q for q in prepare.captured_queries if "tokens_v2" in q["sql"] and q not in scope_reads]
