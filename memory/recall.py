@@ -246,7 +246,7 @@ def conversation_query(
 
 def context_from_ids(message_ids: Sequence[int]) -> list[ContextLine]:
     """The context a turn recorded (message ids, newest first), read back for confirm and replay."""
-    rows = Message.objects.in_bulk(list(message_ids))
+    rows = Message.objects.only("id", "role", "content").in_bulk(list(message_ids))  # not the vectors (~2.5 kB each)
     return [
         ContextLine(mid, rows[mid].role, rows[mid].content, k)
         for k, mid in enumerate(message_ids, start=1)

@@ -40,16 +40,21 @@ def store_env(values: dict[str, str]) -> dict[str, str]:
     if not url:
         values.pop("DATABASE_URL", None)
         return values
+    values["DATABASE_URL"] = _new_database(url)
+    return values
+
+
+def _new_database(url: str, template: str | None = None) -> str:
+    """The URL of a new PostgreSQL database beside ``url``'s (a copy of ``template`` when given), dropped at exit."""
     import psycopg
 
     parts = urlsplit(url)
     name = f"{parts.path.lstrip('/')}_it_{uuid.uuid4().hex[:10]}"[:63]
     admin = urlunsplit(parts._replace(path="/postgres"))
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     atexit.register(_drop, admin, name)
-    values["DATABASE_URL"] = urlunsplit(parts._replace(path=f"/{name}"))
-    return values
+    return urlunsplit(parts._replace(path=f"/{name}"))
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,15 +95,7 @@ def migrated_store(values: dict[str, str]) -> dict[str, str]:
         values.pop("DATABASE_URL", None)
         shutil.copyfile(template, values["MEMORY_DB"])
         return values
-    import psycopg
-
-    parts = urlsplit(url)
-    name = f"{parts.path.lstrip('/')}_it_{uuid.uuid4().hex[:10]}"[:63]
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    atexit.register(_drop, admin, name)
-    values["DATABASE_URL"] = urlunsplit(parts._replace(path=f"/{name}"))
+    values["DATABASE_URL"] = _new_database(url, template)
     return values
 
 

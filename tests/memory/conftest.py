@@ -49,6 +49,18 @@ def _fresh_activation():
     selectors.short_term_activation().clear()
 
 
+@pytest.fixture
+def empty_lexical_indexes():
+    """Empty FTS tables and no resident index before and after (the lexical-index tests' store is their own)."""
+    from memory import lexical, lexical_index
+
+    for table in lexical.TABLES:
+        lexical.clear(table)
+    lexical_index.reset_all()
+    yield
+    lexical_index.reset_all()
+
+
 def make_person(ext: str, name: str = "", platform: str = "qq"):
     return services.resolve_person(platform=platform, external_id=ext, name=name or ext, at=NOW)
 

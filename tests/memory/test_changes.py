@@ -14,12 +14,8 @@ pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 
 @pytest.fixture(autouse=True)
-def _empty_indexes():
-    for table in lexical.TABLES:
-        lexical.clear(table)
-    lexical_index.reset_all()
-    yield
-    lexical_index.reset_all()
+def _empty_indexes(empty_lexical_indexes):
+    """Every test starts from empty FTS tables and no resident index."""
 
 
 def _ids(query: str) -> set[int]:

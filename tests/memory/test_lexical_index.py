@@ -36,12 +36,8 @@ QUERIES = [
 
 
 @pytest.fixture(autouse=True)
-def _empty_indexes():
-    for table in lexical.TABLES:
-        lexical.clear(table)
-    lexical_index.reset_all()
-    yield
-    lexical_index.reset_all()
+def _empty_indexes(empty_lexical_indexes):
+    """Every test starts from empty FTS tables and no resident index."""
 
 
 def _people_and_stream():
