@@ -124,7 +124,11 @@ def _fuse_messages(
     get their real bm25 (0 when they do not match). Ties: newer first.
     """
     pool = max(limit * 3, MESSAGE_POOL)
-    lexical_hits = dict(lexical.message_candidates(match, stream_id=stream_id, before_id=before_id, limit=pool))
+    scored = lexical.resident_message_scores(match, stream_id=stream_id, before_id=before_id)  # both channels' bm25
+    if scored is not None:
+        lexical_hits = dict(scored.top(pool))
+    else:
+        lexical_hits = dict(lexical.message_candidates(match, stream_id=stream_id, before_id=before_id, limit=pool))
     q8 = _query_q8(query_vector)
     sql = "SELECT id, embedding_q8 FROM messages WHERE stream_id = %s AND embedding_q8 IS NOT NULL"
     params: list[Any] = [stream_id]
@@ -149,7 +153,8 @@ def _fuse_messages(
             if not np.isnan(c):
                 cos[mid] = float(c)
     dense_only = [mid for mid in dense_top if mid not in lexical_hits]
-    bm = {**lexical_hits, **lexical.message_bm25(match, stream_id=stream_id, message_ids=dense_only)}
+    bm = {**lexical_hits, **(scored.of(dense_only) if scored is not None
+                             else lexical.message_bm25(match, stream_id=stream_id, message_ids=dense_only))}
     fused = []
     for mid in [*lexical_hits, *dense_only]:
         lex = decay.relevance_from_bm25(bm[mid]) if mid in bm else 0.0
