@@ -244,6 +244,12 @@ def conversation_query(
     return conversation.ConversationQuery.build(text_vector, pairs)
 
 
+def context_positions(message_ids: Sequence[int]) -> list[ContextLine]:
+    """A recorded context as :func:`conversation_query` needs it: each message at its position,
+    nothing read (a message deleted since has no vector and drops out there)."""
+    return [ContextLine(int(mid), "", "", k) for k, mid in enumerate(message_ids, start=1)]
+
+
 def context_from_ids(message_ids: Sequence[int]) -> list[ContextLine]:
     """The context a turn recorded (message ids, newest first), read back for confirm and replay."""
     rows = Message.objects.only("id", "role", "content").in_bulk(list(message_ids))  # not the vectors (~2.5 kB each)
@@ -415,17 +421,29 @@ def rank_pool(
 
     With a query vector the dense candidates of the same persons join the pool
     (no percentile cut for them); facts invalidated since the pool was built
-    leave it; every candidate gets its cosine (``selectors.valid_fact_cosines``) and is
+    leave it; every candidate gets its cosine (one read of the persons' valid facts,
+    ``selectors.dense_scope``; ``selectors.valid_fact_cosines`` for the rest) and is
     ranked by the engine's ``rank``; the eligible top ``limit`` is the prompt.
     """
     pool = list(pool)
+    scope = None
     if query_vector is not None:
-        dense = selectors.dense_fact_candidates(
+        scope = selectors.dense_scope(
             person_ids=person_ids, query_vector=query_vector, limit=limit, now=now, stream_kind=stream_kind,
             overrides=overrides,
         )
-        pool = selectors.merge_dense_candidates(pool, dense, query=text)
-    still_valid, cosines = selectors.valid_fact_cosines([f.id for f in pool], query_vector)
+    if scope is None:
+        still_valid, cosines = selectors.valid_fact_cosines([f.id for f in pool], query_vector)
+    else:
+        pool = selectors.merge_dense_candidates(pool, scope.candidates, query=text, tokens=scope.tokens)
+        # the pool is the persons' facts: the scope's one read checks and ranks it; a fact it does
+        # not cover (invalidated since, or moved to another person) is read on its own
+        still_valid, cosines = set(scope.valid), dict(scope.cosines)
+        others = [f.id for f in pool if f.id not in scope.valid]
+        if others:
+            valid_others, other_cosines = selectors.valid_fact_cosines(others, query_vector)
+            still_valid |= valid_others
+            cosines.update(other_cosines)
     pool = [f for f in pool if f.id in still_valid]
     ranked = selectors.rank_facts(pool, overrides, cosines=cosines)
     return PromptRanking(prompt=prompt_facts(ranked, limit), held_back=held_back_facts(ranked, limit), ranked=ranked)
@@ -455,7 +473,7 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     overrides = _overrides()
     limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
     vector = query_embedding if query_embedding is not None else embed_query(turn.text)
-    query = conversation_query(vector, context_from_ids(turn.context_message_ids), overrides)
+    query = conversation_query(vector, context_positions(turn.context_message_ids), overrides)
     with lexical.one_state():
         ranking = rank_pool(
             pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=turn.text,
@@ -463,18 +481,23 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
         )
     ranked = ranking.prompt
     held = [f.id for f in ranking.held_back]
+    prompt_ids = [f.id for f in ranked]
     with transaction.atomic():
         _trace_write()
-        if Turn.objects.filter(pk=turn_id, confirmed_at__isnull=True).update(confirmed_at=now) != 1:
+        # the turn first (a second confirm waits here, then finds it confirmed), recorded as reinforcing
+        # every prompt fact; corrected below when one of them could not be (deleted or moved meanwhile)
+        confirmed = Turn.objects.filter(pk=turn_id, confirmed_at__isnull=True).update(
+            confirmed_at=now, prompt_fact_ids=prompt_ids, reinforced_fact_ids=prompt_ids, held_back_fact_ids=held
+        )
+        if confirmed != 1:
             raise TurnStateError(f"turn {turn_id} was already confirmed")
         reinforced = services.reinforce_recalled_facts(facts=ranked, at=now)
-        Turn.objects.filter(pk=turn_id).update(
-            prompt_fact_ids=[f.id for f in ranked], reinforced_fact_ids=reinforced, held_back_fact_ids=held
-        )
+        if reinforced != prompt_ids:
+            Turn.objects.filter(pk=turn_id).update(reinforced_fact_ids=reinforced)
         services.emit_event(
             "memory_retrieval_confirmed",
             {
-                "turnId": turn_id, "promptFactIds": [f.id for f in ranked], "usedVector": vector is not None,
+                "turnId": turn_id, "promptFactIds": prompt_ids, "usedVector": vector is not None,
                 "heldBackFactIds": held, "promptTerms": [f.terms() for f in ranked],
             },
             at=now, stream_id=turn.stream_id, turn_id=turn_id, stage="turn",
