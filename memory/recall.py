@@ -54,10 +54,10 @@ def _limit(overrides: Mapping[str, Any], name: str, default: int) -> int:
 
 
 def _stream(stream_id: int) -> Stream:
-    try:
-        return Stream.objects.get(pk=stream_id)
-    except Stream.DoesNotExist:
-        raise services.NotFound(f"stream {stream_id} not found") from None
+    found = list(Stream.objects.raw("SELECT * FROM streams WHERE id = %s", [stream_id]))  # no ORM compile per turn
+    if not found:
+        raise services.NotFound(f"stream {stream_id} not found")
+    return found[0]
 
 
 def present_persons(*, stream_id: int, speaker_id: int, before_id: int) -> list[int]:
@@ -207,10 +207,12 @@ def recent_context(*, stream_id: int, upto_id: int, text: str, overrides: Mappin
     size = max(lexical, dense)
     if size <= 0 or not upto_id:
         return []
-    rows = list(
-        Message.objects.filter(stream_id=stream_id, id__lte=upto_id).order_by("-id")
-        .values_list("id", "role", "content")[: size + 1]
-    )
+    with connection.cursor() as cur:  # a turn's read: plain SQL, no ORM compile per call
+        cur.execute(
+            "SELECT id, role, content FROM messages WHERE stream_id = %s AND id <= %s ORDER BY id DESC LIMIT %s",
+            [stream_id, upto_id, size + 1],
+        )
+        rows = cur.fetchall()
     if rows and " ".join(rows[0][2].split()) == " ".join(text.split()):
         rows = rows[1:]
     return [ContextLine(mid, role, content, k) for k, (mid, role, content) in enumerate(rows[:size], start=1)]
@@ -465,9 +467,10 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     Confirming a turn twice raises :class:`TurnStateError`.
     """
     now = services.now_ms() if at is None else at
-    turn = Turn.objects.filter(pk=turn_id).first()
-    if turn is None:
+    found = list(Turn.objects.raw("SELECT * FROM turns WHERE id = %s", [turn_id]))  # no ORM compile per confirm
+    if not found:
         raise TurnNotFound(f"turn {turn_id} not found")
+    turn = found[0]
     if turn.confirmed_at is not None:
         raise TurnStateError(f"turn {turn_id} was already confirmed")
     overrides = _overrides()

@@ -75,10 +75,20 @@ def emit_event(
     turn_id: int | None = None,
     stage: str = "",
 ) -> None:
-    """Append one observation event to the ledger (``pipeline_events``)."""
-    PipelineEvent.objects.create(
-        at=_at(at), stream_id=stream_id, turn_id=turn_id, stage=stage, kind=kind, payload=payload
-    )
+    """Append one observation event to the ledger (``pipeline_events``).
+
+    One plain INSERT (a turn writes two events): the payload adapted by the model's JSON field,
+    as ``PipelineEvent.objects.create`` would, without its per-call query compilation.
+    """
+    value = _PAYLOAD_FIELD.get_db_prep_value(payload, connection)
+    with connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO pipeline_events (at, stream_id, turn_id, stage, kind, payload) VALUES (%s, %s, %s, %s, %s, %s)",
+            [_at(at), stream_id, turn_id, stage, kind, value],
+        )
+
+
+_PAYLOAD_FIELD = PipelineEvent._meta.get_field("payload")
 
 
 # --- persons and streams ---------------------------------------------------------
