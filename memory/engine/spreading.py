@@ -492,10 +492,14 @@ def spread(
             concept_scores, concept_distances = _concept_spread(seeds, concept, hops, alpha, timeout_seconds, clock)
         except PageRankTimeoutError:
             return fallback(GRAPH_KNOWLEDGE)
-        for node, value in concept_scores.items():
-            fused[node] = fused.get(node, 0.0) + value
+        # most concept-reached nodes are new: those are appended in one go (same values, same order)
+        for node in [node for node in concept_scores if node in fused]:
+            fused[node] += concept_scores[node]
             hop = concept_distances[node]
-            distances[node] = min(distances.get(node, hop), hop)
+            if hop < distances[node]:
+                distances[node] = hop
+        fused.update({node: 0.0 + value for node, value in concept_scores.items() if node not in memory_scores})
+        distances.update({node: concept_distances[node] for node in concept_scores if node not in memory_scores})
 
     hits = _best_hits(fused, distances, cache, activation, limit)
     return SpreadResult(hits=hits, elapsed_ms=(clock() - started) * 1000.0)
@@ -516,11 +520,11 @@ def _best_hits(
     every bound left. The hits and their order are those of scoring every node (ties keep
     ``fused`` order); a retention above 1 switches the early stop off.
     """
-    position = {node: i for i, node in enumerate(fused)}
+    position = dict(zip(fused, range(len(fused))))
     factors = activation_factors(activation, fused) if activation is not None else None
-    order = sorted(
-        fused, key=lambda n: (-(fused[n] * factors[n]) if factors is not None else -fused[n], position[n])
-    )
+    # best bound first, ties in ``fused`` order (a reversed sort is stable too)
+    order = sorted(fused, key=(lambda n: fused[n] * factors[n]) if factors is not None else fused.__getitem__,
+                   reverse=True)
     hits: list[SpreadHit] = []
     bounded = True
     for start in range(0, len(order), _HIT_BATCH):
