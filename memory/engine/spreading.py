@@ -305,8 +305,12 @@ def _concept_spread(
         if source == target or source not in concepts or target not in concepts:
             continue
         w = float(strength)
-        raw[source][target] = max(raw[source].get(target, 0.0), w)
-        raw[target][source] = max(raw[target].get(source, 0.0), w)
+        # max(stored or 0.0, w), spelt out (the first of equal values, as max keeps)
+        out, back = raw[source], raw[target]
+        known = out.get(target, 0.0)
+        out[target] = w if w > known else known
+        known = back.get(source, 0.0)
+        back[source] = w if w > known else known
     graph = _normalise(raw)
 
     needles = [(cid, name.casefold()) for cid, name in concepts.items() if name.strip()]
@@ -492,14 +496,16 @@ def spread(
             concept_scores, concept_distances = _concept_spread(seeds, concept, hops, alpha, timeout_seconds, clock)
         except PageRankTimeoutError:
             return fallback(GRAPH_KNOWLEDGE)
-        # most concept-reached nodes are new: those are appended in one go (same values, same order)
-        for node in [node for node in concept_scores if node in fused]:
-            fused[node] += concept_scores[node]
-            hop = concept_distances[node]
-            if hop < distances[node]:
-                distances[node] = hop
-        fused.update({node: 0.0 + value for node, value in concept_scores.items() if node not in memory_scores})
-        distances.update({node: concept_distances[node] for node in concept_scores if node not in memory_scores})
+        # most concept-reached nodes are new: all are merged in one go (a node already in ``fused`` keeps
+        # its place), then the few reached by both graphs get the sum and the nearer distance
+        # (same values, same order as adding node by node; concept scores are never -0.0)
+        both = [(node, fused[node] + value, min(distances[node], concept_distances[node]))
+                for node, value in concept_scores.items() if node in memory_scores]
+        fused.update(concept_scores)
+        distances.update(concept_distances)
+        for node, value, hop in both:
+            fused[node] = value
+            distances[node] = hop
 
     hits = _best_hits(fused, distances, cache, activation, limit)
     return SpreadResult(hits=hits, elapsed_ms=(clock() - started) * 1000.0)
