@@ -333,7 +333,11 @@ def _concept_spread(
         return {}, {}
 
     distances = _within_hops(weights, hops, lambda frontier: (o for node in frontier for o in graph.get(node, {})))
-    bounded = _normalise({node: {o: w for o, w in graph.get(node, {}).items() if o in distances} for node in distances})
+    if len(distances) == len(graph):  # every concept reached: nothing to cut
+        bounded = _normalise({node: graph[node] for node in distances})
+    else:
+        bounded = _normalise({node: {o: w for o, w in graph.get(node, {}).items() if o in distances}
+                              for node in distances})
     ranks = personalized_pagerank(
         bounded,
         weights,
@@ -353,18 +357,21 @@ def _concept_spread(
     scores: dict[int, float] = {}
     node_distances: dict[int, int] = {}
     for cid in reached:
-        matched = [node for node in dict.fromkeys(holders.get(concepts[cid], ())) if node not in seed_set]
+        matched = dict.fromkeys(holders.get(concepts[cid], ()))  # each holder once, in order
+        for node in seed_set:
+            matched.pop(node, None)
         if not matched:
             continue
         share = ranks[cid] / len(matched)
         hop = distances[cid]
         # a concept can be held by thousands of nodes, most of them reached by this concept only:
         # nodes already scored add the share, new ones are inserted in bulk (same values, same order)
-        for node in [node for node in matched if node in scores]:
+        scored = matched.keys() & scores.keys()
+        for node in scored:
             scores[node] += share
             if hop < node_distances[node]:
                 node_distances[node] = hop
-        fresh = [node for node in matched if node not in node_distances]
+        fresh = [node for node in matched if node not in scored] if scored else matched
         scores.update(dict.fromkeys(fresh, 0.0 + share))
         node_distances.update(dict.fromkeys(fresh, hop))
     return scores, node_distances
