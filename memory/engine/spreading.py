@@ -533,7 +533,7 @@ def _best_hits(
     every bound left. The hits and their order are those of scoring every node (ties keep
     ``fused`` order); a retention above 1 switches the early stop off.
     """
-    position = dict(zip(fused, range(len(fused))))
+    position = dict(zip(fused, range(len(fused)), strict=True))
     factors = activation_factors(activation, fused) if activation is not None else None
     # best bound first, ties in ``fused`` order (a reversed sort is stable too)
     order = sorted(fused, key=(lambda n: fused[n] * factors[n]) if factors is not None else fused.__getitem__,
