@@ -265,6 +265,10 @@ MESSAGE_MAX_CHARS = envint("MESSAGE_MAX_CHARS", 20000)
 # lower is faster, higher stays closer to unpruned bm25 — BENCHMARKS.md measures both).
 LEXICAL_RESIDENT_INDEX = envbool("LEXICAL_RESIDENT_INDEX", "True")
 FTS_PRUNE_DF_RATIO = envfloat("FTS_PRUNE_DF_RATIO", 0.1)
+# Long-lived structures (the resident indexes, jieba's dictionary) are frozen out of the
+# cyclic garbage collector's full passes once loaded, which otherwise stall a turn for
+# 150+ ms now and then (memory/residency.py).
+RESIDENT_GC_FREEZE = envbool("RESIDENT_GC_FREEZE", "True")
 
 # --- Model providers ----------------------------------------------------------
 LLM_BASE_URL = env("LLM_BASE_URL")

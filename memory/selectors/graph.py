@@ -13,6 +13,7 @@ from django.db import connection
 from django.db.models import Q
 
 from memory import activation as shared_activation
+from memory import residency
 from memory.engine import decay
 from memory.engine import spreading as sp
 from memory.engine.spreading import ConceptGraph, SpreadResult
@@ -284,6 +285,7 @@ class _NodeTexts:
             self._add(_all_node_texts())
             self._state, self._max_id, self._count = state, max_id, count
             self.rebuilds += 1
+            residency.settle()
 
     def holders(self, name: str) -> list[int]:
         """Every loaded node whose casefolded text contains ``name`` (already casefolded)."""
@@ -364,6 +366,7 @@ class _ConceptCache:
                     adjacency[b][a] = max(adjacency[b].get(a, 0.0), w)
                 self.adjacency = dict(adjacency)
                 self.revision = revision
+                residency.settle()
         return self
 
 
