@@ -467,9 +467,10 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     Confirming a turn twice raises :class:`TurnStateError`.
     """
     now = services.now_ms() if at is None else at
-    turn = Turn.objects.filter(pk=turn_id).first()
-    if turn is None:
+    found = list(Turn.objects.raw("SELECT * FROM turns WHERE id = %s", [turn_id]))  # no ORM compile per confirm
+    if not found:
         raise TurnNotFound(f"turn {turn_id} not found")
+    turn = found[0]
     if turn.confirmed_at is not None:
         raise TurnStateError(f"turn {turn_id} was already confirmed")
     overrides = _overrides()
