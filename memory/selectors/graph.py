@@ -278,10 +278,13 @@ class _NodeTexts:
             at = blob.find(needle, starts[k + 1])
         return out
 
-    def refresh(self) -> None:
+    def refresh(self, row_revisions: tuple | None = None) -> None:
+        """Bring the texts up to the committed nodes; ``row_revisions`` — the facts' and knowledge's
+        lexical revisions when the caller read them already (a spread reads them with the concept
+        graph's, :func:`_spread_revisions`)."""
         with self._lock:
             poll = self._feed.poll()
-            state = (poll.revision, *self._row_revisions())
+            state = (poll.revision, *(row_revisions or self._row_revisions()))
             if state == self._state and not poll.rebuild:
                 if poll.row_ids:
                     first = self._add(_all_node_texts(poll.row_ids))  # some may have no row: no text
@@ -343,15 +346,15 @@ class _NodeTexts:
 _node_texts = _NodeTexts()
 
 
-def resident_node_texts() -> _NodeTexts | None:
+def resident_node_texts(row_revisions: tuple | None = None) -> _NodeTexts | None:
     """The fresh resident node texts, or ``None`` inside a transaction / when resident indexes are off."""
     if not getattr(settings, "LEXICAL_RESIDENT_INDEX", True) or connection.in_atomic_block:
         return None
-    _node_texts.refresh()
+    _node_texts.refresh(row_revisions)
     return _node_texts
 
 
-def _nodes_containing(concepts: set[str]) -> dict[str, list[int]]:
+def _nodes_containing(concepts: set[str], row_revisions: tuple | None = None) -> dict[str, list[int]]:
     """Every registered memory node (fact, episode, knowledge) whose text contains each concept.
 
     The reference rule (§3.8): ``concept.casefold()`` is a substring of the node's
@@ -361,7 +364,7 @@ def _nodes_containing(concepts: set[str]) -> dict[str, list[int]]:
     rows are read and scanned directly.
     """
     folded = {c: c.casefold() for c in concepts if c.strip() and "\x00" not in c}
-    index = resident_node_texts()
+    index = resident_node_texts(row_revisions)
     if index is not None:
         return {c: index.holders(f) for c, f in folded.items()}
     rows = _all_node_texts()
@@ -382,11 +385,13 @@ class _ConceptCache:
         self.names: dict[int, str] = {}
         self.adjacency: dict[int, dict[int, float]] = {}
 
-    def fresh(self) -> _ConceptCache:
+    def fresh(self, revision: str | None = None) -> _ConceptCache:
+        """The graph as committed (``revision`` — its meta revision when the caller read it already)."""
         with connection.cursor() as cur:
-            cur.execute("SELECT value FROM meta WHERE key = %s", [CONCEPT_GRAPH_REVISION])
-            row = cur.fetchone()
-            revision = row[0] if row else "0"
+            if revision is None:
+                cur.execute("SELECT value FROM meta WHERE key = %s", [CONCEPT_GRAPH_REVISION])
+                row = cur.fetchone()
+                revision = row[0] if row else "0"
             if revision != self.revision:
                 cur.execute("SELECT id, concept FROM knowledge_nodes")
                 self.names = dict(cur.fetchall())
@@ -439,7 +444,8 @@ def _concept_graph(seed_texts: Mapping[int, str], hops: int, limit: int) -> Conc
     """
     if not any(t.strip() for t in seed_texts.values()):
         return None
-    graph = _concepts.fresh()
+    concept_revision, *row_revisions = _spread_revisions()
+    graph = _concepts.fresh(concept_revision)
     start: set[int] = set()
     for text in seed_texts.values():
         start |= _concepts_in(text.casefold(), graph)
@@ -454,8 +460,22 @@ def _concept_graph(seed_texts: Mapping[int, str], hops: int, limit: int) -> Conc
     edges = [(a, b, w) for a in seen for b, w in graph.adjacency.get(a, {}).items() if b in seen and a < b]
     return ConceptGraph(
         concepts={cid: graph.names[cid] for cid in seen}, edges=edges, seed_texts=seed_texts,
-        nodes_containing=_nodes_containing, max_mapped=max(CONCEPT_MAP_MIN, limit),
+        nodes_containing=lambda names: _nodes_containing(names, tuple(row_revisions)),
+        max_mapped=max(CONCEPT_MAP_MIN, limit),
     )
+
+
+def _spread_revisions() -> tuple:
+    """The concept graph's revision and the facts' and knowledge's lexical revisions, in one read."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT (SELECT value FROM meta WHERE key = %s),"
+            " (SELECT value FROM meta WHERE key = 'lexical_revision:facts'),"
+            " (SELECT value FROM meta WHERE key = 'lexical_revision:knowledge')",
+            [CONCEPT_GRAPH_REVISION],
+        )
+        concept, facts, knowledge = cur.fetchone()
+    return concept or "0", facts, knowledge
 
 
 @dataclass(frozen=True)
