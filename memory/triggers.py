@@ -10,15 +10,17 @@ before (and after) each batch, the beat sweep for every stream.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count
 
 from memory.meta import meta_get
 from memory.models import EXTRACT_CURSOR_KEY, Message, QueueFailure, Stream
 
-__all__ = ["EXTRACT", "SUMMARIZE", "extract_due", "read_cursor", "streams_due", "summarize_due"]
+__all__ = ["EXTRACT", "SUMMARIZE", "due_queues", "extract_due", "read_cursor", "streams_due", "summarize_due"]
 
 SUMMARIZE = QueueFailure.Queue.SUMMARIZE
 EXTRACT = QueueFailure.Queue.EXTRACT
@@ -36,18 +38,45 @@ def read_cursor(stream_id: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+#: Messages counted toward a trigger, at most the trigger's number of them (a count that stops there).
+_COUNTS = {
+    SUMMARIZE: "SELECT count(*) FROM (SELECT 1 FROM messages WHERE stream_id = %s AND episode_id IS NULL LIMIT %s) AS t",
+    EXTRACT: "SELECT count(*) FROM (SELECT 1 FROM messages WHERE stream_id = %s AND id > %s LIMIT %s) AS t",
+}
+
+
+def due_queues(stream_id: int, queues: Sequence[str] = (SUMMARIZE, EXTRACT)) -> list[str]:
+    """Those of ``queues`` whose work is due for the stream, in their order.
+
+    One statement counts for all of them, each count stopping at its trigger
+    (extraction reads its cursor first).
+    """
+    triggers = {SUMMARIZE: settings.SUMMARIZE_TRIGGER_MESSAGES, EXTRACT: settings.FACT_EXTRACT_TRIGGER_MESSAGES}
+    counted = [q for q in queues if triggers[q] > 0]  # a trigger of 0 is always due
+    counts: dict[str, int] = {}
+    if counted:
+        params: list[Any] = []
+        for queue in counted:
+            params += [stream_id, read_cursor(stream_id), triggers[queue]] if queue == EXTRACT else [
+                stream_id, triggers[queue]]
+        with connection.cursor() as cur:
+            cur.execute("SELECT " + ", ".join(f"({_COUNTS[q]})" for q in counted), params)
+            counts = dict(zip(counted, cur.fetchone(), strict=True))
+    return [q for q in queues if counts.get(q, 0) >= triggers[q]]
+
+
 def summarize_due(stream_id: int) -> bool:
-    pending = Message.objects.filter(stream_id=stream_id, episode__isnull=True).count()
-    return pending >= settings.SUMMARIZE_TRIGGER_MESSAGES
+    """``SUMMARIZE_TRIGGER_MESSAGES`` messages of the stream are in no episode yet."""
+    return bool(due_queues(stream_id, (SUMMARIZE,)))
 
 
 def extract_due(stream_id: int) -> bool:
-    count = Message.objects.filter(stream_id=stream_id, id__gt=read_cursor(stream_id)).count()
-    return count >= settings.FACT_EXTRACT_TRIGGER_MESSAGES
+    """``FACT_EXTRACT_TRIGGER_MESSAGES`` messages of the stream come after its extraction cursor."""
+    return bool(due_queues(stream_id, (EXTRACT,)))
 
 
 def due(queue: str, stream_id: int) -> bool:
-    return summarize_due(stream_id) if queue == SUMMARIZE else extract_due(stream_id)
+    return bool(due_queues(stream_id, (queue,)))
 
 
 def streams_due() -> list[tuple[str, int]]:
