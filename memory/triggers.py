@@ -10,6 +10,7 @@ before (and after) each batch, the beat sweep for every stream.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,43 +27,63 @@ SUMMARIZE = QueueFailure.Queue.SUMMARIZE
 EXTRACT = QueueFailure.Queue.EXTRACT
 
 
+def _cursors(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _cursor(cursors: dict[str, Any], stream_id: int) -> int:
+    value = cursors.get(str(stream_id))
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def cursor_map() -> dict[str, Any]:
     """Every stream's extraction cursor (``{"<stream id>": message id}``), as stored."""
-    value = meta_get(EXTRACT_CURSOR_KEY, {})
-    return value if isinstance(value, dict) else {}
+    return _cursors(meta_get(EXTRACT_CURSOR_KEY, {}))
 
 
 def read_cursor(stream_id: int) -> int:
     """Id of the last message already given to the extractor (0 = none)."""
-    value = cursor_map().get(str(stream_id))
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return _cursor(cursor_map(), stream_id)
 
 
-#: Messages counted toward a trigger, at most the trigger's number of them (a count that stops there).
-_COUNTS = {
-    SUMMARIZE: "SELECT count(*) FROM (SELECT 1 FROM messages WHERE stream_id = %s AND episode_id IS NULL LIMIT %s) AS t",
-    EXTRACT: "SELECT count(*) FROM (SELECT 1 FROM messages WHERE stream_id = %s AND id > %s LIMIT %s) AS t",
+#: What decides each trigger, as subqueries: the stream's messages in no episode, counted up to the
+#: trigger (a count that stops there); the id of its trigger-th newest message (extraction is due when
+#: it lies after the cursor: then at least the trigger's number of messages do) and the cursors.
+_READS = {
+    SUMMARIZE: ("(SELECT count(*) FROM (SELECT 1 FROM messages WHERE stream_id = %s AND episode_id IS NULL LIMIT %s)"
+                " AS t)"),
+    EXTRACT: ("(SELECT id FROM messages WHERE stream_id = %s ORDER BY id DESC LIMIT 1 OFFSET %s),"
+              " (SELECT value FROM meta WHERE key = %s)"),
 }
 
 
 def due_queues(stream_id: int, queues: Sequence[str] = (SUMMARIZE, EXTRACT)) -> list[str]:
-    """Those of ``queues`` whose work is due for the stream, in their order.
-
-    One statement counts for all of them, each count stopping at its trigger
-    (extraction reads its cursor first).
-    """
+    """Those of ``queues`` whose work is due for the stream, in their order: one statement reads for all."""
     triggers = {SUMMARIZE: settings.SUMMARIZE_TRIGGER_MESSAGES, EXTRACT: settings.FACT_EXTRACT_TRIGGER_MESSAGES}
-    counted = [q for q in queues if triggers[q] > 0]  # a trigger of 0 is always due
-    counts: dict[str, int] = {}
-    if counted:
+    read = [q for q in queues if triggers[q] > 0]  # a trigger of 0 is always due
+    due = {q for q in queues if triggers[q] <= 0}
+    if read:
         params: list[Any] = []
-        for queue in counted:
-            params += [stream_id, read_cursor(stream_id), triggers[queue]] if queue == EXTRACT else [
-                stream_id, triggers[queue]]
+        for queue in read:
+            params += [stream_id, triggers[queue]] if queue == SUMMARIZE else [
+                stream_id, triggers[queue] - 1, EXTRACT_CURSOR_KEY]
         with connection.cursor() as cur:
-            cur.execute("SELECT " + ", ".join(f"({_COUNTS[q]})" for q in counted), params)
-            counts = dict(zip(counted, cur.fetchone(), strict=True))
-    return [q for q in queues if counts.get(q, 0) >= triggers[q]]
+            cur.execute("SELECT " + ", ".join(_READS[q] for q in read), params)
+            row = list(cur.fetchone())
+        for queue in read:
+            if queue == SUMMARIZE:
+                if row.pop(0) >= triggers[queue]:
+                    due.add(queue)
+                continue
+            nth_newest, value = row.pop(0), row.pop(0)
+            if nth_newest is not None:
+                try:
+                    cursors = _cursors(json.loads(value)) if value is not None else {}
+                except ValueError:  # as meta_get reads a value that is not JSON
+                    cursors = {}
+                if nth_newest > _cursor(cursors, stream_id):
+                    due.add(queue)
+    return [q for q in queues if q in due]
 
 
 def summarize_due(stream_id: int) -> bool:
