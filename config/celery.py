@@ -48,6 +48,11 @@ def _on_worker_init(**kwargs) -> None:
 
     preload_embedder()
 
+    from memory import backends, residency
+
+    backends.checkpoint_on_commit()  # SQLite: the worker's commits, not the web's, copy the log back
+    residency.settle_process()  # before the fork: the children share these pages and the collector skips them
+
 
 def lower_priority() -> int:
     """Raise this process's niceness to ``settings.WORKER_NICENESS`` (never lower it); the new niceness.

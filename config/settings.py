@@ -138,6 +138,11 @@ if DATABASE_URL:
         raise ValueError("DATABASE_URL must name a PostgreSQL database (postgres://…); unset it for SQLite")
     DATABASES["default"]["TEST"] = {"NAME": env("MEMORY_TEST_DB", "") or None}
 else:
+    # A commit that finds the write-ahead log past this many pages (~4 kB each) copies it back into
+    # the database file first. Web processes leave that to the workers (SQLite's 1000 pages) and
+    # to the beat's checkpoint every minute, so a turn does not pay for it; this is their bound
+    # when no worker runs (docs/DEPLOY.md).
+    SQLITE_WEB_WAL_AUTOCHECKPOINT = envint("SQLITE_WEB_WAL_AUTOCHECKPOINT", 10_000)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -145,7 +150,8 @@ else:
             "OPTIONS": {
                 "transaction_mode": "IMMEDIATE",
                 "timeout": envint("SQLITE_BUSY_TIMEOUT", 20),
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"
+                f" PRAGMA wal_autocheckpoint={SQLITE_WEB_WAL_AUTOCHECKPOINT};",
             },
             "TEST": {"NAME": env("MEMORY_TEST_DB", "") or None},
             "CONN_MAX_AGE": _CONN_MAX_AGE,
@@ -225,6 +231,8 @@ CELERY_BEAT_SCHEDULE = {
     "memory-stream-checks": {"task": "memory.tasks.stream_checks_sweep_task", "schedule": crontab(minute="*/5")},
     # Jobs whose worker died without a restart under the same name (lease ran out): every 5 minutes (minute 2).
     "memory-recover-jobs": {"task": "memory.tasks.jobs_recover_task", "schedule": crontab(minute="2-59/5")},
+    # SQLite: the write-ahead log copied back into the database file off the request path, every minute.
+    "memory-wal-checkpoint": {"task": "memory.tasks.wal_checkpoint_task", "schedule": crontab()},
     # pipeline_events and turns are bounded (memory/retention.py): every hour at minute 17.
     "memory-retention": {"task": "memory.tasks.retention_sweep_task", "schedule": crontab(minute=17)},
     # Message bodies past MESSAGE_RETENTION_DAYS (off by default): daily at 03:41.
@@ -265,6 +273,10 @@ MESSAGE_MAX_CHARS = envint("MESSAGE_MAX_CHARS", 20000)
 # lower is faster, higher stays closer to unpruned bm25 — BENCHMARKS.md measures both).
 LEXICAL_RESIDENT_INDEX = envbool("LEXICAL_RESIDENT_INDEX", "True")
 FTS_PRUNE_DF_RATIO = envfloat("FTS_PRUNE_DF_RATIO", 0.1)
+# Long-lived structures (the resident indexes, jieba's dictionary) are frozen out of the
+# cyclic garbage collector's full passes once loaded, which otherwise stall a turn for
+# 150+ ms now and then (memory/residency.py).
+RESIDENT_GC_FREEZE = envbool("RESIDENT_GC_FREEZE", "True")
 
 # --- Model providers ----------------------------------------------------------
 LLM_BASE_URL = env("LLM_BASE_URL")

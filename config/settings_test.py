@@ -8,4 +8,5 @@ EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 LANGUAGE_CODE = "zh-hans"
 MEMORY_ENQUEUE_TASKS = False
 EMBEDDING_PROVIDER = "none"  # tests that need vectors opt in
+RESIDENT_GC_FREEZE = False  # a test process builds and drops resident indexes thousands of times
 SHORT_TERM_ACTIVATION = "process"  # a shared one would write to REDIS_URL (tests/memory/test_shared_activation.py opts in)

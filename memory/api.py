@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.http import Http404, HttpRequest
 from ninja import Query, Router, Schema, Status
 from ninja.errors import ValidationError
@@ -112,9 +112,13 @@ def _check_content(content: str, field: str = "content") -> None:
 
 def _require_message_in(ref: StreamRef, message_id: int) -> None:
     """404 unless the message exists in the (existing) stream of ``ref``; creates nothing."""
-    found = Message.objects.filter(
-        pk=message_id, stream__platform=ref.platform, stream__kind=ref.kind, stream__external_id=ref.external_id
-    ).exists()
+    with connection.cursor() as cur:  # every watermarked turn asks: plain SQL, no ORM compile per call
+        cur.execute(
+            "SELECT 1 FROM messages m JOIN streams s ON s.id = m.stream_id"
+            " WHERE m.id = %s AND s.platform = %s AND s.kind = %s AND s.external_id = %s",
+            [message_id, ref.platform, ref.kind, ref.external_id],
+        )
+        found = cur.fetchone() is not None
     if not found:
         raise Http404(f"message {message_id} does not exist in this stream")
 

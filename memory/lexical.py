@@ -285,9 +285,11 @@ def purge_deleted(tables: Sequence[str]) -> None:
 
 
 def document_count(table: str) -> int:
-    """Rows in the index (cached for a few seconds; it only steers pruning)."""
+    """Rows in the index (cached for a few seconds on SQLite; read once per :func:`one_state` on
+    PostgreSQL, where each query line of a turn would otherwise ask again)."""
     if is_postgresql():
-        return postgresql.document_count(_check(table))
+        name = _check(table)
+        return remembered(("document_count", name), lambda: postgresql.document_count(name))
     hit = _doc_counts.get(table)
     now = time.monotonic()
     if hit and now - hit[0] < _DOC_COUNT_TTL:

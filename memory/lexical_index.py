@@ -41,7 +41,7 @@ import numpy as np
 from django.conf import settings
 from django.db import connection, transaction
 
-from memory import backends
+from memory import backends, residency
 from memory.changes import ChangeFeed
 from memory.engine.bm25 import FOLDABLE as _FOLDABLE
 from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_tokens
@@ -130,6 +130,7 @@ class ResidentBM25:
                 self._loaded = {int(r[0]) for r in rows}
                 self._revision = poll.revision
                 self.rebuilds += 1
+                residency.settle()
                 return
             fresh = sorted({i for i in poll.row_ids if i not in self._loaded})
             if fresh:
@@ -636,6 +637,7 @@ class ResidentMessages:
         self._max_id = int(ids[-1]) if len(ids) else 0
         self._revision = revision
         self.rebuilds += 1
+        residency.settle()
 
     def _is_known(self, rowid: int) -> bool:
         if rowid in self._known_tail:
@@ -730,6 +732,7 @@ class ResidentMessages:
                 self._term_ids[term] = len(self._term_ids)
                 self._total_tokens += int(cnt)
         self.rebuilds += 1
+        residency.settle()
 
     def refresh(self) -> None:
         if backends.is_postgresql():

@@ -54,10 +54,10 @@ def _limit(overrides: Mapping[str, Any], name: str, default: int) -> int:
 
 
 def _stream(stream_id: int) -> Stream:
-    try:
-        return Stream.objects.get(pk=stream_id)
-    except Stream.DoesNotExist:
-        raise services.NotFound(f"stream {stream_id} not found") from None
+    found = list(Stream.objects.raw("SELECT * FROM streams WHERE id = %s", [stream_id]))  # no ORM compile per turn
+    if not found:
+        raise services.NotFound(f"stream {stream_id} not found")
+    return found[0]
 
 
 def present_persons(*, stream_id: int, speaker_id: int, before_id: int) -> list[int]:
@@ -207,10 +207,12 @@ def recent_context(*, stream_id: int, upto_id: int, text: str, overrides: Mappin
     size = max(lexical, dense)
     if size <= 0 or not upto_id:
         return []
-    rows = list(
-        Message.objects.filter(stream_id=stream_id, id__lte=upto_id).order_by("-id")
-        .values_list("id", "role", "content")[: size + 1]
-    )
+    with connection.cursor() as cur:  # a turn's read: plain SQL, no ORM compile per call
+        cur.execute(
+            "SELECT id, role, content FROM messages WHERE stream_id = %s AND id <= %s ORDER BY id DESC LIMIT %s",
+            [stream_id, upto_id, size + 1],
+        )
+        rows = cur.fetchall()
     if rows and " ".join(rows[0][2].split()) == " ".join(text.split()):
         rows = rows[1:]
     return [ContextLine(mid, role, content, k) for k, (mid, role, content) in enumerate(rows[:size], start=1)]
@@ -242,6 +244,12 @@ def conversation_query(
     if all(vector is None for vector, _ in pairs):
         return text_vector
     return conversation.ConversationQuery.build(text_vector, pairs)
+
+
+def context_positions(message_ids: Sequence[int]) -> list[ContextLine]:
+    """A recorded context as :func:`conversation_query` needs it: each message at its position,
+    nothing read (a message deleted since has no vector and drops out there)."""
+    return [ContextLine(int(mid), "", "", k) for k, mid in enumerate(message_ids, start=1)]
 
 
 def context_from_ids(message_ids: Sequence[int]) -> list[ContextLine]:
@@ -415,17 +423,29 @@ def rank_pool(
 
     With a query vector the dense candidates of the same persons join the pool
     (no percentile cut for them); facts invalidated since the pool was built
-    leave it; every candidate gets its cosine (``selectors.valid_fact_cosines``) and is
+    leave it; every candidate gets its cosine (one read of the persons' valid facts,
+    ``selectors.dense_scope``; ``selectors.valid_fact_cosines`` for the rest) and is
     ranked by the engine's ``rank``; the eligible top ``limit`` is the prompt.
     """
     pool = list(pool)
+    scope = None
     if query_vector is not None:
-        dense = selectors.dense_fact_candidates(
+        scope = selectors.dense_scope(
             person_ids=person_ids, query_vector=query_vector, limit=limit, now=now, stream_kind=stream_kind,
             overrides=overrides,
         )
-        pool = selectors.merge_dense_candidates(pool, dense, query=text)
-    still_valid, cosines = selectors.valid_fact_cosines([f.id for f in pool], query_vector)
+    if scope is None:
+        still_valid, cosines = selectors.valid_fact_cosines([f.id for f in pool], query_vector)
+    else:
+        pool = selectors.merge_dense_candidates(pool, scope.candidates, query=text, tokens=scope.tokens)
+        # the pool is the persons' facts: the scope's one read checks and ranks it; a fact it does
+        # not cover (invalidated since, or moved to another person) is read on its own
+        still_valid, cosines = set(scope.valid), dict(scope.cosines)
+        others = [f.id for f in pool if f.id not in scope.valid]
+        if others:
+            valid_others, other_cosines = selectors.valid_fact_cosines(others, query_vector)
+            still_valid |= valid_others
+            cosines.update(other_cosines)
     pool = [f for f in pool if f.id in still_valid]
     ranked = selectors.rank_facts(pool, overrides, cosines=cosines)
     return PromptRanking(prompt=prompt_facts(ranked, limit), held_back=held_back_facts(ranked, limit), ranked=ranked)
@@ -447,15 +467,16 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     Confirming a turn twice raises :class:`TurnStateError`.
     """
     now = services.now_ms() if at is None else at
-    turn = Turn.objects.filter(pk=turn_id).first()
-    if turn is None:
+    found = list(Turn.objects.raw("SELECT * FROM turns WHERE id = %s", [turn_id]))  # no ORM compile per confirm
+    if not found:
         raise TurnNotFound(f"turn {turn_id} not found")
+    turn = found[0]
     if turn.confirmed_at is not None:
         raise TurnStateError(f"turn {turn_id} was already confirmed")
     overrides = _overrides()
     limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
     vector = query_embedding if query_embedding is not None else embed_query(turn.text)
-    query = conversation_query(vector, context_from_ids(turn.context_message_ids), overrides)
+    query = conversation_query(vector, context_positions(turn.context_message_ids), overrides)
     with lexical.one_state():
         ranking = rank_pool(
             pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=turn.text,
@@ -463,18 +484,23 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
         )
     ranked = ranking.prompt
     held = [f.id for f in ranking.held_back]
+    prompt_ids = [f.id for f in ranked]
     with transaction.atomic():
         _trace_write()
-        if Turn.objects.filter(pk=turn_id, confirmed_at__isnull=True).update(confirmed_at=now) != 1:
+        # the turn first (a second confirm waits here, then finds it confirmed), recorded as reinforcing
+        # every prompt fact; corrected below when one of them could not be (deleted or moved meanwhile)
+        confirmed = Turn.objects.filter(pk=turn_id, confirmed_at__isnull=True).update(
+            confirmed_at=now, prompt_fact_ids=prompt_ids, reinforced_fact_ids=prompt_ids, held_back_fact_ids=held
+        )
+        if confirmed != 1:
             raise TurnStateError(f"turn {turn_id} was already confirmed")
         reinforced = services.reinforce_recalled_facts(facts=ranked, at=now)
-        Turn.objects.filter(pk=turn_id).update(
-            prompt_fact_ids=[f.id for f in ranked], reinforced_fact_ids=reinforced, held_back_fact_ids=held
-        )
+        if reinforced != prompt_ids:
+            Turn.objects.filter(pk=turn_id).update(reinforced_fact_ids=reinforced)
         services.emit_event(
             "memory_retrieval_confirmed",
             {
-                "turnId": turn_id, "promptFactIds": [f.id for f in ranked], "usedVector": vector is not None,
+                "turnId": turn_id, "promptFactIds": prompt_ids, "usedVector": vector is not None,
                 "heldBackFactIds": held, "promptTerms": [f.terms() for f in ranked],
             },
             at=now, stream_id=turn.stream_id, turn_id=turn_id, stage="turn",

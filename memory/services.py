@@ -75,10 +75,20 @@ def emit_event(
     turn_id: int | None = None,
     stage: str = "",
 ) -> None:
-    """Append one observation event to the ledger (``pipeline_events``)."""
-    PipelineEvent.objects.create(
-        at=_at(at), stream_id=stream_id, turn_id=turn_id, stage=stage, kind=kind, payload=payload
-    )
+    """Append one observation event to the ledger (``pipeline_events``).
+
+    One plain INSERT (a turn writes two events): the payload adapted by the model's JSON field,
+    as ``PipelineEvent.objects.create`` would, without its per-call query compilation.
+    """
+    value = _PAYLOAD_FIELD.get_db_prep_value(payload, connection)
+    with connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO pipeline_events (at, stream_id, turn_id, stage, kind, payload) VALUES (%s, %s, %s, %s, %s, %s)",
+            [_at(at), stream_id, turn_id, stage, kind, value],
+        )
+
+
+_PAYLOAD_FIELD = PipelineEvent._meta.get_field("payload")
 
 
 # --- persons and streams ---------------------------------------------------------
@@ -490,48 +500,65 @@ def add_fact(
 
 
 def reinforce_recalled_facts(*, facts: Sequence[Any], at: int | None = None) -> list[int]:
-    """Reinforce exactly the facts that entered a prompt (one transaction).
+    """Reinforce exactly the facts that entered a prompt (one statement); the ids reinforced, in order.
 
     Each fact's new strength is ``reinforce(retention at recall time)``; a frozen
-    fact becomes active again (any reinforcement lands above REVIVE).
+    fact becomes active again (any reinforcement lands above REVIVE). A fact is
+    reinforced only while it still belongs to the person it was recalled for.
     """
     at = _at(at)
-    ids: list[int] = []
-    with transaction.atomic():
-        for fact in facts:
-            nxt = decay.reinforce(fact.retention)
-            with connection.cursor() as cur:
-                cur.execute(
-                    "UPDATE facts SET strength = %s, updated_at = %s, due_at = %s, active = TRUE,"
-                    " hit_count = hit_count + 1, last_hit_at = %s WHERE id = %s AND person_id = %s",
-                    [nxt, at, decay.freeze_due_at(nxt, at, fact.half_life_hours), at, fact.id, fact.person_id],
-                )
-                if cur.rowcount:
-                    ids.append(fact.id)
-    return ids
+    values = []
+    for fact in dict((f.id, f) for f in facts).values():
+        nxt = decay.reinforce(fact.retention)
+        values.append((int(fact.id), int(fact.person_id), nxt, decay.freeze_due_at(nxt, at, fact.half_life_hours)))
+    if not values:
+        return []
+    # VALUES names its columns column1…column4 on both backends
+    rows = ",".join(["(%s, %s, %s, %s)"] * len(values))
+    with transaction.atomic(savepoint=False), connection.cursor() as cur:
+        cur.execute(
+            "UPDATE facts SET strength = v.column3, updated_at = %s, due_at = v.column4, active = TRUE,"
+            f" hit_count = hit_count + 1, last_hit_at = %s FROM (VALUES {rows}) AS v"
+            " WHERE facts.id = v.column1 AND facts.person_id = v.column2 RETURNING facts.id",
+            [at, at, *(x for row in values for x in row)],
+        )
+        done = {int(r[0]) for r in cur.fetchall()}
+    return [fact_id for fact_id, *_ in values if fact_id in done]
 
 
 def sweep(*, at: int | None = None) -> int:
-    """Freeze active facts whose retention fell below FREEZE.
+    """Freeze active facts whose retention fell below FREEZE; the number frozen.
 
     Reads only ``active AND due_at <= now`` through ``idx_facts_due``; rows
     still a hair above the threshold (``due_at`` is truncated to the ms) are
-    left for a later sweep. The read runs outside a transaction and a write
-    transaction opens only when something freezes (a turn's sweep usually finds
-    nothing and takes no write lock); the update re-checks ``due_at``, so a fact
-    reinforced in between (its ``due_at`` moved on) stays active.
+    left for a later sweep. A due row whose retention is well above the threshold
+    (its ``due_at`` written by other hands: an import, a hand edit) gets the instant
+    its state gives, so it is read once, not by every turn. The read runs outside a
+    transaction and a write transaction opens only when something changes (a
+    turn's sweep usually finds nothing and takes no write lock); the updates
+    re-check ``due_at``, so a fact reinforced in between (its ``due_at`` moved on)
+    is left as it is.
     """
     at = _at(at)
     with connection.cursor() as cur:
-        cur.execute("SELECT id, strength, updated_at, half_life_hours FROM facts WHERE active AND due_at <= %s", [at])
+        cur.execute(
+            "SELECT id, strength, updated_at, half_life_hours, due_at FROM facts WHERE active AND due_at <= %s", [at]
+        )
         due = cur.fetchall()
-    frozen = [
-        fact_id for fact_id, strength, updated_at, half_life in due
-        if not decay.evaluate(decay.DecayState(strength, updated_at, half_life, True), at).active
-    ]
-    if not frozen:
+    frozen, misdated = [], []
+    for fact_id, strength, updated_at, half_life, due_at in due:
+        state = decay.evaluate(decay.DecayState(strength, updated_at, half_life, True), at)
+        if not state.active:
+            frozen.append(fact_id)
+        elif state.due_at > at:
+            misdated.append((state.due_at, fact_id, due_at))
+    if not frozen and not misdated:
         return 0
     with transaction.atomic(), connection.cursor() as cur:
+        if misdated:
+            cur.executemany("UPDATE facts SET due_at = %s WHERE id = %s AND active AND due_at = %s", misdated)
+        if not frozen:
+            return 0
         cur.execute(
             f"UPDATE facts SET active = FALSE WHERE id IN ({','.join(['%s'] * len(frozen))}) AND active AND due_at <= %s",
             [*frozen, at],

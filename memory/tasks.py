@@ -37,7 +37,7 @@ from django.db import OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import LockError
 
-from memory import broker, enqueue, forget, jobs, pipeline, retention, services, triggers
+from memory import backends, broker, enqueue, forget, jobs, pipeline, retention, services, triggers
 from memory.providers.chat import ProviderRateLimited, ProviderTimeout
 
 logger = logging.getLogger(__name__)
@@ -212,6 +212,14 @@ def vectors_backfill_task(self: Any) -> dict[str, Any]:
 def edges_decay_task() -> int:
     """Freeze decayed association edges (event ``edges_decayed``)."""
     return pipeline.edges_decay()
+
+
+# Safe to redeliver: a passive checkpoint copies what it can and waits for nobody.
+@shared_task(acks_late=True, soft_time_limit=50, time_limit=60, expires=55)
+def wal_checkpoint_task() -> list[int] | None:
+    """SQLite: copy the write-ahead log back into the database file (``backends.checkpoint``)."""
+    done = backends.checkpoint()
+    return None if done is None else list(done)
 
 
 # Safe to redeliver: freezing is decided from stored timestamps; a rerun freezes nothing new.

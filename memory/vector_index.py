@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from django.db import connection
 
+from memory import residency
 from memory.engine.quantize import Int8Matrix, quantized_dimension
 
 REVISION_KEY = "knowledge_vector_revision"
@@ -60,6 +61,7 @@ class KnowledgeVectorIndex:
                     self._matrix = matrix
                     self._revision = revision
                     self.rebuilds += 1
+                    residency.settle()
         return self._matrix
 
     def reset(self) -> None:

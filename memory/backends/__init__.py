@@ -87,6 +87,25 @@ def commit_without_flush(cur: Any) -> None:
     module().commit_without_flush(cur)
 
 
+def checkpoint() -> tuple[int, int, int] | None:
+    """Copy what the write-ahead log holds back into the database file now, without waiting for
+    or blocking anyone (SQLite ``PRAGMA wal_checkpoint(PASSIVE)``: ``(busy, log frames,
+    checkpointed frames)``). PostgreSQL checkpoints by itself: ``None``.
+
+    Web processes leave most checkpoints to the workers and the beat
+    (``SQLITE_WEB_WAL_AUTOCHECKPOINT``, :func:`checkpoint_on_commit`), so a turn's commit does
+    not pay for copying the log back.
+    """
+    return module().checkpoint()
+
+
+def checkpoint_on_commit(pages: int = 1000) -> None:
+    """This process's new SQLite connections checkpoint the log at their commits once it holds
+    ``pages`` pages (SQLite's own default; a Celery worker, config/celery.py). No-op on PostgreSQL."""
+    if not is_postgresql():
+        sqlite.checkpoint_on_commit(pages)
+
+
 def log2_sql(expression: str) -> str:
     """``log2(expression)`` in the backend's SQL."""
     return module().LOG2_SQL.format(expression)

@@ -83,6 +83,10 @@ def commit_without_flush(cur: Any) -> None:
     cur.execute("SET LOCAL synchronous_commit TO OFF")
 
 
+def checkpoint() -> None:
+    """Nothing to do: the server checkpoints by itself."""
+
+
 @dataclass(frozen=True)
 class Source:
     code: int          # lexical_* .source

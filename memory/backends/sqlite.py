@@ -25,6 +25,30 @@ def commit_without_flush(cur: Any) -> None:
     """Nothing to do: WAL with ``synchronous=NORMAL`` (config/settings.py) never flushes at commit."""
 
 
+def checkpoint() -> tuple[int, int, int]:
+    with connection.cursor() as cur:
+        cur.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        busy, log, done = cur.fetchone()
+    return int(busy), int(log), int(done)
+
+
+def set_autocheckpoint(conn: Any, pages: int) -> None:
+    with conn.cursor() as cur:
+        cur.execute(f"PRAGMA wal_autocheckpoint = {int(pages)}")
+
+
+def checkpoint_on_commit(pages: int) -> None:
+    from django.db.backends.signals import connection_created
+
+    def on_connect(sender: Any, connection: Any, **kwargs: Any) -> None:
+        if connection.vendor == "sqlite":
+            set_autocheckpoint(connection, pages)
+
+    connection_created.connect(on_connect, weak=False, dispatch_uid="memory.backends.sqlite.checkpoint_on_commit")
+    if connection.connection is not None:  # already open in this process
+        set_autocheckpoint(connection, pages)
+
+
 # --- the change log (memory/changes.py) -------------------------------------------------------------
 # One writer at a time: a change row's id is its commit order, so the position of a change
 # is its id and the horizon is one past the highest id a reader has seen.

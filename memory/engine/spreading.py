@@ -305,8 +305,12 @@ def _concept_spread(
         if source == target or source not in concepts or target not in concepts:
             continue
         w = float(strength)
-        raw[source][target] = max(raw[source].get(target, 0.0), w)
-        raw[target][source] = max(raw[target].get(source, 0.0), w)
+        # max(stored or 0.0, w), spelt out (the first of equal values, as max keeps)
+        out, back = raw[source], raw[target]
+        known = out.get(target, 0.0)
+        out[target] = w if w > known else known
+        known = back.get(source, 0.0)
+        back[source] = w if w > known else known
     graph = _normalise(raw)
 
     needles = [(cid, name.casefold()) for cid, name in concepts.items() if name.strip()]
@@ -329,7 +333,11 @@ def _concept_spread(
         return {}, {}
 
     distances = _within_hops(weights, hops, lambda frontier: (o for node in frontier for o in graph.get(node, {})))
-    bounded = _normalise({node: {o: w for o, w in graph.get(node, {}).items() if o in distances} for node in distances})
+    if len(distances) == len(graph):  # every concept reached: nothing to cut
+        bounded = _normalise({node: graph[node] for node in distances})
+    else:
+        bounded = _normalise({node: {o: w for o, w in graph.get(node, {}).items() if o in distances}
+                              for node in distances})
     ranks = personalized_pagerank(
         bounded,
         weights,
@@ -349,18 +357,21 @@ def _concept_spread(
     scores: dict[int, float] = {}
     node_distances: dict[int, int] = {}
     for cid in reached:
-        matched = [node for node in dict.fromkeys(holders.get(concepts[cid], ())) if node not in seed_set]
+        matched = dict.fromkeys(holders.get(concepts[cid], ()))  # each holder once, in order
+        for node in seed_set:
+            matched.pop(node, None)
         if not matched:
             continue
         share = ranks[cid] / len(matched)
         hop = distances[cid]
         # a concept can be held by thousands of nodes, most of them reached by this concept only:
         # nodes already scored add the share, new ones are inserted in bulk (same values, same order)
-        for node in [node for node in matched if node in scores]:
+        scored = matched.keys() & scores.keys()
+        for node in scored:
             scores[node] += share
             if hop < node_distances[node]:
                 node_distances[node] = hop
-        fresh = [node for node in matched if node not in node_distances]
+        fresh = [node for node in matched if node not in scored] if scored else matched
         scores.update(dict.fromkeys(fresh, 0.0 + share))
         node_distances.update(dict.fromkeys(fresh, hop))
     return scores, node_distances
@@ -492,10 +503,16 @@ def spread(
             concept_scores, concept_distances = _concept_spread(seeds, concept, hops, alpha, timeout_seconds, clock)
         except PageRankTimeoutError:
             return fallback(GRAPH_KNOWLEDGE)
-        for node, value in concept_scores.items():
-            fused[node] = fused.get(node, 0.0) + value
-            hop = concept_distances[node]
-            distances[node] = min(distances.get(node, hop), hop)
+        # most concept-reached nodes are new: all are merged in one go (a node already in ``fused`` keeps
+        # its place), then the few reached by both graphs get the sum and the nearer distance
+        # (same values, same order as adding node by node; concept scores are never -0.0)
+        both = [(node, fused[node] + value, min(distances[node], concept_distances[node]))
+                for node, value in concept_scores.items() if node in memory_scores]
+        fused.update(concept_scores)
+        distances.update(concept_distances)
+        for node, value, hop in both:
+            fused[node] = value
+            distances[node] = hop
 
     hits = _best_hits(fused, distances, cache, activation, limit)
     return SpreadResult(hits=hits, elapsed_ms=(clock() - started) * 1000.0)
@@ -516,11 +533,11 @@ def _best_hits(
     every bound left. The hits and their order are those of scoring every node (ties keep
     ``fused`` order); a retention above 1 switches the early stop off.
     """
-    position = {node: i for i, node in enumerate(fused)}
+    position = dict(zip(fused, range(len(fused)), strict=True))
     factors = activation_factors(activation, fused) if activation is not None else None
-    order = sorted(
-        fused, key=lambda n: (-(fused[n] * factors[n]) if factors is not None else -fused[n], position[n])
-    )
+    # best bound first, ties in ``fused`` order (a reversed sort is stable too)
+    order = sorted(fused, key=(lambda n: fused[n] * factors[n]) if factors is not None else fused.__getitem__,
+                   reverse=True)
     hits: list[SpreadHit] = []
     bounded = True
     for start in range(0, len(order), _HIT_BATCH):

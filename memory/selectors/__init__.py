@@ -37,9 +37,11 @@ from memory.selectors.episodes import (
     summary_skip_reasons,
 )
 from memory.selectors.facts import (
+    DenseScope,
     ScopedFact,
     any_fact_vector,
     dense_fact_candidates,
+    dense_scope,
     fact_cosines,
     fact_coverages,
     fact_kinds,
@@ -116,6 +118,7 @@ __all__ = [
     "CONCEPT_HOLDERS_CACHED",
     "CONCEPT_MAP_MIN",
     "ConflictGroup",
+    "DenseScope",
     "DenseSubgraph",
     "KnowledgeHit",
     "MESSAGE_DENSE_SCAN",
@@ -132,6 +135,7 @@ __all__ = [
     "conflict_groups",
     "conflict_members",
     "dense_fact_candidates",
+    "dense_scope",
     "densest_subgraph",
     "edge_stats",
     "episode_batches",

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from django.db import connection
 from django.db.models import Count, Max, Min, QuerySet
 
 from memory import lexical
@@ -23,6 +24,16 @@ class RecalledEpisode:
     stream_id: int = 0
 
 
+_EPISODE_COLUMNS = "id, summary, kind, started_at, ended_at, stream_id"
+
+
+def _episodes(where: str, params: Sequence[object]) -> list[tuple]:
+    # a turn's reads: plain SQL, no ORM compile per call
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE {where}", params)
+        return cur.fetchall()
+
+
 def recall_episodes(*, stream_id: int | None, query: str, limit: int = 3) -> list[RecalledEpisode]:
     """Episodes of a stream whose cues match ``query`` (best cue per episode; summaries are not indexed)."""
     if limit < 1:
@@ -34,13 +45,15 @@ def recall_episodes(*, stream_id: int | None, query: str, limit: int = 3) -> lis
     for hit in hits:
         best.setdefault(hit.episode_id, hit.bm25)
     chosen = list(best)[:limit]
-    episodes = Episode.objects.in_bulk(chosen)
+    if not chosen:
+        return []
+    rows = {r[0]: r for r in _episodes(f"id IN ({','.join(['%s'] * len(chosen))})", chosen)}
     return [
         RecalledEpisode(
-            id=e.id, summary=e.summary, kind=e.kind, started_at=e.started_at, ended_at=e.ended_at,
-            score=decay.score(best[e.id], 1.0), stream_id=e.stream_id,
+            id=e, summary=summary, kind=kind, started_at=started, ended_at=ended,
+            score=decay.score(best[e], 1.0), stream_id=sid,
         )
-        for e in (episodes[i] for i in chosen)
+        for e, summary, kind, started, ended, sid in (rows[i] for i in chosen if i in rows)
     ]
 
 
@@ -48,13 +61,13 @@ def recent_episodes(*, stream_id: int, limit: int = 4) -> list[RecalledEpisode]:
     """Newest episodes of a stream by end time; placeholders excluded; score 1.0."""
     if limit < 1:
         return []
-    rows = Episode.objects.filter(stream_id=stream_id).exclude(kind=Episode.Kind.UNSUMMARIZED).order_by("-ended_at", "-id")
+    rows = _episodes(
+        "stream_id = %s AND kind <> %s ORDER BY ended_at DESC, id DESC LIMIT %s",
+        [stream_id, Episode.Kind.UNSUMMARIZED.value, int(limit)],
+    )
     return [
-        RecalledEpisode(
-            id=e.id, summary=e.summary, kind=e.kind, started_at=e.started_at, ended_at=e.ended_at, score=1.0,
-            stream_id=e.stream_id,
-        )
-        for e in rows[:limit]
+        RecalledEpisode(id=e, summary=summary, kind=kind, started_at=started, ended_at=ended, score=1.0, stream_id=sid)
+        for e, summary, kind, started, ended, sid in rows
     ]
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from django.db import connection
 from django.db.models import Case, Q, QuerySet, Value, When
 
 from memory import lexical
@@ -320,6 +321,70 @@ def top_facts(
     facts.sort(key=lambda f: f.score, reverse=True)
     return facts[:limit]
 
+@dataclass(frozen=True)
+class DenseScope:
+    """What one read of the present persons' valid facts gives a confirm (:func:`dense_scope`)."""
+
+    candidates: list[ScopedFact]  # the dense channel: visible facts by cosine, top ``limit*3``
+    valid: frozenset[int]  # every valid fact of the persons, with a vector or not
+    cosines: dict[int, float]  # the cosine of every one of them with a vector
+    tokens: dict[int, str]  # their stored lexical tokens
+
+
+def dense_scope(
+    *,
+    person_ids: Sequence[int],
+    query_vector: Any,
+    limit: int,
+    now: int,
+    stream_kind: str,
+    private_in_group: bool | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> DenseScope | None:
+    """The dense channel with what the confirm needs beside it, from one read of the persons' valid facts.
+
+    Facts are few per person, so their vectors are read per call (no resident index). The
+    candidates are :func:`dense_fact_candidates`'; ``valid``, ``cosines`` and ``tokens``
+    cover every valid fact of the persons, so a pool drawn from the same persons is checked
+    and ranked without reading its rows again (:func:`memory.recall.rank_pool`). ``None``
+    without a query vector or persons.
+    """
+    persons = list(dict.fromkeys(person_ids))
+    if _query_q8(query_vector) is None or not persons:
+        return None
+    with connection.cursor() as cur:  # the turn's hottest read: plain SQL, no ORM compile per call
+        cur.execute(
+            "SELECT id, person_id, kind, content, slot, origin_kind, strength, half_life_hours, updated_at, active,"
+            " embedding_q8, tokens_v2 FROM facts WHERE superseded_by IS NULL"
+            f" AND person_id IN ({','.join(['%s'] * len(persons))})",
+            persons,
+        )
+        rows = cur.fetchall()
+    cosines = _cosines({r[0]: r[10] for r in rows if r[10] is not None}, query_vector)
+    valid = frozenset(r[0] for r in rows)
+    tokens = {r[0]: r[11] or "" for r in rows}
+    if limit < 1:
+        return DenseScope([], valid, cosines, tokens)
+    pig = _private_in_group(private_in_group)
+    visible = [
+        r for r in rows
+        if r[0] in cosines and (stream_kind == SCOPE_ALL or fact_visible_in_stream(r[5], stream_kind, private_in_group=pig))
+    ]
+    ranked = sorted(((cosines[r[0]], r[:10]) for r in visible), key=lambda x: -x[0])[: limit * 3]
+    out = []
+    for cos, (fid, pid, kind, content, slot, origin, strength, half_life, updated_at, active) in ranked:
+        ret = decay.retention(strength, updated_at, half_life, now)
+        out.append(
+            ScopedFact(
+                id=fid, person_id=pid, kind=kind, content=content, slot=slot, origin_kind=origin, retention=ret,
+                score=0.0, lexical_relevance=0.0, bm25=None, half_life_hours=half_life,
+                active=bool(active), cosine=float(cos), source="dense",
+            )
+        )
+    scored = {f.id: f for f in rank_facts(out, overrides)}
+    return DenseScope([scored[f.id] for f in out], valid, cosines, tokens)  # cosine order: the merge appends so
+
+
 def dense_fact_candidates(
     *,
     person_ids: Sequence[int],
@@ -332,52 +397,30 @@ def dense_fact_candidates(
 ) -> list[ScopedFact]:
     """Dense channel: valid facts of the present persons ranked by SQ8 cosine (top ``limit*3``).
 
-    Facts are few per person, so their vectors are read per call (:func:`fact_cosines`,
-    no resident index). ``lexical_relevance`` is 0 here; :func:`merge_dense_candidates`
-    back-computes the real bm25 and coverage. Scores are the engine's for this channel alone.
+    ``lexical_relevance`` is 0 here; :func:`merge_dense_candidates` back-computes the real
+    bm25 and coverage. Scores are the engine's for this channel alone (:func:`dense_scope`).
     """
-    persons = list(dict.fromkeys(person_ids))
-    if _query_q8(query_vector) is None or not persons or limit < 1:
-        return []
-    rows = list(
-        Fact.objects.valid().filter(person_id__in=persons, embedding_q8__isnull=False).values_list(
-            "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "half_life_hours",
-            "updated_at", "active", "embedding_q8",
-        )
+    scope = dense_scope(
+        person_ids=person_ids, query_vector=query_vector, limit=limit, now=now, stream_kind=stream_kind,
+        private_in_group=private_in_group, overrides=overrides,
     )
-    pig = _private_in_group(private_in_group)
-    rows = [r for r in rows if stream_kind == SCOPE_ALL or fact_visible_in_stream(r[5], stream_kind, private_in_group=pig)]
-    if not rows:
-        return []
-    cosines = _cosines({r[0]: r[-1] for r in rows}, query_vector)  # the rows carry their vectors: one read
-    ranked = sorted(((cosines[r[0]], r[:-1]) for r in rows if r[0] in cosines), key=lambda x: -x[0])[: limit * 3]
-    out = []
-    for cos, (fid, pid, kind, content, slot, origin, strength, half_life, updated_at, active) in ranked:
-        ret = decay.retention(strength, updated_at, half_life, now)
-        out.append(
-            ScopedFact(
-                id=fid, person_id=pid, kind=kind, content=content, slot=slot, origin_kind=origin, retention=ret,
-                score=0.0, lexical_relevance=0.0, bm25=None, half_life_hours=half_life,
-                active=bool(active), cosine=float(cos), source="dense",
-            )
-        )
-    scored = {f.id: f for f in rank_facts(out, overrides)}
-    return [scored[f.id] for f in out]  # cosine order: the merge appends them in this order
+    return [] if scope is None else scope.candidates
 
 
 def merge_dense_candidates(
-    pool: Sequence[ScopedFact], dense: Sequence[ScopedFact], *, query: str
+    pool: Sequence[ScopedFact], dense: Sequence[ScopedFact], *, query: str, tokens: Mapping[int, str] | None = None
 ) -> list[ScopedFact]:
     """Union by id (lexical pool first); dense-only hits get their real bm25 and coverage for ``query``.
 
-    Facts that do not match lexically keep relevance 0 on the lexical side.
+    Facts that do not match lexically keep relevance 0 on the lexical side. ``tokens`` — the
+    facts' stored tokens when the caller read them already (:class:`DenseScope`).
     """
     seen = {f.id for f in pool}
     extra = [f for f in dense if f.id not in seen]
     if not extra:
         return list(pool)
     bm = lexical.fact_bm25(lexical.match_for("facts_fts", query), [f.id for f in extra])
-    cov = fact_coverages([f.id for f in extra], query)
+    cov = fact_coverages([f.id for f in extra], query, tokens=tokens)
     merged = list(pool)
     for f in extra:
         b = bm.get(f.id)

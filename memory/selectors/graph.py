@@ -13,6 +13,7 @@ from django.db import connection
 from django.db.models import Q
 
 from memory import activation as shared_activation
+from memory import residency
 from memory.engine import decay
 from memory.engine import spreading as sp
 from memory.engine.spreading import ConceptGraph, SpreadResult
@@ -52,6 +53,80 @@ def _expand(frontier: set[int]) -> list[tuple[int, int, float]]:
             ids + ids,
         )
         return cur.fetchall()
+
+
+# The columns a spread reads of a memory node's row: its retention inputs and its text.
+_NODE_JOINS = (
+    " LEFT JOIN facts f ON n.ref_kind = 'fact' AND f.id = n.ref_id"
+    " LEFT JOIN episodes e ON n.ref_kind = 'episode' AND e.id = n.ref_id"
+    " LEFT JOIN knowledge k ON n.ref_kind = 'knowledge' AND k.id = n.ref_id"
+)
+_NODE_COLUMNS = "n.id, n.ref_kind, n.ref_id, f.strength, f.updated_at, f.half_life_hours, f.active, e.id, k.id," \
+                " f.content, e.summary, k.content"
+
+
+class _SpreadRows:
+    """What one spread has read of the memory nodes it met: retention and ``(kind, ref id, text)``.
+
+    One query finds the seeds' nodes with their texts (was three); a retention query
+    (same joins as :func:`node_retentions`) reads the texts too, so the hits' texts
+    cost no query of their own. (Reading the far ends' rows in the edge query too
+    was measured slower on both backends: it joins once per edge, not per node.)
+    """
+
+    def __init__(self, now: int) -> None:
+        self.now = now
+        self.retention: dict[int, float | None] = {}
+        self.texts: dict[int, tuple[str, int, str]] = {}
+
+    def _keep(self, row: tuple) -> None:
+        node, kind, ref, strength, updated_at, half_life, active, episode, knowledge, fc, es, kc = row
+        value = None
+        if kind == "fact" and strength is not None and active:
+            value = decay.retention(strength, updated_at, half_life, self.now)
+        elif (kind == "episode" and episode is not None) or (kind == "knowledge" and knowledge is not None):
+            value = 1.0
+        self.retention[node] = value
+        self.texts[node] = (kind, ref, fc or es or kc or "")
+
+    def load(self, nodes: Iterable[int]) -> None:
+        """Read the rows of ``nodes`` not read yet (one query)."""
+        ids = [n for n in nodes if n not in self.retention]
+        if not ids:
+            return
+        with connection.cursor() as cur:
+            cur.execute(
+                f"SELECT {_NODE_COLUMNS} FROM memory_nodes n{_NODE_JOINS} WHERE n.id IN ({','.join(['%s'] * len(ids))})",
+                ids,
+            )
+            for row in cur.fetchall():
+                self._keep(row)
+        for node in ids:
+            self.retention.setdefault(node, None)
+
+    def retentions(self, nodes: set[int]) -> dict[int, float | None]:
+        """:func:`node_retentions` of ``nodes``, reading only the rows not read yet."""
+        self.load(nodes)
+        return {n: self.retention[n] for n in nodes}
+
+    def seeds(self, seeds: Sequence[tuple[str, int, float]]) -> dict[tuple[str, int], int]:
+        """The memory node of each seed row (one query), their rows remembered."""
+        by_kind: dict[str, set[int]] = defaultdict(set)
+        for kind, ref, _rel in seeds:
+            by_kind[kind].add(int(ref))
+        where, params = [], []
+        for kind, ids in by_kind.items():
+            where.append(f"(n.ref_kind = %s AND n.ref_id IN ({','.join(['%s'] * len(ids))}))")
+            params += [kind, *ids]
+        if not where:
+            return {}
+        with connection.cursor() as cur:
+            cur.execute(f"SELECT {_NODE_COLUMNS} FROM memory_nodes n{_NODE_JOINS} WHERE {' OR '.join(where)}"
+                        " ORDER BY n.id", params)
+            rows = cur.fetchall()
+        for row in rows:
+            self._keep(row)
+        return {(kind, ref): node for node, kind, ref, *_rest in rows}
 
 
 def _node_rows(nodes: Iterable[int], columns: str) -> list[tuple]:
@@ -210,6 +285,7 @@ class _NodeTexts:
             self._add(_all_node_texts())
             self._state, self._max_id, self._count = state, max_id, count
             self.rebuilds += 1
+            residency.settle()
 
     def holders(self, name: str) -> list[int]:
         """Every loaded node whose casefolded text contains ``name`` (already casefolded)."""
@@ -290,6 +366,7 @@ class _ConceptCache:
                     adjacency[b][a] = max(adjacency[b].get(a, 0.0), w)
                 self.adjacency = dict(adjacency)
                 self.revision = revision
+                residency.settle()
         return self
 
 
@@ -387,18 +464,14 @@ def spread(
     hops = int(ov.get("ppr_hops", sp.HOPS)) if hops is None else hops
     alpha = float(ov.get("ppr_alpha", sp.PPR_ALPHA)) if alpha is None else alpha
     weights: dict[int, float] = {}
-    by_kind: dict[str, set[int]] = defaultdict(set)
-    for kind, ref, _rel in seeds:
-        by_kind[kind].add(int(ref))
-    node_of: dict[tuple[str, int], int] = {}
-    for kind, ids in by_kind.items():
-        for node, ref in MemoryNode.objects.filter(ref_kind=kind, ref_id__in=list(ids)).values_list("id", "ref_id"):
-            node_of[(kind, ref)] = node
+    rows = _SpreadRows(now)
+    node_of = rows.seeds(seeds)
     for kind, ref, rel in seeds:
         node = node_of.get((kind, int(ref)))
         if node is not None:
             weights[node] = max(weights.get(node, 0.0), float(rel))
-    seed_info = node_texts(weights)
+    # the seeds in node id order, as node_texts(weights) read them
+    seed_info = {node: rows.texts[node] for node in sorted(weights)}
     concept = (
         _concept_graph({n: t for n, (_k, _r, t) in seed_info.items()}, hops, limit) if use_concepts and weights else None
     )
@@ -409,11 +482,12 @@ def spread(
 
     factor: Callable[[int], float] | None = _FactorsAt(activation, now) if activation is not None else None
     result: SpreadResult = engine_spread(
-        weights, hops=hops, limit=limit, expand=_expand, retention_of=lambda ns: node_retentions(ns, now),
+        weights, hops=hops, limit=limit, expand=_expand, retention_of=rows.retentions,
         concept=concept, alpha=alpha, activation=factor, on_timeout=on_timeout,
         **({"timeout_seconds": timeout_seconds} if timeout_seconds else {}),
     )
-    texts = node_texts([h.node_id for h in result.hits])
+    rows.load(h.node_id for h in result.hits)  # read already unless the PPR timed out
+    texts = rows.texts
     hits = [
         SpreadItem(h.node_id, texts[h.node_id][0], texts[h.node_id][1], texts[h.node_id][2], h.score, h.hops)
         for h in result.hits

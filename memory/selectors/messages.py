@@ -37,10 +37,20 @@ def working_memory(*, stream_id: int, limit: int = 40, watermark: int | None = N
     With a user-message ``watermark`` the user messages stored after it are left
     out (assistant rows after it stay), fixing the turn's snapshot.
     """
-    rows = Message.objects.filter(stream_id=stream_id, episode__isnull=True).defer("embedding", "embedding_q8")
+    # a turn's read: plain SQL (no ORM compile per call), the vectors (~2.5 kB a message) left unread
+    sql = f"SELECT {_working_columns()} FROM messages WHERE stream_id = %s AND episode_id IS NULL"
+    params: list[Any] = [stream_id]
     if watermark is not None:
-        rows = rows.exclude(role="user", id__gt=watermark)
-    return list(reversed(rows.order_by("-id")[:limit]))  # the vectors (~2.5 kB a message) are not read
+        sql += " AND NOT (role = 'user' AND id > %s)"
+        params.append(watermark)
+    rows = list(Message.objects.raw(sql + " ORDER BY id DESC LIMIT %s", [*params, max(0, int(limit))]))
+    return rows[::-1]
+
+
+def _working_columns() -> str:
+    return ", ".join(
+        f.column for f in Message._meta.concrete_fields if f.name not in ("embedding", "embedding_q8")
+    )
 
 
 def pending_count(*, stream_id: int) -> int:
@@ -199,7 +209,10 @@ def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = N
     dim = int(getattr(embedder, "dim", 0) or 0) if embedder is not None else 0
     out: dict[int, np.ndarray] = {}
     todo: list[tuple[int, str]] = []
-    for mid, content, raw in Message.objects.filter(pk__in=ids).values_list("id", "content", "embedding"):
+    with connection.cursor() as cur:  # a confirm's read: plain SQL, no ORM compile per call
+        cur.execute(f"SELECT id, content, embedding FROM messages WHERE id IN ({','.join(['%s'] * len(ids))})", ids)
+        stored = cur.fetchall()
+    for mid, content, raw in stored:
         vec = unpack_float32(bytes(raw)) if raw is not None else None
         if vec is not None and (not dim or vec.shape[0] == dim):
             out[mid] = vec

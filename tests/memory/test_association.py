@@ -327,3 +327,45 @@ def test_resident_node_texts_map_like_the_rows_and_stay_fresh():
     for table in lexical.TABLES:  # flush does not empty the contentless FTS tables
         lexical.clear(table)
     lexical_index.reset_all()
+
+
+def test_spread_reads_each_node_once_and_answers_like_the_row_readers(person, group_stream):
+    """The selector's batched reads (seeds with their texts; retention with the texts) give the
+    hits, scores and seed list of reading edges, retentions and texts one question at a time."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memory import selectors
+    from memory.engine.spreading import spread as engine_spread
+    from memory.models import Fact
+    from memory.selectors import graph as graph_selectors
+
+    def fact(content):
+        return services.add_fact(person_id=person.pk, content=content, kind="偏好", at=NOW).fact_id
+
+    seed_fact, near, far, gone = fact("他喜欢爬山"), fact("他周末去香山"), fact("他买了登山杖"), fact("他去过泰山")
+    seed_knowledge = services.add_knowledge(content="香山在北京西郊", source="百科", at=NOW)
+    episode = services.add_episode(stream_id=group_stream.pk, summary="大家约了爬香山", cues=["爬山"], started_at=1,
+                                   ended_at=2, message_ids=[], at=NOW).pk
+    services.link_together(refs=[("fact", seed_fact), ("fact", near), ("episode", episode)], at=NOW)
+    services.link_together(refs=[("knowledge", seed_knowledge), ("fact", gone)], at=NOW)
+    services.link_together(refs=[("fact", near), ("fact", far)], at=NOW)
+    Fact.objects.filter(pk=gone).update(active=False)  # its node stays; retention None: never a hit
+    seeds = [("knowledge", seed_knowledge, 0.8), ("fact", seed_fact, 1.0)]
+
+    with CaptureQueriesContext(connection) as ctx:
+        got = selectors.spread(seeds=seeds, now=NOW + H, hops=2, limit=4, events=False, use_concepts=False)
+    # seeds (1), two levels of edges and far ends (2 + 2); the hits' texts were read with them
+    graph_reads = [q["sql"] for q in ctx.captured_queries if "memory_" in q["sql"]]
+    assert len(graph_reads) == 5 and "memory_edges" in graph_reads[1] and "memory_edges" in graph_reads[3]
+
+    node = dict(MemoryNode.objects.values_list("ref_id", "id").filter(ref_kind="fact"))
+    weights = {graph_selectors.node_of("knowledge", seed_knowledge): 0.8, node[seed_fact]: 1.0}
+    want = engine_spread(weights, hops=2, limit=4, expand=graph_selectors._expand,
+                         retention_of=lambda ns: selectors.node_retentions(ns, NOW + H))
+    texts = selectors.node_texts([h.node_id for h in want.hits] + sorted(weights))
+    assert [(h.node_id, h.kind, h.ref_id, h.content, h.score, h.hops) for h in got.hits] == [
+        (h.node_id, *texts[h.node_id], h.score, h.hops) for h in want.hits]
+    assert {(h.kind, h.ref_id) for h in got.hits} == {("fact", near), ("fact", far), ("episode", episode)}
+    assert [(s.node_id, s.kind, s.ref_id, s.content, s.score) for s in got.seeds] == [
+        (n, *texts[n], weights[n]) for n in sorted(weights)]

@@ -169,3 +169,9 @@ def test_a_turn_reads_one_state_of_the_lexical_tables(person, direct_stream):
     scope_reads = [q for q in prepare.captured_queries if "WHERE f.person_id IN" in q["sql"]]
     assert len(scope_reads) == 1  # the persons' facts with their tokens: no row or token read per query line
     assert not [q for q in prepare.captured_queries if "tokens_v2" in q["sql"] and q not in scope_reads]
+    assert len([q for q in prepare.captured_queries if "lexical_stats" in q["sql"]]) <= 1  # PostgreSQL's row count
+    # the confirm: one read of the persons' facts (dense channel, the pool's validity, cosines and
+    # tokens), one statement reinforcing the prompt facts
+    fact_reads = [q for q in confirm.captured_queries if q["sql"].startswith("SELECT") and " FROM facts " in q["sql"]]
+    assert len(fact_reads) == 1
+    assert len([q for q in confirm.captured_queries if q["sql"].startswith("UPDATE facts")]) <= 1

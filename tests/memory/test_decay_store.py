@@ -8,6 +8,7 @@ import pytest
 from curation import services as curation
 from memory import selectors, services
 from memory.engine import decay
+from memory.models import Fact
 from tests.memory.conftest import DAY, NOW, H, fact_row
 
 T0 = NOW
@@ -56,6 +57,23 @@ def test_sweep_leaves_a_row_exactly_at_due_at_for_a_later_sweep(person):
     assert services.sweep(at=due) == 0
     assert fact_row(fid).active is True
     assert services.sweep(at=due + 1) == 1
+
+
+def test_sweep_puts_right_a_due_instant_written_too_early(person):
+    # an import or a hand edit left due_at before the instant the row's state gives: the first
+    # sweep sets it right (freezing nothing), later sweeps do not read the row again
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    fid = services.add_fact(person_id=person.pk, content="他今天心情不好", kind="事件", at=T0).fact_id
+    right = fact_row(fid).due_at
+    Fact.objects.filter(pk=fid).update(due_at=T0)
+    assert services.sweep(at=T0 + DAY) == 0
+    assert fact_row(fid).due_at == right and fact_row(fid).active is True
+    with CaptureQueriesContext(connection) as queries:
+        assert services.sweep(at=T0 + 2 * DAY) == 0
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["SELECT"]
+    assert services.sweep(at=right + 1) == 1
 
 
 def test_identity_survives_the_sweep_and_tops_top_facts(person):

@@ -141,6 +141,30 @@ def test_confirm_skips_facts_invalidated_in_between(person, direct_stream):
     assert fact_row(a).hit_count == 0
 
 
+def test_confirm_with_a_vector_checks_the_pool_against_the_store(person, other_person, direct_stream):
+    # the confirm reads the present persons' valid facts once (dense channel, validity, cosines):
+    # a pool fact invalidated in between leaves, one moved to another person meanwhile is still
+    # ranked (read on its own) but not reinforced, and the turn records what was
+    from curation import services as curation
+
+    gone = _fact(person, "他喜欢咖啡")
+    moved = _fact(person, "他常去咖啡馆")
+    kept = _fact(person, "他讨厌咖啡因")
+    for fid, vector in ((gone, [1.0, 0.0, 0.0, 0.0]), (moved, [0.0, 1.0, 0.0, 0.0]), (kept, [0.6, 0.8, 0.0, 0.0])):
+        services.store_fact_vector(fact_id=fid, vector=vector)
+    ctx = _prepare(direct_stream, person, "咖啡")
+    assert {f.id for f in ctx.pool} == {gone, moved, kept}
+    curation.invalidate_fact(fact_id=gone, at=NOW + DAY)
+    Fact.objects.filter(pk=moved).update(person=other_person)
+    result = recall.confirm_turn(turn_id=ctx.turn_id, query_embedding=[0.0, 1.0, 0.0, 0.0], at=NOW + DAY + 5)
+    assert [p.fact.id for p in result.facts] == [moved, kept]  # by cosine: 1.0, then 0.8
+    assert result.facts[0].fact.cosine == pytest.approx(1.0)
+    assert result.reinforced == [kept]
+    turn = Turn.objects.get(pk=ctx.turn_id)
+    assert (turn.prompt_fact_ids, turn.reinforced_fact_ids) == ([moved, kept], [kept])
+    assert fact_row(moved).hit_count == 0 and fact_row(kept).hit_count == 1 and fact_row(gone).hit_count == 0
+
+
 def test_dense_channel_adds_a_fact_without_lexical_match(person, direct_stream):
     # The seed's numbers (reference-spec §6) under the built-in seed profile; the default
     # ranking is checked in test_dense_channel_default_ranking_terms.

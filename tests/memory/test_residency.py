@@ -1,0 +1,43 @@
+"""What a process keeps (resident indexes, jieba) is frozen out of the garbage collector's full passes."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from memory import lexical, residency, services
+from memory.lexical_index import resident
+from tests.memory.conftest import NOW
+
+
+@pytest.fixture
+def freezing(settings):
+    """RESIDENT_GC_FREEZE on (the test settings turn it off), and nothing left frozen after."""
+    settings.RESIDENT_GC_FREEZE = True
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
+def test_settle_freezes_what_is_alive_and_the_setting_turns_it_off(freezing, settings):
+    keep = [{"kept": i} for i in range(1000)]
+    residency.settle()
+    assert gc.get_freeze_count() >= len(keep)
+    gc.unfreeze()
+    settings.RESIDENT_GC_FREEZE = False
+    residency.settle()
+    residency.settle_process()
+    assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_built_resident_index_is_frozen(freezing, empty_lexical_indexes, monkeypatch):
+    services.add_knowledge(content="月球是地球唯一的天然卫星", source="t", at=NOW)
+    assert gc.get_freeze_count() == 0
+    index = resident("knowledge_fts")  # outside a transaction: built now
+    assert index is not None and len(index) == 1
+    assert gc.get_freeze_count() > 0
+    settled = []
+    monkeypatch.setattr(residency, "settle", lambda: settled.append(1))
+    assert lexical.knowledge_candidates(lexical.match_for("knowledge_fts", "月球"), limit=3)
+    assert settled == []  # a query of a fresh index freezes nothing more
