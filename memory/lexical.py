@@ -168,6 +168,35 @@ def reindex_message(rowid: int, text: str, stream_id: int, old_tokens: str) -> s
     return index_messages([(rowid, text, stream_id)])[0]
 
 
+class StreamScores(NamedTuple):
+    """The resident index's bm25 of every message of one stream that matches (``ids`` ascending)."""
+
+    ids: np.ndarray
+    bm25: np.ndarray
+
+    def top(self, limit: int) -> list[tuple[int, float]]:
+        """``(id, bm25)`` best first, ties: newer first (:func:`message_candidates`' order)."""
+        order = np.lexsort((-self.ids, self.bm25))[:limit]
+        return [(int(self.ids[k]), float(self.bm25[k])) for k in order]
+
+    def of(self, message_ids: Sequence[int]) -> dict[int, float]:
+        """bm25 of those of ``message_ids`` that match (:func:`message_bm25`)."""
+        keep = np.isin(self.ids, np.fromiter((int(i) for i in message_ids), dtype=np.int64))
+        return {int(i): float(b) for i, b in zip(self.ids[keep], self.bm25[keep], strict=True)}
+
+
+def resident_message_scores(match: str, *, stream_id: int, before_id: int | None = None) -> StreamScores | None:
+    """One stream's matching messages scored at once by the resident message index (one poll of
+    the change log, one pass over the stream): what :func:`message_candidates` and
+    :func:`message_bm25` give, for a caller that wants both. ``None`` when they would ask FTS5
+    or PostgreSQL's postings (inside a transaction, a phrase term, the index off)."""
+    if not match:
+        return None
+    index = resident_messages()
+    scored = index.scores(stream_id, terms_of(match), before_id=before_id) if index is not None else None
+    return StreamScores(*scored) if scored is not None else None
+
+
 def message_candidates(
     match: str, *, stream_id: int, before_id: int | None = None, limit: int
 ) -> list[tuple[int, float]]:
@@ -179,12 +208,9 @@ def message_candidates(
     """
     if not match or limit < 1:
         return []
-    index = resident_messages()
-    scored = index.scores(stream_id, terms_of(match), before_id=before_id) if index is not None else None
+    scored = resident_message_scores(match, stream_id=stream_id, before_id=before_id)
     if scored is not None:
-        ids, bm25 = scored
-        order = np.lexsort((-ids, bm25))[:limit]  # best first, ties: newer first
-        return [(int(ids[k]), float(bm25[k])) for k in order]
+        return scored.top(limit)  # best first, ties: newer first
     if is_postgresql():
         return postgresql.message_candidates(terms_of(match), stream_id=stream_id, before_id=before_id, limit=limit)
     params: list = [f'tokens : ({match}) AND stream : "{_stream_token(stream_id)}"']

@@ -14,6 +14,7 @@ from django.db.models import Q
 
 from memory import activation as shared_activation
 from memory import residency
+from memory.changes import ChangeFeed
 from memory.engine import decay
 from memory.engine import spreading as sp
 from memory.engine.spreading import ConceptGraph, SpreadResult
@@ -177,22 +178,30 @@ def _fold_for_scan(text: str | None) -> str:
     return (text or "").casefold().replace("\x00", " ")
 
 
-def _all_node_texts(after: int = 0) -> list[tuple[int, str]]:
-    """``(memory node id, casefolded text)`` of every registered node above ``after``, by id.
+def _all_node_texts(ids: Sequence[int] | None = None) -> list[tuple[int, str]]:
+    """``(memory node id, casefolded text)`` of every registered node (or of ``ids``), by id.
 
     The text is the one the reference maps concepts with: fact content, episode
     summary, knowledge content; a node whose row is gone has no text and holds nothing.
     """
+    where, params = "", []
+    if ids is not None:
+        if not ids:
+            return []
+        where, params = f" WHERE n.id IN ({','.join(['%s'] * len(ids))})", list(ids)
     with connection.cursor() as cur:
         cur.execute(
             "SELECT n.id, coalesce(f.content, e.summary, k.content) FROM memory_nodes n"
             " LEFT JOIN facts f ON n.ref_kind = 'fact' AND f.id = n.ref_id"
             " LEFT JOIN episodes e ON n.ref_kind = 'episode' AND e.id = n.ref_id"
             " LEFT JOIN knowledge k ON n.ref_kind = 'knowledge' AND k.id = n.ref_id"
-            " WHERE n.id > %s ORDER BY n.id",
-            [after],
+            f"{where} ORDER BY n.id",
+            params,
         )
         return [(node, _fold_for_scan(text)) for node, text in cur.fetchall() if text]
+
+
+NODE_REVISION_KEY = "lexical_revision:memory_nodes"  # bumped when a memory node is deleted (migration 0026)
 
 
 class _NodeTexts:
@@ -205,13 +214,13 @@ class _NodeTexts:
     substring, and episodes are searched by their summaries); holder lists are
     remembered per name until the corpus changes.
 
-    Freshness, as the resident lexical index does it: nodes above the last id
-    loaded are appended (remembered holder lists are extended by scanning only
-    the appended texts); a deleted or re-tokenised fact or knowledge row
-    (``lexical_revision:*``), fewer nodes than loaded, or a lower max id rebuild it.
-    Summaries and contents are never edited in place. Used only outside a
-    transaction (a rolled-back node id could be reused); inside one,
-    :func:`_nodes_containing` scans the rows directly.
+    Freshness, as the resident lexical index does it: new nodes come from the change
+    log (:mod:`memory.changes`, in any commit order) and are appended (remembered
+    holder lists are extended by scanning only the appended texts); a deleted node
+    (``lexical_revision:memory_nodes``) or a deleted or re-tokenised fact or knowledge
+    row (``lexical_revision:*``) rebuilds it. Summaries and contents are never edited in
+    place. Used only outside a transaction (a rolled-back node id could be reused);
+    inside one, :func:`_nodes_containing` scans the rows directly.
     """
 
     def __init__(self) -> None:
@@ -221,23 +230,22 @@ class _NodeTexts:
 
     def _clear(self) -> None:
         self._state: tuple | None = None
-        self._max_id = 0
-        self._count = 0
+        self._feed = ChangeFeed("memory_nodes", NODE_REVISION_KEY)
+        self._in_order = True  # the blob holds its texts in node id order
+        self._last = 0
         self._blob = ""
         self._starts = array("q")  # offset of each text in the blob (ascending)
         self._nodes = array("q")  # its memory node id
         self._holders: dict[str, list[int]] = {}
 
     @staticmethod
-    def _read_state() -> tuple:
+    def _row_revisions() -> tuple:
         with connection.cursor() as cur:
             cur.execute(
-                "SELECT (SELECT max(id) FROM memory_nodes), (SELECT count(*) FROM memory_nodes),"
-                " (SELECT value FROM meta WHERE key = 'lexical_revision:facts'),"
+                "SELECT (SELECT value FROM meta WHERE key = 'lexical_revision:facts'),"
                 " (SELECT value FROM meta WHERE key = 'lexical_revision:knowledge')"
             )
-            max_id, count, facts_rev, knowledge_rev = cur.fetchone()
-        return int(max_id or 0), int(count or 0), facts_rev, knowledge_rev
+            return tuple(cur.fetchone())
 
     def _add(self, rows: list[tuple[int, str]]) -> int:
         """Append ``rows`` to the blob; return the index of the first appended text."""
@@ -249,11 +257,14 @@ class _NodeTexts:
             self._nodes.append(node)
             parts.append("\x00" + text)
             offset += len(text) + 1
+            if node < self._last:
+                self._in_order = False  # a node committed after one with a larger id (PostgreSQL)
+            self._last = max(self._last, node)
         self._blob += "".join(parts)
         return first
 
     def _scan(self, needle: str, first: int = 0) -> list[int]:
-        """Nodes (from text index ``first`` on) whose text contains ``needle``, in id order."""
+        """Nodes (from text index ``first`` on) whose text contains ``needle``, in blob order."""
         if not needle or first >= len(self._starts):
             return []
         blob, starts, out = self._blob, self._starts, []
@@ -267,23 +278,21 @@ class _NodeTexts:
         return out
 
     def refresh(self) -> None:
-        max_id, count, *revisions = self._read_state()
-        state = tuple(revisions)
-        if state == self._state and max_id == self._max_id and count == self._count:
-            return
         with self._lock:
-            grown = count - self._count
-            if state == self._state and max_id > self._max_id and grown > 0:
-                rows = _all_node_texts(self._max_id)
-                if len(rows) <= grown:  # only new nodes (some may have no row yet: no text)
-                    first = self._add(rows)
+            poll = self._feed.poll()
+            state = (poll.revision, *self._row_revisions())
+            if state == self._state and not poll.rebuild:
+                if poll.row_ids:
+                    first = self._add(_all_node_texts(poll.row_ids))  # some may have no row: no text
                     for name, holders in self._holders.items():
                         holders.extend(self._scan(name, first))
-                    self._max_id, self._count = max_id, count
-                    return
+                        if not self._in_order:
+                            holders.sort()
+                return
             self._clear()
+            revision = self._feed.start()  # the log's position before the rows are read: nothing falls in between
             self._add(_all_node_texts())
-            self._state, self._max_id, self._count = state, max_id, count
+            self._state = (revision, *state[1:])  # a change since either read only rebuilds once more
             self.rebuilds += 1
             residency.settle()
 
@@ -292,7 +301,7 @@ class _NodeTexts:
         with self._lock:
             found = self._holders.get(name)
             if found is None:
-                found = self._scan(name)
+                found = self._scan(name) if self._in_order else sorted(self._scan(name))  # in id order
                 if len(self._holders) >= CONCEPT_HOLDERS_CACHED:
                     self._holders.clear()
                 self._holders[name] = found

@@ -5,6 +5,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count, Q, QuerySet
 
 from memory import lexical
@@ -69,9 +70,12 @@ def search_knowledge(*, query: str, limit: int = 5, query_embedding: Any = None)
         scored.append((rel, rel_lex, c, kid))
     scored.sort(key=lambda x: -x[0])
     top = scored[:limit]
-    rows = Knowledge.objects.only("id", "content", "source").in_bulk([kid for *_, kid in top])
+    wanted = [kid for *_, kid in top]
+    with connection.cursor() as cur:  # plain SQL: no ORM compile per search
+        cur.execute(f"SELECT id, content, source FROM knowledge WHERE id IN ({','.join(['%s'] * len(wanted))})", wanted)
+        rows = {kid: (content, source) for kid, content, source in cur.fetchall()}
     return [
-        KnowledgeHit(id=kid, content=rows[kid].content, score=rel, lexical=rl, cosine=c, source=rows[kid].source)
+        KnowledgeHit(id=kid, content=rows[kid][0], score=rel, lexical=rl, cosine=c, source=rows[kid][1])
         for rel, rl, c, kid in top
         if kid in rows
     ]

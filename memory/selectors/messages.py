@@ -114,10 +114,20 @@ def search_messages(
             for mid, b in lexical.message_candidates(match, stream_id=stream_id, before_id=before_id, limit=limit)
         ]
     score = dict(scored[:limit])
-    by_id = Message.objects.select_related("sender_person").in_bulk(list(score))
+    if not score:
+        return []
+    # plain SQL, vectors left unread (~2.5 kB a message): no ORM compile per search
+    by_id = {
+        m.pk: m
+        for m in Message.objects.raw(
+            f"SELECT {_working_columns()} FROM messages WHERE id IN ({','.join(['%s'] * len(score))})", list(score)
+        )
+    }
     out = []
     for mid in sorted(score):
-        message = by_id[mid]
+        message = by_id.get(mid)
+        if message is None:  # deleted since it was ranked
+            continue
         message.score = score[mid]
         out.append(message)
     return out
@@ -134,7 +144,11 @@ def _fuse_messages(
     get their real bm25 (0 when they do not match). Ties: newer first.
     """
     pool = max(limit * 3, MESSAGE_POOL)
-    lexical_hits = dict(lexical.message_candidates(match, stream_id=stream_id, before_id=before_id, limit=pool))
+    scored = lexical.resident_message_scores(match, stream_id=stream_id, before_id=before_id)  # both channels' bm25
+    if scored is not None:
+        lexical_hits = dict(scored.top(pool))
+    else:
+        lexical_hits = dict(lexical.message_candidates(match, stream_id=stream_id, before_id=before_id, limit=pool))
     q8 = _query_q8(query_vector)
     sql = "SELECT id, embedding_q8 FROM messages WHERE stream_id = %s AND embedding_q8 IS NOT NULL"
     params: list[Any] = [stream_id]
@@ -159,7 +173,8 @@ def _fuse_messages(
             if not np.isnan(c):
                 cos[mid] = float(c)
     dense_only = [mid for mid in dense_top if mid not in lexical_hits]
-    bm = {**lexical_hits, **lexical.message_bm25(match, stream_id=stream_id, message_ids=dense_only)}
+    bm = {**lexical_hits, **(scored.of(dense_only) if scored is not None
+                             else lexical.message_bm25(match, stream_id=stream_id, message_ids=dense_only))}
     fused = []
     for mid in [*lexical_hits, *dense_only]:
         lex = decay.relevance_from_bm25(bm[mid]) if mid in bm else 0.0

@@ -147,3 +147,55 @@ def test_a_message_committed_late_with_a_smaller_id_is_searchable():
     got = lexical.message_candidates(match, stream_id=stream.pk, limit=10)
     assert [i for i, _ in got] == [i for i, _ in want]
     assert [b for _, b in got] == pytest.approx([b for _, b in want], rel=1e-12)
+
+
+@pytest.mark.postgresql_only("SQLite has one writer at a time: a smaller id cannot commit after a larger one")
+def test_a_memory_node_committed_late_with_a_smaller_id_holds_its_concepts():
+    """Concept spreading's resident node texts read new nodes from the change log (migration 0026)."""
+    from memory.models import MemoryNode
+    from memory.selectors import graph
+
+    graph.resident_node_texts().reset()
+    person = services.resolve_person(platform="t", external_id="n1", name="阿明", at=NOW)
+
+    def fact(text: str) -> int:
+        return services.add_fact(person_id=person.pk, content=text, kind="偏好", at=NOW).fact_id
+
+    def node(fact_id: int) -> int:
+        return MemoryNode.objects.get(ref_kind="fact", ref_id=fact_id).pk
+
+    anchor = fact("他喜欢下雨天")
+    late_fact, early_fact = fact("他有一件光学迷彩外套"), fact("他想要光学迷彩眼镜")
+    services.link_together(refs=[("fact", anchor), ("fact", fact("他常去图书馆"))], at=NOW)
+    assert graph._nodes_containing({"光学迷彩"}) == {"光学迷彩": []}  # the node texts are loaded
+    rebuilds = graph.resident_node_texts().rebuilds
+    inserted, release, failure = threading.Event(), threading.Event(), []
+
+    def slow_writer() -> None:
+        try:
+            with transaction.atomic():
+                services.link_together(refs=[("fact", late_fact), ("fact", anchor)], at=NOW)
+                inserted.set()
+                assert release.wait(30)
+        except Exception as exc:  # surfaced by the main thread
+            failure.append(exc)
+            inserted.set()
+        finally:
+            connection.close()
+
+    writer = threading.Thread(target=slow_writer)
+    writer.start()
+    try:
+        assert inserted.wait(30) and not failure
+        services.link_together(refs=[("fact", early_fact), ("fact", anchor)], at=NOW)
+        assert graph._nodes_containing({"光学迷彩"}) == {"光学迷彩": [node(early_fact)]}  # the late one is not committed
+    finally:
+        release.set()
+        writer.join(30)
+    assert not failure
+    late, early = node(late_fact), node(early_fact)
+    assert late < early  # it took the smaller id and committed last
+    assert graph._nodes_containing({"光学迷彩"}) == {"光学迷彩": [late, early]}  # found, in id order
+    assert graph._nodes_containing({"外套"}) == {"外套": [late]}
+    assert graph.resident_node_texts().rebuilds == rebuilds  # appended, not rebuilt
+    graph.resident_node_texts().reset()

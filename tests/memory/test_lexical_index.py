@@ -423,6 +423,33 @@ def test_a_streams_tokens_split_at_once_like_unicode61():
             assert lexical_index._split_all(texts) == parted, texts
 
 
+def test_a_streams_postings_are_its_terms_counted(monkeypatch):
+    """The hashed postings of a stream give each term's messages and counts as unicode61's terms of the
+    rows do: terms longer than the batched check, characters beyond UTF-16's one unit, rows not
+    stored as terms (re-tokenised), a tail of appended rows and its merge."""
+    import random
+    from collections import Counter
+
+    monkeypatch.setattr(lexical_index, "STREAM_TAIL_MERGE_ROWS", 3)
+    rng = random.Random(5)
+    words = ["a", "b", "ab", "a" * 15, "a" * 16, "ab" * 9, "你", "你好", "x" * 30, "é", "Ab", "\U00020000", "q_r", "3"]
+    for _ in range(300):
+        rows = [(i + 1, " ".join(rng.choice(words) for _ in range(rng.randrange(1, 8))))
+                for i in range(rng.randrange(1, 12))]
+        cut = rng.randrange(len(rows) + 1)
+        stream = lexical_index._StreamPostings(rows[:cut])
+        stream.extend(rows[cut:])
+        docs = [Counter(fts_tokens(t)) for _, t in rows]
+        assert stream.all_ids().tolist() == [i for i, _ in rows]
+        assert stream.all_lengths().tolist() == [sum(d.values()) + 1 for d in docs]
+        terms = sorted({t for d in docs for t in d} | {"zz", "a" * 14})
+        found = stream.postings(terms)
+        for term in terms:
+            want = [(k, d[term]) for k, d in enumerate(docs) if d[term]]
+            got = list(zip(*(x.tolist() for x in found[term]), strict=True)) if term in found else []
+            assert got == want, (term, rows)
+
+
 @pytest.mark.sqlite_only("compares the resident message index with FTS5's (PostgreSQL ranks messages from its postings)")
 def test_a_stream_with_rows_stored_before_tokens_were_terms_ranks_like_fts5():
     """Rows stored before ``index_tokens`` wrote unicode61's terms (``Li _ Ming``, ``Café``) send the
