@@ -369,3 +369,37 @@ def test_spread_reads_each_node_once_and_answers_like_the_row_readers(person, gr
     assert {(h.kind, h.ref_id) for h in got.hits} == {("fact", near), ("fact", far), ("episode", episode)}
     assert [(s.node_id, s.kind, s.ref_id, s.content, s.score) for s in got.seeds] == [
         (n, *texts[n], weights[n]) for n in sorted(weights)]
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_holder_lists_of_the_graphs_concepts_are_ready_when_the_node_texts_are_built(monkeypatch):
+    """The resident node texts find the holders of every concept of the graph in one pass when they
+    are built (no spread pays a first scan); the lists equal a scan's: each node once, in id order,
+    overlapping and repeated names, case folded."""
+    from memory import lexical, lexical_index, selectors
+    from memory.selectors import graph as graph_selectors
+
+    TestConceptMapping._concepts(("光学", "光学迷彩"), ("迷彩", "ABC"), ("外套", "光学迷彩"))
+    person = services.resolve_person(platform="t", external_id="p1", name="阿明", at=NOW)
+    texts = ["光学迷彩外套", "光学光学迷彩迷彩", "abc 和 ABC 外套", "他喜欢迷彩", "没有关系", "光学仪器"]
+    refs = [TestConceptMapping._fact(person, text) for text in texts]
+    node_of = dict(MemoryNode.objects.values_list("ref_id", "id"))
+    index = selectors.resident_node_texts()
+    index.reset()
+    index = selectors.resident_node_texts()  # built now, with the graph's concepts
+    try:
+        ready = dict(index._holders)
+        assert set(ready) == {"光学", "光学迷彩", "迷彩", "abc", "外套"}
+        for name, holders in ready.items():
+            want = [node_of[ref] for ref, text in zip(refs, texts, strict=True) if name in text.casefold()]
+            assert holders == index._scan(name) == want, name
+        scans = []
+        monkeypatch.setattr(index, "_scan", lambda *args: scans.append(args) or [])  # a spread of these scans nothing
+        assert graph_selectors._nodes_containing({"光学迷彩", "ABC"}) == {
+            "光学迷彩": [node_of[refs[0]], node_of[refs[1]]], "ABC": [node_of[refs[2]]]}
+        assert scans == []
+    finally:
+        index.reset()
+        for table in lexical.TABLES:  # flush does not empty the contentless FTS tables
+            lexical.clear(table)
+        lexical_index.reset_all()
