@@ -143,18 +143,17 @@ def post_message(request: HttpRequest, payload: MessageIn):
     _check_content(payload.content)
     if payload.role == "user" and payload.sender is None:
         raise ValidationError([{"loc": ("body", "sender"), "msg": "is required when role is 'user'", "type": "missing"}])
-    at = _at(payload.at)
-    with transaction.atomic():
-        stream = _stream(payload.stream)
-        person = _person(payload.sender, at) if payload.sender is not None else None
-        message, created = services.append_message(
-            stream_id=stream.pk,
-            role=payload.role,
-            content=payload.content,
-            sender_person_id=person.pk if person else None,
-            external_message_id=payload.external_message_id,
-            at=at,
-        )
+    sender = payload.sender
+    message, created = services.store_message(
+        stream={"platform": payload.stream.platform, "kind": payload.stream.kind,
+                "external_id": payload.stream.external_id, "name": payload.stream.name},
+        sender=None if sender is None else {"platform": sender.platform, "external_id": sender.external_id,
+                                            "name": sender.name},
+        role=payload.role,
+        content=payload.content,
+        external_message_id=payload.external_message_id,
+        at=_at(payload.at),
+    )
     out = {"id": message.pk, "stream_id": message.stream_id, "person_id": message.sender_person_id}
     return Status(201 if created else 200, out)
 

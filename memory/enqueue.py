@@ -159,11 +159,20 @@ def stream_checks(stream_id: int) -> None:
         broker.mark_down(exc)
         logger.warning("stream_check_enqueue_failed stream=%s error=%s", stream_id, exc)
         return
-    for i, queue in enumerate(queues):
-        if held[i] is not None or held[i + len(queues)] is not None:
-            continue
+    free = [q for i, q in enumerate(queues) if held[i] is None and held[i + len(queues)] is None]
+    if not free:
+        return
+    try:
+        due = triggers.due_queues(stream_id, free)  # one statement for both queues
+    except OperationalError as exc:  # a locked database: the sweeps pick the check up
+        logger.warning("stream_check_enqueue_failed stream=%s error=%s", stream_id, exc)
+        return
+    except Exception:
+        logger.exception("stream_check_enqueue_error stream=%s", stream_id)
+        return
+    for queue in due:
         try:
-            stream_check(queue, stream_id)
+            stream_check(queue, stream_id, check_due=False)
         except Exception:
             logger.exception("stream_check_enqueue_error queue=%s stream=%s", queue, stream_id)
 

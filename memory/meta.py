@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.db import connection
+
 from memory.models import Meta
 
 __all__ = ["meta_get", "meta_set"]
@@ -16,11 +18,13 @@ __all__ = ["meta_get", "meta_set"]
 
 def meta_get(key: str, default: Any = None) -> Any:
     """JSON value of a meta key; ``default`` when missing or not valid JSON."""
-    row = Meta.objects.filter(key=key).values_list("value", flat=True).first()
+    with connection.cursor() as cur:  # a plain read: triggers ask once per stored message
+        cur.execute("SELECT value FROM meta WHERE key = %s", [key])
+        row = cur.fetchone()
     if row is None:
         return default
     try:
-        return json.loads(row)
+        return json.loads(row[0])
     except ValueError:
         return default
 

@@ -106,15 +106,29 @@ def _one(sql: str, params: Sequence[Any]) -> tuple | None:
         return cur.fetchone()
 
 
+def _person_key(platform: str, external_id: str) -> tuple[str, str]:
+    platform, external_id = platform.strip(), external_id.strip()
+    if not platform or not external_id:
+        raise MemoryInputError("person ref needs a platform and an external_id")
+    return platform, external_id
+
+
+def _stream_key(platform: str, kind: str, external_id: str) -> tuple[str, str]:
+    if kind not in StreamKind.values:
+        raise MemoryInputError(f"stream kind must be one of {', '.join(StreamKind.values)}")
+    platform, external_id = platform.strip(), external_id.strip()
+    if not platform or not external_id:
+        raise MemoryInputError("stream ref needs a platform and an external_id")
+    return platform, external_id
+
+
 def resolve_person(*, platform: str, external_id: str, name: str = "", at: int | None = None) -> Person:
     """The person behind a platform identity, created on first use.
 
     A new non-empty ``name`` refreshes the identity's display name (and the
     person's, when it has none yet).
     """
-    platform, external_id = platform.strip(), external_id.strip()
-    if not platform or not external_id:
-        raise MemoryInputError("person ref needs a platform and an external_id")
+    platform, external_id = _person_key(platform, external_id)
     row = _one(
         "SELECT p.id, p.kind, p.display_name, p.first_seen_at, i.id, i.display_name FROM identities i"
         " JOIN persons p ON p.id = i.person_id WHERE i.platform = %s AND i.external_id = %s",
@@ -141,11 +155,7 @@ def resolve_person(*, platform: str, external_id: str, name: str = "", at: int |
 
 def resolve_stream(*, platform: str, kind: str, external_id: str, name: str = "") -> Stream:
     """The stream of a platform conversation, created on first use."""
-    if kind not in StreamKind.values:
-        raise MemoryInputError(f"stream kind must be one of {', '.join(StreamKind.values)}")
-    platform, external_id = platform.strip(), external_id.strip()
-    if not platform or not external_id:
-        raise MemoryInputError("stream ref needs a platform and an external_id")
+    platform, external_id = _stream_key(platform, kind, external_id)
     row = _one(
         "SELECT id, display_name FROM streams WHERE platform = %s AND kind = %s AND external_id = %s",
         [platform, kind, external_id],
@@ -169,6 +179,58 @@ def resolve_stream(*, platform: str, kind: str, external_id: str, name: str = ""
 # --- L1 messages -----------------------------------------------------------------
 
 
+def _check_message(role: str, content: str, *, has_sender: bool) -> None:
+    if role not in ("user", "assistant"):
+        raise MemoryInputError("role must be 'user' or 'assistant'")
+    if role == "user" and not has_sender:
+        raise MemoryInputError("a user message needs its sender")
+    _check_length(content)
+
+
+def store_message(
+    *,
+    stream: dict[str, str],
+    sender: dict[str, str] | None,
+    role: str,
+    content: str,
+    external_message_id: str | None = None,
+    at: int | None = None,
+) -> tuple[Message, bool]:
+    """A message posted with the platform refs of its stream and sender (``POST /messages``).
+
+    The same as :func:`resolve_stream` (``stream``: its keyword arguments),
+    :func:`resolve_person` (``sender``: its keyword arguments but ``at``; ``None`` for no
+    sender) and :func:`append_message` in one transaction. On PostgreSQL, when both refs
+    exist and neither display name changes (the usual message), one statement looks them up
+    and stores the message: one round trip instead of six (BEGIN, two look-ups, the insert,
+    COMMIT); otherwise, or when it finds a ref missing, the three functions run as before.
+    """
+    at = _at(at)
+    if backends.is_postgresql():
+        platform, external_id = _stream_key(stream["platform"], stream["kind"], stream["external_id"])
+        stream_key = (platform, stream["kind"], external_id, stream.get("name") or "")
+        sender_key = None
+        if sender is not None:
+            sender_key = (*_person_key(sender["platform"], sender["external_id"]), sender.get("name") or "")
+        _check_message(role, content, has_sender=sender is not None)
+        row = {"role": role, "content": content, "created_at": at, "external_message_id": external_message_id}
+        stream_id, person_id, stored = backends.postgresql.store_message(stream_key, sender_key, row)
+        if stored is not None:
+            enqueue.stream_checks_on_commit(stream_id)  # outside a transaction: committed, runs now
+            message = Message(id=stored[0], tokens=stored[1], stream_id=stream_id, sender_person_id=person_id, **row)
+            message._state.adding, message._state.db = False, connection.alias
+            return message, True
+        if stream_id is not None and (sender is None or person_id is not None) and external_message_id is not None:
+            # both refs found, nothing inserted: the stream holds this external id (as append_message returns it)
+            return Message.objects.get(stream_id=stream_id, external_message_id=external_message_id), False
+    with transaction.atomic():
+        s = resolve_stream(**stream)
+        person = resolve_person(**sender, at=at) if sender is not None else None
+        return append_message(stream_id=s.pk, role=role, content=content,
+                              sender_person_id=person.pk if person else None,
+                              external_message_id=external_message_id, at=at)
+
+
 def append_message(
     *,
     stream_id: int,
@@ -184,11 +246,7 @@ def append_message(
     row and ``created=False``; nothing is duplicated. After commit the stream's
     summarisation and extraction checks are enqueued.
     """
-    if role not in ("user", "assistant"):
-        raise MemoryInputError("role must be 'user' or 'assistant'")
-    if role == "user" and sender_person_id is None:
-        raise MemoryInputError("a user message needs its sender")
-    _check_length(content)
+    _check_message(role, content, has_sender=sender_person_id is not None)
     row = {"role": role, "content": content, "created_at": _at(at), "stream_id": stream_id,
            "sender_person_id": sender_person_id, "external_message_id": external_message_id}
     if backends.is_postgresql():

@@ -10,44 +10,94 @@ before (and after) each batch, the beat sweep for every stream.
 """
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count
 
 from memory.meta import meta_get
 from memory.models import EXTRACT_CURSOR_KEY, Message, QueueFailure, Stream
 
-__all__ = ["EXTRACT", "SUMMARIZE", "extract_due", "read_cursor", "streams_due", "summarize_due"]
+__all__ = ["EXTRACT", "SUMMARIZE", "due_queues", "extract_due", "read_cursor", "streams_due", "summarize_due"]
 
 SUMMARIZE = QueueFailure.Queue.SUMMARIZE
 EXTRACT = QueueFailure.Queue.EXTRACT
 
 
+def _cursors(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _cursor(cursors: dict[str, Any], stream_id: int) -> int:
+    value = cursors.get(str(stream_id))
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def cursor_map() -> dict[str, Any]:
     """Every stream's extraction cursor (``{"<stream id>": message id}``), as stored."""
-    value = meta_get(EXTRACT_CURSOR_KEY, {})
-    return value if isinstance(value, dict) else {}
+    return _cursors(meta_get(EXTRACT_CURSOR_KEY, {}))
 
 
 def read_cursor(stream_id: int) -> int:
     """Id of the last message already given to the extractor (0 = none)."""
-    value = cursor_map().get(str(stream_id))
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return _cursor(cursor_map(), stream_id)
+
+
+#: What decides each trigger, as subqueries: the stream's messages in no episode, counted up to the
+#: trigger (a count that stops there); the id of its trigger-th newest message (extraction is due when
+#: it lies after the cursor: then at least the trigger's number of messages do) and the cursors.
+_READS = {
+    SUMMARIZE: ("(SELECT count(*) FROM (SELECT 1 FROM messages WHERE stream_id = %s AND episode_id IS NULL LIMIT %s)"
+                " AS t)"),
+    EXTRACT: ("(SELECT id FROM messages WHERE stream_id = %s ORDER BY id DESC LIMIT 1 OFFSET %s),"
+              " (SELECT value FROM meta WHERE key = %s)"),
+}
+
+
+def due_queues(stream_id: int, queues: Sequence[str] = (SUMMARIZE, EXTRACT)) -> list[str]:
+    """Those of ``queues`` whose work is due for the stream, in their order: one statement reads for all."""
+    triggers = {SUMMARIZE: settings.SUMMARIZE_TRIGGER_MESSAGES, EXTRACT: settings.FACT_EXTRACT_TRIGGER_MESSAGES}
+    read = [q for q in queues if triggers[q] > 0]  # a trigger of 0 is always due
+    due = {q for q in queues if triggers[q] <= 0}
+    if read:
+        params: list[Any] = []
+        for queue in read:
+            params += [stream_id, triggers[queue]] if queue == SUMMARIZE else [
+                stream_id, triggers[queue] - 1, EXTRACT_CURSOR_KEY]
+        with connection.cursor() as cur:
+            cur.execute("SELECT " + ", ".join(_READS[q] for q in read), params)
+            row = list(cur.fetchone())
+        for queue in read:
+            if queue == SUMMARIZE:
+                if row.pop(0) >= triggers[queue]:
+                    due.add(queue)
+                continue
+            nth_newest, value = row.pop(0), row.pop(0)
+            if nth_newest is not None:
+                try:
+                    cursors = _cursors(json.loads(value)) if value is not None else {}
+                except ValueError:  # as meta_get reads a value that is not JSON
+                    cursors = {}
+                if nth_newest > _cursor(cursors, stream_id):
+                    due.add(queue)
+    return [q for q in queues if q in due]
 
 
 def summarize_due(stream_id: int) -> bool:
-    pending = Message.objects.filter(stream_id=stream_id, episode__isnull=True).count()
-    return pending >= settings.SUMMARIZE_TRIGGER_MESSAGES
+    """``SUMMARIZE_TRIGGER_MESSAGES`` messages of the stream are in no episode yet."""
+    return bool(due_queues(stream_id, (SUMMARIZE,)))
 
 
 def extract_due(stream_id: int) -> bool:
-    count = Message.objects.filter(stream_id=stream_id, id__gt=read_cursor(stream_id)).count()
-    return count >= settings.FACT_EXTRACT_TRIGGER_MESSAGES
+    """``FACT_EXTRACT_TRIGGER_MESSAGES`` messages of the stream come after its extraction cursor."""
+    return bool(due_queues(stream_id, (EXTRACT,)))
 
 
 def due(queue: str, stream_id: int) -> bool:
-    return summarize_due(stream_id) if queue == SUMMARIZE else extract_due(stream_id)
+    return bool(due_queues(stream_id, (queue,)))
 
 
 def streams_due() -> list[tuple[str, int]]:

@@ -293,6 +293,28 @@ def index_messages(rows: Sequence[tuple[int, str, int]]) -> list[str]:
     return [tokens for _, tokens, _ in payload]
 
 
+def _message_postings(tokens: str, scope: int | None) -> tuple[str, list[Any]]:
+    """The CTEs that index the message ``m`` inserted before them: its doc row, postings and statistics delta.
+
+    ``scope``: the stream id, or ``None`` for the stream id ``m`` returns.
+    """
+    if not tokens:
+        return "", []
+    src = SOURCES["messages_fts"]
+    length, postings = _doc_postings(tokens, src.extra_tokens)
+    scope_sql, scope_params = ("m.stream_id", []) if scope is None else ("%s", [int(scope)])
+    sql = (
+        f", d AS (INSERT INTO lexical_docs(source, doc_id, scope, length) SELECT %s, m.id, {scope_sql}, %s FROM m),"
+        f" p AS (INSERT INTO lexical_postings(source, term, doc_id, scope, tf, length, positions)"
+        f" SELECT %s, u.t, m.id, {scope_sql}, u.f, %s, u.p::int[] FROM m, unnest(%s::text[], %s::int[], %s::text[])"
+        " AS u(t, f, p)),"
+        " s AS (INSERT INTO lexical_stats(source, docs, tokens) SELECT %s, 1, %s FROM m)"
+    )
+    params = [src.code, *scope_params, length, src.code, *scope_params, length, [p[0] for p in postings],
+              [p[1] for p in postings], [p[2] for p in postings], src.code, length]
+    return sql, params
+
+
 def insert_message(row: dict[str, Any]) -> tuple[int, str] | None:
     """INSERT one message (``row``: its columns) and its postings, doc row and statistics delta in one statement.
 
@@ -305,24 +327,50 @@ def insert_message(row: dict[str, Any]) -> tuple[int, str] | None:
     sql = (f"WITH m AS (INSERT INTO messages({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})"
            " ON CONFLICT (stream_id, external_message_id) WHERE external_message_id IS NOT NULL DO NOTHING"
            " RETURNING id)")
-    params: list[Any] = [*row.values(), tokens]
-    if tokens:
-        src = SOURCES["messages_fts"]
-        scope = int(row["stream_id"])
-        length, postings = _doc_postings(tokens, src.extra_tokens)
-        sql += (
-            ", d AS (INSERT INTO lexical_docs(source, doc_id, scope, length) SELECT %s, m.id, %s, %s FROM m),"
-            " p AS (INSERT INTO lexical_postings(source, term, doc_id, scope, tf, length, positions)"
-            " SELECT %s, u.t, m.id, %s, u.f, %s, u.p::int[] FROM m, unnest(%s::text[], %s::int[], %s::text[])"
-            " AS u(t, f, p)),"
-            " s AS (INSERT INTO lexical_stats(source, docs, tokens) SELECT %s, 1, %s FROM m)"
-        )
-        params += [src.code, scope, length, src.code, scope, length, [p[0] for p in postings],
-                   [p[1] for p in postings], [p[2] for p in postings], src.code, length]
+    index_sql, index_params = _message_postings(tokens, int(row["stream_id"]))
     with connection.cursor() as cur:
-        cur.execute(sql + " SELECT id FROM m", params)
+        cur.execute(sql + index_sql + " SELECT id FROM m", [*row.values(), tokens, *index_params])
         found = cur.fetchone()
     return None if found is None else (int(found[0]), tokens)
+
+
+def store_message(
+    stream: tuple[str, str, str, str], sender: tuple[str, str, str] | None, row: dict[str, Any]
+) -> tuple[int | None, int | None, tuple[int, str] | None]:
+    """Look up a message's stream and sender by their platform refs and INSERT it, in one statement.
+
+    ``stream``: ``(platform, kind, external_id, name)``; ``sender``: ``(platform, external_id,
+    name)`` or ``None`` (no sender); ``row``: the message's other columns. A ref is found only
+    when it exists and its display name needs no change (``name`` empty or equal to the stored
+    one); then the message is inserted and indexed as :func:`insert_message` does.
+
+    Returns ``(stream id, sender's person id, (message id, tokens))``: an id is ``None`` when
+    that ref was not found (nothing is written), the message ``None`` when nothing was inserted
+    (a ref not found, or the stream already holds the row's ``external_message_id``).
+    """
+    tokens = index_tokens(row.get("content") or "")
+    platform, kind, external_id, name = stream
+    sql = ("WITH st AS (SELECT id FROM streams WHERE platform = %s AND kind = %s AND external_id = %s"
+           " AND (%s = '' OR display_name = %s))")
+    params: list[Any] = [platform, kind, external_id, name, name]
+    if sender is not None:
+        sql += (", pe AS (SELECT person_id AS id FROM identities WHERE platform = %s AND external_id = %s"
+                " AND (%s = '' OR display_name = %s))")
+        params += [sender[0], sender[1], sender[2], sender[2]]
+    columns = [*row, "tokens"]
+    sql += (f", m AS (INSERT INTO messages({', '.join(columns)}, stream_id, sender_person_id)"
+            f" SELECT {', '.join(['%s'] * len(columns))}, st.id, {'pe.id' if sender is not None else 'NULL'}"
+            f" FROM st{', pe' if sender is not None else ''}"
+            " ON CONFLICT (stream_id, external_message_id) WHERE external_message_id IS NOT NULL DO NOTHING"
+            " RETURNING id, stream_id)")
+    params += [*row.values(), tokens]
+    index_sql, index_params = _message_postings(tokens, None)
+    sql += index_sql + " SELECT (SELECT id FROM st), " + ("(SELECT id FROM pe)" if sender is not None else "NULL")
+    sql += ", (SELECT id FROM m)"
+    with connection.cursor() as cur:
+        cur.execute(sql, params + index_params)
+        stream_id, person_id, message_id = cur.fetchone()
+    return stream_id, person_id, None if message_id is None else (int(message_id), tokens)
 
 
 def reindex_message(rowid: int, text: str, stream_id: int, old_tokens: str) -> str:

@@ -61,6 +61,59 @@ def test_idempotent_on_external_message_id(api):
     assert other.status_code == 201 and other.json()["id"] != first.json()["id"]
 
 
+def test_known_refs_and_new_names(api):
+    """The one-statement path (PostgreSQL: both refs known, no name change) and every way out of it."""
+    from memory import services
+
+    first = api.post("messages", {"stream": stream(name="G"), "sender": person(name="Ann"), "role": "user",
+                                  "content": "我喜欢猫", "at": T0}).json()
+    same = api.post("messages", {"stream": stream(name="G"), "sender": person(name="Ann"), "role": "user",
+                                 "content": "我也喜欢狗", "at": T0 + 1}).json()
+    unnamed = api.post("messages", {"stream": stream(), "sender": person(), "role": "user", "content": "好",
+                                    "at": T0 + 2}).json()
+    assert (first["stream_id"], first["person_id"]) == (same["stream_id"], same["person_id"])
+    assert (unnamed["stream_id"], unnamed["person_id"]) == (first["stream_id"], first["person_id"])
+    names = lambda: (Stream.objects.get(pk=first["stream_id"]).display_name,  # noqa: E731
+                     Identity.objects.get(person_id=first["person_id"]).display_name)
+    assert names() == ("G", "Ann")
+    # a new display name is stored, on the stream and on the identity
+    renamed = api.post("messages", {"stream": stream(name="G2"), "sender": person(name="Annie"), "role": "user",
+                                    "content": "改名了", "at": T0 + 3}).json()
+    assert (renamed["stream_id"], renamed["person_id"]) == (first["stream_id"], first["person_id"])
+    assert names() == ("G2", "Annie")
+    assert Person.objects.get(pk=first["person_id"]).display_name == "Ann"  # the person keeps the name it had
+    # a known stream with a new sender, a known sender in a new stream
+    bob = api.post("messages", {"stream": stream(), "sender": person(ext="u2"), "role": "user", "content": "嗨"}).json()
+    assert bob["stream_id"] == first["stream_id"] and bob["person_id"] != first["person_id"]
+    other = api.post("messages", {"stream": stream(ext="g9"), "sender": person(), "role": "user", "content": "嗨"}).json()
+    assert other["stream_id"] != first["stream_id"] and other["person_id"] == first["person_id"]
+    # what was stored: content, time, tokens (searchable), sender
+    msg = Message.objects.get(pk=same["id"])
+    assert (msg.content, msg.created_at, msg.role, msg.sender_person_id) == ("我也喜欢狗", T0 + 1, "user", same["person_id"])
+    assert msg.tokens
+    stored, created = services.store_message(stream=stream(), sender=None, role="assistant", content="好的",
+                                             external_message_id="a-1", at=T0 + 5)
+    again, created_again = services.store_message(stream=stream(), sender=None, role="assistant", content="好的",
+                                                  external_message_id="a-1", at=T0 + 6)
+    assert (created, created_again) == (True, False) and again.pk == stored.pk
+    assert (stored.stream_id, stored.sender_person_id, stored.created_at) == (first["stream_id"], None, T0 + 5)
+
+
+def test_a_known_refs_message_is_one_statement_on_postgresql(api):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    body = {"stream": stream(), "sender": person(), "role": "user", "content": "今天天气不错"}
+    api.post("messages", body)
+    with CaptureQueriesContext(connection) as queries:
+        r = api.post("messages", {**body, "external_message_id": "e-1"})
+        again = api.post("messages", {**body, "external_message_id": "e-1"})
+    assert (r.status_code, again.status_code) == (201, 200)
+    writes = [q["sql"] for q in queries.captured_queries if "messages" in q["sql"]]
+    if connection.vendor == "postgresql":  # look-ups and the insert in one statement; the repeat reads its row
+        assert len(writes) == 3, writes
+
+
 def test_content_limit_is_422_with_the_limit(api, settings):
     settings.MESSAGE_MAX_CHARS = 100
     before = Stream.objects.count()

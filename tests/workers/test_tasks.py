@@ -281,3 +281,30 @@ def test_every_name_enqueue_sends_is_a_registered_task():
     assert set(jobs.RERUNNABLE) == {"import", "evaluate", "compare"}  # tuning registers its kinds when it loads
     assert tuning_tasks.evaluate_task.name == evaluation.JOB_TASKS["evaluate"]
     assert tasks.summarize_stream_task.name == enqueue.TASKS["summarize"]
+
+
+def test_due_queues_decide_as_full_counts_do(settings):
+    from memory import triggers
+    from memory.meta import meta_set
+    from memory.models import EXTRACT_CURSOR_KEY, Message
+
+    settings.SUMMARIZE_TRIGGER_MESSAGES, settings.FACT_EXTRACT_TRIGGER_MESSAGES = 6, 4
+    stream, other = make_stream(), make_stream("g2")
+    ids = post_messages(stream, 8)
+    post_messages(other, 8)
+    Message.objects.filter(pk__in=ids[:3]).update(episode=None)
+    for cursor in [None, "not json", 0, *ids, True, 2.5]:
+        if cursor == "not json":
+            from memory.models import Meta
+
+            Meta.objects.update_or_create(key=EXTRACT_CURSOR_KEY, defaults={"value": "{broken"})
+        elif cursor is not None:
+            meta_set(EXTRACT_CURSOR_KEY, {str(stream.pk): cursor, str(other.pk): 0})
+        after = cursor if isinstance(cursor, int) and not isinstance(cursor, bool) else 0
+        full_extract = Message.objects.filter(stream=stream, id__gt=after).count() >= 4
+        full_summarize = Message.objects.filter(stream=stream, episode__isnull=True).count() >= 6
+        expected = [q for q, due in ((triggers.SUMMARIZE, full_summarize), (triggers.EXTRACT, full_extract)) if due]
+        assert triggers.due_queues(stream.pk) == expected, cursor
+        assert triggers.extract_due(stream.pk) == full_extract and triggers.summarize_due(stream.pk) == full_summarize
+    settings.FACT_EXTRACT_TRIGGER_MESSAGES = 0
+    assert triggers.due_queues(stream.pk, [triggers.EXTRACT]) == [triggers.EXTRACT]
