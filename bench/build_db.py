@@ -154,7 +154,7 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512, real_tex
             "INSERT INTO streams(id, platform, kind, external_id, display_name) VALUES (%s, 'bench', %s, %s, %s)",
             [(i + 2, kinds[i % 2], f"s{i}", f"会话{i}") for i in range(n_streams)],
         )
-        # facts: ~10 per person, valid, mixed kinds and ages, frozen once faded; 1 % due for the sweep
+        # facts: ~10 per person, valid, mixed kinds and ages, frozen once faded but ~1 % due for the sweep
         fact_rows, seen = [], set()
         fid = 0
         while len(fact_rows) < n_facts:
@@ -169,9 +169,9 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512, real_tex
             updated = now - rng.randrange(0, 200) * day
             strength = rng.uniform(0.3, 1.0)
             due = decay.freeze_due_at(strength, updated, hl)
-            active = due > now  # what the sweeps of a live store left: faded facts are frozen
-            if rng.random() < 0.01:
-                due, active = now - 1000, True
+            # what the sweeps of a live store left: faded facts are frozen, but ~1 % of all
+            # facts faded since the last sweep and wait for the next one
+            active = due > now or rng.random() < 0.03
             origin = rng.choice(["direct", "group", "legacy"])
             fact_rows.append(
                 (fid, person, kind, text, key, strength, hl, updated, updated - day, 0, due, int(active), origin, slot)
