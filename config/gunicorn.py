@@ -17,6 +17,10 @@ import os
 
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+# Threads per worker. On PostgreSQL a request spends part of its time waiting for the server
+# (a message's commit waits for its flush to disk): a second thread serves another request
+# meanwhile. SQLite has one writer at a time and commits without a flush: one thread.
+threads = int(os.environ.get("GUNICORN_THREADS", "2" if os.environ.get("DATABASE_URL") else "1"))
 accesslog = "-"
 access_log_format = '%(h)s %(l)s - %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"'
 

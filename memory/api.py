@@ -176,13 +176,21 @@ def post_turn(request: HttpRequest, payload: TurnIn):
     persons, visibility before scoring, conflict groups completed), never reinforces,
     and records the turn's retrieval trace. Confirm with `POST /turns/{turn_id}/confirm`.
     """
-    if payload.watermark_message_id is not None:
-        _require_message_in(payload.stream, payload.watermark_message_id)
+    # One statement looks up the stream, the speaker and the watermark; a missing ref is created
+    # (a watermark outside the stream is a 404 and creates nothing).
+    at = _at(payload.at)
+    stream, speaker = services.resolve_turn_refs(
+        stream=payload.stream.model_dump(), speaker=payload.speaker.model_dump(),
+        watermark_message_id=payload.watermark_message_id, at=at,
+    )
+    if stream is None:
+        raise Http404(f"message {payload.watermark_message_id} does not exist in this stream")
+    scope = {"stream_id": stream.pk, "speaker_id": speaker.pk}
     # Reads are not wrapped in a write transaction (that would block ingest for the
     # whole turn); prepare_turn writes its sweep and its turn row in short ones.
-    at, scope = _scope(payload)
     ctx = recall.prepare_turn(
         **scope,
+        stream=stream,
         text=payload.text,
         impression=payload.impression,
         watermark_message_id=payload.watermark_message_id,

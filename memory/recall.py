@@ -295,14 +295,16 @@ def prepare_turn(
     watermark_message_id: int | None = None,
     at: int | None = None,
     record: bool = True,
+    stream: Stream | None = None,
 ) -> TurnContext:
     """Everything the bot needs to answer a message; read-only for facts.
 
     With ``record=False`` (the console's playground) nothing at all is written:
-    no sweep, no events, no turn row.
+    no sweep, no events, no turn row. ``stream`` — the stream's row when the caller
+    has it already (the API resolved it).
     """
     now = services.now_ms() if at is None else at
-    stream = _stream(stream_id)
+    stream = stream if stream is not None and stream.pk == stream_id else _stream(stream_id)
     if record:
         services.sweep(at=now)
     overrides = _overrides()

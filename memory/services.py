@@ -176,6 +176,45 @@ def resolve_stream(*, platform: str, kind: str, external_id: str, name: str = ""
         return Stream.objects.get(platform=platform, kind=kind, external_id=external_id)
 
 
+def resolve_turn_refs(
+    *, stream: dict[str, str], speaker: dict[str, str], watermark_message_id: int | None = None, at: int | None = None
+) -> tuple[Stream | None, Person | None]:
+    """The stream and speaker of a turn (:func:`resolve_stream`, :func:`resolve_person`), and whether
+    ``watermark_message_id`` is a message of that stream: ``(None, None)`` when it is not (nothing
+    is created then).
+
+    One statement looks up both refs and the watermark; only a ref not found yet, or one whose
+    display name changes, goes through its resolver (which creates or renames it).
+    """
+    platform, external_id = _stream_key(stream["platform"], stream["kind"], stream["external_id"])
+    person_platform, person_external_id = _person_key(speaker["platform"], speaker["external_id"])
+    row = _one(
+        "SELECT s.id, s.display_name, p.id, p.kind, p.display_name, p.first_seen_at, i.display_name,"
+        " (SELECT 1 FROM messages m WHERE m.id = %s AND m.stream_id = s.id)"
+        " FROM (SELECT 1) AS one"
+        " LEFT JOIN streams s ON s.platform = %s AND s.kind = %s AND s.external_id = %s"
+        " LEFT JOIN identities i ON i.platform = %s AND i.external_id = %s"
+        " LEFT JOIN persons p ON p.id = i.person_id",
+        [watermark_message_id, platform, stream["kind"], external_id, person_platform, person_external_id],
+    )
+    stream_id, stream_name, person_id, kind, person_name, first_seen_at, identity_name, in_stream = row
+    if watermark_message_id is not None and not in_stream:
+        return None, None
+    name = stream.get("name") or ""
+    if stream_id is not None and (not name or name == stream_name):
+        found = Stream.from_db("default", ["id", "platform", "kind", "external_id", "display_name"],
+                               [stream_id, platform, stream["kind"], external_id, stream_name])
+    else:
+        found = resolve_stream(**stream)
+    name = speaker.get("name") or ""
+    if person_id is not None and (not name or name == identity_name):
+        person = Person.from_db("default", ["id", "kind", "display_name", "first_seen_at"],
+                                [person_id, kind, person_name, first_seen_at])
+    else:
+        person = resolve_person(**speaker, at=at)
+    return found, person
+
+
 # --- L1 messages -----------------------------------------------------------------
 
 

@@ -172,3 +172,33 @@ def test_confirm_validation(api, seeded):
     assert r.status_code == 422 and "body.query_embedding.0" in r.json()["detail"]
     assert api.post(f"turns/{tid}/confirm", {"unknown": 1}).status_code == 422
     assert Turn.objects.get(pk=tid).confirmed_at is None
+
+
+@pytest.mark.django_db
+def test_a_turns_refs_and_watermark_are_one_lookup_and_a_new_name_still_renames():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memory import services
+
+    s = services.resolve_stream(platform="qq", kind="direct", external_id="r1", name="老地方")
+    p = services.resolve_person(platform="qq", external_id="u1", name="阿明", at=T0)
+    mid = services.append_message(stream_id=s.pk, role="user", content="在吗", sender_person_id=p.pk, at=T0)[0].pk
+    refs = {"stream": {"platform": "qq", "kind": "direct", "external_id": "r1", "name": ""},
+            "speaker": {"platform": "qq", "external_id": "u1", "name": "阿明"}}
+    with CaptureQueriesContext(connection) as queries:
+        found, speaker = services.resolve_turn_refs(**refs, watermark_message_id=mid, at=T0)
+    assert (found.pk, found.kind, found.display_name, speaker.pk, speaker.display_name) == (
+        s.pk, "direct", "老地方", p.pk, "阿明")
+    assert len(queries.captured_queries) == 1
+    # another stream's message is no watermark here: nothing found, nothing created
+    other = services.resolve_stream(platform="qq", kind="group", external_id="g1")
+    elsewhere = services.append_message(stream_id=other.pk, role="assistant", content="嗯", at=T0)[0].pk
+    new = {"stream": {**refs["stream"], "external_id": "r2"}, "speaker": refs["speaker"]}
+    assert services.resolve_turn_refs(**new, watermark_message_id=elsewhere, at=T0) == (None, None)
+    assert not Stream.objects.filter(external_id="r2").exists()
+    # a new display name, a new speaker: their resolvers rename and create
+    renamed = {"stream": {**refs["stream"], "name": "新地方"}, "speaker": {**refs["speaker"], "external_id": "u9"}}
+    found, speaker = services.resolve_turn_refs(**renamed, at=T0)
+    assert found.pk == s.pk and Stream.objects.get(pk=s.pk).display_name == "新地方"
+    assert speaker.pk != p.pk and Person.objects.filter(pk=speaker.pk).exists()
