@@ -1,6 +1,6 @@
 """HTTP API benchmark: the bot API under gunicorn, next to direct service calls.
 
-Starts ``gunicorn config.wsgi`` (2 sync workers, 127.0.0.1, a free port) on a copy of
+Starts ``gunicorn -c config/gunicorn.py config.wsgi`` (2 workers, as `make run` configures them; 127.0.0.1, a free port) on a copy of
 the scale database of ``bench.build_db`` (the original stays untouched), creates an
 API token and drives the API from this process with httpx:
 
@@ -503,10 +503,12 @@ def main(argv: list[str] | None = None) -> dict:
     def ratio(a: float, b: float) -> float:
         return round(a / b, 2) if b else 0.0
 
+    # config/gunicorn.py: GUNICORN_THREADS, else 2 on PostgreSQL and 1 on SQLite
+    threads = int(os.environ.get("GUNICORN_THREADS") or (2 if args.backend == "postgresql" else 1))
     result = {
         "database": source,
         "counts": {k: counts.get(k) for k in ("persons", "facts", "knowledge", "messages", "episodes", "edges", "streams")},
-        "server": f"gunicorn config.wsgi, {args.workers} sync workers, DEBUG off, "
+        "server": f"gunicorn -c config/gunicorn.py config.wsgi, {args.workers} workers × {threads} thread(s), DEBUG off, "
                   + ("enqueue on with a real Celery worker (2 processes)" if args.worker else "enqueue off")
                   + (", CONN_MAX_AGE=None (what-if)" if args.persistent_connections else ""),
         "backend": args.backend,

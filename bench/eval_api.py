@@ -2,7 +2,7 @@
 
 The product runs as deployed, in a temporary directory: its own SQLite file (or the empty
 PostgreSQL database ``--database-url`` names: the test suite on PostgreSQL passes a throwaway one), ``migrate``,
-``gunicorn config.wsgi`` (2 sync workers) on a free localhost port, a real ``celery
+``gunicorn -c config/gunicorn.py config.wsgi`` (2 workers) on a free localhost port, a real ``celery
 worker`` (2 processes) with the same settings, a bearer token from ``manage.py
 create_api_token``. Only the database path, the Redis database (``--redis-url``, flushed
 before and after; never DB 0), ``DJANGO_DEBUG=False`` and the log level are set; every
@@ -151,7 +151,7 @@ class Deployment:
             "LLM": "configured" if settings.LLM_BASE_URL and settings.LLM_MODEL else "none (heuristic summariser/extractor)",
             "DEBUG": settings.DEBUG,
             "FACT_RECALL_LIMIT": settings.FACT_RECALL_LIMIT,
-            "server": "gunicorn config.wsgi, 2 sync workers",
+            "server": "gunicorn -c config/gunicorn.py config.wsgi, 2 workers",
             "worker": "celery -A config worker --concurrency=2",
         }
 
