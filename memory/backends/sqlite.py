@@ -38,7 +38,7 @@ def set_autocheckpoint(conn: Any, pages: int) -> None:
 
 
 def checkpoint_on_commit(pages: int) -> None:
-    from django.db.backends.signals import connection_created
+    from django.db.backends.signals import connection_created  # only a worker process listens (config/celery.py)
 
     def on_connect(sender: Any, connection: Any, **kwargs: Any) -> None:
         if connection.vendor == "sqlite":
