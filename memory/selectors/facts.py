@@ -385,25 +385,14 @@ def dense_scope(
     return DenseScope([scored[f.id] for f in out], valid, cosines, tokens)  # cosine order: the merge appends so
 
 
-def dense_fact_candidates(
-    *,
-    person_ids: Sequence[int],
-    query_vector: Any,
-    limit: int,
-    now: int,
-    stream_kind: str,
-    private_in_group: bool | None = None,
-    overrides: Mapping[str, Any] | None = None,
-) -> list[ScopedFact]:
+def dense_fact_candidates(**options: Any) -> list[ScopedFact]:
     """Dense channel: valid facts of the present persons ranked by SQ8 cosine (top ``limit*3``).
 
     ``lexical_relevance`` is 0 here; :func:`merge_dense_candidates` back-computes the real
-    bm25 and coverage. Scores are the engine's for this channel alone (:func:`dense_scope`).
+    bm25 and coverage. Scores are the engine's for this channel alone (:func:`dense_scope`,
+    same options).
     """
-    scope = dense_scope(
-        person_ids=person_ids, query_vector=query_vector, limit=limit, now=now, stream_kind=stream_kind,
-        private_in_group=private_in_group, overrides=overrides,
-    )
+    scope = dense_scope(**options)
     return [] if scope is None else scope.candidates
 
 

@@ -239,15 +239,6 @@ class _NodeTexts:
         self._nodes = array("q")  # its memory node id
         self._holders: dict[str, list[int]] = {}
 
-    @staticmethod
-    def _row_revisions() -> tuple:
-        with connection.cursor() as cur:
-            cur.execute(
-                "SELECT (SELECT value FROM meta WHERE key = 'lexical_revision:facts'),"
-                " (SELECT value FROM meta WHERE key = 'lexical_revision:knowledge')"
-            )
-            return tuple(cur.fetchone())
-
     def _add(self, rows: list[tuple[int, str]]) -> int:
         """Append ``rows`` to the blob; return the index of the first appended text."""
         first = len(self._starts)
@@ -284,7 +275,7 @@ class _NodeTexts:
         graph's, :func:`_spread_revisions`)."""
         with self._lock:
             poll = self._feed.poll()
-            state = (poll.revision, *(row_revisions or self._row_revisions()))
+            state = (poll.revision, *(row_revisions or _spread_revisions()[1:]))
             if state == self._state and not poll.rebuild:
                 if poll.row_ids:
                     first = self._add(_all_node_texts(poll.row_ids))  # some may have no row: no text

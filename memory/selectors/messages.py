@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 from collections.abc import Iterable, Sequence
 from itertools import compress
@@ -47,6 +48,7 @@ def working_memory(*, stream_id: int, limit: int = 40, watermark: int | None = N
     return rows[::-1]
 
 
+@functools.cache
 def _working_columns() -> str:
     return ", ".join(
         f.column for f in Message._meta.concrete_fields if f.name not in ("embedding", "embedding_q8")

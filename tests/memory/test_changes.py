@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from django.db import connection, transaction
@@ -16,6 +18,35 @@ pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 @pytest.fixture(autouse=True)
 def _empty_indexes(empty_lexical_indexes):
     """Every test starts from empty FTS tables and no resident index."""
+
+
+@contextmanager
+def committed_late(write: Callable[[], object]) -> Iterator[list]:
+    """Run ``write`` in a transaction on another thread, held open for the block: yields ``[its result]``
+    as soon as it has written; the transaction commits when the block ends (a failure surfaces here)."""
+    inserted, release, failure, late = threading.Event(), threading.Event(), [], []
+
+    def slow_writer() -> None:
+        try:
+            with transaction.atomic():
+                late.append(write())
+                inserted.set()
+                assert release.wait(30)
+        except Exception as exc:  # surfaced by the main thread
+            failure.append(exc)
+            inserted.set()
+        finally:
+            connection.close()
+
+    writer = threading.Thread(target=slow_writer)
+    writer.start()
+    try:
+        assert inserted.wait(30) and not failure
+        yield late
+    finally:
+        release.set()
+        writer.join(30)
+    assert not failure
 
 
 def _ids(query: str) -> set[int]:
@@ -60,33 +91,11 @@ def test_a_row_committed_late_with_a_smaller_id_is_not_missed():
     services.add_knowledge(content="月球 甲", source="t", at=NOW)
     assert len(_ids("月球")) == 1  # the resident index is loaded
     rebuilds = lexical_index.resident("knowledge_fts").rebuilds
-    inserted, release, failure = threading.Event(), threading.Event(), []
-    late: list[int] = []
-
-    def slow_writer() -> None:
-        try:
-            with transaction.atomic():
-                late.append(services.add_knowledge(content="月球 乙", source="t", at=NOW))
-                inserted.set()
-                assert release.wait(30)
-        except Exception as exc:  # surfaced by the main thread
-            failure.append(exc)
-            inserted.set()
-        finally:
-            connection.close()
-
-    writer = threading.Thread(target=slow_writer)
-    writer.start()
-    try:
-        assert inserted.wait(30) and not failure
+    with committed_late(lambda: services.add_knowledge(content="月球 乙", source="t", at=NOW)) as late:
         early = services.add_knowledge(content="月球 丙", source="t", at=NOW)
         assert early > late[0]  # B took the larger id and committed first
         seen = _ids("月球")
         assert early in seen and late[0] not in seen  # A is not committed yet
-    finally:
-        release.set()
-        writer.join(30)
-    assert not failure
     assert late[0] in _ids("月球")  # the late commit with the smaller id is found
     index = lexical_index.resident("knowledge_fts")
     assert index is not None and index.rebuilds == rebuilds  # appended, not rebuilt
@@ -113,32 +122,11 @@ def test_a_message_committed_late_with_a_smaller_id_is_searchable():
     assert len(found("乌龙茶")) == 1  # the resident statistics and the stream's postings are loaded
     index = lexical_index.resident_messages()
     rebuilds = index.rebuilds
-    inserted, release, failure, late = threading.Event(), threading.Event(), [], []
-
-    def slow_writer() -> None:
-        try:
-            with transaction.atomic():
-                late.append(say("乌龙茶凉了", NOW + 1))
-                inserted.set()
-                assert release.wait(30)
-        except Exception as exc:  # surfaced by the main thread
-            failure.append(exc)
-            inserted.set()
-        finally:
-            connection.close()
-
-    writer = threading.Thread(target=slow_writer)
-    writer.start()
-    try:
-        assert inserted.wait(30) and not failure
+    with committed_late(lambda: say("乌龙茶凉了", NOW + 1)) as late:
         early = say("乌龙茶真香", NOW + 2)
         assert early > late[0]
         seen = found("乌龙茶")
         assert early in seen and late[0] not in seen
-    finally:
-        release.set()
-        writer.join(30)
-    assert not failure
     assert late[0] in found("乌龙茶")
     assert index.rebuilds == rebuilds  # appended, not reloaded
     match = lexical.match_for("messages_fts", "乌龙茶 凉")
@@ -169,30 +157,9 @@ def test_a_memory_node_committed_late_with_a_smaller_id_holds_its_concepts():
     services.link_together(refs=[("fact", anchor), ("fact", fact("他常去图书馆"))], at=NOW)
     assert graph._nodes_containing({"光学迷彩"}) == {"光学迷彩": []}  # the node texts are loaded
     rebuilds = graph.resident_node_texts().rebuilds
-    inserted, release, failure = threading.Event(), threading.Event(), []
-
-    def slow_writer() -> None:
-        try:
-            with transaction.atomic():
-                services.link_together(refs=[("fact", late_fact), ("fact", anchor)], at=NOW)
-                inserted.set()
-                assert release.wait(30)
-        except Exception as exc:  # surfaced by the main thread
-            failure.append(exc)
-            inserted.set()
-        finally:
-            connection.close()
-
-    writer = threading.Thread(target=slow_writer)
-    writer.start()
-    try:
-        assert inserted.wait(30) and not failure
+    with committed_late(lambda: services.link_together(refs=[("fact", late_fact), ("fact", anchor)], at=NOW)):
         services.link_together(refs=[("fact", early_fact), ("fact", anchor)], at=NOW)
         assert graph._nodes_containing({"光学迷彩"}) == {"光学迷彩": [node(early_fact)]}  # the late one is not committed
-    finally:
-        release.set()
-        writer.join(30)
-    assert not failure
     late, early = node(late_fact), node(early_fact)
     assert late < early  # it took the smaller id and committed last
     assert graph._nodes_containing({"光学迷彩"}) == {"光学迷彩": [late, early]}  # found, in id order
