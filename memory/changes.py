@@ -62,21 +62,37 @@ class ChangeFeed:
         self.revision_key = revision_key
         self.horizon: int | None = None
         self._seen: set[int] = set()   # change ids at or above the horizon already handed out
+        self._moves = 0                # starts and polls so far (a reading made elsewhere is for one position)
         self._read = read or (lambda horizon, _seen: backends.module().read_changes(source, revision_key, horizon))
+
+    @property
+    def position(self) -> tuple[int | None, int]:
+        """Where the feed stands: a reading of the log for its :attr:`horizon`, made elsewhere (several
+        feeds read in one statement: :func:`memory.backends.postgresql.read_changes_many`), is
+        applied by :meth:`poll` only while the feed is still here."""
+        return self.horizon, self._moves
 
     def start(self) -> str:
         """Begin at the log's present: changes visible now count as read. Returns the revision."""
         revision, horizon, changes, _pruned = self._read(None, set())
+        self._moves += 1
         self.horizon = horizon
         self._seen = {c[0] for c in changes if c[2] >= horizon}
         return revision
 
-    def poll(self) -> Poll:
-        """The revision and the rows inserted since the last poll (``rebuild`` when the feed cannot tell)."""
+    def poll(self, reading: tuple | None = None, read_at: tuple[int | None, int] | None = None) -> Poll:
+        """The revision and the rows inserted since the last poll (``rebuild`` when the feed cannot tell).
+
+        ``reading``: what ``read`` returns, read for :attr:`position` ``read_at``; used instead of
+        reading again when the feed has not moved since (else it reads now).
+        """
+        if reading is None or read_at != self.position:
+            reading = None
+        self._moves += 1
         if self.horizon is None:
-            revision, *_ = self._read(None, set())
+            revision, *_ = reading or self._read(None, set())
             return Poll(revision, rebuild=True)
-        revision, horizon, changes, pruned = self._read(self.horizon, self._seen)
+        revision, horizon, changes, pruned = reading or self._read(self.horizon, self._seen)
         if pruned >= self.horizon:
             return Poll(revision, rebuild=True)
         fresh = [c for c in changes if c[0] not in self._seen]

@@ -311,8 +311,12 @@ def purge_deleted(tables: Sequence[str]) -> None:
 
 
 def document_count(table: str) -> int:
-    """Rows in the index (cached for a few seconds on SQLite; read once per :func:`one_state` on
-    PostgreSQL, where each query line of a turn would otherwise ask again)."""
+    """Rows in the index: the resident index's (the count its BM25 and document frequencies
+    use, so no query); else cached for a few seconds on SQLite, read once per :func:`one_state`
+    on PostgreSQL, where each query line of a turn would otherwise ask again."""
+    index = resident(table) if table in SOURCES else None
+    if index is not None:
+        return len(index)
     if is_postgresql():
         name = _check(table)
         return remembered(("document_count", name), lambda: postgresql.document_count(name))

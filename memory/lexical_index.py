@@ -118,10 +118,11 @@ class ResidentBM25:
                 )
             return cur.fetchall()
 
-    def refresh(self) -> None:
-        """Bring the arrays up to the committed rows (see the module docstring)."""
+    def refresh(self, reading: tuple | None = None, read_at: tuple | None = None) -> None:
+        """Bring the arrays up to the committed rows (see the module docstring); ``reading`` — the
+        change log read elsewhere for the feed's position ``read_at`` (:func:`one_state`)."""
         with self._lock:
-            poll = self._feed.poll()
+            poll = self._feed.poll(reading, read_at)
             if poll.revision != self._revision or poll.rebuild:
                 self._clear()
                 self._feed.start()  # the log's position before the rows are read: nothing falls in between
@@ -387,10 +388,13 @@ _state: ContextVar[dict | None] = ContextVar("lexical_one_state", default=None)
 
 
 @contextmanager
-def one_state() -> Iterator[None]:
+def one_state(*tables: str) -> Iterator[None]:
     """The lexical reads inside the block see one state of the tables: each resident index is
     brought up to date once (its change-log poll is one query, once per table instead of once
     per query of a turn), and what :func:`remembered` computes is computed once.
+
+    ``tables`` — FTS tables the block will read through their resident indexes: on PostgreSQL
+    their change logs are read first, all in one statement (one round trip, not one per table).
 
     A turn's prepare and confirm run their reads in one (memory/recall.py); nothing inside may
     rely on seeing its own writes through the resident indexes (they are read outside
@@ -398,9 +402,25 @@ def one_state() -> Iterator[None]:
     """
     token = _state.set({})
     try:
+        if len(tables) > 1 and backends.is_postgresql():
+            _refresh_together(tables)
         yield
     finally:
         _state.reset(token)
+
+
+def _refresh_together(tables: Sequence[str]) -> None:
+    if not getattr(settings, "LEXICAL_RESIDENT_INDEX", True) or connection.in_atomic_block:
+        return
+    indexes = [_index(table) for table in dict.fromkeys(tables)]
+    positions = [index._feed.position for index in indexes]
+    readings = backends.postgresql.read_changes_many(
+        [(index._feed.source, index._feed.revision_key, horizon) for index, (horizon, _) in zip(indexes, positions, strict=True)]
+    )
+    state = _state.get()
+    for index, reading, position in zip(indexes, readings, positions, strict=True):
+        index.refresh(reading, position)  # a feed another thread moved meanwhile reads again itself
+        state[("refreshed", index.source.fts)] = True
 
 
 def remembered(key: tuple, compute: Callable[[], object]) -> object:
@@ -429,11 +449,16 @@ def resident(fts_table: str) -> ResidentBM25 | None:
     """
     if not getattr(settings, "LEXICAL_RESIDENT_INDEX", True) or connection.in_atomic_block:
         return None
+    index = _index(fts_table)
+    _refresh_once(fts_table, index.refresh)
+    return index
+
+
+def _index(fts_table: str) -> ResidentBM25:
     index = _indexes.get(fts_table)
     if index is None:
         with _indexes_lock:
             index = _indexes.setdefault(fts_table, ResidentBM25(SOURCES[fts_table]))
-    _refresh_once(fts_table, index.refresh)
     return index
 
 

@@ -123,8 +123,11 @@ class Message(models.Model):
     role = models.CharField(max_length=16, choices=Role.choices)
     content = models.TextField()
     created_at = models.BigIntegerField()
-    episode = models.ForeignKey(Episode, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages")
-    stream = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="messages")
+    # no index of their own: idx_messages_pending and idx_messages_stream_sender lead with them
+    episode = models.ForeignKey(
+        Episode, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages", db_index=False
+    )
+    stream = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="messages", db_index=False)
     sender_person = models.ForeignKey(Person, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     external_message_id = models.CharField(max_length=200, null=True, blank=True)
     tokens = models.TextField(default="", db_default="", blank=True)  # what messages_fts holds for this row ('' = no FTS row)
@@ -137,6 +140,8 @@ class Message(models.Model):
             models.Index(fields=["episode", "id"], name="idx_messages_pending"),
             models.Index(fields=["stream", "episode", "id"], name="idx_messages_stream_pending"),
             models.Index(fields=["stream", "created_at"], name="idx_messages_stream_created"),
+            # covering: a stream's newest message and its recent speakers (every turn) without reading rows
+            models.Index(fields=["stream", "id", "sender_person"], name="idx_messages_stream_sender"),
             *vector_indexes("messages", q8_pending=False),
             # covering: a stream's indexed tokens without reading its rows (resident message statistics)
             models.Index(

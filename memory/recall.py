@@ -286,6 +286,32 @@ def _trace_write() -> None:
         backends.commit_without_flush(cur)
 
 
+def _record_turn(values: dict[str, Any], trace: dict[str, Any]) -> int:
+    """Store a turn (``values``: its fields) and its ``memory_retrieval_trace`` event (``trace``:
+    the payload but the turn's id) as one unflushed write (:func:`_trace_write`); the turn's id.
+
+    PostgreSQL: one statement sent with its BEGIN and COMMIT, one round trip
+    (:func:`memory.backends.postgresql.record_turn`); SQLite: the two INSERTs.
+    """
+    event = {"at": values["at"], "stream_id": values["stream_id"], "stage": "turn", "kind": "memory_retrieval_trace"}
+    if backends.is_postgresql():
+        columns = {  # every column, as Turn.objects.create would write them (defaults included)
+            field.column: field.get_db_prep_save(values[field.attname] if field.attname in values else field.get_default(),
+                                                 connection)
+            for field in _TURN_FIELDS
+        }
+        return backends.postgresql.record_turn(columns, {**event, "payload": {"turnId": None, **trace}})
+    with transaction.atomic():
+        _trace_write()
+        turn = Turn.objects.create(**values)
+        services.emit_event(event["kind"], {"turnId": turn.pk, **trace}, at=event["at"], stream_id=event["stream_id"],
+                            turn_id=turn.pk, stage=event["stage"])
+    return turn.pk
+
+
+_TURN_FIELDS = [f for f in Turn._meta.concrete_fields if not f.primary_key]
+
+
 def prepare_turn(
     *,
     stream_id: int,
@@ -306,9 +332,9 @@ def prepare_turn(
     now = services.now_ms() if at is None else at
     stream = stream if stream is not None and stream.pk == stream_id else _stream(stream_id)
     if record:
-        services.sweep(at=now)
+        services.sweep(at=now, once=True)
     overrides = _overrides()
-    with lexical.one_state():  # the turn's reads see one state of the lexical tables
+    with lexical.one_state("facts_fts", "cues_fts"):  # the turn's reads see one state of the lexical tables
         watermark = watermark_message_id
         before = watermark if watermark is not None else selectors.latest_message_id(stream_id=stream_id)
         persons = present_persons(stream_id=stream_id, speaker_id=speaker_id, before_id=before)
@@ -324,29 +350,23 @@ def prepare_turn(
         working = selectors.working_memory(stream_id=stream_id, limit=settings.WORKING_MEMORY_MESSAGES, watermark=watermark)
     turn_id = None
     if record:
-        prompt_ids = [f.id for f in prompt_facts(pool, limit)]
-        with transaction.atomic():
-            _trace_write()
-            turn = Turn.objects.create(
-                stream=stream, speaker_id=speaker_id, at=now, text=text, impression=impression,
-                watermark_message_id=watermark, stream_kind=stream.kind, present_person_ids=persons,
-                pool=[f.as_dict() for f in pool], prompt_fact_ids=[],
-                context_message_ids=[line.message_id for line in context],
-            )
-            services.emit_event(
-                "memory_retrieval_trace",
-                {
-                    "turnId": turn.pk, "streamId": stream_id, "currentText": text,
-                    "conversationImpression": impression, "currentTextChars": len(text),
-                    "impressionChars": len(impression), "candidateCount": len(pool),
-                    "candidatePool": [{"factId": f.id, "score": f.score} for f in pool],
-                    "promptFactIds": prompt_ids, "presentPersonIds": persons, "streamKind": stream.kind,
-                    "heldBackFactIds": [f.id for f in held_back_facts(pool, limit)],
-                    "contextMessageIds": [line.message_id for line in context],
-                },
-                at=now, stream_id=stream_id, turn_id=turn.pk, stage="turn",
-            )
-        turn_id = turn.pk
+        turn_id = _record_turn(
+            {
+                "stream_id": stream_id, "speaker_id": speaker_id, "at": now, "text": text, "impression": impression,
+                "watermark_message_id": watermark, "stream_kind": stream.kind, "present_person_ids": persons,
+                "pool": [f.as_dict() for f in pool], "prompt_fact_ids": [],
+                "context_message_ids": [line.message_id for line in context],
+            },
+            {
+                "streamId": stream_id, "currentText": text,
+                "conversationImpression": impression, "currentTextChars": len(text),
+                "impressionChars": len(impression), "candidateCount": len(pool),
+                "candidatePool": [{"factId": f.id, "score": f.score} for f in pool],
+                "promptFactIds": [f.id for f in prompt_facts(pool, limit)], "presentPersonIds": persons,
+                "streamKind": stream.kind, "heldBackFactIds": [f.id for f in held_back_facts(pool, limit)],
+                "contextMessageIds": [line.message_id for line in context],
+            },
+        )
     return TurnContext(
         turn_id=turn_id, stream=stream, speaker_id=speaker_id, now=now, working_memory=working,
         present_person_ids=persons, pool=pool, facts=facts, episodes=episodes, blocked=stats.get("blocked", 0),
@@ -487,26 +507,35 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     ranked = ranking.prompt
     held = [f.id for f in ranking.held_back]
     prompt_ids = [f.id for f in ranked]
-    with transaction.atomic():
-        _trace_write()
-        # the turn first (a second confirm waits here, then finds it confirmed), recorded as reinforcing
-        # every prompt fact; corrected below when one of them could not be (deleted or moved meanwhile)
-        confirmed = Turn.objects.filter(pk=turn_id, confirmed_at__isnull=True).update(
-            confirmed_at=now, prompt_fact_ids=prompt_ids, reinforced_fact_ids=prompt_ids, held_back_fact_ids=held
+    event = {
+        "stream_id": turn.stream_id, "stage": "turn", "kind": "memory_retrieval_confirmed",
+        "payload": {
+            "turnId": turn_id, "promptFactIds": prompt_ids, "usedVector": vector is not None,
+            "heldBackFactIds": held, "promptTerms": [f.terms() for f in ranked],
+        },
+    }
+    if backends.is_postgresql():  # the writes below as one statement, one round trip
+        reinforced = backends.postgresql.confirm_turn(
+            turn_id, at=now, prompt_ids=prompt_ids, held_back_ids=held,
+            reinforce=services.reinforcement(ranked, now), event=event,
         )
-        if confirmed != 1:
+        if reinforced is None:
             raise TurnStateError(f"turn {turn_id} was already confirmed")
-        reinforced = services.reinforce_recalled_facts(facts=ranked, at=now)
-        if reinforced != prompt_ids:
-            Turn.objects.filter(pk=turn_id).update(reinforced_fact_ids=reinforced)
-        services.emit_event(
-            "memory_retrieval_confirmed",
-            {
-                "turnId": turn_id, "promptFactIds": prompt_ids, "usedVector": vector is not None,
-                "heldBackFactIds": held, "promptTerms": [f.terms() for f in ranked],
-            },
-            at=now, stream_id=turn.stream_id, turn_id=turn_id, stage="turn",
-        )
+    else:
+        with transaction.atomic():
+            _trace_write()
+            # the turn first (a second confirm waits here, then finds it confirmed), recorded as reinforcing
+            # every prompt fact; corrected below when one of them could not be (deleted or moved meanwhile)
+            confirmed = Turn.objects.filter(pk=turn_id, confirmed_at__isnull=True).update(
+                confirmed_at=now, prompt_fact_ids=prompt_ids, reinforced_fact_ids=prompt_ids, held_back_fact_ids=held
+            )
+            if confirmed != 1:
+                raise TurnStateError(f"turn {turn_id} was already confirmed")
+            reinforced = services.reinforce_recalled_facts(facts=ranked, at=now)
+            if reinforced != prompt_ids:
+                Turn.objects.filter(pk=turn_id).update(reinforced_fact_ids=reinforced)
+            services.emit_event(event["kind"], event["payload"], at=now, stream_id=turn.stream_id, turn_id=turn_id,
+                                stage=event["stage"])
     completed = complete_conflicts(ranked, now=turn.at)
     return ConfirmResult(
         turn_id=turn_id,

@@ -66,8 +66,11 @@ STATS_FOLD_ROWS = 64   # delta rows of a table's statistics before a reader fold
 def fetch_binary(sql: str, params: Sequence[Any]) -> list[tuple]:
     """Rows of ``sql`` in PostgreSQL's binary format (see :func:`memory.backends.fetch_binary`)."""
     connection.ensure_connection()
-    with psycopg.Cursor(connection.connection) as cur:
-        cur.execute(sql, params, binary=True)
+    binary = psycopg.Cursor(connection.connection)  # server-side binding (Django's own cursors bind client-side)
+    binary.format = psycopg.pq.Format.BINARY
+    # wrapped as Django wraps its cursors: query logging and execute wrappers see the read
+    with connection._prepare_cursor(binary) as cur:
+        cur.execute(sql, params)
         return cur.fetchall()
 
 
@@ -81,6 +84,95 @@ def secure_delete(cur: Any) -> None:
 
 def commit_without_flush(cur: Any) -> None:
     cur.execute("SET LOCAL synchronous_commit TO OFF")
+
+
+def run_unflushed(sql: str, params: Sequence[Any]) -> list[tuple]:
+    """Run one statement as a transaction whose commit does not wait for the log flush
+    (:func:`commit_without_flush`) and return its rows — in one round trip.
+
+    Outside a transaction, BEGIN, ``SET LOCAL``, the statement and COMMIT go to the server
+    together (psycopg's pipeline mode): each alone would cost a round trip (~0.25 ms here).
+    A failing statement rolls back and raises; the connection stays usable. Inside a
+    transaction (an atomic block) the statement joins it, as any other would.
+    """
+    if connection.in_atomic_block:
+        with connection.cursor() as cur:
+            commit_without_flush(cur)
+            cur.execute(sql, params)
+            return cur.fetchall()
+    connection.ensure_connection()
+    raw = connection.connection
+    with connection.cursor() as control, connection.cursor() as cur:
+        try:
+            # the pipeline raises a failure when it ends, outside the cursors: Django's error classes all the same
+            with connection.wrap_database_errors, raw.pipeline():
+                control.execute("BEGIN")
+                commit_without_flush(control)
+                cur.execute(sql, params)
+                control.execute("COMMIT")
+            return cur.fetchall()
+        except Exception:
+            if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                raw.rollback()
+            raise
+
+
+def record_turn(turn: dict[str, Any], event: dict[str, Any]) -> int:
+    """INSERT a turn (``turn``: its columns, adapted) and its trace event (``event``: ``at``,
+    ``stream_id``, ``stage``, ``kind``, ``payload`` — a dict, given the new turn's id as
+    ``turnId``) in one statement (:func:`run_unflushed`). Returns the turn's id."""
+    columns = list(turn)
+    sql = (
+        f"WITH t AS (INSERT INTO turns ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) RETURNING id)"
+        " INSERT INTO pipeline_events (at, stream_id, turn_id, stage, kind, payload)"
+        " SELECT %s, %s, t.id, %s, %s, jsonb_set(%s::jsonb, '{turnId}', to_jsonb(t.id)) FROM t RETURNING turn_id"
+    )
+    params = [*turn.values(), event["at"], event["stream_id"], event["stage"], event["kind"],
+              json.dumps(event["payload"], ensure_ascii=False)]
+    return int(run_unflushed(sql, params)[0][0])
+
+
+def confirm_turn(
+    turn_id: int, *, at: int, prompt_ids: Sequence[int], held_back_ids: Sequence[int],
+    reinforce: Sequence[tuple[int, int, float, int]], event: dict[str, Any],
+) -> list[int] | None:
+    """Claim an unconfirmed turn, reinforce its prompt facts and record both, in one statement
+    (:func:`run_unflushed`).
+
+    ``reinforce``: ``(fact id, person id, new strength, new due_at)`` in prompt order, as
+    :func:`memory.services.reinforcement` gives them; a fact is reinforced only while it still
+    belongs to that person. The turn row is locked first: a second confirm waits for the
+    first, then finds the turn confirmed and writes nothing. The turn records the facts
+    actually reinforced; ``event`` (``stream_id``, ``stage``, ``kind``, ``payload``) is the
+    confirmation's event. Returns the ids reinforced in prompt order, or ``None`` when the
+    turn was not there to claim (missing or already confirmed).
+    """
+    sql = (
+        "WITH claim AS (SELECT id FROM turns WHERE id = %s AND confirmed_at IS NULL FOR UPDATE),"
+        " v AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::float8[], %s::bigint[])"
+        "  WITH ORDINALITY AS v(fact_id, person_id, strength, due_at, ord)),"
+        " f AS (UPDATE facts SET strength = v.strength, updated_at = %s, due_at = v.due_at, active = TRUE,"
+        "  hit_count = hit_count + 1, last_hit_at = %s FROM v"
+        "  WHERE facts.id = v.fact_id AND facts.person_id = v.person_id AND EXISTS (SELECT 1 FROM claim)"
+        "  RETURNING facts.id),"
+        " t AS (UPDATE turns SET confirmed_at = %s, prompt_fact_ids = %s::jsonb, held_back_fact_ids = %s::jsonb,"
+        "  reinforced_fact_ids = (SELECT coalesce(jsonb_agg(v.fact_id ORDER BY v.ord), '[]'::jsonb) FROM v"
+        "   WHERE v.fact_id IN (SELECT id FROM f))"
+        "  FROM claim WHERE turns.id = claim.id RETURNING turns.reinforced_fact_ids),"
+        " e AS (INSERT INTO pipeline_events (at, stream_id, turn_id, stage, kind, payload)"
+        "  SELECT %s, %s, claim.id, %s, %s, %s::jsonb FROM claim)"
+        " SELECT reinforced_fact_ids FROM t"
+    )
+    params = [
+        turn_id, [r[0] for r in reinforce], [r[1] for r in reinforce], [r[2] for r in reinforce],
+        [r[3] for r in reinforce], at, at, at, json.dumps(list(prompt_ids)), json.dumps(list(held_back_ids)),
+        at, event["stream_id"], event["stage"], event["kind"], json.dumps(event["payload"], ensure_ascii=False),
+    ]
+    rows = run_unflushed(sql, params)
+    if not rows:
+        return None
+    reinforced = rows[0][0]
+    return [int(i) for i in (json.loads(reinforced) if isinstance(reinforced, str) else reinforced)]
 
 
 def checkpoint() -> None:
@@ -599,20 +691,36 @@ def read_changes(source: str, revision_key: str, horizon: int | None) -> tuple[s
     snapshot shows can come from below it. ``pruned`` = the highest xid the log was
     pruned through.
     """
+    return read_changes_many([(source, revision_key, horizon)])[0]
+
+
+def read_changes_many(
+    feeds: Sequence[tuple[str, str, int | None]],
+) -> list[tuple[str, int, list[tuple[int, int, int]], int]]:
+    """:func:`read_changes` of several ``(source, revision key, horizon)`` in one statement (one
+    snapshot, one round trip): a turn brings the fact and cue indexes up to date together."""
+    parts, params = [], []
+    for source, revision_key, horizon in feeds:
+        parts.append(
+            "(SELECT value FROM meta WHERE key = %s),"
+            " (SELECT coalesce(json_agg(json_build_array(c.id, c.row_id, c.xid)), '[]') FROM memory_changes c"
+            "  WHERE c.source = %s AND c.xid >= coalesce(%s, h.xmin))"
+        )
+        params += [revision_key, source, horizon]
     with connection.cursor() as cur:
         cur.execute(
             "WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin)"
-            " SELECT (SELECT value FROM meta WHERE key = %s), h.xmin,"
-            " (SELECT coalesce(json_agg(json_build_array(c.id, c.row_id, c.xid)), '[]') FROM memory_changes c"
-            "  WHERE c.source = %s AND c.xid >= coalesce(%s, h.xmin)),"
-            " (SELECT value FROM meta WHERE key = 'changes_pruned_through')"
-            " FROM h",
-            [revision_key, source, horizon],
+            " SELECT h.xmin, (SELECT value FROM meta WHERE key = 'changes_pruned_through'), "
+            + ", ".join(parts) + " FROM h",
+            params,
         )
-        revision, xmin, changes, pruned = cur.fetchone()
-    if isinstance(changes, str):
-        changes = json.loads(changes)
-    return revision or "0", int(xmin), [(int(a), int(b), int(c)) for a, b, c in changes], int(pruned or 0)
+        xmin, pruned, *found = cur.fetchone()
+    out = []
+    for revision, changes in zip(found[::2], found[1::2], strict=True):
+        if isinstance(changes, str):
+            changes = json.loads(changes)
+        out.append((revision or "0", int(xmin), [(int(a), int(b), int(c)) for a, b, c in changes], int(pruned or 0)))
+    return out
 
 
 def read_message_changes(revision_key: str, horizon: int | None, seen: set[int]) -> tuple[str, int, list[tuple], int]:

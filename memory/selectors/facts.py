@@ -6,10 +6,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from django.db import connection
 from django.db.models import Case, Q, QuerySet, Value, When
 
-from memory import lexical
+from memory import backends, lexical
 from memory.engine import decay, tokenize
 from memory.engine.context import ConversationQuery, weighted_max
 from memory.engine.quantize import cosine_q8_many, cosine_q8_matrix, quantize_vector
@@ -352,14 +351,13 @@ def dense_scope(
     persons = list(dict.fromkeys(person_ids))
     if _query_q8(query_vector) is None or not persons:
         return None
-    with connection.cursor() as cur:  # the turn's hottest read: plain SQL, no ORM compile per call
-        cur.execute(
-            "SELECT id, person_id, kind, content, slot, origin_kind, strength, half_life_hours, updated_at, active,"
-            " embedding_q8, tokens_v2 FROM facts WHERE superseded_by IS NULL"
-            f" AND person_id IN ({','.join(['%s'] * len(persons))})",
-            persons,
-        )
-        rows = cur.fetchall()
+    # the turn's hottest read: plain SQL (no ORM compile per call), vectors in binary on PostgreSQL
+    rows = backends.fetch_binary(
+        "SELECT id, person_id, kind, content, slot, origin_kind, strength, half_life_hours, updated_at, active,"
+        " embedding_q8, tokens_v2 FROM facts WHERE superseded_by IS NULL"
+        f" AND person_id IN ({','.join(['%s'] * len(persons))})",
+        persons,
+    )
     cosines = _cosines({r[0]: r[10] for r in rows if r[10] is not None}, query_vector)
     valid = frozenset(r[0] for r in rows)
     tokens = {r[0]: r[11] or "" for r in rows}

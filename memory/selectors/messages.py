@@ -226,9 +226,8 @@ def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = N
     dim = int(getattr(embedder, "dim", 0) or 0) if embedder is not None else 0
     out: dict[int, np.ndarray] = {}
     todo: list[tuple[int, str]] = []
-    with connection.cursor() as cur:  # a confirm's read: plain SQL, no ORM compile per call
-        cur.execute(f"SELECT id, content, embedding FROM messages WHERE id IN ({','.join(['%s'] * len(ids))})", ids)
-        stored = cur.fetchall()
+    # a confirm's read: plain SQL (no ORM compile per call), vectors in binary on PostgreSQL
+    stored = backends.fetch_binary(f"SELECT id, content, embedding FROM messages WHERE id IN ({','.join(['%s'] * len(ids))})", ids)
     for mid, content, raw in stored:
         vec = unpack_float32(bytes(raw)) if raw is not None else None
         if vec is not None and (not dim or vec.shape[0] == dim):

@@ -67,6 +67,57 @@ def test_a_feed_hands_out_each_insert_once_and_a_rollback_never():
     assert feed.poll().row_ids == [c]
 
 
+def test_a_reading_made_elsewhere_is_applied_only_where_the_feed_still_stands():
+    """A log read for a feed's position (several feeds in one statement) is used by its poll only when no
+    other poll moved the feed since; otherwise the feed reads again and hands out nothing twice."""
+    from memory import backends
+
+    feed = ChangeFeed("knowledge", "lexical_revision:knowledge")
+    feed.start()
+    a = services.add_knowledge(content="月球绕着地球转", source="t", at=NOW)
+    at = feed.position
+    reading = backends.module().read_changes("knowledge", "lexical_revision:knowledge", at[0])
+    assert feed.poll(reading, at).row_ids == [a]  # used: nothing read again
+    b = services.add_knowledge(content="火星是红色的", source="t", at=NOW)
+    stale_at = feed.position
+    stale = backends.module().read_changes("knowledge", "lexical_revision:knowledge", stale_at[0])
+    assert feed.poll().row_ids == [b]  # another poll moved the feed
+    c = services.add_knowledge(content="金星很热", source="t", at=NOW)
+    assert feed.poll(stale, stale_at).row_ids == [c]  # the stale reading (b, not c) is ignored
+
+
+@pytest.mark.postgresql_only("one statement reads several change logs on PostgreSQL; SQLite reads each in-process")
+def test_a_turn_brings_the_fact_and_cue_indexes_up_to_date_in_one_read():
+    from django.test.utils import CaptureQueriesContext
+
+    from memory import recall
+    from tests.memory.conftest import make_person
+
+    person = make_person("u-one-read")
+    stream = services.resolve_stream(platform="qq", kind="direct", external_id="d-one-read")
+
+    def pool() -> set[int]:
+        ctx = recall.prepare_turn(stream_id=stream.pk, speaker_id=person.pk, text="篮球", at=NOW + 1000, record=False)
+        return {f.id for f in ctx.pool}
+
+    friend = make_person("u-one-read-friend")  # present too (a recent speaker); facts of two persons, as
+    services.append_message(stream_id=stream.pk, role="user", content="嗨", sender_person_id=friend.pk, at=NOW)
+    services.add_fact(person_id=person.pk, content="他喜欢打篮球", kind="偏好", at=NOW)  # a person's are serialised
+    pool()  # both indexes loaded
+
+    def fact(who, text: str) -> int:
+        return services.add_fact(person_id=who.pk, content=text, kind="偏好", at=NOW).fact_id
+
+    with committed_late(lambda: fact(friend, "他周末打篮球")) as late:
+        early = fact(person, "他篮球打得很好")
+        with CaptureQueriesContext(connection) as reads:
+            seen = pool()
+        polls = [q["sql"] for q in reads.captured_queries if "memory_changes" in q["sql"]]
+        assert len(polls) == 1 and "lexical_revision:facts" in polls[0] and "lexical_revision:episode_cues" in polls[0]
+        assert early in seen and late[0] not in seen
+    assert late[0] in pool()  # committed late with the smaller id: found
+
+
 def test_a_pruned_log_makes_a_behind_reader_rebuild():
     from memory import changes
 

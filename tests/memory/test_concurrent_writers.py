@@ -146,3 +146,55 @@ def test_a_message_stored_outside_a_transaction_is_indexed_as_a_rebuild_would_in
     with connection.cursor() as cur:
         postgresql.reindex_all(cur)
     assert index() == written
+
+
+def test_a_turn_confirmed_by_two_transactions_at_once_reinforces_once():
+    """The confirm's one statement locks the turn first: the second waits, then finds it confirmed."""
+    from memory import recall
+    from memory.models import Turn
+
+    person = make_person("u-confirm-twice")
+    stream = services.resolve_stream(platform="qq", kind="direct", external_id="d-confirm-twice")
+    fact = services.add_fact(person_id=person.pk, content="他喜欢喝咖啡", kind="偏好", at=NOW).fact_id
+    turn_id = recall.prepare_turn(stream_id=stream.pk, speaker_id=person.pk, text="咖啡", at=NOW + 1000).turn_id
+
+    def confirm(at: int) -> Callable[[], object]:
+        def work() -> object:
+            try:
+                return recall.confirm_turn(turn_id=turn_id, at=at).reinforced
+            except recall.TurnStateError as exc:
+                return exc
+
+        return work
+
+    first, second = _overlapped(confirm(NOW + 2000), confirm(NOW + 3000))
+    assert first == [fact]
+    assert isinstance(second, recall.TurnStateError)
+    assert Fact.objects.get(pk=fact).hit_count == 1
+    turn = Turn.objects.get(pk=turn_id)
+    assert turn.confirmed_at == NOW + 2000 and turn.reinforced_fact_ids == [fact]
+
+
+def test_a_turns_one_round_trip_write_that_fails_leaves_nothing_and_the_connection_usable():
+    """BEGIN, the statement and COMMIT go to the server together; a failing statement rolls it all back."""
+    from django.db.utils import IntegrityError
+
+    from memory.backends import postgresql  # PostgreSQL-only module: imported where the test runs there
+    from memory.models import PipelineEvent
+
+    assert not connection.in_atomic_block
+    before = PipelineEvent.objects.count()
+    with pytest.raises(IntegrityError):  # the event is written, then the second row fails its NOT NULL
+        postgresql.run_unflushed(
+            "WITH e AS (INSERT INTO pipeline_events (at, stage, kind, payload) VALUES (1, '', 'probe', '{}') RETURNING seq)"
+            " INSERT INTO pipeline_events (at, stage, kind, payload) SELECT NULL, '', 'probe', '{}' FROM e RETURNING seq",
+            [],
+        )
+    assert PipelineEvent.objects.count() == before
+    with connection.cursor() as cur:  # not left inside a transaction: synchronous_commit is back to the default
+        cur.execute("SHOW synchronous_commit")
+        assert cur.fetchone()[0] == "on"
+    rows = postgresql.run_unflushed(
+        "INSERT INTO pipeline_events (at, stage, kind, payload) VALUES (2, '', 'probe', '{}') RETURNING seq", []
+    )
+    assert PipelineEvent.objects.filter(seq=rows[0][0], kind="probe").exists()  # committed: another read sees it

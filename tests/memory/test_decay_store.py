@@ -49,6 +49,19 @@ def test_sweep_is_idempotent_and_reads_only_due_rows(person):
     assert services.sweep(at=T0 + 71 * DAY) == 0
 
 
+def test_sweep_reads_due_facts_a_batch_at_a_time_soonest_first(person, monkeypatch):
+    """A turn's sweep (``once``) freezes one batch, the soonest due; the periodic sweep goes on until none is left."""
+    monkeypatch.setattr(services, "SWEEP_BATCH", 2)
+    ids = [services.add_fact(person_id=person.pk, content=f"他今天心情不好 {k}", kind="事件", at=T0 + k * H).fact_id
+           for k in range(5)]
+    later = T0 + 100 * DAY
+    assert services.sweep(at=later, once=True) == 2
+    assert [fact_row(i).active for i in ids] == [False, False, True, True, True]
+    assert services.sweep(at=later) == 3
+    assert not Fact.objects.filter(pk__in=ids, active=True).exists()
+    assert services.sweep(at=later) == 0
+
+
 def test_sweep_leaves_a_row_exactly_at_due_at_for_a_later_sweep(person):
     fid = services.add_fact(person_id=person.pk, content="他今天心情不好", kind="事件", at=T0).fact_id
     due = fact_row(fid).due_at

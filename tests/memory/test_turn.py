@@ -234,3 +234,30 @@ def test_a_turns_writes_do_not_wait_for_a_flush_but_a_message_does(person, direc
     with connection.cursor() as cur:  # SET LOCAL ends with its transaction
         cur.execute("SHOW synchronous_commit")
         assert cur.fetchone()[0] == "on"
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_turns_rows_and_events_agree_outside_a_transaction(person, direct_stream):
+    """Outside a transaction (as the API runs), PostgreSQL writes a turn and its trace in one statement and
+    confirms in another: the same rows and events as SQLite's statements."""
+    fid = _fact(person, "玩家不喜欢吃香菜")
+    gone = _fact(person, "玩家觉得香菜像肥皂")
+    ctx = _prepare(direct_stream, person, "香菜")
+    trace = PipelineEvent.objects.get(kind="memory_retrieval_trace")
+    assert trace.turn_id == ctx.turn_id and trace.payload["turnId"] == ctx.turn_id
+    assert trace.stream_id == direct_stream.pk and trace.stage == "turn" and trace.at == NOW + DAY
+    turn = Turn.objects.get(pk=ctx.turn_id)
+    assert turn.prompt_fact_ids == [] and turn.reinforced_fact_ids == [] and turn.held_back_fact_ids == []
+    assert sorted(turn.present_person_ids) == [person.pk] and turn.confirmed_at is None
+    Fact.objects.filter(pk=gone).update(person_id=services.resolve_person(platform="qq", external_id="x").pk)
+    result = recall.confirm_turn(turn_id=ctx.turn_id, at=NOW + DAY + 5)
+    turn.refresh_from_db()
+    assert result.reinforced == [fid] and turn.reinforced_fact_ids == [fid]  # the moved fact is not reinforced
+    assert turn.prompt_fact_ids == [p.fact.id for p in result.facts] and turn.confirmed_at == NOW + DAY + 5
+    confirmed = PipelineEvent.objects.get(kind="memory_retrieval_confirmed")
+    assert confirmed.turn_id == ctx.turn_id and confirmed.payload["turnId"] == ctx.turn_id
+    assert confirmed.payload["promptFactIds"] == turn.prompt_fact_ids and confirmed.stream_id == direct_stream.pk
+    assert fact_row(fid).hit_count == 1 and fact_row(gone).hit_count == 0
+    with pytest.raises(recall.TurnStateError):
+        recall.confirm_turn(turn_id=ctx.turn_id, at=NOW + DAY + 6)
+    assert PipelineEvent.objects.filter(kind="memory_retrieval_confirmed").count() == 1
