@@ -14,7 +14,7 @@ def pytest_collection_modifyitems(config, items):
     import pytest
     from django.conf import settings
 
-    postgresql = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+    postgresql = bool(settings.DATABASE_URL)
     for item in items:
         marker = item.get_closest_marker("sqlite_only" if postgresql else "postgresql_only")
         if marker is not None:

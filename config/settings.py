@@ -136,6 +136,8 @@ if DATABASE_URL:
     }
     if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         raise ValueError("DATABASE_URL must name a PostgreSQL database (postgres://…); unset it for SQLite")
+    # Django's backend, with a health check that costs no round trip on an idle connection (config/postgresql/)
+    DATABASES["default"]["ENGINE"] = "config.postgresql"
     DATABASES["default"]["TEST"] = {"NAME": env("MEMORY_TEST_DB", "") or None}
 else:
     # A commit that finds the write-ahead log past this many pages (~4 kB each) copies it back into
