@@ -15,6 +15,9 @@ Limits (settings, README "Configuration"):
 
 Deletes run in chunks of ``CHUNK`` rows, each its own short transaction
 (SQLite holds one writer at a time). Rerunning deletes nothing more.
+
+The same sweep prunes the change log (:func:`memory.changes.prune`) and, on PostgreSQL,
+folds the lexical statistics' delta rows (one per stored message otherwise piles up).
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from memory import changes
+from memory import backends, changes
 from memory.models import PipelineEvent, Turn
 from memory.services import now_ms
 
@@ -88,4 +91,6 @@ def retention_sweep(*, at: int | None = None) -> dict[str, int]:
     """Prune events and turns to their limits (and the change log); returns ``{"events": n, "turns": n}`` deleted."""
     now = now_ms() if at is None else int(at)
     changes.prune()
+    if backends.is_postgresql():
+        backends.postgresql.fold_statistics()
     return {"events": prune_events(now=now), "turns": prune_turns(now=now)}

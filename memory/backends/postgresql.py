@@ -512,6 +512,13 @@ def document_count(table: str) -> int:
     return _stats(SOURCES[table].code)[0]
 
 
+def fold_statistics() -> None:
+    """Fold every table's statistics delta rows into one (each message adds one; readers fold only
+    the tables they read, and the resident indexes read none: the retention sweep folds them all)."""
+    for source in SOURCES.values():
+        _stats(source.code)
+
+
 def document_frequencies(table: str, terms: Sequence[str]) -> dict[str, int]:
     if not terms:
         return {}

@@ -79,3 +79,25 @@ def test_the_sweep_task_uses_the_settings(settings):
 def test_the_sweep_is_on_the_beat_schedule(settings):
     tasks = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
     assert {"memory.tasks.retention_sweep_task", "memory.tasks.jobs_recover_task"} <= tasks
+
+
+@pytest.mark.postgresql_only("the lexical statistics are delta rows on PostgreSQL; FTS5 keeps its own")
+def test_the_sweep_folds_the_statistics_every_message_adds_a_row_to():
+    from django.db import connection
+
+    from memory import services
+
+    stream, person = make_stream("r-stats"), make_person("r-stats-u")
+    for i in range(80):
+        services.append_message(stream_id=stream.pk, role="user", content=f"第{i}条消息 杭州", sender_person_id=person.pk,
+                                at=NOW + i)
+
+    def stats() -> tuple[int, int, int]:
+        with connection.cursor() as cur:
+            cur.execute("SELECT count(*), sum(docs), sum(tokens) FROM lexical_stats WHERE source = 4")
+            return cur.fetchone()
+
+    rows, docs, tokens = stats()
+    assert rows >= 80 and docs == 80
+    retention.retention_sweep(at=NOW)
+    assert stats() == (1, docs, tokens)
