@@ -138,6 +138,14 @@ if DATABASE_URL:
         raise ValueError("DATABASE_URL must name a PostgreSQL database (postgres://…); unset it for SQLite")
     # Django's backend, with a health check that costs no round trip on an idle connection (config/postgresql/)
     DATABASES["default"]["ENGINE"] = "config.postgresql"
+    # Parameters bound by the server, and a statement run again (every turn's, every message's)
+    # prepared once per connection, not parsed and planned each time: psycopg prepares it once it
+    # has run PG_PREPARE_THRESHOLD times (5). Behind PgBouncer in transaction pooling (before 1.21) set it
+    # to 0: no statement is prepared (docs/DEPLOY.md, "Connections").
+    _prepare_threshold = envint("PG_PREPARE_THRESHOLD", 5)
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        server_side_binding=True, prepare_threshold=_prepare_threshold if _prepare_threshold > 0 else None
+    )
     DATABASES["default"]["TEST"] = {"NAME": env("MEMORY_TEST_DB", "") or None}
 else:
     # A commit that finds the write-ahead log past this many pages (~4 kB each) copies it back into

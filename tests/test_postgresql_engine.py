@@ -52,3 +52,25 @@ def test_a_connection_inside_a_transaction_is_asked(monkeypatch):
         monkeypatch.setattr(connection.connection, "cursor", lambda *a, **k: asked.append(1) or real(*a, **k))
         assert connection.is_usable()
     assert asked  # not idle: Django's SELECT 1
+
+
+def test_a_statement_run_again_is_prepared_once_per_connection():
+    """Server-side binding with psycopg's preparing (PG_PREPARE_THRESHOLD, 5): a statement seen five times
+    is prepared on its next run."""
+    connection.ensure_connection()
+    assert connection.connection.prepare_threshold == 5
+
+    def prepared() -> int:
+        with connection.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%+ 41%'")
+            return cur.fetchone()[0]
+
+    for i in range(4):
+        with connection.cursor() as cur:
+            cur.execute("SELECT %s::int + 41", [i])
+            assert cur.fetchone()[0] == i + 41
+    assert prepared() == 0
+    for _ in range(2):  # seen five times: prepared on the next
+        with connection.cursor() as cur:
+            cur.execute("SELECT %s::int + 41", [9])
+    assert prepared() == 1
