@@ -41,7 +41,7 @@ from django.db import connection
 
 from memory.backends import is_postgresql, postgresql
 from memory.engine.tokenize import index_tokens, match_expression, query_terms
-from memory.lexical_index import SOURCES, one_state, remembered, resident, resident_messages  # noqa: F401 (one_state: for callers)
+from memory.lexical_index import SOURCES, Read, one_state, read, remembered, resident, resident_messages  # noqa: F401 (one_state, Read, read: for callers)
 
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")
 #: where each FTS table's rows keep their indexed tokens: (table, column)

@@ -36,6 +36,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import chain, compress
 from operator import itemgetter
+from typing import Any
 
 import numpy as np
 from django.conf import settings
@@ -47,7 +48,8 @@ from memory.engine.bm25 import FOLDABLE as _FOLDABLE
 from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_tokens
 
 __all__ = [
-    "B", "IDF_FLOOR", "K1", "SOURCES", "ResidentBM25", "Source", "fts_tokens", "one_state", "remembered", "reset_all",
+    "B", "IDF_FLOOR", "K1", "SOURCES", "Read", "ResidentBM25", "Source", "fts_tokens", "one_state", "read", "remembered",
+    "reset_all",
     "resident",
 ]
 
@@ -388,13 +390,14 @@ _state: ContextVar[dict | None] = ContextVar("lexical_one_state", default=None)
 
 
 @contextmanager
-def one_state(*tables: str) -> Iterator[None]:
+def one_state(*tables: str, reads: Sequence[Read] = ()) -> Iterator[None]:
     """The lexical reads inside the block see one state of the tables: each resident index is
     brought up to date once (its change-log poll is one query, once per table instead of once
     per query of a turn), and what :func:`remembered` computes is computed once.
 
-    ``tables`` — FTS tables the block will read through their resident indexes: on PostgreSQL
-    their change logs are read first, all in one statement (one round trip, not one per table).
+    ``tables`` — FTS tables the block will read through their resident indexes; ``reads`` — other
+    reads it will make (:func:`read`). On PostgreSQL the tables' change logs (one statement) and
+    the reads are sent together first: one round trip, not one per table and per read.
 
     A turn's prepare and confirm run their reads in one (memory/recall.py); nothing inside may
     rely on seeing its own writes through the resident indexes (they are read outside
@@ -402,25 +405,56 @@ def one_state(*tables: str) -> Iterator[None]:
     """
     token = _state.set({})
     try:
-        if len(tables) > 1 and backends.is_postgresql():
-            _refresh_together(tables)
+        if backends.is_postgresql() and (len(tables) > 1 or reads):
+            _read_together(tables, reads)
         yield
     finally:
         _state.reset(token)
 
 
-def _refresh_together(tables: Sequence[str]) -> None:
-    if not getattr(settings, "LEXICAL_RESIDENT_INDEX", True) or connection.in_atomic_block:
-        return
-    indexes = [_index(table) for table in dict.fromkeys(tables)]
+@dataclass(frozen=True)
+class Read:
+    """A read a block will make (:func:`read`), known before it starts: the key its result is
+    remembered under, its statement, and ``convert`` making the result of its rows."""
+
+    key: tuple
+    sql: str
+    params: Sequence[Any]
+    convert: Callable[[list[tuple]], Any] = list
+
+
+def read(r: Read) -> Any:
+    """The result of ``r``: inside :func:`one_state` read once (or already, with the block's
+    other reads), else now."""
+
+    def run() -> Any:
+        with connection.cursor() as cur:
+            cur.execute(r.sql, r.params)
+            return r.convert(cur.fetchall())
+
+    return remembered(r.key, run)
+
+
+def _read_together(tables: Sequence[str], reads: Sequence[Read]) -> None:
+    """PostgreSQL: the change logs of ``tables`` and ``reads`` in one round trip, before the block."""
+    indexes = []
+    if getattr(settings, "LEXICAL_RESIDENT_INDEX", True) and not connection.in_atomic_block:
+        indexes = [_index(table) for table in dict.fromkeys(tables)]
     positions = [index._feed.position for index in indexes]
-    readings = backends.postgresql.read_changes_many(
-        [(index._feed.source, index._feed.revision_key, horizon) for index, (horizon, _) in zip(indexes, positions, strict=True)]
-    )
+    statements = [(r.sql, r.params) for r in reads]
+    if indexes:
+        statements.insert(0, backends.postgresql.changes_statement(
+            [(index._feed.source, index._feed.revision_key, horizon) for index, (horizon, _) in zip(indexes, positions, strict=True)]
+        ))
+    results = backends.postgresql.read_together(statements)
     state = _state.get()
-    for index, reading, position in zip(indexes, readings, positions, strict=True):
-        index.refresh(reading, position)  # a feed another thread moved meanwhile reads again itself
-        state[("refreshed", index.source.fts)] = True
+    if indexes:
+        readings = backends.postgresql.parse_changes(results.pop(0)[0])
+        for index, reading, position in zip(indexes, readings, positions, strict=True):
+            index.refresh(reading, position)  # a feed another thread moved meanwhile reads again itself
+            state[("refreshed", index.source.fts)] = True
+    for r, rows in zip(reads, results, strict=True):
+        state[r.key] = r.convert(rows)
 
 
 def remembered(key: tuple, compute: Callable[[], object]) -> object:

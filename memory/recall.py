@@ -203,19 +203,27 @@ def recent_context(*, stream_id: int, upto_id: int, text: str, overrides: Mappin
     up to the turn's watermark (archived ones included: a summary does not end a topic),
     without the turn's own line (the newest message when it says the same as ``text``).
     """
-    lexical, dense, _ = _context_knobs(overrides)
-    size = max(lexical, dense)
+    size = _context_size(overrides)
     if size <= 0 or not upto_id:
         return []
-    with connection.cursor() as cur:  # a turn's read: plain SQL, no ORM compile per call
-        cur.execute(
-            "SELECT id, role, content FROM messages WHERE stream_id = %s AND id <= %s ORDER BY id DESC LIMIT %s",
-            [stream_id, upto_id, size + 1],
-        )
-        rows = cur.fetchall()
+    rows = lexical.read(_context_read(stream_id, upto_id, size))
     if rows and " ".join(rows[0][2].split()) == " ".join(text.split()):
         rows = rows[1:]
     return [ContextLine(mid, role, content, k) for k, (mid, role, content) in enumerate(rows[:size], start=1)]
+
+
+def _context_size(overrides: Mapping[str, Any]) -> int:
+    lines, dense, _ = _context_knobs(overrides)
+    return max(lines, dense)
+
+
+def _context_read(stream_id: int, upto_id: int, size: int) -> lexical.Read:
+    """:func:`recent_context`'s messages (one more: the turn's own line may be among them)."""
+    return lexical.Read(  # a turn's read: plain SQL, no ORM compile per call
+        ("recent_context", stream_id, upto_id, size),
+        "SELECT id, role, content FROM messages WHERE stream_id = %s AND id <= %s ORDER BY id DESC LIMIT %s",
+        [stream_id, upto_id, size + 1],
+    )
 
 
 def conversation_lines(context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> list[tuple[str, float]]:
@@ -331,12 +339,22 @@ def prepare_turn(
     """
     now = services.now_ms() if at is None else at
     stream = stream if stream is not None and stream.pk == stream_id else _stream(stream_id)
-    if record:
-        services.sweep(at=now, once=True)
     overrides = _overrides()
-    with lexical.one_state("facts_fts", "cues_fts"):  # the turn's reads see one state of the lexical tables
-        watermark = watermark_message_id
-        before = watermark if watermark is not None else selectors.latest_message_id(stream_id=stream_id)
+    watermark = watermark_message_id
+    before = watermark if watermark is not None else selectors.latest_message_id(stream_id=stream_id)
+    # the reads that need nothing but the turn's refs go to the database together (PostgreSQL: with
+    # the change logs of the fact and cue indexes, one round trip); the rest of the turn reads them
+    reads = [
+        selectors.recent_speakers_read(stream_id=stream_id, before_id=before),
+        selectors.working_memory_read(stream_id=stream_id, limit=settings.WORKING_MEMORY_MESSAGES, watermark=watermark),
+    ]
+    if _context_size(overrides) > 0 and before:
+        reads.append(_context_read(stream_id, before, _context_size(overrides)))
+    if record:
+        reads.append(services.due_facts_read(now))
+    with lexical.one_state("facts_fts", "cues_fts", reads=reads):  # the turn's reads see one state of the lexical tables
+        if record:
+            services.sweep(at=now, once=True)
         persons = present_persons(stream_id=stream_id, speaker_id=speaker_id, before_id=before)
         context = recent_context(stream_id=stream_id, upto_id=before, text=text, overrides=overrides)
         stats: dict[str, int] = {}

@@ -591,27 +591,36 @@ def sweep(*, at: int | None = None, once: bool = False) -> int:
     is left as it is.
     """
     at = _at(at)
+    if once:  # a turn's: read with the turn's other reads (memory.lexical.one_state)
+        return _sweep_batch(at, lexical.read(due_facts_read(at)))[0]
     total = 0
     while True:
-        frozen, changed, full = _sweep_batch(at)
+        with connection.cursor() as cur:
+            read = due_facts_read(at)
+            cur.execute(read.sql, read.params)
+            frozen, changed, full = _sweep_batch(at, cur.fetchall())
         total += frozen
-        if once or not full or not changed:
+        if not full or not changed:
             return total
 
 
-def _sweep_batch(at: int) -> tuple[int, bool, bool]:
-    """One batch of :func:`sweep`: ``(frozen, anything changed, the batch was full)``."""
-    with connection.cursor() as cur:
-        cur.execute(
-            # the index order and the LIMIT keep both planners on idx_facts_due: ``active = TRUE``, not a bare
-            # ``active`` (SQLite would skip-scan both halves of the index, every frozen fact's past due_at: 0.7 ms
-            # a turn), and PostgreSQL, which cannot know that the due rows are the frozen ones, would estimate a
-            # quarter of the table and scan all of it (10 ms a turn at 20,000 facts) without the LIMIT
-            "SELECT id, strength, updated_at, half_life_hours, due_at FROM facts WHERE active = TRUE AND due_at <= %s"
-            " ORDER BY active, due_at LIMIT %s",
-            [at, SWEEP_BATCH],
-        )
-        due = cur.fetchall()
+def due_facts_read(at: int) -> lexical.Read:
+    """The first ``SWEEP_BATCH`` active facts due at ``at``, soonest first (:func:`sweep`)."""
+    return lexical.Read(
+        ("due_facts", at, SWEEP_BATCH),
+        # the index order and the LIMIT keep both planners on idx_facts_due: ``active = TRUE``, not a bare
+        # ``active`` (SQLite would skip-scan both halves of the index, every frozen fact's past due_at: 0.7 ms
+        # a turn), and PostgreSQL, which cannot know that the due rows are the frozen ones, would estimate a
+        # quarter of the table and scan all of it (10 ms a turn at 20,000 facts) without the LIMIT
+        "SELECT id, strength, updated_at, half_life_hours, due_at FROM facts WHERE active = TRUE AND due_at <= %s"
+        " ORDER BY active, due_at LIMIT %s",
+        [at, SWEEP_BATCH],
+    )
+
+
+def _sweep_batch(at: int, due: Sequence[tuple]) -> tuple[int, bool, bool]:
+    """One batch of :func:`sweep` (``due``: :func:`due_facts_read`'s rows): ``(frozen, anything changed,
+    the batch was full)``."""
     frozen, misdated = [], []
     for fact_id, strength, updated_at, half_life, due_at in due:
         state = decay.evaluate(decay.DecayState(strength, updated_at, half_life, True), at)

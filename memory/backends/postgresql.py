@@ -706,6 +706,14 @@ def read_changes_many(
 ) -> list[tuple[str, int, list[tuple[int, int, int]], int]]:
     """:func:`read_changes` of several ``(source, revision key, horizon)`` in one statement (one
     snapshot, one round trip): a turn brings the fact and cue indexes up to date together."""
+    sql, params = changes_statement(feeds)
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return parse_changes(cur.fetchone())
+
+
+def changes_statement(feeds: Sequence[tuple[str, str, int | None]]) -> tuple[str, list[Any]]:
+    """The statement of :func:`read_changes_many` (its row: :func:`parse_changes`), to be sent with others."""
     parts, params = [], []
     for source, revision_key, horizon in feeds:
         parts.append(
@@ -714,20 +722,35 @@ def read_changes_many(
             "  WHERE c.source = %s AND c.xid >= coalesce(%s, h.xmin))"
         )
         params += [revision_key, source, horizon]
-    with connection.cursor() as cur:
-        cur.execute(
-            "WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin)"
-            " SELECT h.xmin, (SELECT value FROM meta WHERE key = 'changes_pruned_through'), "
-            + ", ".join(parts) + " FROM h",
-            params,
-        )
-        xmin, pruned, *found = cur.fetchone()
+    sql = ("WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin)"
+           " SELECT h.xmin, (SELECT value FROM meta WHERE key = 'changes_pruned_through'), "
+           + ", ".join(parts) + " FROM h")
+    return sql, params
+
+
+def parse_changes(row: Sequence[Any]) -> list[tuple[str, int, list[tuple[int, int, int]], int]]:
+    xmin, pruned, *found = row
     out = []
     for revision, changes in zip(found[::2], found[1::2], strict=True):
         if isinstance(changes, str):
             changes = json.loads(changes)
         out.append((revision or "0", int(xmin), [(int(a), int(b), int(c)) for a, b, c in changes], int(pruned or 0)))
     return out
+
+
+def read_together(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple]]:
+    """The rows of several reads sent together, one round trip (psycopg's pipeline mode); each is
+    its own statement (outside a transaction, its own snapshot), as if sent one after another."""
+    connection.ensure_connection()
+    cursors = [connection.cursor() for _ in statements]
+    try:
+        with connection.wrap_database_errors, connection.connection.pipeline():
+            for cur, (sql, params) in zip(cursors, statements, strict=True):
+                cur.execute(sql, params)
+        return [cur.fetchall() for cur in cursors]
+    finally:
+        for cur in cursors:
+            cur.close()
 
 
 def read_message_changes(revision_key: str, horizon: int | None, seen: set[int]) -> tuple[str, int, list[tuple], int]:

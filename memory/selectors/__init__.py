@@ -90,10 +90,12 @@ from memory.selectors.messages import (
     pending_count,
     pending_counts,
     recent_speakers,
+    recent_speakers_read,
     search_messages,
     stream_rows,
     stream_speakers,
     working_memory,
+    working_memory_read,
 )
 from memory.selectors.overview import (
     at_a_glance,
@@ -176,6 +178,7 @@ __all__ = [
     "recent_events",
     "recent_jobs",
     "recent_speakers",
+    "recent_speakers_read",
     "resident_node_texts",
     "search_knowledge",
     "search_messages",
@@ -192,4 +195,5 @@ __all__ = [
     "valid_fact_cosines",
     "vector_coverage",
     "working_memory",
+    "working_memory_read",
 ]

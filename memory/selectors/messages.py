@@ -38,21 +38,30 @@ def working_memory(*, stream_id: int, limit: int = 40, watermark: int | None = N
     With a user-message ``watermark`` the user messages stored after it are left
     out (assistant rows after it stay), fixing the turn's snapshot.
     """
+    return lexical.read(working_memory_read(stream_id=stream_id, limit=limit, watermark=watermark))
+
+
+def working_memory_read(*, stream_id: int, limit: int = 40, watermark: int | None = None) -> lexical.Read:
+    """:func:`working_memory` as a read a turn sends with its others (:func:`memory.lexical.one_state`)."""
     # a turn's read: plain SQL (no ORM compile per call), the vectors (~2.5 kB a message) left unread
-    sql = f"SELECT {_working_columns()} FROM messages WHERE stream_id = %s AND episode_id IS NULL"
+    sql = f"SELECT {', '.join(_working_columns())} FROM messages WHERE stream_id = %s AND episode_id IS NULL"
     params: list[Any] = [stream_id]
     if watermark is not None:
         sql += " AND NOT (role = 'user' AND id > %s)"
         params.append(watermark)
-    rows = list(Message.objects.raw(sql + " ORDER BY id DESC LIMIT %s", [*params, max(0, int(limit))]))
-    return rows[::-1]
+    limit = max(0, int(limit))
+    return lexical.Read(("working_memory", stream_id, watermark, limit), sql + " ORDER BY id DESC LIMIT %s",
+                        [*params, limit], _working_rows)
+
+
+def _working_rows(rows: list[tuple]) -> list[Message]:
+    columns = _working_columns()
+    return [Message.from_db(connection.alias, columns, row) for row in reversed(rows)]
 
 
 @functools.cache
-def _working_columns() -> str:
-    return ", ".join(
-        f.column for f in Message._meta.concrete_fields if f.name not in ("embedding", "embedding_q8")
-    )
+def _working_columns() -> tuple[str, ...]:
+    return tuple(f.column for f in Message._meta.concrete_fields if f.name not in ("embedding", "embedding_q8"))
 
 
 def pending_count(*, stream_id: int) -> int:
@@ -83,14 +92,19 @@ def latest_message_id(*, stream_id: int) -> int:
 
 def recent_speakers(*, stream_id: int, before_id: int, scan_limit: int = 200) -> list[int]:
     """Distinct senders among the newest ``scan_limit`` messages up to ``before_id``, most recent first."""
-    with connection.cursor() as cur:  # one statement, a few rows back (each turn asks)
-        cur.execute(
-            "SELECT sender_person_id FROM (SELECT sender_person_id, id FROM messages"
-            " WHERE stream_id = %s AND id <= %s AND sender_person_id IS NOT NULL ORDER BY id DESC LIMIT %s) recent"
-            " GROUP BY sender_person_id ORDER BY max(id) DESC",
-            [stream_id, before_id, scan_limit],
-        )
-        return [row[0] for row in cur.fetchall()]
+    return lexical.read(recent_speakers_read(stream_id=stream_id, before_id=before_id, scan_limit=scan_limit))
+
+
+def recent_speakers_read(*, stream_id: int, before_id: int, scan_limit: int = 200) -> lexical.Read:
+    """:func:`recent_speakers` as a read a turn sends with its others (:func:`memory.lexical.one_state`)."""
+    return lexical.Read(  # one statement, from the covering index (migration 0027)
+        ("recent_speakers", stream_id, before_id, scan_limit),
+        "SELECT sender_person_id FROM (SELECT sender_person_id, id FROM messages"
+        " WHERE stream_id = %s AND id <= %s AND sender_person_id IS NOT NULL ORDER BY id DESC LIMIT %s) recent"
+        " GROUP BY sender_person_id ORDER BY max(id) DESC",
+        [stream_id, before_id, scan_limit],
+        lambda rows: [row[0] for row in rows],
+    )
 
 
 def search_messages(
@@ -122,7 +136,7 @@ def search_messages(
     by_id = {
         m.pk: m
         for m in Message.objects.raw(
-            f"SELECT {_working_columns()} FROM messages WHERE id IN ({','.join(['%s'] * len(score))})", list(score)
+            f"SELECT {', '.join(_working_columns())} FROM messages WHERE id IN ({','.join(['%s'] * len(score))})", list(score)
         )
     }
     out = []

@@ -118,6 +118,22 @@ def test_a_turn_brings_the_fact_and_cue_indexes_up_to_date_in_one_read():
     assert late[0] in pool()  # committed late with the smaller id: found
 
 
+def test_reads_known_before_a_block_are_made_once_and_answer_the_block():
+    """one_state's ``reads``: PostgreSQL sends them with the change logs before the block (one round trip);
+    either way a block's :func:`lexical.read` of one returns its rows without asking again."""
+    from django.test.utils import CaptureQueriesContext
+
+    first = services.add_knowledge(content="月球绕着地球转", source="t", at=NOW)
+    count = lexical.Read(("knowledge", "count"), "SELECT count(*) FROM knowledge", [], lambda rows: rows[0][0])
+    newest = lexical.Read(("knowledge", "newest"), "SELECT max(id) FROM knowledge", [], lambda rows: rows[0][0])
+    with CaptureQueriesContext(connection) as reads, lexical.one_state("facts_fts", "cues_fts", reads=[count, newest]):
+        before = len(reads.captured_queries)
+        assert (lexical.read(count), lexical.read(newest)) == (1, first)
+        assert lexical.read(count) == 1
+        assert len(reads.captured_queries) == before + (0 if connection.vendor == "postgresql" else 2)
+    assert lexical.read(count) == 1  # outside a block: read now
+
+
 def test_a_pruned_log_makes_a_behind_reader_rebuild():
     from memory import changes
 
