@@ -421,6 +421,7 @@ class Read:
     sql: str
     params: Sequence[Any]
     convert: Callable[[list[tuple]], Any] = list
+    binary: bool = False  # large bytea columns (vectors): :func:`memory.backends.fetch_binary`
 
 
 def read(r: Read) -> Any:
@@ -428,6 +429,8 @@ def read(r: Read) -> Any:
     other reads), else now."""
 
     def run() -> Any:
+        if r.binary:
+            return r.convert(backends.fetch_binary(r.sql, r.params))
         with connection.cursor() as cur:
             cur.execute(r.sql, r.params)
             return r.convert(cur.fetchall())
@@ -441,11 +444,11 @@ def _read_together(tables: Sequence[str], reads: Sequence[Read]) -> None:
     if getattr(settings, "LEXICAL_RESIDENT_INDEX", True) and not connection.in_atomic_block:
         indexes = [_index(table) for table in dict.fromkeys(tables)]
     positions = [index._feed.position for index in indexes]
-    statements = [(r.sql, r.params) for r in reads]
+    statements = [(r.sql, r.params, r.binary) for r in reads]
     if indexes:
-        statements.insert(0, backends.postgresql.changes_statement(
+        statements.insert(0, (*backends.postgresql.changes_statement(
             [(index._feed.source, index._feed.revision_key, horizon) for index, (horizon, _) in zip(indexes, positions, strict=True)]
-        ))
+        ), False))
     results = backends.postgresql.read_together(statements)
     state = _state.get()
     if indexes:

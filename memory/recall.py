@@ -242,8 +242,8 @@ def conversation_query(
     """The turn's query vector(s): its own vector plus the recency-weighted vectors of the newest
     ``context_dense_messages`` messages (:func:`selectors.message_vectors`, each computed at most
     once) as a :class:`ConversationQuery`; the plain vector when the context adds none."""
-    _, dense, half_life = _context_knobs(overrides)
-    window = [line for line in context if line.position <= dense]
+    _, _, half_life = _context_knobs(overrides)
+    window = _dense_window(context, overrides)
     if text_vector is None or not window:
         return text_vector
     vectors = selectors.message_vectors([line.message_id for line in window])
@@ -252,6 +252,11 @@ def conversation_query(
     if all(vector is None for vector, _ in pairs):
         return text_vector
     return conversation.ConversationQuery.build(text_vector, pairs)
+
+
+def _dense_window(context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> list[ContextLine]:
+    _, dense, _ = _context_knobs(overrides)
+    return [line for line in context if line.position <= dense]
 
 
 def context_positions(message_ids: Sequence[int]) -> list[ContextLine]:
@@ -516,8 +521,14 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     overrides = _overrides()
     limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
     vector = query_embedding if query_embedding is not None else embed_query(turn.text)
-    query = conversation_query(vector, context_positions(turn.context_message_ids), overrides)
-    with lexical.one_state():
+    context = context_positions(turn.context_message_ids)
+    reads = []  # with a vector, the persons' facts and the context's vectors go with the fact index's change log
+    if vector is not None and turn.present_person_ids:
+        reads.append(selectors.dense_scope_read(turn.present_person_ids))
+    if vector is not None and _dense_window(context, overrides):
+        reads.append(selectors.message_vectors_read([line.message_id for line in _dense_window(context, overrides)]))
+    with lexical.one_state("facts_fts", reads=reads):
+        query = conversation_query(vector, context, overrides)
         ranking = rank_pool(
             pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=turn.text,
             stream_kind=turn.stream_kind, now=turn.at, limit=limit, overrides=overrides,

@@ -66,12 +66,17 @@ STATS_FOLD_ROWS = 64   # delta rows of a table's statistics before a reader fold
 def fetch_binary(sql: str, params: Sequence[Any]) -> list[tuple]:
     """Rows of ``sql`` in PostgreSQL's binary format (see :func:`memory.backends.fetch_binary`)."""
     connection.ensure_connection()
-    binary = psycopg.Cursor(connection.connection)  # server-side binding (Django's own cursors bind client-side)
-    binary.format = psycopg.pq.Format.BINARY
-    # wrapped as Django wraps its cursors: query logging and execute wrappers see the read
-    with connection._prepare_cursor(binary) as cur:
+    with _binary_cursor() as cur:
         cur.execute(sql, params)
         return cur.fetchall()
+
+
+def _binary_cursor() -> Any:
+    """A cursor whose results come in binary, wrapped as Django wraps its own (query logging and
+    execute wrappers see its reads)."""
+    binary = psycopg.Cursor(connection.connection)  # server-side binding, whatever the settings say
+    binary.format = psycopg.pq.Format.BINARY
+    return connection._prepare_cursor(binary)
 
 
 def lock_key(cur: Any, space: int, key: int) -> None:
@@ -738,14 +743,15 @@ def parse_changes(row: Sequence[Any]) -> list[tuple[str, int, list[tuple[int, in
     return out
 
 
-def read_together(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple]]:
-    """The rows of several reads sent together, one round trip (psycopg's pipeline mode); each is
-    its own statement (outside a transaction, its own snapshot), as if sent one after another."""
+def read_together(statements: Sequence[tuple[str, Sequence[Any], bool]]) -> list[list[tuple]]:
+    """The rows of several reads ``(sql, params, binary results)`` sent together, one round trip
+    (psycopg's pipeline mode); each is its own statement (outside a transaction, its own
+    snapshot), as if sent one after another."""
     connection.ensure_connection()
-    cursors = [connection.cursor() for _ in statements]
+    cursors = [_binary_cursor() if binary else connection.cursor() for _, _, binary in statements]
     try:
         with connection.wrap_database_errors, connection.connection.pipeline():
-            for cur, (sql, params) in zip(cursors, statements, strict=True):
+            for cur, (sql, params, _) in zip(cursors, statements, strict=True):
                 cur.execute(sql, params)
         return [cur.fetchall() for cur in cursors]
     finally:

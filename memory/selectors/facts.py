@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from django.db.models import Case, Q, QuerySet, Value, When
 
-from memory import backends, lexical
+from memory import lexical
 from memory.engine import decay, tokenize
 from memory.engine.context import ConversationQuery, weighted_max
 from memory.engine.quantize import cosine_q8_many, cosine_q8_matrix, quantize_vector
@@ -330,6 +330,18 @@ class DenseScope:
     tokens: dict[int, str]  # their stored lexical tokens
 
 
+def dense_scope_read(person_ids: Sequence[int]) -> lexical.Read:
+    """:func:`dense_scope`'s read of the persons' valid facts, to be sent with a confirm's others."""
+    persons = list(dict.fromkeys(int(p) for p in person_ids))
+    return lexical.Read(  # the turn's hottest read: plain SQL (no ORM compile per call), vectors in binary
+        ("dense_scope", tuple(persons)),
+        "SELECT id, person_id, kind, content, slot, origin_kind, strength, half_life_hours, updated_at, active,"
+        f" embedding_q8, tokens_v2 FROM facts WHERE superseded_by IS NULL AND person_id IN ({','.join(['%s'] * len(persons))})",
+        persons,
+        binary=True,
+    )
+
+
 def dense_scope(
     *,
     person_ids: Sequence[int],
@@ -351,13 +363,7 @@ def dense_scope(
     persons = list(dict.fromkeys(person_ids))
     if _query_q8(query_vector) is None or not persons:
         return None
-    # the turn's hottest read: plain SQL (no ORM compile per call), vectors in binary on PostgreSQL
-    rows = backends.fetch_binary(
-        "SELECT id, person_id, kind, content, slot, origin_kind, strength, half_life_hours, updated_at, active,"
-        " embedding_q8, tokens_v2 FROM facts WHERE superseded_by IS NULL"
-        f" AND person_id IN ({','.join(['%s'] * len(persons))})",
-        persons,
-    )
+    rows = lexical.read(dense_scope_read(persons))
     cosines = _cosines({r[0]: r[10] for r in rows if r[10] is not None}, query_vector)
     valid = frozenset(r[0] for r in rows)
     tokens = {r[0]: r[11] or "" for r in rows}

@@ -222,6 +222,17 @@ def _q8_matrix(rows: Sequence[tuple[int, Any]], dim: int) -> Int8Matrix:
     return Int8Matrix(ids=ids, matrix=payload.reshape(len(ids), dim), norms=norms)
 
 
+def message_vectors_read(message_ids: Iterable[int]) -> lexical.Read:
+    """:func:`message_vectors`' read of the stored vectors, to be sent with a confirm's others."""
+    ids = list(dict.fromkeys(int(i) for i in message_ids))
+    return lexical.Read(  # a confirm's read: plain SQL (no ORM compile per call), vectors in binary
+        ("message_vectors", tuple(ids)),
+        f"SELECT id, content, embedding FROM messages WHERE id IN ({','.join(['%s'] * len(ids))})",
+        ids,
+        binary=True,
+    )
+
+
 def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = None) -> dict[int, np.ndarray]:
     """float32 vectors of messages, each computed at most once.
 
@@ -240,8 +251,7 @@ def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = N
     dim = int(getattr(embedder, "dim", 0) or 0) if embedder is not None else 0
     out: dict[int, np.ndarray] = {}
     todo: list[tuple[int, str]] = []
-    # a confirm's read: plain SQL (no ORM compile per call), vectors in binary on PostgreSQL
-    stored = backends.fetch_binary(f"SELECT id, content, embedding FROM messages WHERE id IN ({','.join(['%s'] * len(ids))})", ids)
+    stored = lexical.read(message_vectors_read(ids))
     for mid, content, raw in stored:
         vec = unpack_float32(bytes(raw)) if raw is not None else None
         if vec is not None and (not dim or vec.shape[0] == dim):
