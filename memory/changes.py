@@ -68,7 +68,7 @@ class ChangeFeed:
     @property
     def position(self) -> tuple[int | None, int]:
         """Where the feed stands: a reading of the log for its :attr:`horizon`, made elsewhere (several
-        feeds read in one statement: :func:`memory.backends.postgresql.read_changes_many`), is
+        feeds read in one statement: :func:`memory.backends.postgresql.changes_statement`), is
         applied by :meth:`poll` only while the feed is still here."""
         return self.horizon, self._moves
 

@@ -353,8 +353,8 @@ def prepare_turn(
         selectors.recent_speakers_read(stream_id=stream_id, before_id=before),
         selectors.working_memory_read(stream_id=stream_id, limit=settings.WORKING_MEMORY_MESSAGES, watermark=watermark),
     ]
-    if _context_size(overrides) > 0 and before:
-        reads.append(_context_read(stream_id, before, _context_size(overrides)))
+    if (size := _context_size(overrides)) > 0 and before:
+        reads.append(_context_read(stream_id, before, size))
     if record:
         reads.append(services.due_facts_read(now))
     with lexical.one_state("facts_fts", "cues_fts", reads=reads):  # the turn's reads see one state of the lexical tables
@@ -523,10 +523,11 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     vector = query_embedding if query_embedding is not None else embed_query(turn.text)
     context = context_positions(turn.context_message_ids)
     reads = []  # with a vector, the persons' facts and the context's vectors go with the fact index's change log
+    window = _dense_window(context, overrides)
     if vector is not None and turn.present_person_ids:
         reads.append(selectors.dense_scope_read(turn.present_person_ids))
-    if vector is not None and _dense_window(context, overrides):
-        reads.append(selectors.message_vectors_read([line.message_id for line in _dense_window(context, overrides)]))
+    if vector is not None and window:
+        reads.append(selectors.message_vectors_read([line.message_id for line in window]))
     with lexical.one_state("facts_fts", reads=reads):
         query = conversation_query(vector, context, overrides)
         ranking = rank_pool(

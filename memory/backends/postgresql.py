@@ -703,22 +703,15 @@ def read_changes(source: str, revision_key: str, horizon: int | None) -> tuple[s
     snapshot shows can come from below it. ``pruned`` = the highest xid the log was
     pruned through.
     """
-    return read_changes_many([(source, revision_key, horizon)])[0]
-
-
-def read_changes_many(
-    feeds: Sequence[tuple[str, str, int | None]],
-) -> list[tuple[str, int, list[tuple[int, int, int]], int]]:
-    """:func:`read_changes` of several ``(source, revision key, horizon)`` in one statement (one
-    snapshot, one round trip): a turn brings the fact and cue indexes up to date together."""
-    sql, params = changes_statement(feeds)
+    sql, params = changes_statement([(source, revision_key, horizon)])
     with connection.cursor() as cur:
         cur.execute(sql, params)
-        return parse_changes(cur.fetchone())
+        return parse_changes(cur.fetchone())[0]
 
 
 def changes_statement(feeds: Sequence[tuple[str, str, int | None]]) -> tuple[str, list[Any]]:
-    """The statement of :func:`read_changes_many` (its row: :func:`parse_changes`), to be sent with others."""
+    """:func:`read_changes` of several ``(source, revision key, horizon)`` as one statement (one
+    snapshot), to be sent with other reads (:func:`read_together`); its row: :func:`parse_changes`."""
     parts, params = [], []
     for source, revision_key, horizon in feeds:
         parts.append(
