@@ -39,9 +39,12 @@ import numpy as np
 from django.conf import settings
 from django.db import connection
 
+from memory import backends
 from memory.backends import is_postgresql, postgresql
 from memory.engine.tokenize import index_tokens, match_expression, query_terms
-from memory.lexical_index import SOURCES, Read, one_state, read, remembered, resident, resident_messages  # noqa: F401 (one_state, Read, read: for callers)
+from memory.lexical_index import (  # noqa: F401 (one_state, Read, read: for callers)
+    SOURCES, Read, one_state, read, remembered, resident, resident_messages, sent,
+)
 
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")
 #: where each FTS table's rows keep their indexed tokens: (table, column)
@@ -516,25 +519,58 @@ def _resident_scoped_facts(
     index = resident("facts_fts")
     if index is None:
         return None
-    persons = tuple(dict.fromkeys(int(p) for p in person_ids))
-
-    def read_scope() -> dict[int, tuple]:
-        valid = "" if include_invalid else " AND f.superseded_by IS NULL"
-        with connection.cursor() as cur:
-            cur.execute(
-                f"SELECT {_FACT_COLUMNS.format(bm25='0')}, f.tokens_v2 FROM facts f"
-                f" WHERE f.person_id IN ({','.join(['%s'] * len(persons))}){valid}",
-                persons,
-            )
-            return {r[0]: r for r in cur.fetchall()}
-
-    scope = remembered(("person_facts", persons, include_invalid), read_scope)
+    scope = read(scope_read(person_ids, include_invalid=include_invalid))
     scored = index.scores_for(terms_of(match), list(scope))
     if scored is None:
         return None
     ids, bm25 = scored
     ranked = [(int(ids[k]), float(bm25[k])) for k in np.lexsort((ids, bm25))[:limit]]
     return [(fid, b, *scope[fid][2:]) for fid, b in ranked]
+
+
+_SCOPE_SQL = f"SELECT {_FACT_COLUMNS.format(bm25='0')}, f.tokens_v2 FROM facts f WHERE {{persons}}{{valid}}"
+
+
+def scope_read(person_ids: Sequence[int], *, include_invalid: bool = False) -> Read:
+    """The persons' facts a person-scoped :func:`fact_candidates` scores, stored tokens included:
+    ``{fact id: row}``; read once per :func:`one_state` (a turn) for all its query lines."""
+    persons = tuple(dict.fromkeys(int(p) for p in person_ids))
+    return Read(("person_facts", persons, include_invalid),
+                _SCOPE_SQL.format(persons=f"f.person_id IN ({','.join(['%s'] * len(persons))})", valid=_valid(include_invalid)),
+                persons, _rows_by_id)
+
+
+def present_scope_read(speakers: Read, speaker_id: int) -> Read:
+    """:func:`scope_read` of a turn's present persons — ``speaker_id`` and the persons ``speakers``
+    (a read of person ids, as its own subquery) returns — sent before they are known, with a turn's
+    other reads (:func:`one_state`); :func:`scope_of` files it under the persons' key once they are.
+    """
+    persons = backends.in_subquery_sql("f.person_id", f"SELECT CAST(%s AS BIGINT) UNION SELECT * FROM ({speakers.sql}) speakers")
+    return Read(("present_facts", speakers.key, speaker_id), _SCOPE_SQL.format(persons=persons, valid=_valid(False)),
+                [speaker_id, *speakers.params], _rows_by_id)
+
+
+def scope_of(person_ids: Sequence[int], present: Read) -> None:
+    """Inside :func:`one_state`: ``present`` (:func:`present_scope_read`), when it was sent ahead with
+    the block's reads, is the scope of ``person_ids`` (else their scope is read when first needed).
+
+    On PostgreSQL the present persons and their facts are two statements of one round trip, each
+    with its own snapshot: a sender whose message (with an id below the turn's) committed between
+    the two may be in one and not the other. The facts of a person not in ``person_ids`` are
+    dropped; a person missing from the read has no facts in this turn's scope (their next turn has).
+    """
+    if sent(present):
+        persons = set(person_ids)
+        rows = read(present)
+        remembered(scope_read(person_ids).key, lambda: {fid: row for fid, row in rows.items() if row[2] in persons})
+
+
+def _valid(include_invalid: bool) -> str:
+    return "" if include_invalid else " AND f.superseded_by IS NULL"
+
+
+def _rows_by_id(rows: list[tuple]) -> dict[int, tuple]:
+    return {row[0]: row for row in rows}
 
 
 def _resident_fact_candidates(match: str, limit: int, include_invalid: bool) -> list[tuple] | None:
@@ -651,19 +687,21 @@ def _resident_stream_cues(match: str, stream_id: int, limit: int) -> list[tuple[
     index = resident("cues_fts")
     if index is None:
         return None
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT c.id, c.episode_id FROM episode_cues c JOIN episodes e ON e.id = c.episode_id"
-            " WHERE e.stream_id = %s AND e.kind <> 'unsummarized'",
-            [stream_id],
-        )
-        episode_of = dict(cur.fetchall())
+    episode_of = read(stream_cues_read(stream_id))
     scored = index.scores_for(terms_of(match), list(episode_of))
     if scored is None:
         return None
     ids, bm25 = scored
     order = np.lexsort((ids, bm25))[:limit]
     return [(episode_of[int(ids[k])], int(ids[k]), float(bm25[k])) for k in order]
+
+
+def stream_cues_read(stream_id: int) -> Read:
+    """The cues of a stream's summarised episodes, ``{cue id: episode id}`` (what a stream-scoped
+    :func:`cue_candidates` scores), as a read a turn sends with its others (:func:`one_state`)."""
+    return Read(("stream_cues", stream_id),
+                "SELECT c.id, c.episode_id FROM episode_cues c JOIN episodes e ON e.id = c.episode_id"
+                " WHERE e.stream_id = %s AND e.kind <> 'unsummarized'", [stream_id], dict)
 
 
 def _cue_rows(hits: list[tuple[int, float]]) -> list[tuple[int, int, float]]:

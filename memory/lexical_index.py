@@ -460,6 +460,12 @@ def _read_together(tables: Sequence[str], reads: Sequence[Read]) -> None:
         state[r.key] = r.convert(rows)
 
 
+def sent(r: Read) -> bool:
+    """Whether ``r`` was read ahead with the reads of the :func:`one_state` block around."""
+    state = _state.get()
+    return state is not None and r.key in state
+
+
 def remembered(key: tuple, compute: Callable[[], object]) -> object:
     """``compute()``, once per ``key`` inside :func:`one_state` (every time outside)."""
     state = _state.get()

@@ -131,13 +131,15 @@ def _episodes(stream_id: int, text: str, overrides: Mapping[str, Any]) -> list[R
         stream_id=stream_id, query=text,
         limit=_limit(overrides, "recalled_episode_limit", settings.RECALLED_EPISODE_LIMIT),
     )
-    recent = selectors.recent_episodes(
-        stream_id=stream_id, limit=_limit(overrides, "recent_episode_limit", settings.RECENT_EPISODE_LIMIT)
-    )
+    recent = selectors.recent_episodes(stream_id=stream_id, limit=_recent_episode_limit(overrides))
     merged: dict[int, RecalledEpisode] = {}
     for episode in [*recalled, *recent]:
         merged.setdefault(episode.id, episode)
     return list(merged.values())[: settings.EPISODE_CONTEXT_LIMIT]
+
+
+def _recent_episode_limit(overrides: Mapping[str, Any]) -> int:
+    return _limit(overrides, "recent_episode_limit", settings.RECENT_EPISODE_LIMIT)
 
 
 @dataclass(frozen=True)
@@ -349,10 +351,15 @@ def prepare_turn(
     before = watermark if watermark is not None else selectors.latest_message_id(stream_id=stream_id)
     # the reads that need nothing but the turn's refs go to the database together (PostgreSQL: with
     # the change logs of the fact and cue indexes, one round trip); the rest of the turn reads them
+    speakers = selectors.recent_speakers_read(stream_id=stream_id, before_id=before)
+    scope = lexical.present_scope_read(speakers, speaker_id)
     reads = [
-        selectors.recent_speakers_read(stream_id=stream_id, before_id=before),
+        speakers, scope,
         selectors.working_memory_read(stream_id=stream_id, limit=settings.WORKING_MEMORY_MESSAGES, watermark=watermark),
+        lexical.stream_cues_read(stream_id),
     ]
+    if (recent := _recent_episode_limit(overrides)) > 0:
+        reads.append(selectors.recent_episodes_read(stream_id=stream_id, limit=recent))
     if (size := _context_size(overrides)) > 0 and before:
         reads.append(_context_read(stream_id, before, size))
     if record:
@@ -361,6 +368,7 @@ def prepare_turn(
         if record:
             services.sweep(at=now, once=True)
         persons = present_persons(stream_id=stream_id, speaker_id=speaker_id, before_id=before)
+        lexical.scope_of(persons, scope)
         context = recent_context(stream_id=stream_id, upto_id=before, text=text, overrides=overrides)
         stats: dict[str, int] = {}
         pool = replay_turn_pool(

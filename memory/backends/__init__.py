@@ -111,6 +111,13 @@ def log2_sql(expression: str) -> str:
     return module().LOG2_SQL.format(expression)
 
 
+def in_subquery_sql(expression: str, subquery: str) -> str:
+    """``expression IN (subquery)`` in the backend's SQL. PostgreSQL: ``= ANY(ARRAY(subquery))``, the
+    subquery run once ahead, so a small set is looked up by index (its ``IN`` guesses 200 rows for
+    a ``GROUP BY`` subquery and hashes a whole table)."""
+    return module().IN_SUBQUERY_SQL.format(expression, subquery)
+
+
 def secure_delete(cur: Any) -> None:
     """Make the deletes of this connection overwrite freed space (SQLite ``secure_delete``).
 

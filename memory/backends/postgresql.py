@@ -60,6 +60,7 @@ BUMP_REVISION_FUNCTION = (
     + BUMP_REVISION_SQL.replace("%s", "$1") + " $$"
 )
 LOG2_SQL = "(ln({}) / ln(2.0))"
+IN_SUBQUERY_SQL = "{} = ANY(ARRAY({}))"
 STATS_FOLD_ROWS = 64   # delta rows of a table's statistics before a reader folds them into one
 
 

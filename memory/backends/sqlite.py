@@ -11,6 +11,7 @@ BUMP_REVISION_SQL = (
     " SET value = (CAST(value AS INTEGER) + 1) || '-' || hex(randomblob(6))"
 )
 LOG2_SQL = "log2({})"
+IN_SUBQUERY_SQL = "{} IN ({})"
 
 
 def lock_key(cur: Any, space: int, key: int) -> None:

@@ -34,6 +34,7 @@ from memory.selectors.episodes import (
     episodes_with_counts,
     recall_episodes,
     recent_episodes,
+    recent_episodes_read,
     summary_skip_reasons,
 )
 from memory.selectors.facts import (
@@ -179,6 +180,7 @@ __all__ = [
     "recall_facts_across_persons",
     "recall_facts_in_scope",
     "recent_episodes",
+    "recent_episodes_read",
     "recent_events",
     "recent_jobs",
     "recent_speakers",

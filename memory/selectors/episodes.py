@@ -59,16 +59,20 @@ def recall_episodes(*, stream_id: int | None, query: str, limit: int = 3) -> lis
 
 def recent_episodes(*, stream_id: int, limit: int = 4) -> list[RecalledEpisode]:
     """Newest episodes of a stream by end time; placeholders excluded; score 1.0."""
-    if limit < 1:
-        return []
-    rows = _episodes(
-        "stream_id = %s AND kind <> %s ORDER BY ended_at DESC, id DESC LIMIT %s",
+    return lexical.read(recent_episodes_read(stream_id=stream_id, limit=limit)) if limit >= 1 else []
+
+
+def recent_episodes_read(*, stream_id: int, limit: int) -> lexical.Read:
+    """:func:`recent_episodes` as a read a turn sends with its others (:func:`memory.lexical.one_state`)."""
+    return lexical.Read(
+        ("recent_episodes", stream_id, int(limit)),
+        f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE stream_id = %s AND kind <> %s ORDER BY ended_at DESC, id DESC LIMIT %s",
         [stream_id, Episode.Kind.UNSUMMARIZED.value, int(limit)],
+        lambda rows: [
+            RecalledEpisode(id=e, summary=summary, kind=kind, started_at=started, ended_at=ended, score=1.0, stream_id=sid)
+            for e, summary, kind, started, ended, sid in rows
+        ],
     )
-    return [
-        RecalledEpisode(id=e, summary=summary, kind=kind, started_at=started, ended_at=ended, score=1.0, stream_id=sid)
-        for e, summary, kind, started, ended, sid in rows
-    ]
 
 
 # --- the console's episode pages ----------------------------------------------------------------------

@@ -134,6 +134,29 @@ def test_reads_known_before_a_block_are_made_once_and_answer_the_block():
     assert lexical.read(count) == 1  # outside a block: read now
 
 
+def test_the_present_persons_facts_read_ahead_serve_exactly_the_present_persons(direct_stream, person):
+    """A turn reads the present persons and their facts before it knows them (lexical.present_scope_read,
+    PostgreSQL: sent ahead, each statement with its snapshot); the scope a turn ranks holds the facts
+    of the persons it settled on and of no one else."""
+    from memory import selectors
+    from tests.memory.conftest import make_person
+
+    stream = direct_stream
+    friend = make_person("u-scope-friend")
+    services.append_message(stream_id=stream.pk, role="user", content="嗨", sender_person_id=friend.pk, at=NOW)
+    mine = services.add_fact(person_id=person.pk, content="他喜欢打篮球", kind="偏好", at=NOW).fact_id
+    theirs = services.add_fact(person_id=friend.pk, content="他周末游泳", kind="偏好", at=NOW).fact_id
+    speakers = selectors.recent_speakers_read(stream_id=stream.pk, before_id=10**9)
+    present = lexical.present_scope_read(speakers, person.pk)
+    with lexical.one_state("facts_fts", reads=[speakers, present]):
+        assert set(lexical.read(present)) == {mine, theirs}
+        lexical.scope_of([person.pk], present)  # as if the friend's message had not been seen
+        assert set(lexical.read(lexical.scope_read([person.pk]))) == {mine}
+    with lexical.one_state("facts_fts", reads=[speakers, present]):
+        lexical.scope_of([person.pk, friend.pk], present)
+        assert set(lexical.read(lexical.scope_read([person.pk, friend.pk]))) == {mine, theirs}
+
+
 def test_a_pruned_log_makes_a_behind_reader_rebuild():
     from memory import changes
 

@@ -166,7 +166,7 @@ def test_a_turn_reads_one_state_of_the_lexical_tables(person, direct_stream):
 
     assert len(polls(prepare, "facts")) == 1 and len(polls(prepare, "episode_cues")) <= 1
     assert len(polls(confirm, "facts")) <= 1
-    scope_reads = [q for q in prepare.captured_queries if "WHERE f.person_id IN" in q["sql"]]
+    scope_reads = [q for q in prepare.captured_queries if "FROM facts f WHERE f.person_id" in q["sql"]]
     assert len(scope_reads) == 1  # the persons' facts with their tokens: no row or token read per query line
     assert not [q for q in prepare.captured_queries if "tokens_v2" in q["sql"] and q not in scope_reads]
     assert len([q for q in prepare.captured_queries if "lexical_stats" in q["sql"]]) <= 1  # PostgreSQL's row count
