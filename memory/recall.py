@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -104,9 +104,8 @@ def replay_turn_pool(
             first = pool.setdefault(fact.id, fact)
             if first is not fact and fact.coverage is not None:
                 # relevant to either query is enough for the floors: best coverage, rarest of either
-                pool[fact.id] = replace(
-                    first, coverage=max(first.coverage or 0.0, fact.coverage), rarest=first.rarest or fact.rarest
-                )
+                pool[fact.id] = first.but(coverage=max(first.coverage or 0.0, fact.coverage),
+                                          rarest=first.rarest or fact.rarest)
     for line, weight in context:
         for fact in selectors.recall_facts_in_scope(
             person_ids=person_ids, query=line, limit=limit, now=now, stream_kind=stream_kind,
@@ -115,12 +114,11 @@ def replay_turn_pool(
             coverage = fact.coverage * weight if fact.coverage is not None else None
             first = pool.get(fact.id)
             if first is None:
-                pool[fact.id] = replace(
-                    fact, lexical_relevance=fact.lexical_relevance * weight, coverage=coverage, rarest=False,
-                    source="context",
+                pool[fact.id] = fact.but(
+                    lexical_relevance=fact.lexical_relevance * weight, coverage=coverage, rarest=False, source="context",
                 )
             elif coverage is not None and coverage > (first.coverage or 0.0):
-                pool[fact.id] = replace(first, coverage=coverage)
+                pool[fact.id] = first.but(coverage=coverage)
     ordered = selectors.rank_facts(list(pool.values()), overrides)
     kept = apply_pool_percentile([f.score for f in ordered], float(overrides.get("pool_score_percentile", 0.0)))
     return ordered[:kept]

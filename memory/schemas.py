@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from django.conf import settings
-from ninja import Field, Schema
-from pydantic import BeforeValidator, ConfigDict, StringConstraints
+from ninja import Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, StringConstraints
 
 from memory.models import Fact, FactState
 
@@ -74,11 +74,21 @@ StreamKindName = Literal["direct", "group", "desktop"]
 EmbeddingValue = Annotated[float, Field(allow_inf_nan=False, ge=-1e6, le=1e6)]
 
 
-class In(Schema):
+class In(BaseModel):
     """Base of request bodies: unknown fields are rejected (a typo should not pass silently),
-    and values are not coerced (``true`` is no integer, ``"123"`` no epoch, ``1`` no boolean)."""
+    and values are not coerced (``true`` is no integer, ``"123"`` no epoch, ``1`` no boolean).
+
+    Request and response bodies are plain pydantic models, not ``ninja.Schema``: a Schema wraps
+    every object it validates for Django attribute lookups (and validates an ``extra="forbid"``
+    body twice), which nothing here needs — bodies are JSON, responses are the dicts of the
+    output adapters below — and which cost about a millisecond a turn.
+    """
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Out(BaseModel):
+    """Base of response bodies (see :class:`In`)."""
 
 
 # --- refs -----------------------------------------------------------------------
@@ -100,13 +110,13 @@ class PersonRef(In):
 # --- errors ---------------------------------------------------------------------
 
 
-class FieldError(Schema):
+class FieldError(Out):
     field: str = Field(description="dotted path of the offending field, e.g. body.stream.kind")
     message: str
     type: str = ""
 
 
-class ErrorOut(Schema):
+class ErrorOut(Out):
     detail: str = Field(description="one sentence saying what went wrong")
     errors: list[FieldError] = Field(default_factory=list)
 
@@ -139,7 +149,7 @@ class MessagePatch(In):
     )
 
 
-class MessageOut(Schema):
+class MessageOut(Out):
     id: int
     stream_id: int
     person_id: int | None
@@ -162,7 +172,7 @@ class ConfirmIn(In):
     at: EpochMs | None = None
 
 
-class WorkingMessageOut(Schema):
+class WorkingMessageOut(Out):
     id: int
     role: str
     person_id: int | None
@@ -170,7 +180,7 @@ class WorkingMessageOut(Schema):
     at: int
 
 
-class TurnFactOut(Schema):
+class TurnFactOut(Out):
     id: int
     person_id: int
     kind: str
@@ -182,7 +192,7 @@ class TurnFactOut(Schema):
     completed: bool = Field(False, description="added only to show a conflict group whole (not itself recalled)")
 
 
-class EpisodeOut(Schema):
+class EpisodeOut(Out):
     id: int
     summary: str
     started_at: int
@@ -190,7 +200,7 @@ class EpisodeOut(Schema):
     score: float | None = None
 
 
-class TurnOut(Schema):
+class TurnOut(Out):
     turn_id: int
     stream_id: int
     speaker_id: int
@@ -199,7 +209,7 @@ class TurnOut(Schema):
     episodes: list[EpisodeOut]
 
 
-class ConfirmOut(Schema):
+class ConfirmOut(Out):
     turn_id: int
     facts: list[TurnFactOut] = Field(description="the re-ranked prompt facts; exactly these are reinforced")
     conflict_members: list[TurnFactOut] = Field(
@@ -222,7 +232,7 @@ class RecallIn(In):
     query_embedding: Annotated[list[EmbeddingValue], Field(min_length=1, max_length=EMBEDDING_MAX_DIM)] | None = None
 
 
-class RankTermsOut(Schema):
+class RankTermsOut(Out):
     """Every term of a fact's score as the ranking (memory/engine/scoring.py: rank) computed it."""
 
     id: int
@@ -240,7 +250,7 @@ class RankTermsOut(Schema):
     eligible: bool = Field(True, description="False: under both relevance floors, never recalled")
 
 
-class SpreadHitOut(Schema):
+class SpreadHitOut(Out):
     kind: str
     id: int
     content: str
@@ -248,7 +258,7 @@ class SpreadHitOut(Schema):
     hops: int
 
 
-class RecallOut(Schema):
+class RecallOut(Out):
     stream_id: int
     speaker_id: int
     facts: list[TurnFactOut]
@@ -269,7 +279,7 @@ class InspectIn(In):
     limit: Annotated[int, Field(ge=1, le=50), BeforeValidator(_json_integer)] = 6
 
 
-class InspectMessageOut(Schema):
+class InspectMessageOut(Out):
     id: int
     role: str
     person_id: int | None
@@ -278,7 +288,7 @@ class InspectMessageOut(Schema):
     score: float | None = None
 
 
-class InspectOut(Schema):
+class InspectOut(Out):
     stream_id: int
     messages: list[InspectMessageOut]
 
@@ -289,13 +299,13 @@ class ConsultIn(In):
     at: EpochMs | None = None
 
 
-class KnowledgeHitOut(Schema):
+class KnowledgeHitOut(Out):
     id: int
     content: str
     score: float
 
 
-class ConsultOut(Schema):
+class ConsultOut(Out):
     knowledge: list[KnowledgeHitOut]
 
 
@@ -318,7 +328,7 @@ class FactIn(In):
     at: EpochMs | None = None
 
 
-class FactWriteOut(Schema):
+class FactWriteOut(Out):
     fact_id: int
     person_id: int
     created: bool
@@ -327,7 +337,7 @@ class FactWriteOut(Schema):
     origin_promoted: bool
 
 
-class FactRowOut(Schema):
+class FactRowOut(Out):
     id: int
     kind: str
     content: str
@@ -347,7 +357,7 @@ class FactRowOut(Schema):
     created_at: int
 
 
-class PersonFactsOut(Schema):
+class PersonFactsOut(Out):
     person_id: int
     at: int
     facts: list[FactRowOut]
@@ -364,7 +374,7 @@ class KnowledgeIn(In):
     at: EpochMs | None = None
 
 
-class KnowledgeOut(Schema):
+class KnowledgeOut(Out):
     id: int
     created: bool
 
@@ -378,7 +388,7 @@ class ImportIn(In):
     kind: Literal["paste", "upload"] = "paste"
 
 
-class ImportOut(Schema):
+class ImportOut(Out):
     job_id: int
     batch_id: int | None = None
     status: str

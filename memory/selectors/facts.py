@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -69,6 +69,16 @@ class ScopedFact:
             "rarest": self.rarest,
             "eligible": self.eligible,
         }
+
+    def but(self, **changes: Any) -> ScopedFact:
+        """A copy with ``changes``: :func:`dataclasses.replace` without re-running ``__init__`` (a turn
+        makes about seventy of these copies; this is several times cheaper)."""
+        unknown = changes.keys() - self.__dict__.keys()
+        if unknown:
+            raise TypeError(f"ScopedFact has no field {', '.join(sorted(unknown))}")
+        copy = object.__new__(ScopedFact)
+        copy.__dict__.update(self.__dict__, **changes)
+        return copy
 
     def terms(self) -> dict[str, Any]:
         """Every term of the score, as the ranking computed it (console, actions, traces)."""
@@ -203,10 +213,8 @@ def rank_facts(
     for r in rank(inputs, ov):
         c = candidates[r.id]
         out.append(
-            replace(
-                c, cosine=r.cosine, relevance=r.relevance, score=r.score,
-                calibrated=r.calibrated, prior=r.prior, eligible=r.eligible,
-            )
+            c.but(cosine=r.cosine, relevance=r.relevance, score=r.score, calibrated=r.calibrated, prior=r.prior,
+                  eligible=r.eligible)
         )
     return out
 
@@ -418,8 +426,8 @@ def merge_dense_candidates(
     for f in extra:
         b = bm.get(f.id)
         merged.append(
-            replace(
-                f, bm25=b, lexical_relevance=decay.relevance_from_bm25(b) if b is not None else 0.0,
+            f.but(
+                bm25=b, lexical_relevance=decay.relevance_from_bm25(b) if b is not None else 0.0,
                 coverage=cov.get(f.id, (0.0, False))[0], rarest=cov.get(f.id, (0.0, False))[1],
             )
         )
