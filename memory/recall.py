@@ -74,7 +74,7 @@ def replay_turn_pool(
     stream_kind: str,
     overrides: Mapping[str, Any],
     events: bool = False,
-    stats: dict[str, int] | None = None,
+    stats: dict[str, Any] | None = None,
     context: Sequence[tuple[str, float]] = (),
 ) -> list[ScopedFact]:
     """The lexical candidate pool of a turn — the same code path production runs.
@@ -299,23 +299,32 @@ def _trace_write() -> None:
         backends.commit_without_flush(cur)
 
 
-def _record_turn(values: dict[str, Any], trace: dict[str, Any]) -> int:
-    """Store a turn (``values``: its fields) and its ``memory_retrieval_trace`` event (``trace``:
-    the payload but the turn's id) as one unflushed write (:func:`_trace_write`); the turn's id.
+def _record_turn(values: dict[str, Any], trace: dict[str, Any], blocked_by_query: Sequence[int] = ()) -> int:
+    """Store a turn (``values``: its fields), its ``memory_retrieval_trace`` event (``trace``: the
+    payload but the turn's id) and a ``memory_fact_scope_blocked`` event for each query whose facts
+    visibility held back (``blocked_by_query``: how many) as one unflushed write
+    (:func:`_trace_write`); the turn's id.
 
     PostgreSQL: one statement sent with its BEGIN and COMMIT, one round trip
-    (:func:`memory.backends.postgresql.record_turn`); SQLite: the two INSERTs.
+    (:func:`memory.backends.postgresql.record_turn`); SQLite: the INSERTs in one transaction.
     """
     event = {"at": values["at"], "stream_id": values["stream_id"], "stage": "turn", "kind": "memory_retrieval_trace"}
+    blocked = [  # as selectors.recall_facts_in_scope reports them outside a turn
+        {"at": values["at"], "stream_id": None, "stage": "", "kind": "memory_fact_scope_blocked",
+         "payload": {"streamKind": values["stream_kind"], "blocked": n}}
+        for n in blocked_by_query
+    ]
     if backends.is_postgresql():
         columns = {  # every column, as Turn.objects.create would write them (defaults included)
             field.column: field.get_db_prep_save(values[field.attname] if field.attname in values else field.get_default(),
                                                  connection)
             for field in _TURN_FIELDS
         }
-        return backends.postgresql.record_turn(columns, {**event, "payload": {"turnId": None, **trace}})
+        return backends.postgresql.record_turn(columns, {**event, "payload": {"turnId": None, **trace}}, blocked)
     with transaction.atomic():
         _trace_write()
+        for other in blocked:
+            services.emit_event(other["kind"], other["payload"], at=other["at"])
         turn = Turn.objects.create(**values)
         services.emit_event(event["kind"], {"turnId": turn.pk, **trace}, at=event["at"], stream_id=event["stream_id"],
                             turn_id=turn.pk, stage=event["stage"])
@@ -368,10 +377,10 @@ def prepare_turn(
         persons = present_persons(stream_id=stream_id, speaker_id=speaker_id, before_id=before)
         lexical.scope_of(persons, scope)
         context = recent_context(stream_id=stream_id, upto_id=before, text=text, overrides=overrides)
-        stats: dict[str, int] = {}
-        pool = replay_turn_pool(
+        stats: dict[str, Any] = {}
+        pool = replay_turn_pool(  # what visibility held back is recorded with the turn (_record_turn)
             person_ids=persons, text=text, impression=impression, now=now, stream_kind=stream.kind,
-            overrides=overrides, events=record, stats=stats, context=conversation_lines(context, overrides),
+            overrides=overrides, stats=stats, context=conversation_lines(context, overrides),
         )
         limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
         facts = complete_conflicts(prompt_facts(pool, limit), now=now)
@@ -395,6 +404,7 @@ def prepare_turn(
                 "streamKind": stream.kind, "heldBackFactIds": [f.id for f in held_back_facts(pool, limit)],
                 "contextMessageIds": [line.message_id for line in context],
             },
+            stats.get("blocked_by_query", ()),
         )
     return TurnContext(
         turn_id=turn_id, stream=stream, speaker_id=speaker_id, now=now, working_memory=working,

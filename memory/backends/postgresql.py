@@ -123,18 +123,27 @@ def run_unflushed(sql: str, params: Sequence[Any]) -> list[tuple]:
             raise
 
 
-def record_turn(turn: dict[str, Any], event: dict[str, Any]) -> int:
-    """INSERT a turn (``turn``: its columns, adapted) and its trace event (``event``: ``at``,
+def record_turn(turn: dict[str, Any], event: dict[str, Any], others: Sequence[dict[str, Any]] = ()) -> int:
+    """INSERT a turn (``turn``: its columns, adapted), its trace event (``event``: ``at``,
     ``stream_id``, ``stage``, ``kind``, ``payload`` — a dict, given the new turn's id as
-    ``turnId``) in one statement (:func:`run_unflushed`). Returns the turn's id."""
+    ``turnId``) and ``others`` (events of the same shape, no turn id) in one statement
+    (:func:`run_unflushed`). Returns the turn's id."""
     columns = list(turn)
+    also = ""
+    params: list[Any] = [*turn.values()]
+    if others:
+        also = (", e AS (INSERT INTO pipeline_events (at, stream_id, turn_id, stage, kind, payload) VALUES "
+                + ", ".join(["(%s, %s, NULL, %s, %s, %s::jsonb)"] * len(others)) + ")")
+        for other in others:
+            params += [other["at"], other["stream_id"], other["stage"], other["kind"],
+                       json.dumps(other["payload"], ensure_ascii=False)]
     sql = (
         f"WITH t AS (INSERT INTO turns ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) RETURNING id)"
-        " INSERT INTO pipeline_events (at, stream_id, turn_id, stage, kind, payload)"
+        f"{also} INSERT INTO pipeline_events (at, stream_id, turn_id, stage, kind, payload)"
         " SELECT %s, %s, t.id, %s, %s, jsonb_set(%s::jsonb, '{turnId}', to_jsonb(t.id)) FROM t RETURNING turn_id"
     )
-    params = [*turn.values(), event["at"], event["stream_id"], event["stage"], event["kind"],
-              json.dumps(event["payload"], ensure_ascii=False)]
+    params += [event["at"], event["stream_id"], event["stage"], event["kind"],
+               json.dumps(event["payload"], ensure_ascii=False)]
     return int(run_unflushed(sql, params)[0][0])
 
 

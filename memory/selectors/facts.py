@@ -242,7 +242,7 @@ def _score_rows(
 def _recall(
     *, person_ids: Sequence[int] | None, query: str, limit: int, now: int, stream_kind: str,
     private_in_group: bool | None, return_candidates: bool, overrides: Mapping[str, Any] | None, events: bool,
-    stats: dict[str, int] | None = None,
+    stats: dict[str, Any] | None = None,
 ) -> list[ScopedFact]:
     if limit < 1:
         return []
@@ -254,8 +254,10 @@ def _recall(
     rows = lexical.fact_candidates(match, person_ids=person_ids, limit=limit * 3)
     rows, blocked = _visible_rows(rows, stream_kind, _private_in_group(private_in_group))
     _report_blocked(blocked, stream_kind, now, events)
-    if stats is not None:
+    if stats is not None:  # what visibility held back: in all, and per query that held any back
         stats["blocked"] = stats.get("blocked", 0) + blocked
+        if blocked:
+            stats.setdefault("blocked_by_query", []).append(blocked)
     ov = _overrides(overrides)
     known = {r.id: r.tokens for r in rows if r.tokens is not None}
     coverages = None if is_seed_profile(ov) else fact_coverages([r.id for r in rows], query, tokens=known)
@@ -274,7 +276,7 @@ def recall_facts_in_scope(
     return_candidates: bool = False,
     overrides: Mapping[str, Any] | None = None,
     events: bool = True,
-    stats: dict[str, int] | None = None,
+    stats: dict[str, Any] | None = None,
 ) -> list[ScopedFact]:
     """Lexical fact recall over the present persons (``None``: every person); read-only.
 

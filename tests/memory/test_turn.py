@@ -261,3 +261,18 @@ def test_a_turns_rows_and_events_agree_outside_a_transaction(person, direct_stre
     with pytest.raises(recall.TurnStateError):
         recall.confirm_turn(turn_id=ctx.turn_id, at=NOW + DAY + 6)
     assert PipelineEvent.objects.filter(kind="memory_retrieval_confirmed").count() == 1
+
+
+def test_a_group_turn_records_what_visibility_held_back_with_the_turn(person, group_stream):
+    """One memory_fact_scope_blocked event per query (text, impression) whose facts visibility held
+    back, written with the turn (PostgreSQL: in the turn's one statement) — none without a record."""
+    _fact(person, "他私下说喜欢咖啡", origin_kind="direct")
+    shown = _fact(person, "他请群里的人喝了咖啡", origin_kind="group")
+    ctx = _prepare(group_stream, person, "咖啡", impression="他想喝咖啡")
+    assert [f.id for f in ctx.pool] == [shown] and ctx.blocked == 2
+    assert events("memory_fact_scope_blocked") == [{"streamKind": "group", "blocked": 1}] * 2
+    blocked = PipelineEvent.objects.filter(kind="memory_fact_scope_blocked")
+    assert {(e.at, e.stream_id, e.turn_id, e.stage) for e in blocked} == {(NOW + DAY, None, None, "")}
+    assert PipelineEvent.objects.filter(kind="memory_retrieval_trace", turn_id=ctx.turn_id).count() == 1
+    again = _prepare(group_stream, person, "咖啡", record=False)
+    assert again.blocked == 1 and PipelineEvent.objects.filter(kind="memory_fact_scope_blocked").count() == 2
