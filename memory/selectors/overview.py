@@ -5,6 +5,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count, Q
 from django.utils import timezone
 
@@ -64,16 +65,13 @@ def extraction_cursors() -> dict[int, int]:
 def stream_queues() -> list[dict[str, Any]]:
     """Per stream: messages waiting for summarisation and the extraction cursor lag.
 
-    Three queries: streams, pending counts (grouped), lag counts (one grouped query
-    whose WHERE has one ``stream = s AND id > cursor`` arm per stream with a cursor).
+    Three reads: streams, pending counts (grouped), and the lags — each stream's messages after
+    its cursor, counted on the ``(stream_id, id)`` index (:func:`_lags`).
     """
     rows = list(Stream.objects.order_by("id"))
     pending = pending_counts()
     cursors = extraction_cursors()
-    lag_filter = Q(stream_id__in=[s.pk for s in rows if s.pk not in cursors])
-    for stream_id, last_id in cursors.items():
-        lag_filter |= Q(stream_id=stream_id, id__gt=last_id)
-    lag = dict(Message.objects.filter(lag_filter).values_list("stream_id").annotate(n=Count("id")).order_by())
+    lag = _lags({s.pk: cursors.get(s.pk, 0) for s in rows})
     return [
         {
             "stream": s,
@@ -83,6 +81,30 @@ def stream_queues() -> list[dict[str, Any]]:
         }
         for s in rows
     ]
+
+
+LAG_BATCH = 500  # streams per statement (two parameters each)
+
+
+def _lags(after: dict[int, int]) -> dict[int, int]:
+    """``{stream id: messages with an id above after[stream]}``: one index range count per stream.
+
+    (One ``WHERE`` with an ``OR`` arm per stream made SQLite test every arm on every message:
+    2 s at 200 streams and 200,000 messages.)
+    """
+    out: dict[int, int] = {}
+    items = list(after.items())
+    for start in range(0, len(items), LAG_BATCH):
+        batch = items[start:start + LAG_BATCH]
+        with connection.cursor() as cur:
+            cur.execute(
+                f"WITH c(stream_id, after_id) AS (VALUES {', '.join(['(%s, %s)'] * len(batch))})"
+                " SELECT c.stream_id, (SELECT count(*) FROM messages m WHERE m.stream_id = c.stream_id"
+                " AND m.id > c.after_id) FROM c",
+                [value for pair in batch for value in pair],
+            )
+            out.update((int(sid), int(n)) for sid, n in cur.fetchall())
+    return out
 
 
 def vector_coverage() -> dict[str, dict[str, int]]:

@@ -36,14 +36,14 @@ def _more_rows(memory_set, n=8):
 
 
 def test_dashboard_shows_layers_queues_vectors_edges_and_events(operator, memory_set, frozen_now,
-                                                                django_assert_num_queries):
+                                                                django_assert_num_queries, monkeypatch):
     meta.meta_set("fact_extract_cursor", {str(memory_set["direct"].pk): memory_set["messages"][1].pk})
     services.emit_event("memory_ppr_timeout", {"graph": "memory"}, at=NOW)
     services.decay_edges(at=NOW)
     _more_rows(memory_set)
     # AUTH + 7 layer counts (facts and episodes aggregated, persons, streams, messages,
     # knowledge, nodes) + streams + pending counts + the cursor meta row + lag counts
-    # (one grouped query) + 2 × 3 vector coverage counts (total, without a vector, SQ8
+    # (one statement, a range count per stream) + 2 × 3 vector coverage counts (total, without a vector, SQ8
     # pending: each answered by an index) + edge aggregate + last decay event + recent
     # events = AUTH + 20; the at-a-glance row: facts learnt today, conflict groups, jobs,
     # pending counts = 4 more.
@@ -58,6 +58,10 @@ def test_dashboard_shows_layers_queues_vectors_edges_and_events(operator, memory
     assert queues[memory_set["direct"].pk]["lag"] == 2
     assert queues[memory_set["group"].pk]["lag"] == 9
     assert queues[memory_set["direct"].pk]["pending"] == 2  # two of its messages were archived in the episode
+    from memory.selectors import overview
+
+    monkeypatch.setattr(overview, "LAG_BATCH", 1)  # a statement per stream: the same counts
+    assert {q["stream"].pk: q["lag"] for q in overview.stream_queues()} == {pk: q["lag"] for pk, q in queues.items()}
     assert response.context["layers"]["facts_frozen"] == 1
 
 
