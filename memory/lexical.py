@@ -532,10 +532,14 @@ _SCOPE_SQL = f"SELECT {_FACT_COLUMNS.format(bm25='0')}, f.tokens_v2 FROM facts f
 def scope_read(person_ids: Sequence[int], *, include_invalid: bool = False) -> Read:
     """The persons' facts a person-scoped :func:`fact_candidates` scores, stored tokens included:
     ``{fact id: row}``; read once per :func:`one_state` (a turn) for all its query lines."""
-    persons = tuple(dict.fromkeys(int(p) for p in person_ids))
-    return Read(("person_facts", persons, include_invalid),
-                _SCOPE_SQL.format(persons=f"f.person_id IN ({','.join(['%s'] * len(persons))})", valid=_valid(include_invalid)),
-                persons, _rows_by_id)
+    key = _scope_key(person_ids, include_invalid)
+    persons = key[1]
+    return Read(key, _SCOPE_SQL.format(persons=f"f.person_id IN ({','.join(['%s'] * len(persons))})",
+                                       valid=_valid(include_invalid)), persons, _rows_by_id)
+
+
+def _scope_key(person_ids: Sequence[int], include_invalid: bool) -> tuple:
+    return "person_facts", tuple(dict.fromkeys(int(p) for p in person_ids)), include_invalid
 
 
 def present_scope_read(speakers: Read, speaker_id: int) -> Read:
@@ -560,7 +564,7 @@ def scope_of(person_ids: Sequence[int], present: Read) -> None:
     if sent(present):
         persons = set(person_ids)
         rows = read(present)
-        remembered(scope_read(person_ids).key, lambda: {fid: row for fid, row in rows.items() if row[2] in persons})
+        remembered(_scope_key(person_ids, False), lambda: {fid: row for fid, row in rows.items() if row[2] in persons})
 
 
 def _valid(include_invalid: bool) -> str:

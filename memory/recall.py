@@ -74,7 +74,7 @@ def replay_turn_pool(
     stream_kind: str,
     overrides: Mapping[str, Any],
     events: bool = False,
-    stats: dict[str, Any] | None = None,
+    blocked_counts: list[int] | None = None,
     context: Sequence[tuple[str, float]] = (),
 ) -> list[ScopedFact]:
     """The lexical candidate pool of a turn — the same code path production runs.
@@ -99,7 +99,7 @@ def replay_turn_pool(
             continue
         for fact in selectors.recall_facts_in_scope(
             person_ids=person_ids, query=query, limit=limit, now=now, stream_kind=stream_kind,
-            return_candidates=True, overrides=overrides, events=events, stats=stats,
+            return_candidates=True, overrides=overrides, events=events, blocked_counts=blocked_counts,
         ):
             first = pool.setdefault(fact.id, fact)
             if first is not fact and fact.coverage is not None:
@@ -125,15 +125,16 @@ def replay_turn_pool(
 
 
 def _episodes(stream_id: int, text: str, overrides: Mapping[str, Any]) -> list[RecalledEpisode]:
-    recalled = selectors.recall_episodes(
-        stream_id=stream_id, query=text,
-        limit=_limit(overrides, "recalled_episode_limit", settings.RECALLED_EPISODE_LIMIT),
-    )
+    recalled = selectors.recall_episodes(stream_id=stream_id, query=text, limit=_recalled_episode_limit(overrides))
     recent = selectors.recent_episodes(stream_id=stream_id, limit=_recent_episode_limit(overrides))
     merged: dict[int, RecalledEpisode] = {}
     for episode in [*recalled, *recent]:
         merged.setdefault(episode.id, episode)
     return list(merged.values())[: settings.EPISODE_CONTEXT_LIMIT]
+
+
+def _recalled_episode_limit(overrides: Mapping[str, Any]) -> int:
+    return _limit(overrides, "recalled_episode_limit", settings.RECALLED_EPISODE_LIMIT)
 
 
 def _recent_episode_limit(overrides: Mapping[str, Any]) -> int:
@@ -310,8 +311,8 @@ def _record_turn(values: dict[str, Any], trace: dict[str, Any], blocked_by_query
     """
     event = {"at": values["at"], "stream_id": values["stream_id"], "stage": "turn", "kind": "memory_retrieval_trace"}
     blocked = [  # as selectors.recall_facts_in_scope reports them outside a turn
-        {"at": values["at"], "stream_id": None, "stage": "", "kind": "memory_fact_scope_blocked",
-         "payload": {"streamKind": values["stream_kind"], "blocked": n}}
+        {"at": values["at"], "stream_id": None, "stage": "", "kind": selectors.SCOPE_BLOCKED,
+         "payload": selectors.scope_blocked_payload(values["stream_kind"], n)}
         for n in blocked_by_query
     ]
     if backends.is_postgresql():
@@ -363,8 +364,9 @@ def prepare_turn(
     reads = [
         speakers, scope,
         selectors.working_memory_read(stream_id=stream_id, limit=settings.WORKING_MEMORY_MESSAGES, watermark=watermark),
-        lexical.stream_cues_read(stream_id),
     ]
+    if _recalled_episode_limit(overrides) > 0:
+        reads.append(lexical.stream_cues_read(stream_id))
     if (recent := _recent_episode_limit(overrides)) > 0:
         reads.append(selectors.recent_episodes_read(stream_id=stream_id, limit=recent))
     if (size := _context_size(overrides)) > 0 and before:
@@ -377,10 +379,10 @@ def prepare_turn(
         persons = present_persons(stream_id=stream_id, speaker_id=speaker_id, before_id=before)
         lexical.scope_of(persons, scope)
         context = recent_context(stream_id=stream_id, upto_id=before, text=text, overrides=overrides)
-        stats: dict[str, Any] = {}
-        pool = replay_turn_pool(  # what visibility held back is recorded with the turn (_record_turn)
+        blocked: list[int] = []  # what visibility held back, recorded with the turn (_record_turn)
+        pool = replay_turn_pool(
             person_ids=persons, text=text, impression=impression, now=now, stream_kind=stream.kind,
-            overrides=overrides, stats=stats, context=conversation_lines(context, overrides),
+            overrides=overrides, blocked_counts=blocked, context=conversation_lines(context, overrides),
         )
         limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
         facts = complete_conflicts(prompt_facts(pool, limit), now=now)
@@ -404,11 +406,11 @@ def prepare_turn(
                 "streamKind": stream.kind, "heldBackFactIds": [f.id for f in held_back_facts(pool, limit)],
                 "contextMessageIds": [line.message_id for line in context],
             },
-            stats.get("blocked_by_query", ()),
+            blocked,
         )
     return TurnContext(
         turn_id=turn_id, stream=stream, speaker_id=speaker_id, now=now, working_memory=working,
-        present_person_ids=persons, pool=pool, facts=facts, episodes=episodes, blocked=stats.get("blocked", 0),
+        present_person_ids=persons, pool=pool, facts=facts, episodes=episodes, blocked=sum(blocked),
         overrides=overrides, context=context,
     )
 

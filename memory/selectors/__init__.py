@@ -38,6 +38,7 @@ from memory.selectors.episodes import (
     summary_skip_reasons,
 )
 from memory.selectors.facts import (
+    SCOPE_BLOCKED,
     DenseScope,
     ScopedFact,
     any_fact_vector,
@@ -53,6 +54,7 @@ from memory.selectors.facts import (
     rank_recalled_facts,
     recall_facts_across_persons,
     recall_facts_in_scope,
+    scope_blocked_payload,
     supersede_chain,
     top_facts,
     valid_fact_cosines,
@@ -129,6 +131,7 @@ __all__ = [
     "MESSAGE_DENSE_SCAN",
     "MESSAGE_POOL",
     "RecalledEpisode",
+    "SCOPE_BLOCKED",
     "ScopedFact",
     "SpreadItem",
     "Spreading",
@@ -186,6 +189,7 @@ __all__ = [
     "recent_speakers",
     "recent_speakers_read",
     "resident_node_texts",
+    "scope_blocked_payload",
     "search_knowledge",
     "search_messages",
     "search_persons",

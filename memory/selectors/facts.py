@@ -100,9 +100,17 @@ def _visible_rows(
     return kept, len(rows) - len(kept)
 
 
+SCOPE_BLOCKED = "memory_fact_scope_blocked"
+
+
+def scope_blocked_payload(stream_kind: str, blocked: int) -> dict[str, Any]:
+    """The payload of a :data:`SCOPE_BLOCKED` event: ``blocked`` facts visibility held back in a ``stream_kind`` stream."""
+    return {"streamKind": stream_kind, "blocked": blocked}
+
+
 def _report_blocked(blocked: int, stream_kind: str, now: int, events: bool) -> None:
     if blocked and events:
-        emit_event("memory_fact_scope_blocked", {"streamKind": stream_kind, "blocked": blocked}, at=now)
+        emit_event(SCOPE_BLOCKED, scope_blocked_payload(stream_kind, blocked), at=now)
 
 
 def fact_coverages(
@@ -242,7 +250,7 @@ def _score_rows(
 def _recall(
     *, person_ids: Sequence[int] | None, query: str, limit: int, now: int, stream_kind: str,
     private_in_group: bool | None, return_candidates: bool, overrides: Mapping[str, Any] | None, events: bool,
-    stats: dict[str, Any] | None = None,
+    blocked_counts: list[int] | None = None,
 ) -> list[ScopedFact]:
     if limit < 1:
         return []
@@ -254,10 +262,8 @@ def _recall(
     rows = lexical.fact_candidates(match, person_ids=person_ids, limit=limit * 3)
     rows, blocked = _visible_rows(rows, stream_kind, _private_in_group(private_in_group))
     _report_blocked(blocked, stream_kind, now, events)
-    if stats is not None:  # what visibility held back: in all, and per query that held any back
-        stats["blocked"] = stats.get("blocked", 0) + blocked
-        if blocked:
-            stats.setdefault("blocked_by_query", []).append(blocked)
+    if blocked and blocked_counts is not None:
+        blocked_counts.append(blocked)
     ov = _overrides(overrides)
     known = {r.id: r.tokens for r in rows if r.tokens is not None}
     coverages = None if is_seed_profile(ov) else fact_coverages([r.id for r in rows], query, tokens=known)
@@ -276,7 +282,7 @@ def recall_facts_in_scope(
     return_candidates: bool = False,
     overrides: Mapping[str, Any] | None = None,
     events: bool = True,
-    stats: dict[str, Any] | None = None,
+    blocked_counts: list[int] | None = None,
 ) -> list[ScopedFact]:
     """Lexical fact recall over the present persons (``None``: every person); read-only.
 
@@ -284,7 +290,8 @@ def recall_facts_in_scope(
     ``LIMIT limit*3``; visibility filtered before scoring; each candidate's
     relevance (``relevance_from_bm25``) and IDF coverage of the query go through
     :func:`rank_facts` (the engine's ``rank``); without ``return_candidates`` only
-    eligible facts are returned. No person, no fact.
+    eligible facts are returned. No person, no fact. What visibility held back is a
+    :data:`SCOPE_BLOCKED` event with ``events``, and appended to ``blocked_counts`` when given.
     """
     persons = None if person_ids is None else list(dict.fromkeys(person_ids))
     if persons == []:
@@ -292,7 +299,7 @@ def recall_facts_in_scope(
     return _recall(
         person_ids=persons, query=query, limit=limit, now=now, stream_kind=stream_kind,
         private_in_group=private_in_group, return_candidates=return_candidates, overrides=overrides, events=events,
-        stats=stats,
+        blocked_counts=blocked_counts,
     )
 
 
