@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 from datetime import timedelta
 
@@ -108,6 +109,17 @@ def test_nul_character_is_422_on_every_backend(api, path, body, field):
     assert field in r.json()["detail"] and "NUL" in r.json()["detail"]
     assert r.json()["errors"][0]["type"] == "json_invalid"
     assert (Stream.objects.count(), Person.objects.count()) == before
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32-be"])
+def test_nul_in_a_body_not_in_utf8_is_422(api, encoding):
+    # json accepts UTF-16/32 bodies; their escapes are not the bytes b"\\u", and the NUL is still refused
+    body = json.dumps({"stream": stream(), "role": "assistant", "content": "a\x00b"}).encode(encoding)
+    r = api.post("messages", raw=body)
+    assert r.status_code == 422
+    assert "body.content" in r.json()["detail"] and "NUL" in r.json()["detail"]
+    ok = json.dumps({"stream": stream(), "role": "assistant", "content": "ab"}).encode(encoding)
+    assert api.post("messages", raw=ok).status_code in (200, 201)
 
 
 def test_schema_states_request_strings_have_no_nul():
