@@ -27,7 +27,6 @@ Tokens come from the rows' stored ``index_tokens`` strings (``tokens_v2`` /
 """
 from __future__ import annotations
 
-import math
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -45,7 +44,7 @@ from django.db import connection, transaction
 from memory import backends, residency
 from memory.changes import ChangeFeed
 from memory.engine.bm25 import FOLDABLE as _FOLDABLE
-from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_tokens
+from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_idf, fts_tokens
 
 __all__ = [
     "B", "IDF_FLOOR", "K1", "SOURCES", "Read", "ResidentBM25", "Source", "fts_tokens", "one_state", "read", "remembered",
@@ -95,6 +94,8 @@ class ResidentBM25:
         self._lengths = np.zeros(0, dtype=np.float64)  # tokens per document (all columns)
         self._indptr = np.zeros(1, dtype=np.int64)    # term id -> slice of _docs / _tfs
         self._docs = np.zeros(0, dtype=np.int32)
+        self._keys = np.zeros(0, dtype=np.int64)      # term id · stride + position, ascending (one lookup)
+        self._stride = 1
         self._tfs = np.zeros(0, dtype=np.float32)     # term frequencies (exact integers)
         self._tail: dict[str, list[tuple[int, int]]] = {}   # term -> [(position, tf)] of appended rows
         self._tail_ids: list[int] = []
@@ -163,6 +164,7 @@ class ResidentBM25:
         terms = keys // n
         self._ids, self._lengths = ids, lengths
         self._docs = (keys % n).astype(np.int32)
+        self._keys, self._stride = keys.astype(np.int64), n
         self._tfs = tfs.astype(np.float32)
         self._indptr = np.searchsorted(terms, np.arange(len(self._vocab) + 1)).astype(np.int64)
         self._total_tokens = float(lengths.sum())
@@ -265,10 +267,7 @@ class ResidentBM25:
             docs, tfs = self._postings(token)
             if not len(docs):
                 continue
-            idf = math.log((n - len(docs) + 0.5) / (len(docs) + 0.5))
-            if idf <= 0.0:
-                idf = IDF_FLOOR
-            total[docs] += idf * ((tfs * (K1 + 1.0)) / (tfs + norms[docs]))  # FTS5's order of operations
+            total[docs] += fts_idf(n, len(docs)) * ((tfs * (K1 + 1.0)) / (tfs + norms[docs]))  # FTS5's order of operations
             hit[docs] = True
         positions = np.flatnonzero(hit)
         return positions, -total[positions]
@@ -291,42 +290,51 @@ class ResidentBM25:
             at = self._positions(wanted)
             if at is None:
                 return None
-            n = len(self)
-            total = np.zeros(len(at))
-            hit = np.zeros(len(at), dtype=bool)
             if not tokens or not len(at):
                 return np.zeros(0, dtype=np.int64), np.zeros(0)
+            found, tf, df = self._lookup(tokens, at)
+            n = len(self)
             norms = self._norms()[at]
-            for token in tokens:
-                tid = self._vocab.get(token)
-                main = (
-                    self._docs[self._indptr[tid]:self._indptr[tid + 1]]
-                    if tid is not None and tid + 1 < len(self._indptr) else self._docs[:0]
-                )
-                tail = self._tail.get(token) or ()
-                df = len(main) + len(tail)
-                if not df:
-                    continue
-                idf = math.log((n - df + 0.5) / (df + 0.5))
-                if idf <= 0.0:
-                    idf = IDF_FLOOR
-                found = np.zeros(len(at), dtype=bool)
-                tf = np.zeros(len(at))
-                if len(main):  # a term's positions are ascending: binary search, no copy of the doclist
-                    k = np.minimum(np.searchsorted(main, at), len(main) - 1)
-                    found = main[k] == at
-                    tf[found] = self._tfs[self._indptr[tid] + k[found]]
-                if tail:  # appended rows, not merged yet
-                    tp = np.fromiter((p for p, _ in tail), dtype=np.int64, count=len(tail))
-                    j = np.searchsorted(at, tp)
-                    ok = j < len(at)
-                    ok[ok] = at[j[ok]] == tp[ok]
-                    found[j[ok]] = True
-                    tf[j[ok]] = np.fromiter((c for _, c in tail), dtype=np.float64, count=len(tail))[ok]
-                tf = tf[found]
-                total[found] += idf * ((tf * (K1 + 1.0)) / (tf + norms[found]))  # as in _scores
-                hit |= found
+            idf = np.array([fts_idf(n, k) if k else 0.0 for k in df])
+            # as in _scores (the same operations on each number), summed term by term in query order:
+            # a reduction over axis 0 adds row after row, and a term missing from a row adds 0.0
+            total = np.add.reduce(idf[:, None] * ((tf * (K1 + 1.0)) / (tf + norms)), axis=0)
+            hit = found.any(axis=0)
             return wanted[hit], -total[hit]
+
+    def _lookup(self, tokens: Sequence[str], at: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """``(found, tf, df)``: whether each token (row) occurs in each document position ``at``
+        (column), its frequency there (0 where not) and each token's document frequency — every
+        pair of the main arrays in one binary search of ``_keys``, the tail token by token."""
+        vocab, indptr, stride = self._vocab, self._indptr, self._stride
+        tids = np.fromiter(
+            (t if t is not None and t + 1 < len(indptr) else -1 for t in map(vocab.get, tokens)),
+            dtype=np.int64, count=len(tokens),
+        )
+        known = tids >= 0
+        df = np.where(known, indptr[np.maximum(tids, 0) + 1] - indptr[np.maximum(tids, 0)], 0)
+        in_main = at < len(self._ids)
+        wanted = np.where(known[:, None] & in_main[None, :], tids[:, None] * stride + at[None, :], -1)
+        tf = np.zeros(wanted.shape)
+        if len(self._keys):
+            k = np.minimum(np.searchsorted(self._keys, wanted), len(self._keys) - 1)
+            found = self._keys[k] == wanted
+            tf[found] = self._tfs[k[found]]
+        else:
+            found = np.zeros(wanted.shape, dtype=bool)
+        df = df.tolist()
+        for row, token in enumerate(tokens):
+            tail = self._tail.get(token)
+            if not tail:  # appended rows, not merged yet
+                continue
+            df[row] += len(tail)
+            tp = np.fromiter((p for p, _ in tail), dtype=np.int64, count=len(tail))
+            j = np.searchsorted(at, tp)
+            ok = j < len(at)
+            ok[ok] = at[j[ok]] == tp[ok]
+            found[row, j[ok]] = True
+            tf[row, j[ok]] = np.fromiter((c for _, c in tail), dtype=np.float64, count=len(tail))[ok]
+        return found, tf, df
 
     def _positions(self, rowids: np.ndarray) -> np.ndarray | None:
         """Document positions of ascending unique ``rowids``; ``None`` if one is not loaded."""
@@ -1017,9 +1025,7 @@ class ResidentMessages:
                 if not df or token not in found:
                     continue
                 docs, tfs = found[token]
-                idf = math.log((n - df + 0.5) / (df + 0.5))
-                if idf <= 0.0:
-                    idf = IDF_FLOOR
+                idf = fts_idf(n, df)
                 norms = K1 * ((1.0 - B) + B * lengths[docs] / avgdl)  # FTS5's order of operations
                 total[docs] += idf * ((tfs * (K1 + 1.0)) / (tfs + norms))
                 hit[docs] = True

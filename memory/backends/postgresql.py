@@ -33,7 +33,6 @@ message deletes and token changes, with the old tokens (migration 0025,
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ import numpy as np
 import psycopg
 from django.db import connection
 
-from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_tokens
+from memory.engine.bm25 import K1, B, fts_idf, fts_tokens
 from memory.engine.tokenize import index_tokens
 
 # The counter is the value's leading integer, 0 when there is none ('', 'x', a hand-edited row):
@@ -636,8 +635,7 @@ def _score(
         # Read committed: the statistics and the postings are read by different statements, and rows
         # another transaction commits in between can make more documents hit than the statistics count.
         n_hit = min(hits_per_phrase[tuple(phrase)], n_rows)
-        idf = math.log((n_rows - n_hit + 0.5) / (n_hit + 0.5))
-        idfs.append(idf if idf > 0.0 else IDF_FLOOR)
+        idfs.append(fts_idf(n_rows, n_hit))
     avgdl = float(n_tokens) / float(n_rows)
     out: dict[int, float] = {}
     for doc_id, (length, positions) in docs.items():

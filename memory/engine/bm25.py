@@ -7,12 +7,19 @@ and PostgreSQL's postings (``memory/backends/postgresql.py``) compute the very s
 """
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 
 K1 = 1.2
 B = 0.75
 IDF_FLOOR = 1e-6          # FTS5 replaces a non-positive IDF by this
+
+
+def fts_idf(n_rows: int, df: int) -> float:
+    """FTS5's IDF of a term that ``df`` of ``n_rows`` rows hold (a non-positive one is :data:`IDF_FLOOR`)."""
+    value = math.log((n_rows - df + 0.5) / (df + 0.5))
+    return value if value > 0.0 else IDF_FLOOR
 
 _TOKEN = re.compile(r"[^\W_]+")
 FOLDABLE = re.compile("[\u0080-\u024f\u1e00-\u1eff]")  # the characters _fold may change
