@@ -10,6 +10,7 @@ fused relevance and exactly the facts that enter the prompt are reinforced.
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -446,7 +447,37 @@ def held_back_facts(ranked: Sequence[ScopedFact], limit: int) -> list[ScopedFact
     return [ranked[r.id] for r in held_back(terms, limit)]
 
 
-def _pool_facts(turn: Turn) -> list[ScopedFact]:
+@dataclass(frozen=True)
+class _TurnToConfirm:
+    """What a confirm reads of its turn (:func:`_turn_to_confirm`)."""
+
+    id: int
+    stream_id: int
+    at: int
+    text: str
+    stream_kind: str
+    confirmed_at: int | None
+    present_person_ids: list[int]
+    pool: list[dict]
+    context_message_ids: list[int]
+
+
+def _turn_to_confirm(turn_id: int) -> _TurnToConfirm | None:
+    """The turn's row for :func:`confirm_turn`: its columns by plain SQL (not a model instance:
+    the ORM's machinery cost as much as the read), the JSON ones decoded as a JSONField does."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT id, stream_id, at, text, stream_kind, confirmed_at, present_person_ids, pool, context_message_ids"
+            " FROM turns WHERE id = %s",
+            [turn_id],
+        )
+        row = cur.fetchone()
+    if row is None:
+        return None
+    return _TurnToConfirm(*row[:6], *(json.loads(v) if isinstance(v, str | bytes) else v for v in row[6:]))
+
+
+def _pool_facts(turn: _TurnToConfirm) -> list[ScopedFact]:
     out = []
     for item in turn.pool:
         out.append(
@@ -530,10 +561,9 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     Confirming a turn twice raises :class:`TurnStateError`.
     """
     now = services.now_ms() if at is None else at
-    found = list(Turn.objects.raw("SELECT * FROM turns WHERE id = %s", [turn_id]))  # no ORM compile per confirm
-    if not found:
+    turn = _turn_to_confirm(turn_id)
+    if turn is None:
         raise TurnNotFound(f"turn {turn_id} not found")
-    turn = found[0]
     if turn.confirmed_at is not None:
         raise TurnStateError(f"turn {turn_id} was already confirmed")
     overrides = _overrides()
