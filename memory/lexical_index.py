@@ -312,7 +312,8 @@ class ResidentBM25:
             dtype=np.int64, count=len(tokens),
         )
         known = tids >= 0
-        df = np.where(known, indptr[np.maximum(tids, 0) + 1] - indptr[np.maximum(tids, 0)], 0)
+        df = np.zeros(len(tokens), dtype=np.int64)
+        df[known] = indptr[tids[known] + 1] - indptr[tids[known]]
         in_main = at < len(self._ids)
         wanted = np.where(known[:, None] & in_main[None, :], tids[:, None] * stride + at[None, :], -1)
         tf = np.zeros(wanted.shape)
