@@ -492,7 +492,7 @@ def test_scoped_scores_are_the_whole_tables_bit_for_bit_with_appended_rows(loade
     index._append([(5000 + i, doc()) for i in range(30)])  # a tail, not merged
     rowids = index._rowids(np.arange(len(index)))
     for _ in range(300):
-        terms = [rng.choice([*words, "absent"]) for _ in range(rng.randint(1, 10))]
+        terms = [rng.choice([*words, "absent"]) for _ in range(rng.randint(1, 30))]  # a turn's query: ~20 tokens
         wanted = sorted(rng.sample(rowids.tolist(), rng.randint(1, min(60, len(rowids)))))
         ids, bm25 = index.scores_for(terms, wanted)
         all_ids, all_bm25 = index.scores(terms)
