@@ -92,9 +92,8 @@ class ResidentBM25:
         self._vocab: dict[str, int] = {}
         self._ids = np.zeros(0, dtype=np.int64)       # rowid per document position (ascending)
         self._lengths = np.zeros(0, dtype=np.float64)  # tokens per document (all columns)
-        self._indptr = np.zeros(1, dtype=np.int64)    # term id -> slice of _docs / _tfs
-        self._docs = np.zeros(0, dtype=np.int32)
-        self._keys = np.zeros(0, dtype=np.int64)      # term id · stride + position, ascending (one lookup)
+        self._indptr = np.zeros(1, dtype=np.int64)    # term id -> slice of _keys / _tfs
+        self._keys = np.zeros(0, dtype=np.int64)      # per posting: term id · stride + document position, ascending
         self._stride = 1
         self._tfs = np.zeros(0, dtype=np.float32)     # term frequencies (exact integers)
         self._tail: dict[str, list[tuple[int, int]]] = {}   # term -> [(position, tf)] of appended rows
@@ -163,7 +162,6 @@ class ResidentBM25:
         tfs = np.bincount(inverse, weights=counts) if len(keys) else np.zeros(0)
         terms = keys // n
         self._ids, self._lengths = ids, lengths
-        self._docs = (keys % n).astype(np.int32)
         self._keys, self._stride = keys.astype(np.int64), n
         self._tfs = tfs.astype(np.float32)
         self._indptr = np.searchsorted(terms, np.arange(len(self._vocab) + 1)).astype(np.int64)
@@ -188,8 +186,8 @@ class ResidentBM25:
 
     def _merge_tail(self) -> None:
         vocab = self._vocab
-        term_ids = [np.repeat(np.arange(len(self._indptr) - 1, dtype=np.int64), np.diff(self._indptr))]
-        positions = [self._docs.astype(np.int64)]
+        term_ids = [self._keys // self._stride]
+        positions = [self._keys % self._stride]
         counts = [self._tfs]
         for t, postings in self._tail.items():
             tid = vocab.setdefault(t, len(vocab))
@@ -222,7 +220,7 @@ class ResidentBM25:
             docs, tfs = np.zeros(0, dtype=np.int64), np.zeros(0)
         else:
             lo, hi = self._indptr[tid], self._indptr[tid + 1]
-            docs, tfs = self._docs[lo:hi].astype(np.int64), self._tfs[lo:hi].astype(np.float64)
+            docs, tfs = self._keys[lo:hi] - tid * self._stride, self._tfs[lo:hi].astype(np.float64)
         tail = self._tail.get(token)
         if tail:
             docs = np.concatenate([docs, np.fromiter((p for p, _ in tail), dtype=np.int64, count=len(tail))])
