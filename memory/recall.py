@@ -386,7 +386,8 @@ def prepare_turn(
             overrides=overrides, blocked_counts=blocked, context=conversation_lines(context, overrides),
         )
         limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
-        facts = complete_conflicts(prompt_facts(pool, limit), now=now)
+        prompt = prompt_facts(pool, limit)
+        facts = complete_conflicts(prompt, now=now)
         episodes = _episodes(stream_id, text, overrides)
         working = selectors.working_memory(stream_id=stream_id, limit=settings.WORKING_MEMORY_MESSAGES, watermark=watermark)
     turn_id = None
@@ -403,7 +404,7 @@ def prepare_turn(
                 "conversationImpression": impression, "currentTextChars": len(text),
                 "impressionChars": len(impression), "candidateCount": len(pool),
                 "candidatePool": [{"factId": f.id, "score": f.score} for f in pool],
-                "promptFactIds": [f.id for f in prompt_facts(pool, limit)], "presentPersonIds": persons,
+                "promptFactIds": [f.id for f in prompt], "presentPersonIds": persons,
                 "streamKind": stream.kind, "heldBackFactIds": [f.id for f in held_back_facts(pool, limit)],
                 "contextMessageIds": [line.message_id for line in context],
             },
