@@ -60,13 +60,15 @@ screenshots: $(VENV)/.installed
 	@echo "Open test-artifacts/screenshots/index.html"
 
 # Both backends when PostgreSQL answers (BENCH_BACKENDS=sqlite to skip it; bench/backends.py): the scale
-# store is moved to PostgreSQL by copy_store once, the API runs with a real worker on each.
+# store is moved to PostgreSQL by copy_store once, the API runs with a real worker on each, the backends in
+# interleaved rounds (bench/api_rounds.py: each measure the median of the rounds).
+BENCH_API_ROUNDS ?= 3
 BENCH_BACKENDS ?= $(shell $(BIN)/python -c "from bench.backends import requested; print(','.join(requested()))" 2>/dev/null || echo sqlite)
 
 bench: $(VENV)/.installed
 	$(BIN)/python -m bench.run --backends $(BENCH_BACKENDS)
 	$(BIN)/python -m bench.api_bench
-	for b in $(subst $(comma), ,$(BENCH_BACKENDS)); do $(BIN)/python -m bench.api_bench --worker --backend $$b || exit 1; done
+	$(BIN)/python -m bench.api_rounds --backends $(BENCH_BACKENDS) --rounds $(BENCH_API_ROUNDS)
 	$(BIN)/python -m bench.console_bench
 	$(BIN)/python -m bench.worker_bench --worker --backends $(BENCH_BACKENDS)
 	$(BIN)/python -m bench.report

@@ -119,15 +119,24 @@ def render_backends() -> str | None:
             rows.append((f"{name} — p95 ms", [(reads.get(b) or {}).get(name, {}).get("p95_ms") for b in cols], target))
     if apis:
         first = next(iter(apis.values()))
+
+        def api(path: str) -> list:
+            """``path``'s value on each backend; with rounds (bench.api_rounds) their median and range."""
+            out = []
+            for b in cols:
+                value = apis.get(b) or {}
+                for key in path.split("."):
+                    value = value.get(key) or {}
+                spread = ((apis.get(b) or {}).get("rounds") or {}).get(path)
+                out.append(f"{value} ({min(spread)}–{max(spread)})" if spread and len(spread) > 1 else (value or None))
+            return out
+
         rows.append((f"POST /messages with the worker running — req/s ({first['ingest']['http']['threads']} client threads)",
-                     [(apis.get(b) or {}).get("ingest", {}).get("http", {}).get("requests_per_s") for b in cols],
-                     "PostgreSQL ≥ SQLite"))
-        rows.append(("POST /messages — p95 ms",
-                     [(apis.get(b) or {}).get("ingest", {}).get("http", {}).get("latency", {}).get("p95_ms") for b in cols], ""))
+                     api("ingest.http.requests_per_s"), "PostgreSQL ≥ SQLite"))
+        rows.append(("POST /messages — p95 ms", api("ingest.http.latency.p95_ms"), ""))
         for key, label in (("turn_total", "POST /turns + confirm (one turn) — p95 ms"), ("turns", "POST /turns — p95 ms"),
                            ("confirm", "POST /turns/{id}/confirm — p95 ms")):
-            rows.append((label, [((apis.get(b) or {}).get(key) or {}).get("http", {}).get("p95_ms") for b in cols],
-                         "≤ 30" if key == "turn_total" else ""))
+            rows.append((label, api(f"{key}.http.p95_ms"), "≤ 30" if key == "turn_total" else ""))
     if runs:
         n = next(iter(runs.values()))["messages"]
         def total(run: dict | None):
@@ -141,12 +150,15 @@ def render_backends() -> str | None:
         rows.append(("the same — CPU s (poster + worker + PostgreSQL's server processes)",
                      [(runs.get(b) or {}).get("cpu_seconds", {}).get("total") for b in cols], ""))
     copy = speed.get("postgresql_copy") or {}
+    rounds = max((len(next(iter((r.get("rounds") or {"": [0]}).values()))) for r in apis.values()), default=1)
     lines = ["<!-- backends:start -->", "## SQLite and PostgreSQL side by side (`make bench`)", "",
              "The same scale store on both backends, measured in one run on this machine "
              f"({(speed.get('when') or '?')}); the PostgreSQL store is the SQLite scale database moved by "
              f"`manage.py copy_store` ({copy.get('copy_seconds')} s; same top ids of its recall sample on both: "
              f"{copy.get('recalls') or '—'}). The API rows run gunicorn (2 workers) with task enqueueing on and a real "
-             "Celery worker (2 processes) beside it, as deployed (`python -m bench.api_bench --worker --backend …`).", "",
+             "Celery worker (2 processes) beside it, as deployed (`python -m bench.api_bench --worker --backend …`)"
+             + (f", in {rounds} interleaved rounds (SQLite, PostgreSQL, SQLite, …; `python -m bench.api_rounds`): "
+                "each cell is the median of the rounds, their range in brackets" if rounds > 1 else "") + ".", "",
              "| measure | SQLite | PostgreSQL | target |", "| --- | ---: | ---: | --- |"]
     lines += [f"| {label} | {cell(a)} | {cell(b)} | {target} |" for label, (a, b), target in rows]
     lines += ["", "<!-- backends:end -->"]
