@@ -4,7 +4,6 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
-comma := ,
 export DJANGO_SETTINGS_MODULE := config.settings
 
 .PHONY: setup run web worker beat test test-postgres test-fast bench eval lint check demo demo-cluster clean screenshots

@@ -150,7 +150,7 @@ def render_backends() -> str | None:
         rows.append(("the same — CPU s (poster + worker + PostgreSQL's server processes)",
                      [(runs.get(b) or {}).get("cpu_seconds", {}).get("total") for b in cols], ""))
     copy = speed.get("postgresql_copy") or {}
-    rounds = max((len(next(iter((r.get("rounds") or {"": [0]}).values()))) for r in apis.values()), default=1)
+    rounds = max((len(v) for r in apis.values() for v in (r.get("rounds") or {}).values()), default=1)
     lines = ["<!-- backends:start -->", "## SQLite and PostgreSQL side by side (`make bench`)", "",
              "The same scale store on both backends, measured in one run on this machine "
              f"({(speed.get('when') or '?')}); the PostgreSQL store is the SQLite scale database moved by "
