@@ -42,7 +42,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import Server, latency_stats, stop_process_group
+from bench.common import Server, latency_stats, shown, stop_process_group
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -436,12 +436,12 @@ def main(argv: list[str] | None = None) -> dict:
             db = clone = backends.clone(backends.scale_copy(src)["url"], "api")
             meta = src.with_suffix(".json")
             counts = json.loads(meta.read_text()) if meta.exists() else {}
-            source = f"{src} moved to PostgreSQL (copy_store)"
+            source = f"{shown(src)} moved to PostgreSQL (copy_store)"
         elif src.exists():
             copy_db(src, db)
             meta = src.with_suffix(".json")
             counts = json.loads(meta.read_text()) if meta.exists() else {}
-            source = str(src)
+            source = shown(src)
         elif args.backend == "postgresql":
             raise SystemExit(f"--backend postgresql needs the scale database {src} (python -m bench.run builds it)")
         else:

@@ -44,6 +44,15 @@ def data_dir() -> Path:
     return Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+def shown(path: Path | str) -> str:
+    """``path`` as results and reports name it: relative to the repository when it lies beside it
+    (``bench/.cache/scale.sqlite3``, ``../shared/data``), so no machine's directories are written down."""
+    path = Path(path).resolve()
+    if path.is_relative_to(REPO_DIR.parent):
+        return os.path.relpath(path, REPO_DIR)
+    return str(path)
+
+
 def require_data(*parts: str) -> Path:
     path = data_dir().joinpath(*parts)
     if not path.exists():
@@ -260,7 +269,7 @@ def evaluation_main(
         print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
 
     results: dict = {"command": command, "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-                     "data_dir": str(data_dir()), "python": platform.python_version()}
+                     "data_dir": shown(data_dir()), "python": platform.python_version()}
     measure(results, log)
     results["seconds"] = round(time.perf_counter() - t0, 1)
     args.output.parent.mkdir(parents=True, exist_ok=True)
