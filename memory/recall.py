@@ -307,7 +307,7 @@ def _record_turn(values: dict[str, Any], trace: dict[str, Any], blocked_by_query
     visibility held back (``blocked_by_query``: how many) as one unflushed write
     (:func:`_trace_write`); the turn's id.
 
-    PostgreSQL: one statement sent with its BEGIN and COMMIT, one round trip
+    PostgreSQL: one statement, its own transaction, one round trip
     (:func:`memory.backends.postgresql.record_turn`); SQLite: the INSERTs in one transaction.
     """
     event = {"at": values["at"], "stream_id": values["stream_id"], "stage": "turn", "kind": "memory_retrieval_trace"}

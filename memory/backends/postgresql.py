@@ -91,35 +91,25 @@ def commit_without_flush(cur: Any) -> None:
     cur.execute("SET LOCAL synchronous_commit TO OFF")
 
 
-def run_unflushed(sql: str, params: Sequence[Any]) -> list[tuple]:
-    """Run one statement as a transaction whose commit does not wait for the log flush
-    (:func:`commit_without_flush`) and return its rows — in one round trip.
+#: The first CTE of a :func:`run_unflushed` statement: ``SET LOCAL synchronous_commit TO OFF`` as
+#: a value. A statement sent alone is a transaction of its own, so the setting holds until its
+#: commit. PostgreSQL evaluates a plain CTE only where it is read: the statement's result reads it
+#: (``… FROM t, unflushed``), so it is set whenever the statement returns a row — each of ours
+#: returns one whenever it writes.
+UNFLUSHED = "unflushed AS (SELECT set_config('synchronous_commit', 'off', true) AS off)"
 
-    Outside a transaction, BEGIN, ``SET LOCAL``, the statement and COMMIT go to the server
-    together (psycopg's pipeline mode): each alone would cost a round trip (~0.25 ms here).
-    A failing statement rolls back and raises; the connection stays usable. Inside a
-    transaction (an atomic block) the statement joins it, as any other would.
+
+def run_unflushed(sql: str, params: Sequence[Any]) -> list[tuple]:
+    """Run ``sql`` — ``WITH`` :data:`UNFLUSHED`, …, its result reading ``unflushed`` — and return its
+    rows. Outside a transaction the statement is one, whose commit does not wait for the log flush
+    (:func:`commit_without_flush`), all or nothing, in one round trip and one statement (no BEGIN, SET
+    or COMMIT beside it); inside one (an atomic block) it joins it, and that transaction commits so.
     """
-    if connection.in_atomic_block:
-        with connection.cursor() as cur:
-            commit_without_flush(cur)
-            cur.execute(sql, params)
-            return cur.fetchall()
-    connection.ensure_connection()
-    raw = connection.connection
-    with connection.cursor() as control, connection.cursor() as cur:
-        try:
-            # the pipeline raises a failure when it ends, outside the cursors: Django's error classes all the same
-            with connection.wrap_database_errors, raw.pipeline():
-                control.execute("BEGIN")
-                commit_without_flush(control)
-                cur.execute(sql, params)
-                control.execute("COMMIT")
-            return cur.fetchall()
-        except Exception:
-            if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                raw.rollback()
-            raise
+    if not sql.startswith(f"WITH {UNFLUSHED}"):
+        raise ValueError("a run_unflushed statement starts WITH unflushed (UNFLUSHED)")
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchall()
 
 
 def record_turn(turn: dict[str, Any], event: dict[str, Any], others: Sequence[dict[str, Any]] = ()) -> int:
@@ -137,9 +127,10 @@ def record_turn(turn: dict[str, Any], event: dict[str, Any], others: Sequence[di
             params += [other["at"], other["stream_id"], other["stage"], other["kind"],
                        json.dumps(other["payload"], ensure_ascii=False)]
     sql = (
-        f"WITH t AS (INSERT INTO turns ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) RETURNING id)"
+        f"WITH {UNFLUSHED}, t AS (INSERT INTO turns ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})"
+        " RETURNING id)"
         f"{also} INSERT INTO pipeline_events (at, stream_id, turn_id, stage, kind, payload)"
-        " SELECT %s, %s, t.id, %s, %s, jsonb_set(%s::jsonb, '{turnId}', to_jsonb(t.id)) FROM t RETURNING turn_id"
+        " SELECT %s, %s, t.id, %s, %s, jsonb_set(%s::jsonb, '{turnId}', to_jsonb(t.id)) FROM t, unflushed RETURNING turn_id"
     )
     params += [event["at"], event["stream_id"], event["stage"], event["kind"],
                json.dumps(event["payload"], ensure_ascii=False)]
@@ -162,7 +153,7 @@ def confirm_turn(
     turn was not there to claim (missing or already confirmed).
     """
     sql = (
-        "WITH claim AS (SELECT id FROM turns WHERE id = %s AND confirmed_at IS NULL FOR UPDATE),"
+        f"WITH {UNFLUSHED}, claim AS (SELECT id FROM turns WHERE id = %s AND confirmed_at IS NULL FOR UPDATE),"
         " v AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::float8[], %s::bigint[])"
         "  WITH ORDINALITY AS v(fact_id, person_id, strength, due_at, ord)),"
         " f AS (UPDATE facts SET strength = v.strength, updated_at = %s, due_at = v.due_at, active = TRUE,"
@@ -175,7 +166,7 @@ def confirm_turn(
         "  FROM claim WHERE turns.id = claim.id RETURNING turns.reinforced_fact_ids),"
         " e AS (INSERT INTO pipeline_events (at, stream_id, turn_id, stage, kind, payload)"
         "  SELECT %s, %s, claim.id, %s, %s, %s::jsonb FROM claim)"
-        " SELECT reinforced_fact_ids FROM t"
+        " SELECT reinforced_fact_ids FROM t, unflushed"
     )
     params = [
         turn_id, [r[0] for r in reinforce], [r[1] for r in reinforce], [r[2] for r in reinforce],

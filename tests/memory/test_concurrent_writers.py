@@ -176,7 +176,7 @@ def test_a_turn_confirmed_by_two_transactions_at_once_reinforces_once():
 
 
 def test_a_turns_one_round_trip_write_that_fails_leaves_nothing_and_the_connection_usable():
-    """BEGIN, the statement and COMMIT go to the server together; a failing statement rolls it all back."""
+    """The write is one statement, its own transaction: when it fails nothing of it stays."""
     from django.db.utils import IntegrityError
 
     from memory.backends import postgresql  # PostgreSQL-only module: imported where the test runs there
@@ -186,8 +186,10 @@ def test_a_turns_one_round_trip_write_that_fails_leaves_nothing_and_the_connecti
     before = PipelineEvent.objects.count()
     with pytest.raises(IntegrityError):  # the event is written, then the second row fails its NOT NULL
         postgresql.run_unflushed(
-            "WITH e AS (INSERT INTO pipeline_events (at, stage, kind, payload) VALUES (1, '', 'probe', '{}') RETURNING seq)"
-            " INSERT INTO pipeline_events (at, stage, kind, payload) SELECT NULL, '', 'probe', '{}' FROM e RETURNING seq",
+            f"WITH {postgresql.UNFLUSHED},"
+            " e AS (INSERT INTO pipeline_events (at, stage, kind, payload) VALUES (1, '', 'probe', '{}') RETURNING seq)"
+            " INSERT INTO pipeline_events (at, stage, kind, payload) SELECT NULL, '', 'probe', '{}' FROM e, unflushed"
+            " RETURNING seq",
             [],
         )
     assert PipelineEvent.objects.count() == before
@@ -195,6 +197,7 @@ def test_a_turns_one_round_trip_write_that_fails_leaves_nothing_and_the_connecti
         cur.execute("SHOW synchronous_commit")
         assert cur.fetchone()[0] == "on"
     rows = postgresql.run_unflushed(
-        "INSERT INTO pipeline_events (at, stage, kind, payload) VALUES (2, '', 'probe', '{}') RETURNING seq", []
+        f"WITH {postgresql.UNFLUSHED} INSERT INTO pipeline_events (at, stage, kind, payload)"
+        " SELECT 2, '', 'probe', '{}' FROM unflushed RETURNING seq", []
     )
     assert PipelineEvent.objects.filter(seq=rows[0][0], kind="probe").exists()  # committed: another read sees it

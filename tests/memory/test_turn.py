@@ -218,22 +218,39 @@ def test_unknown_stream(person):
 @pytest.mark.postgresql_only("synchronous_commit is PostgreSQL's; SQLite's WAL + synchronous=NORMAL never flushes at commit")
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_turns_writes_do_not_wait_for_a_flush_but_a_message_does(person, direct_stream):
-    from django.db import connection
+    """Each of a turn's two writes is one statement that turns the flush off for its own transaction;
+    a message's write leaves it on."""
+    from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
 
+    def flush() -> str:
+        with connection.cursor() as cur:
+            cur.execute("SHOW synchronous_commit")
+            return cur.fetchone()[0]
+
     _fact(person, "玩家不喜欢吃香菜")
-    relaxed = "SET LOCAL synchronous_commit TO OFF"
+    relaxed = "set_config('synchronous_commit', 'off', true)"
     with CaptureQueriesContext(connection) as message:
         services.append_message(stream_id=direct_stream.pk, role="user", content="香菜好吃吗", at=NOW + DAY,
                                 sender_person_id=person.pk)
     with CaptureQueriesContext(connection) as turn:
         ctx = _prepare(direct_stream, person, "香菜好吃吗")
         recall.confirm_turn(turn_id=ctx.turn_id, at=NOW + DAY + 1)
-    assert not any(relaxed in q["sql"] for q in message.captured_queries)
-    assert [q["sql"] for q in turn.captured_queries].count(relaxed) == 2  # prepare's trace, confirm's writes
-    with connection.cursor() as cur:  # SET LOCAL ends with its transaction
-        cur.execute("SHOW synchronous_commit")
-        assert cur.fetchone()[0] == "on"
+    sent = [q["sql"] for q in turn.captured_queries]
+    assert not any("synchronous_commit" in q["sql"] for q in message.captured_queries)
+    assert len([q for q in sent if relaxed in q]) == 2  # prepare's trace, confirm's writes
+    assert not [q for q in sent if q.strip().upper() in ("BEGIN", "COMMIT")]  # each a transaction of its own
+    assert flush() == "on"
+    # PostgreSQL evaluates the setting only where the statement reads it: inside a transaction (where
+    # it lasts to the end) both writes are seen to have set it
+    with transaction.atomic():
+        again = _prepare(direct_stream, person, "香菜")
+        assert flush() == "off"
+    with transaction.atomic():
+        assert flush() == "on"
+        recall.confirm_turn(turn_id=again.turn_id, at=NOW + DAY + 2)
+        assert flush() == "off"
+    assert flush() == "on"
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
