@@ -47,9 +47,8 @@ from memory.engine.bm25 import FOLDABLE as _FOLDABLE
 from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_idf, fts_tokens
 
 __all__ = [
-    "B", "IDF_FLOOR", "K1", "SOURCES", "Read", "ResidentBM25", "Source", "fts_tokens", "one_state", "read", "remembered",
-    "reset_all",
-    "resident",
+    "B", "IDF_FLOOR", "K1", "SOURCES", "Read", "ResidentBM25", "Source", "file_as", "fts_tokens", "one_state", "read",
+    "remembered", "reset_all", "resident",
 ]
 
 TAIL_MERGE_ROWS = 512     # appended rows kept aside before they are merged into the arrays
@@ -471,6 +470,16 @@ def sent(r: Read) -> bool:
     """Whether ``r`` was read ahead with the reads of the :func:`one_state` block around."""
     state = _state.get()
     return state is not None and r.key in state
+
+
+def file_as(ahead: Read, target: Read, keep: Callable[[tuple], bool] | None = None) -> None:
+    """Inside :func:`one_state`: when ``ahead`` (a read of the same columns as ``target``, its rows
+    as a list) was sent with the block's reads before ``target``'s parameters were known, its rows
+    (those ``keep`` keeps) are ``target``'s result: reading ``target`` sends nothing."""
+    state = _state.get()
+    if state is not None and ahead.key in state and target.key not in state:
+        rows = state[ahead.key]
+        state[target.key] = target.convert([row for row in rows if keep is None or keep(row)])
 
 
 def remembered(key: tuple, compute: Callable[[], object]) -> object:

@@ -463,18 +463,23 @@ class _TurnToConfirm:
     context_message_ids: list[int]
 
 
-def _turn_to_confirm(turn_id: int) -> _TurnToConfirm | None:
-    """The turn's row for :func:`confirm_turn`: its columns by plain SQL (not a model instance:
-    the ORM's machinery cost as much as the read), the JSON ones decoded as a JSONField does."""
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT id, stream_id, at, text, stream_kind, confirmed_at, present_person_ids, pool, context_message_ids"
-            " FROM turns WHERE id = %s",
-            [turn_id],
-        )
-        row = cur.fetchone()
-    if row is None:
+def _turn_read(turn_id: int) -> lexical.Read:
+    """The turn's row for :func:`confirm_turn` (``None`` when there is none): its columns by plain SQL
+    (not a model instance: the ORM's machinery cost as much as the read), the JSON ones decoded as a
+    JSONField does."""
+    return lexical.Read(
+        ("turn_to_confirm", int(turn_id)),
+        "SELECT id, stream_id, at, text, stream_kind, confirmed_at, present_person_ids, pool, context_message_ids"
+        " FROM turns WHERE id = %s",
+        [int(turn_id)],
+        _turn_to_confirm,
+    )
+
+
+def _turn_to_confirm(rows: list[tuple]) -> _TurnToConfirm | None:
+    if not rows:
         return None
+    row = rows[0]
     return _TurnToConfirm(*row[:6], *(json.loads(v) if isinstance(v, str | bytes) else v for v in row[6:]))
 
 
@@ -562,22 +567,26 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     Confirming a turn twice raises :class:`TurnStateError`.
     """
     now = services.now_ms() if at is None else at
-    turn = _turn_to_confirm(turn_id)
-    if turn is None:
-        raise TurnNotFound(f"turn {turn_id} not found")
-    if turn.confirmed_at is not None:
-        raise TurnStateError(f"turn {turn_id} was already confirmed")
     overrides = _overrides()
     limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
-    vector = query_embedding if query_embedding is not None else embed_query(turn.text)
-    context = context_positions(turn.context_message_ids)
-    reads = []  # with a vector, the persons' facts and the context's vectors go with the fact index's change log
-    window = _dense_window(context, overrides)
-    if vector is not None and turn.present_person_ids:
-        reads.append(selectors.dense_scope_read(turn.present_person_ids))
-    if vector is not None and window:
-        reads.append(selectors.message_vectors_read([line.message_id for line in window]))
-    with lexical.one_state("facts_fts", reads=reads):
+    # the turn's row and, when there will be a vector, the facts of the persons it recorded as present
+    # and its context's vectors go with the fact index's change log (PostgreSQL: one round trip)
+    turn_read = _turn_read(turn_id)
+    ahead = []
+    if query_embedding is not None or provider_config.get_embedder() is not None:
+        ahead = [selectors.turn_dense_scope_read(turn_id), selectors.turn_context_vectors_read(turn_id)]
+    with lexical.one_state("facts_fts", reads=[turn_read, *ahead]):
+        turn = lexical.read(turn_read)
+        if turn is None:
+            raise TurnNotFound(f"turn {turn_id} not found")
+        if turn.confirmed_at is not None:
+            raise TurnStateError(f"turn {turn_id} was already confirmed")
+        vector = query_embedding if query_embedding is not None else embed_query(turn.text)
+        context = context_positions(turn.context_message_ids)
+        if ahead:  # what was read ahead is what the dense channel reads (nothing when it was not sent)
+            window = [line.message_id for line in _dense_window(context, overrides)]
+            lexical.file_as(ahead[0], selectors.dense_scope_read(turn.present_person_ids))
+            lexical.file_as(ahead[1], selectors.message_vectors_read(window), keep=lambda row: row[0] in window)
         query = conversation_query(vector, context, overrides)
         ranking = rank_pool(
             pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=turn.text,

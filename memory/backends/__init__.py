@@ -118,6 +118,12 @@ def in_subquery_sql(expression: str, subquery: str) -> str:
     return module().IN_SUBQUERY_SQL.format(expression, subquery)
 
 
+def json_ids_sql(table: str, column: str) -> str:
+    """A subquery of the ids in the JSON array ``column`` of the ``table`` row whose id is the
+    statement's parameter (``%s``), as integers."""
+    return module().JSON_IDS_SQL.format(table=table, column=column)
+
+
 def secure_delete(cur: Any) -> None:
     """Make the deletes of this connection overwrite freed space (SQLite ``secure_delete``).
 

@@ -60,6 +60,7 @@ BUMP_REVISION_FUNCTION = (
 )
 LOG2_SQL = "(ln({}) / ln(2.0))"
 IN_SUBQUERY_SQL = "{} = ANY(ARRAY({}))"
+JSON_IDS_SQL = "SELECT jsonb_array_elements_text({column})::bigint FROM {table} WHERE id = %s"
 STATS_FOLD_ROWS = 64   # delta rows of a table's statistics before a reader folds them into one
 
 

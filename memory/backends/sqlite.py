@@ -12,6 +12,7 @@ BUMP_REVISION_SQL = (
 )
 LOG2_SQL = "log2({})"
 IN_SUBQUERY_SQL = "{} IN ({})"
+JSON_IDS_SQL = "SELECT CAST(j.value AS INTEGER) FROM {table}, json_each({table}.{column}) AS j WHERE {table}.id = %s"
 
 
 def lock_key(cur: Any, space: int, key: int) -> None:

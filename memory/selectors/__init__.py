@@ -57,6 +57,7 @@ from memory.selectors.facts import (
     scope_blocked_payload,
     supersede_chain,
     top_facts,
+    turn_dense_scope_read,
     valid_fact_cosines,
 )
 from memory.selectors.graph import (
@@ -99,6 +100,7 @@ from memory.selectors.messages import (
     search_messages,
     stream_rows,
     stream_speakers,
+    turn_context_vectors_read,
     working_memory,
     working_memory_read,
 )
@@ -202,6 +204,8 @@ __all__ = [
     "summary_skip_reasons",
     "supersede_chain",
     "top_facts",
+    "turn_context_vectors_read",
+    "turn_dense_scope_read",
     "valid_fact_cosines",
     "vector_coverage",
     "working_memory",

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from django.db.models import Case, Q, QuerySet, Value, When
 
-from memory import lexical
+from memory import backends, lexical
 from memory.engine import decay, tokenize
 from memory.engine.context import ConversationQuery, weighted_max
 from memory.engine.quantize import cosine_q8_many, cosine_q8_matrix, quantize_vector
@@ -347,16 +347,27 @@ class DenseScope:
     tokens: dict[int, str]  # their stored lexical tokens
 
 
+_DENSE_SCOPE_SQL = (  # the turn's hottest read: plain SQL (no ORM compile per call), vectors in binary
+    "SELECT id, person_id, kind, content, slot, origin_kind, strength, half_life_hours, updated_at, active,"
+    " embedding_q8, tokens_v2 FROM facts WHERE superseded_by IS NULL AND {persons}"
+)
+
+
 def dense_scope_read(person_ids: Sequence[int]) -> lexical.Read:
     """:func:`dense_scope`'s read of the persons' valid facts, to be sent with a confirm's others."""
     persons = list(dict.fromkeys(int(p) for p in person_ids))
-    return lexical.Read(  # the turn's hottest read: plain SQL (no ORM compile per call), vectors in binary
+    return lexical.Read(
         ("dense_scope", tuple(persons)),
-        "SELECT id, person_id, kind, content, slot, origin_kind, strength, half_life_hours, updated_at, active,"
-        f" embedding_q8, tokens_v2 FROM facts WHERE superseded_by IS NULL AND person_id IN ({','.join(['%s'] * len(persons))})",
-        persons,
-        binary=True,
+        _DENSE_SCOPE_SQL.format(persons=f"person_id IN ({','.join(['%s'] * len(persons))})"), persons, binary=True,
     )
+
+
+def turn_dense_scope_read(turn_id: int) -> lexical.Read:
+    """:func:`dense_scope_read` of the persons a turn recorded as present, sent before the turn is
+    read; :func:`memory.lexical.file_as` files it under theirs once they are known."""
+    persons = backends.in_subquery_sql("person_id", backends.json_ids_sql("turns", "present_person_ids"))
+    return lexical.Read(("turn_dense_scope", int(turn_id)), _DENSE_SCOPE_SQL.format(persons=persons), [int(turn_id)],
+                        binary=True)
 
 
 def dense_scope(

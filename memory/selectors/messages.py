@@ -222,15 +222,22 @@ def _q8_matrix(rows: Sequence[tuple[int, Any]], dim: int) -> Int8Matrix:
     return Int8Matrix(ids=ids, matrix=payload.reshape(len(ids), dim), norms=norms)
 
 
+_VECTORS_SQL = "SELECT id, content, embedding FROM messages WHERE {ids}"  # plain SQL, vectors in binary
+
+
 def message_vectors_read(message_ids: Iterable[int]) -> lexical.Read:
     """:func:`message_vectors`' read of the stored vectors, to be sent with a confirm's others."""
     ids = list(dict.fromkeys(int(i) for i in message_ids))
-    return lexical.Read(  # a confirm's read: plain SQL (no ORM compile per call), vectors in binary
-        ("message_vectors", tuple(ids)),
-        f"SELECT id, content, embedding FROM messages WHERE id IN ({','.join(['%s'] * len(ids))})",
-        ids,
-        binary=True,
-    )
+    return lexical.Read(("message_vectors", tuple(ids)),
+                        _VECTORS_SQL.format(ids=f"id IN ({','.join(['%s'] * len(ids))})"), ids, binary=True)
+
+
+def turn_context_vectors_read(turn_id: int) -> lexical.Read:
+    """:func:`message_vectors_read` of the context a turn recorded, sent before the turn is read;
+    :func:`memory.lexical.file_as` files its rows under the read of those the confirm uses."""
+    ids = backends.in_subquery_sql("id", backends.json_ids_sql("turns", "context_message_ids"))
+    return lexical.Read(("turn_context_vectors", int(turn_id)), _VECTORS_SQL.format(ids=ids), [int(turn_id)],
+                        binary=True)
 
 
 def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = None) -> dict[int, np.ndarray]:

@@ -175,3 +175,34 @@ def test_a_turn_reads_one_state_of_the_lexical_tables(person, direct_stream):
     fact_reads = [q for q in confirm.captured_queries if q["sql"].startswith("SELECT") and " FROM facts " in q["sql"]]
     assert len(fact_reads) == 1
     assert len([q for q in confirm.captured_queries if q["sql"].startswith("UPDATE facts")]) <= 1
+
+
+@pytest.mark.postgresql_only("SQLite reads in-process: there is no round trip to save")
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # the change log is read outside transactions
+def test_a_confirm_sends_its_turn_the_persons_facts_and_the_context_vectors_together(person, direct_stream, monkeypatch):
+    """With a query vector, the turn's row, the facts of the persons it recorded and the vectors of its
+    context are read in one round trip before the turn is known; nothing of them is read again."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memory.backends import postgresql
+
+    sport = services.add_fact(person_id=person.pk, content="玩家热爱运动", kind="偏好", at=NOW - 30 * DAY).fact_id
+    services.store_fact_vector(fact_id=sport, vector=[1.0, 0.0, 0.0, 0.0])
+    line = _say(direct_stream, person, "下午一起去打篮球吗", NOW)
+    services.store_message_vector(message_id=line.pk, vector=[1.0, 0.0, 0.0, 0.0])
+    _say(direct_stream, person, "几点", NOW + 1000)
+    ctx = recall.prepare_turn(stream_id=direct_stream.pk, speaker_id=person.pk, text="几点", at=NOW + 2000)
+    sent: list[list[str]] = []
+    together = postgresql.read_together
+    monkeypatch.setattr(postgresql, "read_together", lambda statements: sent.append([s for s, *_ in statements])
+                        or together(statements))
+    with CaptureQueriesContext(connection) as confirm:
+        result = recall.confirm_turn(turn_id=ctx.turn_id, query_embedding=[0.0, 1.0, 0.0, 0.0], at=NOW + 2001)
+    assert [p.fact.id for p in result.facts] == [sport]
+    assert result.facts[0].fact.cosine == pytest.approx(0.5, abs=0.02)  # the line before, by its stored vector
+    [first] = sent
+    assert [s for s in first if "FROM turns WHERE id" in s] and [s for s in first if "FROM facts WHERE" in s]
+    assert [s for s in first if "FROM messages WHERE" in s]
+    statements = [q["sql"] for q in confirm.captured_queries]
+    assert len(statements) == len(first) + 1 and "set_config" in statements[-1]  # then only the write
