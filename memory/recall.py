@@ -125,9 +125,9 @@ def replay_turn_pool(
     return ordered[:kept]
 
 
-def _episodes(stream_id: int, text: str, overrides: Mapping[str, Any]) -> list[RecalledEpisode]:
-    recalled = selectors.recall_episodes(stream_id=stream_id, query=text, limit=_recalled_episode_limit(overrides))
-    recent = selectors.recent_episodes(stream_id=stream_id, limit=_recent_episode_limit(overrides))
+def _episodes(recalled: Sequence[RecalledEpisode], recent: Sequence[RecalledEpisode]) -> list[RecalledEpisode]:
+    """A turn's episodes: those its cues recalled, then the stream's newest, each once, at most
+    ``EPISODE_CONTEXT_LIMIT``."""
     merged: dict[int, RecalledEpisode] = {}
     for episode in [*recalled, *recent]:
         merged.setdefault(episode.id, episode)
@@ -301,14 +301,16 @@ def _trace_write() -> None:
         backends.commit_without_flush(cur)
 
 
-def _record_turn(values: dict[str, Any], trace: dict[str, Any], blocked_by_query: Sequence[int] = ()) -> int:
+def _record_turn(
+    values: dict[str, Any], trace: dict[str, Any], blocked_by_query: Sequence[int] = (), also: lexical.Read | None = None,
+) -> tuple[int, Any]:
     """Store a turn (``values``: its fields), its ``memory_retrieval_trace`` event (``trace``: the
     payload but the turn's id) and a ``memory_fact_scope_blocked`` event for each query whose facts
     visibility held back (``blocked_by_query``: how many) as one unflushed write
-    (:func:`_trace_write`); the turn's id.
+    (:func:`_trace_write`); ``(the turn's id, the result of also)`` — a read made with the write.
 
-    PostgreSQL: one statement, its own transaction, one round trip
-    (:func:`memory.backends.postgresql.record_turn`); SQLite: the INSERTs in one transaction.
+    PostgreSQL: one statement, its own transaction, sent with ``also``: one round trip
+    (:func:`memory.backends.postgresql.record_turn`); SQLite: the INSERTs in one transaction, then ``also``.
     """
     event = {"at": values["at"], "stream_id": values["stream_id"], "stage": "turn", "kind": "memory_retrieval_trace"}
     blocked = [  # as selectors.recall_facts_in_scope reports them outside a turn
@@ -322,7 +324,10 @@ def _record_turn(values: dict[str, Any], trace: dict[str, Any], blocked_by_query
                                                  connection)
             for field in _TURN_FIELDS
         }
-        return backends.postgresql.record_turn(columns, {**event, "payload": {"turnId": None, **trace}}, blocked)
+        reads = [] if also is None else [(also.sql, also.params, also.binary)]
+        turn_id, rows = backends.postgresql.record_turn(columns, {**event, "payload": {"turnId": None, **trace}}, blocked,
+                                                        reads=reads)
+        return turn_id, None if also is None else also.convert(rows[0])
     with transaction.atomic():
         _trace_write()
         for other in blocked:
@@ -330,7 +335,7 @@ def _record_turn(values: dict[str, Any], trace: dict[str, Any], blocked_by_query
         turn = Turn.objects.create(**values)
         services.emit_event(event["kind"], {"turnId": turn.pk, **trace}, at=event["at"], stream_id=event["stream_id"],
                             turn_id=turn.pk, stage=event["stage"])
-    return turn.pk
+    return turn.pk, None if also is None else lexical.read(also)
 
 
 _TURN_FIELDS = [f for f in Turn._meta.concrete_fields if not f.primary_key]
@@ -388,11 +393,14 @@ def prepare_turn(
         limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
         prompt = prompt_facts(pool, limit)
         facts = complete_conflicts(prompt, now=now)
-        episodes = _episodes(stream_id, text, overrides)
+        hits = selectors.episode_hits(stream_id=stream_id, query=text, limit=_recalled_episode_limit(overrides))
+        recent = selectors.recent_episodes(stream_id=stream_id, limit=_recent_episode_limit(overrides))
         working = selectors.working_memory(stream_id=stream_id, limit=settings.WORKING_MEMORY_MESSAGES, watermark=watermark)
-    turn_id = None
+    # the recalled episodes' rows are read with the turn's write (PostgreSQL: in its round trip)
+    recalled = selectors.episodes_read(hits) if hits else None
+    turn_id, rows = None, None
     if record:
-        turn_id = _record_turn(
+        turn_id, rows = _record_turn(
             {
                 "stream_id": stream_id, "speaker_id": speaker_id, "at": now, "text": text, "impression": impression,
                 "watermark_message_id": watermark, "stream_kind": stream.kind, "present_person_ids": persons,
@@ -409,7 +417,11 @@ def prepare_turn(
                 "contextMessageIds": [line.message_id for line in context],
             },
             blocked,
+            also=recalled,
         )
+    elif recalled is not None:
+        rows = lexical.read(recalled)
+    episodes = _episodes(selectors.recalled_episodes(hits, rows) if rows else [], recent)
     return TurnContext(
         turn_id=turn_id, stream=stream, speaker_id=speaker_id, now=now, working_memory=working,
         present_person_ids=persons, pool=pool, facts=facts, episodes=episodes, blocked=sum(blocked),

@@ -113,11 +113,15 @@ def run_unflushed(sql: str, params: Sequence[Any]) -> list[tuple]:
         return cur.fetchall()
 
 
-def record_turn(turn: dict[str, Any], event: dict[str, Any], others: Sequence[dict[str, Any]] = ()) -> int:
+def record_turn(
+    turn: dict[str, Any], event: dict[str, Any], others: Sequence[dict[str, Any]] = (),
+    reads: Sequence[tuple[str, Sequence[Any], bool]] = (),
+) -> tuple[int, list[list[tuple]]]:
     """INSERT a turn (``turn``: its columns, adapted), its trace event (``event``: ``at``,
     ``stream_id``, ``stage``, ``kind``, ``payload`` — a dict, given the new turn's id as
     ``turnId``) and ``others`` (events of the same shape, no turn id) in one statement
-    (:func:`run_unflushed`). Returns the turn's id."""
+    (:func:`run_unflushed`), sent with ``reads`` (:func:`read_together`: one round trip, one
+    transaction). Returns the turn's id and the rows of each read."""
     columns = list(turn)
     also = ""
     params: list[Any] = [*turn.values()]
@@ -135,7 +139,10 @@ def record_turn(turn: dict[str, Any], event: dict[str, Any], others: Sequence[di
     )
     params += [event["at"], event["stream_id"], event["stage"], event["kind"],
                json.dumps(event["payload"], ensure_ascii=False)]
-    return int(run_unflushed(sql, params)[0][0])
+    if not reads:
+        return int(run_unflushed(sql, params)[0][0]), []
+    written, *rows = read_together([(sql, params, False), *reads])
+    return int(written[0][0]), rows
 
 
 def confirm_turn(

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db import connection
 from django.db.models import Count, Max, Min, QuerySet
 
 from memory import lexical
@@ -27,33 +26,41 @@ class RecalledEpisode:
 _EPISODE_COLUMNS = "id, summary, kind, started_at, ended_at, stream_id"
 
 
-def _episodes(where: str, params: Sequence[object]) -> list[tuple]:
-    # a turn's reads: plain SQL, no ORM compile per call
-    with connection.cursor() as cur:
-        cur.execute(f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE {where}", params)
-        return cur.fetchall()
-
-
 def recall_episodes(*, stream_id: int | None, query: str, limit: int = 3) -> list[RecalledEpisode]:
     """Episodes of a stream whose cues match ``query`` (best cue per episode; summaries are not indexed)."""
+    hits = episode_hits(stream_id=stream_id, query=query, limit=limit)
+    return recalled_episodes(hits, lexical.read(episodes_read(hits))) if hits else []
+
+
+def episode_hits(*, stream_id: int | None, query: str, limit: int) -> dict[int, float]:
+    """``{episode id: bm25 of its best cue}``, best first, of at most ``limit`` episodes whose cues match
+    ``query`` (one stream: the stream column bounds the work; every stream: the resident index)."""
     if limit < 1:
-        return []
-    # One stream: the stream column bounds the work; every stream: the resident index.
+        return {}
     match = lexical.match_for("cues_fts", query)
-    hits = lexical.cue_candidates(match, stream_id=stream_id, limit=limit * 4)
     best: dict[int, float] = {}
-    for hit in hits:
+    for hit in lexical.cue_candidates(match, stream_id=stream_id, limit=limit * 4):
         best.setdefault(hit.episode_id, hit.bm25)
-    chosen = list(best)[:limit]
-    if not chosen:
-        return []
-    rows = {r[0]: r for r in _episodes(f"id IN ({','.join(['%s'] * len(chosen))})", chosen)}
+    return dict(list(best.items())[:limit])
+
+
+def episodes_read(ids: Iterable[int]) -> lexical.Read:
+    """The rows of episodes by id (``{id: row}``), for :func:`recalled_episodes` (a turn sends it with its
+    write, memory/recall.py): plain SQL, no ORM compile per call."""
+    ids = list(dict.fromkeys(int(i) for i in ids))
+    return lexical.Read(("episodes", tuple(ids)),
+                        f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE id IN ({','.join(['%s'] * len(ids))})",
+                        ids, lambda rows: {row[0]: row for row in rows})
+
+
+def recalled_episodes(hits: dict[int, float], rows: dict[int, tuple]) -> list[RecalledEpisode]:
+    """The episodes of :func:`episode_hits` still there (``rows``: :func:`episodes_read`'s), in its order."""
     return [
         RecalledEpisode(
             id=e, summary=summary, kind=kind, started_at=started, ended_at=ended,
-            score=decay.score(best[e], 1.0), stream_id=sid,
+            score=decay.score(hits[e], 1.0), stream_id=sid,
         )
-        for e, summary, kind, started, ended, sid in (rows[i] for i in chosen if i in rows)
+        for e, summary, kind, started, ended, sid in (rows[i] for i in hits if i in rows)
     ]
 
 

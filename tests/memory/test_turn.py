@@ -293,3 +293,42 @@ def test_a_group_turn_records_what_visibility_held_back_with_the_turn(person, gr
     assert PipelineEvent.objects.filter(kind="memory_retrieval_trace", turn_id=ctx.turn_id).count() == 1
     again = _prepare(group_stream, person, "咖啡", record=False)
     assert again.blocked == 1 and PipelineEvent.objects.filter(kind="memory_fact_scope_blocked").count() == 2
+
+
+def _episode(stream, summary, cue, ended_at):
+    return services.add_episode(stream_id=stream.pk, summary=summary, cues=[cue], started_at=ended_at - 1000,
+                                ended_at=ended_at, message_ids=[], at=ended_at).pk
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # as the API runs: outside a transaction
+def test_a_turns_episodes_are_the_recalled_ones_then_the_newest_each_once(person, direct_stream, group_stream):
+    """Cue-recalled first (best cue first), then the stream's newest, at most EPISODE_CONTEXT_LIMIT (3);
+    another stream's episodes never; the same with nothing recorded (the console's playground)."""
+    hiking = _episode(direct_stream, "周末去爬山", "他说周末想去爬山", NOW - 5 * DAY)
+    old = _episode(direct_stream, "聊了工作", "他说工作很忙", NOW - 4 * DAY)
+    cats = _episode(direct_stream, "聊了猫", "他家的猫很调皮", NOW - 2 * DAY)
+    newest = _episode(direct_stream, "聊了天气", "今天很热", NOW - DAY)
+    _episode(group_stream, "群里也聊爬山", "大家周末去爬山", NOW - DAY)
+    ctx = _prepare(direct_stream, person, "爬山累不累")
+    assert [e.id for e in ctx.episodes] == [hiking, newest, cats]
+    assert ctx.episodes[1].score == 1.0 and ctx.episodes[0].score != 1.0  # the newest; recalled by its cue
+    assert [e.id for e in _prepare(direct_stream, person, "猫呢", record=False).episodes] == [cats, newest]
+    assert [e.id for e in _prepare(direct_stream, person, "随便聊聊").episodes] == [newest, cats]
+    assert old not in {e.id for e in ctx.episodes}
+
+
+@pytest.mark.postgresql_only("SQLite reads in-process: there is no round trip to save")
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_turns_recalled_episodes_are_read_with_its_write(person, direct_stream, monkeypatch):
+    from memory.backends import postgresql
+
+    hiking = _episode(direct_stream, "周末去爬山", "他说周末想去爬山", NOW - 5 * DAY)
+    sent: list[list[str]] = []
+    together = postgresql.read_together
+    monkeypatch.setattr(postgresql, "read_together", lambda statements: sent.append([s for s, *_ in statements])
+                        or together(statements))
+    ctx = _prepare(direct_stream, person, "爬山累不累")
+    assert [e.id for e in ctx.episodes] == [hiking]
+    [write] = [s for s in sent if any("INSERT INTO turns" in q for q in s)]
+    assert len(write) == 2 and "FROM episodes WHERE id IN" in write[1]
+    assert Turn.objects.filter(pk=ctx.turn_id).exists()
