@@ -49,7 +49,7 @@ def episodes_read(ids: Iterable[int]) -> lexical.Read:
     write, memory/recall.py): plain SQL, no ORM compile per call."""
     ids = list(dict.fromkeys(int(i) for i in ids))
     return lexical.Read(("episodes", tuple(ids)),
-                        f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE id IN ({','.join(['%s'] * len(ids))})",
+                        f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE id IN ({','.join(['%s'] * len(ids)) or 'NULL'})",
                         ids, lambda rows: {row[0]: row for row in rows})
 
 

@@ -206,3 +206,13 @@ def test_a_confirm_sends_its_turn_the_persons_facts_and_the_context_vectors_toge
     assert [s for s in first if "FROM messages WHERE" in s]
     statements = [q["sql"] for q in confirm.captured_queries]
     assert len(statements) == len(first) + 1 and "set_config" in statements[-1]  # then only the write
+
+
+def test_the_reads_a_turn_sends_ahead_read_nothing_for_no_ids(db):
+    """Built for an empty list (a turn without context, persons or recalled episodes) they are valid SQL
+    (PostgreSQL has no empty ``IN ()``; SQLite accepts one)."""
+    from memory import lexical, selectors
+
+    assert lexical.read(selectors.message_vectors_read([])) == []
+    assert lexical.read(selectors.dense_scope_read([])) == []
+    assert lexical.read(selectors.episodes_read([])) == {}
