@@ -65,6 +65,22 @@ SETTINGS_OVERRIDE: dict[str, str] = {}  # set by --persistent-connections: modul
 WORKER: dict[str, str] = {}
 
 
+#: p95 of each request of a turn (issue 3), of a whole turn — its prepare and confirm together (issue 12) — and
+#: the ingest rate
+TARGETS = {"turns_p95_ms": 30, "confirm_p95_ms": 30, "turn_p95_ms": 30, "ingest_requests_per_s": 300}
+
+
+def targets_met(result: dict) -> dict[str, bool]:
+    """Which of :data:`TARGETS` an API result (this module's, or bench.api_rounds' median of rounds) meets."""
+    http = {key: result[key]["http"] for key in ("turns", "confirm", "turn_total", "ingest")}
+    return {
+        "turns_p95": http["turns"]["p95_ms"] <= TARGETS["turns_p95_ms"],
+        "confirm_p95": http["confirm"]["p95_ms"] <= TARGETS["confirm_p95_ms"],
+        "turn_p95": http["turn_total"]["p95_ms"] <= TARGETS["turn_p95_ms"],
+        "ingest": http["ingest"]["requests_per_s"] >= TARGETS["ingest_requests_per_s"],
+    }
+
+
 def env_for(db: Path | str, *, deployed: bool = False) -> dict[str, str]:
     """The environment of the server (``deployed``: enqueue on, Redis, the local embedder) on ``db``.
 
@@ -528,11 +544,10 @@ def main(argv: list[str] | None = None) -> dict:
         "mean_facts_per_turn": turns["mean_facts"],
         "context": {"http": http_context, "direct": direct_context, "message_vectors_backfilled": backfilled},
         "errors": {"ingest": ingest["first_errors"], "turns": turns["first_errors"]},
-        "targets": {"turns_p95_ms": 30, "confirm_p95_ms": 30, "ingest_requests_per_s": 300},
-        "targets_met": {"turns_p95": turns["turns"]["p95_ms"] <= 30, "confirm_p95": turns["confirm"]["p95_ms"] <= 30,
-                        "ingest": ingest["requests_per_s"] >= 300},
+        "targets": TARGETS,
         "python": sys.version.split()[0],
     }
+    result["targets_met"] = targets_met(result)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
@@ -561,7 +576,7 @@ def print_table(r: dict) -> None:
     c = r["context"]["http"]
     print(f"conversation per turn (HTTP): {c['mean_context_messages']} context messages, "
           f"{c['mean_context_vectors']} of them with a vector, {c['mean_context_user_lines']} user lines as lexical queries")
-    print(f"targets met: {r['targets_met']}  (turns and confirm p95 ≤ 30 ms, ingest ≥ 300 req/s)")
+    print(f"targets met: {r['targets_met']}  (each request's p95 and a whole turn's ≤ 30 ms, ingest ≥ 300 req/s)")
     if r["errors"]["ingest"] or r["errors"]["turns"]:
         print("errors:", r["errors"])
 

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench import api_bench
 from bench import backends as bench_backends
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,9 +54,7 @@ def combine(rounds: list[dict]) -> dict:
     out["rounds"] = {".".join(path): [_get(r, path) for r in rounds] for path in MEASURES}
     for path in MEASURES:
         _set(out, path, round(statistics.median(_get(r, path) for r in rounds), 3))
-    turns, confirm, ingest = out["turns"]["http"], out["confirm"]["http"], out["ingest"]["http"]
-    out["targets_met"] = {"turns_p95": turns["p95_ms"] <= 30, "confirm_p95": confirm["p95_ms"] <= 30,
-                          "ingest": ingest["requests_per_s"] >= 300}
+    out["targets_met"] = api_bench.targets_met(out)
     out["errors"] = {key: [e for r in rounds for e in r["errors"][key]] for key in rounds[0]["errors"]}
     return out
 
