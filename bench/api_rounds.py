@@ -23,9 +23,6 @@ from pathlib import Path
 from bench import api_bench
 from bench import backends as bench_backends
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
-
 #: The timed measures of a round (paths into api_bench's result) that the median over rounds replaces.
 MEASURES = (
     ("ingest", "http", "requests_per_s"),
@@ -72,12 +69,12 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
                 out = Path(tmp) / f"{name}-{k}.json"
                 print(f"== round {k}/{args.rounds}: {name}", flush=True)
                 subprocess.run([sys.executable, "-m", "bench.api_bench", "--worker", "--backend", name,
-                                "--out", str(out), *rest], cwd=ROOT, check=True)
+                                "--out", str(out), *rest], cwd=api_bench.ROOT, check=True)
                 runs[name].append(json.loads(out.read_text()))
     combined = {}
     for name, rounds in runs.items():
         combined[name] = combine(rounds)
-        path = RESULTS / f"api_{name}_worker.json"
+        path = api_bench.RESULTS / f"api_{name}_worker.json"
         path.write_text(json.dumps(combined[name], ensure_ascii=False, indent=2) + "\n")
         turn = combined[name]["rounds"]["turn_total.http.p95_ms"]
         ingest = combined[name]["rounds"]["ingest.http.requests_per_s"]
