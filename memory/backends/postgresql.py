@@ -657,10 +657,6 @@ def _best(scores: dict[int, float], *, newest_first: bool = False) -> list[tuple
     return sorted(scores.items(), key=lambda kv: (kv[1], kv[0]))
 
 
-def _in_clause(ids: Sequence[int]) -> str:
-    return ",".join(["%s"] * len(ids))
-
-
 # --- the queries of memory/lexical.py ---------------------------------------------------------------
 
 

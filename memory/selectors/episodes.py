@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Max, Min, QuerySet
 
-from memory import lexical
+from memory import backends, lexical
 from memory.engine import decay
 from memory.models import Episode, EpisodeCue, PipelineEvent, Stream
 
@@ -49,7 +49,7 @@ def episodes_read(ids: Iterable[int]) -> lexical.Read:
     write, memory/recall.py): plain SQL, no ORM compile per call."""
     ids = list(dict.fromkeys(int(i) for i in ids))
     return lexical.Read(("episodes", tuple(ids)),
-                        f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE id IN ({','.join(['%s'] * len(ids)) or 'NULL'})",
+                        f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE id IN ({backends.marks(ids)})",
                         ids, lambda rows: {row[0]: row for row in rows})
 
 

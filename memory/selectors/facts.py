@@ -358,7 +358,7 @@ def dense_scope_read(person_ids: Sequence[int]) -> lexical.Read:
     persons = list(dict.fromkeys(int(p) for p in person_ids))
     return lexical.Read(
         ("dense_scope", tuple(persons)),
-        _DENSE_SCOPE_SQL.format(persons=f"person_id IN ({','.join(['%s'] * len(persons)) or 'NULL'})"), persons, binary=True,
+        _DENSE_SCOPE_SQL.format(persons=f"person_id IN ({backends.marks(persons)})"), persons, binary=True,
     )
 
 

@@ -14,7 +14,7 @@ from django.db import connection
 from django.db.models import Q
 
 from memory import activation as shared_activation
-from memory import residency
+from memory import backends, residency
 from memory.changes import ChangeFeed
 from memory.engine import decay
 from memory.engine import spreading as sp
@@ -47,7 +47,7 @@ def _expand(frontier: set[int]) -> list[tuple[int, int, float]]:
     if not frontier:
         return []
     ids = list(frontier)
-    marks = ",".join(["%s"] * len(ids))
+    marks = backends.marks(ids)
     with connection.cursor() as cur:
         cur.execute(
             f"SELECT source_id, target_id, strength FROM memory_edges WHERE active AND source_id IN ({marks})"
@@ -98,7 +98,7 @@ class _SpreadRows:
             return
         with connection.cursor() as cur:
             cur.execute(
-                f"SELECT {_NODE_COLUMNS} FROM memory_nodes n{_NODE_JOINS} WHERE n.id IN ({','.join(['%s'] * len(ids))})",
+                f"SELECT {_NODE_COLUMNS} FROM memory_nodes n{_NODE_JOINS} WHERE n.id IN ({backends.marks(ids)})",
                 ids,
             )
             for row in cur.fetchall():
@@ -118,7 +118,7 @@ class _SpreadRows:
             by_kind[kind].add(int(ref))
         where, params = [], []
         for kind, ids in by_kind.items():
-            where.append(f"(n.ref_kind = %s AND n.ref_id IN ({','.join(['%s'] * len(ids))}))")
+            where.append(f"(n.ref_kind = %s AND n.ref_id IN ({backends.marks(ids)}))")
             params += [kind, *ids]
         if not where:
             return {}
@@ -142,7 +142,7 @@ def _node_rows(nodes: Iterable[int], columns: str) -> list[tuple]:
             " LEFT JOIN facts f ON n.ref_kind = 'fact' AND f.id = n.ref_id"
             " LEFT JOIN episodes e ON n.ref_kind = 'episode' AND e.id = n.ref_id"
             " LEFT JOIN knowledge k ON n.ref_kind = 'knowledge' AND k.id = n.ref_id"
-            f" WHERE n.id IN ({','.join(['%s'] * len(ids))})",
+            f" WHERE n.id IN ({backends.marks(ids)})",
             ids,
         )
         return cur.fetchall()
@@ -189,7 +189,7 @@ def _all_node_texts(ids: Sequence[int] | None = None) -> list[tuple[int, str]]:
     if ids is not None:
         if not ids:
             return []
-        where, params = f" WHERE n.id IN ({','.join(['%s'] * len(ids))})", list(ids)
+        where, params = f" WHERE n.id IN ({backends.marks(ids)})", list(ids)
     with connection.cursor() as cur:
         cur.execute(
             "SELECT n.id, coalesce(f.content, e.summary, k.content) FROM memory_nodes n"
@@ -587,7 +587,7 @@ def densest_subgraph(*, limit: int, include_frozen: bool = False) -> DenseSubgra
         chosen = [node for node, _d, _n in ranked[:limit]]
         kept: list[tuple] = []
         if chosen:
-            marks = ",".join(["%s"] * len(chosen))
+            marks = backends.marks(chosen)
             cur.execute(
                 "SELECT source_id, target_id, strength, updated_at, active FROM memory_edges"
                 f" WHERE source_id IN ({marks}) AND target_id IN ({marks})"

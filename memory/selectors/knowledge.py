@@ -8,7 +8,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count, Q, QuerySet
 
-from memory import lexical
+from memory import backends, lexical
 from memory.engine import decay
 from memory.engine.scoring import (
     fused_relevance,
@@ -72,7 +72,7 @@ def search_knowledge(*, query: str, limit: int = 5, query_embedding: Any = None)
     top = scored[:limit]
     wanted = [kid for *_, kid in top]
     with connection.cursor() as cur:  # plain SQL: no ORM compile per search
-        cur.execute(f"SELECT id, content, source FROM knowledge WHERE id IN ({','.join(['%s'] * len(wanted))})", wanted)
+        cur.execute(f"SELECT id, content, source FROM knowledge WHERE id IN ({backends.marks(wanted)})", wanted)
         rows = {kid: (content, source) for kid, content, source in cur.fetchall()}
     return [
         KnowledgeHit(id=kid, content=rows[kid][0], score=rel, lexical=rl, cosine=c, source=rows[kid][1])

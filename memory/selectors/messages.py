@@ -136,7 +136,7 @@ def search_messages(
     by_id = {
         m.pk: m
         for m in Message.objects.raw(
-            f"SELECT {', '.join(_working_columns())} FROM messages WHERE id IN ({','.join(['%s'] * len(score))})", list(score)
+            f"SELECT {', '.join(_working_columns())} FROM messages WHERE id IN ({backends.marks(score)})", list(score)
         )
     }
     out = []
@@ -229,7 +229,7 @@ def message_vectors_read(message_ids: Iterable[int]) -> lexical.Read:
     """:func:`message_vectors`' read of the stored vectors, to be sent with a confirm's others."""
     ids = list(dict.fromkeys(int(i) for i in message_ids))
     return lexical.Read(("message_vectors", tuple(ids)),
-                        _VECTORS_SQL.format(ids=f"id IN ({','.join(['%s'] * len(ids)) or 'NULL'})"), ids, binary=True)
+                        _VECTORS_SQL.format(ids=f"id IN ({backends.marks(ids)})"), ids, binary=True)
 
 
 def turn_context_vectors_read(turn_id: int) -> lexical.Read:
