@@ -250,18 +250,25 @@ def _scalar_cosines(query: bytes, blobs: list) -> list[float]:
     return out
 
 
-def test_cosine_q8_matrix_is_the_scalar_cosine_bit_for_bit() -> None:
+@pytest.mark.parametrize("dim", [96, 512, 3072])
+def test_cosine_q8_matrix_is_the_scalar_cosine_bit_for_bit(dim: int) -> None:
+    """Integer arithmetic's values, at every dimension an embedder gives: rows of ±127 make the
+    largest sums (3072 · 127² is past what float32 holds exactly)."""
     rng = np.random.default_rng(11)
-    vecs = rng.standard_normal((200, 96)).astype(np.float32)
+    vecs = rng.standard_normal((200, dim)).astype(np.float32)
     vecs[3] = 0.0
+    vecs[4] = np.where(rng.standard_normal(dim) > 0, 1.0, -1.0)
+    vecs[5] = 1.0
+    vecs[6] = 1.0
+    vecs[6, -1] = 126 / 127  # · the all-127 query: an odd sum past 2**24 at dimension 3072
     blobs: list = [quantize_vector(v) for v in vecs]
     bad_magic = b"XQ8\x01" + blobs[0][4:]
     minus_128 = bytearray(blobs[1])
     minus_128[HEADER_SIZE + 5] = 0x80
     nan_scale = blobs[2][:8] + struct.pack("<f", float("nan")) + blobs[2][12:]
     blobs += [None, b"junk", bad_magic, bytes(minus_128), nan_scale, quantize_vector([1.0, 2.0])]
-    queries = [quantize_vector(v) for v in rng.standard_normal((7, 96)).astype(np.float32)]
-    queries.append(quantize_vector(np.zeros(96, dtype=np.float32)))
+    queries = [quantize_vector(v) for v in rng.standard_normal((6, dim)).astype(np.float32)]
+    queries += [quantize_vector(vecs[5]), quantize_vector(np.zeros(dim, dtype=np.float32))]
     matrix = cosine_q8_matrix(queries, blobs)
     assert matrix.shape == (len(queries), len(blobs))
     for row, query in zip(matrix, queries, strict=True):
