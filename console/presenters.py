@@ -39,7 +39,6 @@ from memory.models import (
     Fact,
     FactQuerySet,
     FactState,
-    Message,
 )
 
 #: Rows on a page of the console's lists.
@@ -86,8 +85,8 @@ def ping_workers(timeout: float = 0.5) -> dict[str, Any]:
 # --- streams and episodes --------------------------------------------------------
 
 
-def attach_senders(messages: Iterable[Message]) -> list[Message]:
-    """Set ``message.sender_name`` on a list of messages (one query for all senders)."""
+def attach_senders(messages: Iterable[Any]) -> list[Any]:
+    """Set ``sender_name`` on a list of messages or working-memory rows (one query for all senders)."""
     messages = list(messages)
     persons = selectors.persons_by_id({m.sender_person_id for m in messages if m.sender_person_id})
     for m in messages:

@@ -283,7 +283,7 @@ class TurnContext:
     stream: Stream
     speaker_id: int
     now: int
-    working_memory: list[Message]
+    working_memory: list[selectors.WorkingMessage]
     present_person_ids: list[int]
     pool: list[ScopedFact]
     facts: list[PromptFact]

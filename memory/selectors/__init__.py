@@ -89,6 +89,7 @@ from memory.selectors.knowledge import (
 from memory.selectors.messages import (
     MESSAGE_DENSE_SCAN,
     MESSAGE_POOL,
+    WorkingMessage,
     filter_messages,
     latest_message_id,
     message_count_after,
@@ -214,6 +215,7 @@ __all__ = [
     "turn_dense_scope_read",
     "valid_fact_cosines",
     "vector_coverage",
+    "WorkingMessage",
     "working_memory",
     "working_memory_read",
 ]
