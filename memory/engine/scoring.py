@@ -43,6 +43,7 @@ __all__ = [
     "RankedCandidate",
     "is_seed_profile",
     "idf",
+    "QueryMass",
     "idf_coverage",
     "holds_rarest",
     "passes_relevance_floor",
@@ -180,28 +181,49 @@ def idf(df: int, n_docs: int) -> float:
     return math.log(1.0 + (max(n_docs, df) - df + 0.5) / (df + 0.5))
 
 
-def idf_coverage(matched: Iterable[str], dfs: Mapping[str, int], n_docs: int) -> float:
-    """Share of the query's achievable IDF mass that a candidate matches, in ``[0, 1]``.
+@dataclass(frozen=True)
+class QueryMass:
+    """A query's IDF mass, computed once for all its candidates (:func:`idf_coverage`,
+    :func:`holds_rarest` of each, the same numbers).
 
     ``dfs`` maps every query term to its document frequency; terms no memory contains
     (``df == 0``) cannot be matched by any candidate and are left out of the mass.
-    ``matched`` = the query terms the candidate contains. No achievable term → 0.
     """
-    total = sum(idf(df, n_docs) for df in dfs.values())
-    if total <= 0:
-        return 0.0
-    got = sum(idf(dfs.get(t, 0), n_docs) for t in set(matched) if t in dfs)
-    return min(1.0, got / total)
+
+    idfs: Mapping[str, float]  # every query term's idf, in the order of ``dfs``
+    total: float
+    rarest: int | None  # the smallest positive document frequency (None: no term occurs)
+    dfs: Mapping[str, int]
+
+    @classmethod
+    def of(cls, dfs: Mapping[str, int], n_docs: int) -> QueryMass:
+        idfs = {t: idf(df, n_docs) for t, df in dfs.items()}
+        known = [df for df in dfs.values() if df > 0]
+        return cls(idfs, sum(idfs.values()), min(known) if known else None, dfs)
+
+    def coverage(self, matched: Iterable[str]) -> float:
+        """Share of the achievable mass that a candidate holding ``matched`` (query terms) matches,
+        in ``[0, 1]``; 0 when no term is achievable."""
+        if self.total <= 0:
+            return 0.0
+        got = sum(self.idfs[t] for t in set(matched) if t in self.idfs)
+        return min(1.0, got / self.total)
+
+    def holds_rarest(self, matched: Iterable[str]) -> bool:
+        """True iff ``matched`` holds a query word of the smallest positive document frequency —
+        the most specific thing the query asks that memory could answer."""
+        return self.rarest is not None and any(self.dfs.get(t, 0) == self.rarest for t in set(matched))
+
+
+def idf_coverage(matched: Iterable[str], dfs: Mapping[str, int], n_docs: int) -> float:
+    """Share of the query's achievable IDF mass that a candidate matches, in ``[0, 1]``
+    (:meth:`QueryMass.coverage`; ``matched`` = the query terms the candidate contains)."""
+    return QueryMass.of(dfs, n_docs).coverage(matched)
 
 
 def holds_rarest(matched: Iterable[str], dfs: Mapping[str, int]) -> bool:
-    """True iff ``matched`` holds a query word of the smallest positive document frequency —
-    the most specific thing the query asks that memory could answer."""
-    known = [df for df in dfs.values() if df > 0]
-    if not known:
-        return False
-    rarest = min(known)
-    return any(dfs.get(t, 0) == rarest for t in set(matched))
+    """:meth:`QueryMass.holds_rarest` (the document count plays no part)."""
+    return QueryMass.of(dfs, 0).holds_rarest(matched)
 
 
 def _param(profile: Mapping[str, float], name: str, default: float) -> float:

@@ -14,9 +14,8 @@ from memory.engine.context import ConversationQuery, weighted_max
 from memory.engine.quantize import cosine_q8_many, cosine_q8_matrix, quantize_vector
 from memory.engine.scope import SCOPE_ALL, fact_visible_in_stream
 from memory.engine.scoring import (
+    QueryMass,
     RankCandidate,
-    holds_rarest,
-    idf_coverage,
     is_seed_profile,
     rank,
 )
@@ -140,11 +139,12 @@ def fact_coverages(
     n_docs = lexical.document_count("facts_fts")
     if tokens is None or any(i not in tokens for i in ids):
         tokens = dict(Fact.objects.filter(pk__in=ids).values_list("id", "tokens_v2"))
+    mass = QueryMass.of(dfs, n_docs)
     out = {}
     for i in ids:
         held = set((tokens.get(i) or "").split())
         matched = [w for w in qwords if w in held or (grams[w] and all(g in held for g in grams[w]))]
-        out[i] = (idf_coverage(matched, dfs, n_docs), holds_rarest(matched, dfs))
+        out[i] = (mass.coverage(matched), mass.holds_rarest(matched))
     return out
 
 
