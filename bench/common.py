@@ -361,16 +361,16 @@ def stop_process_group(proc: subprocess.Popen, *, timeout: float = 20.0) -> None
 
 class Server:
     """``gunicorn -c config/gunicorn.py config.wsgi`` (as `make run` starts it: each worker warms up
-    before its first request) on a free localhost port, in a session of its own, with ``env``;
-    the access log is written and discarded."""
+    before its first request) on a free localhost port, in a session of its own, with ``env``, from
+    the checkout ``cwd`` (this one by default); the access log is written and discarded."""
 
-    def __init__(self, env: dict[str, str], workers: int = 2):
+    def __init__(self, env: dict[str, str], workers: int = 2, cwd: Path = REPO_DIR):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.py", "config.wsgi",
              "--bind", f"127.0.0.1:{self.port}", "--workers", str(workers), "--log-level", "warning"],
-            cwd=REPO_DIR, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+            cwd=cwd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
         )
 
     def wait_ready(self, timeout: float = 60.0) -> None:
