@@ -535,7 +535,7 @@ def scope_read(person_ids: Sequence[int], *, include_invalid: bool = False) -> R
     key = _scope_key(person_ids, include_invalid)
     persons = key[1]
     return Read(key, _SCOPE_SQL.format(persons=f"f.person_id IN ({backends.marks(persons)})",
-                                       valid=_valid(include_invalid)), persons, _rows_by_id)
+                                       valid=_valid(include_invalid)), persons, rows_by_id)
 
 
 def _scope_key(person_ids: Sequence[int], include_invalid: bool) -> tuple:
@@ -549,7 +549,7 @@ def present_scope_read(speakers: Read, speaker_id: int) -> Read:
     """
     persons = backends.in_subquery_sql("f.person_id", f"SELECT CAST(%s AS BIGINT) UNION SELECT * FROM ({speakers.sql}) speakers")
     return Read(("present_facts", speakers.key, speaker_id), _SCOPE_SQL.format(persons=persons, valid=_valid(False)),
-                [speaker_id, *speakers.params], _rows_by_id)
+                [speaker_id, *speakers.params], rows_by_id)
 
 
 def scope_of(person_ids: Sequence[int], present: Read) -> None:
@@ -571,7 +571,8 @@ def _valid(include_invalid: bool) -> str:
     return "" if include_invalid else " AND f.superseded_by IS NULL"
 
 
-def _rows_by_id(rows: list[tuple]) -> dict[int, tuple]:
+def rows_by_id(rows: list[tuple]) -> dict[int, tuple]:
+    """A read's rows by their first column, the id (a :class:`Read`'s ``convert``)."""
     return {row[0]: row for row in rows}
 
 

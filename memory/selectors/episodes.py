@@ -50,7 +50,7 @@ def episodes_read(ids: Iterable[int]) -> lexical.Read:
     ids = list(dict.fromkeys(int(i) for i in ids))
     return lexical.Read(("episodes", tuple(ids)),
                         f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE id IN ({backends.marks(ids)})",
-                        ids, lambda rows: {row[0]: row for row in rows})
+                        ids, lexical.rows_by_id)
 
 
 def recalled_episodes(hits: dict[int, float], rows: dict[int, tuple]) -> list[RecalledEpisode]:
