@@ -11,10 +11,11 @@ API token and drives the API from this process with httpx:
   lives them: the user's line is first stored (``POST /messages``) and the turn is
   prepared on it (its watermark), so the stream's recent lines join the query (each
   recent user line a lexical query of its own, the last 6 messages' vectors in the
-  confirm's cosine). The messages posted over HTTP get their vectors before the turns,
-  as the embedding backfill of a running worker gives them (random unit vectors, like
-  the scale database's); the result reports how many context lines and context
-  vectors the turns actually had.
+  confirm's cosine). The messages posted over HTTP get their vectors before the turns:
+  with ``--worker`` from the worker itself (a stored message queues the embedding
+  backfill, ``MESSAGE_VECTOR_DELAY``; the bench waits until none is left without one),
+  without it from the bench (random unit vectors, like the scale database's); the
+  result reports how many context lines and context vectors the turns actually had.
 
 After the server stops, the same work is timed as direct in-process calls
 (``resolve_stream``/``resolve_person``/``append_message``, ``prepare_turn``,
@@ -383,6 +384,22 @@ def backfill_message_vectors(seed: int) -> int:
     return len(ids)
 
 
+def wait_for_worker_vectors(timeout: float = 300.0) -> dict:
+    """Wait until the worker has embedded every message (each stored message queues the backfill,
+    ``MESSAGE_VECTOR_DELAY`` seconds later): ``{"seconds", "left"}`` (``left`` > 0: timed out)."""
+    from django.db import connection
+
+    start = time.monotonic()
+    while True:
+        with connection.cursor() as cur:
+            cur.execute("SELECT count(*) FROM messages WHERE embedding IS NULL")
+            left = cur.fetchone()[0]
+        if not left or time.monotonic() - start > timeout:
+            connection.close()
+            return {"seconds": round(time.monotonic() - start, 1), "left": left}
+        time.sleep(0.5)
+
+
 def context_stats(since_turn_id: int) -> dict:
     """What the measured turns had as conversation: context lines and how many of them carry a vector."""
     from django.db import connection
@@ -488,7 +505,10 @@ def main(argv: list[str] | None = None) -> dict:
         try:
             server.wait_ready()
             ingest = http_ingest(server, token, streams, persons, args.messages, args.threads, now, "http")
-            backfilled = backfill_message_vectors(1)  # the worker's embedding backfill, done before the turns
+            if worker is not None:  # as deployed: the worker embeds the stored lines (MESSAGE_VECTOR_DELAY)
+                backfilled = {"by": "worker", **wait_for_worker_vectors()}
+            else:  # no worker: the bench gives them the vectors a worker would have
+                backfilled = {"by": "bench", "written": backfill_message_vectors(1)}
             first = last_turn_id()
             turns = http_turns(server.base, token, inputs, warmup)
             http_context = context_stats(first)
@@ -542,7 +562,7 @@ def main(argv: list[str] | None = None) -> dict:
         "direct_cpu": {"turns": direct["turns_cpu"], "confirm": direct["confirm_cpu"]},
         "turn_total": {"http": turns["turn_total"]},  # prepare + confirm of the same turn
         "mean_facts_per_turn": turns["mean_facts"],
-        "context": {"http": http_context, "direct": direct_context, "message_vectors_backfilled": backfilled},
+        "context": {"http": http_context, "direct": direct_context, "message_vectors": backfilled},
         "errors": {"ingest": ingest["first_errors"], "turns": turns["first_errors"]},
         "targets": TARGETS,
         "python": sys.version.split()[0],

@@ -216,6 +216,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # on a host shared with the web processes, summarising and embedding yield the cores to the bot's
 # turns. 0 leaves it as started; a worker started at a higher niceness keeps its own.
 WORKER_NICENESS = envint("WORKER_NICENESS", 10)
+# A stored message queues the embedding backfill this many seconds later (one task per burst), so a
+# turn's confirm finds the conversation's last lines embedded instead of embedding them on the
+# request path; the delay keeps that work out of the reply to the line just stored. Negative: only
+# the beat's backfill (every 3 minutes) embeds messages. Without an embedder nothing is queued.
+MESSAGE_VECTOR_DELAY = envint("MESSAGE_VECTOR_DELAY", 2)
 # A hung Redis (accepts, never answers) must not hold a request: every Redis call outside
 # Celery's consumer loop (enqueue markers, per-stream locks, the pre-publish check) waits at
 # most these timeouts, then the process skips Redis for BROKER_DOWN_SECONDS (memory/broker.py).

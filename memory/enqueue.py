@@ -14,6 +14,13 @@ the holder re-checks the trigger after releasing it — and a short-lived
 ``memory:queued:…`` marker keeps a burst of messages from queueing the same
 check many times.
 
+**A message's vector soon after it is stored.** The dense channel of a turn's confirm
+reads the vectors of the conversation's last lines; a line still without one is embedded
+on the request path. So a stored message also queues the vector backfill, delayed by
+``MESSAGE_VECTOR_DELAY`` seconds (one task per burst, the same marker and lock as the
+fact and knowledge backfills): the bot's reply to that line is not slowed by it, and the
+lines are embedded before the next turns read them.
+
 ``MEMORY_ENQUEUE_TASKS`` (settings; off in tests and benchmarks) is read by
 :func:`enabled` only: with it off, writes enqueue nothing after commit, and the
 caller runs the work itself (``pipeline.run_import``, ``summarize_stream``, …).
@@ -28,6 +35,7 @@ from django.conf import settings
 from django.db import OperationalError, transaction
 
 from memory import broker, triggers
+from memory.providers import config as provider_config
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +45,7 @@ __all__ = [
     "TASKS",
     "enabled",
     "lock_key",
+    "message_vector_delay",
     "publish",
     "queued_key",
     "send",
@@ -142,7 +151,8 @@ def stream_check(queue: str, stream_id: int, *, countdown: int = 0, check_due: b
 
 
 def stream_checks(stream_id: int) -> None:
-    """After a message commits: enqueue the stream's summarisation and extraction checks.
+    """After a message commits: enqueue the stream's summarisation and extraction checks, and
+    the vector backfill a moment later (:func:`message_vector_delay`).
 
     Never raises: the message is already stored, and the beat sweep or the
     worker's start-up sweep picks up a check that could not be sent. While the
@@ -151,14 +161,20 @@ def stream_checks(stream_id: int) -> None:
     if broker.is_down():
         return
     queues = tuple(TASKS)
+    delay = message_vector_delay()
+    keys = [lock_key(q, stream_id) for q in queues] + [queued_key(q, stream_id) for q in queues]
+    if delay is not None:
+        keys += [lock_key(VECTORS), queued_key(VECTORS)]
     try:
         # One round trip first: during a burst a check is queued or running for
         # most messages, and those need no database query at all.
-        held = broker.client().mget([lock_key(q, stream_id) for q in queues] + [queued_key(q, stream_id) for q in queues])
+        held = broker.client().mget(keys)
     except broker.REDIS_ERRORS as exc:
         broker.mark_down(exc)
         logger.warning("stream_check_enqueue_failed stream=%s error=%s", stream_id, exc)
         return
+    if delay is not None and held[-2] is None and held[-1] is None:
+        vector_backfill(countdown=delay)
     free = [q for i, q in enumerate(queues) if held[i] is None and held[i + len(queues)] is None]
     if not free:
         return
@@ -177,8 +193,19 @@ def stream_checks(stream_id: int) -> None:
             logger.exception("stream_check_enqueue_error queue=%s stream=%s", queue, stream_id)
 
 
-def vector_backfill() -> bool:
-    """Embed new rows soon: enqueue one backfill unless one is queued or running.
+def message_vector_delay() -> int | None:
+    """Seconds between a stored message and the backfill that embeds it (``MESSAGE_VECTOR_DELAY``);
+    ``None`` when messages queue no backfill: no embedder is configured, or the setting is
+    negative (then the beat's backfill, every 3 minutes, embeds them)."""
+    delay = int(getattr(settings, "MESSAGE_VECTOR_DELAY", 2))
+    if delay < 0:
+        return None
+    return delay if provider_config.get_embedder() is not None else None
+
+
+def vector_backfill(*, countdown: int = 0) -> bool:
+    """Embed new rows soon: enqueue one backfill (``countdown`` seconds from now) unless one is
+    queued or running.
 
     Never raises; while Redis is down the beat schedule (every 3 minutes) and
     the worker's start-up backfill find the rows by ``embedding IS NULL``.
@@ -190,9 +217,9 @@ def vector_backfill() -> bool:
         if client.exists(lock_key(VECTORS)):
             return False  # the running backfill looks again after it finishes
         marker = queued_key(VECTORS)
-        if not client.set(marker, "1", nx=True, ex=QUEUED_TTL):
+        if not client.set(marker, "1", nx=True, ex=QUEUED_TTL + countdown):
             return False
-        _send_or_forget(marker, VECTORS_TASK)
+        _send_or_forget(marker, VECTORS_TASK, countdown=countdown or None)
         return True
     except SEND_ERRORS as exc:
         if isinstance(exc, broker.REDIS_ERRORS):

@@ -6,7 +6,8 @@ subprocess, and a driver subprocess that posts messages through the HTTP API
 the database file through ``sqlite3`` and the worker's log.
 
 1. 60 messages → an episode with cues, facts with embeddings and association
-   edges appear.
+   edges appear, and every message gets its vector (without the beat), also
+   lines that start no summary or extraction.
 2. The worker is SIGKILLed while a summarisation transaction is open (the
    transaction is held open by ``slow_worker --summary-delay``): no half-written
    episode exists, and after a restart under the same node name the batch is
@@ -165,6 +166,8 @@ def test_worker_builds_memory_and_survives_a_kill(env):
             edges = query(env, "SELECT count(*) FROM memory_edges")[0][0]
             extracts = query(env, "SELECT count(*) FROM pipeline_events WHERE kind = 'memory_extract'")[0][0]
             pending_vectors = query(env, "SELECT count(*) FROM facts WHERE embedding IS NULL")[0][0]
+            # the messages too, soon after they were stored (no beat runs here: MESSAGE_VECTOR_DELAY)
+            pending_vectors += query(env, "SELECT count(*) FROM messages WHERE embedding IS NULL")[0][0]
             return (episodes == 1 and embedded > 0 and edges > 0 and extracts == 3 and pending_vectors == 0) and (
                 episodes, embedded, edges
             )
@@ -175,6 +178,13 @@ def test_worker_builds_memory_and_survives_a_kill(env):
         assert query(env, "SELECT min(id), max(id) FROM messages WHERE episode_id IS NOT NULL")[0] == (ids[0], ids[15])
         cursor = json.loads(query(env, "SELECT value FROM meta WHERE key = 'fact_extract_cursor'")[0][0])
         assert cursor == {str(stream_id): ids[35]}
+
+        # a few lines that summarise and extract nothing are embedded all the same, seconds later
+        # (MESSAGE_VECTOR_DELAY; no beat runs here), before a turn's confirm reads them
+        lines = post(env, stream="it-vectors", n=3)
+        marks = ", ".join("?" * len(lines))
+        assert poll(lambda: query(env, f"SELECT count(*) FROM messages WHERE id IN ({marks})"
+                                       " AND embedding IS NOT NULL", tuple(lines))[0][0] == 3, READY)
         worker.stop()
 
         # --- 2. SIGKILL inside the summarisation transaction ---------------------------------
@@ -186,7 +196,7 @@ def test_worker_builds_memory_and_survives_a_kill(env):
         slow.kill()
 
         assert query(env, "SELECT count(*) FROM episodes WHERE stream_id = ?", (stream_id,))[0][0] == 1
-        assert query(env, "SELECT count(*) FROM messages WHERE episode_id IS NULL")[0][0] == 48
+        assert query(env, "SELECT count(*) FROM messages WHERE episode_id IS NULL AND stream_id = ?", (stream_id,))[0][0] == 48
         assert query(env, "SELECT count(*) FROM episode_cues c LEFT JOIN episodes e ON e.id = c.episode_id"
                           " WHERE e.id IS NULL")[0][0] == 0
         if not env.get("DATABASE_URL"):  # SQLite's own check of the file a killed worker wrote to

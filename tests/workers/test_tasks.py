@@ -29,8 +29,56 @@ def test_messages_enqueue_the_stream_checks_after_commit(settings, redis_db, bur
     with django_capture_on_commit_callbacks(execute=True):
         post_messages(stream, 1, start=47)
 
-    assert sorted(burst.names()) == ["extract_stream_task", "summarize_stream_task"]
-    assert all(args == (stream.pk,) for _, args, _ in burst.calls)
+    assert sorted(burst.names()) == ["extract_stream_task", "summarize_stream_task", "vectors_backfill_task"]
+    checks = [(name, args) for name, args, _ in burst.calls if name != enqueue.VECTORS_TASK]
+    assert all(args == (stream.pk,) for _, args in checks)
+
+
+def test_a_message_queues_its_vector_backfill_a_moment_later(settings, redis_db, burst,
+                                                           django_capture_on_commit_callbacks):
+    """The line is embedded by a worker before the next turns read it, not on their request path;
+    the delay keeps the embedding out of the reply to the line itself."""
+    settings.MEMORY_ENQUEUE_TASKS = True
+    settings.MESSAGE_VECTOR_DELAY = 3
+    stream = make_stream()
+    with django_capture_on_commit_callbacks(execute=True):
+        post_messages(stream, 1)
+
+    sent = [(name, options) for (name, _, _), options in zip(burst.calls, burst.options, strict=True)
+            if name == enqueue.VECTORS_TASK]
+    assert [options.get("countdown") for _, options in sent] == [3]
+    assert 3 < redis_db.ttl("memory:queued:vectors") <= enqueue.QUEUED_TTL + 3
+
+
+def test_a_burst_of_messages_queues_one_vector_backfill(settings, redis_db, burst, django_capture_on_commit_callbacks):
+    settings.MEMORY_ENQUEUE_TASKS = True
+    stream, other = make_stream(), make_stream("g2")
+    with django_capture_on_commit_callbacks(execute=True):
+        post_messages(stream, 5)
+        post_messages(other, 5, start=100)
+    assert burst.names().count("vectors_backfill_task") == 1
+
+    redis_db.delete("memory:queued:vectors")
+    redis_db.set("memory:lock:vectors", "worker|abc", ex=60)  # a backfill is running: it looks again when done
+    with django_capture_on_commit_callbacks(execute=True):
+        post_messages(stream, 1, start=5)
+    assert burst.names().count("vectors_backfill_task") == 1
+
+
+@pytest.mark.parametrize("why", ["negative delay", "no embedder"])
+def test_messages_queue_no_vector_backfill_when_it_is_off(settings, redis_db, burst, monkeypatch, why,
+                                                          django_capture_on_commit_callbacks):
+    from memory.providers import config
+
+    settings.MEMORY_ENQUEUE_TASKS = True
+    if why == "negative delay":
+        settings.MESSAGE_VECTOR_DELAY = -1
+    else:
+        monkeypatch.setattr(config, "get_embedder", lambda: None)
+    with django_capture_on_commit_callbacks(execute=True):
+        post_messages(make_stream(), 48)
+    assert "vectors_backfill_task" not in burst.names()
+    assert sorted(set(burst.names())) == ["extract_stream_task", "summarize_stream_task"]
 
 
 def test_a_burst_of_messages_queues_each_check_once(settings, redis_db, burst, django_capture_on_commit_callbacks):
@@ -41,14 +89,14 @@ def test_a_burst_of_messages_queues_each_check_once(settings, redis_db, burst, d
     for _ in range(5):
         enqueue.stream_checks(stream.pk)
 
-    assert sorted(burst.names()) == ["extract_stream_task", "summarize_stream_task"]
+    assert sorted(burst.names()) == ["extract_stream_task", "summarize_stream_task", "vectors_backfill_task"]
 
 
 def test_a_stream_that_is_not_due_is_not_queued(redis_db, burst):
     stream = make_stream()
     post_messages(stream, 10)
     enqueue.stream_checks(stream.pk)
-    assert burst.calls == []
+    assert burst.names() == ["vectors_backfill_task"]  # the messages' vectors, nothing of the stream
 
 
 def test_a_held_lock_skips_the_enqueue_and_the_task(redis_db, burst):
