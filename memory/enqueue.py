@@ -46,6 +46,7 @@ __all__ = [
     "enabled",
     "lock_key",
     "message_vector_delay",
+    "message_vector_on_commit",
     "publish",
     "queued_key",
     "send",
@@ -115,6 +116,18 @@ def vector_backfill_on_commit() -> None:
     def run() -> None:
         if enabled():
             vector_backfill()
+
+    transaction.on_commit(run)
+
+
+def message_vector_on_commit() -> None:
+    """Once the current transaction commits, queue the backfill that embeds a message whose text
+    changed, :func:`message_vector_delay` seconds later (a stored message queues it with its
+    stream checks, :func:`stream_checks`)."""
+
+    def run() -> None:
+        if enabled() and (delay := message_vector_delay()) is not None:
+            vector_backfill(countdown=delay)
 
     transaction.on_commit(run)
 

@@ -340,6 +340,7 @@ def update_message_content(*, message_id: int, content: str, stream_id: int | No
                     [content, message_id],
                 )
             lexical.reindex_message(message_id, content, owner, old_tokens)
+            enqueue.message_vector_on_commit()
     return Message.objects.get(pk=message_id)
 
 

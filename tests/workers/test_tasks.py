@@ -65,6 +65,22 @@ def test_a_burst_of_messages_queues_one_vector_backfill(settings, redis_db, burs
     assert burst.names().count("vectors_backfill_task") == 1
 
 
+def test_an_edited_message_queues_its_new_vector(settings, redis_db, burst, django_capture_on_commit_callbacks):
+    settings.MEMORY_ENQUEUE_TASKS = True
+    settings.MESSAGE_VECTOR_DELAY = 2
+    stream = make_stream()
+    message_id = post_messages(stream, 1)[0]
+    with django_capture_on_commit_callbacks(execute=True):
+        services.update_message_content(message_id=message_id, content="改过的内容")
+    assert burst.names() == ["vectors_backfill_task"]
+    assert burst.options[0].get("countdown") == 2
+
+    redis_db.delete("memory:queued:vectors")
+    with django_capture_on_commit_callbacks(execute=True):  # the same text: the vector stands
+        services.update_message_content(message_id=message_id, content="改过的内容")
+    assert burst.names() == ["vectors_backfill_task"]
+
+
 @pytest.mark.parametrize("why", ["negative delay", "no embedder"])
 def test_messages_queue_no_vector_backfill_when_it_is_off(settings, redis_db, burst, monkeypatch, why,
                                                           django_capture_on_commit_callbacks):
