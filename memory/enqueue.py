@@ -187,7 +187,10 @@ def stream_checks(stream_id: int) -> None:
         logger.warning("stream_check_enqueue_failed stream=%s error=%s", stream_id, exc)
         return
     if delay is not None and held[-2] is None and held[-1] is None:
-        vector_backfill(countdown=delay)
+        try:
+            vector_backfill(countdown=delay)
+        except Exception:
+            logger.exception("vector_backfill_enqueue_error stream=%s", stream_id)
     free = [q for i, q in enumerate(queues) if held[i] is None and held[i + len(queues)] is None]
     if not free:
         return
