@@ -126,9 +126,8 @@ def main(argv: list[str] | None = None) -> dict:
             server = Server(env, workers=2)
             try:
                 server.wait_ready()
-                run = f"{k}"
                 out = run_chat(server.base, token, persons[:7], args.turns, args.pace,
-                               now + 3_600_000 + k * 10_000_000, run)
+                               now + 3_600_000 + k * 10_000_000, str(k))
             finally:
                 server.stop()
                 worker.stop()
@@ -145,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
             backends.drop(db)
         shutil.rmtree(tmp, ignore_errors=True)
     report = {"database": f"{shown(src)}" + (" moved to PostgreSQL (copy_store)" if args.backend == "postgresql" else ""),
-              "backend": args.backend, "turns": args.turns, "pace_s": args.pace, "chats": CHATS,
+              "load_average_after": [round(x, 2) for x in os.getloadavg()], "backend": args.backend, "turns": args.turns, "pace_s": args.pace, "chats": CHATS,
               "by_message_vector_delay": results}
     Path(args.out).write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
     print(f"written to {shown(Path(args.out))}")
