@@ -74,14 +74,15 @@ def context_vectors(turn_id: int) -> tuple[int, int]:
     """``(context lines, of them with a vector)`` of a prepared turn, read before its confirm (untimed)."""
     from django.db import connection
 
+    from memory import backends
+
     with connection.cursor() as cur:
         cur.execute("SELECT context_message_ids FROM turns WHERE id = %s", [turn_id])
         ids = cur.fetchone()[0]
         ids = json.loads(ids) if isinstance(ids, str) else ids
         if not ids:
             return 0, 0
-        cur.execute(f"SELECT count(*) FROM messages WHERE embedding IS NOT NULL AND id IN ({', '.join(['%s'] * len(ids))})",
-                    ids)
+        cur.execute(f"SELECT count(*) FROM messages WHERE embedding IS NOT NULL AND id IN ({backends.marks(ids)})", ids)
         return len(ids), cur.fetchone()[0]
 
 
