@@ -305,6 +305,13 @@ EMBEDDING_API_KEY = env("EMBEDDING_API_KEY")
 EMBEDDING_DIM = envint("EMBEDDING_DIM", 512)
 EMBEDDING_BATCH = min(envint("EMBEDDING_BATCH", 20), 20)  # provider hard limit
 EMBEDDING_THREADS = envint("EMBEDDING_THREADS", 1)
+# A remote provider: the workers' calls (timeout, retries); a call a request waits on (confirm, search)
+# gets one attempt of EMBEDDING_QUERY_TIMEOUT; after a timeout, refused connection, 5xx or 429 the
+# process skips the provider for EMBEDDING_DOWN_SECONDS (memory/providers/embeddings.py).
+EMBEDDING_TIMEOUT = envfloat("EMBEDDING_TIMEOUT", 30.0)
+EMBEDDING_RETRIES = envint("EMBEDDING_RETRIES", 3)
+EMBEDDING_QUERY_TIMEOUT = envfloat("EMBEDDING_QUERY_TIMEOUT", 2.0)
+EMBEDDING_DOWN_SECONDS = envfloat("EMBEDDING_DOWN_SECONDS", 30.0)
 
 # Short-term spreading activation (recently recalled memory nodes spread more for ~10 min):
 # "redis" = one table in REDIS_URL shared by every web and worker host (memory/activation.py),

@@ -604,7 +604,8 @@ def backfill_vectors(
     The embedding space is reconciled first (a changed model or dimension clears
     the stored vectors, which this run then recomputes). Batches hold at most
     ``EMBEDDING_BATCH`` (≤ 20) rows in id order; each row is tried once per run
-    (a failed batch stays NULL and the next run retries it). Rerunning is safe:
+    (a failed batch stays NULL and the next run retries it; a remote provider found down
+    ends the run after its first failed batch). Rerunning is safe:
     rows are selected by their missing vector. ``max_rows`` bounds the run;
     ``only_ids`` restricts it to given rows per table.
     """
@@ -617,6 +618,7 @@ def backfill_vectors(
     size = _batch_size(batch)
     result.cleared = reconcile_spaces(embedder)
     processed = 0
+    stopped = False
     for consumer in _VECTOR_MODELS:
         model = _VECTOR_MODELS[consumer]
         last = 0
@@ -641,10 +643,13 @@ def backfill_vectors(
             result.failed += failed
             processed += len(rows)
             last = rows[-1][0]
+            if failed and _embedder_down(embedder):
+                stopped = True
+                break
             if len(rows) < take:
                 break
         result.last_ids[consumer] = last
-        if result.more:
+        if result.more or stopped:
             break
     if result.failed:
         result.more = False
@@ -653,6 +658,15 @@ def backfill_vectors(
     if result.failed:
         logger.warning("vector_backfill_left_null failed=%d", result.failed)
     return result
+
+
+def _embedder_down(embedder: Embedder) -> bool:
+    """A remote embedder's breaker is open (memory/providers/embeddings.py): the rest waits for the next run."""
+    down = getattr(embedder, "is_down", None)
+    if down is None or not down():
+        return False
+    logger.warning("vector_backfill_stopped: the embedding provider is marked down")
+    return True
 
 
 def vectors_pending_after(last_ids: dict[str, int]) -> bool:

@@ -430,9 +430,10 @@ def prepare_turn(
 
 
 def embed_query(text: str) -> np.ndarray | None:
-    """Query vector from the configured embedding provider, or None (disabled or failed)."""
+    """Query vector from the configured embedding provider, or None (disabled, failed, or a remote
+    provider that does not answer within ``EMBEDDING_QUERY_TIMEOUT``: the request does not wait)."""
     try:
-        embedder = provider_config.get_embedder()
+        embedder = provider_config.get_embedder(serving=True)
         if embedder is None:
             return None
         return embedder.embed([text])[0]

@@ -43,7 +43,10 @@ def _fake_openai_server():
 
 @pytest.fixture
 def fake_openai(_fake_openai_server: FakeOpenAI) -> FakeOpenAI:
+    from memory.providers.embeddings import reset_breakers
+
     _fake_openai_server.reset()
+    reset_breakers()  # one server for the session: each test starts with it presumed up
     return _fake_openai_server
 
 

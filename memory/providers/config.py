@@ -7,7 +7,10 @@ Settings (all optional, read with ``getattr(settings, NAME, default)``):
   summariser and extractor are the offline heuristics.
 * ``EMBEDDING_PROVIDER`` (``local`` | ``openai`` | ``none``), ``EMBEDDING_BASE_URL``,
   ``EMBEDDING_MODEL``, ``EMBEDDING_API_KEY``, ``EMBEDDING_DIM``,
-  ``EMBEDDING_BATCH`` (≤ 20), ``EMBEDDING_THREADS``.
+  ``EMBEDDING_BATCH`` (≤ 20), ``EMBEDDING_THREADS``, ``EMBEDDING_TIMEOUT`` and
+  ``EMBEDDING_RETRIES`` (the workers' calls), ``EMBEDDING_QUERY_TIMEOUT`` (a call made
+  while serving a request: one attempt), ``EMBEDDING_DOWN_SECONDS`` (how long a failing
+  remote provider is skipped, memory/providers/embeddings.py).
 
 Instances are cached per configuration, so a process keeps one HTTP
 connection pool per provider and a settings override yields a fresh object.
@@ -24,7 +27,7 @@ from typing import Any
 
 from memory.providers import Embedder, Extractor, Summariser
 from memory.providers.chat import OpenAIChatModel
-from memory.providers.embeddings import MAX_BATCH
+from memory.providers.embeddings import MAX_BATCH, reset_breakers
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +52,8 @@ def _cached(key: tuple, build):
 
 
 def reset_cache() -> None:
-    """Forget built providers (tests; a settings change is picked up anyway)."""
+    """Forget built providers and the remote embedders' breakers (tests; a settings change is picked up anyway)."""
+    reset_breakers()
     with _cache_lock:
         for obj in _cache.values():
             close = getattr(obj, "close", None)
@@ -75,8 +79,14 @@ def get_chat_model() -> OpenAIChatModel | None:
     return _cached(key, lambda: OpenAIChatModel(base_url, model, api_key=api_key, timeout=timeout))
 
 
-def get_embedder() -> Embedder | None:
-    """OpenAIEmbedder when EMBEDDING_BASE_URL is set, else the local USE model; None for 'none'."""
+def get_embedder(*, serving: bool = False) -> Embedder | None:
+    """OpenAIEmbedder when EMBEDDING_BASE_URL is set, else the local USE model; None for 'none'.
+
+    ``serving``: for a call made while a request waits (a turn's confirm, a search): a remote
+    provider gets one attempt of ``EMBEDDING_QUERY_TIMEOUT`` seconds (2) instead of the
+    workers' ``EMBEDDING_RETRIES`` (3) retries of ``EMBEDDING_TIMEOUT`` (30); a failure leaves
+    the lexical order. Both skip a provider that failed within ``EMBEDDING_DOWN_SECONDS`` (30).
+    """
     provider = str(_setting("EMBEDDING_PROVIDER", "local")).strip().lower() or "local"
     if provider == "none":
         return None
@@ -89,13 +99,19 @@ def get_embedder() -> Embedder | None:
         api_key = str(_setting("EMBEDDING_API_KEY", ""))
         dim = int(_setting("EMBEDDING_DIM", 1024))
         batch = int(_setting("EMBEDDING_BATCH", MAX_BATCH))
+        if serving:
+            timeout, retries = float(_setting("EMBEDDING_QUERY_TIMEOUT", 2.0)), 0
+        else:
+            timeout, retries = float(_setting("EMBEDDING_TIMEOUT", 30.0)), int(_setting("EMBEDDING_RETRIES", 3))
+        down = float(_setting("EMBEDDING_DOWN_SECONDS", 30.0))
 
         def build_remote():
             from memory.providers.embeddings import OpenAIEmbedder  # only the configured provider's module loads
 
-            return OpenAIEmbedder(base_url, model, api_key=api_key, dim=dim, batch=batch)
+            return OpenAIEmbedder(base_url, model, api_key=api_key, dim=dim, batch=batch, timeout=timeout,
+                                  max_retries=retries, down_seconds=down)
 
-        return _cached(("embed-openai", base_url, model, api_key, dim, batch), build_remote)
+        return _cached(("embed-openai", base_url, model, api_key, dim, batch, timeout, retries, down), build_remote)
     if provider == "openai":
         logger.error("embedding_misconfigured reason=EMBEDDING_PROVIDER=openai without EMBEDDING_BASE_URL")
         return None

@@ -9,6 +9,14 @@ The contract every :class:`~memory.providers.Embedder` keeps (reference-spec §3
 * at most ``MAX_BATCH`` (20) texts go into one request: that is a hard limit
   of common providers ("batch size is invalid, it should not be larger than
   20"), and a bigger configured batch is clamped with a warning.
+
+A remote provider that times out, refuses connections, answers 5xx or keeps
+answering 429 is skipped for ``down_seconds`` by every :class:`OpenAIEmbedder`
+of the process that talks to the same URL (a breaker, as memory/broker.py has
+for Redis): their ``embed`` returns ``None`` at once instead of waiting on it
+again, so a hung provider costs one request's timeout per period, not every
+turn's, and a backfill stops after its first failed batch. A 4xx or a bad body
+is the request's fault, not the provider's state: it does not open the breaker.
 """
 
 from __future__ import annotations
@@ -16,19 +24,34 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from memory.providers import Embedder
-from memory.providers.chat import JSONClient, ProviderBadResponse, ProviderError
+from memory.providers.chat import JSONClient, ProviderBadResponse, ProviderError, ProviderRateLimited, ProviderTimeout
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["MAX_BATCH", "Embedder", "OpenAIEmbedder", "clamp_batch", "embed_one", "normalise"]
 
 MAX_BATCH = 20
+
+_down_until: dict[str, float] = {}  # base URL → monotonic time until which it is skipped
+
+
+def _provider_down(exc: ProviderError) -> bool:
+    """Whether ``exc`` says the provider is unreachable or failing (not that the request was bad)."""
+    if isinstance(exc, (ProviderTimeout, ProviderRateLimited)):
+        return True
+    return not isinstance(exc, ProviderBadResponse) and (exc.status is None or exc.status >= 500)
+
+
+def reset_breakers() -> None:
+    """Forget every opened breaker (tests)."""
+    _down_until.clear()
 
 
 def embed_one(embedder: Embedder, text: str) -> np.ndarray | None:
@@ -111,8 +134,10 @@ class OpenAIEmbedder:
         max_retries: int = 3,
         backoff: float = 0.5,
         encoding_format: str | None = None,
+        down_seconds: float = 0.0,
     ) -> None:
         self.name = model
+        self.down_seconds = max(0.0, float(down_seconds))  # the breaker's period (0: no breaker)
         self.label = f"openai:{model}"
         self.dim = int(dim)
         self.batch = clamp_batch(batch)
@@ -130,6 +155,17 @@ class OpenAIEmbedder:
         body = self._http.post("/embeddings", payload)
         return parse_embeddings_response(body, len(texts), self.dim)
 
+    def is_down(self) -> bool:
+        """True while a recent failure of this URL keeps the process from asking it again."""
+        return time.monotonic() < _down_until.get(self._http.base_url, 0.0)
+
+    def _mark_down(self, exc: ProviderError) -> None:
+        was_down = self.is_down()
+        _down_until[self._http.base_url] = time.monotonic() + self.down_seconds
+        if not was_down:
+            logger.warning("embedder_unavailable url=%s error=%s: skipping it for %.0f s",
+                           self._http.base_url, exc, self.down_seconds)
+
     def embed(self, texts: Sequence[str]) -> list[np.ndarray | None]:
         out: list[np.ndarray | None] = [None] * len(texts)
         # Blank texts are never sent: providers reject empty input, and a
@@ -137,12 +173,17 @@ class OpenAIEmbedder:
         positions = [i for i, t in enumerate(texts) if isinstance(t, str) and t.strip()]
         for start in range(0, len(positions), self.batch):
             chunk = positions[start : start + self.batch]
+            if self.down_seconds and self.is_down():
+                logger.info("embed_skipped model=%s size=%d: the provider is marked down", self.name, len(positions) - start)
+                break
             try:
                 vectors = self._embed_batch([texts[i] for i in chunk])
             except ProviderError as exc:
                 logger.warning(
                     "embed_batch_failed model=%s size=%d first=%d error=%s", self.name, len(chunk), chunk[0], exc
                 )
+                if self.down_seconds and _provider_down(exc):
+                    self._mark_down(exc)
                 continue
             for i, vector in zip(chunk, vectors, strict=True):
                 out[i] = vector

@@ -280,7 +280,7 @@ def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = N
     if not ids:
         return {}
     if embedder is None:
-        embedder = provider_config.get_embedder()
+        embedder = provider_config.get_embedder(serving=True)  # a request waits: one short attempt
     dim = int(getattr(embedder, "dim", 0) or 0) if embedder is not None else 0
     out: dict[int, np.ndarray] = {}
     todo: list[tuple[int, str]] = []

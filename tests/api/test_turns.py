@@ -1,6 +1,8 @@
 """POST /api/v1/turns and /turns/{id}/confirm."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from memory.models import Fact, Message, Person, PipelineEvent, Stream, Turn
@@ -202,3 +204,25 @@ def test_a_turns_refs_and_watermark_are_one_lookup_and_a_new_name_still_renames(
     found, speaker = services.resolve_turn_refs(**renamed, at=T0)
     assert found.pk == s.pk and Stream.objects.get(pk=s.pk).display_name == "新地方"
     assert speaker.pk != p.pk and Person.objects.filter(pk=speaker.pk).exists()
+
+
+def test_a_hung_embedding_provider_costs_one_confirm_its_short_timeout_and_the_next_ones_nothing(api, seeded, fake_openai):
+    from django.test import override_settings
+
+    from tests.providers.conftest import Reply
+
+    fake_openai.push("/embeddings", *[Reply(delay=3.0) for _ in range(4)])
+    remote = {"EMBEDDING_PROVIDER": "openai", "EMBEDDING_BASE_URL": fake_openai.base_url, "EMBEDDING_MODEL": "m",
+              "EMBEDDING_DIM": fake_openai.dim, "EMBEDDING_QUERY_TIMEOUT": 0.3, "EMBEDDING_DOWN_SECONDS": 60}
+    with override_settings(**remote):
+        waits = []  # the first confirm's wall time only bounds loosely: the calls below are the proof
+        for text in ("乌龙茶 橘猫", "乌龙茶"):
+            tid = turn(api, text).json()["turn_id"]
+            started = time.monotonic()
+            r = api.post(f"turns/{tid}/confirm", {"at": T0 + 20_000})
+            waits.append(time.monotonic() - started)
+            assert r.status_code == 200, r.content
+            assert r.json()["used_vector"] is False and r.json()["facts"][0]["content"] == "喜欢喝乌龙茶"
+
+    assert len(fake_openai.calls("/embeddings")) == 1  # the first confirm's question; nothing after it
+    assert 0.3 <= waits[0] < 3.0  # its own timeout, not the hung reply (3 s) nor the workers' 30 s and retries

@@ -102,7 +102,7 @@ def test_the_dense_channel_reads_the_recent_messages_vectors_once(person, direct
     from memory.providers import config
 
     embedder = CountingEmbedder()
-    monkeypatch.setattr(config, "get_embedder", lambda: embedder)
+    monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
     sport = services.add_fact(person_id=person.pk, content="玩家热爱运动", kind="偏好", at=NOW - 30 * DAY).fact_id
     other = services.add_fact(person_id=person.pk, content="玩家养了一条狗", kind="身份", at=NOW).fact_id
     services.store_fact_vector(fact_id=sport, vector=[1.0, 0.0, 0.0, 0.0])

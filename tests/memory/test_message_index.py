@@ -232,7 +232,7 @@ class TestFused:
         import memory.providers.config as config
 
         original = config.get_embedder
-        config.get_embedder = lambda: embedder
+        config.get_embedder = lambda **_: embedder
         try:
             hits = selectors.search_messages(stream_id=direct_stream.pk, query="晚上 喝", query_vector=query, limit=2)
         finally:
@@ -249,7 +249,7 @@ class TestFused:
         embedder = AxisEmbedder()
         import memory.providers.config as config
 
-        monkeypatch.setattr(config, "get_embedder", lambda: embedder)
+        monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
         pipeline.backfill_vectors()  # the dense channel reads stored vectors only
         assert selectors.message_vectors([tea.pk, coffee.pk, run.pk]).keys() == {tea.pk, coffee.pk, run.pk}
         hits = recall.inspect_messages(stream_id=direct_stream.pk, query="晚上喝什么茶", limit=2)

@@ -79,6 +79,27 @@ def test_a_base_url_selects_the_remote_embedder_with_a_clamped_batch():
     assert (embedder.name, embedder.dim, embedder.batch) == ("bge-m3", 1024, 20)
 
 
+def test_a_request_gets_one_short_attempt_and_the_workers_their_retries():
+    remote = {"EMBEDDING_PROVIDER": "openai", "EMBEDDING_BASE_URL": "http://127.0.0.1:9/v1", "EMBEDDING_MODEL": "bge-m3",
+              "EMBEDDING_DIM": 8}
+    with override_settings(**remote):
+        serving, worker = config.get_embedder(serving=True), config.get_embedder()
+    with override_settings(**remote, EMBEDDING_QUERY_TIMEOUT=0.5, EMBEDDING_TIMEOUT=9, EMBEDDING_RETRIES=1,
+                           EMBEDDING_DOWN_SECONDS=4):
+        tuned_serving, tuned_worker = config.get_embedder(serving=True), config.get_embedder()
+
+    assert serving is not worker
+    assert (serving._http._client.timeout.read, serving._http.max_retries, serving.down_seconds) == (2.0, 0, 30.0)
+    assert (worker._http._client.timeout.read, worker._http.max_retries, worker.down_seconds) == (30.0, 3, 30.0)
+    assert (tuned_serving._http._client.timeout.read, tuned_serving._http.max_retries) == (0.5, 0)
+    assert (tuned_worker._http._client.timeout.read, tuned_worker._http.max_retries, tuned_worker.down_seconds) == (9.0, 1, 4.0)
+
+
+def test_a_local_model_is_the_same_for_requests_and_workers():
+    with override_settings(EMBEDDING_PROVIDER="local", EMBEDDING_BASE_URL="", EMBEDDING_THREADS=1):
+        assert config.get_embedder(serving=True) is config.get_embedder()
+
+
 def test_openai_without_a_base_url_is_reported_not_guessed(caplog):
     with override_settings(EMBEDDING_PROVIDER="openai", EMBEDDING_BASE_URL=""), caplog.at_level(logging.ERROR):
         assert config.get_embedder() is None

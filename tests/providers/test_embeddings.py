@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import base64
 import logging
+import socket
+import time
 
 import numpy as np
 import pytest
@@ -244,3 +246,73 @@ def test_normalise_survives_huge_and_tiny_components():
 
     np.testing.assert_allclose(huge, [2**-0.5, 2**-0.5, 0.0], atol=1e-6)
     np.testing.assert_allclose(tiny, [2**-0.5, 0.0, 2**-0.5], atol=1e-6)
+
+
+# --- the breaker: a failing provider is skipped for a while -------------------------------------------
+
+
+def test_a_hung_provider_is_skipped_for_down_seconds_then_asked_again(fake_openai, caplog):
+    fake_openai.push("/embeddings", Reply(delay=1.0))
+    embedder = make_embedder(fake_openai, timeout=0.2, max_retries=0, down_seconds=0.6)
+
+    with caplog.at_level(logging.WARNING, logger="memory.providers.embeddings"):
+        assert embedder.embed(texts(2)) == [None, None]
+        assert embedder.is_down()
+        assert embedder.embed(texts(2)) == [None, None]  # nothing sent (below): no wait
+    assert len(fake_openai.calls("/embeddings")) == 1
+    assert [r.message for r in caplog.records].count(
+        f"embedder_unavailable url={fake_openai.base_url} error={fake_openai.base_url}/embeddings: "
+        "timed out after 1 attempts: skipping it for 1 s") == 1
+
+    time.sleep(0.7)
+    assert not embedder.is_down()
+    assert all(v is not None for v in embedder.embed(texts(2)))
+    assert len(fake_openai.calls("/embeddings")) == 2
+
+
+def test_after_a_failed_batch_the_next_batches_are_not_sent(fake_openai):
+    fake_openai.push("/embeddings", *[Reply(503, body="down") for _ in range(2)])
+    embedder = make_embedder(fake_openai, max_retries=1, down_seconds=30)
+
+    assert embedder.embed(texts(MAX_BATCH + 5)) == [None] * (MAX_BATCH + 5)
+    assert len(fake_openai.calls("/embeddings")) == 2  # the first batch and its retry, nothing of the second
+
+
+def test_every_embedder_of_the_url_shares_the_breaker(fake_openai):
+    fake_openai.push("/embeddings", Reply(429, json={"error": {}}, headers={"Retry-After": "0"}))
+    serving = make_embedder(fake_openai, max_retries=0, down_seconds=30)
+    worker = make_embedder(fake_openai, max_retries=3, down_seconds=30)
+
+    assert serving.embed(texts(1)) == [None]
+    assert worker.is_down() and worker.embed(texts(1)) == [None]
+    assert len(fake_openai.calls("/embeddings")) == 1
+
+
+def test_a_refused_connection_opens_the_breaker():
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    embedder = OpenAIEmbedder(f"http://127.0.0.1:{port}/v1", "m", dim=8, timeout=1.0, max_retries=0, down_seconds=30)
+
+    assert embedder.embed(texts(1)) == [None]
+    assert embedder.is_down()
+
+
+@pytest.mark.parametrize("reply", [Reply(400, json={"error": {"message": "bad input"}}), Reply(body="{not json")])
+def test_a_bad_request_or_body_does_not_open_the_breaker(fake_openai, reply):
+    fake_openai.push("/embeddings", reply)
+    embedder = make_embedder(fake_openai, down_seconds=30)
+
+    assert embedder.embed(texts(1)) == [None]
+    assert not embedder.is_down()
+    assert embedder.embed(texts(1))[0] is not None
+    assert len(fake_openai.calls("/embeddings")) == 2
+
+
+def test_without_down_seconds_there_is_no_breaker(fake_openai):
+    fake_openai.push("/embeddings", Reply(500, body="boom"))
+    embedder = make_embedder(fake_openai, max_retries=0)
+
+    assert embedder.embed(texts(1)) == [None]
+    assert not embedder.is_down()
+    assert embedder.embed(texts(1))[0] is not None

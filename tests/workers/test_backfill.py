@@ -1,6 +1,8 @@
 """Embedding backfill (reference-spec §3.5): by missing vector, bounded batches, NULLs retried."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -120,6 +122,21 @@ def test_a_server_error_leaves_nulls_and_the_next_run_fills_them(fake_openai):
 
     assert (first.facts, first.failed) == (0, 3)
     assert second.facts == 3
+
+
+def test_a_provider_found_down_ends_the_run_after_its_first_failed_batch(fake_openai, caplog):
+    seed(23, 2)
+    embedder = OpenAIEmbedder(fake_openai.base_url, "test-embed", dim=8, max_retries=0, down_seconds=0.5)
+    fake_openai.push("/embeddings", Reply(503, body="down"))
+
+    first = pipeline.backfill_vectors(embedder=embedder)
+
+    assert (first.facts, first.knowledge, first.failed, first.more) == (0, 0, 20, False)
+    assert len(fake_openai.calls("/embeddings")) == 1  # not the 3 facts after it, nor the knowledge
+    assert "vector_backfill_stopped: the embedding provider is marked down" in caplog.messages
+    time.sleep(0.6)  # the breaker closes: the next run (the beat's) embeds everything
+    second = pipeline.backfill_vectors(embedder=embedder)
+    assert (second.facts, second.knowledge, second.failed) == (23, 2, 0)
 
 
 def test_a_wrong_dimension_from_the_server_stores_nothing(fake_openai):

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 def _offline_embeddings(monkeypatch):
     from memory.providers import config
 
-    monkeypatch.setattr(config, "get_embedder", lambda: FakeEmbedder())
+    monkeypatch.setattr(config, "get_embedder", lambda **_: FakeEmbedder())
 
 
 def run(*args: str) -> str:
@@ -39,7 +39,7 @@ def test_backfill_vectors_embeds_everything_missing():
 def test_backfill_vectors_refuses_when_embeddings_are_off(settings, monkeypatch):
     from memory.providers import config
 
-    monkeypatch.setattr(config, "get_embedder", lambda: None)
+    monkeypatch.setattr(config, "get_embedder", lambda **_: None)
     with pytest.raises(CommandError, match="disabled"):
         run("backfill_vectors")
 

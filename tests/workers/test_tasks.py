@@ -17,7 +17,7 @@ def _offline_embeddings(monkeypatch):
     """Tasks build their providers from settings; keep embeddings fast and deterministic."""
     from memory.providers import config
 
-    monkeypatch.setattr(config, "get_embedder", lambda: FakeEmbedder())
+    monkeypatch.setattr(config, "get_embedder", lambda **_: FakeEmbedder())
 
 
 def test_messages_enqueue_the_stream_checks_after_commit(settings, redis_db, burst, django_capture_on_commit_callbacks):
@@ -90,7 +90,7 @@ def test_messages_queue_no_vector_backfill_when_it_is_off(settings, redis_db, bu
     if why == "negative delay":
         settings.MESSAGE_VECTOR_DELAY = -1
     else:
-        monkeypatch.setattr(config, "get_embedder", lambda: None)
+        monkeypatch.setattr(config, "get_embedder", lambda **_: None)
     with django_capture_on_commit_callbacks(execute=True):
         post_messages(make_stream(), 48)
     assert "vectors_backfill_task" not in burst.names()
