@@ -216,7 +216,7 @@ def message_vector_delay() -> int | None:
     delay = int(getattr(settings, "MESSAGE_VECTOR_DELAY", 2))
     if delay < 0:
         return None
-    return delay if provider_config.get_embedder() is not None else None
+    return delay if provider_config.get_embedder(serving=True) is not None else None
 
 
 def vector_backfill(*, countdown: int = 0) -> bool:

@@ -586,7 +586,7 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     # and its context's vectors go with the fact index's change log (PostgreSQL: one round trip)
     turn_read = _turn_read(turn_id)
     ahead = []
-    if query_embedding is not None or provider_config.get_embedder() is not None:
+    if query_embedding is not None or provider_config.get_embedder(serving=True) is not None:
         ahead = [selectors.turn_dense_scope_read(turn_id), selectors.turn_context_vectors_read(turn_id)]
     with lexical.one_state("facts_fts", reads=[turn_read, *ahead]):
         turn = lexical.read(turn_read)
