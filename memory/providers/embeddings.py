@@ -156,8 +156,9 @@ class OpenAIEmbedder:
         return parse_embeddings_response(body, len(texts), self.dim)
 
     def is_down(self) -> bool:
-        """True while a recent failure of this URL keeps the process from asking it again."""
-        return time.monotonic() < _down_until.get(self._http.base_url, 0.0)
+        """True while a recent failure of this URL keeps the process from asking it again (never
+        without a breaker, ``down_seconds`` 0)."""
+        return bool(self.down_seconds) and time.monotonic() < _down_until.get(self._http.base_url, 0.0)
 
     def _mark_down(self, exc: ProviderError) -> None:
         was_down = self.is_down()
@@ -173,7 +174,7 @@ class OpenAIEmbedder:
         positions = [i for i, t in enumerate(texts) if isinstance(t, str) and t.strip()]
         for start in range(0, len(positions), self.batch):
             chunk = positions[start : start + self.batch]
-            if self.down_seconds and self.is_down():
+            if self.is_down():
                 logger.info("embed_skipped model=%s size=%d: the provider is marked down", self.name, len(positions) - start)
                 break
             try:
