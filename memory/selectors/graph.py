@@ -43,17 +43,19 @@ class _FactorsAt:
         return self.activation.factors(nodes, self.now)
 
 
+# The active edges touching a frontier (each id list twice), and the memory nodes at their ends.
+_EDGES_SQL = ("SELECT source_id, target_id, strength FROM memory_edges WHERE active AND source_id IN ({ids})"
+              " UNION ALL SELECT source_id, target_id, strength FROM memory_edges WHERE active AND target_id IN ({ids})")
+_EDGE_ENDS_SQL = ("SELECT target_id FROM memory_edges WHERE active AND source_id IN ({ids})"
+                  " UNION SELECT source_id FROM memory_edges WHERE active AND target_id IN ({ids})")
+
+
 def _expand(frontier: set[int]) -> list[tuple[int, int, float]]:
     if not frontier:
         return []
     ids = list(frontier)
-    marks = backends.marks(ids)
     with connection.cursor() as cur:
-        cur.execute(
-            f"SELECT source_id, target_id, strength FROM memory_edges WHERE active AND source_id IN ({marks})"
-            f" UNION ALL SELECT source_id, target_id, strength FROM memory_edges WHERE active AND target_id IN ({marks})",
-            ids + ids,
-        )
+        cur.execute(_EDGES_SQL.format(ids=backends.marks(ids)), ids + ids)
         return cur.fetchall()
 
 
@@ -73,7 +75,8 @@ class _SpreadRows:
     One query finds the seeds' nodes with their texts (was three); a retention query
     (same joins as :func:`node_retentions`) reads the texts too, so the hits' texts
     cost no query of their own. (Reading the far ends' rows in the edge query too
-    was measured slower on both backends: it joins once per edge, not per node.)
+    was measured slower on both backends: it joins once per edge, not per node. On
+    PostgreSQL :meth:`expand` sends them as a second statement of the same round trip.)
     """
 
     def __init__(self, now: int) -> None:
@@ -90,6 +93,26 @@ class _SpreadRows:
             value = 1.0
         self.retention[node] = value
         self.texts[node] = (kind, ref, fc or es or kc or "")
+
+    def expand(self, frontier: set[int]) -> list[tuple[int, int, float]]:
+        """:func:`_expand`; on PostgreSQL the rows of the nodes at the edges' ends come in the same
+        round trip (a second statement, pipelined), so the engine's next :meth:`retentions` sends
+        nothing: two round trips fewer in a spread of 2 hops (bench store, 1,400 spreads alternating
+        with the two-trip reads: median 3.32 → 3.04 ms, p95 6.83 → 6.57, the same hits). The second
+        statement is its own snapshot: an end it does not see is read by :meth:`load` as before."""
+        if not frontier or not backends.is_postgresql():
+            return _expand(frontier)
+        ids = list(frontier)
+        marks = backends.marks(ids)
+        edges, ends = backends.postgresql.read_together([
+            (_EDGES_SQL.format(ids=marks), ids + ids, False),
+            (f"SELECT {_NODE_COLUMNS} FROM memory_nodes n{_NODE_JOINS} WHERE n.id IN ({_EDGE_ENDS_SQL.format(ids=marks)})",
+             ids + ids, False),
+        ])
+        for row in ends:
+            if row[0] not in self.retention:
+                self._keep(row)
+        return edges
 
     def load(self, nodes: Iterable[int]) -> None:
         """Read the rows of ``nodes`` not read yet (one query)."""
@@ -530,7 +553,7 @@ def spread(
 
     factor: Callable[[int], float] | None = _FactorsAt(activation, now) if activation is not None else None
     result: SpreadResult = engine_spread(
-        weights, hops=hops, limit=limit, expand=_expand, retention_of=rows.retentions,
+        weights, hops=hops, limit=limit, expand=rows.expand, retention_of=rows.retentions,
         concept=concept, alpha=alpha, activation=factor, on_timeout=on_timeout,
         **({"timeout_seconds": timeout_seconds} if timeout_seconds else {}),
     )

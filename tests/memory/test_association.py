@@ -371,6 +371,34 @@ def test_spread_reads_each_node_once_and_answers_like_the_row_readers(person, gr
         (n, *texts[n], weights[n]) for n in sorted(weights)]
 
 
+@pytest.mark.postgresql_only("SQLite has no round trip to save: an expansion reads the edges alone")
+def test_on_postgresql_an_expansion_brings_the_rows_of_the_nodes_it_reaches(person):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memory import selectors
+    from memory.selectors import graph as graph_selectors
+
+    def fact(content):
+        return services.add_fact(person_id=person.pk, content=content, kind="偏好", at=NOW).fact_id
+
+    seed, near, far = fact("他喜欢爬山"), fact("他周末去香山"), fact("他买了登山杖")
+    services.link_together(refs=[("fact", seed), ("fact", near)], at=NOW)
+    services.link_together(refs=[("fact", near), ("fact", far)], at=NOW)
+    node = dict(MemoryNode.objects.values_list("ref_id", "id").filter(ref_kind="fact"))
+    rows = graph_selectors._SpreadRows(NOW + H)
+    rows.seeds([("fact", seed, 1.0)])
+
+    edges = rows.expand({node[seed]})
+
+    assert sorted(edges) == sorted(graph_selectors._expand({node[seed]}))
+    with CaptureQueriesContext(connection) as ctx:
+        got = rows.retentions({node[near]})
+    assert ctx.captured_queries == []  # read with the edges
+    assert got == selectors.node_retentions({node[near]}, NOW + H)
+    assert rows.texts[node[near]] == ("fact", near, "他周末去香山") and node[far] not in rows.retention
+
+
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_holder_lists_of_the_graphs_concepts_are_ready_when_the_node_texts_are_built(monkeypatch):
     """The resident node texts find the holders of every concept of the graph in one pass when they
