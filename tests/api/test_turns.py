@@ -4,8 +4,10 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.test import override_settings
 
 from memory.models import Fact, Message, Person, PipelineEvent, Stream, Turn
+from tests.providers.conftest import Reply
 
 from .conftest import T0, person, stream
 
@@ -207,10 +209,6 @@ def test_a_turns_refs_and_watermark_are_one_lookup_and_a_new_name_still_renames(
 
 
 def test_a_hung_embedding_provider_costs_one_confirm_its_short_timeout_and_the_next_ones_nothing(api, seeded, fake_openai):
-    from django.test import override_settings
-
-    from tests.providers.conftest import Reply
-
     fake_openai.push("/embeddings", *[Reply(delay=3.0) for _ in range(4)])
     remote = {"EMBEDDING_PROVIDER": "openai", "EMBEDDING_BASE_URL": fake_openai.base_url, "EMBEDDING_MODEL": "m",
               "EMBEDDING_DIM": fake_openai.dim, "EMBEDDING_QUERY_TIMEOUT": 0.3, "EMBEDDING_DOWN_SECONDS": 60}
