@@ -171,7 +171,8 @@ def extract_stream_task(self: Any, stream_id: int) -> dict[str, Any]:
 
 
 # Safe to redeliver: it only reads which streams are due and enqueues deduplicated checks.
-@shared_task(acks_late=True, soft_time_limit=60, time_limit=90, **RETRY)
+@shared_task(name="memory.tasks.stream_checks_sweep_task", acks_late=True, soft_time_limit=60, time_limit=90,
+             **RETRY)
 def stream_checks_sweep_task() -> int:
     """Enqueue the checks of every stream whose summarisation or extraction is due."""
     sent = 0
@@ -208,14 +209,14 @@ def vectors_backfill_task(self: Any) -> dict[str, Any]:
 
 # Safe to redeliver: retention is computed from stored timestamps, so a rerun at the
 # same time freezes nothing new (and edges are never deleted).
-@shared_task(acks_late=True, soft_time_limit=120, time_limit=150, **RETRY)
+@shared_task(name="memory.tasks.edges_decay_task", acks_late=True, soft_time_limit=120, time_limit=150, **RETRY)
 def edges_decay_task() -> int:
     """Freeze decayed association edges (event ``edges_decayed``)."""
     return pipeline.edges_decay()
 
 
 # Safe to redeliver: a passive checkpoint copies what it can and waits for nobody.
-@shared_task(acks_late=True, soft_time_limit=50, time_limit=60, expires=55)
+@shared_task(name="memory.tasks.wal_checkpoint_task", acks_late=True, soft_time_limit=50, time_limit=60, expires=55)
 def wal_checkpoint_task() -> list[int] | None:
     """SQLite: copy the write-ahead log back into the database file (``backends.checkpoint``)."""
     done = backends.checkpoint()
@@ -223,14 +224,14 @@ def wal_checkpoint_task() -> list[int] | None:
 
 
 # Safe to redeliver: freezing is decided from stored timestamps; a rerun freezes nothing new.
-@shared_task(acks_late=True, soft_time_limit=120, time_limit=150, **RETRY)
+@shared_task(name="memory.tasks.facts_sweep_task", acks_late=True, soft_time_limit=120, time_limit=150, **RETRY)
 def facts_sweep_task() -> int:
     """Freeze facts whose retention fell below the threshold."""
     return services.sweep()
 
 
 # Safe to redeliver: it deletes by age and count; a rerun finds nothing more to delete.
-@shared_task(acks_late=True, soft_time_limit=300, time_limit=330, **RETRY)
+@shared_task(name="memory.tasks.retention_sweep_task", acks_late=True, soft_time_limit=300, time_limit=330, **RETRY)
 def retention_sweep_task() -> dict[str, int]:
     """Prune ``pipeline_events`` and ``turns`` to their limits (:mod:`memory.retention`)."""
     deleted = retention.retention_sweep()
@@ -240,7 +241,8 @@ def retention_sweep_task() -> dict[str, int]:
 
 
 # Safe to redeliver: it empties bodies selected by age and state; a rerun finds none left.
-@shared_task(acks_late=True, soft_time_limit=600, time_limit=660, **RETRY)
+@shared_task(name="memory.tasks.expire_message_bodies_task", acks_late=True, soft_time_limit=600, time_limit=660,
+             **RETRY)
 def expire_message_bodies_task() -> int:
     """Empty old message bodies (``MESSAGE_RETENTION_DAYS``; 0 = off) — :func:`memory.forget.expire_message_bodies`."""
     emptied = forget.expire_message_bodies(days=settings.MESSAGE_RETENTION_DAYS)
@@ -263,7 +265,7 @@ def import_knowledge_task(self: Any, job_id: int, batch_id: int | None = None) -
 
 
 # Safe to redeliver: every transition is conditional on the job still running.
-@shared_task(acks_late=True, soft_time_limit=60, time_limit=90, **RETRY)
+@shared_task(name="memory.tasks.jobs_recover_task", acks_late=True, soft_time_limit=60, time_limit=90, **RETRY)
 def jobs_recover_task() -> dict[str, list[int]]:
     """Re-queue or fail running jobs whose worker stopped sending heartbeats (:func:`memory.jobs.recover_orphaned_jobs`)."""
     return jobs.recover_orphaned_jobs()

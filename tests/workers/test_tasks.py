@@ -372,3 +372,20 @@ def test_due_queues_decide_as_full_counts_do(settings):
         assert triggers.extract_due(stream.pk) == full_extract and triggers.summarize_due(stream.pk) == full_summarize
     settings.FACT_EXTRACT_TRIGGER_MESSAGES = 0
     assert triggers.due_queues(stream.pk, [triggers.EXTRACT]) == [triggers.EXTRACT]
+
+
+def test_every_task_keeps_its_registered_name():
+    """Tasks are sent by name and may wait in Redis across a deploy: a name is a contract, not a module path."""
+    from config.celery import app
+
+    app.loader.import_default_modules()
+    names = {name for name in app.tasks if not name.startswith("celery.")}
+    assert names == {
+        "memory.tasks.edges_decay_task", "memory.tasks.expire_message_bodies_task",
+        "memory.tasks.extract_stream_task", "memory.tasks.facts_sweep_task",
+        "memory.tasks.import_knowledge_task", "memory.tasks.jobs_recover_task",
+        "memory.tasks.retention_sweep_task", "memory.tasks.stream_checks_sweep_task",
+        "memory.tasks.summarize_stream_task", "memory.tasks.vectors_backfill_task",
+        "memory.tasks.wal_checkpoint_task",
+        "tuning.tasks.compare_task", "tuning.tasks.evaluate_task", "tuning.tasks.probe_overrides_task",
+    }
