@@ -153,6 +153,12 @@ class ScopedNinjaAPI(NinjaAPI):
     OAuth2/OpenID schemes, and schema-driven clients read the bearer requirement as is.
     """
 
+    def get_openapi_operation_id(self, operation: Any) -> str:
+        """``<app>_api_<function>`` (``memory_api_post_turn``): a client's generated names depend on the
+        app and the view's name, never on which module of the app holds the route."""
+        app = operation.view_func.__module__.split(".")[0]
+        return f"{app}_api_{operation.view_func.__name__}"
+
     def get_openapi_schema(self, *, path_prefix: str | None = None, path_params: dict | None = None) -> Any:
         """The document, built once per prefix (it took ~200 ms of CPU per request; the routes do not
         change once the URLconf is loaded). Shared: a caller must not change it."""
