@@ -40,8 +40,9 @@ def main() -> None:
     # Django is set up only now: these read settings when imported
     from django.db import connection
 
-    from memory import lexical, lexical_index, services
+    from memory import services
     from memory.models import Message
+    from memory.search import lexical, lexical_index
 
     rng = random.Random(args.seed)
     with connection.cursor() as cur:

@@ -48,7 +48,8 @@ def _on_worker_init(**kwargs) -> None:
 
     preload_embedder()
 
-    from memory import backends, residency  # the project's modules load with Django, after this module
+    from memory import backends
+    from memory.search import residency  # the project's modules load with Django, after this module
 
     backends.checkpoint_on_commit()  # SQLite: the worker's commits, not the web's, copy the log back
     residency.settle_process()  # before the fork: the children share these pages and the collector skips them

@@ -29,9 +29,9 @@ def post_worker_init(worker) -> None:
     # gunicorn reads this file before Django is set up: the project loads in the hook, in each worker.
     from django.urls import get_resolver
 
-    from memory import residency
     from memory.engine import tokenize
     from memory.providers.config import preload_embedder
+    from memory.search import residency
 
     get_resolver().url_patterns  # noqa: B018 — imports every view and builds the API schemas (~2 s)
     tokenize.warm_up()  # jieba's dictionary: 1–3 s

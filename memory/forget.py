@@ -40,7 +40,7 @@ from typing import Any
 from django.db import connection, models, transaction
 from django.db.models import F, Q
 
-from memory import backends, lexical, services
+from memory import backends, services
 from memory.meta import meta_get, meta_set
 from memory.models import (
     EXTRACT_CURSOR_KEY,
@@ -60,6 +60,7 @@ from memory.models import (
     Stream,
     Turn,
 )
+from memory.search import lexical
 from memory.triggers import read_cursor
 
 TARGETS = tuple(ForgetRecord.Target.values)

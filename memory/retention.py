@@ -26,8 +26,9 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from memory import backends, changes
+from memory import backends
 from memory.models import PipelineEvent, Turn
+from memory.search import changes
 from memory.services import now_ms
 
 __all__ = ["CHUNK", "KEEP_EVENT_KINDS", "REPLAYABLE_TURNS", "prune_events", "prune_turns", "retention_sweep"]

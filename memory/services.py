@@ -17,7 +17,7 @@ import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from memory import backends, enqueue, lexical
+from memory import backends, enqueue
 from memory.engine import decay
 from memory.engine.quantize import pack_float32, quantize_vector
 from memory.engine.scope import upgraded_origin
@@ -40,6 +40,7 @@ from memory.models import (
     StreamKind,
     VectorSpace,
 )
+from memory.search import lexical
 
 logger = logging.getLogger(__name__)
 

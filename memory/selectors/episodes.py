@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Max, Min, QuerySet
 
-from memory import backends, lexical
+from memory import backends
 from memory.engine import decay
 from memory.models import Episode, EpisodeCue, PipelineEvent, Stream
+from memory.search import lexical
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from django.db.models import Case, Q, QuerySet, Value, When
 
-from memory import backends, lexical
+from memory import backends
 from memory.engine import decay, tokenize
 from memory.engine.context import ConversationQuery, weighted_max
 from memory.engine.quantize import cosine_q8_many, cosine_q8_matrix, quantize_vector
@@ -21,6 +21,7 @@ from memory.engine.scoring import (
 )
 from memory.engine.tokenize import bigrams, words
 from memory.models import Fact, FactState
+from memory.search import lexical
 from memory.selectors._common import _overrides, _private_in_group, _query_q8
 from memory.services import emit_event
 

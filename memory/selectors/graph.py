@@ -13,14 +13,15 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Q
 
-from memory import activation as shared_activation
-from memory import backends, residency
-from memory.changes import ChangeFeed
+from memory import backends
 from memory.engine import decay
 from memory.engine import spreading as sp
 from memory.engine.spreading import ConceptGraph, SpreadResult
 from memory.engine.spreading import spread as engine_spread
 from memory.models import Episode, Fact, Knowledge, MemoryEdge, MemoryNode
+from memory.search import activation as shared_activation
+from memory.search import residency
+from memory.search.changes import ChangeFeed
 from memory.selectors._common import _overrides
 from memory.services import CONCEPT_GRAPH_REVISION, emit_event
 

@@ -17,7 +17,7 @@ from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from memory import backends, lexical, services
+from memory import backends, services
 from memory.engine import decay
 from memory.engine.quantize import HEADER_SIZE, MAGIC, Int8Matrix, cosine_q8_many, quantize_vector, unpack_float32
 from memory.engine.scoring import fused_relevance
@@ -25,6 +25,7 @@ from memory.models import Episode, Message, Person, Stream
 from memory.providers import Embedder
 from memory.providers import config as provider_config  # looked up per call: tests swap the embedder
 from memory.providers.embeddings import clamp_batch
+from memory.search import lexical
 from memory.selectors._common import _query_q8
 
 logger = logging.getLogger(__name__)

@@ -129,9 +129,10 @@ def test_an_unknown_target_is_reported(db):
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_resident_indexes_see_the_forgetting(settings):
     """Outside a transaction the resident BM25, knowledge vectors and node texts answer: they must reload."""
-    from memory import lexical_index, selectors
+    from memory import selectors
+    from memory.search import lexical_index
+    from memory.search.vector_index import knowledge_index
     from memory.selectors import graph as graph_selectors
-    from memory.vector_index import knowledge_index
 
     settings.LEXICAL_RESIDENT_INDEX = True
     lexical_index.reset_all()

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from memory import jobs, lexical, pipeline, selectors, services
+from memory import jobs, pipeline, selectors, services
 from memory.models import ImportBatch, Job, Knowledge, MemoryNode, PipelineEvent
+from memory.search import lexical
 from tests.workers.conftest import T0, FakeEmbedder
 
 # --- chunking (no database) -----------------------------------------------------------------

@@ -42,7 +42,17 @@ from django.db import connection
 from memory import backends
 from memory.backends import is_postgresql, postgresql
 from memory.engine.tokenize import index_tokens, match_expression, query_terms
-from memory.lexical_index import SOURCES, Read, file_as, one_state, read, remembered, resident, resident_messages, sent  # noqa: F401 (for callers)
+from memory.search.lexical_index import (  # noqa: F401 (for callers)
+    SOURCES,
+    Read,
+    file_as,
+    one_state,
+    read,
+    remembered,
+    resident,
+    resident_messages,
+    sent,
+)
 
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")
 #: where each FTS table's rows keep their indexed tokens: (table, column)

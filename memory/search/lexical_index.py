@@ -41,10 +41,11 @@ import numpy as np
 from django.conf import settings
 from django.db import connection, transaction
 
-from memory import backends, residency
-from memory.changes import ChangeFeed
+from memory import backends
 from memory.engine.bm25 import FOLDABLE as _FOLDABLE
 from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_idf, fts_tokens
+from memory.search import residency
+from memory.search.changes import ChangeFeed
 
 __all__ = [
     "B", "IDF_FLOOR", "K1", "SOURCES", "Read", "ResidentBM25", "Source", "file_as", "fts_tokens", "one_state", "read",
