@@ -41,6 +41,7 @@ from django.db import connection, models, transaction
 from django.db.models import F, Q
 
 from memory import backends, services
+from memory.dispatch.triggers import read_cursor
 from memory.meta import meta_get, meta_set
 from memory.models import (
     EXTRACT_CURSOR_KEY,
@@ -61,7 +62,6 @@ from memory.models import (
     Turn,
 )
 from memory.search import lexical
-from memory.triggers import read_cursor
 
 TARGETS = tuple(ForgetRecord.Target.values)
 MIN_QUOTE = 6  # characters: shorter sentences are too common to count as a quote

@@ -29,7 +29,9 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
-from memory import backends, broker, enqueue, jobs, selectors, services, triggers
+from memory import backends, broker, selectors, services
+from memory.dispatch import enqueue, jobs, triggers
+from memory.dispatch.triggers import EXTRACT, SUMMARIZE, extract_due, read_cursor, summarize_due
 from memory.engine.scope import SCOPE_ALL, origin_kind_for_stream
 from memory.meta import meta_set
 from memory.models import (
@@ -50,7 +52,6 @@ from memory.providers import DialogueLine, Embedder, Emit, Extractor, KnownFact,
 from memory.providers import config as provider_config
 from memory.providers.embeddings import clamp_batch
 from memory.search import lexical
-from memory.triggers import EXTRACT, SUMMARIZE, extract_due, read_cursor, summarize_due
 
 logger = logging.getLogger(__name__)
 

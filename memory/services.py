@@ -17,7 +17,8 @@ import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from memory import backends, enqueue
+from memory import backends
+from memory.dispatch import enqueue
 from memory.engine import decay
 from memory.engine.quantize import pack_float32, quantize_vector
 from memory.engine.scope import upgraded_origin

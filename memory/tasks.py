@@ -37,7 +37,8 @@ from django.db import OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import LockError
 
-from memory import backends, broker, enqueue, forget, jobs, pipeline, retention, services, triggers
+from memory import backends, broker, forget, pipeline, retention, services
+from memory.dispatch import enqueue, jobs, triggers
 from memory.providers.chat import ProviderRateLimited, ProviderTimeout
 
 logger = logging.getLogger(__name__)

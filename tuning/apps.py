@@ -15,7 +15,8 @@ class TuningConfig(AppConfig):
           :func:`memory.jobs.recover_orphaned_jobs` (their replays only read).
         """
         # Models and modules that use them load only once the app registry is ready.
-        from memory import jobs, overrides
+        from memory import overrides
+        from memory.dispatch import jobs
         from tuning.evaluation import JOB_TASKS
         from tuning.services import stored_profile_params
 

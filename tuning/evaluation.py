@@ -43,7 +43,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from memory import broker, enqueue, jobs, recall
+from memory import broker, recall
+from memory.dispatch import enqueue, jobs
 from memory.engine.metrics import ndcg_at_k, recall_at_k
 from memory.engine.tuning import reconcile_trace_pool
 from memory.models import Fact, Job, Turn

@@ -14,7 +14,8 @@ from typing import Any
 
 from celery import shared_task
 
-from memory import jobs, overrides
+from memory import overrides
+from memory.dispatch import jobs
 from tuning import evaluation
 
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from memory import meta, pipeline, selectors, services, triggers
+from memory import meta, pipeline, selectors, services
+from memory.dispatch import triggers
 from memory.engine.extraction import Extraction
 from memory.models import Fact, Knowledge, MemoryEdge, PipelineEvent, QueueFailure
 from memory.providers.heuristic import HeuristicExtractor

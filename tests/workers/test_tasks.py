@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from memory import enqueue, pipeline, services, tasks
+from memory import pipeline, services, tasks
+from memory.dispatch import enqueue
 from memory.models import Episode, Fact, ImportBatch, Job, MemoryEdge, MemoryNode, PipelineEvent
 from tests.workers.conftest import T0, FakeEmbedder, make_person, make_stream, post_messages
 
@@ -334,7 +335,7 @@ def test_every_name_enqueue_sends_is_a_registered_task():
     """Tasks are sent by name (memory.enqueue, the job registry): a name without a task would be lost silently."""
     from celery import current_app
 
-    from memory import jobs
+    from memory.dispatch import jobs
     from tuning import evaluation
     from tuning import tasks as tuning_tasks
 
@@ -348,7 +349,7 @@ def test_every_name_enqueue_sends_is_a_registered_task():
 
 
 def test_due_queues_decide_as_full_counts_do(settings):
-    from memory import triggers
+    from memory.dispatch import triggers
     from memory.meta import meta_set
     from memory.models import EXTRACT_CURSOR_KEY, Message
 

@@ -30,7 +30,8 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from memory import broker, enqueue
+from memory import broker
+from memory.dispatch import enqueue
 from memory.models import ImportBatch, Job
 
 logger = logging.getLogger(__name__)

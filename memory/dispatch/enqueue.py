@@ -34,7 +34,8 @@ from typing import Any
 from django.conf import settings
 from django.db import OperationalError, transaction
 
-from memory import broker, triggers
+from memory import broker
+from memory.dispatch import triggers
 from memory.providers import config as provider_config
 
 logger = logging.getLogger(__name__)
