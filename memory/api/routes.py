@@ -16,11 +16,12 @@ from ninja import Query, Router, Schema, Status
 from ninja.errors import ValidationError
 from pydantic import Field as PydanticField
 
-from memory import export, forget, pipeline, recall, services
+from memory import pipeline, recall, services
 from memory.auth import BearerTokenAuth, api_user
 from memory.engine.scope import origin_kind_for_stream
 from memory.engine.similarity import exact_key
 from memory.models import Fact, Job, Knowledge, Message, Person, Stream
+from memory.privacy import export, forget
 from memory.schemas import (
     EPOCH_MS_HELP,
     IMPORT_MAX_CHARS,

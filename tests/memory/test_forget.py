@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from curation import services as curation
-from memory import forget, services
+from memory import services
 from memory.models import (
     Episode,
     EpisodeCue,
@@ -20,6 +20,7 @@ from memory.models import (
     PipelineEvent,
     Stream,
 )
+from memory.privacy import forget
 from tests import lexical_probe
 from tests.memory.conftest import NOW
 

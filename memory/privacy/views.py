@@ -18,10 +18,11 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from memory import export, forget, selectors, services
+from memory import selectors, services
 from memory.auth import SCOPES, TokenScopeError, issue_token, revoke_tokens
 from memory.fields import NUL_MESSAGE, page_of
 from memory.models import ApiToken, Person
+from memory.privacy import export, forget
 
 VIEW = "memory.view_person"
 FORGET = "memory.forget_memory"
