@@ -20,7 +20,8 @@ logger = logging.getLogger(__name__)
 
 app = Celery("memory_console")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks()
+app.autodiscover_tasks()  # each app's tasks.py (tuning.tasks)
+app.autodiscover_tasks(["memory.pipeline"])  # memory's live in its pipeline package
 
 _started_at: float | None = None
 
@@ -86,6 +87,6 @@ def lower_priority() -> int:
 @worker_ready.connect
 def _on_worker_ready(sender=None, **kwargs) -> None:
     # This module is imported with the settings (config/__init__.py), before the apps are loaded.
-    from memory.tasks import worker_startup
+    from memory.pipeline.tasks import worker_startup
 
     worker_startup(getattr(sender, "hostname", None), started_at=_started_at)

@@ -49,9 +49,9 @@ from memory.engine.metrics import ndcg_at_k, recall_at_k
 from memory.engine.tuning import reconcile_trace_pool
 from memory.models import Fact, Job, Turn
 from memory.overrides import overrides_scope
+from memory.pipeline.retention import REPLAYABLE_TURNS
 from memory.providers import config as provider_config
 from memory.providers.embeddings import embed_one
-from memory.retention import REPLAYABLE_TURNS
 from memory.services import emit_event
 from tuning import services
 

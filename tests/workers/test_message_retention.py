@@ -6,8 +6,8 @@ import pytest
 
 from memory import meta, pipeline, services
 from memory.models import Message
+from memory.pipeline.tasks import expire_message_bodies_task
 from memory.privacy.forget import expire_message_bodies
-from memory.tasks import expire_message_bodies_task
 from tests import lexical_probe
 from tests.workers.conftest import make_person, make_stream
 

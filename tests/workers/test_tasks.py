@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-from memory import pipeline, services, tasks
+from memory import pipeline, services
 from memory.dispatch import enqueue
 from memory.models import Episode, Fact, ImportBatch, Job, MemoryEdge, MemoryNode, PipelineEvent
+from memory.pipeline import tasks
 from tests.workers.conftest import T0, FakeEmbedder, make_person, make_stream, post_messages
 
 pytestmark = pytest.mark.django_db

@@ -37,8 +37,9 @@ from django.db import OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import LockError
 
-from memory import backends, broker, pipeline, retention, services
+from memory import backends, broker, pipeline, services
 from memory.dispatch import enqueue, jobs, triggers
+from memory.pipeline import retention
 from memory.privacy import forget
 from memory.providers.chat import ProviderRateLimited, ProviderTimeout
 
