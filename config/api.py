@@ -33,8 +33,8 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
 from curation import api as curation_api
-from memory import api as memory_api
-from memory.auth import BearerTokenAuth
+from memory.api import routes as memory_api
+from memory.api.auth import BearerTokenAuth
 from memory.broker import BrokerUnavailable
 from tuning import api as tuning_api
 

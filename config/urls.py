@@ -10,7 +10,7 @@ from django.http import Http404
 from django.urls import include, path
 
 from config.api import api
-from memory.health import healthz
+from memory.api.health import healthz
 
 PASSWORD_RESET_VIEWS = {"password_reset", "password_reset_done", "password_reset_confirm", "password_reset_complete"}
 

@@ -20,8 +20,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
+from memory.api.schemas import MAX_ID
 from memory.models import Person
-from memory.schemas import MAX_ID
 
 __all__ = ["MAX_ID", "NUL_MESSAGE", "PAGE_SIZE", "FastSelect", "IdField", "PersonChoiceField", "TextField", "page_of",
            "parse_id"]

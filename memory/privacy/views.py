@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect
 
 from memory import selectors, services
-from memory.auth import SCOPES, TokenScopeError, issue_token, revoke_tokens
+from memory.api.auth import SCOPES, TokenScopeError, issue_token, revoke_tokens
 from memory.fields import NUL_MESSAGE, page_of
 from memory.models import ApiToken, Person
 from memory.privacy import export, forget

@@ -29,7 +29,7 @@ from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, settings
 from schemathesis.core.parameters import ParameterLocation
 
-from memory.auth import hash_token
+from memory.api.auth import hash_token
 from memory.engine.tuning import WHITELIST
 from memory.models import ApiToken
 
