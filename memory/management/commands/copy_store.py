@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from memory import copy_store as mover
+from memory.management import copy_store as mover
 
 
 class Command(BaseCommand):

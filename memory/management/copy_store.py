@@ -65,7 +65,7 @@ MIGRATE_WRITES = {"django_migrations", "django_content_type", "auth_permission"}
 #: target's own log from there.
 NOT_COPIED = {"memory_changes"}
 CHUNK = 2000
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(settings.BASE_DIR)  # where manage.py is
 
 Progress = Callable[[str], None]
 
