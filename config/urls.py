@@ -46,7 +46,7 @@ urlpatterns = [
     path("api/", api.urls),
     path("accounts/", include(account_urls)),
     path("i18n/", include("django.conf.urls.i18n")),
-    path("curation/", include("console.curation_urls")),
+    path("curation/", include("curation.urls")),
     path("tuning/", include("tuning.urls")),
     path("", include("console.urls")),
 ]
