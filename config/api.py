@@ -40,7 +40,7 @@ from tuning import api as tuning_api
 
 logger = logging.getLogger(__name__)
 
-# Assembled here, above the apps: each app defines its routes (memory/api.py, curation/api.py,
+# Assembled here, above the apps: each app defines its routes (memory/api/routes.py, curation/api.py,
 # tuning/api.py) and the statuses of its own exceptions (ERROR_STATUSES); this module builds the one
 # NinjaAPI (its docstring above is the API description), the strict JSON parser, the error format
 # and the mounting under /v1.

@@ -3,7 +3,7 @@
 Job state lives in our own ``jobs`` table, so results are never stored.
 When a worker is ready it releases locks left by its killed predecessor and
 enqueues one edge-decay sweep, one vector backfill and one sweep of streams
-with due work (see :func:`memory.tasks.worker_startup`).
+with due work (see :func:`memory.pipeline.tasks.worker_startup`).
 """
 from __future__ import annotations
 

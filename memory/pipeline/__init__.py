@@ -7,7 +7,7 @@
 * :func:`split_into_chunks`, :func:`start_import`, :func:`run_import`,
   :func:`delete_batch_preview`, :func:`delete_batch` — the knowledge import centre (§3.13).
 
-``memory.tasks`` holds the Celery adapters; they own locking and retries, while
+``memory.pipeline.tasks`` holds the Celery adapters; they own locking and retries, while
 everything that decides *what* is written lives here. The model call of a batch
 always happens outside any transaction, and each write is one short transaction
 (SQLite takes the write lock at BEGIN, see settings).
@@ -341,7 +341,7 @@ def cursor_moved(stream_id: int, cursor: int) -> bool:
 
 
 def advance_cursor(stream_id: int, message_id: int) -> None:
-    """Set a stream's cursor (:mod:`memory.triggers`); call inside the transaction that wrote the batch, after :func:`cursor_moved`."""
+    """Set a stream's cursor (:mod:`memory.dispatch.triggers`); call inside the transaction that wrote the batch, after :func:`cursor_moved`."""
     cursors = triggers.cursor_map()
     cursors[str(stream_id)] = int(message_id)
     meta_set(EXTRACT_CURSOR_KEY, cursors)
@@ -863,7 +863,7 @@ def run_import(
 
     Progress (the job's heartbeat) is written every 20 chunks. Rerunning is safe:
     knowledge is deduplicated by content, so a job re-queued after its worker
-    died (:func:`memory.jobs.recover_orphaned_jobs`) only re-finds its rows; a
+    died (:func:`memory.dispatch.jobs.recover_orphaned_jobs`) only re-finds its rows; a
     finished job returns its stored result; a job another delivery is running,
     a missing job, and a job of another batch than ``batch_id`` (when given: the
     batch the task was sent for) return None without touching it.

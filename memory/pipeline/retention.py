@@ -16,7 +16,7 @@ Limits (settings, README "Configuration"):
 Deletes run in chunks of ``CHUNK`` rows, each its own short transaction
 (SQLite holds one writer at a time). Rerunning deletes nothing more.
 
-The same sweep prunes the change log (:func:`memory.changes.prune`) and, on PostgreSQL,
+The same sweep prunes the change log (:func:`memory.search.changes.prune`) and, on PostgreSQL,
 folds the lexical statistics' delta rows (one per stored message otherwise piles up).
 """
 from __future__ import annotations

@@ -8,11 +8,11 @@ holds a Redis lock (``memory:lock:<queue>:<stream>``) while it works; the lock
 expires on its own after the task's hard time limit, and its token starts with
 the worker's node name, so a worker restarted under the same name releases the
 locks its killed predecessor left behind (:func:`worker_startup`).
-:func:`memory.enqueue.stream_check` skips a stream whose lock is held — the
+:func:`memory.dispatch.enqueue.stream_check` skips a stream whose lock is held — the
 holder re-checks the trigger after releasing it and re-enqueues itself while
 work remains — and a short-lived ``memory:queued:…`` marker keeps a burst of
 messages from queueing the same check many times. Every task is sent by name
-through :mod:`memory.enqueue`, which never imports this module.
+through :mod:`memory.dispatch.enqueue`, which never imports this module.
 
 **Retries** are declarative and narrow: only broker/Redis connection errors,
 SQLite "database is locked" (``OperationalError``) and provider timeouts or
@@ -236,7 +236,7 @@ def facts_sweep_task() -> int:
 # Safe to redeliver: it deletes by age and count; a rerun finds nothing more to delete.
 @shared_task(name="memory.tasks.retention_sweep_task", acks_late=True, soft_time_limit=300, time_limit=330, **RETRY)
 def retention_sweep_task() -> dict[str, int]:
-    """Prune ``pipeline_events`` and ``turns`` to their limits (:mod:`memory.retention`)."""
+    """Prune ``pipeline_events`` and ``turns`` to their limits (:mod:`memory.pipeline.retention`)."""
     deleted = retention.retention_sweep()
     if deleted["events"] or deleted["turns"]:
         logger.info("retention_swept events=%d turns=%d", deleted["events"], deleted["turns"])
@@ -247,7 +247,7 @@ def retention_sweep_task() -> dict[str, int]:
 @shared_task(name="memory.tasks.expire_message_bodies_task", acks_late=True, soft_time_limit=600, time_limit=660,
              **RETRY)
 def expire_message_bodies_task() -> int:
-    """Empty old message bodies (``MESSAGE_RETENTION_DAYS``; 0 = off) — :func:`memory.forget.expire_message_bodies`."""
+    """Empty old message bodies (``MESSAGE_RETENTION_DAYS``; 0 = off) — :func:`memory.privacy.forget.expire_message_bodies`."""
     emptied = forget.expire_message_bodies(days=settings.MESSAGE_RETENTION_DAYS)
     if emptied:
         logger.info("message_bodies_expired count=%d", emptied)
@@ -270,7 +270,7 @@ def import_knowledge_task(self: Any, job_id: int, batch_id: int | None = None) -
 # Safe to redeliver: every transition is conditional on the job still running.
 @shared_task(name="memory.tasks.jobs_recover_task", acks_late=True, soft_time_limit=60, time_limit=90, **RETRY)
 def jobs_recover_task() -> dict[str, list[int]]:
-    """Re-queue or fail running jobs whose worker stopped sending heartbeats (:func:`memory.jobs.recover_orphaned_jobs`)."""
+    """Re-queue or fail running jobs whose worker stopped sending heartbeats (:func:`memory.dispatch.jobs.recover_orphaned_jobs`)."""
     return jobs.recover_orphaned_jobs()
 
 

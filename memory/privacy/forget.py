@@ -24,7 +24,7 @@ Facts a model paraphrased cannot be linked to one message; forget the fact itsel
 the person. An episode that loses only some of its messages keeps its row (the
 remaining messages stay archived in it) but its summary is replaced by
 ``REDACTED_SUMMARY``, it becomes a placeholder (hidden from recall) and loses all its
-cues. Every FTS row goes through :mod:`memory.lexical`, whose ``purge_deleted`` then
+cues. Every FTS row goes through :mod:`memory.search.lexical`, whose ``purge_deleted`` then
 rewrites the touched FTS tables so the terms leave the file; ``secure_delete`` zeroes
 the freed pages. Resident indexes see the deletions through their revision triggers.
 """

@@ -27,7 +27,7 @@ from memory.services import CONCEPT_GRAPH_REVISION, emit_event
 
 
 def short_term_activation():
-    """The short-term activation (10 min time constant): shared in Redis by every process (memory/activation.py)."""
+    """The short-term activation (10 min time constant): shared in Redis by every process (memory/search/activation.py)."""
     return shared_activation.activation()
 
 
@@ -240,7 +240,7 @@ class _NodeTexts:
     remembered per name until the corpus changes.
 
     Freshness, as the resident lexical index does it: new nodes come from the change
-    log (:mod:`memory.changes`, in any commit order) and are appended (remembered
+    log (:mod:`memory.search.changes`, in any commit order) and are appended (remembered
     holder lists are extended by scanning only the appended texts); a deleted node
     (``lexical_revision:memory_nodes``) or a deleted or re-tokenised fact or knowledge
     row (``lexical_revision:*``) rebuilds it. Summaries and contents are never edited in
@@ -521,7 +521,7 @@ def spread(
     hops: int | None = None,
     limit: int = 4,
     alpha: float | None = None,
-    activation=None,  # ShortTermActivation or memory.activation.SharedActivation
+    activation=None,  # ShortTermActivation or memory.search.activation.SharedActivation
     events: bool = True,
     use_concepts: bool = True,
     timeout_seconds: float | None = None,

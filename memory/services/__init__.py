@@ -594,7 +594,7 @@ def sweep(*, at: int | None = None, once: bool = False) -> int:
     is left as it is.
     """
     at = _at(at)
-    if once:  # a turn's: read with the turn's other reads (memory.lexical.one_state)
+    if once:  # a turn's: read with the turn's other reads (memory.search.lexical.one_state)
         return _sweep_batch(at, lexical.read(due_facts_read(at)))[0]
     total = 0
     while True:

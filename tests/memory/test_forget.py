@@ -1,4 +1,4 @@
-"""Forgetting on request (memory/forget.py): the preview lists exactly what goes; one transaction removes it."""
+"""Forgetting on request (memory/privacy/forget.py): the preview lists exactly what goes; one transaction removes it."""
 from __future__ import annotations
 
 import json

@@ -333,7 +333,7 @@ def test_a_batch_too_small_to_summarise_is_not_requeued_forever(settings, redis_
 
 
 def test_every_name_enqueue_sends_is_a_registered_task():
-    """Tasks are sent by name (memory.enqueue, the job registry): a name without a task would be lost silently."""
+    """Tasks are sent by name (memory.dispatch.enqueue, the job registry): a name without a task would be lost silently."""
     from celery import current_app
 
     from memory.dispatch import jobs
