@@ -506,10 +506,20 @@ class Turn(models.Model):
     context_message_ids = models.JSONField(default=list)
     # eligible facts relevance alone would have put in the prompt but retention ranked out
     held_back_fact_ids = models.JSONField(default=list)
+    # what the turn inspector shows of the turn as it happened: the episodes it recalled, the
+    # profile in force ({"name", "params"}; empty before it was recorded) and how many facts
+    # visibility held back before ranking (heard in private, the turn in a group)
+    episode_ids = models.JSONField(default=list)
+    profile = models.JSONField(default=dict)
+    visibility_blocked = models.IntegerField(default=0)
 
     class Meta:
         db_table = "turns"
-        indexes = [models.Index(fields=["stream", "at"], name="idx_turns_stream_at")]
+        indexes = [
+            models.Index(fields=["stream", "at"], name="idx_turns_stream_at"),
+            models.Index(fields=["speaker", "at"], name="idx_turns_speaker_at"),
+            models.Index(fields=["at"], name="idx_turns_at"),
+        ]
         permissions = [("preview_recall", "Can use the recall playground")]
 
     def __str__(self) -> str:
@@ -554,6 +564,7 @@ class Job(models.Model):
         IMPORT = "import", _("导入知识")
         EVALUATE = "evaluate", _("检索评估")
         COMPARE = "compare", _("参数对比")
+        FIT = "fit", _("按标注拟合参数")
         BACKFILL = "backfill", _("补全向量")
         DECAY = "decay", _("记忆衰减")
         TUNING_PROBE = "tuning_probe", _("调优探针")

@@ -51,6 +51,7 @@ __all__ = [
     "active_profile_setting",
     "builtin_params",
     "cached_active_profile",
+    "in_force",
     "overrides_scope",
     "prime_cache",
     "read_revision",
@@ -65,6 +66,8 @@ DEFAULT_PROFILE_NAME = "default"
 #: Built-in profiles besides ``default``: "seed" ranks with the seed's ``blend_score``, so a
 #: deployment can compare both rankings on its own turns (trace replay, what-if).
 SEED_PROFILE_NAME = "seed"
+#: The name :func:`in_force` gives the parameter set of an :func:`overrides_scope` (an evaluation's).
+SCOPED_PROFILE_NAME = "(evaluated)"
 ACTIVE_PROFILE_META_KEY = "retrieval_tuning_active_profile"
 REVISION_META_KEY = "retrieval_tuning_revision"
 REFRESH_INTERVAL_S = 1.0
@@ -210,6 +213,18 @@ def tuned(name: str, default: Any = None) -> Any:
     if scoped is not None:
         return scoped.get(name, default)
     return _current()[1].get(name, default)
+
+
+def in_force() -> tuple[str, dict[str, Any]]:
+    """``(profile name, overrides)`` as this process ranks now, read together (a turn records both).
+
+    Inside :func:`overrides_scope` the name is :data:`SCOPED_PROFILE_NAME`: the scoped set has none.
+    """
+    scoped = _scope.get()
+    if scoped is not None:
+        return SCOPED_PROFILE_NAME, dict(scoped)
+    name, params = _current()
+    return name, dict(params)
 
 
 def cached_active_profile() -> str:

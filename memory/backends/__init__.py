@@ -61,6 +61,14 @@ def fetch_binary(sql: str, params: Sequence[Any]) -> list[tuple]:
     return postgresql.fetch_binary(sql, params)
 
 
+def json_list_has(column: str, value: int) -> tuple[str, list[Any]]:
+    """A condition (SQL, params) that the JSON list in ``column`` (a quoted ``table.column``) holds
+    the integer ``value``: ``json_each`` on SQLite, jsonb containment on PostgreSQL."""
+    if is_postgresql():
+        return f"{column} @> %s::jsonb", [f"[{int(value)}]"]
+    return f"EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value = %s)", [int(value)]
+
+
 def bump_revision(cur: Any, key: str) -> None:
     """Set a ``meta`` revision to ``<counter + 1>-<random>`` (never equal to an earlier value)."""
     cur.execute(module().BUMP_REVISION_SQL, [key])

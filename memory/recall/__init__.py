@@ -51,6 +51,11 @@ def _overrides() -> Mapping[str, Any]:
     return overrides.active_overrides()
 
 
+def live_profile() -> tuple[str, Mapping[str, Any]]:
+    """The profile in force and its overrides, read together (a turn records both)."""
+    return overrides.in_force()
+
+
 def _limit(overrides: Mapping[str, Any], name: str, default: int) -> int:
     return int(overrides.get(name, default))
 
@@ -262,6 +267,19 @@ def _dense_window(context: Sequence[ContextLine], overrides: Mapping[str, Any]) 
     return [line for line in context if line.position <= dense]
 
 
+def query_weights(context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> dict[int, tuple[float | None, float | None]]:
+    """``{message id: (its weight as a lexical query line, its weight in the dense query)}`` for a turn's
+    context under ``overrides`` — None where the message is not that kind of query (the weights
+    :func:`conversation_lines` and :func:`conversation_query` give them)."""
+    lexical, dense, half_life = _context_knobs(overrides)
+    out = {}
+    for line in context:
+        weight = 2.0 ** (-line.position / half_life)
+        queried = line.position <= lexical and line.role == "user" and bool(line.content.strip())
+        out[line.message_id] = (weight if queried else None, weight if line.position <= dense else None)
+    return out
+
+
 def context_positions(message_ids: Sequence[int]) -> list[ContextLine]:
     """A recorded context as :func:`conversation_query` needs it: each message at its position,
     nothing read (a message deleted since has no vector and drops out there)."""
@@ -361,7 +379,7 @@ def prepare_turn(
     """
     now = services.now_ms() if at is None else at
     stream = stream if stream is not None and stream.pk == stream_id else _stream(stream_id)
-    overrides = _overrides()
+    profile, overrides = live_profile()
     watermark = watermark_message_id
     before = watermark if watermark is not None else selectors.latest_message_id(stream_id=stream_id)
     # the reads that need nothing but the turn's refs go to the database together (PostgreSQL: with
@@ -401,12 +419,15 @@ def prepare_turn(
     recalled = selectors.episodes_read(hits) if hits else None
     turn_id, rows = None, None
     if record:
+        episode_ids = list(dict.fromkeys([*hits, *(e.id for e in recent)]))[: settings.EPISODE_CONTEXT_LIMIT]
         turn_id, rows = _record_turn(
             {
                 "stream_id": stream_id, "speaker_id": speaker_id, "at": now, "text": text, "impression": impression,
                 "watermark_message_id": watermark, "stream_kind": stream.kind, "present_person_ids": persons,
                 "pool": [f.as_dict() for f in pool], "prompt_fact_ids": [],
                 "context_message_ids": [line.message_id for line in context],
+                "episode_ids": episode_ids, "profile": {"name": profile, "params": dict(overrides)},
+                "visibility_blocked": sum(blocked),
             },
             {
                 "streamId": stream_id, "currentText": text,
@@ -498,8 +519,13 @@ def _turn_to_confirm(rows: list[tuple]) -> _TurnToConfirm | None:
 
 
 def _pool_facts(turn: _TurnToConfirm) -> list[ScopedFact]:
+    return recorded_pool(turn.pool)
+
+
+def recorded_pool(pool: Sequence[Mapping[str, Any]]) -> list[ScopedFact]:
+    """A turn's recorded lexical pool (``Turn.pool``) as the candidates its confirm ranked."""
     out = []
-    for item in turn.pool:
+    for item in pool:
         out.append(
             ScopedFact(
                 id=item["factId"], person_id=item["personId"], kind=item.get("kind", ""),

@@ -16,7 +16,8 @@ One module per area, their public names re-exported here (callers write
 - ``knowledge``: knowledge search, the knowledge list and import batches;
 - ``graph``: short-term activation, memory-graph and concept-graph spreading, the drawn subgraph;
 - ``overview``: the dashboard's counts, recent events and jobs;
-- ``persons``: the privacy pages (persons, forget samples, API tokens).
+- ``persons``: the privacy pages (persons, forget samples, API tokens);
+- ``turns``: recorded turns — the console's list and one turn's conversation.
 """
 from __future__ import annotations
 
@@ -126,6 +127,7 @@ from memory.selectors.persons import (
     search_persons,
     streams_by_id,
 )
+from memory.selectors.turns import conversation_before, turn_list, turn_neighbours
 
 __all__ = [
     "CONCEPT_HOLDERS_CACHED",
@@ -211,6 +213,9 @@ __all__ = [
     "summary_skip_reasons",
     "supersede_chain",
     "top_facts",
+    "conversation_before",
+    "turn_list",
+    "turn_neighbours",
     "turn_context_vectors_read",
     "turn_dense_scope_read",
     "valid_fact_cosines",
