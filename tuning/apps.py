@@ -11,15 +11,19 @@ class TuningConfig(AppConfig):
         """Plug the tuning app into memory's registries (memory never imports tuning).
 
         * stored profiles become visible to the live overrides (:mod:`memory.overrides`);
-        * evaluation and comparison jobs whose worker died are re-queued by
-          :func:`memory.dispatch.jobs.recover_orphaned_jobs` (their replays only read).
+        * evaluation, comparison and fit jobs whose worker died are re-queued by
+          :func:`memory.dispatch.jobs.recover_orphaned_jobs` (their replays only read);
+        * retention never prunes a turn a person labelled (:mod:`tuning.relevance`).
         """
         # Models and modules that use them load only once the app registry is ready.
         from memory import overrides
         from memory.dispatch import jobs
+        from memory.pipeline import retention
         from tuning.evaluation import JOB_TASKS
+        from tuning.relevance import labelled_turn_ids
         from tuning.services import stored_profile_params
 
         overrides.register_profile_loader(stored_profile_params)
         for kind, task_name in JOB_TASKS.items():
             jobs.register_rerunnable(kind, task_name)
+        retention.register_kept_turns(labelled_turn_ids)

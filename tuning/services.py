@@ -26,7 +26,7 @@ from memory.overrides import (
     builtin_params,
 )
 from memory.services import emit_event
-from tuning.models import RetrievalProfile
+from tuning.models import RetrievalProfile, TuningOperation
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +66,11 @@ def _now_ms() -> int:
 
 def _emit(kind: str, payload: dict[str, Any], at: int) -> None:
     emit_event(kind, payload, at=at, stage="tuning")
+
+
+def _journal(op: str, *, profile: str, user: str, at: int, **detail: Any) -> None:
+    """One row of the tuning journal (inside the caller's transaction)."""
+    TuningOperation.objects.create(at=at, user=(user or "")[:150], op=op, profile=profile[:100], detail=detail)
 
 
 def validate_params(params: Any) -> dict[str, Any]:
@@ -181,7 +186,7 @@ def load_profile_params(name: str) -> dict[str, Any] | None:
     return validate_params(params)
 
 
-def save_profile(name: Any, params: Any, *, at: int | None = None) -> ProfileRow:
+def save_profile(name: Any, params: Any, *, at: int | None = None, user: str = "", source: str = "") -> ProfileRow:
     """Create or update a profile (UPSERT: an existing row keeps created_at and last_applied_at).
 
     Saving does not change the live overrides, even when the saved profile is the active
@@ -191,10 +196,13 @@ def save_profile(name: Any, params: Any, *, at: int | None = None) -> ProfileRow
     values = validate_params(params)
     at = _now_ms() if at is None else at
     with transaction.atomic():
+        before = RetrievalProfile.objects.filter(name=cleaned).values_list("params", flat=True).first()
         updated = RetrievalProfile.objects.filter(name=cleaned).update(params=values)
         if not updated:
             RetrievalProfile.objects.create(name=cleaned, params=values, created_at=at, last_applied_at=None)
         row = RetrievalProfile.objects.get(name=cleaned)
+        _journal(TuningOperation.Op.SAVE, profile=cleaned, user=user, at=at, params=values, prev=before,
+                 **({"source": source} if source else {}))
     return ProfileRow(
         name=row.name,
         params=dict(row.params),
@@ -204,11 +212,15 @@ def save_profile(name: Any, params: Any, *, at: int | None = None) -> ProfileRow
     )
 
 
-def apply_profile(name: Any, *, at: int | None = None) -> dict[str, Any]:
-    """Make ``name`` the active profile in every process; returns ``{profile, params, revision}``."""
+def apply_profile(name: Any, *, at: int | None = None, user: str = "", op: str = TuningOperation.Op.APPLY,
+                  source: str = "") -> dict[str, Any]:
+    """Make ``name`` the active profile in every process; returns ``{profile, params, revision}``.
+
+    Journalled (``op``: apply, or rollback) with the profile it replaced."""
     name = _given_name(name, "profile 名称为空")
     at = _now_ms() if at is None else at
     with transaction.atomic():
+        replaced = active_profile_name()
         builtin = builtin_params(name)
         if builtin is not None:
             params: dict[str, Any] = builtin
@@ -220,15 +232,17 @@ def apply_profile(name: Any, *, at: int | None = None) -> dict[str, Any]:
             RetrievalProfile.objects.filter(name=name).update(last_applied_at=at)
         revision = overrides.set_active(name)
         _emit("retrieval_profile_applied", {"profile": name, "params": len(params)}, at)
+        _journal(op, profile=name, user=user, at=at, params=params, prev=replaced,
+                 **({"source": source} if source else {}))
     overrides.prime_cache(revision, name, params)
     return {"profile": name, "params": dict(params), "revision": revision}
 
 
-def rollback_to_default(*, at: int | None = None) -> dict[str, Any]:
-    return apply_profile(DEFAULT_PROFILE_NAME, at=at)
+def rollback_to_default(*, at: int | None = None, user: str = "") -> dict[str, Any]:
+    return apply_profile(DEFAULT_PROFILE_NAME, at=at, user=user, op=TuningOperation.Op.ROLLBACK)
 
 
-def delete_profile(name: Any, *, at: int | None = None) -> bool:
+def delete_profile(name: Any, *, at: int | None = None, user: str = "") -> bool:
     """Delete a stored profile; deleting the active one falls back to ``default``.
 
     Unknown names are silent (returns False); ``default`` is refused.
@@ -240,7 +254,10 @@ def delete_profile(name: Any, *, at: int | None = None) -> bool:
     fell_back = False
     with transaction.atomic():
         was_active = active_profile_name() == name  # checked before deleting
+        before = RetrievalProfile.objects.filter(name=name).values_list("params", flat=True).first()
         deleted, _ = RetrievalProfile.objects.filter(name=name).delete()
+        if deleted:
+            _journal(TuningOperation.Op.DELETE, profile=name, user=user, at=at, prev=before, was_active=was_active)
         if was_active:
             revision = overrides.set_active(DEFAULT_PROFILE_NAME)
             _emit("retrieval_profile_applied", {"profile": DEFAULT_PROFILE_NAME, "params": 0, "reason": "deleted"}, at)

@@ -11,7 +11,8 @@ Limits (settings, README "Configuration"):
   (30 days). Trace-replay evaluation (``tuning.evaluation.build_samples``)
   replays the most recent turns, at most :data:`REPLAYABLE_TURNS` (500) of them,
   so the newest 500 turns are never deleted, however old, and the count limit
-  never goes below 500.
+  never goes below 500. Turns an app registered as kept (:func:`register_kept_turns`:
+  tuning's relevance-labelled turns, a reviewer's work) are never deleted by retention.
 
 Deletes run in chunks of ``CHUNK`` rows, each its own short transaction
 (SQLite holds one writer at a time). Rerunning deletes nothing more.
@@ -21,6 +22,7 @@ folds the lexical statistics' delta rows (one per stored message otherwise piles
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -31,7 +33,10 @@ from memory.models import PipelineEvent, Turn
 from memory.search import changes
 from memory.services import now_ms
 
-__all__ = ["CHUNK", "KEEP_EVENT_KINDS", "REPLAYABLE_TURNS", "prune_events", "prune_turns", "retention_sweep"]
+__all__ = [
+    "CHUNK", "KEEP_EVENT_KINDS", "REPLAYABLE_TURNS", "prune_events", "prune_turns", "register_kept_turns",
+    "retention_sweep",
+]
 
 HOUR_MS = 3_600_000
 CHUNK = 5_000
@@ -39,6 +44,23 @@ KEEP_EVENT_KINDS = ("summary_batch_skipped",)
 #: Trace replay reads at most this many of the newest turns (the ``max_turns`` limit of an evaluation),
 #: so pruning never goes below it.
 REPLAYABLE_TURNS = 500
+
+
+#: Callables giving the ids of turns retention keeps (a queryset of ``id`` values), registered by apps.
+_KEPT_TURNS: list[Callable[[], Any]] = []
+
+
+def register_kept_turns(ids: Callable[[], Any]) -> None:
+    """Never prune the turns ``ids()`` names (tuning registers its labelled turns: memory never imports it)."""
+    if ids not in _KEPT_TURNS:
+        _KEPT_TURNS.append(ids)
+
+
+def _prunable_turns() -> Any:
+    turns = Turn.objects.all()
+    for ids in _KEPT_TURNS:
+        turns = turns.exclude(id__in=ids())
+    return turns
 
 
 def _nth_newest_id(queryset: Any, field: str, n: int) -> int | None:
@@ -79,12 +101,13 @@ def prune_turns(*, now: int, max_count: int | None = None, max_hours: float | No
     max_count = max(floor, int(settings.TURN_RETENTION_COUNT if max_count is None else max_count))
     max_hours = float(settings.TURN_RETENTION_HOURS if max_hours is None else max_hours)
     deleted = 0
+    prunable = _prunable_turns()
     oldest_kept = _nth_newest_id(Turn.objects.all(), "id", max_count)
     if oldest_kept is not None:
-        deleted += _delete_chunks(Turn.objects.filter(id__lt=oldest_kept), "id")
+        deleted += _delete_chunks(prunable.filter(id__lt=oldest_kept), "id")
     replayable = _nth_newest_id(Turn.objects.all(), "id", floor)
     if replayable is not None:
-        deleted += _delete_chunks(Turn.objects.filter(id__lt=replayable, at__lt=now - int(max_hours * HOUR_MS)), "id")
+        deleted += _delete_chunks(prunable.filter(id__lt=replayable, at__lt=now - int(max_hours * HOUR_MS)), "id")
     return deleted
 
 

@@ -20,6 +20,7 @@ PAGES = {
     "console:facts": EVERYONE,
     "console:knowledge": EVERYONE,
     "console:jobs": EVERYONE,
+    "console:turns": EVERYONE,
     "curation:conflicts": EVERYONE,
     "curation:operations": ["reviewer", "superuser"],
     "console:imports": ["staff", "superuser"],
@@ -37,6 +38,8 @@ def test_ensure_roles_is_idempotent(roles):
     assert "curate_fact" in after["operator"] and "undo_operation" not in after["operator"]
     assert {"undo_operation", "view_factoperation"} <= after["reviewer"] and "curate_fact" not in after["reviewer"]
     assert {"preview_association", "preview_recall", "import_knowledge", "tune_retrieval"} <= after["staff"]
+    assert "label_relevance" in after["reviewer"] and "label_relevance" in after["staff"]
+    assert "label_relevance" not in after["operator"]
 
 
 @pytest.mark.parametrize("name", list(PAGES))

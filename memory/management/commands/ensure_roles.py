@@ -21,6 +21,7 @@ CONSOLE_PERMISSIONS: list[tuple[str, str, str, str]] = [
     ("memory", "forgetrecord", "forget_memory", "Can preview and carry out forgetting"),
     ("memory", "apitoken", "manage_api_tokens", "Can list, create and revoke API tokens"),
     ("memory", "importbatch", "import_knowledge", "Can import knowledge and delete import batches"),
+    ("tuning", "relevancelabel", "label_relevance", "Can label which facts of a turn were relevant"),
 ]
 
 #: Read access every console role has: the memory layers, jobs and events.
@@ -36,8 +37,9 @@ ROLES: dict[str, list[str]] = {
     # Operators curate facts: pin, unpin, invalidate, restore, replace, adjudicate conflicts;
     # and carry out forgetting on request (after its preview; not undoable).
     "operator": [*BROWSE, "curation.curate_fact", "memory.forget_memory"],
-    # Reviewers audit the operation journal and undo entries of it.
-    "reviewer": [*BROWSE, "curation.view_factoperation", "curation.undo_operation"],
+    # Reviewers audit the operation journal and undo entries of it, and label which facts a turn should
+    # have had in its prompt (the labels tuning evaluates and fits against).
+    "reviewer": [*BROWSE, "curation.view_factoperation", "curation.undo_operation", "tuning.label_relevance"],
     # Staff preview association and recall, tune retrieval and import knowledge.
     "staff": [
         *BROWSE,
@@ -45,6 +47,7 @@ ROLES: dict[str, list[str]] = {
         "memory.preview_recall",
         "memory.import_knowledge",
         "tuning.tune_retrieval",
+        "tuning.label_relevance",
         "tuning.view_retrievalprofile",
         "tuning.add_retrievalprofile",
         "tuning.change_retrievalprofile",
