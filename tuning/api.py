@@ -223,7 +223,7 @@ def get_state(request: HttpRequest):
 def post_profile(request: HttpRequest, payload: ProfileIn):
     """Validates every parameter; an existing profile keeps `created_at` (UPSERT). Saving never applies."""
     try:
-        row = services.save_profile(payload.name, payload.params)
+        row = services.save_profile(payload.name, payload.params, user=_user(request))
     except ProfileError as exc:
         return _error(exc)
     return Status(201, _profile_out(row))
@@ -233,7 +233,7 @@ def post_profile(request: HttpRequest, payload: ProfileIn):
 def delete_profile(request: HttpRequest, name: ProfileName):
     """Deleting the active profile falls back to `default`; an unknown name answers `deleted: false`."""
     try:
-        deleted = services.delete_profile(name)
+        deleted = services.delete_profile(name, user=_user(request))
     except ProfileError as exc:
         return _error(exc, prefix="path")
     return {
@@ -247,14 +247,14 @@ def delete_profile(request: HttpRequest, name: ProfileName):
 def post_apply(request: HttpRequest, payload: ApplyIn):
     """Takes effect in the web and worker processes within a second; survives restarts."""
     try:
-        return services.apply_profile(payload.name)
+        return services.apply_profile(payload.name, user=_user(request))
     except ProfileError as exc:
         return _error(exc)
 
 
 @router.post("/rollback", response={200: AppliedOut, 401: ErrorBody, 403: ErrorBody}, summary="Roll back to the built-in default")
 def post_rollback(request: HttpRequest):
-    return services.rollback_to_default()
+    return services.rollback_to_default(user=_user(request))
 
 
 @router.get("/export", response={200: ExportOut, **ERRS}, summary="Export a profile as JSON")

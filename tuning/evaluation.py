@@ -20,12 +20,24 @@ Evaluating a parameter set, per trace:
    :func:`memory.selectors.rank_recalled_facts`), with the query vector of the current text
    (configured embedder, cached per text; without one the lexical order stands), cut at
    ``k`` = the evaluated ``fact_recall_limit``;
-4. **score** nDCG@k against the prompt facts when the trace is scorable (it has prompt
-   facts and its reply was confirmed); positives outside the top k are "displaced".
+4. **score** R@k and nDCG@k (``k``: the metric's cut-off, by default the evaluated
+   ``fact_recall_limit``) against the turn's positives, from one of two pools that are
+   never mixed into one number:
+
+   * **human** — the turn has relevance labels with at least one fact judged relevant
+     (:mod:`tuning.relevance`): the positives are those facts;
+   * **weak** — no labels, but the reply was confirmed with prompt facts: the positives are
+     the facts that went into the prompt (the system grading itself — what the reference
+     could offer, kept for deployments nobody has labelled yet).
+
+   A turn labelled with nothing relevant counts in neither (``labelled_without_relevant``).
+   Positives outside the top k are "displaced"; facts labelled *not* relevant inside it
+   are counted too (``negatives_in_top``).
 
 Reports group the rows into ``all`` / ``group`` / ``direct`` (desktop turns count only in
-``all``). A comparison evaluates two parameter sets on the same traces and lists, per
-turn, the facts that moved into or out of the top k.
+``all``), each with its two pools and the count of turns behind every figure. A comparison
+evaluates two parameter sets on the same traces, lists per turn the facts that moved into or
+out of the top k, and gives each pool's difference with a bootstrap interval over turns.
 
 Nothing here writes memory: no reinforcement, no hit counts, no events of the recall
 path (the replay runs with ``events=False``). The only
@@ -45,15 +57,15 @@ from django.db import transaction
 
 from memory import broker, recall
 from memory.dispatch import enqueue, jobs
-from memory.engine.metrics import ndcg_at_k, recall_at_k
+from memory.engine.metrics import bootstrap_mean, ndcg_at_k, recall_at_k
 from memory.engine.tuning import reconcile_trace_pool
-from memory.models import Fact, Job, Turn
+from memory.models import Fact, Job, Stream, Turn
 from memory.overrides import overrides_scope
 from memory.pipeline.retention import REPLAYABLE_TURNS
 from memory.providers import config as provider_config
 from memory.providers.embeddings import embed_one
 from memory.services import emit_event
-from tuning import services
+from tuning import relevance, services
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +74,16 @@ DEFAULT_MAX_TURNS = 200
 MAX_TURNS_LIMIT = REPLAYABLE_TURNS
 #: Job kind → the registered name of its task (``tuning/tasks.py``); sent by name, rerun by
 #: :func:`memory.dispatch.jobs.recover_orphaned_jobs` (registered in ``tuning/apps.py``).
-JOB_TASKS = {"evaluate": "tuning.tasks.evaluate_task", "compare": "tuning.tasks.compare_task"}
+JOB_TASKS = {
+    "evaluate": "tuning.tasks.evaluate_task",
+    "compare": "tuning.tasks.compare_task",
+    "fit": "tuning.tasks.fit_task",
+}
 TEXT_PREVIEW_CHARS = 160
 GROUPS = ("all", "group", "direct")
+#: The two pools of positives, never mixed: relevance labels, then the prompt facts of unlabelled turns.
+POOLS = ("human", "weak")
+HUMAN, WEAK = POOLS
 PROGRESS_INTERVAL_S = 0.25
 
 EmbedFn = Callable[[str], Any]
@@ -90,10 +109,30 @@ class TraceSample:
     prompt_fact_ids: tuple[int, ...]
     replied: bool
     context_message_ids: tuple[int, ...] = ()  # the recent messages that joined the turn's query
+    relevant: tuple[int, ...] = ()  # facts a person labelled relevant
+    irrelevant: tuple[int, ...] = ()  # facts a person labelled not relevant
+
+    @property
+    def labelled(self) -> bool:
+        return bool(self.relevant or self.irrelevant)
+
+    @property
+    def pool_kind(self) -> str | None:
+        """Which positives score the turn: ``human`` (labels), ``weak`` (prompt facts) or None."""
+        if self.relevant:
+            return HUMAN
+        if not self.labelled and self.prompt_fact_ids and self.replied:
+            return WEAK
+        return None
 
     @property
     def scorable(self) -> bool:
-        return bool(self.prompt_fact_ids) and self.replied
+        return self.pool_kind is not None
+
+    @property
+    def positives(self) -> list[int]:
+        pool = self.pool_kind
+        return list(self.relevant) if pool == HUMAN else list(dict.fromkeys(self.prompt_fact_ids)) if pool == WEAK else []
 
 
 def _pool_pairs(raw: Any) -> tuple[tuple[int, float], ...]:
@@ -107,7 +146,7 @@ def _pool_pairs(raw: Any) -> tuple[tuple[int, float], ...]:
     return tuple(pairs)
 
 
-def sample_from_turn(turn: Any) -> TraceSample:
+def sample_from_turn(turn: Any, labels: relevance.TurnLabels | None = None) -> TraceSample:
     return TraceSample(
         turn_id=turn.pk,
         stream_id=turn.stream_id,
@@ -120,6 +159,8 @@ def sample_from_turn(turn: Any) -> TraceSample:
         prompt_fact_ids=tuple(int(f) for f in (turn.prompt_fact_ids or [])),
         replied=turn.confirmed_at is not None,
         context_message_ids=tuple(int(m) for m in (getattr(turn, "context_message_ids", None) or [])),
+        relevant=tuple(sorted(labels.relevant)) if labels else (),
+        irrelevant=tuple(sorted(labels.irrelevant)) if labels else (),
     )
 
 
@@ -131,14 +172,42 @@ def clamp_max_turns(value: Any) -> int:
     return max(1, min(MAX_TURNS_LIMIT, n))
 
 
-def build_samples(*, max_turns: int = DEFAULT_MAX_TURNS, turn_ids: Iterable[int] | None = None) -> list[TraceSample]:
-    """The most recent ``max_turns`` recorded turns (or exactly ``turn_ids``), oldest first."""
+def selected_turns(*, streams: Iterable[int] | None = None, labelled: bool = False) -> Any:
+    """The turns an evaluation may sample: of these ``streams`` only, with relevance labels only."""
     rows = Turn.objects.all()
+    if streams:
+        rows = rows.filter(stream_id__in=list(streams))
+    if labelled:
+        rows = rows.filter(pk__in=relevance.labelled_turn_ids())
+    return rows
+
+
+def build_samples(
+    *, max_turns: int = DEFAULT_MAX_TURNS, turn_ids: Iterable[int] | None = None, streams: Iterable[int] | None = None,
+    labelled: bool = False, limit: int | None = None,
+) -> list[TraceSample]:
+    """The most recent ``max_turns`` recorded turns (or exactly ``turn_ids``; of ``streams``; ``labelled``
+    ones only), oldest first, each with its relevance labels. ``limit`` replaces the ``max_turns``
+    bound (a fit reads every labelled turn)."""
+    rows = selected_turns(streams=streams, labelled=labelled)
     if turn_ids is not None:
         rows = rows.filter(pk__in=list(turn_ids))
-    rows = list(rows.order_by("-id")[: clamp_max_turns(max_turns)])
+    rows = list(rows.order_by("-id")[: limit if limit is not None else clamp_max_turns(max_turns)])
     rows.reverse()
-    return [sample_from_turn(t) for t in rows]
+    labels = relevance.labels_of(t.pk for t in rows)
+    return [sample_from_turn(t, labels.get(t.pk)) for t in rows]
+
+
+def clean_streams(value: Any) -> list[int]:
+    """Stream ids an evaluation is restricted to (unknown ones refused, naming them)."""
+    if not value:
+        return []
+    ids = sorted({int(v) for v in value})
+    found = set(Stream.objects.filter(pk__in=ids).values_list("id", flat=True))
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise services.ProfileError(f"会话流不存在：{', '.join(f'#{i}' for i in missing)}", param="streams", status=404)
+    return ids
 
 
 # --------------------------------------------------------------------------- #
@@ -207,14 +276,14 @@ def _default_replay(**kwargs: Any) -> Sequence[Any]:
 
 def production_rank(
     sample: TraceSample, replayed: Sequence[Any], vector: Any, limit: int, overrides: Mapping[str, Any]
-) -> list:
+) -> recall.PromptRanking:
     """The confirm step of production (``memory.recall.confirm_turn``) on a replayed pool:
     with a query vector the dense candidates join the pool, facts no longer valid leave it,
-    then the fused re-rank cuts at ``limit``. Read-only (nothing is reinforced)."""
+    then the fused re-rank cuts at ``limit`` (``.prompt``). Read-only (nothing is reinforced)."""
     return recall.rank_pool(
         pool=replayed, query_vector=vector, person_ids=list(sample.person_ids), text=sample.text,
         stream_kind=sample.stream_kind, now=sample.at, limit=limit, overrides=overrides,
-    ).prompt
+    )
 
 
 def fact_limit(overrides: Mapping[str, Any]) -> int:
@@ -222,20 +291,34 @@ def fact_limit(overrides: Mapping[str, Any]) -> int:
     return int(overrides.get("fact_recall_limit", getattr(settings, "FACT_RECALL_LIMIT", 6)))
 
 
+def clamp_k(value: Any) -> int | None:
+    """A metric cut-off as given (None: the evaluated ``fact_recall_limit``), within 1..50."""
+    if value in (None, ""):
+        return None
+    return max(1, min(50, int(value)))
+
+
 @dataclass
 class Evaluator:
-    """Replays traces with one parameter set; reusable over many samples."""
+    """Replays traces with one parameter set; reusable over many samples.
+
+    ``limit`` is the evaluated prompt size (``fact_recall_limit``), ``k`` the metrics' cut-off
+    (``cutoff``, else the limit): R@5 of a 6-fact prompt counts its first five facts."""
 
     overrides: dict[str, Any]
     vectors: QueryVectors
     replay: ReplayFn = _default_replay
-    rank: Callable[..., list] = production_rank
+    rank: Callable[..., recall.PromptRanking] = production_rank
+    cutoff: int | None = None
+    limit: int = field(init=False)
     k: int = field(init=False)
 
     def __post_init__(self) -> None:
-        self.k = fact_limit(self.overrides)
+        self.limit = fact_limit(self.overrides)
+        self.k = self.cutoff or self.limit
 
-    def turn(self, sample: TraceSample) -> dict[str, Any]:
+    def ranking(self, sample: TraceSample) -> tuple[list[Any], recall.PromptRanking, Any]:
+        """``(replayed lexical pool, its confirmed ranking — ``.prompt`` —, the query)`` of one trace."""
         params = dict(self.overrides)
         with overrides_scope(self.overrides):
             # the turn's conversation as it recorded it, weighed by the evaluated profile
@@ -251,31 +334,25 @@ class Evaluator:
                     context=recall.conversation_lines(context, params),
                 )
             )
-            rec = reconcile_trace_pool([(f.id, f.score) for f in replayed], list(sample.pool))
             text_vector = self.vectors(sample.text)
             vector = recall.conversation_query(text_vector, context, params) if text_vector is not None else None
-            ranked = self.rank(sample, replayed, vector, self.k, params)
-        ranked_ids = [f.id for f in ranked][: self.k]
-        positives = list(dict.fromkeys(sample.prompt_fact_ids))
-        top = set(ranked_ids)
-        scorable = sample.scorable
+            ranked = self.rank(sample, replayed, vector, self.limit, params)
+        return replayed, ranked, vector
+
+    def turn(self, sample: TraceSample) -> dict[str, Any]:
+        replayed, ranking, vector = self.ranking(sample)
+        rec = reconcile_trace_pool([(f.id, f.score) for f in replayed], list(sample.pool))
         return {
             "turn_id": sample.turn_id,
             "stream_id": sample.stream_id,
             "stream_kind": sample.stream_kind,
             "at": sample.at,
             "text": sample.text[:TEXT_PREVIEW_CHARS],
-            "scorable": scorable,
             "replied": sample.replied,
-            "positive_count": len(positives),
-            "positives": positives,
             "candidate_count": len(sample.pool),
             "recall_count": len(replayed),
             "replay_ids": [f.id for f in replayed],
-            "ranked_ids": ranked_ids,
-            "ndcg": ndcg_at_k(ranked_ids, positives, self.k) if scorable else None,
-            "positive_recall": recall_at_k(ranked_ids, positives, self.k) if scorable else None,
-            "displaced_positive": [p for p in positives if p not in top] if scorable else [],
+            **score_turn(sample, [f.id for f in ranking.prompt], self.k),
             "vector": vector is not None,
             "reconcile": {
                 "status": rec.status,
@@ -289,6 +366,27 @@ class Evaluator:
         }
 
 
+def score_turn(sample: TraceSample, ranked_ids: Sequence[int], k: int) -> dict[str, Any]:
+    """One turn's metrics against the positives of its pool (``pool`` None: not scored)."""
+    top = list(ranked_ids)[:k]
+    pool = sample.pool_kind
+    positives = sample.positives
+    scored = pool is not None
+    return {
+        "pool": pool,
+        "scorable": scored,
+        "labelled": sample.labelled,
+        "positives": positives,
+        "positive_count": len(positives),
+        "irrelevant": list(sample.irrelevant),
+        "ranked_ids": top,
+        "ndcg": ndcg_at_k(top, positives, k) if scored else None,
+        "recall": recall_at_k(top, positives, k) if scored else None,
+        "displaced": [p for p in positives if p not in top] if scored else [],
+        "negatives_in_top": [f for f in top if f in set(sample.irrelevant)],
+    }
+
+
 # --------------------------------------------------------------------------- #
 # Aggregation
 # --------------------------------------------------------------------------- #
@@ -298,24 +396,36 @@ def _in_group(row: Mapping[str, Any], group: str) -> bool:
     return group == "all" or row["stream_kind"] == group
 
 
+def _mean(values: Sequence[float]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
+
+
+def pool_stats(rows: Sequence[Mapping[str, Any]], pool: str) -> dict[str, Any]:
+    """One pool's figures: ``turns`` behind them, mean ``recall`` (R@k) and ``ndcg`` (nDCG@k; None
+    without turns), ``displaced`` positives and labelled-irrelevant facts in the top k (``negatives``)."""
+    scored = [r for r in rows if r.get("pool") == pool]
+    return {
+        "turns": len(scored),
+        "recall": _mean([r["recall"] for r in scored]),
+        "ndcg": _mean([r["ndcg"] for r in scored]),
+        "displaced": sum(len(r["displaced"]) for r in scored),
+        "negatives": sum(len(r.get("negatives_in_top") or []) for r in scored),
+    }
+
+
 def group_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """``sample_count, scorable_count, ndcg_mean`` (4 dp, scorable rows; None if none),
-    ``positive_recall_mean`` (share of the prompt facts inside the top k, 4 dp, scorable rows),
-    ``recall_count_median`` (upper median), ``recall_count_mean`` (2 dp, all rows),
-    ``displaced_positive_total`` (scorable rows), ``reconcile_mismatched``."""
-    scorable = [r for r in rows if r["scorable"]]
+    """``sample_count``; ``human`` and ``weak`` (:func:`pool_stats`, never mixed);
+    ``labelled_without_relevant`` (labelled turns with no relevant fact: in neither pool);
+    ``recall_count_median`` (upper median) and ``recall_count_mean`` (2 dp) of the replayed pool sizes;
+    ``reconcile_mismatched``."""
     counts = sorted(r["recall_count"] for r in rows)
     n = len(counts)
     return {
         "sample_count": n,
-        "scorable_count": len(scorable),
-        "ndcg_mean": round(sum(r["ndcg"] for r in scorable) / len(scorable), 4) if scorable else None,
-        "positive_recall_mean": (
-            round(sum(r["positive_recall"] for r in scorable) / len(scorable), 4) if scorable else None
-        ),
+        **{pool: pool_stats(rows, pool) for pool in POOLS},
+        "labelled_without_relevant": sum(1 for r in rows if r.get("labelled") and r.get("pool") is None),
         "recall_count_median": counts[n // 2] if n else 0,
         "recall_count_mean": round(sum(counts) / n, 2) if n else 0.0,
-        "displaced_positive_total": sum(len(r["displaced_positive"]) for r in scorable),
         "reconcile_mismatched": sum(1 for r in rows if r["reconcile"]["status"] != "match"),
     }
 
@@ -357,11 +467,12 @@ def evaluate(
     progress: ProgressFn | None = None,
     replay: ReplayFn | None = None,
     emit: bool = True,
+    k: int | None = None,
 ) -> dict[str, Any]:
-    """Evaluate one parameter set on ``samples``; a JSON-ready report."""
+    """Evaluate one parameter set on ``samples``; a JSON-ready report (``k``: the metrics' cut-off)."""
     params = services.validate_params(overrides or {})
     vectors = vectors if vectors is not None else QueryVectors(None)
-    ev = Evaluator(params, vectors, replay=replay or _default_replay)
+    ev = Evaluator(params, vectors, replay=replay or _default_replay, cutoff=k)
     tick = _Throttle(progress, len(samples))
     rows = []
     for i, sample in enumerate(samples, 1):
@@ -373,6 +484,7 @@ def evaluate(
         "label": label or profile or "",
         "params": params,
         "k": ev.k,
+        "limit": ev.limit,
         "sample_count": len(rows),
         "reconcile": _summary(rows),
         "groups": grouped(rows),
@@ -381,18 +493,45 @@ def evaluate(
         "generated_at": _iso_now(),
     }
     if emit:
+        overall = report["groups"]["all"]
         emit_event(
             "retrieval_eval_done",
             {
                 "profile": profile or label or "",
                 "samples": len(rows),
-                "ndcgMean": report["groups"]["all"]["ndcg_mean"],
+                "k": ev.k,
+                "humanTurns": overall[HUMAN]["turns"],
+                "humanRecall": overall[HUMAN]["recall"],
+                "weakTurns": overall[WEAK]["turns"],
+                "weakNdcg": overall[WEAK]["ndcg"],
                 "reconcileMismatched": report["reconcile"]["mismatched"],
                 "embeddingCalls": vectors.calls,
             },
             stage="tuning",
         )
     return report
+
+
+def paired_difference(rows_a: Sequence[Mapping[str, Any]], rows_b: Sequence[Mapping[str, Any]], pool: str,
+                      metric: str) -> dict[str, Any] | None:
+    """B − A of ``metric`` over the turns of ``pool`` (both sides score the same turns: a pool is a
+    property of the turn), with its bootstrap interval over turns; None without such turns."""
+    diffs = [b[metric] - a[metric] for a, b in zip(rows_a, rows_b, strict=True) if a.get("pool") == pool]
+    interval = bootstrap_mean(diffs)
+    return None if interval is None else interval.as_dict()
+
+
+def differences(rows_a: Sequence[Mapping[str, Any]], rows_b: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per group and pool: the mean B − A of R@k and nDCG@k with bootstrap intervals over turns."""
+    out: dict[str, Any] = {}
+    for g in GROUPS:
+        pairs = [(a, b) for a, b in zip(rows_a, rows_b, strict=True) if _in_group(a, g)]
+        side_a, side_b = [a for a, _ in pairs], [b for _, b in pairs]
+        out[g] = {
+            pool: {metric: paired_difference(side_a, side_b, pool, metric) for metric in ("recall", "ndcg")}
+            for pool in POOLS
+        }
+    return out
 
 
 def compare(
@@ -404,45 +543,26 @@ def compare(
     progress: ProgressFn | None = None,
     replay: ReplayFn | None = None,
     emit: bool = True,
+    k: int | None = None,
 ) -> dict[str, Any]:
     """What-if: evaluate two targets ``{label, profile, params}`` on the same traces.
 
-    Per turn: nDCG of each side and the facts that moved into (``moved_in``: in B's
-    top k, not in A's) or out of (``moved_out``) the top k when going from A to B.
+    Per turn: R@k and nDCG@k of each side (against the turn's pool of positives) and the facts
+    that moved into (``moved_in``: in B's top k, not in A's) or out of (``moved_out``) the top k
+    when going from A to B. ``difference``: per group and pool, B − A with a bootstrap interval.
     """
     vectors = vectors if vectors is not None else QueryVectors(None)  # shared cache: one call per text
     sides = []
     for target in (a, b):
         params = services.validate_params(target.get("params") or {})
-        sides.append((target, Evaluator(params, vectors, replay=replay or _default_replay)))
+        sides.append((target, Evaluator(params, vectors, replay=replay or _default_replay, cutoff=k)))
     tick = _Throttle(progress, len(samples))
     rows_a, rows_b, turns = [], [], []
     for i, sample in enumerate(samples, 1):
         ra, rb = sides[0][1].turn(sample), sides[1][1].turn(sample)
         rows_a.append(ra)
         rows_b.append(rb)
-        top_a, top_b = ra["ranked_ids"], rb["ranked_ids"]
-        set_a, set_b = set(top_a), set(top_b)
-        turns.append(
-            {
-                "turn_id": sample.turn_id,
-                "stream_kind": sample.stream_kind,
-                "at": sample.at,
-                "text": ra["text"],
-                "scorable": ra["scorable"],
-                "positives": ra["positives"],
-                "ndcg_a": ra["ndcg"],
-                "ndcg_b": rb["ndcg"],
-                "ndcg_delta": (rb["ndcg"] - ra["ndcg"]) if ra["scorable"] else None,
-                "top_a": top_a,
-                "top_b": top_b,
-                "moved_in": [f for f in top_b if f not in set_a],
-                "moved_out": [f for f in top_a if f not in set_b],
-                "order_changed": set_a == set_b and top_a != top_b,
-                "reconcile_a": ra["reconcile"]["status"],
-                "reconcile_b": rb["reconcile"]["status"],
-            }
-        )
+        turns.append(turn_difference(sample, ra, rb))
         tick(i)
     out_sides = {}
     for key, (target, ev), rows in (("a", sides[0], rows_a), ("b", sides[1], rows_b)):
@@ -451,20 +571,17 @@ def compare(
             "profile": target.get("profile"),
             "params": ev.overrides,
             "k": ev.k,
+            "limit": ev.limit,
             "reconcile": _summary(rows),
             "groups": grouped(rows),
         }
-    delta = {}
-    for g in GROUPS:
-        na, nb = out_sides["a"]["groups"][g]["ndcg_mean"], out_sides["b"]["groups"][g]["ndcg_mean"]
-        delta[g] = round(nb - na, 4) if na is not None and nb is not None else None
     moved_ids = {f for t in turns for f in (*t["moved_in"], *t["moved_out"], *t["positives"])}
     report = {
         "kind": "compare",
         "sample_count": len(samples),
         "a": out_sides["a"],
         "b": out_sides["b"],
-        "ndcg_delta": delta,
+        "difference": differences(rows_a, rows_b),
         "changed_turns": sum(1 for t in turns if t["moved_in"] or t["moved_out"] or t["order_changed"]),
         "per_turn": turns,
         "facts": fact_previews(moved_ids),
@@ -472,18 +589,50 @@ def compare(
         "generated_at": _iso_now(),
     }
     if emit:
+        diff = report["difference"]["all"]
         emit_event(
             "retrieval_compare_done",
             {
                 "a": out_sides["a"]["label"],
                 "b": out_sides["b"]["label"],
                 "samples": len(samples),
-                "ndcgMeanA": out_sides["a"]["groups"]["all"]["ndcg_mean"],
-                "ndcgMeanB": out_sides["b"]["groups"]["all"]["ndcg_mean"],
+                "humanTurns": out_sides["a"]["groups"]["all"][HUMAN]["turns"],
+                "humanRecallDelta": (diff[HUMAN]["recall"] or {}).get("mean"),
+                "weakNdcgDelta": (diff[WEAK]["ndcg"] or {}).get("mean"),
             },
             stage="tuning",
         )
     return report
+
+
+def turn_difference(sample: TraceSample, ra: Mapping[str, Any], rb: Mapping[str, Any]) -> dict[str, Any]:
+    """One turn of a comparison: both sides' metrics and top k, what moved in and out."""
+    top_a, top_b = ra["ranked_ids"], rb["ranked_ids"]
+    set_a, set_b = set(top_a), set(top_b)
+    scored = ra["pool"] is not None
+    return {
+        "turn_id": sample.turn_id,
+        "stream_kind": sample.stream_kind,
+        "at": sample.at,
+        "text": ra["text"],
+        "pool": ra["pool"],
+        "scorable": scored,
+        "positives": ra["positives"],
+        "irrelevant": ra["irrelevant"],
+        "recall_a": ra["recall"],
+        "recall_b": rb["recall"],
+        "ndcg_a": ra["ndcg"],
+        "ndcg_b": rb["ndcg"],
+        "recall_delta": (rb["recall"] - ra["recall"]) if scored else None,
+        "ndcg_delta": (rb["ndcg"] - ra["ndcg"]) if scored else None,
+        "top_a": top_a,
+        "top_b": top_b,
+        "moved_in": [f for f in top_b if f not in set_a],
+        "moved_out": [f for f in top_a if f not in set_b],
+        "order_changed": set_a == set_b and top_a != top_b,
+        "reconcile_a": ra["reconcile"]["status"],
+        "reconcile_b": rb["reconcile"]["status"],
+    }
 
 
 def fact_previews(ids: Iterable[int], limit: int = 2000) -> dict[str, str]:
@@ -537,17 +686,48 @@ def _enqueue(kind: str, job_id: int) -> None:
     transaction.on_commit(send)
 
 
-def submit_evaluation(target: Mapping[str, Any], *, max_turns: Any = DEFAULT_MAX_TURNS, user: str = ""):
+@dataclass(frozen=True)
+class Selection:
+    """Which turns a job replays: the newest ``max_turns`` (of ``streams``; ``labelled`` ones only) and the
+    metrics' cut-off ``k`` (None: each side's ``fact_recall_limit``)."""
+
+    max_turns: int = DEFAULT_MAX_TURNS
+    streams: tuple[int, ...] = ()
+    labelled: bool = False
+    k: int | None = None
+
+    @classmethod
+    def of(cls, *, max_turns: Any = DEFAULT_MAX_TURNS, streams: Any = None, labelled: Any = False,
+           k: Any = None) -> Selection:
+        return cls(clamp_max_turns(max_turns), tuple(clean_streams(streams)), bool(labelled), clamp_k(k))
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> Selection:
+        return cls(clamp_max_turns(params.get("max_turns", DEFAULT_MAX_TURNS)), tuple(params.get("streams") or ()),
+                   bool(params.get("labelled")), clamp_k(params.get("k")))
+
+    def as_params(self) -> dict[str, Any]:
+        return {"max_turns": self.max_turns, "streams": list(self.streams), "labelled": self.labelled, "k": self.k}
+
+    def samples(self) -> list[TraceSample]:
+        return build_samples(max_turns=self.max_turns, streams=self.streams, labelled=self.labelled)
+
+
+def submit_evaluation(target: Mapping[str, Any], *, max_turns: Any = DEFAULT_MAX_TURNS, user: str = "",
+                      selection: Selection | None = None):
     """Create an ``evaluate`` job and enqueue it after commit; returns the Job."""
-    params = {"target": dict(target), "max_turns": clamp_max_turns(max_turns)}
+    selection = selection or Selection.of(max_turns=max_turns)
+    params = {"target": dict(target), **selection.as_params()}
     with transaction.atomic():
         job = jobs.job_create(kind="evaluate", params=params, user=user)
         _enqueue("evaluate", job.pk)
     return job
 
 
-def submit_comparison(a: Mapping[str, Any], b: Mapping[str, Any], *, max_turns: Any = DEFAULT_MAX_TURNS, user: str = ""):
-    params = {"a": dict(a), "b": dict(b), "max_turns": clamp_max_turns(max_turns)}
+def submit_comparison(a: Mapping[str, Any], b: Mapping[str, Any], *, max_turns: Any = DEFAULT_MAX_TURNS, user: str = "",
+                      selection: Selection | None = None):
+    selection = selection or Selection.of(max_turns=max_turns)
+    params = {"a": dict(a), "b": dict(b), **selection.as_params()}
     with transaction.atomic():
         job = jobs.job_create(kind="compare", params=params, user=user)
         _enqueue("compare", job.pk)
@@ -566,7 +746,8 @@ def run_job(job_id: int, *, vectors: QueryVectors | None = None, replay: ReplayF
     if job is None or job.kind not in ("evaluate", "compare"):
         return False
     params = job.params or {}
-    samples = build_samples(max_turns=params.get("max_turns", DEFAULT_MAX_TURNS))
+    selection = Selection.from_params(params)
+    samples = selection.samples()
     if not jobs.job_start(job_id=job_id, total=len(samples), worker=worker):
         return False
     try:
@@ -585,10 +766,12 @@ def run_job(job_id: int, *, vectors: QueryVectors | None = None, replay: ReplayF
                 label=target.get("label", ""),
                 progress=progress,
                 replay=replay,
+                k=selection.k,
             )
         else:
             result = compare(samples, params.get("a") or {}, params.get("b") or {}, vectors=vectors,
-                             progress=progress, replay=replay)
+                             progress=progress, replay=replay, k=selection.k)
+        result["selection"] = selection.as_params()
     except Exception as exc:  # noqa: BLE001 — recorded on the job row, shown by the console
         logger.exception("tuning_job_failed job=%s", job_id)
         jobs.job_fail(job_id=job_id, error=f"{type(exc).__name__}: {exc}")

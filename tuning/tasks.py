@@ -16,7 +16,7 @@ from celery import shared_task
 
 from memory import overrides
 from memory.dispatch import jobs
-from tuning import evaluation
+from tuning import evaluation, fit
 
 
 # Safe to redeliver: a replay only reads, and job_start (queued → running) lets one delivery run it.
@@ -49,3 +49,11 @@ def probe_overrides_task(job_id: int) -> bool:
         result={"profile": overrides.cached_active_profile(), "overrides": overrides.active_overrides(),
                 "pid": os.getpid()},
     )
+
+
+# Safe to redeliver: a fit only reads (replays), and job_start lets one delivery run it.
+@shared_task(bind=True, name=evaluation.JOB_TASKS["fit"], ignore_result=True, acks_late=True,
+             soft_time_limit=7200, time_limit=7260)
+def fit_task(self: Any, job_id: int) -> bool:
+    """Fit a profile to the relevance labels (job kind ``fit``)."""
+    return fit.run_fit_job(int(job_id), worker=self.request.hostname or "")

@@ -27,6 +27,7 @@ __all__ = [
     "ParamSpec",
     "WHITELIST",
     "BUILTIN_PROFILES",
+    "UNFITTED",
     "TuningError",
     "validate_overrides",
     "tuned_value",
@@ -73,6 +74,15 @@ WHITELIST: dict[str, ParamSpec] = {
     "context_dense_messages": ParamSpec("int", 0, 20, DEFAULT_DENSE_MESSAGES, "对话上下文：向量查询的消息条数"),
     "context_half_life": ParamSpec("float", 0.5, 20.0, DEFAULT_HALF_LIFE, "对话上下文：权重半衰（条）"),
 }
+
+#: Whitelisted parameters a fit to relevance labels (``tuning.fit``) leaves alone: they set how many
+#: facts and episodes a turn gets, steer association spreading (not a turn's ranking), or switch to
+#: the seed's ranking kept for comparison (with the one knob only that ranking reads). Every other
+#: whitelisted parameter — a knob added later included — is searched.
+UNFITTED: frozenset[str] = frozenset({
+    "fact_recall_limit", "recalled_episode_limit", "recent_episode_limit", "ppr_alpha", "ppr_hops", "seed_blend",
+    "retention_weight_floor",
+})
 
 #: Built-in profiles besides ``default`` (= no overrides): name → params.
 BUILTIN_PROFILES: dict[str, dict[str, float | int]] = {

@@ -144,3 +144,10 @@ def test_reconcile_order_and_scores() -> None:
     assert tiny.status == "match" and RECONCILE_SCORE_EPSILON == 1e-12
     empty = reconcile_trace_pool([], [])
     assert empty.status == "match" and empty.max_score_delta is None
+
+
+def test_every_parameter_a_fit_leaves_alone_is_whitelisted() -> None:
+    from memory.engine.tuning import UNFITTED
+
+    assert UNFITTED <= set(WHITELIST)
+    assert {"retention_prior", "pool_share"} <= set(WHITELIST) - UNFITTED  # the ranking's own knobs are searched

@@ -126,8 +126,8 @@ def test_e1_unreplied_trace_is_reconciled_but_not_scorable(e1):
     report = evaluation.evaluate(evaluation.build_samples(), {})
     row = report["per_turn"][0]
     assert row["reconcile"]["status"] == "match"
-    assert row["scorable"] is False and row["ndcg"] is None
-    assert report["groups"]["all"]["scorable_count"] == 0 and report["groups"]["all"]["ndcg_mean"] is None
+    assert row["scorable"] is False and row["ndcg"] is None and row["pool"] is None
+    assert report["groups"]["all"]["weak"] == {"turns": 0, "recall": None, "ndcg": None, "displaced": 0, "negatives": 0}
 
 
 # --- 92: E-2 ----------------------------------------------------------------------------------
@@ -137,9 +137,10 @@ def test_e2_no_traces():
     assert evaluation.build_samples() == []
     report = evaluation.evaluate([], {})
     assert report["sample_count"] == 0 and report["per_turn"] == []
+    empty = {"turns": 0, "recall": None, "ndcg": None, "displaced": 0, "negatives": 0}
     assert report["groups"]["all"] == {
-        "sample_count": 0, "scorable_count": 0, "ndcg_mean": None, "positive_recall_mean": None, "recall_count_median": 0,
-        "recall_count_mean": 0.0, "displaced_positive_total": 0, "reconcile_mismatched": 0,
+        "sample_count": 0, "human": empty, "weak": empty, "labelled_without_relevant": 0, "recall_count_median": 0,
+        "recall_count_mean": 0.0, "reconcile_mismatched": 0,
     }
 
 
@@ -177,7 +178,7 @@ def test_same_text_embeds_once_and_no_embedder_means_zero_calls(e1):
     report = evaluation.evaluate(evaluation.build_samples(), {}, vectors=QueryVectors(embed, "fake"))
     assert report["embedding"]["calls"] == 1 and report["embedding"]["cache_hits"] == 1 and seen == ["咖啡 手冲"]
     plain = evaluation.evaluate(evaluation.build_samples(), {}, vectors=QueryVectors(None))
-    assert plain["embedding"]["calls"] == 0 and plain["groups"]["all"]["ndcg_mean"] > 0
+    assert plain["embedding"]["calls"] == 0 and plain["groups"]["all"]["weak"]["ndcg"] > 0
 
 
 def test_embedding_failure_is_cached_as_none(e1):
@@ -190,7 +191,7 @@ def test_embedding_failure_is_cached_as_none(e1):
     vectors = QueryVectors(boom, "broken")
     report = evaluation.evaluate(evaluation.build_samples(), {}, vectors=vectors)
     assert report["embedding"]["calls"] == 1 and report["embedding"]["cache_hits"] == 1
-    assert report["groups"]["all"]["ndcg_mean"] == 1.0
+    assert report["groups"]["all"]["weak"]["ndcg"] == 1.0
 
 
 # --- 95: E-4 grouped means ------------------------------------------------------------------------
@@ -205,12 +206,13 @@ def test_e4_grouped_means(e1):
     record_turn(direct, a, [a], "手冲 咖啡", prompt=[e1["fa"]], at=T0 + 3000)
     report = evaluation.evaluate(evaluation.build_samples(), {})
     g = report["groups"]
-    assert g["all"]["ndcg_mean"] == pytest.approx(round(2 / 3, 4)) and g["all"]["displaced_positive_total"] == 1
-    assert g["group"]["ndcg_mean"] == 0.5 and g["group"]["displaced_positive_total"] == 1
-    assert g["direct"]["ndcg_mean"] == 1.0 and g["direct"]["displaced_positive_total"] == 0
+    assert g["all"]["weak"]["ndcg"] == pytest.approx(round(2 / 3, 4)) and g["all"]["weak"]["displaced"] == 1
+    assert g["group"]["weak"]["ndcg"] == 0.5 and g["group"]["weak"]["displaced"] == 1
+    assert g["direct"]["weak"]["ndcg"] == 1.0 and g["direct"]["weak"]["displaced"] == 0
     assert (g["all"]["sample_count"], g["group"]["sample_count"], g["direct"]["sample_count"]) == (3, 2, 1)
-    assert report["per_turn"][1]["displaced_positive"] == [outside]
-    assert g["all"]["positive_recall_mean"] == pytest.approx(round(2 / 3, 4)) and g["group"]["positive_recall_mean"] == 0.5
+    assert (g["all"]["weak"]["turns"], g["all"]["human"]["turns"]) == (3, 0)
+    assert report["per_turn"][1]["displaced"] == [outside]
+    assert g["all"]["weak"]["recall"] == pytest.approx(round(2 / 3, 4)) and g["group"]["weak"]["recall"] == 0.5
 
 
 def test_desktop_turns_count_only_in_all(e1):
@@ -222,7 +224,7 @@ def test_desktop_turns_count_only_in_all(e1):
 
 def test_recall_counts_upper_median_and_mean():
     rows = [
-        {"stream_kind": "group", "scorable": False, "recall_count": c, "displaced_positive": [], "positive_recall": None,
+        {"stream_kind": "group", "pool": None, "recall_count": c, "displaced": [], "recall": None,
          "reconcile": {"status": "match"}, "ndcg": None}
         for c in (1, 4, 2, 3)
     ]
@@ -245,7 +247,7 @@ def test_evaluated_overrides_do_not_touch_the_live_state_and_reinforce_nothing(e
         evaluation.build_samples(), {"fact_recall_limit": 3}, vectors=QueryVectors(lambda t: np.ones(4, np.float32))
     )
     assert report["k"] == 3 and report["sample_count"] == 3
-    assert all(r["recall_count"] >= 1 for r in report["per_turn"]) and report["groups"]["all"]["ndcg_mean"] > 0
+    assert all(r["recall_count"] >= 1 for r in report["per_turn"]) and report["groups"]["all"]["weak"]["ndcg"] > 0
     assert overrides.active_overrides() == {"ppr_alpha": 0.9}
     assert fact_state() == before
     assert all(f.hit_count == 0 for f in Fact.objects.all())
@@ -296,10 +298,13 @@ def test_compare_lists_facts_moving_in_and_out_of_top_k(e1):
     assert turn["moved_out"] == [] and set(turn["moved_in"]) == set(turn["top_b"]) - set(turn["top_a"])
     assert report["changed_turns"] == 1
     assert set(report["facts"]) >= {str(i) for i in turn["moved_in"]}
-    assert report["ndcg_delta"]["all"] == pytest.approx(
-        report["b"]["groups"]["all"]["ndcg_mean"] - report["a"]["groups"]["all"]["ndcg_mean"], abs=1e-4
+    weak = report["difference"]["all"]["weak"]
+    assert weak["ndcg"]["mean"] == pytest.approx(
+        report["b"]["groups"]["all"]["weak"]["ndcg"] - report["a"]["groups"]["all"]["weak"]["ndcg"], abs=1e-4
     )
-    assert report["ndcg_delta"]["group"] is not None and report["ndcg_delta"]["direct"] is None
+    assert weak["ndcg"]["n"] == 1 and weak["ndcg"]["low"] <= weak["ndcg"]["mean"] <= weak["ndcg"]["high"]
+    assert report["difference"]["group"]["weak"]["ndcg"] is not None and report["difference"]["direct"]["weak"]["ndcg"] is None
+    assert report["difference"]["all"]["human"] == {"recall": None, "ndcg": None}
     assert fact_state() == before
     assert extra  # facts exist
 
@@ -307,7 +312,7 @@ def test_compare_lists_facts_moving_in_and_out_of_top_k(e1):
 def test_compare_same_params_changes_nothing(e1):
     record_turn(e1["s"], e1["a"], [e1["a"], e1["b"]], "咖啡", prompt=[e1["fa"]])
     report = evaluation.compare(evaluation.build_samples(), {"params": {}}, {"params": {}})
-    assert report["changed_turns"] == 0 and report["ndcg_delta"]["all"] == 0.0
+    assert report["changed_turns"] == 0 and report["difference"]["all"]["weak"]["ndcg"]["mean"] == 0.0
 
 
 # --- jobs ---------------------------------------------------------------------------------------

@@ -47,11 +47,12 @@ def test_a_fresh_job_of_another_worker_is_left_alone(burst, redis_db, settings):
 def test_the_predecessors_jobs_are_requeued_when_the_node_starts_again(burst, redis_db):
     evaluate = _running("evaluate", age_s=1)
     compare = _running("compare", age_s=1)
+    fit = _running("fit", age_s=1)
     started = timezone.now()
     fresh = _running("evaluate", age_s=-5)  # started by this very worker after it booted
     out = recover_orphaned_jobs(worker=NODE, worker_started=started)
-    assert sorted(out["requeued"]) == sorted([evaluate.pk, compare.pk]) and out["failed"] == []
-    assert sorted(burst.names()) == ["compare_task", "evaluate_task"]
+    assert sorted(out["requeued"]) == sorted([evaluate.pk, compare.pk, fit.pk]) and out["failed"] == []
+    assert sorted(burst.names()) == ["compare_task", "evaluate_task", "fit_task"]
     evaluate.refresh_from_db()
     assert evaluate.status == "queued" and "w1@host" in evaluate.error and "重新排队" in evaluate.error
     fresh.refresh_from_db()

@@ -344,7 +344,7 @@ def test_every_name_enqueue_sends_is_a_registered_task():
     names = {*enqueue.TASKS.values(), enqueue.VECTORS_TASK, enqueue.IMPORT_TASK, *evaluation.JOB_TASKS.values(),
              *jobs.RERUNNABLE.values()}
     assert names <= registered, names - registered
-    assert set(jobs.RERUNNABLE) == {"import", "evaluate", "compare"}  # tuning registers its kinds when it loads
+    assert set(jobs.RERUNNABLE) == {"import", "evaluate", "compare", "fit"}  # tuning registers its kinds when it loads
     assert tuning_tasks.evaluate_task.name == evaluation.JOB_TASKS["evaluate"]
     assert tasks.summarize_stream_task.name == enqueue.TASKS["summarize"]
 
@@ -389,5 +389,6 @@ def test_every_task_keeps_its_registered_name():
         "memory.tasks.retention_sweep_task", "memory.tasks.stream_checks_sweep_task",
         "memory.tasks.summarize_stream_task", "memory.tasks.vectors_backfill_task",
         "memory.tasks.wal_checkpoint_task",
-        "tuning.tasks.compare_task", "tuning.tasks.evaluate_task", "tuning.tasks.probe_overrides_task",
+        "tuning.tasks.compare_task", "tuning.tasks.evaluate_task", "tuning.tasks.fit_task",
+        "tuning.tasks.probe_overrides_task",
     }
