@@ -125,3 +125,38 @@ class ImportForm(forms.Form):
         if not (data.get("text") or "").strip():
             raise forms.ValidationError(_("请粘贴文本或上传一个文本文件。"))
         return data
+
+
+class TurnFilterForm(forms.Form):
+    """Browse recorded turns: of a stream, with a person present, between two dates, labelled or not, using a fact."""
+
+    LABELLED = [("", _("标注与否")), ("yes", _("已标注")), ("no", _("未标注"))]
+
+    stream = forms.ModelChoiceField(
+        Stream.objects.order_by("id"), required=False, empty_label=_("全部会话流"), widget=FastSelect
+    )
+    person = forms.ModelChoiceField(
+        Person.objects.order_by("id"), required=False, empty_label=_("全部人物"), widget=FastSelect
+    )
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    labelled = forms.ChoiceField(choices=LABELLED, required=False)
+    fact = forms.ModelChoiceField(Fact.objects.only("id", "content"), required=False, widget=forms.HiddenInput)
+
+
+class LabelForm(forms.Form):
+    """One label of one fact of a turn: relevant, not relevant, or cleared."""
+
+    CHOICES = [("yes", _("相关")), ("no", _("不相关")), ("clear", _("清除"))]
+
+    fact = IdField()
+    relevant = forms.ChoiceField(choices=CHOICES)
+
+    def value(self) -> bool | None:
+        return {"yes": True, "no": False, "clear": None}[self.cleaned_data["relevant"]]
+
+
+class ReplayForm(forms.Form):
+    """Which saved profile to replay a turn under, beside the active one."""
+
+    profile = TextField(required=False, max_length=200)

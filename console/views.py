@@ -15,21 +15,25 @@ from django.contrib.auth.decorators import login_required, permission_required
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import trigger_client_event
 
-from console import presenters
+from console import inspector, presenters
 from console.forms import (
     EpisodeSearchForm,
     FactFilterForm,
     GraphForm,
     ImportForm,
+    LabelForm,
     MessageFilterForm,
     PlaygroundForm,
+    ReplayForm,
     SearchForm,
     SpreadForm,
+    TurnFilterForm,
 )
 from curation import selectors as journal
 from curation.presenters import decorate_facts
@@ -41,7 +45,10 @@ from memory.models import (
     ImportBatch,
     Job,
     Stream,
+    Turn,
 )
+from tuning import evaluation, relevance
+from tuning import services as tuning_services
 
 log = logging.getLogger(__name__)
 
@@ -319,6 +326,109 @@ def playground(request: HttpRequest) -> HttpResponse:
                   {"form": form, "result": result})
 
 
+# --- turns -----------------------------------------------------------------------
+
+TURNS = "memory.view_turn"
+LABEL = "tuning.label_relevance"
+
+
+@login_required
+@permission_required(TURNS, raise_exception=True)
+@require_GET
+def turns(request: HttpRequest) -> HttpResponse:
+    """Recorded turns, newest first, with filters; each row says whether a person labelled it."""
+    form = TurnFilterForm(request.GET)
+    form.is_valid()
+    data = getattr(form, "cleaned_data", {})
+    page = page_of(request, inspector.filter_turns(data))
+    inspector.decorate_turns(page.object_list)
+    context = {"form": form, "page": page, "progress": relevance.progress(), "fact": data.get("fact")}
+    return render(request, _partial(request, "console/turns.html", "turn-results"), context)
+
+
+def _turn_context(request: HttpRequest, turn: Turn) -> dict[str, Any]:
+    view = inspector.inspect_turn(turn)
+    view.previous, view.next = selectors.turn_neighbours(turn)
+    search = SearchForm(request.GET)
+    query = search.cleaned_data["q"] if search.is_valid() else ""
+    return {
+        "view": view, "turn": turn, "search": search, "query": query,
+        "addable": relevance.addable_facts(turn, query) if query else [],
+        "progress": relevance.progress(),
+        "can_label": request.user.has_perm(LABEL),
+        "profiles": tuning_services.list_profiles(),
+        "replay_form": ReplayForm(request.GET),
+    }
+
+
+@login_required
+@permission_required(TURNS, raise_exception=True)
+@require_GET
+def turn(request: HttpRequest, pk: int) -> HttpResponse:
+    """One turn, as it happened: why each fact was or was not in the prompt; labels; replay under two profiles."""
+    obj = get_object_or_404(Turn.objects.select_related("stream", "speaker"), pk=pk)
+    if request.GET.get("part") == "counts":  # the label counts, refreshed after a label (labelsChanged)
+        counts = {"label_count": len(relevance.turn_labels(obj.pk))}
+        return render(request, "console/turn.html#counts", {"turn": obj, "view": counts, "progress": relevance.progress()})
+    context = _turn_context(request, obj)
+    if request.htmx.target == "add-results":
+        return render(request, "console/turn.html#add-results", context)
+    if "profile" in request.GET:
+        context["replay"] = _replay(obj, request.GET.get("profile", ""))
+    return render(request, "console/turn.html", context)
+
+
+def _replay(obj: Turn, profile: str) -> dict[str, Any] | None:
+    """Active profile (A) and ``profile`` (B), ranked afresh; None with a message when B is unknown."""
+    try:
+        a = evaluation.resolve_target()
+        b = evaluation.resolve_target(profile=profile or tuning_services.active_profile_name())
+    except tuning_services.ProfileError as exc:
+        return {"error": str(exc)}
+    return inspector.replay(obj, a, b)
+
+
+@login_required
+@permission_required(TURNS, raise_exception=True)
+@require_GET
+def turn_replay(request: HttpRequest, pk: int) -> HttpResponse:
+    """The replay panel alone (htmx), or the inspector with it (no JavaScript)."""
+    obj = get_object_or_404(Turn.objects.select_related("stream", "speaker"), pk=pk)
+    if not request.htmx:
+        return redirect(reverse("console:turn", args=[obj.pk]) + f"?profile={request.GET.get('profile', '')}#replay")
+    return render(request, "console/turn.html#replay", {"turn": obj, "replay": _replay(obj, request.GET.get("profile", ""))})
+
+
+@login_required
+@permission_required(LABEL, raise_exception=True)
+@require_POST
+def turn_label(request: HttpRequest, pk: int) -> HttpResponse:
+    """Label one fact of the turn; htmx swaps the fact's row (and the counts), otherwise back to the page."""
+    obj = get_object_or_404(Turn, pk=pk)
+    form = LabelForm(request.POST)
+    if not form.is_valid():
+        return _label_refused(request, obj, _("标注有误：") + "；".join(e for errs in form.errors.values() for e in errs))
+    fact_id = form.cleaned_data["fact"]
+    try:
+        relevance.set_label(turn_id=obj.pk, fact_id=fact_id, relevant=form.value(), user=request.user.get_username())
+    except relevance.LabelError as exc:
+        return _label_refused(request, obj, str(exc), status=exc.status)
+    if request.htmx:
+        context = _turn_context(request, obj)
+        row = next((c for c in context["view"].candidates if c.fact.id == fact_id), None)
+        template = "console/turn.html#candidate-row" if row is not None else "console/turn.html#added"
+        response = render(request, template, {**context, "c": row, "oob": True})
+        return trigger_client_event(response, "labelsChanged", {"turn": obj.pk, "fact": fact_id})
+    return redirect(reverse("console:turn", args=[obj.pk]) + f"#fact-{fact_id}")
+
+
+def _label_refused(request: HttpRequest, obj: Turn, message: str, *, status: int = 400) -> HttpResponse:
+    if request.htmx:
+        return render(request, "console/turn.html#label-refused", {"message": message}, status=409 if status == 409 else 400)
+    messages.error(request, message)
+    return redirect("console:turn", obj.pk)
+
+
 # --- help ------------------------------------------------------------------------
 
 #: What each role can do: (what, the permission that allows it). README.md has the same table.
@@ -329,8 +439,10 @@ CAPABILITIES = [
     (gettext_lazy("撤销操作"), "curation.undo_operation"),
     (gettext_lazy("导入知识、删除导入批次"), "memory.import_knowledge"),
     (gettext_lazy("联想网络与扩散预览"), "memory.preview_association"),
+    (gettext_lazy("回合：看机器人每一轮想起了什么、为什么"), TURNS),
+    (gettext_lazy("标注回合里哪些事实该进提示词"), LABEL),
     (gettext_lazy("召回演练"), "memory.preview_recall"),
-    (gettext_lazy("检索调优：评估、对比、应用参数方案"), "tuning.tune_retrieval"),
+    (gettext_lazy("检索调优：评估、对比、按标注拟合、应用参数方案"), "tuning.tune_retrieval"),
 ]
 
 

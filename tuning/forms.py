@@ -7,6 +7,7 @@ parameter needs an integer literal (``3``; ``3.0`` and ``1.5`` are refused with 
 """
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -17,6 +18,7 @@ from memory.engine.tuning import WHITELIST
 from memory.fields import TextField
 from tuning import services
 from tuning.evaluation import DEFAULT_MAX_TURNS, MAX_TURNS_LIMIT, resolve_target
+from tuning.fit import DEFAULT_BUDGET, MAX_BUDGET
 
 INT_RE = re.compile(r"^[+-]?\d+$")
 FLOAT_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
@@ -117,3 +119,44 @@ def target_for_choice(choice: str) -> dict[str, Any]:
     if choice == ACTIVE_CHOICE:
         return resolve_target()
     return resolve_target(profile=choice)
+
+
+class FitForm(forms.Form):
+    """A fit's options: its budget in evaluations and the metrics' cut-off (blank: the prompt size)."""
+
+    budget = forms.IntegerField(min_value=1, max_value=MAX_BUDGET, initial=DEFAULT_BUDGET)
+    k = forms.IntegerField(min_value=1, max_value=50, required=False)
+
+
+class LabelImportForm(forms.Form):
+    """Labels as JSON — an exported file, or pasted text: ``{"labels": [{turn, fact, relevant}, …]}`` or the list."""
+
+    file = forms.FileField(required=False, label=_("JSON 文件"))
+    text = TextField(required=False, widget=forms.Textarea(attrs={"rows": 4}), label=_("或粘贴 JSON"))
+
+    MAX_BYTES = 5 * 1024 * 1024
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        upload = data.get("file")
+        if upload is not None:
+            if upload.size > self.MAX_BYTES:
+                raise forms.ValidationError(_("文件太大（上限 5 MB）"))
+            raw = upload.read()
+            try:
+                raw = raw.decode("utf-8-sig")
+            except UnicodeDecodeError:
+                raise forms.ValidationError(_("文件不是 UTF-8 文本")) from None
+        else:
+            raw = data.get("text") or ""
+        if not raw.strip():
+            raise forms.ValidationError(_("请选择一个 JSON 文件，或粘贴 JSON"))
+        try:
+            parsed = json.loads(raw)
+        except ValueError as exc:
+            raise forms.ValidationError(_("不是合法的 JSON：%(why)s") % {"why": exc}) from None
+        entries = parsed.get("labels") if isinstance(parsed, dict) else parsed
+        if not isinstance(entries, list):
+            raise forms.ValidationError(_("JSON 需要是 {\"labels\": [...]} 或一个列表"))
+        data["labels"] = entries
+        return data

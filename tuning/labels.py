@@ -48,6 +48,11 @@ PARAM_HELP = {
 }
 PARAM_KINDS = {"float": gettext_lazy("小数"), "int": gettext_lazy("整数")}
 GROUP_LABELS = {"all": gettext_lazy("全部"), "group": gettext_lazy("群聊"), "direct": gettext_lazy("私聊")}
+#: What became of a turn's candidate (the turn inspector, its replay).
+VERDICT_LABELS = {
+    "prompt": gettext_lazy("进入提示词"), "forgetting": gettext_lazy("被遗忘压下"),
+    "limit": gettext_lazy("名额已满"), "gate": gettext_lazy("不够相关"), "gone": gettext_lazy("已不在记忆里"),
+}
 
 _ACTIVE = re.compile(r"^当前生效（(.*)）$")
 

@@ -16,4 +16,8 @@ urlpatterns = [
     path("compare/", views.compare, name="compare"),
     path("jobs/<int:pk>/", views.job, name="job"),
     path("jobs/<int:pk>/report.json", views.job_json, name="job_json"),
+    path("fit/", views.fit_start, name="fit"),
+    path("jobs/<int:pk>/apply/", views.fit_apply, name="fit_apply"),
+    path("labels/", views.labels, name="labels"),
+    path("labels/export/", views.labels_export, name="labels_export"),
 ]

@@ -17,18 +17,32 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext as _
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from memory.broker import BrokerUnavailable
 from memory.models import Job, Turn
-from tuning import evaluation, services
-from tuning.forms import ACTIVE_CHOICE, CompareForm, DraftForm, draft_initial, target_for_choice
+from tuning import evaluation, fit, relevance, services
+from tuning.forms import (
+    ACTIVE_CHOICE,
+    CompareForm,
+    DraftForm,
+    FitForm,
+    LabelImportForm,
+    draft_initial,
+    target_for_choice,
+)
 from tuning.labels import GROUP_LABELS
+from tuning.models import TuningOperation
 from tuning.services import ProfileError
 
 PERM = "tuning.tune_retrieval"
+LABEL = "tuning.label_relevance"
 RECENT_JOBS = 10
+JOB_KINDS = ("evaluate", "compare", "fit")
+PROFILE_OPS = (TuningOperation.Op.SAVE, TuningOperation.Op.APPLY, TuningOperation.Op.ROLLBACK, TuningOperation.Op.DELETE)
+LABEL_OPS = (TuningOperation.Op.LABEL, TuningOperation.Op.UNLABEL, TuningOperation.Op.IMPORT)
 CONFIGURED = {
     "fact_recall_limit": "FACT_RECALL_LIMIT",
     "recalled_episode_limit": "RECALLED_EPISODE_LIMIT",
@@ -75,10 +89,14 @@ def _index_context(request: HttpRequest, form: DraftForm | None = None) -> dict[
         "profiles": profiles,
         "compare_form": CompareForm(initial={"a": ACTIVE_CHOICE, "b": "", "max_turns": evaluation.DEFAULT_MAX_TURNS}),
         "active_choice": ACTIVE_CHOICE,
-        "jobs": Job.objects.filter(kind__in=("evaluate", "compare")).order_by("-id")[:RECENT_JOBS],
+        "jobs": Job.objects.filter(kind__in=JOB_KINDS).order_by("-id")[:RECENT_JOBS],
         "turn_count": Turn.objects.count(),
         "scorable_count": Turn.objects.filter(confirmed_at__isnull=False).exclude(prompt_fact_ids=[]).count(),
         "max_turns_limit": evaluation.MAX_TURNS_LIMIT,
+        "labels": relevance.progress(),
+        "journal": relevance.recent_operations(limit=20, ops=PROFILE_OPS),
+        "fit_min_turns": fit.MIN_TURNS, "fit_min_dev": fit.MIN_DEV_TURNS, "fit_min_heldout": fit.MIN_HELDOUT_TURNS,
+        "fit_budget": fit.DEFAULT_BUDGET, "fit_max_budget": fit.MAX_BUDGET,
     }
 
 
@@ -113,7 +131,7 @@ def draft(request: HttpRequest) -> HttpResponse:
     max_turns = form.cleaned_data["max_turns"]
     try:
         if action == "save":
-            row = services.save_profile(form.cleaned_data["name"], params)
+            row = services.save_profile(form.cleaned_data["name"], params, user=_user(request))
             messages.success(request, _("已保存 profile「%(name)s」（未应用）。") % {"name": row.name})
             return redirect("tuning:index")
         if action == "compare":
@@ -141,7 +159,7 @@ def _max_turns(request: HttpRequest) -> int:
 @require_POST
 def apply(request: HttpRequest) -> HttpResponse:
     try:
-        result = services.apply_profile(request.POST.get("name", ""))
+        result = services.apply_profile(request.POST.get("name", ""), user=_user(request))
     except ProfileError as exc:
         messages.error(request, str(exc))
     else:
@@ -155,7 +173,7 @@ def apply(request: HttpRequest) -> HttpResponse:
 @tuner_required
 @require_POST
 def rollback(request: HttpRequest) -> HttpResponse:
-    services.rollback_to_default()
+    services.rollback_to_default(user=_user(request))
     messages.success(request, _("已回滚到 default（无覆盖）。"))
     return redirect("tuning:index")
 
@@ -166,7 +184,7 @@ def delete(request: HttpRequest) -> HttpResponse:
     name = request.POST.get("name", "")
     try:
         was_active = services.active_profile_name() == name.strip()
-        deleted = services.delete_profile(name)
+        deleted = services.delete_profile(name, user=_user(request))
     except ProfileError as exc:
         messages.error(request, str(exc))
     else:
@@ -225,7 +243,7 @@ def _not_sent(request: HttpRequest, exc: BrokerUnavailable) -> HttpResponse:
 
 
 def _tuning_job(pk: int) -> Job:
-    return get_object_or_404(Job, pk=pk, kind__in=("evaluate", "compare"))
+    return get_object_or_404(Job, pk=pk, kind__in=JOB_KINDS)
 
 
 def _report_context(job: Job, request: HttpRequest) -> dict[str, Any]:
@@ -241,12 +259,12 @@ def _report_context(job: Job, request: HttpRequest) -> dict[str, Any]:
         for t in turns:
             if only_changed and not (t["moved_in"] or t["moved_out"] or t["order_changed"]):
                 continue
-            positives = set(t["positives"])
+            positives, negatives = set(t["positives"]), set(t.get("irrelevant") or [])
             rows.append(
                 {
                     **t,
-                    "moved_in_facts": [(f, facts.get(str(f), ""), f in positives) for f in t["moved_in"]],
-                    "moved_out_facts": [(f, facts.get(str(f), ""), f in positives) for f in t["moved_out"]],
+                    "moved_in_facts": [(f, facts.get(str(f), ""), f in positives, f in negatives) for f in t["moved_in"]],
+                    "moved_out_facts": [(f, facts.get(str(f), ""), f in positives, f in negatives) for f in t["moved_out"]],
                 }
             )
         ctx.update(
@@ -255,7 +273,11 @@ def _report_context(job: Job, request: HttpRequest) -> dict[str, Any]:
                 "only_changed": only_changed,
                 "sides": [("a", result["a"]), ("b", result["b"])],
                 "groups": [
-                    (g, GROUP_LABELS[g], result["a"]["groups"][g], result["b"]["groups"][g], result["ndcg_delta"][g])
+                    (g, GROUP_LABELS[g], [
+                        (pool, result["a"]["groups"][g][pool], result["b"]["groups"][g][pool],
+                         result["difference"][g][pool])
+                        for pool in evaluation.POOLS
+                    ])
                     for g in evaluation.GROUPS
                 ],
             }
@@ -270,8 +292,126 @@ def _report_context(job: Job, request: HttpRequest) -> dict[str, Any]:
 @require_GET
 def job(request: HttpRequest, pk: int) -> HttpResponse:
     job = _tuning_job(pk)
+    if job.kind == "fit":
+        return render(request, "tuning/fit.html", _fit_context(job, request))
     template = "tuning/compare.html" if job.kind == "compare" else "tuning/report.html"
     return render(request, template, _report_context(job, request))
+
+
+# --- fit -----------------------------------------------------------------------------
+
+
+@tuner_required
+@require_POST
+def fit_start(request: HttpRequest) -> HttpResponse:
+    """Start a fit; too few labelled turns is refused on the tuning page, saying how many are needed."""
+    form = FitForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _("拟合参数有误：") + "；".join(e for errs in form.errors.values() for e in errs))
+        return redirect("tuning:index")
+    try:
+        job = fit.submit_fit(budget=form.cleaned_data["budget"], k=form.cleaned_data.get("k"), user=_user(request))
+    except fit.FitRefused as exc:
+        messages.error(request, _("不能拟合：%(why)s") % {"why": _fit_refusal(exc)})
+        return redirect(reverse("tuning:index") + "#fit")
+    except ProfileError as exc:
+        messages.error(request, str(exc))
+        return redirect("tuning:index")
+    except BrokerUnavailable as exc:
+        return _not_sent(request, exc)
+    return redirect("tuning:job", job.pk)
+
+
+def _fit_refusal(exc: fit.FitRefused) -> str:
+    return _(
+        "标注太少，拟合不出可信的结果：需要至少 %(need)s 个回合各有至少一条「相关」标注"
+        "（%(dev)s 个用来挑选参数，%(held)s 个留作检验），现在只有 %(have)s 个。"
+    ) % {"need": exc.needed, "dev": fit.MIN_DEV_TURNS, "held": fit.MIN_HELDOUT_TURNS, "have": exc.have}
+
+
+def _fit_context(job: Job, request: HttpRequest) -> dict[str, Any]:
+    result = job.result or {}
+    ctx: dict[str, Any] = {"job": job, "report": result}
+    if job.status != Job.Status.DONE or not result:
+        return ctx
+    facts = result.get("facts", {})
+    only = request.GET.get("split") if request.GET.get("split") in ("heldout", "dev") else ""
+    rows = []
+    for t in result.get("per_turn", []):
+        if only and t["split"] != only:
+            continue
+        relevant, irrelevant = set(t["relevant"]), set(t["irrelevant"])
+        rows.append({
+            **t,
+            "changed": bool(t["moved_in"] or t["moved_out"]),
+            "moved_in_facts": [(f, facts.get(str(f), ""), f in relevant, f in irrelevant) for f in t["moved_in"]],
+            "moved_out_facts": [(f, facts.get(str(f), ""), f in relevant, f in irrelevant) for f in t["moved_out"]],
+        })
+    ctx.update({
+        "rows": rows, "only": only, "changed": result.get("chosen", {}).get("changed", {}),
+        "name": f"fit-{job.pk}", "verdict": result.get("verdict"),
+    })
+    return ctx
+
+
+@tuner_required
+@require_POST
+def fit_apply(request: HttpRequest, pk: int) -> HttpResponse:
+    """Save the fit's profile and apply it (one click; journalled; rollback on the tuning page)."""
+    job = get_object_or_404(Job, pk=pk, kind="fit")
+    try:
+        result = fit.apply_fit(job, name=request.POST.get("name", ""), user=_user(request))
+    except ProfileError as exc:
+        messages.error(request, str(exc))
+        return redirect("tuning:job", job.pk)
+    messages.success(
+        request,
+        _("已保存并应用「%(name)s」：覆盖 %(n)d 项参数，所有进程一秒内生效；可随时回滚。")
+        % {"name": result["profile"], "n": len(result["params"])},
+    )
+    return redirect("tuning:index")
+
+
+# --- labels ----------------------------------------------------------------------------
+
+
+def labeller_required(view):
+    return login_required(permission_required(LABEL, raise_exception=True)(view))
+
+
+@labeller_required
+@require_http_methods(["GET", "POST"])
+def labels(request: HttpRequest) -> HttpResponse:
+    """Labelling progress, the label journal, export and import (JSON)."""
+    form = LabelImportForm(request.POST or None, request.FILES or None)
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                counts = relevance.import_labels(form.cleaned_data["labels"], user=_user(request))
+            except relevance.LabelInputError as exc:
+                form.add_error(None, str(exc))
+                for e in exc.errors[:20]:
+                    form.add_error(None, e["message"])
+            else:
+                messages.success(request, _("已导入：新增 %(created)s，修改 %(updated)s，未变 %(unchanged)s。") % counts)
+                return redirect("tuning:labels")
+        status = 400
+    context = {
+        "form": form,
+        "progress": relevance.progress(),
+        "journal": relevance.recent_operations(limit=50, ops=LABEL_OPS),
+        "fit_min_turns": fit.MIN_TURNS,
+    }
+    return render(request, "tuning/labels.html", context, status=status)
+
+
+@labeller_required
+@require_GET
+def labels_export(request: HttpRequest) -> HttpResponse:
+    response = JsonResponse(relevance.export_labels(), json_dumps_params={"ensure_ascii": False, "indent": 1})
+    response["Content-Disposition"] = 'attachment; filename="relevance-labels.json"'
+    return response
 
 
 @tuner_required

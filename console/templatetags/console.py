@@ -75,6 +75,30 @@ def num(value: float | None, digits: int = 3) -> str:
     return f"{float(value):.{int(digits)}f}"
 
 
+@register.filter
+def signed(value: float | None, digits: int = 3) -> str:
+    """A difference with its sign: ``+0.012``, ``−0.004`` (true minus sign), ``—`` for None."""
+    if value is None:
+        return "—"
+    v = float(value)
+    text = f"{abs(v):.{int(digits)}f}"
+    return f"+{text}" if v > 0 else f"−{text}" if v < 0 else text
+
+
+@register.filter
+def interval(value: object, digits: int = 3) -> str:
+    """A bootstrap interval ``{mean, low, high}`` as ``+0.012 [−0.004, +0.030]``; ``—`` for None."""
+    if not isinstance(value, dict) or value.get("mean") is None:
+        return "—"
+    return f"{signed(value['mean'], digits)} [{signed(value.get('low'), digits)}, {signed(value.get('high'), digits)}]"
+
+
+@register.simple_tag
+def verdict_label(code: str) -> str:
+    """A candidate's verdict in the interface language (prompt, forgetting, gate, limit)."""
+    return str(tuning_labels.VERDICT_LABELS.get(code, code))
+
+
 @register.simple_tag
 def retention_bar(value: float | None) -> str:
     """A retention bar (0..1) with its percentage as text for screen readers."""
@@ -127,6 +151,7 @@ NAV = [
     NavLink("memory.view_knowledge", "console:knowledge", gettext_lazy("知识"), frozenset({"knowledge"})),
     NavLink("memory.import_knowledge", "console:imports", gettext_lazy("导入中心"), frozenset({"imports"})),
     NavLink("memory.preview_association", "console:graph", gettext_lazy("联想网络"), frozenset({"graph"})),
+    NavLink("memory.view_turn", "console:turns", gettext_lazy("回合"), frozenset({"turns", "turn"})),
     NavLink("memory.preview_recall", "console:playground", gettext_lazy("召回演练"), frozenset({"playground"})),
     NavLink("tuning.tune_retrieval", "tuning:index", gettext_lazy("检索调优"), optional=True),
     NavLink("memory.view_job", "console:jobs", gettext_lazy("后台任务"), frozenset({"jobs"})),
@@ -191,6 +216,12 @@ def job_subject(job: object) -> str:
         return _("「%(a)s」对比「%(b)s」") % {
             "a": target_label(a.get("label") or a.get("profile") or "A"), "b": target_label(b.get("label") or b.get("profile") or "B"),
         }
+    if kind == "fit":
+        base = params.get("base") or {}
+        return _("从「%(label)s」出发，预算 %(budget)s 次评估，%(turns)s 个标注回合") % {
+            "label": target_label(base.get("label") or base.get("profile")), "budget": params.get("budget", ""),
+            "turns": params.get("turns", ""),
+        }
     return ""
 
 
@@ -208,16 +239,24 @@ def job_headline(job: object) -> str:
             }
         if kind == "evaluate":
             overall = (result.get("groups") or {}).get("all") or {}
-            return _("%(n)s 个回合：nDCG@%(k)s %(ndcg)s，回放不一致 %(mismatched)s 个") % {
-                "n": result.get("sample_count", 0), "k": result.get("k", ""), "ndcg": _ndcg(overall.get("ndcg_mean")),
+            return _("%(n)s 个回合：人工标注 %(h)s 个，R@%(k)s %(hr)s；弱标注 %(w)s 个，R@%(k)s %(wr)s；回放不一致 %(mismatched)s 个") % {
+                "n": result.get("sample_count", 0), "k": result.get("k", ""),
+                "h": (overall.get("human") or {}).get("turns", 0), "hr": _ndcg((overall.get("human") or {}).get("recall")),
+                "w": (overall.get("weak") or {}).get("turns", 0), "wr": _ndcg((overall.get("weak") or {}).get("recall")),
                 "mismatched": (result.get("reconcile") or {}).get("mismatched", 0),
             }
         if kind == "compare":
-            a = ((result.get("a") or {}).get("groups") or {}).get("all") or {}
-            b = ((result.get("b") or {}).get("groups") or {}).get("all") or {}
-            return _("%(n)s 个回合：nDCG %(a)s → %(b)s，%(changed)s 个回合的结果变了") % {
-                "n": result.get("sample_count", 0), "a": _ndcg(a.get("ndcg_mean")), "b": _ndcg(b.get("ndcg_mean")),
-                "changed": result.get("changed_turns", 0),
+            diff = ((result.get("difference") or {}).get("all") or {})
+            return _("%(n)s 个回合：R@k 变化 人工标注 %(h)s，弱标注 %(w)s；%(changed)s 个回合的结果变了") % {
+                "n": result.get("sample_count", 0), "h": interval((diff.get("human") or {}).get("recall")),
+                "w": interval((diff.get("weak") or {}).get("recall")), "changed": result.get("changed_turns", 0),
+            }
+        if kind == "fit":
+            held = result.get("heldout") or {}
+            return _("留出 %(n)s 个回合：R@%(k)s %(a)s → %(b)s，提升 %(gain)s") % {
+                "n": (held.get("base") or {}).get("turns", 0), "k": result.get("k", ""),
+                "a": _ndcg((held.get("base") or {}).get("recall")), "b": _ndcg((held.get("chosen") or {}).get("recall")),
+                "gain": interval((held.get("gain") or {}).get("recall")),
             }
     except (TypeError, ValueError, AttributeError):
         return ""

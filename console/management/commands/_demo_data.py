@@ -358,3 +358,19 @@ KNOWLEDGE_DOC = """猫是一种小型肉食动物，每天需要摄入足够的�
 中山陵位于南京紫金山南麓，是孙中山先生的陵寝，秋天的梧桐和银杏很出名。
 
 京都的红叶季一般在十一月中下旬，东福寺和永观堂是最有名的赏枫地点。"""
+
+#: Recorded turns (``prepare_turn`` + ``confirm_turn``): ``((platform, kind, external_id), speaker, text,
+#: minutes_ago)`` — questions whose answers memory holds, some it cannot give (a private fact asked in
+#: the group, small talk), so the turn inspector has every verdict to show.
+TURNS = [
+    (("qq", "direct", "lin"), "lin", "周末想出去走走，你有什么建议吗？", 50),
+    (("qq", "group", "hike-group"), "mia", "下周去莫干山，小林你对什么过敏来着？", 40),
+    (("desktop", "desktop", "desktop"), "owner", "晚上想做个菜，推荐一下？", 30),
+    (("qq", "direct", "lin"), "lin", "我生日快到了，你还记得是哪天吗？", 28),
+    (("qq", "direct", "lin"), "lin", "团子今天又把纸箱抓坏了，猫真是停不下来", 26),
+    (("qq", "direct", "jie"), "jie", "你还记得我现在住在哪个城市吗？", 24),
+    (("qq", "direct", "jie"), "jie", "周末想约人打球，你觉得我打什么好", 22),
+    (("desktop", "desktop", "desktop"), "owner", "这周好累，想养只猫解解压", 18),
+    (("qq", "group", "hike-group"), "zhou", "米娅喝咖啡还是喝茶？我去买饮料", 16),
+    (("qq", "group", "hike-group"), "mia", "老周的照相馆最近生意怎么样", 14),
+]

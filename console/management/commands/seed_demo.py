@@ -14,7 +14,7 @@
 3. Vectors are backfilled with the configured embedder (skipped when there is none).
 4. Curation: two hand-written slot conflicts (``add_fact`` with the same slot), a pin,
    an invalidation, a 改成 (replace) and an invalidation that is undone.
-5. Three recorded turns (``prepare_turn`` + ``confirm_turn``) so tuning has traces, three
+5. Ten recorded turns (``prepare_turn`` + ``confirm_turn``) so the turn pages and tuning have traces, three
    active recalls (``cognitive_recall``, which link what they adopt), a knowledge import (``start_import`` + ``run_import``) and an edge-decay run.
 
 Idempotent: messages carry external ids, users and groups are get-or-create, and
@@ -31,7 +31,7 @@ from django.core.management.base import BaseCommand
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from console.management.commands._demo_data import KNOWLEDGE_DOC, PEOPLE, STREAMS
+from console.management.commands._demo_data import KNOWLEDGE_DOC, PEOPLE, STREAMS, TURNS
 from curation import services as curation
 from memory import pipeline, recall, services
 from memory.dispatch import triggers
@@ -187,12 +187,7 @@ class Command(BaseCommand):
     # --- turns, import -------------------------------------------------------------
 
     def _turns(self, now: int, people: dict[str, Person]) -> None:
-        turns = [
-            (("qq", "direct", "lin"), "lin", "周末想出去走走，你有什么建议吗？", 50),
-            (("qq", "group", "hike-group"), "mia", "下周去莫干山，小林你对什么过敏来着？", 40),
-            (("desktop", "desktop", "desktop"), "owner", "晚上想做个菜，推荐一下？", 30),
-        ]
-        for (platform, kind, external_id), speaker, text, minutes_ago in turns:
+        for (platform, kind, external_id), speaker, text, minutes_ago in TURNS:
             stream = Stream.objects.get(platform=platform, kind=kind, external_id=external_id)
             at = now - minutes_ago * MINUTE
             ctx = recall.prepare_turn(stream_id=stream.pk, speaker_id=people[speaker].pk, text=text, at=at)

@@ -1,0 +1,352 @@
+"""The turn pages: the list of recorded turns and the inspector of one turn (page-shaped objects).
+
+The inspector shows a turn **as it happened**: the conversation it read (its recorded context
+messages, each with the weight it had as a query), the candidate pool it recorded, ranked again
+by the confirm step (``recall.rank_pool``: the recorded pool, the dense channel, the engine's
+``rank``) at the turn's own time under the profile that was in force — the only way to show
+every score term, since a turn records its lexical pool and its prompt, not each cosine. Each
+candidate's verdict is what was *recorded* (in the prompt, held back by forgetting) where the
+turn recorded it; the rest comes from that ranking (held by the relevance gate, or out of
+places). When the ranking no longer gives the recorded prompt — memory changed since — the
+page says so (``drift``).
+
+A replay ranks the turn afresh (:meth:`tuning.evaluation.Evaluator.ranking`: the lexical pool
+rebuilt from today's memory at the turn's time) under two profiles, side by side.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from memory import recall, selectors
+from memory.engine import scoring
+from memory.models import Episode, Fact, Message, Person, Turn
+from tuning import evaluation, relevance, services
+from tuning.labels import VERDICT_LABELS
+
+
+@dataclass(frozen=True)
+class Verdict:
+    code: str
+    label: str
+    reason: str
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{round(float(value) * 100)}%"
+
+
+def verdict_of(fact: Any, *, rank: int, in_prompt: bool, held_back: bool, limit: int,
+               overrides: Mapping[str, Any]) -> Verdict:
+    """Why one ranked candidate is or is not in the prompt, in plain words."""
+    if in_prompt:
+        return Verdict("prompt", str(VERDICT_LABELS["prompt"]),
+                       _("第 %(rank)s 名；提示词最多放 %(limit)s 条事实。") % {"rank": rank, "limit": limit})
+    if held_back:
+        return Verdict("forgetting", str(VERDICT_LABELS["forgetting"]), _(
+            "只看相关度它能进提示词，但它的留存度只有 %(retention)s（很久没被提起、快被忘了），"
+            "得分被更新鲜、更牢固的事实超过。"
+        ) % {"retention": _pct(fact.retention)})
+    if fact.eligible:
+        return Verdict("limit", str(VERDICT_LABELS["limit"]), _(
+            "够相关，但排第 %(rank)s 名：前 %(limit)s 个名额给了得分更高的事实。"
+        ) % {"rank": rank, "limit": limit})
+    parts = []
+    lexical_floor = overrides.get("lexical_coverage_floor", getattr(scoring, "DEFAULT_LEXICAL_COVERAGE_FLOOR", None))
+    cosine_floor = overrides.get("dense_cosine_floor", getattr(scoring, "DEFAULT_DENSE_COSINE_FLOOR", None))
+    if fact.coverage is not None:
+        parts.append(_("词面上只覆盖了这句话 %(share)s 的信息量（至少要 %(floor)s），也不含这句话里最特别的词") % {
+            "share": _pct(fact.coverage), "floor": _pct(lexical_floor)})
+    if fact.cosine is not None:
+        parts.append(_("意思上的相似度（余弦）%(cos)s，低于 %(floor)s") % {
+            "cos": f"{fact.cosine:.2f}", "floor": "—" if cosine_floor is None else f"{float(cosine_floor):.2f}"})
+    else:
+        parts.append(_("没有向量可比意思"))
+    return Verdict("gate", str(VERDICT_LABELS["gate"]), _("不进提示词，无论得分多高：%(why)s。") % {"why": "；".join(parts)})
+
+
+# --------------------------------------------------------------------------- #
+# The list
+# --------------------------------------------------------------------------- #
+
+
+def _local_midnight_ms(day: dt.date) -> int:
+    return int(timezone.make_aware(dt.datetime.combine(day, dt.time.min)).timestamp() * 1000)
+
+
+def filter_turns(data: Mapping[str, Any]) -> Any:
+    """The turn list's queryset for the filter form's cleaned data."""
+    since = _local_midnight_ms(data["since"]) if data.get("since") else None
+    until = _local_midnight_ms(data["until"] + dt.timedelta(days=1)) if data.get("until") else None
+    rows = selectors.turn_list(
+        stream_id=data["stream"].pk if data.get("stream") else None,
+        person_id=data["person"].pk if data.get("person") else None,
+        since=since, until=until, fact_id=data["fact"].pk if data.get("fact") else None,
+    )
+    labelled = data.get("labelled")
+    if labelled == "yes":
+        rows = rows.filter(pk__in=relevance.labelled_turn_ids())
+    elif labelled == "no":
+        rows = rows.exclude(pk__in=relevance.labelled_turn_ids())
+    return rows
+
+
+def decorate_turns(turns: Sequence[Turn]) -> None:
+    """Each listed turn's label count (``label_count``) and how many facts it put in the prompt and held back."""
+    labels = relevance.labels_of(t.pk for t in turns)
+    for t in turns:
+        found = labels.get(t.pk)
+        t.label_count = found.count if found else 0
+        t.prompt_count = len(t.prompt_fact_ids or [])
+        t.held_back_count = len(t.held_back_fact_ids or [])
+
+
+# --------------------------------------------------------------------------- #
+# One turn
+# --------------------------------------------------------------------------- #
+
+
+@dataclass
+class Line:
+    """One message of the conversation as the turn saw it."""
+
+    message: Message
+    sender: str
+    position: int | None  # 1 = the message just before the turn's line; None: outside its context
+    lexical_weight: float | None
+    dense_weight: float | None
+
+
+@dataclass
+class Candidate:
+    fact: Any  # a ScopedFact: every term of its score
+    rank: int | None
+    verdict: Verdict
+    person: str
+    recorded: Mapping[str, Any] | None  # the recorded pool's entry (the lexical stage), if it was in the pool
+    label: Any = None  # RelevanceLabel
+    state: str = ""  # the fact now: active | frozen | invalid | superseded | gone
+
+
+@dataclass
+class Inspection:
+    turn: Turn
+    speaker: str
+    present: list[tuple[int, str]]
+    lines: list[Line]
+    candidates: list[Candidate]
+    prompt: list[Candidate]
+    held_back: list[Candidate]
+    gated: list[Candidate]
+    added: list[Candidate]  # labelled facts that were never candidates
+    episodes: list[Episode]
+    missing_episodes: int
+    profile_name: str | None
+    profile_params: dict[str, Any]
+    limit: int
+    used_vector: bool
+    confirmed: bool
+    drift: list[int]  # recorded prompt facts the ranking of today's memory would not put in the prompt
+    summary: list[tuple[str, str, int]] = field(default_factory=list)
+    labels: Mapping[int, Any] = field(default_factory=dict)
+    previous: int | None = None
+    next: int | None = None
+
+    @property
+    def label_count(self) -> int:
+        return len(self.labels)
+
+
+def _names(ids: Sequence[int]) -> dict[int, str]:
+    people = selectors.persons_by_id(ids)
+    return {pid: (str(people[pid]) if pid in people else f"#{pid}") for pid in ids}
+
+
+def _state(row: Fact | None) -> str:
+    return "gone" if row is None else str(row.state)
+
+
+def _fact_from_row(row: Fact, now: int) -> Any:
+    return selectors.ScopedFact(
+        id=row.pk, person_id=row.person_id, kind=row.kind, content=row.content, slot=row.slot,
+        origin_kind=row.origin_kind, retention=row.retention_at(now), score=0.0, lexical_relevance=0.0, bm25=None,
+        half_life_hours=row.half_life_hours, active=row.active, eligible=False,
+    )
+
+
+def inspect_turn(turn: Turn, *, query_vector: Any = None, embed: bool = True) -> Inspection:
+    """Everything the inspector page shows of ``turn`` (module docstring)."""
+    recorded_profile = turn.profile or {}
+    params = services.validate_params(recorded_profile.get("params") or {}) if recorded_profile else {}
+    limit = int(params.get("fact_recall_limit", settings.FACT_RECALL_LIMIT))
+    person_ids = [int(p) for p in turn.present_person_ids or []]
+
+    # the conversation, with each context message's weight as a query
+    context = recall.context_from_ids([int(m) for m in turn.context_message_ids or []])
+    weights = recall.query_weights(context, params)
+    positions = {line.message_id: line.position for line in context}
+    messages = selectors.conversation_before(turn, limit=max(12, len(context) + 4))
+
+    # the confirm step again, on the recorded pool, at the turn's time, under the recorded profile
+    pool = recall.recorded_pool(turn.pool or [])
+    vector = query_vector
+    if vector is None and embed:
+        vector = recall.embed_query(turn.text)
+    query = recall.conversation_query(vector, recall.context_positions([line.message_id for line in context]), params)
+    ranking = recall.rank_pool(pool=pool, query_vector=query, person_ids=person_ids, text=turn.text,
+                               stream_kind=turn.stream_kind, now=int(turn.at), limit=limit, overrides=params)
+    confirmed = turn.confirmed_at is not None
+    in_prompt = set(turn.prompt_fact_ids or []) if confirmed else {f.id for f in ranking.prompt}
+    held = set(turn.held_back_fact_ids or []) if confirmed else {f.id for f in ranking.held_back}
+    drift = [f for f in (turn.prompt_fact_ids or []) if f not in {x.id for x in ranking.prompt}] if confirmed else []
+
+    labels = relevance.turn_labels(turn.pk)
+    recorded = {int(e["factId"]): e for e in turn.pool or [] if isinstance(e, dict) and "factId" in e}
+    ranked_ids = {f.id for f in ranking.ranked}
+    extra_ids = [i for i in [*in_prompt, *held, *recorded, *labels] if i not in ranked_ids]
+    rows = Fact.objects.in_bulk([*ranked_ids, *extra_ids])
+    now = int(turn.at)
+    names = _names(sorted({*person_ids, int(turn.speaker_id), *(r.person_id for r in rows.values())}))
+
+    candidates = []
+    for rank, f in enumerate(ranking.ranked, start=1):
+        verdict = verdict_of(f, rank=rank, in_prompt=f.id in in_prompt, held_back=f.id in held, limit=limit,
+                             overrides=params)
+        candidates.append(Candidate(f, rank, verdict, names.get(f.person_id, ""), recorded.get(f.id), labels.get(f.id),
+                                    _state(rows.get(f.id))))
+    # recorded candidates the ranking of today's memory no longer has (invalidated or forgotten since)
+    for fid in dict.fromkeys(i for i in [*in_prompt, *held, *recorded] if i not in ranked_ids):
+        row = rows.get(fid)
+        entry = recorded.get(fid)
+        if row is None and entry is None:
+            continue
+        fact = _fact_from_row(row, now) if row is not None else recall.recorded_pool([entry])[0]
+        code = "prompt" if fid in in_prompt else "forgetting" if fid in held else "gone"
+        reason = _("当时的记录如此；这条事实之后已失效或被取代，今天的记忆里排不到它。") if row is not None else _(
+            "这条事实已被遗忘。")
+        candidates.append(Candidate(fact, None, Verdict(code, str(VERDICT_LABELS[code]), reason),
+                                    names.get(fact.person_id, ""), entry, labels.get(fid), _state(row)))
+    listed = {c.fact.id for c in candidates}
+    added = [
+        Candidate(_fact_from_row(rows[fid], now), None, Verdict("gone", "", ""), names.get(rows[fid].person_id, ""),
+                  None, label, _state(rows[fid]))
+        for fid, label in labels.items() if fid not in listed and fid in rows
+    ]
+
+    episode_ids = [int(e) for e in turn.episode_ids or []]
+    episodes = Episode.objects.in_bulk(episode_ids)
+    counts = Counter(c.verdict.code for c in candidates)
+    return Inspection(
+        turn=turn, speaker=names.get(int(turn.speaker_id), ""),
+        present=[(pid, names.get(pid, f"#{pid}")) for pid in person_ids],
+        lines=[
+            Line(m, _sender(m, names), positions.get(m.pk), *weights.get(m.pk, (None, None)))
+            for m in messages
+        ],
+        candidates=candidates,
+        prompt=sorted((c for c in candidates if c.verdict.code == "prompt"),
+                      key=lambda c: (turn.prompt_fact_ids or []).index(c.fact.id)
+                      if c.fact.id in (turn.prompt_fact_ids or []) else c.rank or 0),
+        held_back=[c for c in candidates if c.verdict.code == "forgetting"],
+        gated=[c for c in candidates if c.verdict.code == "gate"],
+        added=added,
+        episodes=[episodes[e] for e in episode_ids if e in episodes],
+        missing_episodes=sum(1 for e in episode_ids if e not in episodes),
+        profile_name=recorded_profile.get("name") if recorded_profile else None,
+        profile_params=params,
+        limit=limit,
+        used_vector=query is not None,
+        confirmed=confirmed,
+        drift=drift,
+        summary=[(code, str(label), counts[code]) for code, label in VERDICT_LABELS.items() if counts.get(code)],
+        labels=labels,
+    )
+
+
+def _sender(message: Message, names: dict[int, str]) -> str:
+    if message.sender_person_id:
+        return names.get(message.sender_person_id) or _person_name(message.sender_person_id)
+    return _("机器人") if message.role == "assistant" else ""
+
+
+def _person_name(pid: int) -> str:
+    person = Person.objects.filter(pk=pid).first()
+    return str(person) if person else f"#{pid}"
+
+
+# --------------------------------------------------------------------------- #
+# Replay under two profiles
+# --------------------------------------------------------------------------- #
+
+
+@dataclass
+class ReplaySide:
+    label: str
+    profile: str
+    params: dict[str, Any]
+    ranked: list[Any]
+    verdicts: dict[int, str]
+    recall: float | None
+    ndcg: float | None
+    k: int
+
+
+@dataclass
+class ReplayRow:
+    fact_id: int
+    content: str
+    a_rank: int | None
+    b_rank: int | None
+    a_verdict: str
+    b_verdict: str
+    label: Any
+
+    @property
+    def changed(self) -> bool:
+        return (self.a_verdict == "prompt") != (self.b_verdict == "prompt")
+
+    @property
+    def moved(self) -> bool:
+        return self.a_rank != self.b_rank
+
+
+def _side(sample: evaluation.TraceSample, target: Mapping[str, Any], vectors: evaluation.QueryVectors,
+          label: str) -> ReplaySide:
+    ev = evaluation.Evaluator(services.validate_params(target.get("params") or {}), vectors)
+    _replayed, ranking, _vector = ev.ranking(sample)
+    prompt_ids, held_ids = {f.id for f in ranking.prompt}, {f.id for f in ranking.held_back}
+    verdicts = {
+        f.id: "prompt" if f.id in prompt_ids else "forgetting" if f.id in held_ids else "limit" if f.eligible else "gate"
+        for f in ranking.ranked
+    }
+    scored = evaluation.score_turn(sample, [f.id for f in ranking.prompt], ev.k)
+    return ReplaySide(label, target.get("profile") or "", ev.overrides, ranking.ranked, verdicts, scored["recall"],
+                      scored["ndcg"], ev.k)
+
+
+def replay(turn: Turn, a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """The turn ranked afresh under targets ``a`` and ``b`` (``{label, profile, params}``), side by side."""
+    labels = relevance.labels_of([turn.pk])
+    sample = evaluation.sample_from_turn(turn, labels.get(turn.pk))
+    vectors = evaluation.configured_query_vectors()
+    side_a = _side(sample, a, vectors, a.get("label", "A"))
+    side_b = _side(sample, b, vectors, b.get("label", "B"))
+    rank_a = {f.id: i for i, f in enumerate(side_a.ranked, start=1)}
+    rank_b = {f.id: i for i, f in enumerate(side_b.ranked, start=1)}
+    contents = {f.id: f.content for f in [*side_a.ranked, *side_b.ranked]}
+    turn_labels = relevance.turn_labels(turn.pk)
+    order = sorted(set(rank_a) | set(rank_b), key=lambda f: (min(rank_a.get(f, 10**6), rank_b.get(f, 10**6)), f))
+    rows = [
+        ReplayRow(f, contents.get(f, ""), rank_a.get(f), rank_b.get(f), side_a.verdicts.get(f, ""),
+                  side_b.verdicts.get(f, ""), turn_labels.get(f))
+        for f in order
+    ]
+    return {"a": side_a, "b": side_b, "rows": rows, "changed": sum(1 for r in rows if r.changed),
+            "labelled": sample.labelled, "verdict_labels": VERDICT_LABELS}
