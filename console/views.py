@@ -21,7 +21,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import trigger_client_event
 
-from console import inspector, presenters
+from console import presenters
 from console.forms import (
     EpisodeSearchForm,
     FactFilterForm,
@@ -47,7 +47,7 @@ from memory.models import (
     Stream,
     Turn,
 )
-from tuning import evaluation, relevance
+from tuning import evaluation, inspection, relevance
 from tuning import services as tuning_services
 
 log = logging.getLogger(__name__)
@@ -340,14 +340,14 @@ def turns(request: HttpRequest) -> HttpResponse:
     form = TurnFilterForm(request.GET)
     form.is_valid()
     data = getattr(form, "cleaned_data", {})
-    page = page_of(request, inspector.filter_turns(data))
-    inspector.decorate_turns(page.object_list)
+    page = page_of(request, inspection.filter_turns(data))
+    inspection.decorate_turns(page.object_list)
     context = {"form": form, "page": page, "progress": relevance.progress(), "fact": data.get("fact")}
     return render(request, _partial(request, "console/turns.html", "turn-results"), context)
 
 
 def _turn_context(request: HttpRequest, turn: Turn) -> dict[str, Any]:
-    view = inspector.inspect_turn(turn)
+    view = inspection.inspect_turn(turn)
     view.previous, view.next = selectors.turn_neighbours(turn)
     search = SearchForm(request.GET)
     query = search.cleaned_data["q"] if search.is_valid() else ""
@@ -385,7 +385,7 @@ def _replay(obj: Turn, profile: str) -> dict[str, Any] | None:
         b = evaluation.resolve_target(profile=profile or tuning_services.active_profile_name())
     except tuning_services.ProfileError as exc:
         return {"error": str(exc)}
-    return inspector.replay(obj, a, b)
+    return inspection.replay(obj, a, b)
 
 
 @login_required

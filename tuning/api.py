@@ -16,14 +16,14 @@ from typing import Annotated, Any
 
 from django.conf import settings
 from django.http import HttpRequest
-from ninja import Field, Path, Router, Schema, Status
+from ninja import Field, Path, Query, Router, Schema, Status
 from pydantic import ConfigDict
 
 from memory.api.auth import BearerTokenAuth, api_user
-from memory.api.schemas import MAX_ID, NOT_BLANK, WHITESPACE, JsonInt
+from memory.api.schemas import MAX_ID, NOT_BLANK, WHITESPACE, Id, JsonInt
 from memory.engine.tuning import WHITELIST
-from memory.models import Job
-from tuning import evaluation, services
+from memory.models import Job, Turn
+from tuning import evaluation, fit, inspection, relevance, services
 from tuning.services import PROFILE_NAME_MAX, ProfileError
 
 router = Router(tags=["tuning"], auth=BearerTokenAuth(scope="tuning"))
@@ -126,14 +126,121 @@ class TargetIn(_In):
     )
 
 
-class EvaluateIn(TargetIn):
-    max_turns: JsonInt = Field(evaluation.DEFAULT_MAX_TURNS, ge=1, le=evaluation.MAX_TURNS_LIMIT)
+# bounds first, then JsonInt's validator (as memory.api.schemas.Id): the schema then states the bounds
+Cutoff = Annotated[int, Field(ge=1, le=50), *JsonInt.__metadata__]
 
 
-class CompareIn(_In):
+class SelectionIn(_In):
+    """Which recorded turns a job replays, and the metrics' cut-off."""
+
+    max_turns: JsonInt = Field(evaluation.DEFAULT_MAX_TURNS, ge=1, le=evaluation.MAX_TURNS_LIMIT,
+                               description="the newest turns replayed")
+    streams: list[Id] | None = Field(None, max_length=1000, description="only turns of these streams")
+    labelled: bool = Field(False, description="only turns with relevance labels")
+    k: Cutoff | None = Field(None, description="R@k and nDCG@k cut-off; default: the evaluated fact_recall_limit "
+                                               "(the prompt size)")
+
+
+class EvaluateIn(TargetIn, SelectionIn):
+    pass
+
+
+class CompareIn(SelectionIn):
     a: TargetIn
     b: TargetIn
-    max_turns: JsonInt = Field(evaluation.DEFAULT_MAX_TURNS, ge=1, le=evaluation.MAX_TURNS_LIMIT)
+
+
+class FitIn(_In):
+    budget: JsonInt = Field(fit.DEFAULT_BUDGET, ge=1, le=fit.MAX_BUDGET,
+                            description="evaluations the search may spend (each over every dev turn)")
+    streams: list[Id] | None = Field(None, max_length=1000, description="learn only from turns of these streams")
+    k: Cutoff | None = Field(None, description="the metrics' cut-off; default: the prompt size")
+    profile: str | None = Field(None, max_length=200, description="the profile to start from (default: the active one)")
+
+
+class FitRefusedOut(Schema):
+    detail: str
+    errors: list[dict[str, Any]] = Field(default_factory=list)
+    needed: int
+    have: int
+
+
+class ApplyFitIn(_In):
+    name: ProfileName | None = Field(None, description="the new profile's name (default fit-<job id>)")
+
+
+class LabelEntryIn(_In):
+    """One label; the other fields of an export (``added``, ``user``, ``at``) are accepted and ignored: an
+    import is the importing token's judgement, as of now."""
+
+    turn: Id
+    fact: Id
+    relevant: bool
+    added: bool | None = Field(None, description="ignored (recomputed from the turn's pool)")
+    user: str | None = Field(None, max_length=150, description="ignored (the importing token is recorded)")
+    at: JsonInt | None = Field(None, description="ignored (stored as of the import)")
+
+
+class LabelsIn(_In):
+    labels: list[LabelEntryIn] = Field(max_length=relevance.MAX_IMPORT, description=(
+        "[{turn, fact, relevant}] — every entry is checked before any is stored (all or nothing)"))
+
+
+class OneLabelIn(_In):
+    fact: Id
+    relevant: bool | None = Field(description="true: relevant; false: not relevant; null: remove the label")
+
+
+class LabelOut(Schema):
+    turn: int
+    fact: int
+    relevant: bool
+    added: bool = False
+    user: str = ""
+    at: int = 0
+
+
+class LabelsOut(Schema):
+    labels: list[LabelOut]
+    exported_at: str
+
+
+class ImportedOut(Schema):
+    created: int
+    updated: int
+    unchanged: int
+    turns_labelled: int
+
+
+class TurnRowOut(Schema):
+    id: int
+    stream: int
+    stream_kind: str
+    speaker: int
+    at: int
+    text: str
+    confirmed: bool
+    prompt_fact_ids: list[int]
+    held_back_fact_ids: list[int]
+    labels: int
+
+
+class TurnListOut(Schema):
+    count: int
+    turns: list[TurnRowOut]
+    turns_labelled: int
+
+
+class TurnInspectionOut(Schema):
+    turn: dict[str, Any]
+    conversation: list[dict[str, Any]]
+    candidates: list[dict[str, Any]]
+    prompt: list[int]
+    held_back: dict[str, Any]
+    added: list[dict[str, Any]]
+    episodes: list[dict[str, Any]]
+    profile: dict[str, Any]
+    drift: list[int]
 
 
 class JobOut(Schema):
@@ -270,14 +377,20 @@ def _target(t: TargetIn | EvaluateIn) -> dict[str, Any]:
     return evaluation.resolve_target(profile=t.profile, params=t.params)
 
 
+def _selection(payload: SelectionIn) -> evaluation.Selection:
+    return evaluation.Selection.of(max_turns=payload.max_turns, streams=payload.streams, labelled=payload.labelled,
+                                   k=payload.k)
+
+
 @router.post("/evaluate", response={202: JobOut, **ERRS}, summary="Evaluate a parameter set by trace replay")
 def post_evaluate(request: HttpRequest, payload: EvaluateIn):
     """`profile` → its parameters; else `params`; neither → the active profile. Answers a job to poll."""
     try:
         target = _target(payload)
+        selection = _selection(payload)
     except ProfileError as exc:
         return _error(exc)
-    job = evaluation.submit_evaluation(target, max_turns=payload.max_turns, user=_user(request))
+    job = evaluation.submit_evaluation(target, user=_user(request), selection=selection)
     job.refresh_from_db()
     return Status(202, job_out(job))
 
@@ -286,17 +399,148 @@ def post_evaluate(request: HttpRequest, payload: EvaluateIn):
 def post_compare(request: HttpRequest, payload: CompareIn):
     try:
         a, b = _target(payload.a), _target(payload.b)
+        selection = _selection(payload)
     except ProfileError as exc:
         return _error(exc)
     a["label"], b["label"] = f"A · {a['label']}", f"B · {b['label']}"
-    job = evaluation.submit_comparison(a, b, max_turns=payload.max_turns, user=_user(request))
+    job = evaluation.submit_comparison(a, b, user=_user(request), selection=selection)
     job.refresh_from_db()
     return Status(202, job_out(job))
 
 
-@router.get("/jobs/{job_id}", response={200: JobOut, **ERRS}, summary="An evaluation or comparison job")
+JOB_KINDS = ("evaluate", "compare", "fit")
+
+
+@router.get("/jobs/{job_id}", response={200: JobOut, **ERRS}, summary="An evaluation, comparison or fit job")
 def get_job(request: HttpRequest, job_id: int = Path(..., ge=1, le=MAX_ID)):
-    job = Job.objects.filter(pk=job_id, kind__in=("evaluate", "compare")).first()
+    job = Job.objects.filter(pk=job_id, kind__in=JOB_KINDS).first()
     if job is None:
         return Status(404, {"detail": f"tuning job {job_id} does not exist", "errors": []})
     return job_out(job)
+
+
+# --- fit -------------------------------------------------------------------------------------
+
+
+@router.post("/fit", response={202: JobOut, 409: FitRefusedOut, **{c: e for c, e in ERRS.items() if c != 409}},
+             summary="Fit a profile to the relevance labels")
+def post_fit(request: HttpRequest, payload: FitIn):
+    """Searches the whitelisted ranking knobs on the labelled turns, chooses on dev turns and reports on
+    held-out ones (`GET /tuning/jobs/{id}`: `result.heldout.gain` with a 95 % bootstrap interval). Fewer
+    labelled turns than a trustworthy answer needs: 409 with `needed` and `have`, no job."""
+    try:
+        job = fit.submit_fit(budget=payload.budget, streams=payload.streams, k=payload.k, profile=payload.profile,
+                             user=_user(request))
+    except fit.FitRefused as exc:
+        return Status(409, {"detail": str(exc), "needed": exc.needed, "have": exc.have,
+                            "errors": [{"field": "labels", "message": str(exc), "type": "too_few_labels"}]})
+    except ProfileError as exc:
+        return _error(exc)
+    job.refresh_from_db()
+    return Status(202, job_out(job))
+
+
+@router.post("/jobs/{job_id}/apply", response={200: AppliedOut, 409: ErrorBody, **ERRS},
+             summary="Save a fit's profile and apply it")
+def post_apply_fit(request: HttpRequest, payload: ApplyFitIn, job_id: int = Path(..., ge=1, le=MAX_ID)):
+    """One step: the finished fit's parameters saved as a profile (`name`, default `fit-<job id>`) and applied
+    in every process; journalled. `POST /tuning/rollback` undoes it as any apply."""
+    job = Job.objects.filter(pk=job_id, kind="fit").first()
+    if job is None:
+        return Status(404, {"detail": f"fit job {job_id} does not exist", "errors": []})
+    try:
+        return fit.apply_fit(job, name=payload.name or "", user=_user(request))
+    except ProfileError as exc:
+        return _error(exc)
+
+
+# --- labels ----------------------------------------------------------------------------------
+
+
+def _label_error(exc: relevance.LabelError) -> Status:
+    if isinstance(exc, relevance.LabelInputError):
+        errors = [{"field": f"body.labels.{e['index']}.{e['field']}".rstrip("."), "message": e["message"],
+                   "type": "label"} for e in exc.errors]
+        return Status(exc.status, {"detail": str(exc), "errors": errors})
+    return Status(exc.status, {"detail": str(exc), "errors": [{"field": f"body.{exc.field}" if exc.field else "body",
+                                                               "message": str(exc), "type": "label"}]})
+
+
+@router.get("/labels", response={200: LabelsOut, **ERRS}, summary="Export relevance labels")
+def get_labels(request: HttpRequest, turn: int | None = Query(None, ge=1, le=MAX_ID)):
+    """Every label (or one turn's) in the shape `POST /tuning/labels` imports."""
+    return relevance.export_labels(turn_ids=None if turn is None else [turn])
+
+
+@router.post("/labels", response={200: ImportedOut, 409: ErrorBody, **ERRS}, summary="Import relevance labels")
+def post_labels(request: HttpRequest, payload: LabelsIn):
+    """All or nothing: an unknown turn or fact (404), a fact of a person who was not present at the turn, a
+    private fact for a group turn or a repeated entry (409) refuses the import — each entry named in
+    `errors` — and stores nothing. Stored as the token's labels, journalled."""
+    try:
+        entries = [{"turn": e.turn, "fact": e.fact, "relevant": e.relevant} for e in payload.labels]
+        counts = relevance.import_labels(entries, user=_user(request))
+    except relevance.LabelError as exc:
+        return _label_error(exc)
+    return {**counts, "turns_labelled": relevance.progress().turns}
+
+
+@router.post("/turns/{turn_id}/labels", response={200: ImportedOut, 409: ErrorBody, **ERRS},
+             summary="Label one fact of a turn")
+def post_turn_label(request: HttpRequest, payload: OneLabelIn, turn_id: int = Path(..., ge=1, le=MAX_ID)):
+    """`relevant`: true / false, or null to remove the label. 404 for an unknown turn or fact, 409 for a fact
+    of a person who was not present (or that the stream may not show); nothing stored then."""
+    before = relevance.turn_labels(turn_id).get(payload.fact)
+    try:
+        after = relevance.set_label(turn_id=turn_id, fact_id=payload.fact, relevant=payload.relevant,
+                                    user=_user(request))
+    except relevance.LabelError as exc:
+        return _label_error(exc)
+    changed = (before is None) != (after is None) or (before is not None and after is not None
+                                                       and before.relevant != after.relevant)
+    created = before is None and after is not None
+    return {"created": int(created), "updated": int(changed and not created), "unchanged": int(not changed),
+            "turns_labelled": relevance.progress().turns}
+
+
+# --- turns -----------------------------------------------------------------------------------
+
+
+@router.get("/turns", response={200: TurnListOut, **ERRS}, summary="Recorded turns")
+def get_turns(
+    request: HttpRequest,
+    stream: int | None = Query(None, ge=1, le=MAX_ID),
+    person: int | None = Query(None, ge=1, le=MAX_ID, description="present at the turn"),
+    fact: int | None = Query(None, ge=1, le=MAX_ID, description="turns whose prompt held this fact"),
+    since: int | None = Query(None, ge=0, le=MAX_ID, description="epoch ms, inclusive"),
+    until: int | None = Query(None, ge=0, le=MAX_ID, description="epoch ms, exclusive"),
+    labelled: bool | None = Query(None),
+    limit: int = Query(50, ge=1, le=500),
+    offset: int = Query(0, ge=0, le=10**9),
+):
+    """Newest first; `labels` = how many relevance labels each turn has."""
+    rows = inspection.turn_rows(stream=stream, person=person, fact=fact, since=since, until=until, labelled=labelled)
+    count = rows.count()
+    page = list(rows[offset:offset + limit])
+    inspection.decorate_turns(page)
+    return {
+        "count": count,
+        "turns": [
+            {"id": t.pk, "stream": t.stream_id, "stream_kind": t.stream_kind, "speaker": t.speaker_id, "at": t.at,
+             "text": t.text, "confirmed": t.confirmed_at is not None, "prompt_fact_ids": t.prompt_fact_ids or [],
+             "held_back_fact_ids": t.held_back_fact_ids or [], "labels": t.label_count}
+            for t in page
+        ],
+        "turns_labelled": relevance.progress().turns,
+    }
+
+
+@router.get("/turns/{turn_id}", response={200: TurnInspectionOut, **ERRS}, summary="One turn with its inspector data")
+def get_turn(request: HttpRequest, turn_id: int = Path(..., ge=1, le=MAX_ID)):
+    """The conversation the turn read (each message's weight as a query), every candidate with its score terms,
+    verdict and label, the prompt, what forgetting, the gate and visibility held back, the episodes and the
+    profile in force — as the console's turn inspector shows them."""
+    turn = Turn.objects.filter(pk=turn_id).first()
+    if turn is None:
+        return Status(404, {"detail": f"turn {turn_id} does not exist", "errors": []})
+    return inspection.as_json(inspection.inspect_turn(turn))

@@ -37,6 +37,8 @@ class RelevanceLabel(models.Model):
 
     class Meta:
         db_table = "relevance_labels"
+        verbose_name = _("相关性标注")
+        verbose_name_plural = _("相关性标注")
         constraints = [models.UniqueConstraint(fields=["turn", "fact"], name="relevance_label_turn_fact")]
         indexes = [models.Index(fields=["fact"], name="idx_relevance_labels_fact")]
         permissions = [("label_relevance", "Can label which facts of a turn were relevant")]
@@ -71,6 +73,8 @@ class TuningOperation(models.Model):
 
     class Meta:
         db_table = "tuning_operations"
+        verbose_name = _("调优流水")
+        verbose_name_plural = _("调优流水")
         indexes = [models.Index(fields=["at"], name="idx_tuning_operations_at")]
 
     def __str__(self) -> str:

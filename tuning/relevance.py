@@ -45,19 +45,22 @@ Op = TuningOperation.Op
 
 
 class LabelError(ValueError):
-    """A label was refused; ``status`` is the HTTP status the API answers (404 unknown, 400 refused)."""
+    """A label was refused; ``status`` is the HTTP status the API answers: 404 an unknown turn or fact,
+    409 a fact the turn cannot have (a person who was not present, a private fact in a group), 400 malformed."""
 
-    def __init__(self, message: str, *, status: int = 400, field: str = "") -> None:
+    def __init__(self, message: str, *, status: int = 409, field: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.field = field
 
 
 class LabelInputError(LabelError):
-    """An import was refused as a whole; ``errors`` = ``[{"index", "field", "message"}]``, nothing stored."""
+    """An import was refused as a whole; ``errors`` = ``[{"index", "field", "message", "status"}]``, nothing
+    stored. Its status is the most basic of its errors' (malformed 400, unknown 404, refused 409)."""
 
     def __init__(self, errors: list[dict[str, Any]]) -> None:
-        super().__init__(f"{len(errors)} 条标注有误，一条也没有保存：{errors[0]['message']}", status=400)
+        status = min(e.get("status", 400) for e in errors)
+        super().__init__(f"{len(errors)} 条标注有误，一条也没有保存：{errors[0]['message']}", status=status)
         self.errors = errors
 
 
@@ -119,7 +122,7 @@ def set_label(*, turn_id: int, fact_id: int, relevant: bool | None, user: str, a
         fact = Fact.objects.only("id", "person_id", "origin_kind").filter(pk=fact_id).first()
         why = refusal(_scope(turn), fact, fact_id)
         if why:
-            raise LabelError(why, status=404 if fact is None else 400, field="fact")
+            raise LabelError(why, status=404 if fact is None else 409, field="fact")
         prev = RelevanceLabel.objects.select_for_update().filter(turn_id=turn_id, fact_id=fact_id).first()
         if relevant is None:
             if prev is not None:
@@ -139,7 +142,7 @@ def set_label(*, turn_id: int, fact_id: int, relevant: bool | None, user: str, a
 
 def _entry_errors(index: int, entry: Any) -> tuple[tuple[int, int, bool] | None, list[dict[str, Any]]]:
     if not isinstance(entry, Mapping):
-        return None, [{"index": index, "field": "", "message": "每条标注需要是对象：{turn, fact, relevant}"}]
+        return None, [{"index": index, "field": "", "message": "每条标注需要是对象：{turn, fact, relevant}", "status": 400}]
     errors = []
     values = {}
     for name, kind in (("turn", int), ("fact", int), ("relevant", bool)):
@@ -147,7 +150,7 @@ def _entry_errors(index: int, entry: Any) -> tuple[tuple[int, int, bool] | None,
         ok = isinstance(value, bool) if kind is bool else isinstance(value, int) and not isinstance(value, bool)
         if not ok or (kind is int and value < 1):
             need = "true 或 false" if kind is bool else "正整数"
-            errors.append({"index": index, "field": name, "message": f"第 {index + 1} 条：{name} 需要{need}"})
+            errors.append({"index": index, "field": name, "message": f"第 {index + 1} 条：{name} 需要{need}", "status": 400})
         values[name] = value
     return (None if errors else (values["turn"], values["fact"], values["relevant"])), errors
 
@@ -161,7 +164,8 @@ def import_labels(entries: Sequence[Any], *, user: str, at: int | None = None) -
     """
     at = now_ms() if at is None else at
     if len(entries) > MAX_IMPORT:
-        raise LabelInputError([{"index": MAX_IMPORT, "field": "", "message": f"一次最多导入 {MAX_IMPORT} 条标注"}])
+        raise LabelInputError([{"index": MAX_IMPORT, "field": "", "message": f"一次最多导入 {MAX_IMPORT} 条标注",
+                                "status": 400}])
     parsed: list[tuple[int, int, bool]] = []
     errors: list[dict[str, Any]] = []
     seen: dict[tuple[int, int], int] = {}
@@ -172,7 +176,7 @@ def import_labels(entries: Sequence[Any], *, user: str, at: int | None = None) -
             continue
         key = values[:2]
         if key in seen:
-            errors.append({"index": i, "field": "fact",
+            errors.append({"index": i, "field": "fact", "status": 409,
                            "message": f"第 {i + 1} 条：回合 #{key[0]} 的事实 #{key[1]} 在第 {seen[key] + 1} 条已经出现过"})
             continue
         seen[key] = i
@@ -185,11 +189,13 @@ def import_labels(entries: Sequence[Any], *, user: str, at: int | None = None) -
             index = seen[(turn_id, fact_id)]
             turn = turns.get(turn_id)
             if turn is None:
-                errors.append({"index": index, "field": "turn", "message": f"第 {index + 1} 条：回合 #{turn_id} 不存在"})
+                errors.append({"index": index, "field": "turn", "message": f"第 {index + 1} 条：回合 #{turn_id} 不存在",
+                               "status": 404})
                 continue
             why = refusal(_scope(turn), facts.get(fact_id), fact_id)
             if why:
-                errors.append({"index": index, "field": "fact", "message": f"第 {index + 1} 条：{why}"})
+                errors.append({"index": index, "field": "fact", "message": f"第 {index + 1} 条：{why}",
+                               "status": 404 if fact_id not in facts else 409})
         if errors:
             raise LabelInputError(sorted(errors, key=lambda e: e["index"]))
         existing = {

@@ -421,7 +421,8 @@ class ForgetDoneOut(ForgetPlanOut):
 def _plan_out(plan: forget.ForgetPlan) -> dict[str, Any]:
     return {
         "target": plan.target, "id": plan.target_id, "label": plan.label, "digest": plan.digest(),
-        "undoable": False, "counts": plan.counts(), "ids": {name: getattr(plan, name) for name in plan.id_fields},
+        "undoable": False, "counts": plan.counts(),
+        "ids": {**{name: getattr(plan, name) for name in plan.id_fields}, **plan.dependents},
     }
 
 

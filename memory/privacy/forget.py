@@ -130,6 +130,8 @@ class ForgetPlan:
     persons: list[int] = field(default_factory=list)
     streams: list[int] = field(default_factory=list)
     queue_failures: list[int] = field(default_factory=list)
+    # rows of other apps' tables that reference a deleted fact or turn (table → ids): they go with it
+    dependents: dict[str, list[int]] = field(default_factory=dict)
     vectors: int = 0  # stored vectors removed (deleted or redacted rows)
     fts_rows: int = 0  # lexical index rows removed (redacted messages are re-indexed)
     fragments: list[str] = field(default_factory=list, repr=False)
@@ -140,11 +142,13 @@ class ForgetPlan:
 
     def counts(self) -> dict[str, int]:
         out = {name: len(getattr(self, name)) for name in self.id_fields}
+        out.update({table: len(ids) for table, ids in sorted(self.dependents.items())})
         out.update(vectors=self.vectors, fts_rows=self.fts_rows)
         return out
 
     def digest(self) -> str:
         ids = {name: sorted(getattr(self, name)) for name in self.id_fields}
+        ids.update({f"dependents:{table}": sorted(rows) for table, rows in self.dependents.items()})
         raw = json.dumps([self.target, self.target_id, ids], sort_keys=True)
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
@@ -336,8 +340,27 @@ def plan_forget(*, target: str, target_id: int) -> ForgetPlan:
     plan.events = sorted(events)
     plan.operations = sorted(operations)
     plan.redacted_operations = sorted(redacted_operations)
+    plan.dependents = _dependents(plan)
     _count_storage(plan)
     return plan
+
+
+def _dependents(plan: ForgetPlan) -> dict[str, list[int]]:
+    """Rows of tables outside memory whose foreign key to a deleted fact or turn cascades (an app's
+    relevance labels, its journal of them): found from the schema's relations, so a table added later is
+    counted in the preview too. Deleting the facts and turns deletes them (the ORM's cascade)."""
+    out: dict[str, set[int]] = {}
+    for model, ids in ((Fact, plan.facts), (Turn, plan.turns)):
+        for relation in model._meta.get_fields(include_hidden=True):
+            if not (relation.auto_created and not relation.concrete and (relation.one_to_many or relation.one_to_one)):
+                continue  # only the reverse side of another table's foreign key
+            related = relation.related_model
+            if related._meta.app_label == Fact._meta.app_label or relation.on_delete is not models.CASCADE:
+                continue
+            for chunk in _chunks(ids):
+                found = related.objects.filter(**{f"{relation.field.name}__in": chunk}).values_list("pk", flat=True)
+                out.setdefault(related._meta.db_table, set()).update(found)
+    return {table: sorted(rows) for table, rows in out.items() if rows}
 
 
 def _pool_ids(pool: Any) -> set[int]:

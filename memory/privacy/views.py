@@ -8,6 +8,7 @@ forget; the token page is for superusers and holders of ``memory.manage_api_toke
 """
 from __future__ import annotations
 
+from django.apps import apps
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -105,8 +106,14 @@ def forget_target(request: HttpRequest, target: str, pk: int) -> HttpResponse:
         messages.error(request, str(exc))
         return render(request, "console/_messages.html", status=409)
     context = {"plan": plan, "counts": plan.counts(), "samples": selectors.forget_samples(plan, limit=SAMPLE),
-               "next": _next(request, "")}
+               "dependents": _dependent_rows(plan), "next": _next(request, "")}
     return render(request, "privacy/forget.html", context, status=status)
+
+
+def _dependent_rows(plan: forget.ForgetPlan) -> list[tuple[str, int]]:
+    """``(the table's name for people, rows)`` of the other apps' rows that go with the forgotten facts and turns."""
+    names = {model._meta.db_table: model._meta.verbose_name_plural for model in apps.get_models()}
+    return [(str(names.get(table, table)), len(ids)) for table, ids in sorted(plan.dependents.items())]
 
 
 def _can_manage_tokens(user) -> bool:

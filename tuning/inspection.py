@@ -1,4 +1,4 @@
-"""The turn pages: the list of recorded turns and the inspector of one turn (page-shaped objects).
+"""Turn inspection: the list of recorded turns and everything about one turn (the console pages and the API).
 
 The inspector shows a turn **as it happened**: the conversation it read (its recorded context
 messages, each with the weight it had as a query), the candidate pool it recorded, ranked again
@@ -81,21 +81,28 @@ def _local_midnight_ms(day: dt.date) -> int:
     return int(timezone.make_aware(dt.datetime.combine(day, dt.time.min)).timestamp() * 1000)
 
 
-def filter_turns(data: Mapping[str, Any]) -> Any:
-    """The turn list's queryset for the filter form's cleaned data."""
-    since = _local_midnight_ms(data["since"]) if data.get("since") else None
-    until = _local_midnight_ms(data["until"] + dt.timedelta(days=1)) if data.get("until") else None
-    rows = selectors.turn_list(
-        stream_id=data["stream"].pk if data.get("stream") else None,
-        person_id=data["person"].pk if data.get("person") else None,
-        since=since, until=until, fact_id=data["fact"].pk if data.get("fact") else None,
-    )
-    labelled = data.get("labelled")
-    if labelled == "yes":
+def turn_rows(*, stream: int | None = None, person: int | None = None, fact: int | None = None,
+              since: int | None = None, until: int | None = None, labelled: bool | None = None) -> Any:
+    """Recorded turns newest first (:func:`memory.selectors.turn_list`), labelled ones only (``True``) or
+    unlabelled ones only (``False``)."""
+    rows = selectors.turn_list(stream_id=stream, person_id=person, since=since, until=until, fact_id=fact)
+    if labelled is True:
         rows = rows.filter(pk__in=relevance.labelled_turn_ids())
-    elif labelled == "no":
+    elif labelled is False:
         rows = rows.exclude(pk__in=relevance.labelled_turn_ids())
     return rows
+
+
+def filter_turns(data: Mapping[str, Any]) -> Any:
+    """The turn list's queryset for the filter form's cleaned data (dates are local days)."""
+    return turn_rows(
+        stream=data["stream"].pk if data.get("stream") else None,
+        person=data["person"].pk if data.get("person") else None,
+        fact=data["fact"].pk if data.get("fact") else None,
+        since=_local_midnight_ms(data["since"]) if data.get("since") else None,
+        until=_local_midnight_ms(data["until"] + dt.timedelta(days=1)) if data.get("until") else None,
+        labelled={"yes": True, "no": False}.get(data.get("labelled") or ""),
+    )
 
 
 def decorate_turns(turns: Sequence[Turn]) -> None:
@@ -279,6 +286,48 @@ def _sender(message: Message, names: dict[int, str]) -> str:
 def _person_name(pid: int) -> str:
     person = Person.objects.filter(pk=pid).first()
     return str(person) if person else f"#{pid}"
+
+
+def _label_json(label: Any) -> dict[str, Any] | None:
+    if label is None:
+        return None
+    return {"relevant": label.relevant, "added": label.added, "user": label.user, "at": label.at}
+
+
+def as_json(view: Inspection) -> dict[str, Any]:
+    """An inspection as the API returns it (``GET /api/v1/tuning/turns/{id}``)."""
+    turn = view.turn
+    return {
+        "turn": {
+            "id": turn.pk, "stream": turn.stream_id, "stream_kind": turn.stream_kind, "speaker": turn.speaker_id,
+            "speaker_name": view.speaker, "at": turn.at, "confirmed_at": turn.confirmed_at, "text": turn.text,
+            "impression": turn.impression, "present": [{"id": pid, "name": name} for pid, name in view.present],
+            "labels": view.label_count,
+        },
+        "conversation": [
+            {"message": line.message.pk, "role": line.message.role, "sender": line.sender,
+             "at": line.message.created_at, "content": line.message.content, "position": line.position,
+             "lexical_weight": line.lexical_weight, "dense_weight": line.dense_weight}
+            for line in view.lines
+        ],
+        "candidates": [
+            {"fact": c.fact.id, "person": c.fact.person_id, "content": c.fact.content, "rank": c.rank,
+             "verdict": c.verdict.code, "reason": c.verdict.reason, "state": c.state, "terms": c.fact.terms(),
+             "label": _label_json(c.label)}
+            for c in view.candidates
+        ],
+        "prompt": [c.fact.id for c in view.prompt],
+        "held_back": {
+            "forgetting": [c.fact.id for c in view.held_back],
+            "gate": [c.fact.id for c in view.gated],
+            "visibility": turn.visibility_blocked,
+        },
+        "added": [{"fact": c.fact.id, "content": c.fact.content, "label": _label_json(c.label)} for c in view.added],
+        "episodes": [{"id": e.pk, "summary": e.summary, "ended_at": e.ended_at} for e in view.episodes],
+        "profile": {"name": view.profile_name, "params": view.profile_params, "limit": view.limit,
+                    "used_vector": view.used_vector},
+        "drift": view.drift,
+    }
 
 
 # --------------------------------------------------------------------------- #
