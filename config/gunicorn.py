@@ -29,11 +29,12 @@ def post_worker_init(worker) -> None:
     # gunicorn reads this file before Django is set up: the project loads in the hook, in each worker.
     from django.urls import get_resolver
 
-    from memory import residency
+    from memory import background, residency
     from memory.engine import tokenize
     from memory.providers.config import preload_embedder
 
     get_resolver().url_patterns  # noqa: B018 — imports every view and builds the API schemas (~2 s)
     tokenize.warm_up()  # jieba's dictionary: 1–3 s
     preload_embedder()
+    background.bank_vectors()  # the relevance gate's background: the bank of chat lines, embedded once
     residency.settle_process()  # out of the collector's full passes (memory/residency.py)
