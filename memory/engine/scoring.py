@@ -111,8 +111,8 @@ SEED_BLEND_PARAM: str = "seed_blend"
 DEFAULT_RETENTION_PRIOR: float = 0.02
 #: The relevance gate (:func:`gate`), chosen on dev splits (``make eval``; BENCHMARKS.md says which):
 #: a candidate's cosine may lie this far *below* the query's background (its best cosine with
-#: the bank of generic chat lines) and still pass. Small talk sits on the bank (background
-#: ≈ 0.9) and brings nothing; a question sits far from it and keeps its moderate matches.
+#: the bank of generic chat lines) and still pass. Small talk sits on the bank (a high
+#: background) and brings nothing; a question sits far from it and keeps its moderate matches.
 DEFAULT_DENSE_MARGIN: float = -0.2
 #: A query whose best candidate stands out of its background by this much asks for memory: its
 #: candidates within ``dense_spread`` of that best cosine pass too.
@@ -314,7 +314,8 @@ def gate(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | Non
     * the query asks for memory — its best candidate's margin is at least ``query_margin`` —
       and its cosine lies within ``dense_spread`` of that best candidate's;
     * it covers ``lexical_share`` of what the best candidate covers of the query's informative
-      IDF mass (``coverage > 0``: generic chat words are not informative);
+      IDF mass (``coverage > 0``: generic chat words are not informative) — unless the query's
+      background says it asks for no memory at all (then only a leader passes);
     * nothing is known about it (no coverage, no cosine).
 
     Every part is relative to the query — its own background, its own best candidates — so a
@@ -344,15 +345,16 @@ def gate(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | Non
     best_coverage = max((c.coverage for c in candidates if c.coverage is not None), default=0.0)
     best = candidates[dense[0]] if dense else None  # the highest cosine of the pool
     # the query asks for memory when its best candidate stands out of its background (no background: unknown, assumed)
-    asks = best is not None and (best.margin is None or best.margin >= query_min)
+    asks = best is None or best.margin is None or best.margin >= query_min
     for i, c in enumerate(candidates):
         if reasons[i] != Gate.HELD:
             continue
         if c.cosine is not None and (
-            (c.margin is not None and c.margin >= margin_min) or (asks and best.cosine - c.cosine <= spread)
+            (c.margin is not None and c.margin >= margin_min)
+            or (asks and best is not None and best.cosine - c.cosine <= spread)
         ):
             reasons[i] = Gate.DENSE
-        elif c.coverage is not None and c.coverage > 0 and c.coverage >= share * best_coverage:
+        elif asks and c.coverage is not None and c.coverage > 0 and c.coverage >= share * best_coverage:
             reasons[i] = Gate.LEXICAL
         elif c.coverage is None and c.cosine is None:
             reasons[i] = Gate.UNKNOWN

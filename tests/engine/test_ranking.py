@@ -301,3 +301,12 @@ def test_every_candidate_gets_a_verdict() -> None:
     assert verdicts(ranked, 3) == {
         "fresh": Verdict.PROMPT, "old": Verdict.PROMPT, "third": Verdict.PROMPT, "chat": Verdict.GATE,
     }
+
+
+def test_a_line_that_asks_for_no_memory_passes_nothing_lexically() -> None:
+    # 晚上好 against facts holding 晚上 (not a word of the bank): the lexical side alone would let them
+    # through, but the line's background says it asks for nothing — unless there is no background
+    chat = [_c("a", 0.30, 0.30 - 0.9, coverage=1.0, lexical=0.6), _c("b", 0.25, 0.25 - 0.9, coverage=1.0, lexical=0.6)]
+    assert gate(chat) == [Gate.HELD, Gate.HELD]
+    lexical_only = [_c("a", coverage=1.0, lexical=0.6), _c("b", coverage=1.0, lexical=0.6)]
+    assert gate(lexical_only) == [Gate.LEXICAL, Gate.LEXICAL]

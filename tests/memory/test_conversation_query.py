@@ -118,7 +118,7 @@ def test_the_dense_channel_reads_the_recent_messages_vectors_once(person, direct
     turn_vector = np.array([0.0, 1.0, 0.0, 0.0], dtype=np.float32)  # the turn's line says nothing of sport
     ctx, result = _turn(direct_stream, person, "几点", NOW + 2000, vector=turn_vector)
     assert [p.fact.id for p in result.facts] == [sport]
-    assert result.facts[0].fact.cosine == pytest.approx(0.5, abs=0.02)  # the weight of the line before
+    assert result.facts[0].fact.cosine == pytest.approx(2 ** -0.25, abs=0.02)  # the weight of the line before
     assert [t for t in embedder.texts if t not in BANK] == ["下午一起去打篮球吗"]  # and the gate's bank, once
     # the next turn reuses the stored vector: nothing is embedded twice
     _say(direct_stream, person, "三点吧", NOW + 3000)
