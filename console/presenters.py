@@ -24,8 +24,6 @@ import numpy as np
 from celery import current_app as app  # the project's Celery app (config/celery.py), without importing config
 from django.conf import settings
 from django.core.cache import cache
-from django.core.paginator import Page, Paginator
-from django.http import HttpRequest
 
 from console.templatetags.console import format_ms
 from memory import broker, recall, selectors
@@ -40,15 +38,6 @@ from memory.models import (
     FactQuerySet,
     FactState,
 )
-
-#: Rows on a page of the console's lists.
-PAGE_SIZE = 50
-
-
-def page_of(request: HttpRequest, rows: Any, per_page: int = PAGE_SIZE, param: str = "page") -> Page:
-    """The page of ``rows`` that the request's ``?<param>=`` asks for (the last page when out of range)."""
-    return Paginator(rows, per_page).get_page(request.GET.get(param))
-
 
 # --- dashboard -------------------------------------------------------------------
 
@@ -128,17 +117,6 @@ def filter_facts(qs: FactQuerySet, data: dict[str, Any]) -> FactQuerySet:
     if data.get("origin"):
         qs = qs.filter(origin_kind=data["origin"])
     return qs.defer("embedding", "embedding_q8", "tokens_v2")
-
-
-def decorate_facts(facts: Iterable[Fact], *, now: int, breakdown: dict[int, Any] | None = None) -> None:
-    """Set ``retention``, ``conflicted`` and (for search hits) ``breakdown`` on facts."""
-    facts = list(facts)
-    conflicted = set(selectors.conflict_group_keys(person_ids={f.person_id for f in facts if f.slot}))
-    for f in facts:
-        f.retention = f.retention_at(now)
-        f.conflicted = f.state == FactState.ACTIVE and (f.person_id, f.slot) in conflicted
-        hit = (breakdown or {}).get(f.pk)
-        f.breakdown = hit
 
 
 # --- decay curve as SVG ----------------------------------------------------------

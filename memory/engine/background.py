@@ -15,7 +15,7 @@ memory could be about.
 * Lexical background: the bank's words (:func:`generic_words`) carry no information about
   what to recall; the query's informative mass leaves them out.
 
-The bank's vectors come from the configured embedder (``memory.background``, once per process
+The bank's vectors come from the configured embedder (``memory.search.background``, once per process
 and embedding model); this module is pure.
 """
 from __future__ import annotations

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from memory import background, pipeline
+from memory import pipeline
 from memory.providers import config
+from memory.search import background
 
 from .conftest import T0, person, stream
 

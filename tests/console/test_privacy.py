@@ -6,7 +6,7 @@ import json
 import pytest
 
 from memory import meta, services
-from memory.auth import hash_token, issue_token
+from memory.api.auth import hash_token, issue_token
 from memory.models import ApiToken, Fact, ForgetRecord, Message, Person
 
 pytestmark = pytest.mark.django_db

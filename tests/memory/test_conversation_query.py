@@ -9,10 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memory import background, recall, services
+from memory import recall, services
 from memory.engine.background import BANK
 from memory.models import Message, Turn
 from memory.overrides import builtin_params, overrides_scope
+from memory.search import background
 from tests.memory.conftest import DAY, NOW, make_person
 
 FILLER = ["她养了一只猫", "她是一名护士", "她住在北京", "她喜欢爬山", "她对芒果过敏", "她的生日是六月", "她在学游泳", "她不喝咖啡"]
@@ -217,7 +218,8 @@ def test_a_confirm_sends_its_turn_the_persons_facts_and_the_context_vectors_toge
 def test_the_reads_a_turn_sends_ahead_read_nothing_for_no_ids(db):
     """Built for an empty list (a turn without context, persons or recalled episodes) they are valid SQL
     (PostgreSQL has no empty ``IN ()``; SQLite accepts one)."""
-    from memory import lexical, selectors
+    from memory import selectors
+    from memory.search import lexical
 
     assert lexical.read(selectors.message_vectors_read([])) == []
     assert lexical.read(selectors.dense_scope_read([])) == []

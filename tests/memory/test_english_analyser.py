@@ -7,10 +7,11 @@ from types import SimpleNamespace
 import jieba
 from django.db import connection
 
-from memory import lexical, lexical_index, selectors, services
+from memory import selectors, services
 from memory.engine.bm25 import fts_tokens
 from memory.engine.tokenize import bigrams, index_tokens
 from memory.models import Fact, Knowledge, Message
+from memory.search import lexical, lexical_index
 from tests import lexical_probe
 from tests.memory.conftest import NOW
 

@@ -63,7 +63,7 @@ def test_the_seed_profile_lets_the_fresh_fact_win(person, direct_stream):
 @pytest.fixture
 def bank(monkeypatch):
     """The gate's background bank, in the tests' four dimensions: small talk points along the first axis."""
-    from memory import background
+    from memory.search import background
 
     vectors = np.array([[1.0, 0.0, 0.0, 0.0], [0.6, 0.0, 0.0, 0.8]], dtype=np.float32)
     monkeypatch.setattr(background, "bank_vectors", lambda: vectors)

@@ -18,11 +18,11 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from console import presenters
-from memory import export, forget, selectors, services
-from memory.auth import SCOPES, TokenScopeError, issue_token, revoke_tokens
-from memory.fields import NUL_MESSAGE
+from memory import selectors, services
+from memory.api.auth import SCOPES, TokenScopeError, issue_token, revoke_tokens
+from memory.fields import NUL_MESSAGE, page_of
 from memory.models import ApiToken, Person
+from memory.privacy import export, forget
 
 VIEW = "memory.view_person"
 FORGET = "memory.forget_memory"
@@ -38,7 +38,7 @@ SAMPLE = 8  # rows of each kind shown with their text in the preview, so the ope
 @require_GET
 def persons(request: HttpRequest) -> HttpResponse:
     q = (request.GET.get("q") or "").strip()[:200]
-    page = presenters.page_of(request, selectors.search_persons(q))
+    page = page_of(request, selectors.search_persons(q))
     counts = export.person_counts([p.pk for p in page])
     streams = export.person_streams([p.pk for p in page])
     for p in page:
