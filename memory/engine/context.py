@@ -37,7 +37,7 @@ __all__ = [
 #: (``DEFAULT_GAP_MINUTES``), so a long half-life does not reach into an older topic.
 DEFAULT_HALF_LIFE: float = 4.0
 #: the recent user lines (among this many newest messages) that query the lexical index.
-DEFAULT_LEXICAL_LINES: int = 6
+DEFAULT_LEXICAL_LINES: int = 3
 #: the newest messages (the assistant's too: a bot line often names what the user's memory is
 #: about) whose vectors join the dense query.
 DEFAULT_DENSE_MESSAGES: int = 12
