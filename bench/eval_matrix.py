@@ -390,7 +390,8 @@ def render(results: dict) -> str:
     out = [
         "## The recall matrix (`python -m bench.eval_matrix`)",
         "",
-        f"Produced by `{results['command']}` in {results['seconds']} s (machine-readable: "
+        f"Produced by `{results['command']}` in {results['seconds']} s"
+        + (f" ({results['machine']})" if results.get("machine") else "") + " (machine-readable: "
         "`bench/results/eval_matrix.json`). Through the HTTP API (gunicorn, a Celery worker, enqueueing on, "
         "default profile, memories dated as they happened), R@5 of the prompt facts; baselines over the same "
         "memories in the harness. Each cell: **test split** (dev split in parentheses) — the gate's constants "
