@@ -207,7 +207,7 @@ def test_a_confirm_sends_its_turn_the_persons_facts_and_the_context_vectors_toge
     with CaptureQueriesContext(connection) as confirm:
         result = recall.confirm_turn(turn_id=ctx.turn_id, query_embedding=[0.0, 1.0, 0.0, 0.0], at=NOW + 2001)
     assert [p.fact.id for p in result.facts] == [sport]
-    assert result.facts[0].fact.cosine == pytest.approx(0.5, abs=0.02)  # the line before, by its stored vector
+    assert result.facts[0].fact.cosine == pytest.approx(2 ** -0.25, abs=0.02)  # the line before, by its stored vector
     [first] = sent
     assert [s for s in first if "FROM turns WHERE id" in s] and [s for s in first if "FROM facts WHERE" in s]
     assert [s for s in first if "FROM messages WHERE" in s]
