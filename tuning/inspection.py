@@ -26,7 +26,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from memory import recall, selectors
-from memory.engine import scoring
+from memory.engine.scoring import Gate
+from memory.engine.scoring import Verdict as Verdict_
+from memory.engine.tuning import WHITELIST
 from memory.models import Episode, Fact, Message, Person, Turn
 from tuning import evaluation, relevance, services
 from tuning.labels import VERDICT_LABELS
@@ -43,33 +45,70 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{round(float(value) * 100)}%"
 
 
-def verdict_of(fact: Any, *, rank: int, in_prompt: bool, held_back: bool, limit: int,
-               overrides: Mapping[str, Any]) -> Verdict:
-    """Why one ranked candidate is or is not in the prompt, in plain words."""
-    if in_prompt:
-        return Verdict("prompt", str(VERDICT_LABELS["prompt"]),
-                       _("第 %(rank)s 名；提示词最多放 %(limit)s 条事实。") % {"rank": rank, "limit": limit})
-    if held_back:
-        return Verdict("forgetting", str(VERDICT_LABELS["forgetting"]), _(
+def _num(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{float(value):.{digits}f}"
+
+
+def _param(overrides: Mapping[str, Any], name: str) -> float:
+    return float(overrides.get(name, WHITELIST[name].legacy)) if name in WHITELIST else 0.0
+
+
+def gate_reason(fact: Any, overrides: Mapping[str, Any]) -> str:
+    """Why the relevance gate (:func:`memory.engine.scoring.gate`) let a candidate pass or held it back."""
+    code = getattr(fact, "gate", "") or ""
+    if code == Gate.LEADS_DENSE:
+        return _("意思最接近：余弦 %(cos)s，明显领先其他候选。") % {"cos": _num(fact.cosine)}
+    if code == Gate.LEADS_LEXICAL:
+        return _("词面最强：BM25 明显领先其他候选，而且含这句话的关键词。")
+    if code == Gate.DENSE:
+        if fact.margin is not None:
+            return _("意思相近：余弦 %(cos)s，比这句话和闲聊的相似度高出 %(margin)s。") % {
+                "cos": _num(fact.cosine), "margin": _num(fact.margin)}
+        return _("意思相近：余弦 %(cos)s，与最相近的候选相差不大。") % {"cos": _num(fact.cosine)}
+    if code == Gate.LEXICAL:
+        return _("词面相关：覆盖了这句话关键词的 %(share)s。") % {"share": _pct(fact.coverage)}
+    if code == Gate.UNKNOWN:
+        return _("没有可以比较的依据（没有词面覆盖，也没有向量），不设门槛。")
+    if code == Gate.SEED:
+        return _("种子排序没有相关度门槛。")
+    if code != Gate.HELD:
+        return ""
+    parts = []
+    if fact.cosine is not None:
+        if fact.margin is not None:
+            parts.append(_("意思上（余弦 %(cos)s）没有比闲聊背景高出多少（差 %(margin)s，至少要 %(floor)s）") % {
+                "cos": _num(fact.cosine), "margin": _num(fact.margin), "floor": _num(_param(overrides, "dense_margin"))})
+        else:
+            parts.append(_("意思上（余弦 %(cos)s）离最相近的候选太远") % {"cos": _num(fact.cosine)})
+    else:
+        parts.append(_("没有向量可比意思"))
+    if not fact.coverage:
+        parts.append(_("词面上不含这句话的关键词"))
+    else:
+        parts.append(_("词面只覆盖了关键词的 %(share)s，不到最佳候选的 %(floor)s") % {
+            "share": _pct(fact.coverage), "floor": _pct(_param(overrides, "lexical_share"))})
+    return _("不够相关，无论得分多高都不进提示词：%(why)s。") % {"why": "；".join(parts)}
+
+
+def verdict_of(fact: Any, *, code: str, rank: int | None, limit: int, overrides: Mapping[str, Any]) -> Verdict:
+    """A candidate's verdict (``code``: :class:`memory.engine.scoring.Verdict`) and why, in plain words."""
+    label = str(VERDICT_LABELS.get(code, code))
+    why_gate = gate_reason(fact, overrides)
+    if code == Verdict_.PROMPT:
+        place = _("第 %(rank)s 名；提示词最多放 %(limit)s 条事实。") % {"rank": rank, "limit": limit} if rank else ""
+        return Verdict(code, label, f"{place}{why_gate}")
+    if code == Verdict_.FORGETTING:
+        return Verdict(code, label, _(
             "只看相关度它能进提示词，但它的留存度只有 %(retention)s（很久没被提起、快被忘了），"
             "得分被更新鲜、更牢固的事实超过。"
         ) % {"retention": _pct(fact.retention)})
-    if fact.eligible:
-        return Verdict("limit", str(VERDICT_LABELS["limit"]), _(
+    if code == Verdict_.LIMIT:
+        return Verdict(code, label, _(
             "够相关，但排第 %(rank)s 名：前 %(limit)s 个名额给了得分更高的事实。"
-        ) % {"rank": rank, "limit": limit})
-    parts = []
-    lexical_floor = overrides.get("lexical_coverage_floor", getattr(scoring, "DEFAULT_LEXICAL_COVERAGE_FLOOR", None))
-    cosine_floor = overrides.get("dense_cosine_floor", getattr(scoring, "DEFAULT_DENSE_COSINE_FLOOR", None))
-    if fact.coverage is not None:
-        parts.append(_("词面上只覆盖了这句话 %(share)s 的信息量（至少要 %(floor)s），也不含这句话里最特别的词") % {
-            "share": _pct(fact.coverage), "floor": _pct(lexical_floor)})
-    if fact.cosine is not None:
-        parts.append(_("意思上的相似度（余弦）%(cos)s，低于 %(floor)s") % {
-            "cos": f"{fact.cosine:.2f}", "floor": "—" if cosine_floor is None else f"{float(cosine_floor):.2f}"})
-    else:
-        parts.append(_("没有向量可比意思"))
-    return Verdict("gate", str(VERDICT_LABELS["gate"]), _("不进提示词，无论得分多高：%(why)s。") % {"why": "；".join(parts)})
+        ) % {"rank": rank, "limit": limit} + why_gate)
+    if code == Verdict_.GATE:
+        return Verdict(code, label, why_gate or _("不够相关，不进提示词。"))
+    return Verdict(code, label, "")
 
 
 # --------------------------------------------------------------------------- #
@@ -224,8 +263,8 @@ def inspect_turn(turn: Turn, *, query_vector: Any = None, embed: bool = True) ->
 
     candidates = []
     for rank, f in enumerate(ranking.ranked, start=1):
-        verdict = verdict_of(f, rank=rank, in_prompt=f.id in in_prompt, held_back=f.id in held, limit=limit,
-                             overrides=params)
+        code = _code(f, in_prompt, held, ranking.verdicts)
+        verdict = verdict_of(f, code=code, rank=rank, limit=limit, overrides=params)
         candidates.append(Candidate(f, rank, verdict, names.get(f.person_id, ""), recorded.get(f.id), labels.get(f.id),
                                     _state(rows.get(f.id))))
     # recorded candidates the ranking of today's memory no longer has (invalidated or forgotten since)
@@ -275,6 +314,17 @@ def inspect_turn(turn: Turn, *, query_vector: Any = None, embed: bool = True) ->
         summary=[(code, str(label), counts[code]) for code, label in VERDICT_LABELS.items() if counts.get(code)],
         labels=labels,
     )
+
+
+def _code(fact: Any, in_prompt: set[int], held: set[int], ranked: Mapping[int, str]) -> str:
+    """The recorded outcome where there is one (prompt, held back by forgetting); else the ranking's — a
+    fact the ranking of today's memory would put in the prompt that the turn did not is out of places."""
+    if fact.id in in_prompt:
+        return Verdict_.PROMPT
+    if fact.id in held:
+        return Verdict_.FORGETTING
+    code = ranked.get(fact.id) or (Verdict_.LIMIT if fact.eligible else Verdict_.GATE)
+    return Verdict_.LIMIT if code in (Verdict_.PROMPT, Verdict_.FORGETTING) else code
 
 
 def _sender(message: Message, names: dict[int, str]) -> str:
@@ -370,11 +420,8 @@ def _side(sample: evaluation.TraceSample, target: Mapping[str, Any], vectors: ev
           label: str) -> ReplaySide:
     ev = evaluation.Evaluator(services.validate_params(target.get("params") or {}), vectors)
     _replayed, ranking, _vector = ev.ranking(sample)
-    prompt_ids, held_ids = {f.id for f in ranking.prompt}, {f.id for f in ranking.held_back}
-    verdicts = {
-        f.id: "prompt" if f.id in prompt_ids else "forgetting" if f.id in held_ids else "limit" if f.eligible else "gate"
-        for f in ranking.ranked
-    }
+    verdicts = {f.id: _code(f, set(), set(), ranking.verdicts) if f.id not in ranking.verdicts else ranking.verdicts[f.id]
+                for f in ranking.ranked}
     scored = evaluation.score_turn(sample, [f.id for f in ranking.prompt], ev.k)
     return ReplaySide(label, target.get("profile") or "", ev.overrides, ranking.ranked, verdicts, scored["recall"],
                       scored["ndcg"], ev.k)

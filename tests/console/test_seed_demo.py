@@ -9,6 +9,7 @@ from django.core.management import call_command
 from django.db.models import F
 from django.urls import reverse
 
+from console.management.commands._demo_data import TURNS
 from memory import selectors, services
 from memory.models import (
     Episode,
@@ -39,7 +40,7 @@ def test_seed_demo_fills_every_page_and_runs_once(client):
     assert MemoryEdge.objects.filter(active=True).exists() and MemoryEdge.objects.filter(active=False).exists()
     assert Knowledge.objects.filter(import_batch__isnull=False).count() >= 10
     assert ImportBatch.objects.get().status == "done" and Job.objects.get(kind="import").status == "done"
-    assert Turn.objects.filter(confirmed_at__isnull=False).count() == 3
+    assert Turn.objects.filter(confirmed_at__isnull=False).count() == len(TURNS)
     assert {"pin", "invalidate", "replace", "undo", "supersede"} <= set(FactOperation.objects.values_list("op", flat=True))
     assert PipelineEvent.objects.filter(kind="edges_decayed").exists()
     assert PipelineEvent.objects.filter(kind="memory_spread").exists()

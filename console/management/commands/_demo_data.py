@@ -367,10 +367,9 @@ TURNS = [
     (("qq", "group", "hike-group"), "mia", "下周去莫干山，小林你对什么过敏来着？", 40),
     (("desktop", "desktop", "desktop"), "owner", "晚上想做个菜，推荐一下？", 30),
     (("qq", "direct", "lin"), "lin", "我生日快到了，你还记得是哪天吗？", 28),
-    (("qq", "direct", "lin"), "lin", "团子今天又把纸箱抓坏了，猫真是停不下来", 26),
     (("qq", "direct", "jie"), "jie", "你还记得我现在住在哪个城市吗？", 24),
     (("qq", "direct", "jie"), "jie", "周末想约人打球，你觉得我打什么好", 22),
-    (("desktop", "desktop", "desktop"), "owner", "这周好累，想养只猫解解压", 18),
+    (("desktop", "desktop", "desktop"), "owner", "想养只猫，你觉得我适合吗？", 18),
     (("qq", "group", "hike-group"), "zhou", "米娅喝咖啡还是喝茶？我去买饮料", 16),
     (("qq", "group", "hike-group"), "mia", "老周的照相馆最近生意怎么样", 14),
 ]

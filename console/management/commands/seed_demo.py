@@ -14,7 +14,7 @@
 3. Vectors are backfilled with the configured embedder (skipped when there is none).
 4. Curation: two hand-written slot conflicts (``add_fact`` with the same slot), a pin,
    an invalidation, a 改成 (replace) and an invalidation that is undone.
-5. Ten recorded turns (``prepare_turn`` + ``confirm_turn``) so the turn pages and tuning have traces, three
+5. Nine recorded turns (``prepare_turn`` + ``confirm_turn``) so the turn pages and tuning have traces, three
    active recalls (``cognitive_recall``, which link what they adopt), a knowledge import (``start_import`` + ``run_import``) and an edge-decay run.
 
 Idempotent: messages carry external ids, users and groups are get-or-create, and

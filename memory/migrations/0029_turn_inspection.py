@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory', '0027_messages_stream_sender_index'),
+        ('memory', '0028_english_analyser'),
     ]
 
     operations = [

@@ -7,8 +7,8 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory', '0028_turn_inspection'),
-        ('tuning', '0001_initial'),
+        ('memory', '0029_turn_inspection'),
+        ('tuning', '0002_relevance_gate_params'),
     ]
 
     operations = [
