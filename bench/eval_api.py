@@ -96,11 +96,12 @@ class Deployment:
     """gunicorn + a celery worker on a fresh SQLite file in ``folder`` (or ``database_url``), Redis at ``redis_url``."""
 
     def __init__(self, folder: Path, redis_url: str, *, log: Callable[[str], None], profile: dict | None = None,
-                 database_url: str = "", embedding_provider: str = ""):
+                 database_url: str = "", embedding_provider: str = "", scopes: Sequence[str] = ()):
         db_number = int((urlparse(redis_url).path or "/0").lstrip("/") or 0)
         if db_number == 0:
             raise SystemExit("the API evaluation flushes its Redis database: give it one other than DB 0")
         self.folder, self.redis_url, self.log, self.profile = folder, redis_url, log, profile
+        self.scopes = ["bot", *scopes, *(["tuning"] if profile and "tuning" not in scopes else [])]
         self.db = folder / "memory.sqlite3"
         env = {k: v for k, v in os.environ.items() if k not in PRODUCT_KEYS}
         env.update(DJANGO_SETTINGS_MODULE="config.settings", MEMORY_DB=str(self.db), REDIS_URL=redis_url,
@@ -126,7 +127,7 @@ class Deployment:
         manage = [sys.executable, "manage.py"]
         subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=self.env, check=True)
         # a bot's token; a diagnostic run with --profile also applies a retrieval profile
-        scopes = ["--scope", "bot", *(["--scope", "tuning"] if self.profile else [])]
+        scopes = [arg for scope in self.scopes for arg in ("--scope", scope)]
         out = subprocess.run([*manage, "create_api_token", "eval-api", *scopes], cwd=ROOT, env=self.env, check=True,
                              capture_output=True, text=True)
         self.token = out.stdout.strip().splitlines()[-1]

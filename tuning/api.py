@@ -133,8 +133,9 @@ Cutoff = Annotated[int, Field(ge=1, le=50), *JsonInt.__metadata__]
 class SelectionIn(_In):
     """Which recorded turns a job replays, and the metrics' cut-off."""
 
-    max_turns: JsonInt = Field(evaluation.DEFAULT_MAX_TURNS, ge=1, le=evaluation.MAX_TURNS_LIMIT,
-                               description="the newest turns replayed")
+    max_turns: JsonInt = Field(evaluation.DEFAULT_MAX_TURNS, ge=1, le=evaluation.MAX_LABELLED_TURNS,
+                               description=f"the newest turns replayed: at most {evaluation.MAX_TURNS_LIMIT}, or "
+                                           f"{evaluation.MAX_LABELLED_TURNS} when `labelled` (more is replayed as the most)")
     streams: list[Id] | None = Field(None, max_length=1000, description="only turns of these streams")
     labelled: bool = Field(False, description="only turns with relevance labels")
     k: Cutoff | None = Field(None, description="R@k and nDCG@k cut-off; default: the evaluated fact_recall_limit "

@@ -70,8 +70,10 @@ from tuning import relevance, services
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_TURNS = 200
-#: An evaluation replays at most the newest turns retention always keeps.
+#: An evaluation replays at most the newest turns retention always keeps …
 MAX_TURNS_LIMIT = REPLAYABLE_TURNS
+#: … or, restricted to labelled turns (retention keeps every one of them), at most this many.
+MAX_LABELLED_TURNS = 5_000
 #: Job kind → the registered name of its task (``tuning/tasks.py``); sent by name, rerun by
 #: :func:`memory.dispatch.jobs.recover_orphaned_jobs` (registered in ``tuning/apps.py``).
 JOB_TASKS = {
@@ -164,12 +166,12 @@ def sample_from_turn(turn: Any, labels: relevance.TurnLabels | None = None) -> T
     )
 
 
-def clamp_max_turns(value: Any) -> int:
+def clamp_max_turns(value: Any, *, labelled: bool = False) -> int:
     try:
         n = int(value)
     except (TypeError, ValueError):
         return DEFAULT_MAX_TURNS
-    return max(1, min(MAX_TURNS_LIMIT, n))
+    return max(1, min(MAX_LABELLED_TURNS if labelled else MAX_TURNS_LIMIT, n))
 
 
 def selected_turns(*, streams: Iterable[int] | None = None, labelled: bool = False) -> Any:
@@ -192,7 +194,7 @@ def build_samples(
     rows = selected_turns(streams=streams, labelled=labelled)
     if turn_ids is not None:
         rows = rows.filter(pk__in=list(turn_ids))
-    rows = list(rows.order_by("-id")[: limit if limit is not None else clamp_max_turns(max_turns)])
+    rows = list(rows.order_by("-id")[: limit if limit is not None else clamp_max_turns(max_turns, labelled=labelled)])
     rows.reverse()
     labels = relevance.labels_of(t.pk for t in rows)
     return [sample_from_turn(t, labels.get(t.pk)) for t in rows]
@@ -689,7 +691,8 @@ def _enqueue(kind: str, job_id: int) -> None:
 @dataclass(frozen=True)
 class Selection:
     """Which turns a job replays: the newest ``max_turns`` (of ``streams``; ``labelled`` ones only) and the
-    metrics' cut-off ``k`` (None: each side's ``fact_recall_limit``)."""
+    metrics' cut-off ``k`` (None: each side's ``fact_recall_limit``). ``max_turns`` is at most
+    :data:`MAX_TURNS_LIMIT`, or :data:`MAX_LABELLED_TURNS` for labelled turns."""
 
     max_turns: int = DEFAULT_MAX_TURNS
     streams: tuple[int, ...] = ()
@@ -699,12 +702,14 @@ class Selection:
     @classmethod
     def of(cls, *, max_turns: Any = DEFAULT_MAX_TURNS, streams: Any = None, labelled: Any = False,
            k: Any = None) -> Selection:
-        return cls(clamp_max_turns(max_turns), tuple(clean_streams(streams)), bool(labelled), clamp_k(k))
+        return cls(clamp_max_turns(max_turns, labelled=bool(labelled)), tuple(clean_streams(streams)), bool(labelled),
+                   clamp_k(k))
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Selection:
-        return cls(clamp_max_turns(params.get("max_turns", DEFAULT_MAX_TURNS)), tuple(params.get("streams") or ()),
-                   bool(params.get("labelled")), clamp_k(params.get("k")))
+        labelled = bool(params.get("labelled"))
+        return cls(clamp_max_turns(params.get("max_turns", DEFAULT_MAX_TURNS), labelled=labelled),
+                   tuple(params.get("streams") or ()), labelled, clamp_k(params.get("k")))
 
     def as_params(self) -> dict[str, Any]:
         return {"max_turns": self.max_turns, "streams": list(self.streams), "labelled": self.labelled, "k": self.k}

@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, seria
 CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]+")
 #: Latin words allowed in the Chinese interface: proper names, units, metric names.
 LATIN_OK = {
-    "Memory", "Console", "BM25", "nDCG", "PPR", "JSON", "ID", "SQ8", "API", "top", "k", "ms", "h", "s", "qq",
+    "Memory", "Console", "BM25", "nDCG", "R",  # R@k: recall at k, a metric name like nDCG@k
+    "PPR", "JSON", "ID", "SQ8", "API", "top", "k", "ms", "h", "s", "qq",
     "Celery", "Redis", "FTS5", "A", "B", "PageRank", "IDF", "Ctrl", "C", "PORT", "make", "run", "KB", "UTF",
     "desktop",  # data: the platform of the desktop stream, like qq
     "demo", "operator", "reviewer", "staff",  # data: user names

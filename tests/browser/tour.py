@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from django.urls import reverse
 
+from tests.browser import tour_turns
+
 HOUR = 3_600_000
 
 TEXT = {
@@ -85,7 +87,8 @@ def seed(language: str, *, now: int) -> dict:
                                            evaluation.resolve_target(params={"fact_recall_limit": 3}), max_turns=10)
     evaluation.run_job(compare.pk, vectors=QueryVectors(None))
     return {"alice": alice, "direct": direct, "group": group, "episode": episode, "facts": facts,
-            "knowledge": knowledge, "jobs": [imported.pk, evaluate.pk, compare.pk], "query": t["query"]}
+            "knowledge": knowledge, "jobs": [imported.pk, evaluate.pk, compare.pk], "query": t["query"],
+            "turns": tour_turns.seed(language, now=now)}
 
 
 def pages(ids: dict) -> list[tuple[str, str, str]]:
@@ -114,6 +117,7 @@ def pages(ids: dict) -> list[tuple[str, str, str]]:
         ("tuning-report", reverse("tuning:job", args=[evaluate]), "tuning.tune_retrieval"),
         ("tuning-compare", reverse("tuning:job", args=[compare]), "tuning.tune_retrieval"),
         ("help", reverse("console:help"), view),
+        *tour_turns.pages(ids),
     ]
 
 

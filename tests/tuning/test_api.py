@@ -144,7 +144,9 @@ def test_evaluate_returns_a_job_and_the_job_reports(api):
 def test_evaluate_refusals(api):
     assert api.post("/evaluate", {"params": {"ppr_hops": 2.0}}).status_code == 400
     assert api.post("/evaluate", {"profile": "ghost"}).status_code == 404
-    assert api.post("/evaluate", {"max_turns": 501}).status_code == 422
+    assert api.post("/evaluate", {"max_turns": 5001}).status_code == 422
+    assert api.post("/evaluate", {"max_turns": 501}).json()["params"]["max_turns"] == 500  # unlabelled: the newest 500
+    assert api.post("/evaluate", {"max_turns": 501, "labelled": True}).json()["params"]["max_turns"] == 501
     r = api.post("/evaluate", {})  # the active profile
     assert r.status_code == 202 and r.json()["params"]["target"]["profile"] == "default"
 
