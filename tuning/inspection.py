@@ -96,7 +96,7 @@ def verdict_of(fact: Any, *, code: str, rank: int | None, limit: int, overrides:
     why_gate = gate_reason(fact, overrides)
     if code == Verdict_.PROMPT:
         place = _("第 %(rank)s 名；提示词最多放 %(limit)s 条事实。") % {"rank": rank, "limit": limit} if rank else ""
-        return Verdict(code, label, f"{place}{why_gate}")
+        return Verdict(code, label, " ".join(p for p in (place, why_gate) if p))
     if code == Verdict_.FORGETTING:
         return Verdict(code, label, _(
             "只看相关度它能进提示词，但它的留存度只有 %(retention)s（很久没被提起、快被忘了），"
@@ -105,7 +105,7 @@ def verdict_of(fact: Any, *, code: str, rank: int | None, limit: int, overrides:
     if code == Verdict_.LIMIT:
         return Verdict(code, label, _(
             "够相关，但排第 %(rank)s 名：前 %(limit)s 个名额给了得分更高的事实。"
-        ) % {"rank": rank, "limit": limit} + why_gate)
+        ) % {"rank": rank, "limit": limit} + (" " + why_gate if why_gate else ""))
     if code == Verdict_.GATE:
         return Verdict(code, label, why_gate or _("不够相关，不进提示词。"))
     return Verdict(code, label, "")

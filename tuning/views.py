@@ -347,6 +347,7 @@ def _fit_context(job: Job, request: HttpRequest) -> dict[str, Any]:
             "moved_in_facts": [(f, facts.get(str(f), ""), f in relevant, f in irrelevant) for f in t["moved_in"]],
             "moved_out_facts": [(f, facts.get(str(f), ""), f in relevant, f in irrelevant) for f in t["moved_out"]],
         })
+    rows.sort(key=lambda r: (r["split"] != "heldout", not r["changed"], r["turn_id"]))  # held out, changed first
     ctx.update({
         "rows": rows, "only": only, "changed": result.get("chosen", {}).get("changed", {}),
         "name": f"fit-{job.pk}", "verdict": result.get("verdict"),
