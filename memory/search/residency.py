@@ -21,7 +21,7 @@ from django.conf import settings
 
 
 def _enabled() -> bool:
-    return bool(getattr(settings, "RESIDENT_GC_FREEZE", True))
+    return settings.RESIDENT_GC_FREEZE
 
 
 def settle() -> None:

@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import ahocorasick
-from django.conf import settings
 from django.db import connection
 from django.db.models import Q
 
@@ -20,7 +19,7 @@ from memory.engine.spreading import ConceptGraph, SpreadResult
 from memory.engine.spreading import spread as engine_spread
 from memory.models import Episode, Fact, Knowledge, MemoryEdge, MemoryNode
 from memory.search import activation as shared_activation
-from memory.search import residency
+from memory.search import lexical_index, residency
 from memory.search.changes import ChangeFeed
 from memory.selectors._common import _overrides
 from memory.services import CONCEPT_GRAPH_REVISION, emit_event
@@ -363,7 +362,7 @@ _node_texts = _NodeTexts()
 
 def resident_node_texts(row_revisions: tuple | None = None) -> _NodeTexts | None:
     """The fresh resident node texts, or ``None`` inside a transaction / when resident indexes are off."""
-    if not getattr(settings, "LEXICAL_RESIDENT_INDEX", True) or connection.in_atomic_block:
+    if not lexical_index.resident_enabled():
         return None
     _node_texts.refresh(row_revisions)
     return _node_texts

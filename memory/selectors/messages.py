@@ -11,7 +11,6 @@ from operator import itemgetter
 from typing import Any
 
 import numpy as np
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
@@ -24,7 +23,6 @@ from memory.engine.scoring import fused_relevance
 from memory.models import Episode, Message, Person, Stream
 from memory.providers import Embedder
 from memory.providers import config as provider_config  # looked up per call: tests swap the embedder
-from memory.providers.embeddings import clamp_batch
 from memory.search import lexical
 from memory.selectors._common import _query_q8
 
@@ -294,7 +292,7 @@ def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = N
             todo.append((mid, content))
     if embedder is None or not todo:
         return out
-    size = clamp_batch(getattr(settings, "EMBEDDING_BATCH", 20))
+    size = provider_config.embedding_batch()
     for start in range(0, len(todo), size):
         chunk = todo[start : start + size]
         try:

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
 from memory import backends
+from memory.api.schemas import message_max_chars
 from memory.dispatch import enqueue
 from memory.engine import decay
 from memory.engine.quantize import pack_float32, quantize_vector
@@ -97,8 +97,8 @@ _PAYLOAD_FIELD = PipelineEvent._meta.get_field("payload")
 
 
 def _check_length(content: str) -> None:
-    if len(content) > settings.MESSAGE_MAX_CHARS:
-        raise MemoryInputError(f"content is longer than {settings.MESSAGE_MAX_CHARS} characters")
+    if len(content) > message_max_chars():
+        raise MemoryInputError(f"content is longer than {message_max_chars()} characters")
 
 
 def _one(sql: str, params: Sequence[Any]) -> tuple | None:
