@@ -188,9 +188,8 @@ def _fuse_messages(
     if before_id is not None:
         sql += " AND id < %s"
         params.append(before_id)
-    # The vectors first: on PostgreSQL this ~0.5 MB read, sent after the milliseconds a first search
-    # spends building the stream's postings, waited 5-10 ms for the server's idle CPU to wake (the
-    # p95 of a first search 12-14 ms, 9 ms read first; bench.run on 2026-12-03).
+    # The vectors first: on PostgreSQL this read, sent after the milliseconds a first search spends
+    # building the stream's postings, waited for the server's idle CPU to wake; sent first, it overlaps.
     rows = backends.fetch_binary(sql + " ORDER BY id DESC LIMIT %s", [*params, MESSAGE_DENSE_SCAN])
     scored = lexical.resident_message_scores(match, stream_id=stream_id, before_id=before_id)  # both channels' bm25
     if scored is not None:

@@ -612,9 +612,9 @@ def due_facts_read(at: int) -> lexical.Read:
     return lexical.Read(
         ("due_facts", at, SWEEP_BATCH),
         # the index order and the LIMIT keep both planners on idx_facts_due: ``active = TRUE``, not a bare
-        # ``active`` (SQLite would skip-scan both halves of the index, every frozen fact's past due_at: 0.7 ms
-        # a turn), and PostgreSQL, which cannot know that the due rows are the frozen ones, would estimate a
-        # quarter of the table and scan all of it (10 ms a turn at 20,000 facts) without the LIMIT
+        # ``active`` (SQLite would skip-scan both halves of the index, every frozen fact's past due_at), and
+        # PostgreSQL, which cannot know that the due rows are the frozen ones, would estimate a quarter of
+        # the table and scan all of it without the LIMIT
         "SELECT id, strength, updated_at, half_life_hours, due_at FROM facts WHERE active = TRUE AND due_at <= %s"
         " ORDER BY active, due_at LIMIT %s",
         [at, SWEEP_BATCH],
