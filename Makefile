@@ -21,7 +21,7 @@ setup: $(VENV)/.installed
 	$(BIN)/python manage.py ensure_roles
 	$(BIN)/python manage.py seed_demo --if-empty
 
-# Local use shows tracebacks; a deployment leaves DJANGO_DEBUG off (README: production configuration).
+# Local use shows tracebacks; a deployment leaves DJANGO_DEBUG off (docs/CONFIGURATION.md: Production).
 run web: export DJANGO_DEBUG ?= 1
 
 run: setup

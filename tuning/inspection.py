@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -231,7 +230,7 @@ def inspect_turn(turn: Turn, *, query_vector: Any = None, embed: bool = True) ->
     """Everything the inspector page shows of ``turn`` (module docstring)."""
     recorded_profile = turn.profile or {}
     params = services.validate_params(recorded_profile.get("params") or {}) if recorded_profile else {}
-    limit = int(params.get("fact_recall_limit", settings.FACT_RECALL_LIMIT))
+    limit = recall.fact_recall_limit(params)
     person_ids = [int(p) for p in turn.present_person_ids or []]
 
     # the conversation, with each context message's weight as a query
