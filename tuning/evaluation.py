@@ -45,6 +45,7 @@ writes are the job row and one ``retrieval_eval_done`` / ``retrieval_compare_don
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -63,6 +64,7 @@ from memory.overrides import overrides_scope
 from memory.pipeline.retention import REPLAYABLE_TURNS
 from memory.providers import config as provider_config
 from memory.providers.embeddings import embed_one
+from memory.search import lexical
 from memory.services import emit_event
 from tuning import relevance, services
 
@@ -311,6 +313,9 @@ class Evaluator:
     replay: ReplayFn = _default_replay
     rank: Callable[..., recall.PromptRanking] = production_rank
     cutoff: int | None = None
+    #: reads kept from one replay to the next (:func:`memory.search.lexical.kept_state`): a fit replays the same
+    #: turns under every parameter set it tries, on one snapshot of memory; None: each replay reads afresh
+    reads: dict | None = None
     limit: int = field(init=False)
     k: int = field(init=False)
 
@@ -321,7 +326,8 @@ class Evaluator:
     def ranking(self, sample: TraceSample) -> tuple[list[Any], recall.PromptRanking, Any]:
         """``(replayed lexical pool, its confirmed ranking — ``.prompt`` —, the query)`` of one trace."""
         params = dict(self.overrides)
-        with overrides_scope(self.overrides):
+        kept = lexical.kept_state(self.reads) if self.reads is not None else contextlib.nullcontext()
+        with overrides_scope(self.overrides), kept:
             # the turn's conversation as it recorded it, weighed by the evaluated profile
             context = recall.context_from_ids(sample.context_message_ids)
             replayed = list(

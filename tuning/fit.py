@@ -219,12 +219,13 @@ class Search:
         self.trajectory: list[dict[str, Any]] = []
         self.done_turns = 0
         self._seen: dict[tuple, Scored] = {}
+        self.reads: dict = {}  # every evaluation replays the same turns on one snapshot of memory, read once
 
     def evaluate(self, point: Mapping[str, Any], samples: Sequence[TraceSample] | None = None) -> Scored:
         samples = self.dev if samples is None else samples
         params = params_of(self.base, point)
         kwargs = {"replay": self.replay} if self.replay is not None else {}
-        ev = Evaluator(params, self.vectors, cutoff=self.cutoff, **kwargs)
+        ev = Evaluator(params, self.vectors, cutoff=self.cutoff, reads=self.reads, **kwargs)
         rows = []
         for sample in samples:
             _replayed, ranking, _vector = ev.ranking(sample)

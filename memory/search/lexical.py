@@ -46,6 +46,7 @@ from memory.search.lexical_index import (  # noqa: F401 (for callers)
     SOURCES,
     Read,
     file_as,
+    kept_state,
     one_state,
     read,
     remembered,

@@ -419,6 +419,19 @@ def one_state(*tables: str, reads: Sequence[Read] = ()) -> Iterator[None]:
         _state.reset(token)
 
 
+@contextmanager
+def kept_state(state: dict) -> Iterator[None]:
+    """As :func:`one_state`, with a state the caller keeps from one block to the next: what the blocks read
+    (reads, :func:`remembered` results, the indexes' refresh) is read once for all of them. For a caller
+    that reads the same memory many times and wants one snapshot of it (a fit replays its turns under each
+    parameter set it tries); nothing kept is refreshed while the caller keeps ``state``."""
+    token = _state.set(state)
+    try:
+        yield
+    finally:
+        _state.reset(token)
+
+
 @dataclass(frozen=True)
 class Read:
     """A read a block will make (:func:`read`), known before it starts: the key its result is

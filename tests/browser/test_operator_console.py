@@ -20,7 +20,8 @@ RAW = re.compile(r"\{'|'\w+':|=\{|\bTrue\b|\bNone\b")
 def _finished_jobs():
     from memory.models import Job
 
-    group = {"ndcg_mean": 0.8123, "scorable_count": 3}
+    pool = {"turns": 3, "recall": 0.8123, "ndcg": 0.7, "displaced": 0, "negatives": 0}
+    group = {"sample_count": 5, "human": pool, "weak": pool}
     evaluate = Job.objects.create(
         kind="evaluate", status="done", progress=5, total=5,
         params={"target": {"label": "当前生效", "profile": None, "params": {}}, "max_turns": 50},
@@ -32,9 +33,11 @@ def _finished_jobs():
         kind="compare", status="done", progress=5, total=5,
         params={"a": {"label": "甲", "params": {}}, "b": {"label": "乙", "params": {"fact_recall_limit": 3}}},
         result={"kind": "compare", "sample_count": 5, "changed_turns": 2,
-                "a": {"label": "甲", "profile": None, "params": {}, "k": 3, "groups": {"all": {"ndcg_mean": 0.5}}},
-                "b": {"label": "乙", "profile": None, "params": {}, "k": 3, "groups": {"all": {"ndcg_mean": 0.625}}},
-                "ndcg_delta": {"all": 0.125}, "per_turn": [], "facts": {}, "embedding": {}},
+                "a": {"label": "甲", "profile": None, "params": {}, "k": 3, "groups": {"all": group}},
+                "b": {"label": "乙", "profile": None, "params": {}, "k": 3, "groups": {"all": group}},
+                "difference": {"all": {"human": {"recall": {"mean": 0.125, "low": 0.05, "high": 0.2, "n": 3}, "ndcg": None},
+                                       "weak": {"recall": None, "ndcg": None}}},
+                "per_turn": [], "facts": {}, "embedding": {}},
     )
     imported = Job.objects.create(
         kind="import", status="done", progress=3, total=3, params={"batch_id": 1, "origin_name": "小知识"},
@@ -50,7 +53,7 @@ def test_finished_jobs_read_as_one_line_with_a_link_to_their_report(login, live_
     text = page.inner_text("main")
     assert not RAW.search(text), text
     assert "0.8123" in page.inner_text(f"#job-{evaluate.pk} .job-headline")
-    assert "0.5000 → 0.6250" in page.inner_text(f"#job-{compare.pk} .job-headline")
+    assert "+0.125 [+0.050, +0.200]" in page.inner_text(f"#job-{compare.pk} .job-headline")
     line = page.inner_text(f"#job-{imported.pk} .job-headline")
     assert all(n in line for n in ("新增 2", "重复 1", "已向量化 2")), line
     assert "小知识" in page.inner_text(f"#job-{imported.pk}")
