@@ -255,10 +255,11 @@ class QueryVectors:
         }
 
 
-def configured_query_vectors() -> QueryVectors:
-    """Query vectors from the configured embedder; lexical order when there is none."""
+def configured_query_vectors(*, serving: bool = False) -> QueryVectors:
+    """Query vectors from the configured embedder; lexical order when there is none. ``serving``: for a
+    request someone waits on (the inspector's replay) — a remote provider gets one short attempt."""
     try:
-        embedder = provider_config.get_embedder()
+        embedder = provider_config.get_embedder(serving=serving)
     except Exception:  # noqa: BLE001
         logger.warning("tuning_eval_embedder_unavailable", exc_info=True)
         embedder = None
@@ -566,6 +567,8 @@ def compare(
     tick = _Throttle(progress, len(samples))
     rows_a, rows_b, turns = [], [], []
     for i, sample in enumerate(samples, 1):
+        reads: dict = {}  # both sides replay the same turn on the same memory: its reads are read once
+        sides[0][1].reads = sides[1][1].reads = reads
         ra, rb = sides[0][1].turn(sample), sides[1][1].turn(sample)
         rows_a.append(ra)
         rows_b.append(rb)

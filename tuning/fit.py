@@ -59,6 +59,9 @@ MAX_FIT_TURNS = 5_000
 FIRST_STEP = 0.25  # of a knob's (scaled) range
 LAST_STEP = 1 / 64
 LOG_SCALE_RATIO = 20.0
+#: The smallest held-out nDCG@k gain the report calls better: one point. A smaller one whose interval lies above
+#: 0 is real but too small to be worth a change of profile (a tie broken on many turns at once).
+MIN_GAIN = 0.01
 PROGRESS_INTERVAL_S = 0.5
 
 
@@ -309,14 +312,16 @@ def _per_turn(split_name: str, samples: Sequence[TraceSample], base: Scored, cho
 
 
 def verdict(gain: Mapping[str, Any] | None, changed: Mapping[str, Any]) -> str:
-    """``unchanged`` (the search kept nothing), ``better`` (the held-out gain's interval lies above 0),
-    ``worse`` (below 0) or ``unsure`` (it spans 0: the labels do not show the fitted profile is better)."""
+    """What the held-out check says of the chosen profile (``gain``: its nDCG@k gain with an interval):
+    ``unchanged`` (the search kept nothing); ``better`` (the interval lies above 0 and the gain is at least
+    :data:`MIN_GAIN`); ``negligible`` (above 0, but smaller than that: real, too small to be worth a change
+    of profile); ``worse`` (below 0); ``unsure`` (it spans 0: the labels do not show it is better)."""
     if not changed:
         return "unchanged"
     if gain is None:
         return "unsure"
     if gain["low"] > 0:
-        return "better"
+        return "better" if gain["mean"] >= MIN_GAIN else "negligible"
     if gain["high"] < 0:
         return "worse"
     return "unsure"

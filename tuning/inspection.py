@@ -430,7 +430,7 @@ def replay(turn: Turn, a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, 
     """The turn ranked afresh under targets ``a`` and ``b`` (``{label, profile, params}``), side by side."""
     labels = relevance.labels_of([turn.pk])
     sample = evaluation.sample_from_turn(turn, labels.get(turn.pk))
-    vectors = evaluation.configured_query_vectors()
+    vectors = evaluation.configured_query_vectors(serving=True)
     side_a = _side(sample, a, vectors, a.get("label", "A"))
     side_b = _side(sample, b, vectors, b.get("label", "B"))
     rank_a = {f.id: i for i, f in enumerate(side_a.ranked, start=1)}

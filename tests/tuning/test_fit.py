@@ -96,7 +96,7 @@ def test_a_fit_chooses_on_dev_turns_and_reports_held_out_ones(world):
     assert set(report["knobs"]) == set(fit.knobs())
     held = report["heldout"]
     assert held["base"]["turns"] == held["chosen"]["turns"] == 12 and 0 <= held["base"]["recall"] <= 1
-    assert report["verdict"] in {"better", "worse", "unsure", "unchanged"}
+    assert report["verdict"] in {"better", "negligible", "worse", "unsure", "unchanged"}
     assert {t["split"] for t in report["per_turn"]} == {"dev", "heldout"} and len(report["per_turn"]) == 36
     assert all(t["relevant"] for t in report["per_turn"])
     assert ticks[-1] == (3 * 24 + 2 * 12, 3 * 24 + 2 * 12)
@@ -163,3 +163,14 @@ def test_evaluation_scores_labelled_turns_against_their_labels_only(world):
     relevance.set_label(turn_id=unlabelled, fact_id=world.facts[world.turns[0][1:]], relevant=False, user="r")
     again = evaluation.evaluate(evaluation.build_samples(max_turns=500), {})
     assert again["groups"]["all"]["labelled_without_relevant"] == 1 and again["groups"]["all"]["weak"]["turns"] == 0
+
+
+@pytest.mark.parametrize(("gain", "changed", "expected"), [
+    ({"mean": 0.05, "low": 0.02, "high": 0.08}, {"x": 1}, "better"),
+    ({"mean": 0.001, "low": 0.0002, "high": 0.002}, {"x": 1}, "negligible"),
+    ({"mean": -0.03, "low": -0.05, "high": -0.01}, {"x": 1}, "worse"),
+    ({"mean": 0.01, "low": -0.01, "high": 0.03}, {"x": 1}, "unsure"),
+    ({"mean": 0.0, "low": 0.0, "high": 0.0}, {}, "unchanged"),
+])
+def test_the_verdict_needs_an_interval_above_zero_and_a_gain_worth_a_change(gain, changed, expected):
+    assert fit.verdict(gain, changed) == expected
