@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.utils import timezone
 
 from memory import meta, services
 from memory.auth import hash_token, issue_token
@@ -68,14 +69,27 @@ def test_token_page_creates_shows_the_secret_once_and_revokes(admin_client_):
     page = admin_client_.get("/tokens/").content.decode()
     assert "1 个令牌拥有全部权限" in page
     r = admin_client_.post("/tokens/", {"name": "ops-bot", "scopes": ["curation", "undo"]})
-    body = r.content.decode()
+    assert r.status_code == 302 and r["Location"] == "/tokens/"  # POST/redirect/GET: a reload makes no second token
+    body = admin_client_.get("/tokens/").content.decode()
     row = ApiToken.objects.get(name="ops-bot")
-    secret = body.split("data-secret>")[1].split("<")[0]
+    secret = body.split("data-secret class=\"secret\">")[1].split("<")[0]
     assert row.scopes == ["curation", "undo"] and row.token_hash == hash_token(secret)
     assert secret not in admin_client_.get("/tokens/").content.decode()  # never shown again
-    assert admin_client_.post(f"/tokens/{row.pk}/revoke/").status_code == 302
+    confirm = admin_client_.post(f"/tokens/{row.pk}/revoke/")  # without JavaScript: a page naming the token asks
+    assert confirm.status_code == 200 and "ops-bot" in confirm.content.decode()
+    assert ApiToken.objects.get(pk=row.pk).revoked_at is None
+    assert admin_client_.post(f"/tokens/{row.pk}/revoke/", {"confirmed": "1"}).status_code == 302
     assert ApiToken.objects.get(pk=row.pk).revoked_at is not None
     assert admin_client_.post("/tokens/", {"name": "bad", "scopes": ["everything"]}).status_code == 400
+
+
+def test_a_live_token_name_is_unique(admin_client_):
+    issue_token("my-bot", ["bot"])
+    r = admin_client_.post("/tokens/", {"name": "my-bot", "scopes": ["bot"]})
+    assert r.status_code == 400 and "my-bot" in r.content.decode()
+    assert ApiToken.objects.filter(name="my-bot").count() == 1
+    ApiToken.objects.filter(name="my-bot").update(revoked_at=timezone.now())
+    assert admin_client_.post("/tokens/", {"name": "my-bot", "scopes": ["bot"]}).status_code == 302  # a revoked name is free
 
 
 def test_token_page_is_for_superusers_and_token_managers(operator):
