@@ -12,8 +12,10 @@ escaped by the template engine.
 """
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import math
+import re
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -21,16 +23,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import redis
 from celery import current_app as app  # the project's Celery app (config/celery.py), without importing config
 from django.conf import settings
 from django.core.cache import cache
 from django.core.paginator import Page, Paginator
 from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from console.templatetags.console import format_ms
 from memory import broker, recall, selectors
 from memory import overrides as live_overrides
-from memory.engine import decay, geometry
+from memory.engine import decay, geometry, scoring
 from memory.engine.geometry import CurveGeometry
 from memory.engine.scoring import is_seed_profile
 from memory.models import (
@@ -82,6 +88,34 @@ def ping_workers(timeout: float = 0.5) -> dict[str, Any]:
     return outcome
 
 
+def broker_queue_length() -> int | None:
+    """Tasks waiting in the broker's default queue for a worker (None when Redis does not answer)."""
+    try:
+        return int(broker.check().llen(app.conf.task_default_queue or "celery"))
+    except (broker.BrokerUnavailable, redis.RedisError):
+        return None
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Why messages wait: each stream is summarised (facts extracted) once it holds this many new ones."""
+
+    summarize_trigger: int
+    summarize_batch: int
+    extract_trigger: int
+    due: int  # streams at or above the summary trigger (a worker takes them)
+    largest: int  # the most messages one stream has waiting
+
+
+def backlog(queues: Sequence[dict[str, Any]]) -> Backlog:
+    trigger = int(settings.SUMMARIZE_TRIGGER_MESSAGES)
+    return Backlog(
+        summarize_trigger=trigger, summarize_batch=int(settings.SUMMARIZE_BATCH_MESSAGES),
+        extract_trigger=int(settings.FACT_EXTRACT_TRIGGER_MESSAGES),
+        due=sum(1 for q in queues if q["pending"] >= trigger), largest=max((q["pending"] for q in queues), default=0),
+    )
+
+
 # --- streams and episodes --------------------------------------------------------
 
 
@@ -116,7 +150,8 @@ def placeholder_reasons(episodes: Iterable[Episode]) -> None:
 # --- facts -----------------------------------------------------------------------
 
 def filter_facts(qs: FactQuerySet, data: dict[str, Any]) -> FactQuerySet:
-    """Apply the fact-table filters (person, kind, slot, state, origin)."""
+    """Apply the fact-table filters (person, kind, slot, state, origin; learnt since / until a local date,
+    extracted from a stream's messages)."""
     if data.get("person"):
         qs = qs.filter(person=data["person"])
     if data.get("kind"):
@@ -127,7 +162,18 @@ def filter_facts(qs: FactQuerySet, data: dict[str, Any]) -> FactQuerySet:
         qs = qs.in_state(data["state"])
     if data.get("origin"):
         qs = qs.filter(origin_kind=data["origin"])
+    if data.get("since"):
+        qs = qs.filter(created_at__gte=_local_midnight_ms(data["since"]))
+    if data.get("until"):
+        qs = qs.filter(created_at__lt=_local_midnight_ms(data["until"] + dt.timedelta(days=1)))
+    if data.get("stream"):
+        qs = qs.filter(source=f"extract:stream{data['stream'].pk}")
     return qs.defer("embedding", "embedding_q8", "tokens_v2")
+
+
+def _local_midnight_ms(day: dt.date) -> int:
+    """Epoch milliseconds of a date's start in the console's time zone."""
+    return int(timezone.make_aware(dt.datetime.combine(day, dt.time.min)).timestamp() * 1000)
 
 
 def decorate_facts(facts: Iterable[Fact], *, now: int, breakdown: dict[int, Any] | None = None) -> None:
@@ -139,6 +185,25 @@ def decorate_facts(facts: Iterable[Fact], *, now: int, breakdown: dict[int, Any]
         f.conflicted = f.state == FactState.ACTIVE and (f.person_id, f.slot) in conflicted
         hit = (breakdown or {}).get(f.pk)
         f.breakdown = hit
+
+
+def likely_sources(fact: Fact, *, limit: int = 2) -> list[Any]:
+    """The messages a fact was most likely extracted from: its source stream's messages up to the moment it was
+    learnt, searched with the fact's text as the bot's ``inspect`` searches (the speaker's own lines first).
+
+    Extraction records the stream, not the line (a model reads a batch of lines and may paraphrase), so this is
+    a best match by text and meaning, and the page says so. Empty for facts that were not extracted.
+    """
+    match = re.fullmatch(r"extract:stream(\d+)", fact.source or "")
+    if match is None:
+        return []
+    stream_id = int(match.group(1))
+    last = selectors.last_message_id_before(stream_id=stream_id, at=fact.created_at)
+    if last is None:
+        return []
+    hits = recall.inspect_messages(stream_id=stream_id, query=fact.content, before_message_id=last + 1, limit=limit * 3)
+    hits.sort(key=lambda m: (m.sender_person_id != fact.person_id, -getattr(m, "score", 0.0)))
+    return attach_senders(hits[:limit])
 
 
 # --- decay curve as SVG ----------------------------------------------------------
@@ -202,7 +267,7 @@ def resolve_nodes(refs: Iterable[tuple[int, str, int]], *, now: int) -> dict[int
     """``{node_id: NodeInfo}`` for ``(node_id, kind, ref_id)`` triples: one query per layer."""
     refs = list(refs)
     by_kind: dict[str, list[int]] = defaultdict(list)
-    for _, kind, ref_id in refs:
+    for _node, kind, ref_id in refs:
         by_kind[kind].append(ref_id)
     facts, episodes, knowledge = selectors.node_rows(
         facts=by_kind["fact"], episodes=by_kind["episode"], knowledge=by_kind["knowledge"]
@@ -223,7 +288,7 @@ def resolve_nodes(refs: Iterable[tuple[int, str, int]], *, now: int) -> dict[int
             k = knowledge[ref_id]
             info.text, info.label, info.updated_at, info.hits = k.content, k.source, k.created_at, k.hit_count
         else:
-            info.text, info.state, info.retention = f"（{kind} #{ref_id} 已不存在）", "missing", 0.0
+            info.text, info.state, info.retention = _("（这条记忆已不存在）"), "missing", 0.0
         out[node_id] = info
     return out
 
@@ -479,14 +544,71 @@ def spread_preview(data: dict[str, Any], *, now: int) -> SpreadPreview:
 # --- recall playground -----------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """Why a candidate is or is not in the prompt, in plain words; ``code`` styles it and counts it.
+
+    ``prompt`` (in the prompt), ``forgetting`` (relevance alone would have put it in; its retention ranked it
+    out), ``limit`` (eligible, but the prompt's places went to higher scores), ``floor`` (not relevant enough
+    to enter at all: under both relevance floors). When the ranking gives a candidate its own ``verdict`` and
+    ``reason`` (attributes of the candidate), those are shown instead.
+    """
+
+    code: str
+    label: str
+    reason: str
+
+
+VERDICT_LABELS = {
+    "prompt": gettext_lazy("进入提示词"), "forgetting": gettext_lazy("被遗忘压下"),
+    "limit": gettext_lazy("名额已满"), "floor": gettext_lazy("不够相关"), "visibility": gettext_lazy("可见性拦下"),
+}
+
+
+def verdict_of(fact: Any, *, rank: int, in_prompt: bool, held_back: bool, limit: int, overrides: dict[str, Any]) -> Verdict:
+    """The verdict of one ranked candidate (``rank``: its place in the ranking, from 1), from the numbers the
+    ranking returned and the floors of the profile in force."""
+    own = getattr(fact, "verdict", None)
+    if own:
+        return Verdict(own, str(VERDICT_LABELS.get(own, own)), str(getattr(fact, "reason", "") or ""))
+    if in_prompt:
+        return Verdict("prompt", str(VERDICT_LABELS["prompt"]),
+                       _("第 %(rank)s 名；提示词最多放 %(limit)s 条事实。") % {"rank": rank, "limit": limit})
+    if held_back:
+        return Verdict("forgetting", str(VERDICT_LABELS["forgetting"]), _(
+            "只看相关度它能进提示词，但它的留存度只有 %(retention)s（很久没被提起、快被忘了），"
+            "得分被更新鲜、更牢固的事实超过。"
+        ) % {"retention": _pct(fact.retention)})
+    if fact.eligible:
+        return Verdict("limit", str(VERDICT_LABELS["limit"]), _(
+            "够相关，但排第 %(rank)s 名：前 %(limit)s 个名额给了得分更高的事实。"
+        ) % {"rank": rank, "limit": limit})
+    lexical_floor = float(overrides.get("lexical_coverage_floor", scoring.DEFAULT_LEXICAL_COVERAGE_FLOOR))
+    cosine_floor = float(overrides.get("dense_cosine_floor", scoring.DEFAULT_DENSE_COSINE_FLOOR))
+    parts = []
+    if fact.coverage is not None:
+        parts.append(_("词面上只覆盖了这句话 %(share)s 的信息量（至少要 %(floor)s），也不含这句话里最特别的词") % {
+            "share": _pct(fact.coverage), "floor": _pct(lexical_floor)})
+    if fact.cosine is not None:
+        parts.append(_("意思上的相似度（余弦）%(cos)s，低于 %(floor)s") % {
+            "cos": f"{fact.cosine:.2f}", "floor": f"{cosine_floor:.2f}"})
+    else:
+        parts.append(_("没有向量可比意思"))
+    return Verdict("floor", str(VERDICT_LABELS["floor"]), _("不进提示词，无论得分多高：%(why)s。") % {"why": "；".join(parts)})
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{round(float(value) * 100)}%"
+
+
 def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
     """The confirmed ranking a turn would get for this text, read-only: nothing is written.
 
     ``prepare_turn(record=False)`` builds the lexical pool, then the confirm step's own
     ranking (``recall.rank_pool``: dense channel, cosines, the engine's ``rank``) runs on
     it with the query vector of the configured embedder — the numbers the bot would get.
-    ``held_back`` lists the facts relevance alone would have put in the prompt but
-    retention ranked out.
+    Every ranked candidate gets a :class:`Verdict` (in the prompt, held back by forgetting,
+    out of places, under the relevance floors); visibility's count comes from the pool.
     """
     ctx = recall.prepare_turn(
         stream_id=data["stream"].pk, speaker_id=data["speaker"].pk, text=data["text"],
@@ -502,13 +624,21 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
     in_prompt = {f.id for f in ranking.prompt}
     held = {f.id for f in ranking.held_back}
     persons = selectors.persons_by_id({f.person_id for f in ranking.ranked} | set(ctx.present_person_ids))
-    pool = [
-        {"fact": f, "person": persons.get(f.person_id), "in_prompt": f.id in in_prompt, "held_back": f.id in held}
-        for f in ranking.ranked
-    ]
+    overrides = dict(ctx.overrides)
+    pool = []
+    for rank, f in enumerate(ranking.ranked, start=1):
+        verdict = verdict_of(f, rank=rank, in_prompt=f.id in in_prompt, held_back=f.id in held, limit=limit,
+                             overrides=overrides)
+        pool.append({"fact": f, "person": persons.get(f.person_id), "verdict": verdict, "rank": rank,
+                     "in_prompt": f.id in in_prompt, "held_back": f.id in held})
+    counts: dict[str, int] = defaultdict(int)
+    for row in pool:
+        counts[row["verdict"].code] += 1
     return {
         "ctx": ctx,
         "pool": pool,
+        "summary": [(code, label, counts[code]) for code, label in VERDICT_LABELS.items() if counts.get(code)],
+        "limit": limit,
         "prompt": prompt,
         "completed": [f for f in prompt if f.completed],
         "held_back": [{"fact": f, "person": persons.get(f.person_id)} for f in ranking.held_back],
@@ -517,4 +647,3 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
         "present": [persons.get(pid) or pid for pid in ctx.present_person_ids],
         "persons": persons,
     }
-

@@ -15,6 +15,7 @@ from django.contrib.auth.decorators import login_required, permission_required
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods
@@ -67,10 +68,13 @@ def _partial(request: HttpRequest, template_name: str, partial: str) -> str:
 @require_GET
 def dashboard(request: HttpRequest) -> HttpResponse:
     now = services.now_ms()
+    queues = selectors.stream_queues()
     context = {
         "glance": selectors.at_a_glance(now=now),
+        "today": timezone.localdate(),
         "layers": selectors.layer_counts(),
-        "queues": selectors.stream_queues(),
+        "queues": queues,
+        "backlog": presenters.backlog(queues),
         "vectors": selectors.vector_coverage(),
         "edges": selectors.edge_stats(),
         "events": selectors.recent_events(kinds=DASHBOARD_EVENTS, limit=20),
@@ -87,8 +91,11 @@ def worker_health(request: HttpRequest) -> HttpResponse:
     if health is None:
         health = presenters.ping_workers()
         cache.set("console:worker-health", health, 15)
-    template = "console/dashboard.html#worker-health" if request.htmx else "console/worker_health.html"
-    return render(request, template, {"health": health})
+    if request.htmx:
+        return render(request, "console/dashboard.html#worker-health", {"health": health})
+    context = {"health": health, "waiting": presenters.broker_queue_length(), "jobs": selectors.recent_jobs(limit=5),
+               "backlog": presenters.backlog(selectors.stream_queues())}
+    return render(request, "console/worker_health.html", context)
 
 
 # --- streams and episodes --------------------------------------------------------
@@ -214,6 +221,7 @@ def fact(request: HttpRequest, pk: int) -> HttpResponse:
         "chain": selectors.supersede_chain(obj),
         "operations": journal.operations(touching=obj.pk)[:50],
         "neighbours": presenters.neighbours("fact", obj.pk, now=now),
+        "sources": presenters.likely_sources(obj) if request.user.has_perm("memory.view_message") else [],
         "now": now,
         "next_url": request.get_full_path(),
     }

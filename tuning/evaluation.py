@@ -23,7 +23,7 @@ Evaluating a parameter set, per trace:
 4. **score** nDCG@k against the prompt facts when the trace is scorable (it has prompt
    facts and its reply was confirmed); positives outside the top k are "displaced".
 
-Reports group the rows into ``all`` / ``group`` / ``direct`` (desktop turns count only in
+Reports group the rows into ``all`` / ``group`` / ``direct`` / ``desktop`` (before the desktop row existed, desktop turns counted only in
 ``all``). A comparison evaluates two parameter sets on the same traces and lists, per
 turn, the facts that moved into or out of the top k.
 
@@ -63,7 +63,8 @@ MAX_TURNS_LIMIT = REPLAYABLE_TURNS
 #: :func:`memory.jobs.recover_orphaned_jobs` (registered in ``tuning/apps.py``).
 JOB_TASKS = {"evaluate": "tuning.tasks.evaluate_task", "compare": "tuning.tasks.compare_task"}
 TEXT_PREVIEW_CHARS = 160
-GROUPS = ("all", "group", "direct")
+#: Report rows by where the turn happened ("all" = every turn; the others split it by stream kind).
+GROUPS = ("all", "group", "direct", "desktop")
 PROGRESS_INTERVAL_S = 0.25
 
 EmbedFn = Callable[[str], Any]

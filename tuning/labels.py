@@ -47,9 +47,11 @@ PARAM_HELP = {
     "context_half_life": gettext_lazy("越早的发言权重越低：每隔这么多条减半"),
 }
 PARAM_KINDS = {"float": gettext_lazy("小数"), "int": gettext_lazy("整数")}
-GROUP_LABELS = {"all": gettext_lazy("全部"), "group": gettext_lazy("群聊"), "direct": gettext_lazy("私聊")}
+GROUP_LABELS = {"all": gettext_lazy("全部"), "group": gettext_lazy("群聊"), "direct": gettext_lazy("私聊"),
+                "desktop": gettext_lazy("桌面")}
 
 _ACTIVE = re.compile(r"^当前生效（(.*)）$")
+_SIDE = re.compile(r"^[AB] · ")  # comparisons stored their side in the label once; the page says it now
 
 
 def profile_name(name: str | None) -> str:
@@ -60,7 +62,7 @@ def profile_name(name: str | None) -> str:
 def target_label(label: str | None) -> str:
     """The label of an evaluated target; the ones the console wrote itself are translated
     (``草稿``, ``当前生效（name）``), a name an operator typed is shown as typed."""
-    label = label or ""
+    label = _SIDE.sub("", label or "")
     if label in ("", "草稿"):
         return _("草稿")
     match = _ACTIVE.match(label)

@@ -119,7 +119,6 @@ def draft(request: HttpRequest) -> HttpResponse:
         if action == "compare":
             base = target_for_choice(form.cleaned_data.get("compare_with") or ACTIVE_CHOICE)
             draft_target = evaluation.resolve_target(params=params)
-            base["label"], draft_target["label"] = f"A · {base['label']}", f"B · {draft_target['label']}"
             job = evaluation.submit_comparison(base, draft_target, max_turns=max_turns, user=_user(request))
             return redirect("tuning:job", job.pk)
         job = evaluation.submit_evaluation(
@@ -210,7 +209,6 @@ def compare(request: HttpRequest) -> HttpResponse:
     except ProfileError as exc:
         messages.error(request, str(exc))
         return redirect("tuning:index")
-    a["label"], b["label"] = f"A · {a['label']}", f"B · {b['label']}"
     try:
         job = evaluation.submit_comparison(a, b, max_turns=form.cleaned_data["max_turns"], user=_user(request))
     except BrokerUnavailable as exc:
@@ -255,15 +253,29 @@ def _report_context(job: Job, request: HttpRequest) -> dict[str, Any]:
                 "only_changed": only_changed,
                 "sides": [("a", result["a"]), ("b", result["b"])],
                 "groups": [
-                    (g, GROUP_LABELS[g], result["a"]["groups"][g], result["b"]["groups"][g], result["ndcg_delta"][g])
+                    (g, GROUP_LABELS[g], result["a"]["groups"][g], result["b"]["groups"][g], result["ndcg_delta"].get(g))
                     for g in evaluation.GROUPS
+                    if g in result["a"]["groups"]  # a report from before the desktop row has no "desktop"
                 ],
             }
         )
     else:
-        ctx["groups"] = [(g, GROUP_LABELS[g], result["groups"][g]) for g in evaluation.GROUPS]
+        ctx["groups"] = [(g, GROUP_LABELS[g], result["groups"][g]) for g in evaluation.GROUPS if g in result["groups"]]
         ctx["rows"] = result.get("per_turn", [])
+    ctx["sample_all"] = ((result.get("a") or result).get("groups") or {}).get("all") or {}
+    ctx["few_scorable"] = _few_scorable(result)
     return ctx
+
+
+#: Below this many scored turns a report says its numbers are anecdotes (one turn moves nDCG by a few points).
+FEW_SCORABLE = 30
+
+
+def _few_scorable(result: dict[str, Any]) -> int | None:
+    """How many turns could be scored, when that is too few to trust a difference (else None)."""
+    groups = (result.get("a") or result).get("groups") or {}
+    scorable = (groups.get("all") or {}).get("scorable_count")
+    return scorable if scorable is not None and scorable < FEW_SCORABLE else None
 
 
 @tuner_required

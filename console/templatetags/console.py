@@ -13,9 +13,9 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, pgettext_lazy
 
-from memory.models import Fact, Job, MemoryNode, Message, StreamKind
+from memory.models import Fact, FactOperation, Job, MemoryNode, Message, StreamKind
 from tuning import labels as tuning_labels
 
 register = template.Library()
@@ -45,6 +45,12 @@ def format_ms(value: object, pattern: str = "%Y-%m-%d %H:%M", *, local: bool = T
 def ms(value: int | None) -> str:
     """Epoch milliseconds → local ``YYYY-MM-DD HH:MM`` (empty for None, raw value when out of range)."""
     return format_ms(value)
+
+
+@register.filter
+def ms_date(value: int | None) -> str:
+    """Epoch milliseconds → the local date ``YYYY-MM-DD`` (for date filters in links)."""
+    return format_ms(value, "%Y-%m-%d")
 
 
 @register.filter
@@ -267,6 +273,27 @@ CODE_LABELS = {
 }
 
 
+#: The kinds a fact can have (memory.engine.decay.HALF_LIFE_HOURS, plus the default of a fact without one):
+#: stored as these words, shown in the interface language. A kind outside the list is an extractor's own word.
+FACT_KINDS = {
+    "身份": pgettext_lazy("fact kind", "身份"), "日期": pgettext_lazy("fact kind", "日期"),
+    "偏好": pgettext_lazy("fact kind", "偏好"), "关系": pgettext_lazy("fact kind", "关系"),
+    "习惯": pgettext_lazy("fact kind", "习惯"), "事件": pgettext_lazy("fact kind", "事件"),
+    "状态": pgettext_lazy("fact kind", "状态"), "未分类": pgettext_lazy("fact kind", "未分类"),
+}
+CODE_LABELS["fact_kind"] = FACT_KINDS
+#: A journal entry's operation as a noun phrase (the model's labels double as the button labels: 标失效 → Invalidate).
+CODE_LABELS["op_label"] = {
+    FactOperation.Op.INVALIDATE: pgettext_lazy("operation", "标失效"), FactOperation.Op.RESTORE: pgettext_lazy("operation", "恢复"),
+    FactOperation.Op.PIN: pgettext_lazy("operation", "永久保留"), FactOperation.Op.UNPIN: pgettext_lazy("operation", "取消永久保留"),
+    FactOperation.Op.SUPERSEDE: pgettext_lazy("operation", "标记取代"), FactOperation.Op.REPLACE: pgettext_lazy("operation", "人工取代"),
+    FactOperation.Op.ADJUDICATE: pgettext_lazy("operation", "冲突裁决"), FactOperation.Op.UNDO: pgettext_lazy("operation", "撤销"),
+}
+#: Chat platforms by their code (a stream's and an identity's ``platform``); others are shown as stored.
+CODE_LABELS["platform_label"] = {"qq": "QQ", "desktop": gettext_lazy("桌面"), "wechat": gettext_lazy("微信"),
+                                 "telegram": "Telegram", "discord": "Discord"}
+
+
 def _code_filter(name: str, labels: dict) -> None:
     register.filter(name, lambda code: str(labels.get(str(code), code)))
 
@@ -297,3 +324,28 @@ NODE_KINDS = dict(MemoryNode.RefKind.choices)
 def node_kind(kind: object) -> str:
     """A graph node kind (fact / episode / knowledge) in the interface language."""
     return str(NODE_KINDS.get(str(kind), kind))
+
+
+@register.filter
+def fact_source(source: object) -> str:
+    """Where a fact was heard, in an operator's words (``extract:stream4``, ``api``, ``manual``, ``seed_demo``)."""
+    code = str(source or "")
+    if code.startswith("extract:stream") and code[len("extract:stream"):].isdigit():
+        return _("从会话流 #%(id)s 的消息抽取") % {"id": code[len("extract:stream"):]}
+    return str(FACT_SOURCES.get(code, code))
+
+
+FACT_SOURCES = {
+    "api": gettext_lazy("机器人通过 API 写入"),
+    "manual": gettext_lazy("操作员在控制台改写"),
+    "seed_demo": gettext_lazy("演示数据"),
+    "": "—",
+}
+
+
+@register.filter
+def source_stream(source: object) -> int | None:
+    """The stream id of an extraction source (``extract:stream4`` → 4), else None."""
+    code = str(source or "")
+    rest = code[len("extract:stream"):] if code.startswith("extract:stream") else ""
+    return int(rest) if rest.isdigit() else None

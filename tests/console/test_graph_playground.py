@@ -88,8 +88,10 @@ def test_playground_shows_the_turn_without_writing_anything(staff, memory_set, f
     response = staff.get(reverse("console:playground"), {"stream": direct.pk, "speaker": alice.pk, "text": "你住在哪里"})
     html = response.content.decode()
     assert "小林住在杭州" in html and "小林住在上海" in html
-    for term in ("BM25", "相关度", "词面覆盖", "余弦", "校准相关度", "留存项", "得分", "进入提示词", "遗忘压下的事实"):
+    for term in ("BM25", "相关度", "词面覆盖", "余弦", "校准相关度", "留存项", "得分", "进入提示词", "为什么"):
         assert term in html
+    verdicts = {row["fact"].content: row["verdict"] for row in response.context["result"]["pool"]}
+    assert all(v.reason for v in verdicts.values())  # every candidate says why, in words
     assert Turn.objects.count() == 0
     assert PipelineEvent.objects.count() == events_before
     assert list(Fact.objects.order_by("id").values_list("strength", "updated_at", "active", "hit_count")) == facts_before

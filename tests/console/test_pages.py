@@ -148,8 +148,9 @@ def test_fact_list_filters_and_states(operator, memory_set, frozen_now, django_a
     f1, f2, f3, f4, f5 = memory_set["facts"]
     curation.pin_fact(fact_id=f3, at=NOW)
     curation.invalidate_fact(fact_id=f5, at=NOW)
-    # AUTH + count + page (person joined) + conflicted slots of the page + person options + kind options.
-    with django_assert_num_queries(AUTH + 5):
+    # AUTH + count + page (person joined) + conflicted slots of the page + person options + kind options
+    # + stream options (the "extracted from" filter).
+    with django_assert_num_queries(AUTH + 6):
         response = operator.get(reverse("console:facts"))
     html = response.content.decode()
     assert "小林住在杭州" in html and "已冻结" in html and "永久保留" in html and "已失效" in html
@@ -180,10 +181,10 @@ def test_fact_search_shows_every_score_term(operator, memory_set, frozen_now, dj
     operator.get(reverse("console:facts"), {"q": "住在哪里"})  # warms the lexical layer's cached row count
     # AUTH + FTS match + the query terms' document frequencies + the hits' tokens (IDF coverage,
     # the ranking's relevance floor) + "any vectors?" + rows of the hits + conflicted slots +
-    # person options + kinds.
+    # person options + kinds + stream options.
     # PostgreSQL ranks a person's facts in three reads (statistics, document frequencies, postings; FTS5: one)
     extra = 3 if connection.vendor == "postgresql" else 0
-    with django_assert_num_queries(AUTH + 8 + extra):
+    with django_assert_num_queries(AUTH + 9 + extra):
         response = operator.get(reverse("console:facts"), {"q": "住在哪里"})
     html = response.content.decode()
     assert "小林住在杭州" in html and "小林喜欢猫" not in html

@@ -179,7 +179,7 @@ def test_compare_page(tuner):
     assert r.status_code == 302 and r["Location"] == reverse("tuning:job", args=[job.pk])
     assert evaluation.run_job(job.pk, vectors=QueryVectors(None)) is True
     html = tuner.get(reverse("tuning:job", args=[job.pk])).content.decode()
-    assert "A · one" in html and "B · 当前生效（default）" in html
+    assert "A · one" in html and "B · 当前生效（默认）" in html  # the stored label composed on the page
     assert 'data-group="all"' in html and "nDCG A" in html
     # A keeps only the confirmed fact (its k is 1); B's top k also holds the café fact: it moved in, fa did not.
     # Checked by the fact links of the moved-in cell, not a bare "#<id>", which a turn id can match too.
