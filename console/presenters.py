@@ -244,6 +244,7 @@ class NodeInfo:
     r: float = 7.0
     opacity: float = 1.0
     role: str = ""  # seed | hit (spreading preview rings)
+    labelled: bool = False  # its label is drawn (GraphView.place_labels: no two labels overlap)
 
     @property
     def key(self) -> str:
@@ -328,6 +329,29 @@ class GraphView:
         roles.update({(h.kind, h.ref_id): "hit" for h in preview.hits})
         for node in self.nodes:
             node.role = roles.get((node.kind, node.ref_id), "")
+
+    def place_labels(self, *, selected: str = "", font: float = 11.0) -> None:
+        """Label what matters first and never two labels on top of each other.
+
+        Order: the selected node, the spreading preview's seeds and hits, then by degree. A label
+        is the box under its circle (its width estimated from the text: a CJK character is about
+        one font size wide, others about half); one that would overlap a placed label, or leave
+        the drawing, is left out (the node's tooltip still names it).
+        """
+        placed: list[tuple[float, float, float, float]] = []
+
+        def width(text: str) -> float:
+            return sum(font if ord(ch) > 0x2E7F else font * 0.6 for ch in text)
+
+        order = sorted(self.nodes, key=lambda n: (n.key != selected, not n.role, -n.degree, n.node_id))
+        for node in order:
+            w, top = width(node.short), node.y + node.r + 2
+            box = (node.x - w / 2, top, node.x + w / 2, top + font + 2)
+            inside = box[0] >= 0 and box[2] <= self.width and box[3] <= self.height
+            clear = all(box[2] < b[0] or box[0] > b[2] or box[3] < b[1] or box[1] > b[3] for b in placed)
+            node.labelled = inside and clear
+            if node.labelled:
+                placed.append(box)
 
 
 def cached_layout(

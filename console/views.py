@@ -7,6 +7,7 @@ writes memory rows directly; writes go through ``memory.services`` / ``memory.pi
 """
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from typing import Any
 
@@ -71,7 +72,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     queues = selectors.stream_queues()
     context = {
         "glance": selectors.at_a_glance(now=now),
-        "today": timezone.localdate(),
+        "today": timezone.localtime(dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC)).date(),
         "layers": selectors.layer_counts(),
         "queues": queues,
         "backlog": presenters.backlog(queues),
@@ -304,6 +305,7 @@ def graph(request: HttpRequest) -> HttpResponse:
     preview = presenters.spread_preview(spread_form.cleaned_data, now=now) if spread_form.is_valid() else None
     if preview:
         view.mark(preview)
+    view.place_labels(selected=f"{data['node'][0]}:{data['node'][1]}" if data.get("node") else "")
     context = {"graph": view, "form": form, "selected": selected, "spread_form": spread_form, "preview": preview}
     # htmx picks #graph-area out of the page (hx-select): the rings of a preview are on the drawing.
     bad_id = "node" in form.errors or "ref" in spread_form.errors

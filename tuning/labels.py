@@ -10,8 +10,8 @@ from django.utils.translation import gettext_lazy
 PARAM_LABELS = {
     "bm25_weight": gettext_lazy("词面相关度权重"),
     "retention_weight_floor": gettext_lazy("留存度权重下限"),
-    "ppr_alpha": gettext_lazy("PPR 回迁概率"),
-    "ppr_hops": gettext_lazy("PPR 跳数"),
+    "ppr_alpha": gettext_lazy("联想扩散回迁概率"),
+    "ppr_hops": gettext_lazy("联想扩散跳数"),
     "pool_score_percentile": gettext_lazy("候选池分数百分位"),
     "fact_recall_limit": gettext_lazy("进提示词的事实条数上限"),
     "recalled_episode_limit": gettext_lazy("情节召回条数"),

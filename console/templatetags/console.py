@@ -128,7 +128,7 @@ NAV = [
     NavLink("memory.view_episode", "console:episodes", gettext_lazy("情节"), frozenset({"episodes"})),
     NavLink("memory.view_fact", "console:facts", gettext_lazy("事实"), frozenset({"facts", "fact"})),
     NavLink("memory.view_fact", "curation:conflicts", gettext_lazy("冲突组"), frozenset({"conflicts"})),
-    NavLink("memory.view_fact", "console:persons", gettext_lazy("人物"), frozenset({"persons", "person_export"})),
+    NavLink("memory.view_fact", "console:persons", pgettext_lazy("nav", "人物"), frozenset({"persons", "person_export"})),
     NavLink("curation.view_factoperation", "curation:operations", gettext_lazy("操作流水"), frozenset({"operations"})),
     NavLink("memory.view_knowledge", "console:knowledge", gettext_lazy("知识"), frozenset({"knowledge"})),
     NavLink("memory.import_knowledge", "console:imports", gettext_lazy("导入中心"), frozenset({"imports"})),
@@ -225,10 +225,18 @@ def job_headline(job: object) -> str:
                 "n": result.get("sample_count", 0), "a": _ndcg(a.get("ndcg_mean")), "b": _ndcg(b.get("ndcg_mean")),
                 "changed": result.get("changed_turns", 0),
             }
+        if kind == "backfill":
+            return _("补全了 %(facts)s 条事实、%(knowledge)s 条知识、%(messages)s 条消息的向量") % {
+                key: result.get(key, 0) for key in ("facts", "knowledge", "messages")
+            }
+        if kind == "decay":
+            return _("冻结了 %(n)s 条联想边") % {"n": result.get("frozen", 0)}
+        if kind == "tuning_probe":
+            return _("工作进程 %(pid)s 用的参数方案：%(profile)s") % {
+                "pid": result.get("pid", "?"), "profile": profile_name(result.get("profile"))}
     except (TypeError, ValueError, AttributeError):
         return ""
-    # Other kinds: their plain numbers, never nested structures.
-    return " · ".join(f"{k} {v}" for k, v in result.items() if isinstance(v, int | float) and not isinstance(v, bool))
+    return ""  # a kind without a sentence of its own: its status says enough (never raw result keys)
 
 
 @register.filter
@@ -317,7 +325,9 @@ def event_label(kind: object) -> str:
     return str(EVENTS.get(str(kind), kind))
 
 
-NODE_KINDS = dict(MemoryNode.RefKind.choices)
+#: One memory node's layer (the model's labels are plural: 事实 → Facts).
+NODE_KINDS = {MemoryNode.RefKind.FACT: pgettext_lazy("one", "事实"), MemoryNode.RefKind.EPISODE: pgettext_lazy("one", "情节"),
+              MemoryNode.RefKind.KNOWLEDGE: pgettext_lazy("one", "知识")}
 
 
 @register.filter

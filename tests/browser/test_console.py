@@ -95,7 +95,7 @@ def test_a_spreading_preview_draws_the_graph(login, live_server, memory_set, fro
     page.wait_for_selector("#spread-result")
     assert page.locator("svg.graph .ring-seed").count() >= 1
     assert "顺带想起来的" in page.inner_text("#spread-result")
-    assert re.search(r"PPR 用时 [\d.]+ ms", page.inner_text("#spread-result"))
+    assert re.search(r"联想扩散用时 [\d.]+ ms", page.inner_text("#spread-result"))
     page.locator(f'svg.graph a[data-node="fact:{memory_set["facts"][2]}"]').click()
     page.wait_for_selector("#node-panel >> text=从这里扩散")
     shot(page, "graph-spreading")

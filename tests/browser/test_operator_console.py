@@ -204,7 +204,11 @@ def test_the_dashboard_shows_what_an_operator_needs_at_a_glance(login, live_serv
     glance = page.locator("#glance")
     for key, url in (("learnt", "console:facts"), ("conflicts", "curation:conflicts"), ("jobs", "console:jobs"),
                      ("workers", "console:worker_health"), ("pending", "console:streams")):
-        assert glance.locator(f'a[data-glance="{key}"]').get_attribute("href") == reverse(url), key
+        assert glance.locator(f'a[data-glance="{key}"]').get_attribute("href").split("?")[0] == reverse(url), key
+    # "facts learnt today" leads to exactly those: the list filtered from local midnight
+    assert "?since=" in glance.locator('a[data-glance="learnt"]').get_attribute("href")
+    # why messages wait: the streams are below the summary trigger (48), and it says so
+    assert "48" in glance.locator("#backlog-why").inner_text()
     assert glance.locator('[data-glance="conflicts"] .metric').inner_text() == "1"
     assert glance.locator('[data-glance="pending"] .metric').inner_text() == "3"  # two direct + one group message
     assert "1" in glance.locator('[data-glance="jobs"] .danger-text').inner_text()  # the failed job

@@ -49,7 +49,7 @@ def test_spreading_preview_from_a_node_lists_seeds_and_hits_apart(staff, memory_
     assert [s.ref_id for s in preview.seeds] == [f3]
     hit_keys = {h.key for h in preview.hits}
     assert f"knowledge:{memory_set['knowledge'][0]}" in hit_keys and f"fact:{f3}" not in hit_keys
-    assert "起点" in html and "顺带想起来的" in html and "PPR 用时" in html and "跳 ·" in html
+    assert "起点" in html and "顺带想起来的" in html and "联想扩散用时" in html and "跳 ·" in html
     assert 'class="ring-seed"' in html or "ring-seed" in html
     assert not PipelineEvent.objects.filter(kind="memory_spread").exists()  # a preview is not a recall
 
@@ -78,7 +78,7 @@ def test_spreading_preview_shows_the_fallback(staff, memory_set, frozen_now, mon
 
     monkeypatch.setattr("console.presenters.selectors.spread", timed_out)
     html = staff.get(reverse("console:graph"), {"q": "猫"}).content.decode()
-    assert "PPR 超时（memory），已回退到固定跳数扩散" in html and "101.0 ms" in html
+    assert "联想扩散超时，已改用固定跳数扩散" in html and "101.0 ms" in html
 
 
 def test_playground_shows_the_turn_without_writing_anything(staff, memory_set, frozen_now):
@@ -165,3 +165,60 @@ def test_playground_with_an_empty_prompt_numbers_nothing(staff, memory_set, froz
     body = response.content.decode()
     assert 'id="playground-no-facts"' in body
     assert '<li class="muted">' not in body
+
+
+def test_playground_leads_with_a_verdict_and_a_reason_for_every_candidate(staff, memory_set, frozen_now, settings):
+    alice, direct = memory_set["alice"], memory_set["direct"]
+    response = staff.get(reverse("console:playground"), {"stream": direct.pk, "speaker": alice.pk, "text": "你住在哪里"})
+    result = response.context["result"]
+    codes = {row["verdict"].code for row in result["pool"]}
+    assert "prompt" in codes
+    for row in result["pool"]:
+        verdict = row["verdict"]
+        assert verdict.code == ("prompt" if row["in_prompt"] else "forgetting" if row["held_back"]
+                                else "limit" if row["fact"].eligible else "floor")
+        assert verdict.reason and verdict.label
+    html = response.content.decode()
+    assert 'data-verdict="prompt"' in html and "每一项得分" in html  # numbers on demand
+    # one place in the prompt: the others are out of places, and say which rank they had
+    response = staff.get(reverse("console:playground"), {"stream": direct.pk, "speaker": alice.pk, "text": "小林"})
+    ranked = response.context["result"]["pool"]
+    settings.FACT_RECALL_LIMIT = 1
+    limited = staff.get(reverse("console:playground"), {"stream": direct.pk, "speaker": alice.pk, "text": "小林"})
+    outside = [r for r in limited.context["result"]["pool"] if r["verdict"].code == "limit"]
+    assert len(ranked) > 1 and outside and "名额" in outside[0]["verdict"].reason
+
+
+def test_a_candidate_under_the_floors_says_which_floor(staff, memory_set, frozen_now):
+    from console.presenters import verdict_of
+    from memory.selectors import ScopedFact
+
+    fact = ScopedFact(id=1, person_id=1, kind="身份", content="x", slot="", origin_kind="direct", retention=1.0,
+                      score=2.0, lexical_relevance=0.3, bm25=-1.0, half_life_hours=1.0, active=True, cosine=0.1,
+                      coverage=0.2, eligible=False)
+    verdict = verdict_of(fact, rank=1, in_prompt=False, held_back=False, limit=6,
+                         overrides={"lexical_coverage_floor": 0.5, "dense_cosine_floor": 0.3})
+    assert verdict.code == "floor" and "20%" in verdict.reason and "50%" in verdict.reason and "0.30" in verdict.reason
+    fact.__dict__.update(verdict="gate", reason="闲聊，不需要记忆")  # a verdict the ranking gives is shown as given
+    assert verdict_of(fact, rank=1, in_prompt=False, held_back=False, limit=6, overrides={}).reason == "闲聊，不需要记忆"
+
+
+def test_playground_says_what_visibility_held_back(staff, memory_set, frozen_now):
+    bob, group = memory_set["bob"], memory_set["group"]
+    services.append_message(stream_id=group.pk, role="user", content="小林也在", sender_person_id=memory_set["alice"].pk,
+                            at=NOW - HOUR)
+    html = staff.get(reverse("console:playground"), {"stream": group.pk, "speaker": bob.pk, "text": "小林住在哪里"}).content.decode()
+    assert 'id="visibility-note"' in html and "私聊里学到的" in html
+    assert f"?person={memory_set['alice'].pk}&amp;origin=direct" in html
+
+
+def test_graph_labels_never_overlap_and_the_selected_node_keeps_its_own():
+    from console.presenters import GraphView, NodeInfo
+
+    nodes = [NodeInfo(node_id=i, kind="fact", ref_id=i, text=f"事实{i}号", x=100 + 3 * i, y=100, degree=i) for i in range(4)]
+    nodes.append(NodeInfo(node_id=9, kind="fact", ref_id=9, text="远处的事实", x=400, y=300))
+    view = GraphView(nodes=nodes, edges=[], stats={})
+    view.place_labels()
+    assert [n.node_id for n in nodes if n.labelled] == [3, 9]  # the best connected of the crowded four, and the far one
+    view.place_labels(selected="fact:0")
+    assert [n.node_id for n in nodes if n.labelled] == [0, 9]

@@ -162,6 +162,9 @@ def test_job_page_progress_then_report(tuner):
     assert html.index('id="mismatch-count"') < html.index('class="metric"', first_metric + 1)
     assert 'data-mismatched="1"' in html and 'data-reconcile="mismatch"' in html and "#424242" in html
     assert "nDCG@3" in html and "fact_recall_limit=3" in html
+    # its sample: how many turns, how many scorable, and that one turn is an anecdote; a row per stream kind
+    assert "样本：最近 1 个留痕回合" in html and "其中 1 个可评分" in html and 'id="few-scorable"' in html
+    assert 'data-group="desktop"' in html
     r = tuner.get(reverse("tuning:job_json", args=[job.pk]))
     assert json.loads(r.content)["k"] == 3
     index = tuner.get(reverse("tuning:index")).content.decode()
@@ -181,6 +184,7 @@ def test_compare_page(tuner):
     html = tuner.get(reverse("tuning:job", args=[job.pk])).content.decode()
     assert "A · one" in html and "B · 当前生效（默认）" in html  # the stored label composed on the page
     assert 'data-group="all"' in html and "nDCG A" in html
+    assert 'id="sample-size"' in html and "回放不一致：用当时生效的参数重放" in html  # mismatches explained
     # A keeps only the confirmed fact (its k is 1); B's top k also holds the café fact: it moved in, fa did not.
     # Checked by the fact links of the moved-in cell, not a bare "#<id>", which a turn id can match too.
     moved_in = html.split('class="small moved-in"', 1)[1].split("</td>", 1)[0]
@@ -201,3 +205,14 @@ def test_unknown_job_is_404(tuner):
     assert tuner.get(reverse("tuning:job", args=[999])).status_code == 404
     other = Job.objects.create(kind="import")
     assert tuner.get(reverse("tuning:job", args=[other.pk])).status_code == 404
+
+
+def test_a_report_from_before_the_desktop_row_still_reads(tuner):
+    _traces()
+    job = evaluation.submit_evaluation(evaluation.resolve_target(), max_turns=10)
+    evaluation.run_job(job.pk, vectors=QueryVectors(None))
+    job.refresh_from_db()
+    job.result["groups"].pop("desktop")
+    job.save(update_fields=["result"])
+    html = tuner.get(reverse("tuning:job", args=[job.pk])).content.decode()
+    assert 'data-group="all"' in html and 'data-group="desktop"' not in html
