@@ -17,7 +17,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, pgettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.http import HttpResponseClientRedirect, reswap
 
 from console import presenters
 from memory import export, forget, selectors, services
@@ -106,7 +106,7 @@ def forget_target(request: HttpRequest, target: str, pk: int) -> HttpResponse:
         except forget.ForgetTargetNotFound as exc:
             raise Http404(str(exc)) from exc
         except forget.ForgetRefused:
-            return render(request, "privacy/forget.html", {**context, "refusal": OWNER_REFUSAL}, status=409)
+            return _refusal(request, render(request, "privacy/forget.html", {**context, "refusal": OWNER_REFUSAL}, status=409))
         except forget.ForgetPlanChanged:
             context["refusal"] = _("预览之后记忆有了变化，请核对新的预览后再确认。")
             status = 409
@@ -127,7 +127,12 @@ def forget_target(request: HttpRequest, target: str, pk: int) -> HttpResponse:
     samples = {kind: {"rows": rows, "more": counts[kind] - len(rows)}
                for kind, rows in selectors.forget_samples(plan, limit=SAMPLE).items()}
     context.update(plan=plan, counts=counts, samples=samples)
-    return render(request, "privacy/forget.html", context, status=status)
+    return _refusal(request, render(request, "privacy/forget.html", context, status=status))
+
+
+def _refusal(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """A refused htmx POST swaps its page's ``main`` like a 200 (static/console.js), never the whole document."""
+    return reswap(response, "outerHTML") if request.htmx and response.status_code >= 400 else response
 
 
 OWNER_REFUSAL = gettext_lazy("这是机器人的主人：主人不能被遗忘（可以遗忘主人的单条消息、事实或会话流）。")

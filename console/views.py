@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods
-from django_htmx.http import trigger_client_event
+from django_htmx.http import reswap, trigger_client_event
 
 from console import presenters
 from console.forms import (
@@ -309,7 +309,9 @@ def graph(request: HttpRequest) -> HttpResponse:
     context = {"graph": view, "form": form, "selected": selected, "spread_form": spread_form, "preview": preview}
     # htmx picks #graph-area out of the page (hx-select): the rings of a preview are on the drawing.
     bad_id = "node" in form.errors or "ref" in spread_form.errors
-    return render(request, "console/graph.html", context, status=400 if bad_id else 200)
+    response = render(request, "console/graph.html", context, status=400 if bad_id else 200)
+    # a refusal swaps #graph-area like any answer (static/console.js), also under DEBUG
+    return reswap(response, "outerHTML") if bad_id and request.htmx else response
 
 
 # --- recall playground -----------------------------------------------------------
