@@ -132,7 +132,7 @@ def _import(out: Path, memdaily_haystacks: int | None, conversations: int | None
     t_import = time.perf_counter() - t0
     t_copy = None
     if copy_to:
-        from memory.copy_store import copy_store
+        from memory.management.copy_store import copy_store
 
         report = copy_store(copy_to, progress=lambda line: None, verify=False)
         if not report.counts_match:

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
         api_bench.setup_django(db)
         from django.db import connection
 
-        from memory.auth import issue_token
+        from memory.api.auth import issue_token
 
         _, token = issue_token("api-ab")
         api_bench.backfill_message_vectors(1)  # vectors for the context lines, as api_bench gives them

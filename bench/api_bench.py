@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> dict:
         conn_max_age = dj_settings.DATABASES["default"].get("CONN_MAX_AGE", 0)
         load_before = [round(x, 2) for x in os.getloadavg()]
 
-        from memory.auth import issue_token
+        from memory.api.auth import issue_token
 
         _, token = issue_token("api-bench")
         connection.close()

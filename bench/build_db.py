@@ -113,13 +113,13 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512, real_tex
     from django.core.management import call_command
     from django.db import connection, transaction
 
-    from memory import lexical
     from memory.engine import decay
     from memory.engine.quantize import pack_float32, quantize_vector
     from memory.engine.similarity import exact_key
     from memory.engine.tokenize import index_tokens
     from memory.meta import meta_set
     from memory.models import EXTRACT_CURSOR_KEY
+    from memory.search import lexical
 
     for suffix in ("", "-wal", "-shm"):
         Path(f"{out}{suffix}").unlink(missing_ok=True)

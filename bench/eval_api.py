@@ -170,8 +170,8 @@ class Deployment:
         """Work the worker still has: due streams, rows without a vector, tasks queued or running."""
         from django.db import connection
 
-        from memory import triggers
-        from memory.enqueue import LOCK_PREFIX, QUEUED_PREFIX
+        from memory.dispatch import triggers
+        from memory.dispatch.enqueue import LOCK_PREFIX, QUEUED_PREFIX
         from memory.models import Fact, Knowledge
 
         r = self.redis()

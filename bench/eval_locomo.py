@@ -339,9 +339,10 @@ def _max_per_group(scores: np.ndarray, groups: Sequence[int], k: int, *, positiv
 
 
 def evaluate(conversations: Sequence[Conversation], embedder: Embedder, *, log: Callable[[str], None] = print) -> dict:
-    from memory import lexical, selectors
+    from memory import selectors
     from memory.overrides import active_overrides
     from memory.recall import prompt_facts, rank_pool, replay_turn_pool
+    from memory.search import lexical
 
     base = dict(active_overrides())
     ov = {**base, "fact_recall_limit": TOP}

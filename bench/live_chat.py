@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
         api_bench.setup_django(db)
         from django.db import connection
 
-        from memory.auth import issue_token
+        from memory.api.auth import issue_token
 
         _, token = issue_token("live-chat")
         connection.close()

@@ -1,7 +1,7 @@
 """What one message edit or delete costs the next search of a process: the resident message statistics' refresh.
 
 An inspect search first brings the process's resident message statistics
-(``memory/lexical_index.py``, ``ResidentMessages``) up to the committed rows. Appends are
+(``memory/search/lexical_index.py``, ``ResidentMessages``) up to the committed rows. Appends are
 cheap; this measures the refresh after a message edit (``update_message_content``) and
 after a message delete, on an existing store — wall time and this process's CPU time,
 and whether the statistics were reloaded (``rebuilds``) — next to the first load.
@@ -40,8 +40,9 @@ def main() -> None:
     # Django is set up only now: these read settings when imported
     from django.db import connection
 
-    from memory import lexical, lexical_index, services
+    from memory import services
     from memory.models import Message
+    from memory.search import lexical, lexical_index
 
     rng = random.Random(args.seed)
     with connection.cursor() as cur:

@@ -174,7 +174,8 @@ def conversation_paths(counts: dict, n: int, streams: list, q: Callable[[], str]
     with the stream's postings resident and once as the first search of a stream in the
     process (postings built from the covering index).
     """
-    from memory import lexical_index, recall, selectors
+    from memory import recall, selectors
+    from memory.search import lexical_index
 
     rng = random.Random(13)
     now = counts["now"]
@@ -224,7 +225,7 @@ def scoped_agreement(counts: dict, streams: list) -> dict:
     rankings compared in full (ids, order and bm25) and timed."""
     from django.test import override_settings
 
-    from memory import lexical
+    from memory.search import lexical
 
     rng = random.Random(21)
     persons = list(range(2, counts["persons"] + 2))
@@ -271,7 +272,7 @@ def scoped_agreement(counts: dict, streams: list) -> dict:
 
 def _whole_table_ids(table: str, match: str) -> list[int]:
     """Top-10 row ids of a whole-table query through the product's own function."""
-    from memory import lexical
+    from memory.search import lexical
 
     if table == "facts_fts":
         return [r[0] for r in lexical.fact_candidates(match, person_ids=None, limit=10, include_invalid=True)]
@@ -287,7 +288,7 @@ def whole_table_agreement() -> dict:
     """Resident index and FTS5 pruning vs unpruned FTS5 bm25: top-10 agreement and time, per table."""
     from django.test import override_settings
 
-    from memory import lexical, lexical_index
+    from memory.search import lexical, lexical_index
 
     out = {}
     for table, label in (("facts_fts", "facts"), ("knowledge_fts", "knowledge"), ("cues_fts", "episode cues")):
@@ -364,9 +365,9 @@ def lexical_side_by_side(counts: dict, n: int) -> dict:
     import bm25s
     from django.test import override_settings
 
-    from memory import lexical
     from memory.engine.tokenize import index_tokens, query_terms
     from memory.models import Fact
+    from memory.search import lexical
 
     rows = list(Fact.objects.values_list("id", "content"))
     ids = [r[0] for r in rows]
@@ -407,7 +408,7 @@ def lexical_side_by_side(counts: dict, n: int) -> dict:
 
 def vectors_side_by_side(n: int) -> dict:
     from memory.engine.quantize import quantize_vector
-    from memory.vector_index import knowledge_index
+    from memory.search.vector_index import knowledge_index
 
     index = knowledge_index()
     matrix = index._fresh()  # the resident int8 matrix

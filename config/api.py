@@ -33,14 +33,14 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
 from curation import api as curation_api
-from memory import api as memory_api
-from memory.auth import BearerTokenAuth
+from memory.api import routes as memory_api
+from memory.api.auth import BearerTokenAuth
 from memory.broker import BrokerUnavailable
 from tuning import api as tuning_api
 
 logger = logging.getLogger(__name__)
 
-# Assembled here, above the apps: each app defines its routes (memory/api.py, curation/api.py,
+# Assembled here, above the apps: each app defines its routes (memory/api/routes.py, curation/api.py,
 # tuning/api.py) and the statuses of its own exceptions (ERROR_STATUSES); this module builds the one
 # NinjaAPI (its docstring above is the API description), the strict JSON parser, the error format
 # and the mounting under /v1.
@@ -152,6 +152,12 @@ class ScopedNinjaAPI(NinjaAPI):
     The security requirement keeps an empty scope list: OpenAPI 3.0 allows scopes only for
     OAuth2/OpenID schemes, and schema-driven clients read the bearer requirement as is.
     """
+
+    def get_openapi_operation_id(self, operation: Any) -> str:
+        """``<app>_api_<function>`` (``memory_api_post_turn``): a client's generated names depend on the
+        app and the view's name, never on which module of the app holds the route."""
+        app = operation.view_func.__module__.split(".")[0]
+        return f"{app}_api_{operation.view_func.__name__}"
 
     def get_openapi_schema(self, *, path_prefix: str | None = None, path_params: dict | None = None) -> Any:
         """The document, built once per prefix (it took ~200 ms of CPU per request; the routes do not

@@ -3,7 +3,7 @@
 Job state lives in our own ``jobs`` table, so results are never stored.
 When a worker is ready it releases locks left by its killed predecessor and
 enqueues one edge-decay sweep, one vector backfill and one sweep of streams
-with due work (see :func:`memory.tasks.worker_startup`).
+with due work (see :func:`memory.pipeline.tasks.worker_startup`).
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ logger = logging.getLogger(__name__)
 
 app = Celery("memory_console")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks()
+app.autodiscover_tasks()  # each app's tasks.py (tuning.tasks)
+app.autodiscover_tasks(["memory.pipeline"])  # memory's live in its pipeline package
 
 _started_at: float | None = None
 
@@ -50,7 +51,8 @@ def _on_worker_init(**kwargs) -> None:
 
     preload_embedder()
 
-    from memory import backends, residency  # the project's modules load with Django, after this module
+    from memory import backends
+    from memory.search import residency  # the project's modules load with Django, after this module
 
     backends.checkpoint_on_commit()  # SQLite: the worker's commits, not the web's, copy the log back
     residency.settle_process()  # before the fork: the children share these pages and the collector skips them
@@ -94,6 +96,6 @@ def _on_setup_logger(**kwargs) -> None:
 @worker_ready.connect
 def _on_worker_ready(sender=None, **kwargs) -> None:
     # This module is imported with the settings (config/__init__.py), before the apps are loaded.
-    from memory.tasks import worker_startup
+    from memory.pipeline.tasks import worker_startup
 
     worker_startup(getattr(sender, "hostname", None), started_at=_started_at)

@@ -11,7 +11,7 @@ Each worker imports the URLconf (every view, the API schemas), loads jieba's
 dictionary and the local embedding model once it has loaded the app and before
 it accepts a request, so its first request pays none of that (the model's load
 time is logged: ``embedder_preloaded … load_ms=…``); then what it loaded is frozen out
-of the garbage collector's full passes (memory/residency.py).
+of the garbage collector's full passes (memory/search/residency.py).
 """
 from __future__ import annotations
 
@@ -38,11 +38,11 @@ def post_worker_init(worker) -> None:
     # gunicorn reads this file before Django is set up: the project loads in the hook, in each worker.
     from django.urls import get_resolver
 
-    from memory import residency
     from memory.engine import tokenize
     from memory.providers.config import preload_embedder
+    from memory.search import residency
 
     get_resolver().url_patterns  # noqa: B018 — imports every view and builds the API schemas (~2 s)
     tokenize.warm_up()  # jieba's dictionary: 1–3 s
     preload_embedder()
-    residency.settle_process()  # out of the collector's full passes (memory/residency.py)
+    residency.settle_process()  # out of the collector's full passes (memory/search/residency.py)

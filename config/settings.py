@@ -253,7 +253,7 @@ CELERY_BEAT_SCHEDULE = {
     "memory-recover-jobs": {"task": "memory.tasks.jobs_recover_task", "schedule": crontab(minute="2-59/5")},
     # SQLite: the write-ahead log copied back into the database file off the request path, every minute.
     "memory-wal-checkpoint": {"task": "memory.tasks.wal_checkpoint_task", "schedule": crontab()},
-    # pipeline_events and turns are bounded (memory/retention.py): every hour at minute 17.
+    # pipeline_events and turns are bounded (memory/pipeline/retention.py): every hour at minute 17.
     "memory-retention": {"task": "memory.tasks.retention_sweep_task", "schedule": crontab(minute=17)},
     # Message bodies past MESSAGE_RETENTION_DAYS (off by default): daily at 03:41.
     "memory-message-retention": {"task": "memory.tasks.expire_message_bodies_task", "schedule": crontab(minute=41, hour=3)},
@@ -262,7 +262,7 @@ CELERY_BEAT_SCHEDULE = {
 JOB_LEASE_SECONDS = envint("JOB_LEASE_SECONDS", 900)
 # A re-queued import / evaluation is started at most this many times, then failed with the reason.
 JOB_MAX_ATTEMPTS = envint("JOB_MAX_ATTEMPTS", 3)
-# Retention (memory/retention.py): events older than 72 h or beyond the newest 20 000 go, as in
+# Retention (memory/pipeline/retention.py): events older than 72 h or beyond the newest 20 000 go, as in
 # the reference; turns older than 30 days or beyond the newest 5 000 go, but the newest 500 (what
 # trace-replay evaluation can replay) always stay.
 EVENT_RETENTION_COUNT = envint("EVENT_RETENTION_COUNT", 20_000)
@@ -288,14 +288,14 @@ PRIVATE_FACTS_IN_GROUP = envbool("PRIVATE_FACTS_IN_GROUP", "False")
 MESSAGE_MAX_CHARS = envint("MESSAGE_MAX_CHARS", 20000)
 # Queries over a whole table (knowledge, every person's facts, every stream's cues) are
 # ranked by a per-process resident BM25 index that scores like unpruned FTS5
-# (memory/lexical_index.py; a few MB per 10k rows). Off: FTS5 answers, with query terms
+# (memory/search/lexical_index.py; a few MB per 10k rows). Off: FTS5 answers, with query terms
 # found in more than FTS_PRUNE_DF_RATIO of the rows dropped first (tables of 2,000+ rows;
 # lower is faster, higher stays closer to unpruned bm25 — BENCHMARKS.md measures both).
 LEXICAL_RESIDENT_INDEX = envbool("LEXICAL_RESIDENT_INDEX", "True")
 FTS_PRUNE_DF_RATIO = envfloat("FTS_PRUNE_DF_RATIO", 0.1)
 # Long-lived structures (the resident indexes, jieba's dictionary) are frozen out of the
 # cyclic garbage collector's full passes once loaded, which otherwise stall a turn for
-# 150+ ms now and then (memory/residency.py).
+# 150+ ms now and then (memory/search/residency.py).
 RESIDENT_GC_FREEZE = envbool("RESIDENT_GC_FREEZE", "True")
 
 # --- Model providers ----------------------------------------------------------
@@ -319,7 +319,7 @@ EMBEDDING_QUERY_TIMEOUT = envfloat("EMBEDDING_QUERY_TIMEOUT", 2.0)
 EMBEDDING_DOWN_SECONDS = envfloat("EMBEDDING_DOWN_SECONDS", 30.0)
 
 # Short-term spreading activation (recently recalled memory nodes spread more for ~10 min):
-# "redis" = one table in REDIS_URL shared by every web and worker host (memory/activation.py),
+# "redis" = one table in REDIS_URL shared by every web and worker host (memory/search/activation.py),
 # "process" = a table per process (the test settings: unit tests never write to Redis).
 SHORT_TERM_ACTIVATION = env("SHORT_TERM_ACTIVATION", "redis")
 

@@ -10,7 +10,7 @@ from django.http import Http404
 from django.urls import include, path
 
 from config.api import api
-from memory.health import healthz
+from memory.api.health import healthz
 
 PASSWORD_RESET_VIEWS = {"password_reset", "password_reset_done", "password_reset_confirm", "password_reset_complete"}
 
@@ -46,7 +46,7 @@ urlpatterns = [
     path("api/", api.urls),
     path("accounts/", include(account_urls)),
     path("i18n/", include("django.conf.urls.i18n")),
-    path("curation/", include("console.curation_urls")),
+    path("curation/", include("curation.urls")),
     path("tuning/", include("tuning.urls")),
     path("", include("console.urls")),
 ]

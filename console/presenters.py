@@ -27,8 +27,6 @@ import redis
 from celery import current_app as app  # the project's Celery app (config/celery.py), without importing config
 from django.conf import settings
 from django.core.cache import cache
-from django.core.paginator import Page, Paginator
-from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -46,15 +44,6 @@ from memory.models import (
     FactQuerySet,
     FactState,
 )
-
-#: Rows on a page of the console's lists.
-PAGE_SIZE = 50
-
-
-def page_of(request: HttpRequest, rows: Any, per_page: int = PAGE_SIZE, param: str = "page") -> Page:
-    """The page of ``rows`` that the request's ``?<param>=`` asks for (the last page when out of range)."""
-    return Paginator(rows, per_page).get_page(request.GET.get(param))
-
 
 # --- dashboard -------------------------------------------------------------------
 
@@ -174,17 +163,6 @@ def filter_facts(qs: FactQuerySet, data: dict[str, Any]) -> FactQuerySet:
 def _local_midnight_ms(day: dt.date) -> int:
     """Epoch milliseconds of a date's start in the console's time zone."""
     return int(timezone.make_aware(dt.datetime.combine(day, dt.time.min)).timestamp() * 1000)
-
-
-def decorate_facts(facts: Iterable[Fact], *, now: int, breakdown: dict[int, Any] | None = None) -> None:
-    """Set ``retention``, ``conflicted`` and (for search hits) ``breakdown`` on facts."""
-    facts = list(facts)
-    conflicted = set(selectors.conflict_group_keys(person_ids={f.person_id for f in facts if f.slot}))
-    for f in facts:
-        f.retention = f.retention_at(now)
-        f.conflicted = f.state == FactState.ACTIVE and (f.person_id, f.slot) in conflicted
-        hit = (breakdown or {}).get(f.pk)
-        f.breakdown = hit
 
 
 def likely_sources(fact: Fact, *, limit: int = 2) -> list[Any]:

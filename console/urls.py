@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console import privacy_views, views
+from console import views
+from memory.privacy import views as privacy_views
 
 app_name = "console"
 urlpatterns = [

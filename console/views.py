@@ -34,7 +34,9 @@ from console.forms import (
     SpreadForm,
 )
 from curation import selectors as journal
+from curation.presenters import decorate_facts
 from memory import broker, pipeline, recall, selectors, services
+from memory.fields import page_of
 from memory.management.commands.ensure_roles import ROLES
 from memory.models import (
     Fact,
@@ -122,10 +124,10 @@ def stream(request: HttpRequest, pk: int) -> HttpResponse:
         hits = presenters.attach_senders(recall.inspect_messages(stream_id=obj.pk, query=form.cleaned_data["q"], limit=20))
         if request.htmx:
             return render(request, "console/stream.html#message-hits", {"hits": hits, "form": form, "stream": obj})
-    batches = presenters.page_of(request, selectors.episode_batches(stream_id=obj.pk), 20)
+    batches = page_of(request, selectors.episode_batches(stream_id=obj.pk), 20)
     message_form = MessageFilterForm(request.GET, speakers=selectors.stream_speakers(stream_id=obj.pk))
     message_form.is_valid()
-    messages_page = presenters.page_of(
+    messages_page = page_of(
         request, selectors.filter_messages(obj, getattr(message_form, "cleaned_data", {})), param="mpage"
     )
     messages_page.object_list = presenters.attach_senders(messages_page.object_list)
@@ -157,7 +159,7 @@ def episodes(request: HttpRequest) -> HttpResponse:
         page = None
     else:
         qs = selectors.episode_list(stream=data.get("stream"), placeholders=bool(data.get("placeholders")))
-        page = presenters.page_of(request, qs)
+        page = page_of(request, qs)
         presenters.attach_cues(page.object_list)
         presenters.placeholder_reasons(page.object_list)
     template = _partial(request, "console/episodes.html", "episode-results")
@@ -172,7 +174,7 @@ def episode(request: HttpRequest, pk: int) -> HttpResponse:
     obj = get_object_or_404(selectors.episodes_with_counts(), pk=pk)
     presenters.attach_cues([obj])
     presenters.placeholder_reasons([obj])
-    page = presenters.page_of(request, obj.messages.order_by("id"))
+    page = page_of(request, obj.messages.order_by("id"))
     page.object_list = presenters.attach_senders(page.object_list)
     return render(request, "console/episode.html", {"ep": obj, "page": page})
 
@@ -195,10 +197,10 @@ def facts(request: HttpRequest) -> HttpResponse:
         # The ranked hits, then (the search honours the state filter) facts recall never sees, matched by text.
         rows = selectors.match_facts(qs, data["q"], ranked=[h.id for h in hits])
         breakdown = {h.id: h for h in hits}
-        page = presenters.page_of(request, rows)
+        page = page_of(request, rows)
     else:
-        page = presenters.page_of(request, qs.order_by("-updated_at", "-id"))
-    presenters.decorate_facts(page.object_list, now=now, breakdown=breakdown)
+        page = page_of(request, qs.order_by("-updated_at", "-id"))
+    decorate_facts(page.object_list, now=now, breakdown=breakdown)
     context = {
         "form": form,
         "page": page,
@@ -215,7 +217,7 @@ def facts(request: HttpRequest) -> HttpResponse:
 def fact(request: HttpRequest, pk: int) -> HttpResponse:
     now = services.now_ms()
     obj = get_object_or_404(Fact.objects.select_related("person"), pk=pk)
-    presenters.decorate_facts([obj], now=now)
+    decorate_facts([obj], now=now)
     context = {
         "fact": obj,
         "curve": presenters.decay_curve_svg(obj, now=now),
@@ -243,7 +245,7 @@ def knowledge(request: HttpRequest) -> HttpResponse:
         # the bot's ``consult`` path; touch=False: a console search is not a consultation (hit counts stay)
         hits = recall.consult_knowledge(query=form.cleaned_data["q"], limit=20, touch=False)
     else:
-        page = presenters.page_of(request, selectors.knowledge_list())
+        page = page_of(request, selectors.knowledge_list())
     return render(request, _partial(request, "console/knowledge.html", "knowledge-results"),
                   {"form": form, "hits": hits, "page": page})
 

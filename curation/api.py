@@ -19,10 +19,8 @@ from curation import selectors as journal
 from curation import services
 from memory import selectors
 from memory import services as memory_services
-from memory.auth import BearerTokenAuth, api_user
-from memory.engine.similarity import exact_key
-from memory.models import Fact, Person
-from memory.schemas import (
+from memory.api.auth import BearerTokenAuth, api_user
+from memory.api.schemas import (
     EPOCH_MS_HELP,
     FACT_MAX_CHARS,
     HAS_WORD,
@@ -34,6 +32,8 @@ from memory.schemas import (
     In,
     fact_row,
 )
+from memory.engine.similarity import exact_key
+from memory.models import Fact, Person
 
 router = Router(tags=["curation"], auth=BearerTokenAuth(scope="curation"))
 

@@ -6,9 +6,9 @@ from typing import Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from memory.api.schemas import FACT_MAX_CHARS
 from memory.fields import IdField, PersonChoiceField, TextField
 from memory.models import FactOperation, Person
-from memory.schemas import FACT_MAX_CHARS
 
 
 class ConflictFilterForm(forms.Form):

@@ -8,7 +8,7 @@ for the socket timeout of every call, or forever.
 * :func:`client` — the redis-py client of the enqueue markers and per-stream
   locks: ``REDIS_CONNECT_TIMEOUT`` / ``REDIS_SOCKET_TIMEOUT`` (0.1 s each by
   default) and no client-side retries (redis-py 8 retries ten times by default).
-* :func:`publish` — send a Celery task (by its registered name, see :mod:`memory.enqueue`). It first asks :func:`client` (one round
+* :func:`publish` — send a Celery task (by its registered name, see :mod:`memory.dispatch.enqueue`). It first asks :func:`client` (one round
   trip, bounded by those timeouts), then publishes with a retry policy of at
   most one reconnect; Celery's own socket timeouts (``CELERY_BROKER_TRANSPORT_OPTIONS``)
   bound the rest.

@@ -1,4 +1,6 @@
-"""Form fields shared by every console form (console pages, curation, tuning): row ids, persons, text.
+"""What every console page shares (console, curation, tuning, privacy): form fields and the page of a list.
+
+Form fields: row ids, persons, text.
 
 ``MAX_ID`` (the largest row id SQLite can store, signed 64 bits) is the API's bound too:
 a larger number cannot even be bound to a query. Text fields are :class:`TextField`: a
@@ -11,15 +13,27 @@ from html import escape
 from typing import Any
 
 from django import forms
+from django.core.paginator import Page, Paginator
 from django.forms.utils import flatatt
+from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
+from memory.api.schemas import MAX_ID
 from memory.models import Person
-from memory.schemas import MAX_ID
 
-__all__ = ["MAX_ID", "NUL_MESSAGE", "FastSelect", "IdField", "PersonChoiceField", "TextField", "parse_id"]
+__all__ = ["MAX_ID", "NUL_MESSAGE", "PAGE_SIZE", "FastSelect", "IdField", "PersonChoiceField", "TextField", "page_of",
+           "parse_id"]
+
+#: Rows on a page of the console's lists.
+PAGE_SIZE = 50
+
+
+def page_of(request: HttpRequest, rows: Any, per_page: int = PAGE_SIZE, param: str = "page") -> Page:
+    """The page of ``rows`` that the request's ``?<param>=`` asks for (the last page when out of range)."""
+    return Paginator(rows, per_page).get_page(request.GET.get(param))
+
 
 NUL_MESSAGE = _("不能含有 NUL 字符（\\x00）：数据库无法保存它。")
 

@@ -1,6 +1,6 @@
 """The ``meta`` table: small JSON values under a key (cursors, revisions, the active profile).
 
-Below the services and selectors on purpose — :mod:`memory.triggers`,
+Below the services and selectors on purpose — :mod:`memory.dispatch.triggers`,
 :mod:`memory.overrides` and the services all read it, and it imports nothing
 of the project but the model.
 """

@@ -413,7 +413,7 @@ class Meta(models.Model):
 
 
 class Change(models.Model):
-    """The change log resident indexes read (memory/changes.py): one row per inserted row.
+    """The change log resident indexes read (memory/search/changes.py): one row per inserted row.
 
     Written by database triggers on facts, episode cues and knowledge (and messages on
     PostgreSQL, migration 0024). ``xid`` is the
@@ -571,7 +571,7 @@ class Job(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     # The lease of a running job: the worker's node name and the last sign of life (start and
     # every progress write). A job whose worker is gone is re-queued or failed by
-    # memory.jobs.recover_orphaned_jobs (worker start-up and beat).
+    # memory.dispatch.jobs.recover_orphaned_jobs (worker start-up and beat).
     worker = models.CharField(max_length=200, default="", blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     attempts = models.IntegerField(default=0)
@@ -597,7 +597,7 @@ class Job(models.Model):
 class ApiToken(models.Model):
     """A bot's bearer token; only its SHA-256 is stored.
 
-    ``scopes`` lists what the token may do (``memory.auth.SCOPES``; ``admin`` implies all).
+    ``scopes`` lists what the token may do (``memory.api.auth.SCOPES``; ``admin`` implies all).
     A revoked token keeps its row (name, dates) for the record and is refused everywhere.
     """
 

@@ -9,6 +9,10 @@ top-level, function-local and ``TYPE_CHECKING`` ones alike:
   the engine imports nothing of Django or of the project outside itself, ``memory``
   imports no other app, ``curation`` and ``tuning`` import neither each other nor
   ``console``, and no app imports ``config``;
+* inside ``memory``, the tiers of :data:`MEMORY_TIERS` (docs/ARCHITECTURE.md draws them): a
+  package (``memory.search``) or root module (``memory.models``) imports only from lower tiers,
+  never from its own tier's others; the entry points (routes, pages, tasks, commands) may import
+  any tier and nothing else in ``memory`` imports them; every module of ``memory`` has a tier;
 * a function-local import says why on its own line or the line above (a comment):
   without a reason it belongs at the top of the module.
 
@@ -31,8 +35,24 @@ LAYER = {"memory.engine": 0, "memory": 1, "curation": 2, "tuning": 2, "console":
 #: Third-party packages the pure engine must not use.
 ENGINE_FORBIDDEN = ("django", "ninja", "celery", "redis", "kombu")
 
+#: Inside ``memory``, bottom first: a unit (a package such as ``memory.search`` or a root module such as
+#: ``memory.models``) imports only units of lower tiers.
+MEMORY_TIERS: list[set[str]] = [
+    {"memory.engine"},
+    {"memory.models"},
+    {"memory.meta", "memory.broker", "memory.backends", "memory.providers", "memory.checks"},
+    {"memory.search", "memory.dispatch", "memory.overrides", "memory.api"},
+    {"memory.services"},
+    {"memory.privacy"},
+    {"memory.selectors"},
+    {"memory.recall", "memory.pipeline", "memory.fields", "memory.admin", "memory.apps"},
+]
+#: Where requests, pages, tasks and commands come in: they may import every tier; nothing else in memory imports them.
+MEMORY_ENTRY_POINTS = ("memory.api.routes", "memory.privacy.views", "memory.pipeline.tasks", "memory.management")
+
 KNOWN_CYCLES: set[frozenset[str]] = set()
 KNOWN_LAYER_VIOLATIONS: set[tuple[str, str]] = set()
+KNOWN_MEMORY_TIER_VIOLATIONS: set[tuple[str, str]] = set()
 KNOWN_UNEXPLAINED_LOCAL_IMPORTS: set[tuple[str, str]] = set()
 
 
@@ -218,6 +238,37 @@ def layer_violations() -> set[tuple[str, str]]:
     return out
 
 
+def _memory_unit(module: str) -> str | None:
+    """``memory.search.lexical`` → ``memory.search``; ``memory.models`` → itself; None outside memory."""
+    parts = module.split(".")
+    if parts[0] != "memory" or len(parts) == 1:
+        return None
+    return ".".join(parts[:2])
+
+
+def _is_entry_point(module: str) -> bool:
+    return any(module == entry or module.startswith(entry + ".") for entry in MEMORY_ENTRY_POINTS)
+
+
+def memory_tier_violations() -> set[tuple[str, str]]:
+    """(module, imported) pairs inside memory against :data:`MEMORY_TIERS`, and modules without a tier."""
+    tier = {unit: rank for rank, units in enumerate(MEMORY_TIERS) for unit in units}
+    out = set()
+    for module in MODULES:
+        unit = _memory_unit(module)
+        if unit is not None and unit not in tier and not _is_entry_point(module):
+            out.add((module, "<no tier: add its package to MEMORY_TIERS>"))
+    for imp in ALL_IMPORTS:
+        source, target = _memory_unit(imp.source), _memory_unit(imp.target)
+        if source is None or target is None or imp.target not in MODULES:
+            continue
+        if _is_entry_point(imp.target) and not _is_entry_point(imp.source):
+            out.add((imp.source, imp.target))
+        elif source != target and not _is_entry_point(imp.source) and tier.get(target, -1) >= tier.get(source, -1):
+            out.add((imp.source, imp.target))
+    return out
+
+
 def unexplained_local_imports() -> set[tuple[str, str]]:
     return {(imp.source, imp.target) for imp in ALL_IMPORTS if imp.local and not imp.explained}
 
@@ -239,6 +290,11 @@ def test_no_import_cycle_between_modules():
 
 def test_imports_point_down_the_layers():
     _check(layer_violations(), KNOWN_LAYER_VIOLATIONS, "imports against the layers (module, imported)")
+
+
+def test_memory_imports_point_down_its_tiers():
+    _check(memory_tier_violations(), KNOWN_MEMORY_TIER_VIOLATIONS,
+           "imports against memory's tiers (module, imported)")
 
 
 def test_function_local_imports_say_why():
@@ -297,3 +353,38 @@ def test_the_layer_rule(monkeypatch, source, target, bad):
         if name.split(".")[0] in PACKAGES and name not in MODULES:
             monkeypatch.setitem(MODULES, name, ROOT / "x.py")
     assert bool(layer_violations()) is bad
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "bad"),
+    [
+        ("memory.services", "memory.search.lexical", False),  # down a tier
+        ("memory.search.lexical", "memory.services", True),  # up
+        ("memory.search.lexical", "memory.dispatch.enqueue", True),  # sideways within a tier
+        ("memory.search.lexical", "memory.search.changes", False),  # within a package
+        ("memory.recall", "memory.api.routes", True),  # an entry point is imported by nothing in memory
+        ("memory.api.routes", "memory.recall", False),  # and imports any tier
+        ("memory.pipeline.tasks", "memory.privacy.forget", False),
+        ("memory.selectors.facts", "memory.engine.scoring", False),
+        ("memory.newpackage.x", "memory.models", True),  # a package without a tier
+    ],
+)
+def test_the_memory_tier_rule(monkeypatch, source, target, bad):
+    monkeypatch.setattr(
+        "tests.test_architecture.ALL_IMPORTS", [Import(source, target, 1, local=False, explained=False)]
+    )
+    monkeypatch.setattr("tests.test_architecture.MODULES", {source: ROOT / "x.py", target: ROOT / "y.py"})
+    assert bool(memory_tier_violations()) is bad
+
+
+def test_the_architecture_document_draws_every_memory_package():
+    """docs/ARCHITECTURE.md's drawing of memory's tiers names every package and root module the test knows."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    tiers = text[text.index("Inside `memory/`"):text.index("## Where things live")]
+    for unit in set().union(*MEMORY_TIERS):
+        name = unit.removeprefix("memory.")
+        shown = f"{name}.py" if (ROOT / "memory" / f"{name}.py").exists() else f"{name}/"
+        assert shown in tiers, f"{shown} is missing from the tiers drawn in docs/ARCHITECTURE.md"
+    packages = {p.name for p in (ROOT / "memory").iterdir() if (p / "__init__.py").exists() and p.name != "migrations"}
+    for package in packages:
+        assert f"  {package}/" in text, f"memory/{package}/ is missing from the house drawn in docs/ARCHITECTURE.md"

@@ -19,10 +19,10 @@ from django.http import HttpRequest
 from ninja import Field, Path, Router, Schema, Status
 from pydantic import ConfigDict
 
-from memory.auth import BearerTokenAuth, api_user
+from memory.api.auth import BearerTokenAuth, api_user
+from memory.api.schemas import MAX_ID, NOT_BLANK, WHITESPACE, JsonInt
 from memory.engine.tuning import WHITELIST
 from memory.models import Job
-from memory.schemas import MAX_ID, NOT_BLANK, WHITESPACE, JsonInt
 from tuning import evaluation, services
 from tuning.services import PROFILE_NAME_MAX, ProfileError
 

@@ -12,10 +12,11 @@ class TuningConfig(AppConfig):
 
         * stored profiles become visible to the live overrides (:mod:`memory.overrides`);
         * evaluation and comparison jobs whose worker died are re-queued by
-          :func:`memory.jobs.recover_orphaned_jobs` (their replays only read).
+          :func:`memory.dispatch.jobs.recover_orphaned_jobs` (their replays only read).
         """
         # Models and modules that use them load only once the app registry is ready.
-        from memory import jobs, overrides
+        from memory import overrides
+        from memory.dispatch import jobs
         from tuning.evaluation import JOB_TASKS
         from tuning.services import stored_profile_params
 

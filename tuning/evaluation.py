@@ -43,14 +43,15 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from memory import broker, enqueue, jobs, recall
+from memory import broker, recall
+from memory.dispatch import enqueue, jobs
 from memory.engine.metrics import ndcg_at_k, recall_at_k
 from memory.engine.tuning import reconcile_trace_pool
 from memory.models import Fact, Job, Turn
 from memory.overrides import overrides_scope
+from memory.pipeline.retention import REPLAYABLE_TURNS
 from memory.providers import config as provider_config
 from memory.providers.embeddings import embed_one
-from memory.retention import REPLAYABLE_TURNS
 from memory.services import emit_event
 from tuning import services
 
@@ -60,7 +61,7 @@ DEFAULT_MAX_TURNS = 200
 #: An evaluation replays at most the newest turns retention always keeps.
 MAX_TURNS_LIMIT = REPLAYABLE_TURNS
 #: Job kind → the registered name of its task (``tuning/tasks.py``); sent by name, rerun by
-#: :func:`memory.jobs.recover_orphaned_jobs` (registered in ``tuning/apps.py``).
+#: :func:`memory.dispatch.jobs.recover_orphaned_jobs` (registered in ``tuning/apps.py``).
 JOB_TASKS = {"evaluate": "tuning.tasks.evaluate_task", "compare": "tuning.tasks.compare_task"}
 TEXT_PREVIEW_CHARS = 160
 #: Report rows by where the turn happened ("all" = every turn; the others split it by stream kind).
@@ -560,7 +561,7 @@ def run_job(job_id: int, *, vectors: QueryVectors | None = None, replay: ReplayF
 
     Returns False when the job is missing or was already taken (duplicate delivery).
     Safe to rerun from the start (replays only read): a job whose worker died is
-    re-queued by :func:`memory.jobs.recover_orphaned_jobs`.
+    re-queued by :func:`memory.dispatch.jobs.recover_orphaned_jobs`.
     """
     job = Job.objects.filter(pk=job_id).first()
     if job is None or job.kind not in ("evaluate", "compare"):

@@ -5,7 +5,7 @@ conditional state transitions make a duplicate delivery a no-op. ``acks_late``:
 a worker killed mid-run leaves the message to be redelivered, and the job's
 lease (its worker name and heartbeat) lets the start-up / beat sweep re-queue it.
 Nothing imports this module but the worker: jobs are sent by name
-(:data:`tuning.evaluation.JOB_TASKS`, through :mod:`memory.enqueue`).
+(:data:`tuning.evaluation.JOB_TASKS`, through :mod:`memory.dispatch.enqueue`).
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from typing import Any
 
 from celery import shared_task
 
-from memory import jobs, overrides
+from memory import overrides
+from memory.dispatch import jobs
 from tuning import evaluation
 
 

@@ -5,8 +5,8 @@ from django import template
 from django.conf import settings
 
 from memory import selectors
-from memory.forget import RETENTION_META_KEY
 from memory.meta import meta_get
+from memory.privacy.forget import RETENTION_META_KEY
 
 register = template.Library()
 

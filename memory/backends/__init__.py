@@ -4,11 +4,11 @@ SQLite (the embedded default) and PostgreSQL (``DATABASE_URL``) run the same sch
 and the same portable SQL everywhere else in the project. What differs lives here,
 chosen by ``connection.vendor``:
 
-- the lexical index: FTS5 (``memory/lexical.py``) on SQLite; postings tables scored
+- the lexical index: FTS5 (``memory/search/lexical.py``) on SQLite; postings tables scored
   with FTS5's own BM25 on PostgreSQL (:mod:`memory.backends.postgresql`);
 - revision counters (``meta`` values ``<counter>-<random>``) and the triggers that
   bump them (:mod:`memory.backends.sqlite`, :mod:`memory.backends.postgresql`);
-- the change log's position (:mod:`memory.changes`): the log's id on SQLite (one
+- the change log's position (:mod:`memory.search.changes`): the log's id on SQLite (one
   writer at a time, commit order = id order), the writing transaction's id and the
   snapshot horizon on PostgreSQL;
 - small pieces of arithmetic (``log2``) and the secure-delete switch of forgetting.

@@ -1,6 +1,6 @@
 """PostgreSQL: the lexical index as postings tables, scored with FTS5's own BM25.
 
-SQLite ranks with FTS5 (``memory/lexical.py``). PostgreSQL has no FTS5 and its
+SQLite ranks with FTS5 (``memory/search/lexical.py``). PostgreSQL has no FTS5 and its
 ``ts_rank`` is not BM25, so this module keeps the same index by hand and computes the
 score FTS5's ``bm25()`` would give, bit for bit:
 
@@ -9,7 +9,7 @@ score FTS5's ``bm25()`` would give, bit for bit:
   column (``person`` / ``stream``) included, as FTS5 counts it.
 - ``lexical_postings(source, term, doc_id, scope, tf, length, positions)``: one row per
   (token, document); tokens are the row's stored ``index_tokens`` split and folded the
-  way ``unicode61`` does (:func:`memory.lexical_index.fts_tokens`), positions let a
+  way ``unicode61`` does (:func:`memory.search.lexical_index.fts_tokens`), positions let a
   multi-token term ("3.14") match as the phrase FTS5 would make of it.
 - ``lexical_stats(source, docs, tokens)``: the table's row and token counts as delta
   rows (each writer inserts its own; no row every writer updates), folded into one row
@@ -26,7 +26,7 @@ as on SQLite.
 
 Rows leave the index by triggers (deletes of facts, cues, knowledge, messages; TRUNCATE),
 which also bump the lexical revisions the resident index watches; inserts are logged in
-``memory_changes`` with the writing transaction's id (:mod:`memory.changes`), and so are
+``memory_changes`` with the writing transaction's id (:mod:`memory.search.changes`), and so are
 message deletes and token changes, with the old tokens (migration 0025,
 :func:`read_message_changes`).
 """
@@ -241,7 +241,7 @@ SCHEMA = [
     "DECLARE src smallint := TG_ARGV[0]::smallint; BEGIN "
     "DELETE FROM lexical_docs WHERE source = src; DELETE FROM lexical_postings WHERE source = src; "
     "DELETE FROM lexical_stats WHERE source = src; RETURN NULL; END $$",
-    # the change log: inserted rows with the inserting transaction's id (memory/changes.py)
+    # the change log: inserted rows with the inserting transaction's id (memory/search/changes.py)
     "ALTER TABLE memory_changes ALTER COLUMN xid SET DEFAULT (pg_current_xact_id()::text::bigint)",
     "CREATE FUNCTION memory_log_inserts() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
     "INSERT INTO memory_changes(source, row_id) SELECT TG_ARGV[0], id FROM new_rows; RETURN NULL; END $$",
@@ -657,7 +657,7 @@ def _best(scores: dict[int, float], *, newest_first: bool = False) -> list[tuple
     return sorted(scores.items(), key=lambda kv: (kv[1], kv[0]))
 
 
-# --- the queries of memory/lexical.py ---------------------------------------------------------------
+# --- the queries of memory/search/lexical.py ---------------------------------------------------------------
 
 
 def message_candidates(terms: Sequence[str], *, stream_id: int, before_id: int | None, limit: int) -> list[tuple[int, float]]:
@@ -694,7 +694,7 @@ def rows_containing(table: str, terms: Sequence[str], *, limit: int) -> list[int
     return sorted(_score(table, terms))[:limit]
 
 
-# --- the change log (memory/changes.py) -------------------------------------------------------------
+# --- the change log (memory/search/changes.py) -------------------------------------------------------------
 
 
 def read_changes(source: str, revision_key: str, horizon: int | None) -> tuple[str, int, list[tuple[int, int, int]], int]:

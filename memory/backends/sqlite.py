@@ -1,4 +1,4 @@
-"""SQLite-only SQL outside the FTS5 lexical index (which is ``memory/lexical.py``)."""
+"""SQLite-only SQL outside the FTS5 lexical index (which is ``memory/search/lexical.py``)."""
 from __future__ import annotations
 
 import json
@@ -51,7 +51,7 @@ def checkpoint_on_commit(pages: int) -> None:
         set_autocheckpoint(connection, pages)
 
 
-# --- the change log (memory/changes.py) -------------------------------------------------------------
+# --- the change log (memory/search/changes.py) -------------------------------------------------------------
 # One writer at a time: a change row's id is its commit order, so the position of a change
 # is its id and the horizon is one past the highest id a reader has seen.
 

@@ -1,6 +1,6 @@
 """FTS5's bm25 constants and its ``unicode61`` tokenizer, in plain Python (no Django).
 
-Both lexical backends rank with these: the resident index (``memory/lexical_index.py``)
+Both lexical backends rank with these: the resident index (``memory/search/lexical_index.py``)
 and PostgreSQL's postings (``memory/backends/postgresql.py``) compute the very score FTS5's
 ``bm25()`` gives, from the tokens ``unicode61`` (remove_diacritics=1) makes of the stored
 ``index_tokens`` strings.

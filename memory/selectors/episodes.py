@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Max, Min, QuerySet
 
-from memory import backends, lexical
+from memory import backends
 from memory.engine import decay
 from memory.models import Episode, EpisodeCue, PipelineEvent, Stream
+from memory.search import lexical
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def episode_hits(*, stream_id: int | None, query: str, limit: int) -> dict[int, 
 
 def episodes_read(ids: Iterable[int]) -> lexical.Read:
     """The rows of episodes by id (``{id: row}``), for :func:`recalled_episodes` (a turn sends it with its
-    write, memory/recall.py): plain SQL, no ORM compile per call."""
+    write, memory/recall/): plain SQL, no ORM compile per call."""
     ids = list(dict.fromkeys(int(i) for i in ids))
     return lexical.Read(("episodes", tuple(ids)),
                         f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE id IN ({backends.marks(ids)})",
@@ -70,7 +71,7 @@ def recent_episodes(*, stream_id: int, limit: int = 4) -> list[RecalledEpisode]:
 
 
 def recent_episodes_read(*, stream_id: int, limit: int) -> lexical.Read:
-    """:func:`recent_episodes` as a read a turn sends with its others (:func:`memory.lexical.one_state`)."""
+    """:func:`recent_episodes` as a read a turn sends with its others (:func:`memory.search.lexical.one_state`)."""
     return lexical.Read(
         ("recent_episodes", stream_id, int(limit)),
         f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE stream_id = %s AND kind <> %s ORDER BY ended_at DESC, id DESC LIMIT %s",

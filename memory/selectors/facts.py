@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from django.db.models import Case, Q, QuerySet, Value, When
 
-from memory import backends, lexical
+from memory import backends
 from memory.engine import decay, tokenize
 from memory.engine.context import ConversationQuery, weighted_max
 from memory.engine.quantize import cosine_q8_many, cosine_q8_matrix, quantize_vector
@@ -21,6 +21,7 @@ from memory.engine.scoring import (
 )
 from memory.engine.tokenize import bigrams, words
 from memory.models import Fact, FactState
+from memory.search import lexical
 from memory.selectors._common import _overrides, _private_in_group, _query_q8
 from memory.services import emit_event
 
@@ -255,7 +256,7 @@ def _recall(
     if limit < 1:
         return []
     # Person-scoped queries rank only those persons' facts (the ``person`` column); a query
-    # over every person is ranked by the resident index (memory/lexical_index.py).
+    # over every person is ranked by the resident index (memory/search/lexical_index.py).
     match = lexical.match_for("facts_fts", query)
     if not match:
         return []
@@ -364,7 +365,7 @@ def dense_scope_read(person_ids: Sequence[int]) -> lexical.Read:
 
 def turn_dense_scope_read(turn_id: int) -> lexical.Read:
     """:func:`dense_scope_read` of the persons a turn recorded as present, sent before the turn is
-    read; :func:`memory.lexical.file_as` files it under theirs once they are known."""
+    read; :func:`memory.search.lexical.file_as` files it under theirs once they are known."""
     persons = backends.in_subquery_sql("person_id", backends.json_ids_sql("turns", "present_person_ids"))
     return lexical.Read(("turn_dense_scope", int(turn_id)), _DENSE_SCOPE_SQL.format(persons=persons), [int(turn_id)],
                         binary=True)

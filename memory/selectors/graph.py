@@ -13,20 +13,21 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Q
 
-from memory import activation as shared_activation
-from memory import backends, residency
-from memory.changes import ChangeFeed
+from memory import backends
 from memory.engine import decay
 from memory.engine import spreading as sp
 from memory.engine.spreading import ConceptGraph, SpreadResult
 from memory.engine.spreading import spread as engine_spread
 from memory.models import Episode, Fact, Knowledge, MemoryEdge, MemoryNode
+from memory.search import activation as shared_activation
+from memory.search import residency
+from memory.search.changes import ChangeFeed
 from memory.selectors._common import _overrides
 from memory.services import CONCEPT_GRAPH_REVISION, emit_event
 
 
 def short_term_activation():
-    """The short-term activation (10 min time constant): shared in Redis by every process (memory/activation.py)."""
+    """The short-term activation (10 min time constant): shared in Redis by every process (memory/search/activation.py)."""
     return shared_activation.activation()
 
 
@@ -239,7 +240,7 @@ class _NodeTexts:
     remembered per name until the corpus changes.
 
     Freshness, as the resident lexical index does it: new nodes come from the change
-    log (:mod:`memory.changes`, in any commit order) and are appended (remembered
+    log (:mod:`memory.search.changes`, in any commit order) and are appended (remembered
     holder lists are extended by scanning only the appended texts); a deleted node
     (``lexical_revision:memory_nodes``) or a deleted or re-tokenised fact or knowledge
     row (``lexical_revision:*``) rebuilds it. Summaries and contents are never edited in
@@ -520,7 +521,7 @@ def spread(
     hops: int | None = None,
     limit: int = 4,
     alpha: float | None = None,
-    activation=None,  # ShortTermActivation or memory.activation.SharedActivation
+    activation=None,  # ShortTermActivation or memory.search.activation.SharedActivation
     events: bool = True,
     use_concepts: bool = True,
     timeout_seconds: float | None = None,

@@ -8,14 +8,15 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count, Q, QuerySet
 
-from memory import backends, lexical
+from memory import backends
 from memory.engine import decay
 from memory.engine.scoring import (
     fused_relevance,
 )
 from memory.models import ImportBatch, Knowledge
+from memory.search import lexical
+from memory.search.vector_index import knowledge_index
 from memory.selectors._common import _query_q8
-from memory.vector_index import knowledge_index
 
 logger = logging.getLogger(__name__)
 

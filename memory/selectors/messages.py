@@ -17,7 +17,7 @@ from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from memory import backends, lexical, services
+from memory import backends, services
 from memory.engine import decay
 from memory.engine.quantize import HEADER_SIZE, MAGIC, Int8Matrix, cosine_q8_many, quantize_vector, unpack_float32
 from memory.engine.scoring import fused_relevance
@@ -25,6 +25,7 @@ from memory.models import Episode, Message, Person, Stream
 from memory.providers import Embedder
 from memory.providers import config as provider_config  # looked up per call: tests swap the embedder
 from memory.providers.embeddings import clamp_batch
+from memory.search import lexical
 from memory.selectors._common import _query_q8
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ def working_memory(*, stream_id: int, limit: int = 40, watermark: int | None = N
 
 
 def working_memory_read(*, stream_id: int, limit: int = 40, watermark: int | None = None) -> lexical.Read:
-    """:func:`working_memory` as a read a turn sends with its others (:func:`memory.lexical.one_state`)."""
+    """:func:`working_memory` as a read a turn sends with its others (:func:`memory.search.lexical.one_state`)."""
     # a turn's read: plain SQL (no ORM compile per call), the vectors (~2.5 kB a message) left unread
     sql = f"{_WORKING_SQL} WHERE stream_id = %s AND episode_id IS NULL"
     params: list[Any] = [stream_id]
@@ -126,7 +127,7 @@ def recent_speakers(*, stream_id: int, before_id: int, scan_limit: int = 200) ->
 
 
 def recent_speakers_read(*, stream_id: int, before_id: int, scan_limit: int = 200) -> lexical.Read:
-    """:func:`recent_speakers` as a read a turn sends with its others (:func:`memory.lexical.one_state`)."""
+    """:func:`recent_speakers` as a read a turn sends with its others (:func:`memory.search.lexical.one_state`)."""
     return lexical.Read(  # one statement, from the covering index (migration 0027)
         ("recent_speakers", stream_id, before_id, scan_limit),
         "SELECT sender_person_id FROM (SELECT sender_person_id, id FROM messages"
@@ -267,7 +268,7 @@ def message_vectors_read(message_ids: Iterable[int]) -> lexical.Read:
 
 def turn_context_vectors_read(turn_id: int) -> lexical.Read:
     """:func:`message_vectors_read` of the context a turn recorded, sent before the turn is read;
-    :func:`memory.lexical.file_as` files its rows under the read of those the confirm uses."""
+    :func:`memory.search.lexical.file_as` files its rows under the read of those the confirm uses."""
     ids = backends.in_subquery_sql("id", backends.json_ids_sql("turns", "context_message_ids"))
     return lexical.Read(("turn_context_vectors", int(turn_id)), _VECTORS_SQL.format(ids=ids), [int(turn_id)],
                         binary=True)

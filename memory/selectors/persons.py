@@ -8,8 +8,8 @@ from django.db.models import Q, QuerySet
 
 from memory.models import ApiToken, Episode, Fact, Message, Person, Stream
 
-if TYPE_CHECKING:  # typing only: memory.forget writes, a selector never imports it
-    from memory.forget import ForgetPlan
+if TYPE_CHECKING:  # typing only: memory.privacy.forget writes, a selector never imports it
+    from memory.privacy.forget import ForgetPlan
 
 
 def search_persons(query: str = "") -> QuerySet[Person]:

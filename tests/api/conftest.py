@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from memory.auth import clear_token_cache, issue_token
+from memory.api.auth import clear_token_cache, issue_token
 
 T0 = 1_700_000_000_000  # a fixed "now" (epoch ms) for deterministic calls
 

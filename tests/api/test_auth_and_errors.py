@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from config.api import api as ninja_api
-from memory.auth import hash_token
+from memory.api.auth import hash_token
 from memory.models import ApiToken, Message, Person, Stream
 
 from .conftest import T0, ApiClient, person, stream
@@ -54,7 +54,7 @@ def test_create_api_token_prints_token_once_and_stores_only_hash(db):
 
 
 def test_last_used_at_written_at_most_once_a_minute(api, token):
-    from memory.auth import clear_token_cache
+    from memory.api.auth import clear_token_cache
 
     row = ApiToken.objects.get(token_hash=hash_token(token))
     assert row.last_used_at is None

@@ -63,3 +63,21 @@ def test_rules_checked_after_parsing_are_in_the_schema(spec):
     params = schemas["ProfileIn"]["properties"]["params"]
     assert params["additionalProperties"] is False and params["properties"]["ppr_hops"]["type"] == "integer"
     assert "differ" in schemas["ResolveIn"]["properties"]["drop_fact_id"]["description"]
+
+
+def test_operation_ids_name_the_app_and_the_view_not_the_module(spec):
+    """Generated clients name their methods after ``operationId``: moving a route between an app's modules must
+    not rename them, so the id is ``<app>_api_<function>`` whatever module defines the view."""
+    from config.api import api
+
+    views = {}
+    for bound in api._get_bound_routers():
+        for path_view in bound.path_operations.values():
+            for operation in path_view.operations:
+                views[api.get_openapi_operation_id(operation)] = operation.view_func
+    ids = [op["operationId"] for item in spec["paths"].values() for op in item.values() if isinstance(op, dict)]
+    assert len(ids) == len(set(ids)) == len(views)
+    for operation_id in ids:
+        view = views[operation_id]
+        assert operation_id == f"{view.__module__.split('.')[0]}_api_{view.__name__}"
+    assert "memory_api_post_turn" in ids and "curation_api_undo" in ids

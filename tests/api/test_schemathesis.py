@@ -2,7 +2,7 @@
 
 Schemathesis generates schema-valid and schema-violating requests (wrong types, missing
 fields, out-of-range numbers, odd strings, missing or wrong credentials) for every
-operation of memory/api.py, curation/api.py and tuning/api.py and calls the Django WSGI
+operation of memory/api/routes.py, curation/api.py and tuning/api.py and calls the Django WSGI
 application in-process with a valid bearer token. ``call_and_validate`` runs all the
 checks the installed schemathesis offers (not_a_server_error, status_code_conformance,
 content_type_conformance, response_headers_conformance, response_schema_conformance,
@@ -29,7 +29,7 @@ from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, settings
 from schemathesis.core.parameters import ParameterLocation
 
-from memory.auth import hash_token
+from memory.api.auth import hash_token
 from memory.engine.tuning import WHITELIST
 from memory.models import ApiToken
 

@@ -6,7 +6,7 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from memory.auth import clear_token_cache, issue_token
+from memory.api.auth import clear_token_cache, issue_token
 from memory.models import ApiToken
 
 from .conftest import ApiClient, person, stream

@@ -12,8 +12,8 @@ import datetime as dt
 import pytest
 from django.test import Client
 
+from memory.api.schemas import MAX_EPOCH_MS
 from memory.models import Fact, FactOperation, Knowledge, Message
-from memory.schemas import MAX_EPOCH_MS
 
 from .conftest import T0, person, stream
 

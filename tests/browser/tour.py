@@ -53,7 +53,7 @@ def seed(language: str, *, now: int) -> dict:
     """Memory in every layer, a journal entry of every operation, a job of every kind, a token and a profile."""
     from curation import services as curation
     from memory import pipeline, services
-    from memory.auth import issue_token
+    from memory.api.auth import issue_token
     from memory.models import Job, Person, Stream, Turn
     from tuning import evaluation
     from tuning import services as tuning

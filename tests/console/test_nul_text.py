@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from console import forms as console_forms
 from curation import forms as curation_forms
-from memory.auth import issue_token
+from memory.api.auth import issue_token
 from memory.fields import NUL_MESSAGE, TextField
 from memory.models import ApiToken, Fact, ImportBatch
 from tuning import forms as tuning_forms

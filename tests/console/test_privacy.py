@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from memory import meta, services
-from memory.auth import hash_token, issue_token
+from memory.api.auth import hash_token, issue_token
 from memory.models import ApiToken, Fact, ForgetRecord, Message, Person
 
 pytestmark = pytest.mark.django_db

@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
     django.setup()
     from django.test import Client
 
-    from memory.auth import issue_token
+    from memory.api.auth import issue_token
 
     _, token = issue_token("integration-driver")
     client = Client()

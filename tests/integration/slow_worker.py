@@ -49,7 +49,8 @@ def main(argv: list[str]) -> int:
     import django
 
     django.setup()
-    from memory import jobs, services
+    from memory import services
+    from memory.dispatch import jobs
 
     if args.summary_delay:
         # services.add_episode runs inside pipeline.summarize_stream's transaction

@@ -28,7 +28,7 @@ django.setup()
 from django.db import connection
 from django.test import Client
 from memory import pipeline
-from memory.auth import issue_token
+from memory.api.auth import issue_token
 from memory.providers.heuristic import HeuristicExtractor, HeuristicSummariser
 
 SECRETS = json.loads(sys.argv[1])

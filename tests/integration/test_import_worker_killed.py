@@ -3,7 +3,7 @@
 The import is slowed from outside (``tests/integration/slow_worker.py --import-delay``:
 a sleep after each progress write, *between* its 20-chunk transactions), the worker is killed once the job has
 reported progress, and a worker started again under the same node name
-re-queues the job it finds marked with its name (memory.jobs.recover_orphaned_jobs).
+re-queues the job it finds marked with its name (memory.dispatch.jobs.recover_orphaned_jobs).
 The job ends ``done`` with every chunk stored once; it never stays ``running``.
 """
 from __future__ import annotations

@@ -40,7 +40,7 @@ while time.time() < deadline:
 REVOKE = r"""
 import time, django
 django.setup()
-from memory.auth import revoke_tokens
+from memory.api.auth import revoke_tokens
 assert revoke_tokens(name="prober") == 1
 print(f"{time.time():.4f}")
 """

@@ -33,7 +33,7 @@ def _fresh_overrides(db):
 @pytest.fixture(autouse=True)
 def _fresh_vector_index():
     """Each test rolls back its writes, revision counter included: start from an empty index."""
-    from memory.vector_index import knowledge_index
+    from memory.search.vector_index import knowledge_index
 
     knowledge_index().reset()
     yield
@@ -52,7 +52,7 @@ def _fresh_activation():
 @pytest.fixture
 def empty_lexical_indexes():
     """Empty FTS tables and no resident index before and after (the lexical-index tests' store is their own)."""
-    from memory import lexical, lexical_index
+    from memory.search import lexical, lexical_index
 
     for table in lexical.TABLES:
         lexical.clear(table)

@@ -322,7 +322,7 @@ def test_resident_node_texts_map_like_the_rows_and_stay_fresh():
     assert graph_selectors._nodes_containing({"光学迷彩"}) == {"光学迷彩": [episode_node]}
     assert index.rebuilds == rebuilds + 1
     index.reset()
-    from memory import lexical, lexical_index
+    from memory.search import lexical, lexical_index
 
     for table in lexical.TABLES:  # flush does not empty the contentless FTS tables
         lexical.clear(table)
@@ -404,7 +404,8 @@ def test_holder_lists_of_the_graphs_concepts_are_ready_when_the_node_texts_are_b
     """The resident node texts find the holders of every concept of the graph in one pass when they
     are built (no spread pays a first scan); the lists equal a scan's: each node once, in id order,
     overlapping and repeated names, case folded."""
-    from memory import lexical, lexical_index, selectors
+    from memory import selectors
+    from memory.search import lexical, lexical_index
     from memory.selectors import graph as graph_selectors
 
     TestConceptMapping._concepts(("光学", "光学迷彩"), ("迷彩", "ABC"), ("外套", "光学迷彩"))

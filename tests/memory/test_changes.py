@@ -8,8 +8,9 @@ from contextlib import contextmanager
 import pytest
 from django.db import connection, transaction
 
-from memory import lexical, lexical_index, services
-from memory.changes import ChangeFeed
+from memory import services
+from memory.search import lexical, lexical_index
+from memory.search.changes import ChangeFeed
 from tests.memory.conftest import NOW
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
@@ -158,7 +159,7 @@ def test_the_present_persons_facts_read_ahead_serve_exactly_the_present_persons(
 
 
 def test_a_pruned_log_makes_a_behind_reader_rebuild():
-    from memory import changes
+    from memory.search import changes
 
     feed = ChangeFeed("knowledge", "lexical_revision:knowledge")
     feed.start()

@@ -15,7 +15,8 @@ from collections.abc import Callable
 import pytest
 from django.db import connection, transaction
 
-from memory import pipeline, services, triggers
+from memory import pipeline, services
+from memory.dispatch import triggers
 from memory.meta import meta_set
 from memory.models import EXTRACT_CURSOR_KEY, Fact
 from tests.memory.conftest import NOW, make_person

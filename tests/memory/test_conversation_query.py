@@ -211,7 +211,8 @@ def test_a_confirm_sends_its_turn_the_persons_facts_and_the_context_vectors_toge
 def test_the_reads_a_turn_sends_ahead_read_nothing_for_no_ids(db):
     """Built for an empty list (a turn without context, persons or recalled episodes) they are valid SQL
     (PostgreSQL has no empty ``IN ()``; SQLite accepts one)."""
-    from memory import lexical, selectors
+    from memory import selectors
+    from memory.search import lexical
 
     assert lexical.read(selectors.message_vectors_read([])) == []
     assert lexical.read(selectors.dense_scope_read([])) == []

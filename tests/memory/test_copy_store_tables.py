@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.apps import apps
 
-from memory.copy_store import NOT_COPIED, copied_models
+from memory.management.copy_store import NOT_COPIED, copied_models
 
 
 def test_every_model_table_is_copied_parents_first():

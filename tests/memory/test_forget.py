@@ -1,4 +1,4 @@
-"""Forgetting on request (memory/forget.py): the preview lists exactly what goes; one transaction removes it."""
+"""Forgetting on request (memory/privacy/forget.py): the preview lists exactly what goes; one transaction removes it."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from curation import services as curation
-from memory import forget, services
+from memory import services
 from memory.models import (
     Episode,
     EpisodeCue,
@@ -20,6 +20,7 @@ from memory.models import (
     PipelineEvent,
     Stream,
 )
+from memory.privacy import forget
 from tests import lexical_probe
 from tests.memory.conftest import NOW
 
@@ -129,9 +130,10 @@ def test_an_unknown_target_is_reported(db):
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_resident_indexes_see_the_forgetting(settings):
     """Outside a transaction the resident BM25, knowledge vectors and node texts answer: they must reload."""
-    from memory import lexical_index, selectors
+    from memory import selectors
+    from memory.search import lexical_index
+    from memory.search.vector_index import knowledge_index
     from memory.selectors import graph as graph_selectors
-    from memory.vector_index import knowledge_index
 
     settings.LEXICAL_RESIDENT_INDEX = True
     lexical_index.reset_all()

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from memory import backends, lexical, selectors, services
+from memory import backends, selectors, services
+from memory.search import lexical
 
 ROOT = Path(__file__).resolve().parents[2]
 #: a list of ``%s`` joined by hand: ``",".join(["%s"] * len(x))`` in either quoting

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from django.db import connection
 
-from memory import lexical, selectors, services
+from memory import selectors, services
 from memory.models import Fact, Knowledge, VectorSpace
-from memory.vector_index import current_revision, knowledge_index
+from memory.search import lexical
+from memory.search.vector_index import current_revision, knowledge_index
 from tests.memory.conftest import NOW
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 from django.db import connection, transaction
 
-from memory import lexical, lexical_index, selectors, services
-from memory.lexical_index import fts_tokens, resident
+from memory import selectors, services
 from memory.models import Fact, ImportBatch, Message
+from memory.search import lexical, lexical_index
+from memory.search.lexical_index import fts_tokens, resident
 from tests.memory.conftest import NOW
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)

@@ -7,10 +7,11 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory import lexical, pipeline, recall, selectors, services
+from memory import pipeline, recall, selectors, services
 from memory.engine.quantize import unpack_float32
 from memory.engine.tokenize import index_tokens
 from memory.models import Message
+from memory.search import lexical
 from tests import lexical_probe
 from tests.memory.conftest import NOW
 

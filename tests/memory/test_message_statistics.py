@@ -17,8 +17,9 @@ import pytest
 from django.db import connection, transaction
 from django.test import override_settings
 
-from memory import lexical, lexical_index, services
+from memory import services
 from memory.models import Message
+from memory.search import lexical, lexical_index
 from tests.memory.conftest import NOW
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
@@ -111,7 +112,7 @@ def test_edits_and_deletes_are_applied_not_reloaded(streams):
 
 
 def test_a_pruned_change_log_still_reloads(streams):
-    from memory import changes
+    from memory.search import changes
 
     a, _b, say, named = streams
     ids = say(named["a"], CHAT)

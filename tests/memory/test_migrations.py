@@ -7,7 +7,8 @@ from django.core.management import call_command
 from django.db import connection
 
 import memory.checks
-from memory import lexical, selectors, services
+from memory import selectors, services
+from memory.search import lexical
 
 FTS = {"facts_fts", "cues_fts", "knowledge_fts", "messages_fts"}
 VOCAB = {f"{t}_vocab" for t in FTS}

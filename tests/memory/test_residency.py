@@ -5,8 +5,9 @@ import gc
 
 import pytest
 
-from memory import lexical, residency, services
-from memory.lexical_index import resident
+from memory import services
+from memory.search import lexical, residency
+from memory.search.lexical_index import resident
 from tests.memory.conftest import NOW
 
 

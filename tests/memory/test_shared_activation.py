@@ -9,9 +9,9 @@ import pytest
 import redis
 
 from memory import broker, selectors, services
-from memory.activation import KEY, SharedActivation
 from memory.engine.spreading import ACTIVATION_TAU_MS, ShortTermActivation
 from memory.models import MemoryNode
+from memory.search.activation import KEY, SharedActivation
 from tests.memory.conftest import NOW
 from tests.redis_url import TEST_REDIS_URL
 

@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 
 from memory import overrides
-from memory.auth import issue_token
+from memory.api.auth import issue_token
 from memory.models import Job
 from tuning.models import RetrievalProfile
 

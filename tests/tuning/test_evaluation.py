@@ -333,15 +333,15 @@ def test_job_runs_with_progress_and_stores_the_report(e1, django_capture_on_comm
     assert (job.status, job.kind, job.created_by) == ("queued", "evaluate", "alice")
     progress = []
     monkeypatch.setattr(evaluation, "PROGRESS_INTERVAL_S", 0.0)
-    import memory.jobs
+    import memory.dispatch.jobs
 
-    orig = memory.jobs.job_progress
+    orig = memory.dispatch.jobs.job_progress
 
     def spy(**kw):
         progress.append((kw["progress"], kw.get("total")))
         return orig(**kw)
 
-    monkeypatch.setattr(memory.jobs, "job_progress", spy)
+    monkeypatch.setattr(memory.dispatch.jobs, "job_progress", spy)
     assert tasks.evaluate_task(job.pk) is True
     job.refresh_from_db()
     assert job.status == "done" and job.progress == job.total == 2 and job.percent == 100

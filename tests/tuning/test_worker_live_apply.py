@@ -26,7 +26,7 @@ REDIS_URL = TEST_REDIS_URL
 WEB = r"""
 import json, sys, time, django
 django.setup()
-from memory.jobs import job_create
+from memory.dispatch.jobs import job_create
 from memory.models import Job
 from tuning import services, tasks
 

@@ -24,7 +24,7 @@ from django.db import transaction
 
 from config.celery import app as celery_app
 from memory import broker
-from memory.auth import clear_token_cache, issue_token
+from memory.api.auth import clear_token_cache, issue_token
 from memory.models import Fact, ImportBatch, Job, Knowledge, Message
 from tests.api.conftest import ApiClient, person, stream
 from tests.redis_url import TEST_REDIS_URL

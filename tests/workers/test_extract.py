@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from memory import lexical, meta, pipeline, selectors, services, triggers
+from memory import meta, pipeline, selectors, services
+from memory.dispatch import triggers
 from memory.engine.extraction import Extraction
 from memory.models import Fact, Knowledge, MemoryEdge, PipelineEvent, QueueFailure
 from memory.providers.heuristic import HeuristicExtractor
+from memory.search import lexical
 from tests.workers.conftest import (
     T0,
     ScriptedExtractor,

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from memory import jobs, lexical, pipeline, selectors, services
+from memory import pipeline, selectors, services
+from memory.dispatch import jobs
 from memory.models import ImportBatch, Job, Knowledge, MemoryNode, PipelineEvent
+from memory.search import lexical
 from tests.workers.conftest import T0, FakeEmbedder
 
 # --- chunking (no database) -----------------------------------------------------------------

@@ -7,9 +7,9 @@ import pytest
 from django.utils import timezone
 
 from memory import pipeline
-from memory.jobs import job_create, job_progress, job_start, recover_orphaned_jobs
+from memory.dispatch.jobs import job_create, job_progress, job_start, recover_orphaned_jobs
 from memory.models import ImportBatch, Job
-from memory.tasks import worker_startup
+from memory.pipeline.tasks import worker_startup
 
 pytestmark = pytest.mark.django_db
 

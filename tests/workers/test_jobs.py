@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.jobs import job_create, job_fail, job_finish, job_progress, job_start
+from memory.dispatch.jobs import job_create, job_fail, job_finish, job_progress, job_start
 
 pytestmark = pytest.mark.django_db
 

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from memory import pipeline, triggers
+from memory import pipeline
+from memory.dispatch import triggers
 from memory.models import Episode, EpisodeCue, Fact, Knowledge, PipelineEvent
 from memory.providers import config
 from tests.providers.conftest import Reply

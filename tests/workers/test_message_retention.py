@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from memory import meta, pipeline, services
-from memory.forget import expire_message_bodies
 from memory.models import Message
-from memory.tasks import expire_message_bodies_task
+from memory.pipeline.tasks import expire_message_bodies_task
+from memory.privacy.forget import expire_message_bodies
 from tests import lexical_probe
 from tests.workers.conftest import make_person, make_stream
 

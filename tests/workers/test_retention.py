@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from memory import retention
 from memory.models import PipelineEvent, Turn
-from memory.tasks import retention_sweep_task
+from memory.pipeline import retention
+from memory.pipeline.tasks import retention_sweep_task
 from tests.workers.conftest import make_person, make_stream
 
 pytestmark = pytest.mark.django_db

@@ -5,8 +5,10 @@ import json
 
 import pytest
 
-from memory import enqueue, pipeline, services, tasks
+from memory import pipeline, services
+from memory.dispatch import enqueue
 from memory.models import Episode, Fact, ImportBatch, Job, MemoryEdge, MemoryNode, PipelineEvent
+from memory.pipeline import tasks
 from tests.workers.conftest import T0, FakeEmbedder, make_person, make_stream, post_messages
 
 pytestmark = pytest.mark.django_db
@@ -331,10 +333,10 @@ def test_a_batch_too_small_to_summarise_is_not_requeued_forever(settings, redis_
 
 
 def test_every_name_enqueue_sends_is_a_registered_task():
-    """Tasks are sent by name (memory.enqueue, the job registry): a name without a task would be lost silently."""
+    """Tasks are sent by name (memory.dispatch.enqueue, the job registry): a name without a task would be lost silently."""
     from celery import current_app
 
-    from memory import jobs
+    from memory.dispatch import jobs
     from tuning import evaluation
     from tuning import tasks as tuning_tasks
 
@@ -348,7 +350,7 @@ def test_every_name_enqueue_sends_is_a_registered_task():
 
 
 def test_due_queues_decide_as_full_counts_do(settings):
-    from memory import triggers
+    from memory.dispatch import triggers
     from memory.meta import meta_set
     from memory.models import EXTRACT_CURSOR_KEY, Message
 
@@ -372,3 +374,20 @@ def test_due_queues_decide_as_full_counts_do(settings):
         assert triggers.extract_due(stream.pk) == full_extract and triggers.summarize_due(stream.pk) == full_summarize
     settings.FACT_EXTRACT_TRIGGER_MESSAGES = 0
     assert triggers.due_queues(stream.pk, [triggers.EXTRACT]) == [triggers.EXTRACT]
+
+
+def test_every_task_keeps_its_registered_name():
+    """Tasks are sent by name and may wait in Redis across a deploy: a name is a contract, not a module path."""
+    from config.celery import app
+
+    app.loader.import_default_modules()
+    names = {name for name in app.tasks if not name.startswith("celery.")}
+    assert names == {
+        "memory.tasks.edges_decay_task", "memory.tasks.expire_message_bodies_task",
+        "memory.tasks.extract_stream_task", "memory.tasks.facts_sweep_task",
+        "memory.tasks.import_knowledge_task", "memory.tasks.jobs_recover_task",
+        "memory.tasks.retention_sweep_task", "memory.tasks.stream_checks_sweep_task",
+        "memory.tasks.summarize_stream_task", "memory.tasks.vectors_backfill_task",
+        "memory.tasks.wal_checkpoint_task",
+        "tuning.tasks.compare_task", "tuning.tasks.evaluate_task", "tuning.tasks.probe_overrides_task",
+    }

@@ -11,7 +11,7 @@ from django.db import connection
 from django.db.backends.signals import connection_created
 
 from memory import backends
-from memory.tasks import wal_checkpoint_task
+from memory.pipeline.tasks import wal_checkpoint_task
 
 pytestmark = pytest.mark.django_db
 

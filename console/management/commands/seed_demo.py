@@ -35,7 +35,8 @@ from django.utils import timezone
 
 from console.management.commands._demo_data import KNOWLEDGE_DOC, PEOPLE, STREAMS
 from curation import services as curation
-from memory import pipeline, recall, services, triggers
+from memory import pipeline, recall, services
+from memory.dispatch import triggers
 from memory.management.commands.ensure_roles import ensure_roles
 from memory.models import Episode, Fact, Knowledge, Message, Person, Stream
 

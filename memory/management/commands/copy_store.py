@@ -1,4 +1,4 @@
-"""``manage.py copy_store --to postgres://user@host:5432/memory`` — move the store (memory/copy_store.py)."""
+"""``manage.py copy_store --to postgres://user@host:5432/memory`` — move the store (memory/management/copy_store.py)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from memory import copy_store as mover
+from memory.management import copy_store as mover
 
 
 class Command(BaseCommand):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from memory.auth import SCOPES, TokenNameTaken, TokenScopeError, issue_token
+from memory.api.auth import SCOPES, TokenNameTaken, TokenScopeError, issue_token
 
 
 class Command(BaseCommand):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from memory.auth import revoke_tokens
+from memory.api.auth import revoke_tokens
 
 
 class Command(BaseCommand):

@@ -22,14 +22,14 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reselect, reswap, retarget
 
-from console import presenters
 from curation import selectors as journal
 from curation import services
 from curation.actions import ACTIONS, BULK_ACTIONS
 from curation.forms import ConflictFilterForm, OperationFilterForm, ReplaceForm
+from curation.presenters import decorate_facts
 from memory import selectors
 from memory import services as memory_services
-from memory.fields import MAX_ID, parse_id
+from memory.fields import MAX_ID, page_of, parse_id
 from memory.models import Fact, FactOperation, Person
 
 CURATE = "curation.curate_fact"
@@ -83,7 +83,7 @@ def _fact_region(request: HttpRequest, pk: int, text: str, next_url: str) -> Htt
     fact = Fact.objects.select_related("person").filter(pk=pk).first()
     if fact is None:
         return None
-    presenters.decorate_facts([fact], now=memory_services.now_ms())
+    decorate_facts([fact], now=memory_services.now_ms())
     context = {"fact": fact, "row_refusal": text, "next_url": next_url}
     if target == f"fact-row-{pk}":
         response = render(request, "console/facts.html#fact-row", context)
@@ -180,7 +180,7 @@ def conflicts(request: HttpRequest) -> HttpResponse:
     person_id = parse_id(person_id) if person_id else None
     all_keys = selectors.conflict_group_keys()
     keys = [k for k in all_keys if person_id is None or k[0] == person_id]
-    page = presenters.page_of(request, keys, 10)
+    page = page_of(request, keys, 10)
     groups = selectors.conflict_groups(keys=page.object_list, now=memory_services.now_ms())
     context = {
         "groups": groups,
@@ -235,7 +235,7 @@ def operations(request: HttpRequest) -> HttpResponse:
         actor=data.get("actor"), op=data.get("op"), person_id=data["person"].pk if data.get("person") else None,
         fact_id=data.get("fact"),
     )
-    page = presenters.page_of(request, rows)
+    page = page_of(request, rows)
     context = {"form": form, "page": page, "next_url": request.get_full_path()}
     template = "curation/operations.html#operations-table" if request.htmx else "curation/operations.html"
     return render(request, template, context, status=400 if {"person", "fact"} & set(form.errors) else 200)

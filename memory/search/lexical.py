@@ -11,13 +11,13 @@ the writer's job, not a trigger's) and keeps the tokens on the row too.
 ``messages_fts`` indexes chat messages the same way, scoped by a ``stream``
 column; ``inspect`` only ever searches one stream (:func:`message_candidates`).
 FTS5 would read every query term's doclist over all streams for its IDF, so outside a
-transaction the resident message statistics (:class:`memory.lexical_index.ResidentMessages`)
+transaction the resident message statistics (:class:`memory.search.lexical_index.ResidentMessages`)
 score the stream's rows with the same numbers; there is no pruning. A message without a searchable
 term has no FTS row; a trigger deletes the FTS row of a deleted message.
 
 Queries over a whole table (every person's facts, every stream's cues,
 knowledge) would make FTS5 compute ``bm25()`` for most of the table. The
-resident index (:mod:`memory.lexical_index`) answers them with the same scores
+resident index (:mod:`memory.search.lexical_index`) answers them with the same scores
 at a fraction of the cost; when it cannot (inside a transaction, a phrase term,
 ``LEXICAL_RESIDENT_INDEX`` off) FTS5 does, after dropping the terms whose
 document frequency is above ``FTS_PRUNE_DF_RATIO`` of the rows (read from the
@@ -42,7 +42,17 @@ from django.db import connection
 from memory import backends
 from memory.backends import is_postgresql, postgresql
 from memory.engine.tokenize import index_tokens, match_expression, query_terms
-from memory.lexical_index import SOURCES, Read, file_as, one_state, read, remembered, resident, resident_messages, sent  # noqa: F401 (for callers)
+from memory.search.lexical_index import (  # noqa: F401 (for callers)
+    SOURCES,
+    Read,
+    file_as,
+    one_state,
+    read,
+    remembered,
+    resident,
+    resident_messages,
+    sent,
+)
 
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")
 #: where each FTS table's rows keep their indexed tokens: (table, column)

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 from django.db import connection
 
-from memory import residency
 from memory.engine.quantize import Int8Matrix, quantized_dimension
+from memory.search import residency
 
 REVISION_KEY = "knowledge_vector_revision"
 

@@ -8,11 +8,11 @@ holds a Redis lock (``memory:lock:<queue>:<stream>``) while it works; the lock
 expires on its own after the task's hard time limit, and its token starts with
 the worker's node name, so a worker restarted under the same name releases the
 locks its killed predecessor left behind (:func:`worker_startup`).
-:func:`memory.enqueue.stream_check` skips a stream whose lock is held — the
+:func:`memory.dispatch.enqueue.stream_check` skips a stream whose lock is held — the
 holder re-checks the trigger after releasing it and re-enqueues itself while
 work remains — and a short-lived ``memory:queued:…`` marker keeps a burst of
 messages from queueing the same check many times. Every task is sent by name
-through :mod:`memory.enqueue`, which never imports this module.
+through :mod:`memory.dispatch.enqueue`, which never imports this module.
 
 **Retries** are declarative and narrow: only broker/Redis connection errors,
 SQLite "database is locked" (``OperationalError``) and provider timeouts or
@@ -37,7 +37,10 @@ from django.db import OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import LockError
 
-from memory import backends, broker, enqueue, forget, jobs, pipeline, retention, services, triggers
+from memory import backends, broker, pipeline, services
+from memory.dispatch import enqueue, jobs, triggers
+from memory.pipeline import retention
+from memory.privacy import forget
 from memory.providers.chat import ProviderRateLimited, ProviderTimeout
 
 logger = logging.getLogger(__name__)
@@ -171,7 +174,8 @@ def extract_stream_task(self: Any, stream_id: int) -> dict[str, Any]:
 
 
 # Safe to redeliver: it only reads which streams are due and enqueues deduplicated checks.
-@shared_task(acks_late=True, soft_time_limit=60, time_limit=90, **RETRY)
+@shared_task(name="memory.tasks.stream_checks_sweep_task", acks_late=True, soft_time_limit=60, time_limit=90,
+             **RETRY)
 def stream_checks_sweep_task() -> int:
     """Enqueue the checks of every stream whose summarisation or extraction is due."""
     sent = 0
@@ -208,14 +212,14 @@ def vectors_backfill_task(self: Any) -> dict[str, Any]:
 
 # Safe to redeliver: retention is computed from stored timestamps, so a rerun at the
 # same time freezes nothing new (and edges are never deleted).
-@shared_task(acks_late=True, soft_time_limit=120, time_limit=150, **RETRY)
+@shared_task(name="memory.tasks.edges_decay_task", acks_late=True, soft_time_limit=120, time_limit=150, **RETRY)
 def edges_decay_task() -> int:
     """Freeze decayed association edges (event ``edges_decayed``)."""
     return pipeline.edges_decay()
 
 
 # Safe to redeliver: a passive checkpoint copies what it can and waits for nobody.
-@shared_task(acks_late=True, soft_time_limit=50, time_limit=60, expires=55)
+@shared_task(name="memory.tasks.wal_checkpoint_task", acks_late=True, soft_time_limit=50, time_limit=60, expires=55)
 def wal_checkpoint_task() -> list[int] | None:
     """SQLite: copy the write-ahead log back into the database file (``backends.checkpoint``)."""
     done = backends.checkpoint()
@@ -223,16 +227,16 @@ def wal_checkpoint_task() -> list[int] | None:
 
 
 # Safe to redeliver: freezing is decided from stored timestamps; a rerun freezes nothing new.
-@shared_task(acks_late=True, soft_time_limit=120, time_limit=150, **RETRY)
+@shared_task(name="memory.tasks.facts_sweep_task", acks_late=True, soft_time_limit=120, time_limit=150, **RETRY)
 def facts_sweep_task() -> int:
     """Freeze facts whose retention fell below the threshold."""
     return services.sweep()
 
 
 # Safe to redeliver: it deletes by age and count; a rerun finds nothing more to delete.
-@shared_task(acks_late=True, soft_time_limit=300, time_limit=330, **RETRY)
+@shared_task(name="memory.tasks.retention_sweep_task", acks_late=True, soft_time_limit=300, time_limit=330, **RETRY)
 def retention_sweep_task() -> dict[str, int]:
-    """Prune ``pipeline_events`` and ``turns`` to their limits (:mod:`memory.retention`)."""
+    """Prune ``pipeline_events`` and ``turns`` to their limits (:mod:`memory.pipeline.retention`)."""
     deleted = retention.retention_sweep()
     if deleted["events"] or deleted["turns"]:
         logger.info("retention_swept events=%d turns=%d", deleted["events"], deleted["turns"])
@@ -240,9 +244,10 @@ def retention_sweep_task() -> dict[str, int]:
 
 
 # Safe to redeliver: it empties bodies selected by age and state; a rerun finds none left.
-@shared_task(acks_late=True, soft_time_limit=600, time_limit=660, **RETRY)
+@shared_task(name="memory.tasks.expire_message_bodies_task", acks_late=True, soft_time_limit=600, time_limit=660,
+             **RETRY)
 def expire_message_bodies_task() -> int:
-    """Empty old message bodies (``MESSAGE_RETENTION_DAYS``; 0 = off) — :func:`memory.forget.expire_message_bodies`."""
+    """Empty old message bodies (``MESSAGE_RETENTION_DAYS``; 0 = off) — :func:`memory.privacy.forget.expire_message_bodies`."""
     emptied = forget.expire_message_bodies(days=settings.MESSAGE_RETENTION_DAYS)
     if emptied:
         logger.info("message_bodies_expired count=%d", emptied)
@@ -263,9 +268,9 @@ def import_knowledge_task(self: Any, job_id: int, batch_id: int | None = None) -
 
 
 # Safe to redeliver: every transition is conditional on the job still running.
-@shared_task(acks_late=True, soft_time_limit=60, time_limit=90, **RETRY)
+@shared_task(name="memory.tasks.jobs_recover_task", acks_late=True, soft_time_limit=60, time_limit=90, **RETRY)
 def jobs_recover_task() -> dict[str, list[int]]:
-    """Re-queue or fail running jobs whose worker stopped sending heartbeats (:func:`memory.jobs.recover_orphaned_jobs`)."""
+    """Re-queue or fail running jobs whose worker stopped sending heartbeats (:func:`memory.dispatch.jobs.recover_orphaned_jobs`)."""
     return jobs.recover_orphaned_jobs()
 
 

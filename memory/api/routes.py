@@ -16,12 +16,9 @@ from ninja import Query, Router, Schema, Status
 from ninja.errors import ValidationError
 from pydantic import Field as PydanticField
 
-from memory import export, forget, pipeline, recall, services
-from memory.auth import BearerTokenAuth, api_user
-from memory.engine.scope import origin_kind_for_stream
-from memory.engine.similarity import exact_key
-from memory.models import Fact, Job, Knowledge, Message, Person, Stream
-from memory.schemas import (
+from memory import pipeline, recall, services
+from memory.api.auth import BearerTokenAuth, api_user
+from memory.api.schemas import (
     EPOCH_MS_HELP,
     IMPORT_MAX_CHARS,
     MAX_EPOCH_MS,
@@ -60,6 +57,10 @@ from memory.schemas import (
     spread_hit_out,
     working_message_out,
 )
+from memory.engine.scope import origin_kind_for_stream
+from memory.engine.similarity import exact_key
+from memory.models import Fact, Job, Knowledge, Message, Person, Stream
+from memory.privacy import export, forget
 
 ERRORS: dict[int, Any] = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
 

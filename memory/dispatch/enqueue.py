@@ -4,12 +4,12 @@ Services call the ``*_on_commit`` helpers inside their transaction; the request
 that stored a message or a fact never waits on Redis for more than the short
 timeouts of :mod:`memory.broker` and never fails because of it. Tasks re-enqueue
 themselves through the same functions. The web process therefore never imports
-:mod:`memory.tasks` (nor ``tuning.tasks``): ``current_app.send_task`` publishes a
+:mod:`memory.pipeline.tasks` (nor ``tuning.tasks``): ``current_app.send_task`` publishes a
 task by its registered name, and the worker that consumes it has imported it.
 
 **At most one summarisation and one extraction in flight per stream.** A task
 holds a Redis lock (``memory:lock:<queue>:<stream>``) while it works
-(:mod:`memory.tasks`); :func:`stream_check` skips a stream whose lock is held —
+(:mod:`memory.pipeline.tasks`); :func:`stream_check` skips a stream whose lock is held —
 the holder re-checks the trigger after releasing it — and a short-lived
 ``memory:queued:…`` marker keeps a burst of messages from queueing the same
 check many times.
@@ -34,7 +34,8 @@ from typing import Any
 from django.conf import settings
 from django.db import OperationalError, transaction
 
-from memory import broker, triggers
+from memory import broker
+from memory.dispatch import triggers
 from memory.providers import config as provider_config
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ __all__ = [
     "vector_backfill_on_commit",
 ]
 
-#: Registered names of the memory tasks (``memory/tasks.py`` declares them under these names).
+#: Registered names of the memory tasks (``memory/pipeline/tasks.py`` declares them under these names).
 SUMMARIZE_TASK = "memory.tasks.summarize_stream_task"
 EXTRACT_TASK = "memory.tasks.extract_stream_task"
 VECTORS_TASK = "memory.tasks.vectors_backfill_task"

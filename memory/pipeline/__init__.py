@@ -7,7 +7,7 @@
 * :func:`split_into_chunks`, :func:`start_import`, :func:`run_import`,
   :func:`delete_batch_preview`, :func:`delete_batch` — the knowledge import centre (§3.13).
 
-``memory.tasks`` holds the Celery adapters; they own locking and retries, while
+``memory.pipeline.tasks`` holds the Celery adapters; they own locking and retries, while
 everything that decides *what* is written lives here. The model call of a batch
 always happens outside any transaction, and each write is one short transaction
 (SQLite takes the write lock at BEGIN, see settings).
@@ -29,7 +29,9 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
-from memory import backends, broker, enqueue, jobs, lexical, selectors, services, triggers
+from memory import backends, broker, selectors, services
+from memory.dispatch import enqueue, jobs, triggers
+from memory.dispatch.triggers import EXTRACT, SUMMARIZE, extract_due, read_cursor, summarize_due
 from memory.engine.scope import SCOPE_ALL, origin_kind_for_stream
 from memory.meta import meta_set
 from memory.models import (
@@ -49,7 +51,7 @@ from memory.models import (
 from memory.providers import DialogueLine, Embedder, Emit, Extractor, KnownFact, Participant, Summariser
 from memory.providers import config as provider_config
 from memory.providers.embeddings import clamp_batch
-from memory.triggers import EXTRACT, SUMMARIZE, extract_due, read_cursor, summarize_due
+from memory.search import lexical
 
 logger = logging.getLogger(__name__)
 
@@ -339,7 +341,7 @@ def cursor_moved(stream_id: int, cursor: int) -> bool:
 
 
 def advance_cursor(stream_id: int, message_id: int) -> None:
-    """Set a stream's cursor (:mod:`memory.triggers`); call inside the transaction that wrote the batch, after :func:`cursor_moved`."""
+    """Set a stream's cursor (:mod:`memory.dispatch.triggers`); call inside the transaction that wrote the batch, after :func:`cursor_moved`."""
     cursors = triggers.cursor_map()
     cursors[str(stream_id)] = int(message_id)
     meta_set(EXTRACT_CURSOR_KEY, cursors)
@@ -862,7 +864,7 @@ def run_import(
 
     Progress (the job's heartbeat) is written every 20 chunks. Rerunning is safe:
     knowledge is deduplicated by content, so a job re-queued after its worker
-    died (:func:`memory.jobs.recover_orphaned_jobs`) only re-finds its rows; a
+    died (:func:`memory.dispatch.jobs.recover_orphaned_jobs`) only re-finds its rows; a
     finished job returns its stored result; a job another delivery is running,
     a missing job, and a job of another batch than ``batch_id`` (when given: the
     batch the task was sent for) return None without touching it.

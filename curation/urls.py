@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console import curation_views as views
+from curation import views
 
 app_name = "curation"
 urlpatterns = [

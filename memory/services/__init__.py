@@ -17,7 +17,8 @@ import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from memory import backends, enqueue, lexical
+from memory import backends
+from memory.dispatch import enqueue
 from memory.engine import decay
 from memory.engine.quantize import pack_float32, quantize_vector
 from memory.engine.scope import upgraded_origin
@@ -40,6 +41,7 @@ from memory.models import (
     StreamKind,
     VectorSpace,
 )
+from memory.search import lexical
 
 logger = logging.getLogger(__name__)
 
@@ -592,7 +594,7 @@ def sweep(*, at: int | None = None, once: bool = False) -> int:
     is left as it is.
     """
     at = _at(at)
-    if once:  # a turn's: read with the turn's other reads (memory.lexical.one_state)
+    if once:  # a turn's: read with the turn's other reads (memory.search.lexical.one_state)
         return _sweep_batch(at, lexical.read(due_facts_read(at)))[0]
     total = 0
     while True:

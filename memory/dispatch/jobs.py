@@ -17,7 +17,7 @@ starting again (its predecessor was killed), or no heartbeat for
 
 **Which kinds rerun** is a registry, job kind → registered task name
 (:data:`RERUNNABLE`): this module sends the task by name through
-:mod:`memory.enqueue` and imports no task module; an app whose jobs rerun safely
+:mod:`memory.dispatch.enqueue` and imports no task module; an app whose jobs rerun safely
 registers its kinds in its ``AppConfig.ready`` (:func:`register_rerunnable`).
 """
 from __future__ import annotations
@@ -30,7 +30,8 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from memory import broker, enqueue
+from memory import broker
+from memory.dispatch import enqueue
 from memory.models import ImportBatch, Job
 
 logger = logging.getLogger(__name__)

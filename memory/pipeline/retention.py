@@ -16,7 +16,7 @@ Limits (settings, README "Configuration"):
 Deletes run in chunks of ``CHUNK`` rows, each its own short transaction
 (SQLite holds one writer at a time). Rerunning deletes nothing more.
 
-The same sweep prunes the change log (:func:`memory.changes.prune`) and, on PostgreSQL,
+The same sweep prunes the change log (:func:`memory.search.changes.prune`) and, on PostgreSQL,
 folds the lexical statistics' delta rows (one per stored message otherwise piles up).
 """
 from __future__ import annotations
@@ -26,8 +26,9 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from memory import backends, changes
+from memory import backends
 from memory.models import PipelineEvent, Turn
+from memory.search import changes
 from memory.services import now_ms
 
 __all__ = ["CHUNK", "KEEP_EVENT_KINDS", "REPLAYABLE_TURNS", "prune_events", "prune_turns", "retention_sweep"]

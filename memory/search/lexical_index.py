@@ -11,7 +11,7 @@ FTS5 while costing about as much as the rarest-term FTS5 query.
 
 Freshness, without scanning: the three tables are append-only apart from
 knowledge batch deletion. Inserted rows are read from the change log
-(:mod:`memory.changes`: database triggers log every insert; on PostgreSQL with the
+(:mod:`memory.search.changes`: database triggers log every insert; on PostgreSQL with the
 inserting transaction's id, so a row committed late with a smaller id is not
 missed) and appended on the next query (a cheap tail, merged in batches); triggers
 bump ``meta['lexical_revision:<table>']`` on any delete or token change, and a
@@ -41,10 +41,11 @@ import numpy as np
 from django.conf import settings
 from django.db import connection, transaction
 
-from memory import backends, residency
-from memory.changes import ChangeFeed
+from memory import backends
 from memory.engine.bm25 import FOLDABLE as _FOLDABLE
 from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_idf, fts_tokens
+from memory.search import residency
+from memory.search.changes import ChangeFeed
 
 __all__ = [
     "B", "IDF_FLOOR", "K1", "SOURCES", "Read", "ResidentBM25", "Source", "file_as", "fts_tokens", "one_state", "read",
@@ -405,7 +406,7 @@ def one_state(*tables: str, reads: Sequence[Read] = ()) -> Iterator[None]:
     reads it will make (:func:`read`). On PostgreSQL the tables' change logs (one statement) and
     the reads are sent together first: one round trip, not one per table and per read.
 
-    A turn's prepare and confirm run their reads in one (memory/recall.py); nothing inside may
+    A turn's prepare and confirm run their reads in one (memory/recall/); nothing inside may
     rely on seeing its own writes through the resident indexes (they are read outside
     transactions anyway, see the module docstring).
     """
@@ -769,7 +770,7 @@ class ResidentMessages:
 
     Freshness without reloading: rows above the last id loaded are appended to the statistics
     (and to a cached stream's postings). Edits and deletes are logged by triggers in the
-    change log (:mod:`memory.changes`, migration 0025) with the row's stream and tokens
+    change log (:mod:`memory.search.changes`, migration 0025) with the row's stream and tokens
     before the change — a message with tokens deleted, its stored tokens changed (from ``''``
     too: a placeholder body filled in gets its first FTS row at an old id; SQLite, whose
     appends store their tokens with such an UPDATE, logs the content edit instead) — and read in

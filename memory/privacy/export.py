@@ -10,8 +10,8 @@ from typing import Any
 
 from django.db.models import Count
 
+from memory.api.schemas import fact_row
 from memory.models import Episode, Fact, FactOperation, Identity, Message, Person, Stream
-from memory.schemas import fact_row
 
 FORMAT = "memory-console.person-export.v1"
 

@@ -5,7 +5,7 @@
   extraction cursor (``meta[EXTRACT_CURSOR_KEY]``, ``memory.models``: ``{stream id: last message id given
   to the extractor}``).
 
-Reads only. :mod:`memory.enqueue` asks before sending a stream's check, the pipeline
+Reads only. :mod:`memory.dispatch.enqueue` asks before sending a stream's check, the pipeline
 before (and after) each batch, the beat sweep for every stream.
 """
 from __future__ import annotations

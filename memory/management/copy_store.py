@@ -60,12 +60,12 @@ from memory.models import Fact, Knowledge, Message
 TARGET = "copy_store_target"
 #: Tables ``migrate`` fills itself; a target holding only these is empty.
 MIGRATE_WRITES = {"django_migrations", "django_content_type", "auth_permission"}
-#: Not copied: the change log resident indexes read (memory/changes.py) — its positions are the
+#: Not copied: the change log resident indexes read (memory/search/changes.py) — its positions are the
 #: source backend's; a process on the target builds its indexes from the rows and follows the
 #: target's own log from there.
 NOT_COPIED = {"memory_changes"}
 CHUNK = 2000
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(settings.BASE_DIR)  # where manage.py is
 
 Progress = Callable[[str], None]
 

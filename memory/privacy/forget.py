@@ -24,7 +24,7 @@ Facts a model paraphrased cannot be linked to one message; forget the fact itsel
 the person. An episode that loses only some of its messages keeps its row (the
 remaining messages stay archived in it) but its summary is replaced by
 ``REDACTED_SUMMARY``, it becomes a placeholder (hidden from recall) and loses all its
-cues. Every FTS row goes through :mod:`memory.lexical`, whose ``purge_deleted`` then
+cues. Every FTS row goes through :mod:`memory.search.lexical`, whose ``purge_deleted`` then
 rewrites the touched FTS tables so the terms leave the file; ``secure_delete`` zeroes
 the freed pages. Resident indexes see the deletions through their revision triggers.
 """
@@ -40,7 +40,8 @@ from typing import Any
 from django.db import connection, models, transaction
 from django.db.models import F, Q
 
-from memory import backends, lexical, services
+from memory import backends, services
+from memory.dispatch.triggers import read_cursor
 from memory.meta import meta_get, meta_set
 from memory.models import (
     EXTRACT_CURSOR_KEY,
@@ -60,7 +61,7 @@ from memory.models import (
     Stream,
     Turn,
 )
-from memory.triggers import read_cursor
+from memory.search import lexical
 
 TARGETS = tuple(ForgetRecord.Target.values)
 MIN_QUOTE = 6  # characters: shorter sentences are too common to count as a quote

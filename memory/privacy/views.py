@@ -19,11 +19,11 @@ from django.utils.translation import gettext_lazy, pgettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reswap
 
-from console import presenters
-from memory import export, forget, selectors, services
-from memory.auth import TokenNameTaken, TokenScopeError, issue_token, revoke_tokens
-from memory.fields import NUL_MESSAGE
+from memory import selectors, services
+from memory.api.auth import TokenNameTaken, TokenScopeError, issue_token, revoke_tokens
+from memory.fields import NUL_MESSAGE, page_of
 from memory.models import ApiToken, Person, Stream
+from memory.privacy import export, forget
 
 VIEW = "memory.view_person"
 FORGET = "memory.forget_memory"
@@ -39,7 +39,7 @@ SAMPLE = 10  # rows of each kind shown with their text in the preview ("and N mo
 @require_GET
 def persons(request: HttpRequest) -> HttpResponse:
     q = (request.GET.get("q") or "").strip()[:200]
-    page = presenters.page_of(request, selectors.search_persons(q))
+    page = page_of(request, selectors.search_persons(q))
     counts = export.person_counts([p.pk for p in page])
     streams = export.person_streams([p.pk for p in page])
     for p in page:
@@ -142,7 +142,7 @@ def _can_manage_tokens(user) -> bool:
     return user.is_superuser or user.has_perm(TOKENS)
 
 
-#: What each API scope allows, in the interface language (memory.auth.SCOPES says it in English for the API docs).
+#: What each API scope allows, in the interface language (memory.api.auth.SCOPES says it in English for the API docs).
 SCOPE_TEXT = {
     "bot": gettext_lazy("存消息、事实和知识；处理回合；主动回忆、翻聊天记录、查知识"),
     "curation": gettext_lazy("永久保留、取消保留、标失效、恢复、改写事实；裁决冲突组；读操作流水"),

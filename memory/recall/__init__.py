@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.db import connection, transaction
 
-from memory import backends, lexical, overrides, selectors, services
+from memory import backends, overrides, selectors, services
 from memory.engine import context as conversation
 from memory.engine import spreading
 from memory.engine.scope import fact_visible_in_stream
 from memory.engine.scoring import RankedCandidate, apply_pool_percentile, held_back
 from memory.models import Episode, Fact, Identity, Message, Person, Stream, Turn
 from memory.providers import config as provider_config
+from memory.search import lexical
 from memory.selectors import RecalledEpisode, ScopedFact
 
 if TYPE_CHECKING:
