@@ -35,6 +35,7 @@ from ninja.parser import Parser
 from curation import api as curation_api
 from memory.api import routes as memory_api
 from memory.api.auth import BearerTokenAuth
+from memory.api.examples import EXAMPLES as MEMORY_EXAMPLES
 from memory.broker import BrokerUnavailable
 from tuning import api as tuning_api
 
@@ -189,12 +190,19 @@ class ScopedNinjaAPI(NinjaAPI):
                     note = f"**Token scope:** `{scope}` (or `admin`); without it the answer is 403."
                     operation["description"] = f"{note}\n\n{operation.get('description', '')}".strip()
         components = schema.get("components", {}).get("schemas", {})
+        for model, example in EXAMPLES.items():  # one real example per body (each app's, validated by the tests)
+            if model.__name__ in components:
+                components[model.__name__]["examples"] = [example]
         seen: set[str] = set()
         for item in schema.get("paths", {}).values():
             for operation in item.values():
                 if isinstance(operation, dict) and "requestBody" in operation:
                     _state_no_nul(operation["requestBody"], components, seen)
         return schema
+
+
+#: One real example of every request and response body, by model (each app keeps its own).
+EXAMPLES: dict[type, Any] = {**MEMORY_EXAMPLES, **curation_api.EXAMPLES, **tuning_api.EXAMPLES}
 
 
 api = ScopedNinjaAPI(
@@ -309,8 +317,9 @@ api.add_exception_handler(DatabaseError, _on_unexpected)
 api.add_exception_handler(Exception, _on_unexpected)
 
 
-# --- routes: memory's, with curation's beside them and tuning's under /tuning ---------------------
+# --- routes: memory's, curation's beside them and tuning's under /tuning, each app's router mounted on its own ------
+# (nested under memory's router, each route also carried memory's tag: /api/docs listed it twice)
 
-memory_api.router.add_router("", curation_api.router)
-memory_api.router.add_router("/tuning", tuning_api.router)
 api.add_router("/v1", memory_api.router)
+api.add_router("/v1", curation_api.router)
+api.add_router("/v1/tuning", tuning_api.router)
