@@ -42,6 +42,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from memory import broker, recall
 from memory.dispatch import enqueue, jobs
@@ -508,7 +509,7 @@ def resolve_target(*, profile: str | None = None, params: Mapping[str, Any] | No
         name = str(profile).strip()
         values = services.load_profile_params(name)
         if values is None:
-            raise services.ProfileError(f"profile「{name}」不存在", param="profile", status=404)
+            raise services.ProfileError(_("参数方案「%(name)s」不存在") % {"name": name}, param="profile", status=404)
         return {"label": label or name, "profile": name, "params": values}
     if params is not None:
         return {"label": label or "草稿", "profile": None, "params": services.validate_params(params)}

@@ -114,7 +114,7 @@ def draft(request: HttpRequest) -> HttpResponse:
     try:
         if action == "save":
             row = services.save_profile(form.cleaned_data["name"], params)
-            messages.success(request, _("已保存 profile「%(name)s」（未应用）。") % {"name": row.name})
+            messages.success(request, _("已保存参数方案「%(name)s」（未应用）。") % {"name": row.name})
             return redirect("tuning:index")
         if action == "compare":
             base = target_for_choice(form.cleaned_data.get("compare_with") or ACTIVE_CHOICE)
@@ -170,11 +170,11 @@ def delete(request: HttpRequest) -> HttpResponse:
         messages.error(request, str(exc))
     else:
         if not deleted:
-            messages.warning(request, _("profile「%(name)s」不存在。") % {"name": name})
+            messages.warning(request, _("参数方案「%(name)s」不存在。") % {"name": name})
         elif was_active:
             messages.success(request, _("已删除生效中的「%(name)s」，已回落到 default。") % {"name": name})
         else:
-            messages.success(request, _("已删除 profile「%(name)s」。") % {"name": name})
+            messages.success(request, _("已删除参数方案「%(name)s」。") % {"name": name})
     return redirect("tuning:index")
 
 

@@ -90,6 +90,14 @@ def test_draft_refusals_name_the_parameter(tuner, values, fragment):
     assert not RetrievalProfile.objects.exists()
 
 
+def test_draft_refusals_speak_the_interface_language(tuner):
+    tuner.cookies["django_language"] = "en"
+    html = draft_post(tuner, "save", name="bad", bm25_weight="9").content.decode()
+    assert "bm25_weight is out of range" in html and "越界" not in html
+    html = draft_post(tuner, "save", name="default", bm25_weight="2").content.decode()
+    assert "built-in profile" in html and "不可保存" not in html
+
+
 def test_save_needs_a_name(tuner):
     r = draft_post(tuner, "save", name="default", bm25_weight="2")
     assert r.status_code == 400 and "不可保存" in r.content.decode()
