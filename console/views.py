@@ -283,7 +283,8 @@ def import_delete(request: HttpRequest, pk: int) -> HttpResponse:
         messages.success(request, _("已删除导入批次 #%(id)s 的 %(n)s 条知识。") % {"id": batch.pk, "n": deleted})
         return redirect("console:imports")
     preview = pipeline.delete_batch_preview(batch.pk)
-    return render(request, "console/import_delete.html", {"batch": batch, "preview": preview})
+    more = preview["count"] - len(preview["samples"])  # the preview shows a few; the page says how many it does not
+    return render(request, "console/import_delete.html", {"batch": batch, "preview": preview, "more": more})
 
 
 # --- association -----------------------------------------------------------------
