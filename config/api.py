@@ -35,7 +35,6 @@ from ninja.parser import Parser
 from curation import api as curation_api
 from memory.api import routes as memory_api
 from memory.api.auth import BearerTokenAuth
-from memory.api.examples import EXAMPLES as MEMORY_EXAMPLES
 from memory.broker import BrokerUnavailable
 from tuning import api as tuning_api
 
@@ -202,7 +201,7 @@ class ScopedNinjaAPI(NinjaAPI):
 
 
 #: One real example of every request and response body, by model (each app keeps its own).
-EXAMPLES: dict[type, Any] = {**MEMORY_EXAMPLES, **curation_api.EXAMPLES, **tuning_api.EXAMPLES}
+EXAMPLES: dict[type, Any] = {**memory_api.EXAMPLES, **curation_api.EXAMPLES, **tuning_api.EXAMPLES}
 
 
 api = ScopedNinjaAPI(

@@ -1,7 +1,7 @@
 """One real example of every request and response body of memory's routes, for ``/api/docs``.
 
 Taken from the API answering on the demo memory (``make run``): 小林 in her direct chat on QQ,
-the hike group, the facts the pipeline learnt. ``config.api`` puts each one into the OpenAPI
+the hike group, the facts the pipeline learnt. ``config.api`` puts each one (``memory.api.routes.EXAMPLES``) into the OpenAPI
 document as the ``examples`` of its schema; ``tests/api/test_openapi.py`` validates every
 example against its model, so an example that drifts from the schema fails the suite.
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory.api import routes
 from memory.api import schemas as s
 
 LIN_STREAM = {"platform": "qq", "kind": "direct", "external_id": "lin", "name": "小林（私聊）"}
@@ -79,8 +78,7 @@ EXAMPLES: dict[type, Any] = {
     s.ImportIn: {"text": "龙井茶产自杭州西湖一带。\n\n碧螺春产自苏州太湖。", "origin_name": "茶叶小知识.txt"},
     s.ImportOut: {"job_id": 2, "batch_id": 2, "status": "done", "progress": 2, "total": 2,
                   "result": {"submitted": 2, "added": 2, "duplicated": 0, "embedded": 2}, "error": ""},
-    routes.ForgetIn: {"target": "message", "id": 232},
-    routes.ForgetConfirmIn: {"target": "message", "id": 232, "digest": "0cd3ab8444b57589"},
-    routes.ForgetPlanOut: FORGET_PLAN,
-    routes.ForgetDoneOut: {**FORGET_PLAN, "record_id": 7},
 }
+#: The forget routes' bodies (their schemas are declared beside the routes, which key them: memory/api/routes.py).
+FORGET = {"in": {"target": "message", "id": 232}, "confirm": {"target": "message", "id": 232, "digest": "0cd3ab8444b57589"},
+          "plan": FORGET_PLAN, "done": {**FORGET_PLAN, "record_id": 7}}
