@@ -26,7 +26,7 @@ PHONE = {"width": 390, "height": 844}
 CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]+")
 #: Latin words allowed in the Chinese interface: proper names, units, metric names.
 LATIN_OK = {
-    "Memory", "Console", "BM25", "nDCG", "JSON", "ID", "API", "top", "k", "ms", "h", "s", "QQ",
+    "Memory", "Console", "BM25", "nDCG", "JSON", "ID", "API", "top", "k", "ms", "h", "s", "QQ", "JavaScript",
     "Celery", "Redis", "FTS5", "A", "B", "PageRank", "IDF", "Ctrl", "C", "PORT", "make", "run", "KB", "UTF",
     "demo", "operator", "reviewer", "staff",  # data: user names
     "seed",  # the name of the built-in retrieval profile (a name, like a profile an operator saves)
