@@ -77,7 +77,7 @@ demo-cluster: $(VENV)/.installed
 eval: $(VENV)/.installed
 	$(BIN)/python -m bench.eval
 	$(BIN)/python -m bench.eval_api
-	$(BIN)/python -m bench.eval_context
+	$(BIN)/python -m bench.eval_matrix
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -104,8 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
             env = api_bench.env_for(db)
             env["PYTHONPATH"] = str(tree)
             servers.append(Server(env, cwd=tree))
-        for server in servers:
-            server.wait_ready()
+            servers[-1].wait_ready()  # bound before the next one looks for a free port (BENCH_PORTS: the first free)
         inputs = api_bench.turn_inputs(streams, persons, args.turns + 10, now + 3_600_000)
         clients = [httpx.Client(base_url=s.base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
                    for s in servers]

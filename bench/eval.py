@@ -184,8 +184,8 @@ def _heldout_section(lo: dict) -> list[str]:
             "",
             "Why the default profile still loses here: its retention prior still reorders candidates whose "
             "relevance is within `retention_prior` of each other, and every LoCoMo observation is an 事件 fact "
-            "(half-life 21 days) asked about months later; the relevance floors also drop a few lexical-only "
-            "matches. See the diagnostic rows for each share.",
+            "(half-life 21 days) asked about months later; the relevance gate also holds a few lexical-only "
+            "matches back. See the diagnostic rows for each share.",
         ]
     cv = held.get("cross_validated")
     if cv:
@@ -326,7 +326,7 @@ def _heldout_note(lo: dict) -> list[str]:
         )
     if params.get("retention_prior") == 0.0:
         note += (
-            " With `retention_prior` = 0 the order is relevance alone; the floors then only decide what is "
+            " With `retention_prior` = 0 the order is relevance alone; the gate then only decides what is "
             "eligible, which is why several cells of that row tie."
         )
     return [note]
@@ -351,19 +351,19 @@ def notes(results: dict) -> str:
             f"gap is ranking, not coverage: R@5 lexical + dense {ours:.3f} with the default profile, bm25s "
             f"{bm:.3f}, dense-only {dense:.3f}. The default ranking lets relevance lead — relevance calibrated "
             "within the pool, retention a bounded prior (`retention_prior`) that only reorders candidates of "
-            "comparable relevance, and two relevance floors (IDF coverage of the query or its most specific "
-            "word; the cosine) — so a months-old 事件 fact that answers the question is no longer pushed out by "
+            "comparable relevance, and the relevance gate calibrated per query (the cosine against the "
+            "query's chat background, coverage of its informative words relative to the best candidate) — so a months-old 事件 fact that answers the question is no longer pushed out by "
             f"last week's. The seed's multiplicative `blend_score` (built-in profile `seed`) gives {seed_d:.3f} "
             f"(lexical only {seed_l:.3f}) on the same pools: it multiplies an old fact's saturated relevance "
             f"`r/(1+r)` by as little as 0.35. Relevance alone (`retention_prior` = 0) gives lexical + dense "
-            f"{nf:.3f} (lexical only {lex_nf:.3f}); without the floors lexical + dense gives {nofloor:.3f}. "
+            f"{nf:.3f} (lexical only {lex_nf:.3f}); without the gate lexical + dense gives {nofloor:.3f}. "
             + (f"Each channel is read against the pool (`pool_share` 0.5: bm25 as a share of the pool's strongest, "
                f"the cosine as a share of its best, mixed with the absolute values); absolute values alone "
                f"(`pool_share` = 0, where the saturated `r/(1+r)` let the cosine decide between strong and weak "
                f"lexical matches) give {absolute:.3f}. " if absolute is not None else "")
-            + f"Lexical only (no query vector) the default gives {ours_l:.3f}: LoCoMo's English questions share "
-            "few unstemmed words with the observations, so most lexical matches fall under the coverage floor "
-            "unless they hold the question's rarest word — the dense channel is what admits paraphrases.",
+            + f"Lexical only (no query vector) the default gives {ours_l:.3f}. (This in-process run has no "
+            "embedder configured, so the gate has no chat background here: only its relative parts apply; "
+            "the API runs below are the product's result.)",
             *_heldout_note(lo),
             f"- **LoCoMo, near-duplicates.** {lo.get('observations', '?')} observations became {lo['facts']} fact "
             "rows: `add_fact` merges a new fact into a similar one of the same person (character-set Jaccard "
@@ -385,7 +385,7 @@ def notes(results: dict) -> str:
             "- **No pruning on the turn path.** Person-scoped fact recall keeps every query term (the fact "
             "index's person column bounds the work), so long English questions add many common words to bm25 "
             "and `r/(1+r)` saturates; the pool calibration (relevance as a share of the pool's best) keeps the "
-            "order, and the IDF coverage floor discounts those common words.",
+            "order, and the gate reads coverage of the informative words only.",
         ]
     md = results.get("memdaily")
     if md:

@@ -96,7 +96,7 @@ class Deployment:
     """gunicorn + a celery worker on a fresh SQLite file in ``folder`` (or ``database_url``), Redis at ``redis_url``."""
 
     def __init__(self, folder: Path, redis_url: str, *, log: Callable[[str], None], profile: dict | None = None,
-                 database_url: str = ""):
+                 database_url: str = "", embedding_provider: str = ""):
         db_number = int((urlparse(redis_url).path or "/0").lstrip("/") or 0)
         if db_number == 0:
             raise SystemExit("the API evaluation flushes its Redis database: give it one other than DB 0")
@@ -107,6 +107,9 @@ class Deployment:
                    DJANGO_DEBUG="False", LOG_LEVEL="WARNING", OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT))
         if database_url:  # never inherited: a deployment's DATABASE_URL in this shell must not be written to
             env["DATABASE_URL"] = database_url
+        if embedding_provider:  # a diagnostic deployment ("none": the lexical-only product)
+            env["EMBEDDING_PROVIDER"] = embedding_provider
+        self.embeds = embedding_provider != "none"
         env.setdefault("JIEBA_CACHE", str(Path(tempfile.gettempdir()) / "memory-console-jieba.cache"))
         self.env = env
         self.server = None
@@ -158,7 +161,8 @@ class Deployment:
     def setup_django(self) -> None:
         """Point this process at the deployed database (read-only use: the idle check)."""
         os.environ.update({k: self.env[k] for k in ("DJANGO_SETTINGS_MODULE", "MEMORY_DB", "REDIS_URL", "DJANGO_DEBUG",
-                                                      "LOG_LEVEL", "JIEBA_CACHE", "DATABASE_URL") if k in self.env})
+                                                      "LOG_LEVEL", "JIEBA_CACHE", "DATABASE_URL", "EMBEDDING_PROVIDER")
+                           if k in self.env})
         for key in PRODUCT_KEYS:
             if key not in self.env:
                 os.environ.pop(key, None)
@@ -178,7 +182,7 @@ class Deployment:
         out = {
             "due_streams": len(triggers.streams_due()),
             "null_vectors": Fact.objects.filter(embedding__isnull=True).count()
-            + Knowledge.objects.filter(embedding__isnull=True).count(),
+            + Knowledge.objects.filter(embedding__isnull=True).count() if self.embeds else 0,
             "queued_tasks": r.llen("celery") + r.hlen("unacked"),
             "locks": sum(1 for _ in r.scan_iter(f"{LOCK_PREFIX}*")) + sum(1 for _ in r.scan_iter(f"{QUEUED_PREFIX}*")),
         }

@@ -18,7 +18,7 @@ All-conversation tables use the default retrieval profile (the reference contrac
 Held-out tuning (``result["heldout"]``): the conversations are split deterministically —
 even positions in the data file are *dev*, odd positions *test* (with one conversation
 there is no test half and tuning is skipped). A grid over the whitelisted knobs that only
-re-rank (``retention_prior`` × ``lexical_coverage_floor`` × ``dense_cosine_floor``, see
+re-rank (``retention_prior`` × ``query_margin`` × ``dense_spread``, see
 :data:`RERANK_GRID`; values outside the whitelist bounds are dropped) is scored on the dev questions only; the
 profile with the best mean nDCG@5 of "ours lexical + dense" wins (ties: R@5, then the
 smaller distance to the defaults). The test questions then report our recall with the
@@ -66,7 +66,7 @@ METHODS = {
 DIAGNOSTICS = {
     "diag_lexical_no_forgetting": "ours lexical with retention_prior=0 (relevance alone)",
     "diag_lexical_dense_no_forgetting": "ours lexical + dense with retention_prior=0 (relevance alone)",
-    "diag_lexical_dense_no_floor": "ours lexical + dense without the relevance floors",
+    "diag_lexical_dense_no_floor": "ours lexical + dense without the relevance gate",
     "diag_lexical_dense_absolute": "ours lexical + dense with pool_share=0 (absolute channel values)",
     "diag_lexical_seed": "ours lexical, built-in seed profile (the seed's blend_score)",
     "diag_lexical_dense_seed": "ours lexical + dense, built-in seed profile (the seed's blend_score)",
@@ -76,8 +76,8 @@ HOUR_MS = 3_600_000
 # Held-out tuning: knobs that only re-rank the same candidate pools, and the values tried.
 RERANK_GRID = {
     "retention_prior": (0.0, 0.01, 0.02, 0.05, 0.1),
-    "lexical_coverage_floor": (0.0, 0.5, 0.7),
-    "dense_cosine_floor": (0.2, 0.3, 0.35, 0.4),
+    "query_margin": (-0.4, -0.3, -0.2),
+    "dense_spread": (0.2, 0.3, 0.4),
 }
 HELDOUT_METHODS = {
     "ours_lexical_default": "ours: lexical, default profile",
@@ -163,7 +163,7 @@ def rank_inputs(facts: Sequence[Any], cosines: dict[int, float] | None = None) -
         RankCandidate(
             id=f.id, lexical=f.lexical_relevance, retention=f.retention,
             cosine=None if cosines is None else cosines.get(f.id), coverage=f.coverage, active=f.active,
-            rarest=f.rarest,
+            rarest=f.rarest, margin=None if cosines is None else getattr(cosines, "margins", {}).get(f.id),
         )
         for f in facts
     ]
@@ -347,7 +347,7 @@ def evaluate(conversations: Sequence[Conversation], embedder: Embedder, *, log: 
     base = dict(active_overrides())
     ov = {**base, "fact_recall_limit": TOP}
     ov_no_forgetting = {**ov, "retention_prior": 0.0}
-    ov_no_floor = {**ov, "lexical_coverage_floor": 0.0, "dense_cosine_floor": -1.0}
+    ov_no_floor = {**ov, "dense_margin": -1.0, "query_margin": -1.0, "dense_spread": 2.0, "lexical_share": 0.0}
     ov_absolute = {**ov, "pool_share": 0.0}
     ov_seed = {**ov, "seed_blend": 1}
     per_method: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)

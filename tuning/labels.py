@@ -18,12 +18,17 @@ PARAM_LABELS = {
     "recent_episode_limit": gettext_lazy("近期情节条数"),
     "seed_blend": gettext_lazy("沿用种子的乘法排序"),
     "retention_prior": gettext_lazy("留存度先验权重"),
-    "lexical_coverage_floor": gettext_lazy("词面覆盖下限"),
-    "dense_cosine_floor": gettext_lazy("向量余弦下限"),
+    "dense_margin": gettext_lazy("相关门：余弦可低于闲聊背景多少"),
+    "query_margin": gettext_lazy("相关门：最佳候选高出闲聊背景多少算在问记忆"),
+    "dense_spread": gettext_lazy("相关门：离最佳候选的余弦多近也放行"),
+    "lexical_share": gettext_lazy("相关门：词面覆盖占最佳候选的比例"),
+    "lead_gap": gettext_lazy("相关门：向量领先第二名多少算明显领先"),
+    "lead_ratio": gettext_lazy("相关门：BM25 是第二名几倍算明显领先"),
     "pool_share": gettext_lazy("相关度的池内占比权重"),
     "context_lexical_lines": gettext_lazy("对话上下文：词面查询的用户行数"),
     "context_dense_messages": gettext_lazy("对话上下文：向量查询的消息条数"),
     "context_half_life": gettext_lazy("对话上下文：权重半衰（条）"),
+    "context_gap_minutes": gettext_lazy("对话上下文：沉默多久算新对话（分钟）"),
 }
 #: What turning each parameter changes (the "meaning" column of the parameter table).
 PARAM_HELP = {
@@ -37,14 +42,21 @@ PARAM_HELP = {
     "recent_episode_limit": gettext_lazy("每轮按时间带上的最近情节条数"),
     "seed_blend": gettext_lazy("1 = 种子的排序：相关度 × 留存权重，没有相关度下限（用来和默认排序对比）"),
     "retention_prior": gettext_lazy("相关度相近时，留存度（新鲜、牢固）能把一条事实往前推多少（占候选池最佳相关度的比例）"),
-    "lexical_coverage_floor": gettext_lazy("事实至少要覆盖查询多少信息量（IDF）才算相关；不够又没有向量支撑的不进提示词"),
-    "dense_cosine_floor": gettext_lazy("事实与查询的向量余弦至少多少才算相关"),
+    "dense_margin": gettext_lazy(
+        "这句话和一组寒暄句（你好、哈哈、在吗…）最像的程度是它的「闲聊背景」；事实的余弦不低于背景加这个值（通常为负）才算相关"
+    ),
+    "query_margin": gettext_lazy("最佳候选的余弦比闲聊背景至少高这么多时，认为这句话在问记忆"),
+    "dense_spread": gettext_lazy("在问记忆时，余弦离最佳候选不超过这个差距的事实也放行"),
+    "lexical_share": gettext_lazy("事实覆盖查询信息词（寒暄词不算）的比例，至少要达到最佳候选的这个比例才算相关"),
+    "lead_gap": gettext_lazy("向量最相近的事实领先第二名这么多时，无论如何都放行"),
+    "lead_ratio": gettext_lazy("BM25 最强的事实是第二名的这么多倍（且命中信息词）时，无论如何都放行"),
     "pool_share": gettext_lazy(
         "词面（BM25）和向量余弦各有多少按「占候选池最强者的比例」计（0 = 只用绝对值：BM25 饱和，强弱命中差不多）"
     ),
     "context_lexical_lines": gettext_lazy("最近几条用户发言也用来检索（0 = 只看这一句）"),
     "context_dense_messages": gettext_lazy("最近几条消息的向量也参与比较（0 = 只看这一句）"),
     "context_half_life": gettext_lazy("越早的发言权重越低：每隔这么多条减半"),
+    "context_gap_minutes": gettext_lazy("两条消息之间（或最后一条消息到这一轮）沉默超过这么久，更早的对话不再参与检索"),
 }
 PARAM_KINDS = {"float": gettext_lazy("小数"), "int": gettext_lazy("整数")}
 GROUP_LABELS = {"all": gettext_lazy("全部"), "group": gettext_lazy("群聊"), "direct": gettext_lazy("私聊"),

@@ -21,22 +21,28 @@ import numpy as np
 
 __all__ = [
     "DEFAULT_DENSE_MESSAGES",
+    "DEFAULT_GAP_MINUTES",
     "DEFAULT_HALF_LIFE",
     "DEFAULT_LEXICAL_LINES",
     "ConversationQuery",
     "recency_weights",
     "weighted_max",
+    "weighted_max_at",
 ]
 
-#: messages; the line just before the turn counts 0.5, the one before it 0.25. Measured: with
-#: 2.0 (0.71, 0.5, …) LoCoMo's questions, asked after the conversation's last lines, lost half a
-#: point of R@5 through the API (0.497 vs 0.502 without the context); with 1.0 they keep 0.501
-#: while MemDaily's noisy questions and DuLeMon still gain (BENCHMARKS.md, eval_context).
-DEFAULT_HALF_LIFE: float = 1.0
+#: messages; four lines back a message counts half. Chosen on the dev split (BENCHMARKS.md, the
+#: recall matrix): a question asked after lines of chit-chat needs the conversation's older lines
+#: nearly as much as the last one, and this long half-life over the last twelve messages did as
+#: well as one embedding of the recent window. The conversation ends at a silence
+#: (``DEFAULT_GAP_MINUTES``), so a long half-life does not reach into an older topic.
+DEFAULT_HALF_LIFE: float = 4.0
 #: the recent user lines (among this many newest messages) that query the lexical index.
 DEFAULT_LEXICAL_LINES: int = 3
-#: the newest messages whose vectors join the dense query.
-DEFAULT_DENSE_MESSAGES: int = 6
+#: the newest messages (the assistant's too: a bot line often names what the user's memory is
+#: about) whose vectors join the dense query.
+DEFAULT_DENSE_MESSAGES: int = 12
+#: minutes of silence that end a conversation: older messages do not join the turn's query.
+DEFAULT_GAP_MINUTES: float = 60.0
 
 
 def recency_weights(n: int, half_life: float = DEFAULT_HALF_LIFE) -> list[float]:
@@ -96,3 +102,12 @@ def weighted_max(cosines: np.ndarray, weights: Sequence[float]) -> np.ndarray:
     scaled = np.where(np.isnan(scaled), -np.inf, scaled)
     best = scaled.max(axis=0) if scaled.size else np.full(matrix.shape[1], -np.inf)
     return np.where(np.isneginf(best), np.nan, best)
+
+
+def weighted_max_at(cosines: np.ndarray, weights: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`weighted_max` and, per column, the row that gave it (0 where the column is all NaN)."""
+    matrix = np.asarray(cosines, dtype=np.float64)
+    values = weighted_max(matrix, weights)
+    scaled = np.where(np.isnan(matrix), -np.inf, matrix * np.asarray(weights, dtype=np.float64)[:, None])
+    rows = scaled.argmax(axis=0) if scaled.size else np.zeros(matrix.shape[1], dtype=np.int64)
+    return values, rows

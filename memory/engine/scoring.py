@@ -14,9 +14,12 @@ rows (lexical relevance, IDF coverage, cosine, retention — never vectors) and 
   side ``(cos + 1) / 2`` with the cosine as a share of the pool's best (:func:`dense_term`),
   fused ``0.4 / 0.6`` as above; relevance is calibrated within the
   pool (share of the best eligible candidate), the retention term is a bounded prior
-  ``retention_prior * retention`` (0 when frozen), and candidates under both relevance
-  floors (:func:`passes_relevance_floor`: IDF coverage of the query / the query's most
-  specific word, or the cosine) never enter the prompt;
+  ``retention_prior * retention`` (0 when frozen), and candidates the relevance gate
+  (:func:`gate`) holds back never enter the prompt — the gate is calibrated per query: the
+  cosine is read against the query's own background (its best cosine with a bank of generic
+  chat lines, :mod:`memory.engine.background`), the lexical match as a share of the best
+  candidate's coverage of the query's informative words, and a clear leader of either
+  channel always passes;
 * the seed's multiplicative blend stays as :func:`blend_score`
   ``= max(0, relevance) ** bm25_weight * (floor + (1 - floor) * retention)``, used by
   :func:`rank` under the built-in "seed" profile (``seed_blend = 1``);
@@ -46,7 +49,10 @@ __all__ = [
     "QueryMass",
     "idf_coverage",
     "holds_rarest",
-    "passes_relevance_floor",
+    "Gate",
+    "gate",
+    "Verdict",
+    "verdicts",
     "lexical_strength",
     "lexical_term",
     "dense_term",
@@ -103,9 +109,23 @@ def apply_pool_percentile(scores: Sequence[float], threshold: float) -> int:
 #: built-in "seed" profile sets it to 1.
 SEED_BLEND_PARAM: str = "seed_blend"
 DEFAULT_RETENTION_PRIOR: float = 0.02
-DEFAULT_LEXICAL_COVERAGE_FLOOR: float = 0.5
-#: USE (the local model) puts unrelated pairs near 0.08 and paraphrases near 0.8.
-DEFAULT_DENSE_COSINE_FLOOR: float = 0.3
+#: The relevance gate (:func:`gate`), chosen on dev splits (``make eval``; BENCHMARKS.md says which):
+#: a candidate's cosine may lie this far *below* the query's background (its best cosine with
+#: the bank of generic chat lines) and still pass. Small talk sits on the bank (a high
+#: background) and brings nothing; a question sits far from it and keeps its moderate matches.
+DEFAULT_DENSE_MARGIN: float = -0.2
+#: A query whose best candidate stands out of its background by this much asks for memory: its
+#: candidates within ``dense_spread`` of that best cosine pass too.
+DEFAULT_QUERY_MARGIN: float = -0.3
+DEFAULT_DENSE_SPREAD: float = 0.3
+#: A lexical candidate passes when it covers this share of the best candidate's coverage of
+#: the query's informative words (generic chat words carry none).
+DEFAULT_LEXICAL_SHARE: float = 0.1
+#: A clear leader passes whatever the rest of the gate says: the dense channel's top candidate
+#: when its cosine beats the runner-up's by this much, the lexical channel's top one when its
+#: bm25 strength is this many times the runner-up's (and it matches an informative word).
+DEFAULT_LEAD_GAP: float = 0.15
+DEFAULT_LEAD_RATIO: float = 2.0
 #: Weight of "a channel's value as a share of the pool's best" in each side of the fusion
 #: (:func:`lexical_term`, :func:`dense_term`). ``r/(1+r)`` saturates on long queries (bm25 8 and
 #: 2 give 0.89 and 0.67), so with absolute values alone the cosine decided between a strong and
@@ -120,11 +140,12 @@ class RankCandidate:
     """What the ranking needs of one candidate — no vectors: the cosine is computed upstream.
 
     ``lexical`` is ``relevance_from_bm25`` (0 when the candidate does not match lexically);
-    ``coverage`` the share of the query's achievable IDF mass the candidate matches
-    (:func:`idf_coverage`; ``None`` = not known, the lexical floor does not apply);
+    ``coverage`` the share of the query's informative IDF mass the candidate matches
+    (:func:`idf_coverage`; ``None`` = not known, the lexical side of the gate does not apply);
     ``rarest`` True when it holds the query's most specific word (:func:`holds_rarest`);
-    ``cosine`` the query/fact cosine (``None`` = no vector on either side); ``active`` False
-    for a frozen fact.
+    ``cosine`` the query/fact cosine (``None`` = no vector on either side); ``margin`` that
+    cosine minus the query's background (``None`` = no background known: the dense side of
+    the gate does not apply); ``active`` False for a frozen fact.
     """
 
     id: Hashable
@@ -134,6 +155,7 @@ class RankCandidate:
     coverage: float | None = None
     active: bool = True
     rarest: bool = False
+    margin: float | None = None
 
 
 @dataclass(frozen=True)
@@ -160,12 +182,14 @@ class RankedCandidate:
     coverage: float | None = None
     cosine: float | None = None
     mode: str = "relevance"
+    margin: float | None = None
+    gate: str = ""  # why the gate let it pass, or why it held it back (:class:`Gate`)
 
     def terms(self) -> dict[str, Any]:
         return {
             "relevance": self.relevance, "calibrated": self.calibrated, "prior": self.prior, "score": self.score,
             "retention": self.retention, "eligible": self.eligible, "coverage": self.coverage,
-            "cosine": self.cosine, "mode": self.mode,
+            "cosine": self.cosine, "mode": self.mode, "margin": self.margin, "gate": self.gate,
         }
 
 
@@ -260,29 +284,88 @@ def dense_term(cosine: float, best_cosine: float, share: float) -> float:
     return (1.0 - share) * base + share * ratio
 
 
-def passes_relevance_floor(candidate: RankCandidate, profile: Mapping[str, float] | None = None) -> bool:
-    """Eligible iff it covers ``lexical_coverage_floor`` of the query's achievable IDF mass,
-    or holds the query's most specific word (``rarest``; only while the floor is above 0),
-    or its cosine reaches ``dense_cosine_floor``.
+class Gate:
+    """The gate's reasons, as :attr:`RankedCandidate.gate` carries them (the console and the trace show
+    them): a candidate passes because it ``leads`` a channel, stands out of the query's background
+    (``dense``), covers enough of the best candidate's informative words (``lexical``), or because
+    nothing is known to judge it by (``unknown``); it is held back (``held``) otherwise. The seed's
+    ranking has no gate (``seed``)."""
 
-    A floor of 0 (lexical) or -1 (dense) admits everything on that side. A candidate with
-    neither signal known (no coverage, no cosine) stays eligible.
+    LEADS_DENSE = "leads_dense"
+    LEADS_LEXICAL = "leads_lexical"
+    DENSE = "dense"
+    LEXICAL = "lexical"
+    UNKNOWN = "unknown"
+    HELD = "held"
+    SEED = "seed"
+    PASSING = frozenset({LEADS_DENSE, LEADS_LEXICAL, DENSE, LEXICAL, UNKNOWN, SEED})
+
+
+def gate(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | None = None) -> list[str]:
+    """The relevance gate of a pool: one :class:`Gate` reason per candidate, calibrated on this query.
+
+    A candidate passes when
+
+    * it clearly leads a channel: the highest cosine of the pool, ahead of the runner-up by
+      ``lead_gap``; or the strongest bm25 of the pool, ``lead_ratio`` times the runner-up's,
+      matching an informative word (``coverage > 0``);
+    * its cosine stands out of the query's background: ``margin = cosine - background >=
+      dense_margin`` (the background = the query's best cosine with generic chat lines);
+    * the query asks for memory — its best candidate's margin is at least ``query_margin`` —
+      and its cosine lies within ``dense_spread`` of that best candidate's;
+    * it covers ``lexical_share`` of what the best candidate covers of the query's informative
+      IDF mass (``coverage > 0``: generic chat words are not informative) — unless the query's
+      background says it asks for no memory at all (then only a leader passes);
+    * nothing is known about it (no coverage, no cosine).
+
+    Every part is relative to the query — its own background, its own best candidates — so a
+    two-character greeting, a paragraph and a pasted history are judged alike. Without a
+    background (no bank vectors: ``margin`` None) only the relative part of the dense side
+    applies: candidates within ``dense_spread`` of the best cosine.
     """
     opts = profile or {}
-    if candidate.coverage is None and candidate.cosine is None:
-        return True
-    lex_floor = _param(opts, "lexical_coverage_floor", DEFAULT_LEXICAL_COVERAGE_FLOOR)
-    cos_floor = _param(opts, "dense_cosine_floor", DEFAULT_DENSE_COSINE_FLOOR)
-    if candidate.coverage is not None and (candidate.coverage >= lex_floor or candidate.rarest):
-        return True
-    return candidate.cosine is not None and candidate.cosine >= cos_floor
+    margin_min = _param(opts, "dense_margin", DEFAULT_DENSE_MARGIN)
+    query_min = _param(opts, "query_margin", DEFAULT_QUERY_MARGIN)
+    spread = _param(opts, "dense_spread", DEFAULT_DENSE_SPREAD)
+    share = _param(opts, "lexical_share", DEFAULT_LEXICAL_SHARE)
+    gap = _param(opts, "lead_gap", DEFAULT_LEAD_GAP)
+    ratio = _param(opts, "lead_ratio", DEFAULT_LEAD_RATIO)
+    n = len(candidates)
+    reasons = [Gate.HELD] * n
+    dense = sorted((i for i, c in enumerate(candidates) if c.cosine is not None), key=lambda i: -candidates[i].cosine)
+    if dense and (len(dense) == 1 or candidates[dense[0]].cosine - candidates[dense[1]].cosine >= gap):
+        if len(dense) > 1:  # a lone candidate leads nothing
+            reasons[dense[0]] = Gate.LEADS_DENSE
+    strength = [lexical_strength(c.lexical) for c in candidates]
+    lexical = sorted((i for i in range(n) if strength[i] > 0), key=lambda i: -strength[i])
+    if len(lexical) > 1 and strength[lexical[0]] >= ratio * strength[lexical[1]]:
+        top = lexical[0]
+        if (candidates[top].coverage or 0.0) > 0 and reasons[top] == Gate.HELD:
+            reasons[top] = Gate.LEADS_LEXICAL
+    best_coverage = max((c.coverage for c in candidates if c.coverage is not None), default=0.0)
+    best = candidates[dense[0]] if dense else None  # the highest cosine of the pool
+    # the query asks for memory when its best candidate stands out of its background (no background: unknown, assumed)
+    asks = best is None or best.margin is None or best.margin >= query_min
+    for i, c in enumerate(candidates):
+        if reasons[i] != Gate.HELD:
+            continue
+        if c.cosine is not None and (
+            (c.margin is not None and c.margin >= margin_min)
+            or (asks and best is not None and best.cosine - c.cosine <= spread)
+        ):
+            reasons[i] = Gate.DENSE
+        elif asks and c.coverage is not None and c.coverage > 0 and c.coverage >= share * best_coverage:
+            reasons[i] = Gate.LEXICAL
+        elif c.coverage is None and c.cosine is None:
+            reasons[i] = Gate.UNKNOWN
+    return reasons
 
 
 def rank(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | None = None) -> list[RankedCandidate]:
     """Score and order a candidate pool — the one ranking every recall path calls.
 
-    Default ("relevance leads, forgetting is a prior"): candidates under both relevance
-    floors (:func:`passes_relevance_floor`) are not eligible; the lexical side is
+    Default ("relevance leads, forgetting is a prior"): candidates the relevance gate holds
+    back (:func:`gate`) are not eligible; the lexical side is
     :func:`lexical_term` and the dense side :func:`dense_term` (the pool's strongest bm25 and
     best cosine as references, weight ``pool_share``), fused ``LEXICAL_WEIGHT * lexical +
     DENSE_WEIGHT * dense`` when there is a cosine; ``calibrated =
@@ -309,7 +392,7 @@ def rank(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | Non
                 RankedCandidate(
                     id=c.id, relevance=rel, calibrated=powered, prior=floor + (1.0 - floor) * c.retention,
                     score=blend_score(rel, c.retention, opts), retention=c.retention, eligible=True,
-                    coverage=c.coverage, cosine=c.cosine, mode="seed",
+                    coverage=c.coverage, cosine=c.cosine, mode="seed", margin=c.margin, gate=Gate.SEED,
                 )
             )
         out.sort(key=lambda r: r.score, reverse=True)
@@ -326,15 +409,16 @@ def rank(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | Non
         else:
             rels.append(LEXICAL_WEIGHT * lx + DENSE_WEIGHT * dense_term(c.cosine, best_cosine, share))
     powered = [max(0.0, r) ** weight if weight != 1.0 else max(0.0, r) for r in rels]
-    eligible = [passes_relevance_floor(c, opts) for c in candidates]
+    reasons = gate(candidates, opts)
+    eligible = [r in Gate.PASSING for r in reasons]
     best = max((p for p, e in zip(powered, eligible, strict=True) if e), default=0.0)
-    for c, rel, p, ok in zip(candidates, rels, powered, eligible, strict=True):
+    for c, rel, p, ok, why in zip(candidates, rels, powered, eligible, reasons, strict=True):
         calibrated = p / best if best > 0 else 0.0
         prior = beta * c.retention if c.active else 0.0
         out.append(
             RankedCandidate(
                 id=c.id, relevance=rel, calibrated=calibrated, prior=prior, score=calibrated + prior,
-                retention=c.retention, eligible=ok, coverage=c.coverage, cosine=c.cosine,
+                retention=c.retention, eligible=ok, coverage=c.coverage, cosine=c.cosine, margin=c.margin, gate=why,
             )
         )
     out.sort(key=lambda r: (not r.eligible, -r.score))
@@ -353,3 +437,34 @@ def held_back(ranked: Sequence[RankedCandidate], limit: int) -> list[RankedCandi
     by_relevance = sorted(eligible, key=lambda r: r.calibrated, reverse=True)[: max(0, limit)]
     kept = {r.id for r in eligible[: max(0, limit)]}
     return [r for r in by_relevance if r.id not in kept]
+
+
+class Verdict:
+    """What became of a ranked candidate (:func:`verdicts`): it entered the ``prompt``; ``forgetting``
+    held it back (relevance alone would have put it in the prompt, retention ranked it out); the
+    relevance ``gate`` held it back (:attr:`RankedCandidate.gate` says why passing ones passed);
+    or it passed the gate but ranked below the prompt ``limit``. (Facts that visibility held back
+    never reach the ranking: the selectors count them.)"""
+
+    PROMPT = "prompt"
+    FORGETTING = "forgetting"
+    GATE = "gate"
+    LIMIT = "limit"
+
+
+def verdicts(ranked: Sequence[Any], limit: int) -> dict[Hashable, str]:
+    """:class:`Verdict` of every candidate of a ranking (``RankedCandidate`` rows, or anything with
+    ``id``, ``eligible``, ``score`` and ``calibrated``), by id."""
+    prompt = {r.id for r in prompt_cut(ranked, limit)}
+    forgotten = {r.id for r in held_back(ranked, limit)}
+    out: dict[Hashable, str] = {}
+    for r in ranked:
+        if r.id in prompt:
+            out[r.id] = Verdict.PROMPT
+        elif r.id in forgotten:
+            out[r.id] = Verdict.FORGETTING
+        elif not r.eligible:
+            out[r.id] = Verdict.GATE
+        else:
+            out[r.id] = Verdict.LIMIT
+    return out

@@ -2,6 +2,12 @@
 
 Index text = jieba words (precise mode) + CJK character bigrams, space-joined, so that
 unicode61 indexes each produced token (bigrams give recall for names jieba does not know).
+Latin-script words are analysed as English (:func:`english`): folded like ``unicode61``,
+English stop words (:data:`EN_STOP_WORDS`) dropped, the rest reduced to their Snowball stem
+(PyStemmer), so "painting", "painted" and "paints" are one term. Chinese words, digits and
+mixed tokens (``144hz``) are left as they are. Every index (FTS5 rows, the resident BM25,
+PostgreSQL's postings, inspect) and every query goes through :func:`words`, so a change here
+needs a migration that re-tokenises the stored rows (``0028_english_analyser``).
 Queries go through :func:`match_query`, which quotes every term and joins them with
 ``OR``: no FTS5 syntax (``*``, ``NEAR``, ``-``, ``AND``, parentheses, column filters)
 coming from user text can ever reach the FTS5 parser unquoted.
@@ -19,14 +25,18 @@ import logging
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Iterable
 
 import jieba
+import Stemmer
 
-from memory.engine.bm25 import fts_tokens
+from memory.engine.bm25 import _fold, fts_tokens
 
 __all__ = [
     "STOP_CHARS",
+    "EN_STOP_WORDS",
+    "english",
     "CJK_RE",
     "is_cjk",
     "warm_up",
@@ -51,6 +61,33 @@ CJK_RE = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _CJK_RUN_RE = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _WORD_CHAR_RE = re.compile(r"\w")
 
+#: English function words dropped from Latin-script text (our own list: articles, pronouns,
+#: auxiliaries, prepositions, conjunctions, the pieces jieba cuts contractions into).
+EN_STOP_WORDS: frozenset[str] = frozenset("""
+a an the and or but if then than so as of to in on at by for with from into onto about over under up down out off
+is am are was were be been being do does did doing have has had having will would shall should can could may might must
+i me my mine myself we us our ours ourselves you your yours yourself he him his himself she her hers herself it its
+itself they them their theirs themselves this that these those there here what which who whom whose when where why how
+not no nor too very just also any all each some such own same other only both few more most once again further
+s t d ll m re ve don doesn didn isn aren wasn weren hasn haven hadn won wouldn shouldn couldn
+""".split())
+_LATIN_WORD_RE = re.compile("[a-z]+")
+_stemmers = threading.local()  # a PyStemmer object is not to be shared between threads
+
+
+def english(token: str) -> str | None:
+    """A lower-cased Latin-script token analysed as English: ``None`` for a stop word, else its
+    Snowball stem. Tokens that are not purely Latin letters (after folding) come back as they are."""
+    folded = _fold(token)
+    if _LATIN_WORD_RE.fullmatch(folded) is None:
+        return token
+    if folded in EN_STOP_WORDS:
+        return None
+    stemmer = getattr(_stemmers, "english", None)
+    if stemmer is None:
+        stemmer = _stemmers.english = Stemmer.Stemmer("english")
+    return stemmer.stemWord(folded)
+
 
 def is_cjk(char: str) -> bool:
     """True iff ``char`` (one character) lies in one of the three CJK ranges."""
@@ -66,7 +103,8 @@ def words(text: str) -> list[str]:
     """jieba precise-mode words of ``text``, stripped and lower-cased.
 
     Dropped: empty tokens, tokens without any ``\\w`` character (punctuation, symbols,
-    whitespace) and single-character CJK tokens in :data:`STOP_CHARS`. Order is kept and
+    whitespace), single-character CJK tokens in :data:`STOP_CHARS` and English stop words;
+    Latin-script words become their English stem (:func:`english`). Order is kept and
     duplicates are kept (BM25 needs term frequency).
     """
     if not text:
@@ -78,13 +116,15 @@ def words(text: str) -> list[str]:
 
 def _words(text: str) -> tuple[str, ...]:
     out: list[str] = []
-    for raw in jieba.cut(text, cut_all=False):
+    for raw in jieba.cut(_fold(text), cut_all=False):  # folded first: jieba cuts "café" after the "f"
         token = raw.strip().lower()
         if not token or _WORD_CHAR_RE.search(token) is None:
             continue
         if len(token) == 1 and token in STOP_CHARS:
             continue
-        out.append(token)
+        token = english(token)
+        if token is not None:
+            out.append(token)
     return tuple(out)
 
 

@@ -13,12 +13,16 @@ import numbers
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .context import DEFAULT_DENSE_MESSAGES, DEFAULT_HALF_LIFE, DEFAULT_LEXICAL_LINES
+from .context import DEFAULT_DENSE_MESSAGES, DEFAULT_GAP_MINUTES, DEFAULT_HALF_LIFE, DEFAULT_LEXICAL_LINES
 from .metrics import ndcg_at_k, recall_at_k
 from .scoring import (
-    DEFAULT_DENSE_COSINE_FLOOR,
-    DEFAULT_LEXICAL_COVERAGE_FLOOR,
+    DEFAULT_DENSE_MARGIN,
+    DEFAULT_DENSE_SPREAD,
+    DEFAULT_LEAD_GAP,
+    DEFAULT_LEAD_RATIO,
+    DEFAULT_LEXICAL_SHARE,
     DEFAULT_POOL_SHARE,
+    DEFAULT_QUERY_MARGIN,
     DEFAULT_RETENTION_PRIOR,
     apply_pool_percentile,
 )
@@ -65,13 +69,19 @@ WHITELIST: dict[str, ParamSpec] = {
     # the ranking (memory/engine/scoring.py: rank); retention_weight_floor only acts with seed_blend = 1
     "seed_blend": ParamSpec("int", 0, 1, 0, "沿用种子的乘法排序（1 = 种子）"),
     "retention_prior": ParamSpec("float", 0.0, 1.0, DEFAULT_RETENTION_PRIOR, "留存度先验权重"),
-    "lexical_coverage_floor": ParamSpec("float", 0.0, 1.0, DEFAULT_LEXICAL_COVERAGE_FLOOR, "词面覆盖下限"),
-    "dense_cosine_floor": ParamSpec("float", -1.0, 1.0, DEFAULT_DENSE_COSINE_FLOOR, "向量余弦下限"),
+    # the relevance gate (scoring.gate), calibrated per query
+    "dense_margin": ParamSpec("float", -1.0, 1.0, DEFAULT_DENSE_MARGIN, "相关门：余弦可低于闲聊背景多少"),
+    "query_margin": ParamSpec("float", -1.0, 1.0, DEFAULT_QUERY_MARGIN, "相关门：最佳候选高出闲聊背景多少算在问记忆"),
+    "dense_spread": ParamSpec("float", 0.0, 2.0, DEFAULT_DENSE_SPREAD, "相关门：离最佳候选的余弦多近也放行"),
+    "lexical_share": ParamSpec("float", 0.0, 1.0, DEFAULT_LEXICAL_SHARE, "相关门：词面覆盖占最佳候选的比例"),
+    "lead_gap": ParamSpec("float", 0.0, 2.0, DEFAULT_LEAD_GAP, "相关门：向量领先第二名多少算明显领先"),
+    "lead_ratio": ParamSpec("float", 1.0, 100.0, DEFAULT_LEAD_RATIO, "相关门：BM25 是第二名几倍算明显领先"),
     "pool_share": ParamSpec("float", 0.0, 1.0, DEFAULT_POOL_SHARE, "相关度的池内占比权重"),
     # the conversation as the query (memory/engine/context.py); 0 turns a channel off
     "context_lexical_lines": ParamSpec("int", 0, 10, DEFAULT_LEXICAL_LINES, "对话上下文：词面查询的用户行数"),
     "context_dense_messages": ParamSpec("int", 0, 20, DEFAULT_DENSE_MESSAGES, "对话上下文：向量查询的消息条数"),
     "context_half_life": ParamSpec("float", 0.5, 20.0, DEFAULT_HALF_LIFE, "对话上下文：权重半衰（条）"),
+    "context_gap_minutes": ParamSpec("float", 1.0, 10080.0, DEFAULT_GAP_MINUTES, "对话上下文：沉默多久算新对话（分钟）"),
 }
 
 #: Built-in profiles besides ``default`` (= no overrides): name → params.

@@ -23,7 +23,7 @@ from memory import backends, overrides, selectors, services
 from memory.engine import context as conversation
 from memory.engine import spreading
 from memory.engine.scope import fact_visible_in_stream
-from memory.engine.scoring import RankedCandidate, apply_pool_percentile, held_back
+from memory.engine.scoring import RankedCandidate, Verdict, apply_pool_percentile, held_back
 from memory.models import Episode, Fact, Identity, Message, Person, Stream, Turn
 from memory.providers import config as provider_config
 from memory.search import lexical
@@ -190,6 +190,11 @@ class ContextLine:
     position: int
 
 
+def _context_gap_ms(overrides: Mapping[str, Any]) -> int:
+    """The silence that ends a conversation (``context_gap_minutes``), in ms."""
+    return int(float(overrides.get("context_gap_minutes", conversation.DEFAULT_GAP_MINUTES)) * 60_000)
+
+
 def _context_knobs(overrides: Mapping[str, Any]) -> tuple[int, int, float]:
     """``(lexical lines, dense messages, half-life)`` of the tuned profile (engine defaults otherwise)."""
     return (
@@ -199,12 +204,17 @@ def _context_knobs(overrides: Mapping[str, Any]) -> tuple[int, int, float]:
     )
 
 
-def recent_context(*, stream_id: int, upto_id: int, text: str, overrides: Mapping[str, Any]) -> list[ContextLine]:
+def recent_context(
+    *, stream_id: int, upto_id: int, text: str, overrides: Mapping[str, Any], at: int | None = None
+) -> list[ContextLine]:
     """The recent messages that join the turn's query, newest first.
 
     The window is the last ``max(context_lexical_lines, context_dense_messages)`` messages
     up to the turn's watermark (archived ones included: a summary does not end a topic),
-    without the turn's own line (the newest message when it says the same as ``text``).
+    without the turn's own line (the newest message when it says the same as ``text``), and
+    only the current conversation: with the turn's time ``at``, the window ends at the first
+    silence longer than ``context_gap_minutes`` (between the turn and the newest message or
+    between two messages) — last week's topic does not steer a new one.
     """
     size = _context_size(overrides)
     if size <= 0 or not upto_id:
@@ -212,7 +222,15 @@ def recent_context(*, stream_id: int, upto_id: int, text: str, overrides: Mappin
     rows = lexical.read(_context_read(stream_id, upto_id, size))
     if rows and " ".join(rows[0][2].split()) == " ".join(text.split()):
         rows = rows[1:]
-    return [ContextLine(mid, role, content, k) for k, (mid, role, content) in enumerate(rows[:size], start=1)]
+    if at is not None:
+        gap, kept, later = _context_gap_ms(overrides), [], at
+        for row in rows:
+            if later - row[3] > gap:
+                break
+            kept.append(row)
+            later = row[3]
+        rows = kept
+    return [ContextLine(mid, role, content, k) for k, (mid, role, content, _at) in enumerate(rows[:size], start=1)]
 
 
 def _context_size(overrides: Mapping[str, Any]) -> int:
@@ -224,7 +242,7 @@ def _context_read(stream_id: int, upto_id: int, size: int) -> lexical.Read:
     """:func:`recent_context`'s messages (one more: the turn's own line may be among them)."""
     return lexical.Read(  # a turn's read: plain SQL, no ORM compile per call
         ("recent_context", stream_id, upto_id, size),
-        "SELECT id, role, content FROM messages WHERE stream_id = %s AND id <= %s ORDER BY id DESC LIMIT %s",
+        "SELECT id, role, content, created_at FROM messages WHERE stream_id = %s AND id <= %s ORDER BY id DESC LIMIT %s",
         [stream_id, upto_id, size + 1],
     )
 
@@ -385,7 +403,7 @@ def prepare_turn(
             services.sweep(at=now, once=True)
         persons = present_persons(stream_id=stream_id, speaker_id=speaker_id, before_id=before)
         lexical.scope_of(persons, scope)
-        context = recent_context(stream_id=stream_id, upto_id=before, text=text, overrides=overrides)
+        context = recent_context(stream_id=stream_id, upto_id=before, text=text, overrides=overrides, at=now)
         blocked: list[int] = []  # what visibility held back, recorded with the turn (_record_turn)
         pool = replay_turn_pool(
             person_ids=persons, text=text, impression=impression, now=now, stream_kind=stream.kind,
@@ -514,11 +532,14 @@ def _pool_facts(turn: _TurnToConfirm) -> list[ScopedFact]:
 
 @dataclass
 class PromptRanking:
-    """The confirmed ranking of a turn: the prompt facts, what forgetting held back, every candidate."""
+    """The confirmed ranking of a turn: the prompt facts, what forgetting held back, every candidate,
+    and the verdict on each (``{fact id: memory.engine.scoring.Verdict}``; a candidate's ``gate``
+    says why the relevance gate let it pass or held it back)."""
 
     prompt: list[ScopedFact]
     held_back: list[ScopedFact]
     ranked: list[ScopedFact]
+    verdicts: dict[int, str] = field(default_factory=dict)
 
 
 def rank_pool(
@@ -554,15 +575,27 @@ def rank_pool(
         pool = selectors.merge_dense_candidates(pool, scope.candidates, query=text, tokens=scope.tokens)
         # the pool is the persons' facts: the scope's one read checks and ranks it; a fact it does
         # not cover (invalidated since, or moved to another person) is read on its own
-        still_valid, cosines = set(scope.valid), dict(scope.cosines)
+        still_valid, cosines = set(scope.valid), scope.cosines
         others = [f.id for f in pool if f.id not in scope.valid]
         if others:
             valid_others, other_cosines = selectors.valid_fact_cosines(others, query_vector)
             still_valid |= valid_others
-            cosines.update(other_cosines)
+            cosines = cosines.merged(other_cosines)
     pool = [f for f in pool if f.id in still_valid]
     ranked = selectors.rank_facts(pool, overrides, cosines=cosines)
-    return PromptRanking(prompt=prompt_facts(ranked, limit), held_back=held_back_facts(ranked, limit), ranked=ranked)
+    prompt, held = prompt_facts(ranked, limit), held_back_facts(ranked, limit)
+    return PromptRanking(prompt=prompt, held_back=held, ranked=ranked, verdicts=fact_verdicts(ranked, prompt, held))
+
+
+def fact_verdicts(ranked: Sequence[ScopedFact], prompt: Sequence[ScopedFact], held: Sequence[ScopedFact]) -> dict[int, str]:
+    """:func:`memory.engine.scoring.verdicts` of a ranked pool whose prompt and forgetting's held-back
+    list are known already."""
+    in_prompt, forgotten = {f.id for f in prompt}, {f.id for f in held}
+    return {
+        f.id: Verdict.PROMPT if f.id in in_prompt else Verdict.FORGETTING if f.id in forgotten
+        else Verdict.LIMIT if f.eligible else Verdict.GATE
+        for f in ranked
+    }
 
 
 @dataclass
@@ -614,6 +647,7 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
         "payload": {
             "turnId": turn_id, "promptFactIds": prompt_ids, "usedVector": vector is not None,
             "heldBackFactIds": held, "promptTerms": [f.terms() for f in ranked],
+            "gatedFactIds": [fid for fid, v in ranking.verdicts.items() if v == Verdict.GATE],
         },
     }
     if backends.is_postgresql():  # the writes below as one statement, one round trip

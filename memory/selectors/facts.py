@@ -10,7 +10,8 @@ from django.db.models import Case, Q, QuerySet, Value, When
 
 from memory import backends
 from memory.engine import decay, tokenize
-from memory.engine.context import ConversationQuery, weighted_max
+from memory.engine.background import background_of, generic_words
+from memory.engine.context import ConversationQuery, weighted_max_at
 from memory.engine.quantize import cosine_q8_many, cosine_q8_matrix, quantize_vector
 from memory.engine.scope import SCOPE_ALL, fact_visible_in_stream
 from memory.engine.scoring import (
@@ -21,7 +22,7 @@ from memory.engine.scoring import (
 )
 from memory.engine.tokenize import bigrams, words
 from memory.models import Fact, FactState
-from memory.search import lexical
+from memory.search import background, lexical
 from memory.selectors._common import _overrides, _private_in_group, _query_q8
 from memory.services import emit_event
 
@@ -47,7 +48,9 @@ class ScopedFact:
     rarest: bool = False  # holds the query's most specific word
     calibrated: float | None = None  # relevance as a share of the pool's best (seed: relevance ** w)
     prior: float | None = None  # the retention term of the score
-    eligible: bool = True  # False: under both relevance floors, never enters the prompt
+    eligible: bool = True  # False: the relevance gate held it back, it never enters the prompt
+    margin: float | None = None  # cosine minus the query's background (the gate's dense side)
+    gate: str = ""  # why the gate let it pass or held it back (memory.engine.scoring.Gate)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -87,7 +90,7 @@ class ScopedFact:
             "rarest": self.rarest,
             "cosine": self.cosine, "relevance": self.relevance, "calibrated": self.calibrated,
             "retention": self.retention, "prior": self.prior, "score": self.score, "eligible": self.eligible,
-            "active": self.active, "source": self.source,
+            "active": self.active, "source": self.source, "margin": self.margin, "gate": self.gate,
         }
 
 
@@ -119,14 +122,17 @@ def fact_coverages(
     """Each fact's share of ``query``'s achievable IDF mass (:func:`scoring.idf_coverage`) and
     whether it holds the query's most specific word (:func:`scoring.holds_rarest`).
 
-    The query's information is its words (jieba): the index's CJK bigrams would count a
-    long word several times. A word is matched when the fact's FTS row holds it, or all of
+    The query's information is its words (jieba, English analysed) less the generic chat
+    words of the gate's background bank (:func:`memory.engine.background.generic_words`): the
+    index's CJK bigrams would count a long word several times, and "早上好" or "哈哈" say
+    nothing about what to recall. A word is matched when the fact's FTS row holds it, or all of
     its bigrams (jieba may cut the fact differently); its document frequency is the word's,
     else the rarest-known of its bigrams when all of them occur. Frequencies come from the
     ``facts_fts`` vocabulary. ``tokens`` — the facts' stored tokens when the caller read them already.
     """
     ids = list(dict.fromkeys(ids))
-    qwords = list(dict.fromkeys(words(query)))
+    generic = generic_words()
+    qwords = [w for w in dict.fromkeys(words(query)) if w not in generic]
     if not ids or not qwords:
         return {i: (0.0, False) for i in ids}
     grams = {w: list(dict.fromkeys(bigrams(w))) for w in qwords}
@@ -149,47 +155,76 @@ def fact_coverages(
     return out
 
 
-def fact_cosines(ids: Sequence[int], query_vector: Any) -> dict[int, float]:
-    """Cosine (on SQ8) of each fact's vector with the query — the one place it is computed.
+class Cosines(dict):
+    """``{fact id: cosine}`` with each fact's ``margins`` beside it: the cosine minus the query's
+    background (:func:`memory.engine.background.background_of`, the bank of generic chat lines) —
+    what the relevance gate reads. A fact has a margin only when the bank has vectors."""
+
+    def __init__(self, cosines=(), margins=None):
+        super().__init__(cosines)
+        self.margins: dict[int, float] = dict(margins or {})
+
+    def merged(self, other: Mapping[int, float]) -> Cosines:
+        out = Cosines(self, self.margins)
+        out.update(other)
+        out.margins.update(getattr(other, "margins", {}))
+        return out
+
+
+def fact_cosines(ids: Sequence[int], query_vector: Any) -> Cosines:
+    """Cosine (on SQ8) of each fact's vector with the query — the one place it is computed — and
+    its margin over the query's background (:class:`Cosines`).
 
     ``query_vector`` is one vector or a :class:`~memory.engine.context.ConversationQuery`
     (the turn's vector and the recent messages' vectors, recency-weighted): then a fact's
-    cosine is the weighted maximum over them. Facts without a vector (or no query vector)
-    are absent from the result.
+    cosine is the weighted maximum over them, and its margin that of the query vector that
+    gave it. Facts without a vector (or no query vector) are absent from the result.
     """
     ids = list(dict.fromkeys(ids))
     if _query_q8(query_vector) is None or not ids:
-        return {}
+        return Cosines()
     blobs = dict(Fact.objects.filter(id__in=ids, embedding_q8__isnull=False).values_list("id", "embedding_q8"))
     return _cosines({i: blobs[i] for i in ids if i in blobs}, query_vector)
 
 
-def valid_fact_cosines(ids: Sequence[int], query_vector: Any) -> tuple[set[int], dict[int, float]]:
+def valid_fact_cosines(ids: Sequence[int], query_vector: Any) -> tuple[set[int], Cosines]:
     """The facts among ``ids`` still valid (not superseded nor invalidated) and :func:`fact_cosines`
     of those — one read (a turn's confirm checks its pool and ranks it)."""
     ids = list(dict.fromkeys(ids))
     if not ids:
-        return set(), {}
+        return set(), Cosines()
     with_vector = _query_q8(query_vector) is not None
     rows = Fact.objects.valid().filter(pk__in=ids).values_list("id", "embedding_q8" if with_vector else "id")
     valid = dict(rows)
     if not with_vector:
-        return set(valid), {}
+        return set(valid), Cosines()
     return set(valid), _cosines({i: valid[i] for i in ids if valid.get(i) is not None}, query_vector)
 
 
-def _cosines(blobs: Mapping[int, bytes], query_vector: Any) -> dict[int, float]:
+def _cosines(blobs: Mapping[int, bytes], query_vector: Any) -> Cosines:
     """:func:`fact_cosines` of SQ8 vectors already read (``{fact id: blob}``)."""
     found = list(blobs)
     stored = [bytes(blobs[i]) for i in found]
     if not stored:
-        return {}
+        return Cosines()
     if isinstance(query_vector, ConversationQuery):
-        rows = cosine_q8_matrix([quantize_vector(v) for v in query_vector.vectors], stored)
-        values = weighted_max(rows, query_vector.weights)
+        matrix = cosine_q8_matrix([quantize_vector(v) for v in query_vector.vectors], stored)
+        values, row_of = weighted_max_at(matrix, query_vector.weights)
+        queries = query_vector.vectors
     else:
         values = cosine_q8_many(_query_q8(query_vector), stored)
-    return {i: float(v) for i, v in zip(found, values, strict=True) if not np.isnan(v)}
+        matrix, row_of = np.asarray(values)[None, :], np.zeros(len(found), dtype=np.int64)
+        queries = np.asarray(query_vector, dtype=np.float32).ravel()
+    backgrounds = background_of(queries, background.bank_vectors())
+    out = Cosines()
+    for k, (i, v) in enumerate(zip(found, values, strict=True)):
+        if np.isnan(v):
+            continue
+        out[i] = float(v)
+        if backgrounds is not None:  # the unweighted cosine of the query vector that gave it, over its background
+            row = int(row_of[k])
+            out.margins[i] = float(matrix[row, k]) - float(backgrounds[row])
+    return out
 
 
 def any_fact_vector(ids: Sequence[int]) -> bool:
@@ -205,16 +240,20 @@ def rank_facts(
 ) -> list[ScopedFact]:
     """Re-scored copies of ``candidates`` in :func:`memory.engine.scoring.rank` order.
 
-    ``cosines`` (from :func:`fact_cosines`) replaces each candidate's cosine when given;
-    otherwise the cosine it carries (if any) is used. Every term of the score is kept on
+    ``cosines`` (from :func:`fact_cosines`) replaces each candidate's cosine and margin when
+    given; otherwise the ones it carries (if any) are used. Every term of the score is kept on
     the copy; eligible candidates come first.
     """
     ov = _overrides(overrides)
-    cos_of = (lambda c: cosines.get(c.id)) if cosines is not None else (lambda c: c.cosine)
+    if cosines is not None:
+        margins = getattr(cosines, "margins", {})
+        cos_of, margin_of = (lambda c: cosines.get(c.id)), (lambda c: margins.get(c.id))
+    else:
+        cos_of, margin_of = (lambda c: c.cosine), (lambda c: c.margin)
     inputs = [
         RankCandidate(
             id=i, lexical=c.lexical_relevance, retention=c.retention, cosine=cos_of(c), coverage=c.coverage,
-            active=c.active, rarest=c.rarest,
+            active=c.active, rarest=c.rarest, margin=margin_of(c),
         )
         for i, c in enumerate(candidates)
     ]
@@ -223,7 +262,7 @@ def rank_facts(
         c = candidates[r.id]
         out.append(
             c.but(cosine=r.cosine, relevance=r.relevance, score=r.score, calibrated=r.calibrated, prior=r.prior,
-                  eligible=r.eligible)
+                  eligible=r.eligible, margin=r.margin, gate=r.gate)
         )
     return out
 
@@ -344,7 +383,7 @@ class DenseScope:
 
     candidates: list[ScopedFact]  # the dense channel: visible facts by cosine, top ``limit*3``
     valid: frozenset[int]  # every valid fact of the persons, with a vector or not
-    cosines: dict[int, float]  # the cosine of every one of them with a vector
+    cosines: Cosines  # the cosine (and margin) of every one of them with a vector
     tokens: dict[int, str]  # their stored lexical tokens
 
 
@@ -411,7 +450,7 @@ def dense_scope(
             ScopedFact(
                 id=fid, person_id=pid, kind=kind, content=content, slot=slot, origin_kind=origin, retention=ret,
                 score=0.0, lexical_relevance=0.0, bm25=None, half_life_hours=half_life,
-                active=bool(active), cosine=float(cos), source="dense",
+                active=bool(active), cosine=float(cos), source="dense", margin=cosines.margins.get(fid),
             )
         )
     scored = {f.id: f for f in rank_facts(out, overrides)}

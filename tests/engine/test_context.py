@@ -11,7 +11,7 @@ from memory.engine.context import ConversationQuery, recency_weights, weighted_m
 
 def test_recency_weights_halve_every_half_life():
     assert recency_weights(4, 2.0) == pytest.approx([2 ** -0.5, 0.5, 2 ** -1.5, 0.25])
-    assert recency_weights(3) == pytest.approx([0.5, 0.25, 0.125])  # the default half-life: 1 message
+    assert recency_weights(4) == pytest.approx([2 ** -0.25, 2 ** -0.5, 2 ** -0.75, 0.5])  # the default half-life: 4 messages
     assert recency_weights(0) == [] and recency_weights(-3) == []
     with pytest.raises(ValueError):
         recency_weights(2, 0)

@@ -10,17 +10,17 @@ import pytest
 
 from memory.engine import decay
 from memory.engine.scoring import (
+    Gate,
     RankCandidate,
     blend_score,
     dense_term,
     fused_relevance,
+    gate,
     held_back,
-    holds_rarest,
     idf,
     idf_coverage,
     lexical_strength,
     lexical_term,
-    passes_relevance_floor,
     prompt_cut,
     rank,
 )
@@ -176,48 +176,86 @@ def test_idf_coverage_counts_only_achievable_terms() -> None:
     assert idf_coverage([], {"想": 0}, 48) == 0.0
 
 
-def test_a_pool_matching_one_common_word_brings_nothing() -> None:
-    # 我最近想去杭州玩 against 主人最近在学做菜 / 主人最近在学书法: only 最近 matches
-    share = idf_coverage(["最近"], {"最近": 5, "杭州": 2}, 48)
+def test_a_pool_matching_only_generic_words_brings_nothing() -> None:
+    # 早上好 against 主人每天早上跑步 / 主人早上喝咖啡 / 主人最近在学做菜: the line sits on the background bank
+    # (0.85), the facts far below it, and 早上 is a generic chat word (coverage of the informative mass 0)
     pool = [
-        RankCandidate(id="cook", lexical=0.74, retention=1.0, coverage=share, cosine=0.18),
-        RankCandidate(id="calligraphy", lexical=0.74, retention=1.0, coverage=share, cosine=0.17),
+        RankCandidate(id="run", lexical=0.74, retention=1.0, coverage=0.0, cosine=0.40, margin=0.40 - 0.85),
+        RankCandidate(id="coffee", lexical=0.74, retention=1.0, coverage=0.0, cosine=0.36, margin=0.36 - 0.85),
+        RankCandidate(id="cook", lexical=0.0, retention=1.0, coverage=0.0, cosine=0.06, margin=0.06 - 0.85),
     ]
     ranked = rank(pool)
-    assert [r.eligible for r in ranked] == [False, False]
+    assert [r.eligible for r in ranked] == [False] * 3 and [r.gate for r in ranked] == [Gate.HELD] * 3
     assert prompt_cut(ranked, 6) == [] and held_back(ranked, 6) == []
-    # under the seed both would fill the prompt
-    assert _ids(prompt_cut(rank(pool, SEED), 6)) == ["cook", "calligraphy"]
+    # under the seed all would fill the prompt
+    assert _ids(prompt_cut(rank(pool, SEED), 6)) == ["run", "coffee", "cook"]
+    # had 跑步 stood clearly ahead of the others, it alone would pass (it leads the dense channel)
+    assert [r.gate for r in rank(pool[:1] + pool[2:])] == [Gate.LEADS_DENSE, Gate.HELD]
 
 
-def test_the_querys_most_specific_word_admits_a_candidate() -> None:
-    dfs = {"橘猫": 1, "乌龙茶": 1, "喜欢": 8, "想": 0}
-    assert holds_rarest(["橘猫"], dfs) and holds_rarest(["乌龙茶", "喜欢"], dfs)
-    assert not holds_rarest(["喜欢"], dfs) and not holds_rarest([], dfs) and not holds_rarest(["想"], {"想": 0})
-    # 我最近想去杭州玩: 最近 (df 5) is not the most specific word, 杭州 (df 2) is
-    assert not holds_rarest(["最近"], {"最近": 5, "杭州": 2})
-    half = RankCandidate(id=1, lexical=0.7, retention=1, coverage=0.3, rarest=True)
-    assert passes_relevance_floor(half)
-    assert not passes_relevance_floor(RankCandidate(id=1, lexical=0.7, retention=1, coverage=0.3))
+def _c(i, cosine=None, margin=None, coverage=None, lexical=0.0):
+    return RankCandidate(id=i, lexical=lexical, retention=1.0, cosine=cosine, margin=margin, coverage=coverage)
 
 
-def test_either_floor_admits_a_candidate() -> None:
-    assert passes_relevance_floor(RankCandidate(id=1, lexical=0.5, retention=1, coverage=0.5))
-    assert not passes_relevance_floor(RankCandidate(id=1, lexical=0.5, retention=1, coverage=0.49))
-    assert passes_relevance_floor(RankCandidate(id=1, lexical=0.0, retention=1, coverage=0.0, cosine=0.3))
-    assert not passes_relevance_floor(RankCandidate(id=1, lexical=0.0, retention=1, coverage=0.0, cosine=0.29))
-    assert passes_relevance_floor(RankCandidate(id=1, lexical=0.3, retention=1))  # nothing known: kept
-    assert passes_relevance_floor(
-        RankCandidate(id=1, lexical=0.0, retention=1, coverage=0.1), {"lexical_coverage_floor": 0.1}
-    )
+def test_the_dense_side_reads_the_cosine_against_the_querys_background() -> None:
+    # a question far from small talk (background 0.33): moderate cosines pass, ones 0.2 below it do not
+    # unless the query asks for memory and they lie within dense_spread of its best candidate
+    bg = 0.33
+    pool = [_c("lake", 0.47, 0.47 - bg), _c("cook", 0.19, 0.19 - bg), _c("far", 0.10, 0.10 - bg)]
+    profile = {"dense_margin": -0.1, "query_margin": -0.3, "dense_spread": 0.2, "lead_gap": 1.0}
+    assert gate(pool, profile) == [Gate.DENSE, Gate.HELD, Gate.HELD]
+    assert gate(pool, {**profile, "dense_spread": 0.3}) == [Gate.DENSE, Gate.DENSE, Gate.HELD]
+    assert gate(pool, {**profile, "dense_margin": -0.2}) == [Gate.DENSE, Gate.DENSE, Gate.HELD]
+    # the same cosines for a line that sits on the bank (background 0.9): nothing asks for memory
+    loud = [_c("lake", 0.47, 0.47 - 0.9), _c("cook", 0.19, 0.19 - 0.9)]
+    assert gate(loud, {**profile, "dense_spread": 0.3}) == [Gate.HELD, Gate.HELD]
+
+
+def test_the_gate_is_the_same_rule_for_a_line_and_a_pasted_history() -> None:
+    # a long text has lower cosines with everything — memories and the bank alike: the margins decide
+    line = [_c(1, 0.62, 0.62 - 0.30), _c(2, 0.35, 0.35 - 0.30), _c(3, 0.05, 0.05 - 0.30)]
+    history = [_c(1, 0.31, 0.31 - 0.15), _c(2, 0.10, 0.10 - 0.15), _c(3, -0.20, -0.20 - 0.15)]
+    profile = {"lead_gap": 1.0, "dense_spread": 0.0}
+    assert gate(line, profile) == gate(history, profile) == [Gate.DENSE, Gate.DENSE, Gate.HELD]
+
+
+def test_the_lexical_side_is_a_share_of_the_best_candidates_informative_coverage() -> None:
+    pool = [_c("a", coverage=0.8, lexical=0.5), _c("b", coverage=0.3, lexical=0.4), _c("c", coverage=0.05, lexical=0.4)]
+    assert gate(pool, {"lexical_share": 0.25, "lead_ratio": 100.0}) == [Gate.LEXICAL, Gate.LEXICAL, Gate.HELD]
+    assert gate(pool, {"lexical_share": 0.5, "lead_ratio": 100.0}) == [Gate.LEXICAL, Gate.HELD, Gate.HELD]
+    # no informative word matched anywhere: nothing passes lexically, however strong the bm25
+    assert gate([_c("x", coverage=0.0, lexical=0.9)], {"lexical_share": 0.0}) == [Gate.HELD]
+    # nothing known at all: kept
+    assert gate([_c("y", lexical=0.3)]) == [Gate.UNKNOWN]
+
+
+def test_a_clear_leader_of_a_channel_is_never_dropped() -> None:
+    # dense: far below the background, but 0.2 ahead of the runner-up
+    pool = [_c("top", 0.30, 0.30 - 0.9), _c("next", 0.10, 0.10 - 0.9)]
+    assert gate(pool, {"lead_gap": 0.15}) == [Gate.LEADS_DENSE, Gate.HELD]
+    assert gate(pool, {"lead_gap": 0.25}) == [Gate.HELD, Gate.HELD]
+    # lexical: three times the runner-up's bm25 strength, matching an informative word
+    strong, weak = 3.0 / 4.0, 1.0 / 2.0  # strengths 3 and 1
+    pool = [_c("top", coverage=0.01, lexical=strong), _c("next", coverage=0.9, lexical=weak)]
+    assert gate(pool, {"lead_ratio": 2.0, "lexical_share": 0.5}) == [Gate.LEADS_LEXICAL, Gate.LEXICAL]
+    assert gate(pool, {"lead_ratio": 4.0, "lexical_share": 0.5}) == [Gate.HELD, Gate.LEXICAL]
+    assert gate([_c("top", coverage=0.0, lexical=strong), _c("n", coverage=0.0, lexical=weak)]) == [Gate.HELD] * 2
+    # a lone candidate leads nothing
+    assert gate([_c("only", 0.3, 0.3 - 0.9)]) == [Gate.HELD]
+
+
+def test_without_a_background_the_dense_side_admits_what_lies_near_the_best() -> None:
+    pool = [_c("a", 0.5), _c("b", 0.45), _c("c", 0.1)]
+    assert gate(pool, {"dense_spread": 0.3}) == [Gate.DENSE, Gate.DENSE, Gate.HELD]
+    assert gate([_c("a", 0.7), _c("b", 0.2)], {"dense_spread": 0.3}) == [Gate.LEADS_DENSE, Gate.HELD]
 
 
 def test_calibration_is_relative_to_the_best_eligible_candidate() -> None:
     ranked = rank([
-        RankCandidate(id="noise", lexical=0.9, retention=1.0, coverage=0.1),
+        RankCandidate(id="noise", lexical=0.9, retention=1.0, coverage=0.05),
         RankCandidate(id="hit", lexical=0.6, retention=0.5, coverage=0.8),
         RankCandidate(id="near", lexical=0.3, retention=1.0, coverage=0.6),
-    ])
+    ], {"lead_ratio": 100.0})
     assert _ids(ranked) == ["hit", "near", "noise"]  # ineligible last, whatever its score
     terms = [lexical_term(x, lexical_strength(0.9), 0.5) for x in (0.6, 0.3, 0.9)]
     assert [r.calibrated for r in ranked] == [1.0, terms[1] / terms[0], terms[2] / terms[0]]
@@ -243,5 +281,32 @@ def test_terms_are_exposed() -> None:
     r = rank([RankCandidate(id=7, lexical=0.4, retention=0.5, cosine=0.6, coverage=0.7)])[0]
     assert r.terms() == {
         "relevance": 0.4 * (0.5 * 0.4 + 0.5) + 0.6 * (0.5 * 0.8 + 0.5), "calibrated": 1.0, "prior": 0.01, "score": 1.01,
-        "retention": 0.5, "eligible": True, "coverage": 0.7, "cosine": 0.6, "mode": "relevance",
+        "retention": 0.5, "eligible": True, "coverage": 0.7, "cosine": 0.6, "mode": "relevance", "margin": None,
+        "gate": Gate.DENSE,
     }
+
+
+def test_every_candidate_gets_a_verdict() -> None:
+    from memory.engine.scoring import Verdict, verdicts
+
+    ranked = rank([
+        RankCandidate(id="old", lexical=0.800, retention=0.0, coverage=1.0),
+        RankCandidate(id="fresh", lexical=0.799, retention=1.0, coverage=1.0),
+        RankCandidate(id="third", lexical=0.5, retention=1.0, coverage=0.9),
+        RankCandidate(id="chat", lexical=0.3, retention=1.0, coverage=0.0),
+    ], {"lead_ratio": 100.0})
+    assert verdicts(ranked, 1) == {
+        "fresh": Verdict.PROMPT, "old": Verdict.FORGETTING, "third": Verdict.LIMIT, "chat": Verdict.GATE,
+    }
+    assert verdicts(ranked, 3) == {
+        "fresh": Verdict.PROMPT, "old": Verdict.PROMPT, "third": Verdict.PROMPT, "chat": Verdict.GATE,
+    }
+
+
+def test_a_line_that_asks_for_no_memory_passes_nothing_lexically() -> None:
+    # 晚上好 against facts holding 晚上 (not a word of the bank): the lexical side alone would let them
+    # through, but the line's background says it asks for nothing — unless there is no background
+    chat = [_c("a", 0.30, 0.30 - 0.9, coverage=1.0, lexical=0.6), _c("b", 0.25, 0.25 - 0.9, coverage=1.0, lexical=0.6)]
+    assert gate(chat) == [Gate.HELD, Gate.HELD]
+    lexical_only = [_c("a", coverage=1.0, lexical=0.6), _c("b", coverage=1.0, lexical=0.6)]
+    assert gate(lexical_only) == [Gate.LEXICAL, Gate.LEXICAL]

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from memory.engine.tokenize import (
     STOP_CHARS,
     bigrams,
+    english,
     index_tokens,
     is_cjk,
     match_expression,
@@ -54,8 +55,37 @@ def test_words_shapes() -> None:
     assert "144hz" in words("144Hz")
     assert "我们" in words("我们去吃饭")
     assert words("猫") == ["猫"]
-    assert words("a") == ["a"]
-    assert "*" not in words("a*b")
+    assert words("x") == ["x"]
+    assert words("a") == []  # an English stop word
+    assert "*" not in words("x*y")
+
+
+def test_english_words_are_stemmed_and_stop_words_dropped() -> None:
+    assert words("painting painted paints") == ["paint", "paint", "paint"]
+    assert words("What did Caroline paint?") == ["carolin", "paint"]
+    assert words("I'm going to the museums") == ["go", "museum"]
+    assert words("Café Crème") == ["cafe", "creme"]  # folded as unicode61 folds, then stemmed
+    assert index_tokens("She adopted two dogs") == "adopt two dog"
+
+
+def test_english_analyser_leaves_other_tokens_alone() -> None:
+    assert "144hz" in words("144Hz")  # letters and digits: not an English word
+    assert words("我最近想去杭州玩") == words("我最近想去杭州玩")
+    assert "杭州" in words("我最近想去杭州玩")
+    assert english("running") == "run" and english("the") is None and english("杭州") == "杭州"
+    assert english("2023") == "2023"
+
+
+@pytest.mark.parametrize("text", [
+    "月璃今天穿了一条新的连衣裙，玩家最近在学写代码", "我的上司就只有高中学历。", "下午一起去打球吗？当然是篮球啊",
+    "金融科技精英论坛的规模是三千人。", "哈哈哈，早上好！在吗",
+])
+def test_chinese_tokens_unchanged_by_the_english_analyser(text: str) -> None:
+    import jieba
+
+    before = [t.strip().lower() for t in jieba.cut(text, cut_all=False)]  # the tokenizer without the analyser
+    before = [t for t in before if t and any(c.isalnum() for c in t) and not (len(t) == 1 and t in STOP_CHARS)]
+    assert words(text) == before
 
 
 def test_match_query_empty() -> None:  # 17
@@ -65,8 +95,8 @@ def test_match_query_empty() -> None:  # 17
 
 
 def test_match_query_operators_are_quoted() -> None:  # 18
-    q = match_query("a*b NEAR c")
-    assert q == '"a" OR "b" OR "near" OR "c"'
+    q = match_query("x*b NEAR c")
+    assert q == '"x" OR "b" OR "near" OR "c"'
     assert "OR" in q
 
 

@@ -36,12 +36,17 @@ def test_whitelist_table() -> None:
         "recent_episode_limit": ParamSpec("int", 0, 30, 2, "近期情节条数"),
         "seed_blend": ParamSpec("int", 0, 1, 0, "沿用种子的乘法排序（1 = 种子）"),
         "retention_prior": ParamSpec("float", 0.0, 1.0, 0.02, "留存度先验权重"),
-        "lexical_coverage_floor": ParamSpec("float", 0.0, 1.0, 0.5, "词面覆盖下限"),
-        "dense_cosine_floor": ParamSpec("float", -1.0, 1.0, 0.3, "向量余弦下限"),
+        "dense_margin": ParamSpec("float", -1.0, 1.0, -0.2, "相关门：余弦可低于闲聊背景多少"),
+        "query_margin": ParamSpec("float", -1.0, 1.0, -0.3, "相关门：最佳候选高出闲聊背景多少算在问记忆"),
+        "dense_spread": ParamSpec("float", 0.0, 2.0, 0.3, "相关门：离最佳候选的余弦多近也放行"),
+        "lexical_share": ParamSpec("float", 0.0, 1.0, 0.1, "相关门：词面覆盖占最佳候选的比例"),
+        "lead_gap": ParamSpec("float", 0.0, 2.0, 0.15, "相关门：向量领先第二名多少算明显领先"),
+        "lead_ratio": ParamSpec("float", 1.0, 100.0, 2.0, "相关门：BM25 是第二名几倍算明显领先"),
         "pool_share": ParamSpec("float", 0.0, 1.0, 0.5, "相关度的池内占比权重"),
         "context_lexical_lines": ParamSpec("int", 0, 10, 3, "对话上下文：词面查询的用户行数"),
-        "context_dense_messages": ParamSpec("int", 0, 20, 6, "对话上下文：向量查询的消息条数"),
-        "context_half_life": ParamSpec("float", 0.5, 20.0, 1.0, "对话上下文：权重半衰（条）"),
+        "context_dense_messages": ParamSpec("int", 0, 20, 12, "对话上下文：向量查询的消息条数"),
+        "context_half_life": ParamSpec("float", 0.5, 20.0, 4.0, "对话上下文：权重半衰（条）"),
+        "context_gap_minutes": ParamSpec("float", 1.0, 10080.0, 60.0, "对话上下文：沉默多久算新对话（分钟）"),
     }
 
 

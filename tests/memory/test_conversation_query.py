@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from memory import recall, services
+from memory.engine.background import BANK
 from memory.models import Message, Turn
 from memory.overrides import builtin_params, overrides_scope
+from memory.search import background
 from tests.memory.conftest import DAY, NOW, make_person
 
 FILLER = ["她养了一只猫", "她是一名护士", "她住在北京", "她喜欢爬山", "她对芒果过敏", "她的生日是六月", "她在学游泳", "她不喝咖啡"]
@@ -38,17 +40,21 @@ def _turn(stream, person, text, at, vector=None):
 
 
 def test_the_previous_user_line_brings_the_fact_the_turn_is_about_into_the_pool(person, direct_stream):
-    """The lexical channel finds it; weighted by recency (two lines back: 0.25) its coverage is
-    under the lexical floor, so it enters the prompt only on its cosine (the dense test below)."""
+    """The lexical channel finds it (weighted by recency: two lines back, 0.25) and it is the only
+    candidate covering an informative word: it passes the gate and enters the prompt."""
     basketball = services.add_fact(person_id=person.pk, content="玩家周末喜欢打篮球", kind="偏好", at=NOW - 30 * DAY)
     _say(direct_stream, person, "下午一起去打篮球吗", NOW)
     _say(direct_stream, person, "好啊，几点？", NOW + 1000, role="assistant")
     _say(direct_stream, person, "当然是三点啊", NOW + 2000)
     ctx, result = _turn(direct_stream, person, "当然是三点啊", NOW + 3000)
     [line] = [f for f in ctx.pool if f.id == basketball.fact_id]
-    assert line.source == "context" and not line.eligible and result.facts == []
-    with overrides_scope({"context_half_life": 20.0}):  # a long memory of the conversation: weight ≈ 0.93
-        ctx, result = _turn(direct_stream, person, "当然是三点啊", NOW + 4000)
+    assert line.source == "context" and line.eligible and line.gate == "lexical" and line.coverage > 0
+    assert [p.fact.id for p in result.facts] == [basketball.fact_id]
+    # after an hour of silence the conversation is over: the same line alone brings nothing
+    ctx, result = _turn(direct_stream, person, "当然是三点啊", NOW + 2000 + 61 * 60_000)
+    assert ctx.pool == [] and result.facts == [] and ctx.context == []
+    with overrides_scope({"context_gap_minutes": 120.0}):
+        ctx, result = _turn(direct_stream, person, "当然是三点啊", NOW + 2000 + 61 * 60_000)
     assert [p.fact.id for p in result.facts] == [basketball.fact_id]
     turn = Turn.objects.get(pk=ctx.turn_id)
     assert len(turn.context_message_ids) == 2  # the two lines before the turn's own line, newest first
@@ -103,6 +109,7 @@ def test_the_dense_channel_reads_the_recent_messages_vectors_once(person, direct
 
     embedder = CountingEmbedder()
     monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
+    background.reset()
     sport = services.add_fact(person_id=person.pk, content="玩家热爱运动", kind="偏好", at=NOW - 30 * DAY).fact_id
     other = services.add_fact(person_id=person.pk, content="玩家养了一条狗", kind="身份", at=NOW).fact_id
     services.store_fact_vector(fact_id=sport, vector=[1.0, 0.0, 0.0, 0.0])
@@ -112,8 +119,8 @@ def test_the_dense_channel_reads_the_recent_messages_vectors_once(person, direct
     turn_vector = np.array([0.0, 1.0, 0.0, 0.0], dtype=np.float32)  # the turn's line says nothing of sport
     ctx, result = _turn(direct_stream, person, "几点", NOW + 2000, vector=turn_vector)
     assert [p.fact.id for p in result.facts] == [sport]
-    assert result.facts[0].fact.cosine == pytest.approx(0.5, abs=0.02)  # the weight of the line before
-    assert embedder.texts == ["下午一起去打篮球吗"]
+    assert result.facts[0].fact.cosine == pytest.approx(2 ** -0.25, abs=0.02)  # the weight of the line before
+    assert [t for t in embedder.texts if t not in BANK] == ["下午一起去打篮球吗"]  # and the gate's bank, once
     # the next turn reuses the stored vector: nothing is embedded twice
     _say(direct_stream, person, "三点吧", NOW + 3000)
     _turn(direct_stream, person, "三点吧", NOW + 4000, vector=turn_vector)
@@ -200,7 +207,7 @@ def test_a_confirm_sends_its_turn_the_persons_facts_and_the_context_vectors_toge
     with CaptureQueriesContext(connection) as confirm:
         result = recall.confirm_turn(turn_id=ctx.turn_id, query_embedding=[0.0, 1.0, 0.0, 0.0], at=NOW + 2001)
     assert [p.fact.id for p in result.facts] == [sport]
-    assert result.facts[0].fact.cosine == pytest.approx(0.5, abs=0.02)  # the line before, by its stored vector
+    assert result.facts[0].fact.cosine == pytest.approx(2 ** -0.25, abs=0.02)  # the line before, by its stored vector
     [first] = sent
     assert [s for s in first if "FROM turns WHERE id" in s] and [s for s in first if "FROM facts WHERE" in s]
     assert [s for s in first if "FROM messages WHERE" in s]

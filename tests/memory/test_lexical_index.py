@@ -457,11 +457,11 @@ def test_a_stream_with_rows_stored_before_tokens_were_terms_ranks_like_fts5():
     stream's postings through the re-tokenising path; the scores stay FTS5's."""
     a, _b, stream = _people_and_stream()
     ids = _messages(stream, a, [*CHAT, "邮箱是 li_ming0530@example.com", "Café OLÉ"])
-    old_forms = {ids[-2]: "邮箱 li _ ming0530 example com 邮箱 箱是", ids[-1]: "Caf É Ol É"}
+    old_forms = {ids[-2]: "邮箱 li _ ming0530 exampl com 邮箱 箱是", ids[-1]: "Cafe OLE"}
     for mid, old in old_forms.items():  # the same terms to FTS5, another string on the row
         assert fts_tokens(old) == Message.objects.get(pk=mid).tokens.split()
         Message.objects.filter(pk=mid).update(tokens=old)
-    for query, hit in [("ming0530 的邮箱", ids[-2]), ("caf ol", ids[-1]), ("乌龙茶", ids[0]), ("猫", ids[7])]:
+    for query, hit in [("ming0530 的邮箱", ids[-2]), ("café olé", ids[-1]), ("乌龙茶", ids[0]), ("猫", ids[7])]:
         lexical_index.reset_all()
         assert hit in [i for i, _ in _same_messages(stream.pk, query, limit=12)]
 

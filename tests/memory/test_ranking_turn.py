@@ -5,6 +5,7 @@ so the tests show what changed (they fail with the seed's ranking as the default
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from memory import recall, services
@@ -59,29 +60,42 @@ def test_the_seed_profile_lets_the_fresh_fact_win(person, direct_stream):
     assert _ids(result) == [fresh, old]
 
 
-def test_a_turn_matching_one_common_word_brings_nothing(person, other_person, direct_stream):
+@pytest.fixture
+def bank(monkeypatch):
+    """The gate's background bank, in the tests' four dimensions: small talk points along the first axis."""
+    from memory.search import background
+
+    vectors = np.array([[1.0, 0.0, 0.0, 0.0], [0.6, 0.0, 0.0, 0.8]], dtype=np.float32)
+    monkeypatch.setattr(background, "bank_vectors", lambda: vectors)
+    return vectors
+
+
+def test_small_talk_brings_nothing(person, other_person, direct_stream, bank):
+    run = _fact(person, "主人每天早上跑步", kind="习惯")
     cook = _fact(person, "主人最近在学做菜", kind="习惯")
-    brush = _fact(person, "主人最近在学书法", kind="习惯")
-    _fact(other_person, "老周住在杭州", kind="身份")  # 杭州 is known to memory: part of the achievable mass
-    services.store_fact_vector(fact_id=cook, vector=[0.2, 1.0, 0.0, 0.0])
-    services.store_fact_vector(fact_id=brush, vector=[0.2, 0.0, 1.0, 0.0])
-    query = [1.0, 0.0, 0.0, 0.0]  # cosine 0.196 with both: the model's unrelated level
-    ctx, result = _turn(direct_stream, person, "我最近想去杭州玩", vector=query)
-    assert {f.id for f in ctx.pool} == {cook, brush}
+    _fact(other_person, "老周住在杭州", kind="身份")
+    services.store_fact_vector(fact_id=run, vector=[0.3, 1.0, 0.0, 0.0])
+    services.store_fact_vector(fact_id=cook, vector=[0.25, 0.0, 1.0, 0.0])
+    query = [1.0, 0.0, 0.0, 0.0]  # sits on the bank: background 1.0; cosines 0.29 and 0.24, no clear leader
+    ctx, result = _turn(direct_stream, person, "早上好", vector=query)
+    assert {f.id for f in ctx.pool} == {run}  # 早上 matches lexically, but it is a generic chat word
     assert all(not f.eligible for f in ctx.pool) and ctx.facts == []
     assert result.facts == [] and result.reinforced == [] and result.held_back == []
     with overrides_scope(SEED):
-        _ctx, seeded = _turn(direct_stream, person, "我最近想去杭州玩", vector=query, at=NOW + 2 * DAY)
-    assert sorted(_ids(seeded)) == sorted([cook, brush])
+        _ctx, seeded = _turn(direct_stream, person, "早上好", vector=query, at=NOW + 2 * DAY)
+    assert sorted(_ids(seeded)) == sorted([run, cook])
 
 
-def test_a_close_cosine_lifts_a_fact_over_the_lexical_floor(person, other_person, direct_stream):
+def test_a_cosine_standing_out_of_the_querys_background_passes(person, other_person, direct_stream, bank):
     cook = _fact(person, "主人最近在学做菜", kind="习惯")
     _fact(other_person, "老周住在杭州", kind="身份")
-    services.store_fact_vector(fact_id=cook, vector=[1.0, 0.5, 0.0, 0.0])
-    _ctx, result = _turn(direct_stream, person, "我最近想去杭州玩", vector=[1.0, 0.0, 0.0, 0.0])
+    services.store_fact_vector(fact_id=cook, vector=[0.0, 0.5, 1.0, 0.0])
+    # far from small talk (background 0.6), close to the fact (cosine 0.89)
+    _ctx, result = _turn(direct_stream, person, "我最近想去杭州玩", vector=[0.0, 0.0, 1.0, 0.0])
     assert _ids(result) == [cook]
-    assert result.facts[0].fact.cosine == pytest.approx(0.894, abs=0.01)
+    fact = result.facts[0].fact
+    assert fact.cosine == pytest.approx(0.894, abs=0.01) and fact.gate in ("dense", "leads_dense")
+    assert fact.margin == pytest.approx(0.894 - 0.0, abs=0.01)  # the query's best cosine with the bank is 0
 
 
 def test_at_comparable_relevance_the_fresher_fact_wins(person, direct_stream):

@@ -1,0 +1,46 @@
+"""The recall matrix's data and arithmetic, without a deployment (``make eval`` lives it through the API)."""
+from __future__ import annotations
+
+from bench import eval_matrix
+from bench.eval_matrix import Case, Unit, score
+
+
+def test_the_datasets_become_units_with_splits_and_forms():
+    dulemon = eval_matrix.dulemon_units(4)
+    assert [u.split for u in dulemon] == ["dev", "test", "dev", "test"]
+    forms = {c.form for u in dulemon for c in u.cases}
+    assert forms == {"line", "whole", "chat"}
+    chat = next(c for c in dulemon[0].cases if c.form == "chat" and c.context)
+    assert chat.context and chat.session == "dialogue" and all(at < chat.at for _r, _t, at in chat.context)
+    whole = dulemon[0].cases[dulemon[0].cases.index(chat) - 1]
+    assert whole.form == "whole" and whole.text.endswith(chat.text) and whole.text.count("\n") == len(chat.context)
+    # the facts are the user's persona lines, dated before the dialogue
+    assert all(at < dulemon[0].ask_at for _p, _t, _g, at in dulemon[0].facts)
+    locomo = eval_matrix.locomo_units(1)[0]
+    assert {c.form for c in locomo.cases} == {"line"} and len(locomo.preamble) == 2
+    assert all(c.speaker in locomo.persons for c in locomo.cases)
+    assert all(at < locomo.ask_at for _p, _t, _g, at in locomo.facts)
+
+
+def test_small_talk_lines_are_not_the_gates_bank():
+    from memory.engine.background import BANK
+
+    lines = {line for group in eval_matrix.SMALL_TALK.values() for line in group}
+    assert not lines & set(BANK)
+
+
+def test_score_reads_the_prompt_labels_per_split():
+    units = [
+        Unit("D", "a", "dev", "zh", ["u"], [], [Case("line", "x", {"g1", "g2"}, 0)]),
+        Unit("D", "b", "test", "zh", ["u"], [], [Case("line", "y", {"g3"}, 0)]),
+    ]
+    lived = {"ours": {"answers": [
+        {"cases": [[{"g1"}, set(), {"g2"}]], "small_talk": [0, 2]},
+        {"cases": [[set()] * 5 + [{"g3"}]], "small_talk": [1, 1]},  # the 6th fact is past R@5
+    ]}}
+    base = [{"bm25s": [[{"g1"}]], "dense": [[]]}, {"bm25s": [[{"g3"}]], "dense": [[{"g3"}]]}]
+    out = score(units, lived, base)["D"]
+    assert out["cells"]["line"]["ours"]["dev"] == {"mean": 1.0, "n": 1}
+    assert out["cells"]["line"]["ours"]["test"] == {"mean": 0.0, "n": 1}
+    assert out["cells"]["line"]["bm25s"]["dev"]["mean"] == 0.5 and out["cells"]["line"]["dense"]["test"]["mean"] == 1.0
+    assert out["small_talk"]["ours"]["dev"]["mean"] == 1.0 and out["small_talk"]["ours"]["all"]["mean"] == 1.0
