@@ -34,9 +34,10 @@ from django.utils.translation import gettext_lazy
 from console.templatetags.console import format_ms
 from memory import broker, recall, selectors
 from memory import overrides as live_overrides
-from memory.engine import decay, geometry, scoring
+from memory.engine import decay, geometry
 from memory.engine.geometry import CurveGeometry
-from memory.engine.scoring import is_seed_profile
+from memory.engine.scoring import Gate, is_seed_profile
+from memory.engine.scoring import Verdict as ScoringVerdict
 from memory.models import (
     PINNED,
     Episode,
@@ -550,10 +551,9 @@ def spread_preview(data: dict[str, Any], *, now: int) -> SpreadPreview:
 class Verdict:
     """Why a candidate is or is not in the prompt, in plain words; ``code`` styles it and counts it.
 
-    ``prompt`` (in the prompt), ``forgetting`` (relevance alone would have put it in; its retention ranked it
-    out), ``limit`` (eligible, but the prompt's places went to higher scores), ``floor`` (not relevant enough
-    to enter at all: under both relevance floors). When the ranking gives a candidate its own ``verdict`` and
-    ``reason`` (attributes of the candidate), those are shown instead.
+    The code is the ranking's own verdict (``memory.engine.scoring.Verdict``: ``prompt``, ``forgetting``,
+    ``gate``, ``limit``); the reason words the numbers behind it and, for the relevance gate, the gate's
+    own reason for the candidate (``ScopedFact.gate``: ``memory.engine.scoring.Gate``).
     """
 
     code: str
@@ -562,41 +562,45 @@ class Verdict:
 
 
 VERDICT_LABELS = {
-    "prompt": gettext_lazy("进入提示词"), "forgetting": gettext_lazy("被遗忘压下"),
-    "limit": gettext_lazy("名额已满"), "floor": gettext_lazy("不够相关"), "visibility": gettext_lazy("可见性拦下"),
+    ScoringVerdict.PROMPT: gettext_lazy("进入提示词"), ScoringVerdict.FORGETTING: gettext_lazy("被遗忘压下"),
+    ScoringVerdict.LIMIT: gettext_lazy("名额已满"), ScoringVerdict.GATE: gettext_lazy("相关门拦下"),
+    "visibility": gettext_lazy("可见性拦下"),
 }
 
 
-def verdict_of(fact: Any, *, rank: int, in_prompt: bool, held_back: bool, limit: int, overrides: dict[str, Any]) -> Verdict:
-    """The verdict of one ranked candidate (``rank``: its place in the ranking, from 1), from the numbers the
-    ranking returned and the floors of the profile in force."""
-    own = getattr(fact, "verdict", None)
-    if own:
-        return Verdict(own, str(VERDICT_LABELS.get(own, own)), str(getattr(fact, "reason", "") or ""))
-    if in_prompt:
-        return Verdict("prompt", str(VERDICT_LABELS["prompt"]),
-                       _("第 %(rank)s 名；提示词最多放 %(limit)s 条事实。") % {"rank": rank, "limit": limit})
-    if held_back:
-        return Verdict("forgetting", str(VERDICT_LABELS["forgetting"]), _(
-            "只看相关度它能进提示词，但它的留存度只有 %(retention)s（很久没被提起、快被忘了），"
-            "得分被更新鲜、更牢固的事实超过。"
-        ) % {"retention": _pct(fact.retention)})
-    if fact.eligible:
-        return Verdict("limit", str(VERDICT_LABELS["limit"]), _(
-            "够相关，但排第 %(rank)s 名：前 %(limit)s 个名额给了得分更高的事实。"
-        ) % {"rank": rank, "limit": limit})
-    lexical_floor = float(overrides.get("lexical_coverage_floor", scoring.DEFAULT_LEXICAL_COVERAGE_FLOOR))
-    cosine_floor = float(overrides.get("dense_cosine_floor", scoring.DEFAULT_DENSE_COSINE_FLOOR))
-    parts = []
-    if fact.coverage is not None:
-        parts.append(_("词面上只覆盖了这句话 %(share)s 的信息量（至少要 %(floor)s），也不含这句话里最特别的词") % {
-            "share": _pct(fact.coverage), "floor": _pct(lexical_floor)})
-    if fact.cosine is not None:
-        parts.append(_("意思上的相似度（余弦）%(cos)s，低于 %(floor)s") % {
-            "cos": f"{fact.cosine:.2f}", "floor": f"{cosine_floor:.2f}"})
+def gate_reason(fact: Any) -> str:
+    """The relevance gate's reason for a candidate (``fact.gate``), in plain words."""
+    margin = getattr(fact, "margin", None)
+    cos = "—" if fact.cosine is None else f"{fact.cosine:.2f}"
+    margin_text = "—" if margin is None else f"{margin:+.2f}"
+    return {
+        Gate.LEADS_DENSE: _("意思上明显最接近这句话（余弦 %(cos)s，远超第二名），直接放行") % {"cos": cos},
+        Gate.LEADS_LEXICAL: _("词面上明显最匹配这句话（BM25 远超第二名），直接放行"),
+        Gate.DENSE: _("意思上比闲聊更接近这句话（余弦 %(cos)s，比闲聊背景 %(margin)s）") % {"cos": cos, "margin": margin_text},
+        Gate.LEXICAL: _("覆盖了这句话里有信息量的词（覆盖 %(share)s）") % {"share": _pct(fact.coverage)},
+        Gate.UNKNOWN: _("没有可判断相关的信号，放行"),
+        Gate.SEED: _("seed 参数方案没有相关门"),
+        Gate.HELD: _("和这句话的关系不比闲聊更近（余弦 %(cos)s，比闲聊背景 %(margin)s），词面上也没覆盖够有信息量的词")
+        % {"cos": cos, "margin": margin_text},
+    }.get(getattr(fact, "gate", "") or "", "")
+
+
+def verdict_of(fact: Any, *, code: str, rank: int, limit: int) -> Verdict:
+    """The verdict of one ranked candidate (``code``: the ranking's verdict; ``rank``: its place, from 1)."""
+    gate = gate_reason(fact)
+    if code == ScoringVerdict.PROMPT:
+        why = _("第 %(rank)s 名；提示词最多放 %(limit)s 条事实。") % {"rank": rank, "limit": limit}
+    elif code == ScoringVerdict.FORGETTING:
+        why = _("只看相关度它能进提示词，但它的留存度只有 %(retention)s（很久没被提起、快被忘了），"
+                "得分被更新鲜、更牢固的事实超过。") % {"retention": _pct(fact.retention)}
+    elif code == ScoringVerdict.LIMIT:
+        why = _("够相关，但排第 %(rank)s 名：前 %(limit)s 个名额给了得分更高的事实。") % {"rank": rank, "limit": limit}
     else:
-        parts.append(_("没有向量可比意思"))
-    return Verdict("floor", str(VERDICT_LABELS["floor"]), _("不进提示词，无论得分多高：%(why)s。") % {"why": "；".join(parts)})
+        return Verdict(code, str(VERDICT_LABELS.get(code, code)),
+                       _("不进提示词，无论得分多高：%(why)s。") % {"why": gate or _("相关门拦下了它")})
+    if gate and code != ScoringVerdict.FORGETTING:
+        why += " " + _("相关门：%(why)s。") % {"why": gate}
+    return Verdict(code, str(VERDICT_LABELS.get(code, code)), why)
 
 
 def _pct(value: float | None) -> str:
@@ -609,8 +613,9 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
     ``prepare_turn(record=False)`` builds the lexical pool, then the confirm step's own
     ranking (``recall.rank_pool``: dense channel, cosines, the engine's ``rank``) runs on
     it with the query vector of the configured embedder — the numbers the bot would get.
-    Every ranked candidate gets a :class:`Verdict` (in the prompt, held back by forgetting,
-    out of places, under the relevance floors); visibility's count comes from the pool.
+    Every ranked candidate gets the ranking's verdict (in the prompt, held back by forgetting, out
+    of places, held back by the relevance gate) with its reason in words (:class:`Verdict`);
+    visibility's count comes from the pool.
     """
     ctx = recall.prepare_turn(
         stream_id=data["stream"].pk, speaker_id=data["speaker"].pk, text=data["text"],
@@ -626,11 +631,9 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
     in_prompt = {f.id for f in ranking.prompt}
     held = {f.id for f in ranking.held_back}
     persons = selectors.persons_by_id({f.person_id for f in ranking.ranked} | set(ctx.present_person_ids))
-    overrides = dict(ctx.overrides)
     pool = []
     for rank, f in enumerate(ranking.ranked, start=1):
-        verdict = verdict_of(f, rank=rank, in_prompt=f.id in in_prompt, held_back=f.id in held, limit=limit,
-                             overrides=overrides)
+        verdict = verdict_of(f, code=ranking.verdicts.get(f.id, ScoringVerdict.GATE), rank=rank, limit=limit)
         pool.append({"fact": f, "person": persons.get(f.person_id), "verdict": verdict, "rank": rank,
                      "in_prompt": f.id in in_prompt, "held_back": f.id in held})
     counts: dict[str, int] = defaultdict(int)
