@@ -22,7 +22,7 @@ setup: $(VENV)/.installed
 	@$(BIN)/python manage.py ensure_roles -v 0
 	@$(BIN)/python manage.py seed_demo --if-empty
 
-# Local use shows tracebacks; a deployment leaves DJANGO_DEBUG off (README: production configuration).
+# Local use shows tracebacks; a deployment leaves DJANGO_DEBUG off (docs/CONFIGURATION.md: Production).
 run web: export DJANGO_DEBUG ?= 1
 
 # scripts/run.py: starts Redis if none answers, then web + worker + beat with their lines prefixed; prints the

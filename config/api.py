@@ -160,7 +160,7 @@ class ScopedNinjaAPI(NinjaAPI):
         return f"{app}_api_{operation.view_func.__name__}"
 
     def get_openapi_schema(self, *, path_prefix: str | None = None, path_params: dict | None = None) -> Any:
-        """The document, built once per prefix (it took ~200 ms of CPU per request; the routes do not
+        """The document, built once per prefix (it is expensive to build; the routes do not
         change once the URLconf is loaded). Shared: a caller must not change it."""
         if path_prefix is None:
             path_prefix = self.get_root_path(path_params or {})

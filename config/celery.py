@@ -73,7 +73,7 @@ def lower_priority() -> int:
     from django.conf import settings  # this module loads with the settings (config/__init__.py): read them late
 
     current = os.nice(0)
-    target = int(getattr(settings, "WORKER_NICENESS", 0))
+    target = settings.WORKER_NICENESS
     if target > current:
         current = os.nice(target - current)
     if target > 0 and os.getsid(0) == os.getpid():

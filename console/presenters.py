@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import redis
 from celery import current_app as app  # the project's Celery app (config/celery.py), without importing config
-from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -621,7 +620,7 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
         stream_id=data["stream"].pk, speaker_id=data["speaker"].pk, text=data["text"],
         impression=data.get("impression") or "", record=False,
     )
-    limit = int(ctx.overrides.get("fact_recall_limit", settings.FACT_RECALL_LIMIT))
+    limit = recall.fact_recall_limit(ctx.overrides)
     vector = recall.embed_query(data["text"])
     ranking = recall.rank_pool(
         pool=ctx.pool, query_vector=recall.conversation_query(vector, ctx.context, ctx.overrides), person_ids=ctx.present_person_ids, text=data["text"],

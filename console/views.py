@@ -334,7 +334,7 @@ def playground(request: HttpRequest) -> HttpResponse:
 
 # --- help ------------------------------------------------------------------------
 
-#: What each role can do: (what, the permission that allows it). README.md has the same table.
+#: What each role can do: (what, the permission that allows it). README.md has a table like it.
 CAPABILITIES = [
     (gettext_lazy("浏览记忆：总览、会话流、情节、事实、知识、后台任务"), VIEW),
     (gettext_lazy("整理事实：永久保留、标失效、恢复、改写；裁决冲突组"), "curation.curate_fact"),

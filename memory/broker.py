@@ -61,7 +61,7 @@ _down_until = 0.0
 
 
 def _timeouts() -> tuple[float, float]:
-    return (float(getattr(settings, "REDIS_CONNECT_TIMEOUT", 0.1)), float(getattr(settings, "REDIS_SOCKET_TIMEOUT", 0.1)))
+    return (settings.REDIS_CONNECT_TIMEOUT, settings.REDIS_SOCKET_TIMEOUT)
 
 
 def client() -> redis.Redis:
@@ -88,10 +88,10 @@ def mark_down(exc: BaseException | None = None) -> None:
     """Open the breaker for ``BROKER_DOWN_SECONDS``; logs once per opening."""
     global _down_until
     was_down = is_down()
-    _down_until = time.monotonic() + float(getattr(settings, "BROKER_DOWN_SECONDS", 5.0))
+    _down_until = time.monotonic() + settings.BROKER_DOWN_SECONDS
     if not was_down:
         logger.warning("broker_unavailable url=%s error=%s: skipping Redis for %.0f s",
-                       _safe_url(), _describe(exc), float(getattr(settings, "BROKER_DOWN_SECONDS", 5.0)))
+                       _safe_url(), _describe(exc), settings.BROKER_DOWN_SECONDS)
 
 
 def reset() -> None:
@@ -150,7 +150,7 @@ def _describe(exc: BaseException | None) -> str:
 
 
 def _safe_url() -> str:
-    url = str(getattr(settings, "REDIS_URL", ""))
+    url = settings.REDIS_URL
     if "@" in url:  # never log a password
         scheme, _, rest = url.partition("://")
         url = f"{scheme}://***@{rest.rpartition('@')[2]}"

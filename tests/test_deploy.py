@@ -1,4 +1,4 @@
-"""The production configuration documented in the README passes ``manage.py check --deploy``."""
+"""The production configuration documented in docs/CONFIGURATION.md passes ``manage.py check --deploy``."""
 from __future__ import annotations
 
 import os
@@ -14,9 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def documented_production_env() -> dict[str, str]:
-    """The env lines of the README's "Production configuration" block, placeholders filled in."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Production configuration", 1)[1]
+    """The env lines of docs/CONFIGURATION.md's "Production" block, placeholders filled in."""
+    text = (ROOT / "docs" / "CONFIGURATION.md").read_text(encoding="utf-8")
+    section = text.split("## Production", 1)[1]
     block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
     out = {}
     for line in block.splitlines():

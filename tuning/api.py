@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from django.conf import settings
 from django.http import HttpRequest
 from ninja import Field, Path, Router, Schema, Status
 from pydantic import ConfigDict
 
+from memory import recall
 from memory.api.auth import BearerTokenAuth, api_user
 from memory.api.schemas import MAX_ID, NOT_BLANK, WHITESPACE, JsonInt
 from memory.engine.tuning import WHITELIST
@@ -162,11 +162,7 @@ def _error(exc: ProfileError, prefix: str = "body") -> Status:
 
 
 def whitelist_out() -> dict[str, dict[str, Any]]:
-    configured = {
-        "fact_recall_limit": getattr(settings, "FACT_RECALL_LIMIT", None),
-        "recalled_episode_limit": getattr(settings, "RECALLED_EPISODE_LIMIT", None),
-        "recent_episode_limit": getattr(settings, "RECENT_EPISODE_LIMIT", None),
-    }
+    configured = recall.configured_limits()
     return {
         name: {
             "kind": spec.kind,

@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils.translation import gettext as _
 
@@ -221,7 +220,7 @@ def production_rank(
 
 def fact_limit(overrides: Mapping[str, Any]) -> int:
     """``k``: the evaluated ``fact_recall_limit``, else the configured one."""
-    return int(overrides.get("fact_recall_limit", getattr(settings, "FACT_RECALL_LIMIT", 6)))
+    return recall.fact_recall_limit(overrides)
 
 
 @dataclass

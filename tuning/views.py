@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -20,6 +19,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
+from memory import recall
 from memory.broker import BrokerUnavailable
 from memory.models import Job, Turn
 from tuning import evaluation, services
@@ -29,11 +29,6 @@ from tuning.services import ProfileError
 
 PERM = "tuning.tune_retrieval"
 RECENT_JOBS = 10
-CONFIGURED = {
-    "fact_recall_limit": "FACT_RECALL_LIMIT",
-    "recalled_episode_limit": "RECALLED_EPISODE_LIMIT",
-    "recent_episode_limit": "RECENT_EPISODE_LIMIT",
-}
 
 
 def tuner_required(view):
@@ -46,17 +41,17 @@ def _user(request: HttpRequest) -> str:
 
 def _param_rows(overrides: dict[str, Any], form: DraftForm) -> list[dict[str, Any]]:
     rows = []
+    configured_limits = recall.configured_limits()
     for row in form.draft_rows():
         param, spec = row["param"], row["spec"]
-        configured = getattr(settings, CONFIGURED[param], None) if param in CONFIGURED else None
-        default = configured if configured is not None else spec.legacy
+        default = configured_limits.get(param, spec.legacy)
         rows.append(
             {
                 **row,
                 "overridden": param in overrides,
                 "current": overrides.get(param, default),
                 "default": default,
-                "from_config": param in CONFIGURED,
+                "from_config": param in configured_limits,
             }
         )
     return rows

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 from django import template
-from django.conf import settings
 
 from memory import selectors
 from memory.meta import meta_get
-from memory.privacy.forget import RETENTION_META_KEY
+from memory.privacy.forget import RETENTION_META_KEY, message_retention_days
 
 register = template.Library()
 
@@ -19,5 +18,5 @@ def broad_tokens() -> int:
 @register.simple_tag
 def message_retention() -> dict:
     """The ``MESSAGE_RETENTION_DAYS`` setting and the last run of its sweep."""
-    days = settings.MESSAGE_RETENTION_DAYS
+    days = message_retention_days()
     return {"days": days, "state": meta_get(RETENTION_META_KEY, {}) if days > 0 else {}}

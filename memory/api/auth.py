@@ -42,7 +42,7 @@ TOKEN_PREFIX = "mc_"
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 CACHE_SECONDS = 0.5
 
-# What each scope allows (README has the same table). ``admin`` implies every scope.
+# What each scope allows (docs/OPERATIONS.md has the same table). ``admin`` implies every scope.
 SCOPES: dict[str, str] = {
     "bot": "store messages, facts and knowledge; run turns and recall/inspect/consult actions",
     "curation": "pin, unpin, invalidate, restore, replace facts; resolve conflicts; read the journal",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.http import Http404, HttpRequest
 from ninja import Query, Router, Schema, Status
@@ -54,6 +53,7 @@ from memory.api.schemas import (
     fact_row,
     inspect_message_out,
     knowledge_hit_out,
+    message_max_chars,
     rank_terms_out,
     spread_hit_out,
     working_message_out,
@@ -104,7 +104,7 @@ def _scope(payload: TurnIn | RecallIn) -> tuple[int, dict[str, int]]:
 
 
 def _check_content(content: str, field: str = "content") -> None:
-    limit = settings.MESSAGE_MAX_CHARS
+    limit = message_max_chars()
     if len(content) > limit:
         raise ValidationError(
             [{"loc": ("body", field), "msg": f"is {len(content)} characters long; the limit is {limit}",

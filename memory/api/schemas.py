@@ -65,9 +65,14 @@ ExternalId = Annotated[
 ]
 
 
+def message_max_chars() -> int:
+    """The longest message text stored (``MESSAGE_MAX_CHARS``): the API's bound and the services'."""
+    return settings.MESSAGE_MAX_CHARS
+
+
 def _message_content_schema(schema: dict[str, Any]) -> None:
     """``maxLength`` is the configured ``MESSAGE_MAX_CHARS``, read when the schema is built."""
-    schema["maxLength"] = settings.MESSAGE_MAX_CHARS
+    schema["maxLength"] = message_max_chars()
 
 DisplayName = Annotated[str, StringConstraints(strip_whitespace=True, max_length=200)]
 StreamKindName = Literal["direct", "group", "desktop"]

@@ -214,7 +214,7 @@ def message_vector_delay() -> int | None:
     """Seconds between a stored message and the backfill that embeds it (``MESSAGE_VECTOR_DELAY``);
     ``None`` when messages queue no backfill: no embedder is configured, or the setting is
     negative (then the beat's backfill, every 3 minutes, embeds them)."""
-    delay = int(getattr(settings, "MESSAGE_VECTOR_DELAY", 2))
+    delay = settings.MESSAGE_VECTOR_DELAY
     if delay < 0:
         return None
     return delay if provider_config.get_embedder(serving=True) is not None else None

@@ -140,8 +140,8 @@ def recover_orphaned_jobs(
        (a queued job nobody will run would block nothing but lie on the card).
     """
     now = now or timezone.now()
-    lease = datetime.timedelta(seconds=float(getattr(settings, "JOB_LEASE_SECONDS", 900)))
-    max_attempts = int(getattr(settings, "JOB_MAX_ATTEMPTS", 3))
+    lease = datetime.timedelta(seconds=settings.JOB_LEASE_SECONDS)
+    max_attempts = settings.JOB_MAX_ATTEMPTS
     stale = Q(heartbeat_at__lt=now - lease) | Q(heartbeat_at__isnull=True, started_at__lt=now - lease)
     if worker:
         stale |= Q(worker=worker, heartbeat_at__lt=worker_started or now)

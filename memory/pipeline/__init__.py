@@ -99,7 +99,7 @@ def _error_text(exc: BaseException) -> str:
 
 def _bot_name() -> str:
     """The bot's name in rendered dialogue; empty lets each provider use its own default."""
-    return getattr(settings, "MEMORY_BOT_NAME", "") or ""
+    return settings.MEMORY_BOT_NAME
 
 
 @dataclass(frozen=True)
@@ -387,7 +387,7 @@ def extract_stream(*, stream_id: int, extractor: Extractor | None = None, at: in
     if stream is None:
         return BatchOutcome("missing", stream_id)
     cursor = read_cursor(stream_id)
-    if selectors.message_count_after(stream_id=stream_id, since_id=cursor) < settings.FACT_EXTRACT_TRIGGER_MESSAGES:
+    if not extract_due(stream_id):
         return BatchOutcome("idle", stream_id)
     batch = list(
         selectors.messages_after(stream_id=stream_id, since_id=cursor, limit=settings.FACT_EXTRACT_BATCH_MESSAGES)
@@ -554,7 +554,7 @@ def _store(consumer: str, row_id: int, vector: Any) -> None:
 
 
 def _batch_size(batch: int | None) -> int:
-    return clamp_batch(batch or getattr(settings, "EMBEDDING_BATCH", 20))
+    return clamp_batch(batch) if batch else provider_config.embedding_batch()
 
 
 def _api_format(embedder: Embedder) -> str:

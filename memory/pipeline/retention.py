@@ -1,6 +1,6 @@
 """Retention of the two logs that grow with traffic: ``pipeline_events`` and ``turns``.
 
-Limits (settings, README "Configuration"):
+Limits (settings, docs/CONFIGURATION.md "Retention"):
 
 * events — ``EVENT_RETENTION_COUNT`` (20 000) newest and ``EVENT_RETENTION_HOURS``
   (72) of age, as the reference keeps them: an event goes when it is older than

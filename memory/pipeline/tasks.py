@@ -32,7 +32,6 @@ from typing import Any
 
 import redis
 from celery import shared_task
-from django.conf import settings
 from django.db import OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import LockError
@@ -248,7 +247,7 @@ def retention_sweep_task() -> dict[str, int]:
              **RETRY)
 def expire_message_bodies_task() -> int:
     """Empty old message bodies (``MESSAGE_RETENTION_DAYS``; 0 = off) — :func:`memory.privacy.forget.expire_message_bodies`."""
-    emptied = forget.expire_message_bodies(days=settings.MESSAGE_RETENTION_DAYS)
+    emptied = forget.expire_message_bodies(days=forget.message_retention_days())
     if emptied:
         logger.info("message_bodies_expired count=%d", emptied)
     return emptied

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, models, transaction
 from django.db.models import F, Q
 
@@ -490,6 +491,11 @@ def _drop_cursor(stream_id: int) -> None:
 
 RETENTION_META_KEY = "message_retention"
 RETENTION_BATCH = 500
+
+
+def message_retention_days() -> int:
+    """``MESSAGE_RETENTION_DAYS``: bodies older than this are emptied by the daily sweep (0: kept for ever)."""
+    return settings.MESSAGE_RETENTION_DAYS
 
 
 def expire_message_bodies(*, days: int, at: int | None = None) -> int:

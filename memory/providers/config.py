@@ -1,6 +1,6 @@
 """Build the configured providers from Django settings (read lazily, per call).
 
-Settings (all optional, read with ``getattr(settings, NAME, default)``):
+Settings (their defaults in ``config/settings.py``, read per call):
 
 * ``LLM_BASE_URL``, ``LLM_MODEL``, ``LLM_API_KEY``, ``LLM_TIMEOUT`` — a chat
   model exists only when both the URL and the model are set; without one, the
@@ -25,9 +25,11 @@ import threading
 import time
 from typing import Any
 
+from django.conf import settings
+
 from memory.providers import Embedder, Extractor, Summariser
 from memory.providers.chat import OpenAIChatModel
-from memory.providers.embeddings import MAX_BATCH, reset_breakers
+from memory.providers.embeddings import clamp_batch, reset_breakers
 
 logger = logging.getLogger(__name__)
 
@@ -37,11 +39,9 @@ _cache: dict[tuple, Any] = {}
 _cache_lock = threading.Lock()
 
 
-def _setting(name: str, default: Any) -> Any:
-    from django.conf import settings  # read lazily: the providers work without Django configured (scripts, benches)
-
-    value = getattr(settings, name, default)
-    return default if value is None else value
+def embedding_batch() -> int:
+    """Rows per embedding call: ``EMBEDDING_BATCH``, within the providers' limit."""
+    return clamp_batch(settings.EMBEDDING_BATCH)
 
 
 def _cached(key: tuple, build):
@@ -63,11 +63,11 @@ def reset_cache() -> None:
 
 
 def _chat_key() -> tuple | None:
-    base_url = str(_setting("LLM_BASE_URL", "")).strip()
-    model = str(_setting("LLM_MODEL", "")).strip()
+    base_url = settings.LLM_BASE_URL.strip()
+    model = settings.LLM_MODEL.strip()
     if not base_url or not model:
         return None
-    return ("chat", base_url, model, str(_setting("LLM_API_KEY", "")), float(_setting("LLM_TIMEOUT", 60.0)))
+    return ("chat", base_url, model, settings.LLM_API_KEY, settings.LLM_TIMEOUT)
 
 
 def get_chat_model() -> OpenAIChatModel | None:
@@ -87,23 +87,23 @@ def get_embedder(*, serving: bool = False) -> Embedder | None:
     workers' ``EMBEDDING_RETRIES`` (3) retries of ``EMBEDDING_TIMEOUT`` (30); a failure leaves
     the lexical order. Both skip a provider that failed within ``EMBEDDING_DOWN_SECONDS`` (30).
     """
-    provider = str(_setting("EMBEDDING_PROVIDER", "local")).strip().lower() or "local"
+    provider = settings.EMBEDDING_PROVIDER.strip().lower() or "local"
     if provider == "none":
         return None
-    base_url = str(_setting("EMBEDDING_BASE_URL", "")).strip()
+    base_url = settings.EMBEDDING_BASE_URL.strip()
     if base_url:
-        model = str(_setting("EMBEDDING_MODEL", "")).strip()
+        model = settings.EMBEDDING_MODEL.strip()
         if not model:
             logger.error("embedding_misconfigured reason=EMBEDDING_MODEL is empty base_url=%s", base_url)
             return None
-        api_key = str(_setting("EMBEDDING_API_KEY", ""))
-        dim = int(_setting("EMBEDDING_DIM", 1024))
-        batch = int(_setting("EMBEDDING_BATCH", MAX_BATCH))
+        api_key = settings.EMBEDDING_API_KEY
+        dim = settings.EMBEDDING_DIM
+        batch = embedding_batch()
         if serving:
-            timeout, retries = float(_setting("EMBEDDING_QUERY_TIMEOUT", 2.0)), 0
+            timeout, retries = settings.EMBEDDING_QUERY_TIMEOUT, 0
         else:
-            timeout, retries = float(_setting("EMBEDDING_TIMEOUT", 30.0)), int(_setting("EMBEDDING_RETRIES", 3))
-        down = float(_setting("EMBEDDING_DOWN_SECONDS", 30.0))
+            timeout, retries = settings.EMBEDDING_TIMEOUT, settings.EMBEDDING_RETRIES
+        down = settings.EMBEDDING_DOWN_SECONDS
 
         def build_remote():
             from memory.providers.embeddings import OpenAIEmbedder  # only the configured provider's module loads
@@ -115,7 +115,7 @@ def get_embedder(*, serving: bool = False) -> Embedder | None:
     if provider == "openai":
         logger.error("embedding_misconfigured reason=EMBEDDING_PROVIDER=openai without EMBEDDING_BASE_URL")
         return None
-    threads = int(_setting("EMBEDDING_THREADS", 1))
+    threads = settings.EMBEDDING_THREADS
 
     def build_local():
         from memory.providers.local import LocalUSEEmbedder  # ONNX runtime and the USE model: only when configured

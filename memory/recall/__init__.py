@@ -28,6 +28,7 @@ from memory.models import Episode, Fact, Identity, Message, Person, Stream, Turn
 from memory.providers import config as provider_config
 from memory.search import lexical
 from memory.selectors import RecalledEpisode, ScopedFact
+from memory.selectors._common import private_facts_in_group
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,8 +52,23 @@ def _overrides() -> Mapping[str, Any]:
     return overrides.active_overrides()
 
 
-def _limit(overrides: Mapping[str, Any], name: str, default: int) -> int:
-    return int(overrides.get(name, default))
+def configured_limits() -> dict[str, int]:
+    """The retrieval parameters whose default is a setting (a profile may override each): their configured values."""
+    return {
+        "fact_recall_limit": settings.FACT_RECALL_LIMIT,
+        "recalled_episode_limit": settings.RECALLED_EPISODE_LIMIT,
+        "recent_episode_limit": settings.RECENT_EPISODE_LIMIT,
+    }
+
+
+def _limit(overrides: Mapping[str, Any], name: str) -> int:
+    """The limit ``name`` of :func:`configured_limits` as ``overrides`` (a profile, an evaluation) has it."""
+    return int(overrides[name]) if name in overrides else configured_limits()[name]
+
+
+def fact_recall_limit(overrides: Mapping[str, Any]) -> int:
+    """How many facts a turn's prompt takes: the profile's ``fact_recall_limit``, else ``FACT_RECALL_LIMIT``."""
+    return _limit(overrides, "fact_recall_limit")
 
 
 def _stream(stream_id: int) -> Stream:
@@ -94,7 +110,7 @@ def replay_turn_pool(
     coverage multiplied by the line's recency weight (a fact already found keeps its own
     relevance and the better coverage).
     """
-    limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
+    limit = fact_recall_limit(overrides)
     pool: dict[int, ScopedFact] = {}
     for query in (text, impression):
         if not query or not query.strip():
@@ -136,11 +152,11 @@ def _episodes(recalled: Sequence[RecalledEpisode], recent: Sequence[RecalledEpis
 
 
 def _recalled_episode_limit(overrides: Mapping[str, Any]) -> int:
-    return _limit(overrides, "recalled_episode_limit", settings.RECALLED_EPISODE_LIMIT)
+    return _limit(overrides, "recalled_episode_limit")
 
 
 def _recent_episode_limit(overrides: Mapping[str, Any]) -> int:
-    return _limit(overrides, "recent_episode_limit", settings.RECENT_EPISODE_LIMIT)
+    return _limit(overrides, "recent_episode_limit")
 
 
 @dataclass(frozen=True)
@@ -409,7 +425,7 @@ def prepare_turn(
             person_ids=persons, text=text, impression=impression, now=now, stream_kind=stream.kind,
             overrides=overrides, blocked_counts=blocked, context=conversation_lines(context, overrides),
         )
-        limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
+        limit = fact_recall_limit(overrides)
         prompt = prompt_facts(pool, limit)
         facts = complete_conflicts(prompt, now=now)
         hits = selectors.episode_hits(stream_id=stream_id, query=text, limit=_recalled_episode_limit(overrides))
@@ -615,7 +631,7 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     """
     now = services.now_ms() if at is None else at
     overrides = _overrides()
-    limit = _limit(overrides, "fact_recall_limit", settings.FACT_RECALL_LIMIT)
+    limit = fact_recall_limit(overrides)
     # the turn's row and, when there will be a vector, the facts of the persons it recorded as present
     # and its context's vectors go with the fact index's change log (PostgreSQL: one round trip)
     turn_read = _turn_read(turn_id)
@@ -783,7 +799,7 @@ def cognitive_recall(
             if not row.valid:
                 blocked["blockedSuperseded"] += 1
                 continue
-            if not fact_visible_in_stream(row.origin_kind, stream.kind, private_in_group=settings.PRIVATE_FACTS_IN_GROUP):
+            if not fact_visible_in_stream(row.origin_kind, stream.kind, private_in_group=private_facts_in_group()):
                 blocked["blockedScope"] += 1
                 continue
         if hit.kind == "episode" and hit.ref_id in episode_rows and episode_rows[hit.ref_id].stream_id != stream_id:

@@ -109,6 +109,6 @@ _shared = SharedActivation()
 
 def activation() -> ShortTermActivation | SharedActivation:
     """The activation of this deployment: shared in Redis (default) or per process (``SHORT_TERM_ACTIVATION``)."""
-    if getattr(settings, "SHORT_TERM_ACTIVATION", "redis") == "process":
+    if settings.SHORT_TERM_ACTIVATION == "process":
         return _process
     return _shared

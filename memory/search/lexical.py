@@ -59,7 +59,7 @@ TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")
 _TOKEN_COLUMNS = {name: (src.table, src.tokens) for name, src in SOURCES.items()} | {"messages_fts": ("messages", "tokens")}
 
 PRUNE_MIN_DOCS = 2000      # below this many rows every term is kept
-PRUNE_DF_RATIO = 0.1       # drop terms found in more than 10 % of the rows (settings.FTS_PRUNE_DF_RATIO) …
+# terms found in more than settings.FTS_PRUNE_DF_RATIO of the rows are dropped …
 PRUNE_KEEP_AT_LEAST = 3    # … but always keep the rarest few matching terms
 _DOC_COUNT_TTL = 5.0       # seconds a cached row count is trusted
 
@@ -370,7 +370,7 @@ def prune_terms(table: str, terms: list[str]) -> list[str]:
     if total < PRUNE_MIN_DOCS or len(terms) <= PRUNE_KEEP_AT_LEAST:
         return terms
     df = document_frequencies(table, [t for t in terms if _is_single_token(t)])
-    limit = float(getattr(settings, "FTS_PRUNE_DF_RATIO", PRUNE_DF_RATIO)) * total
+    limit = settings.FTS_PRUNE_DF_RATIO * total
     kept = [t for t in terms if not _is_single_token(t) or 0 < df.get(t, 0) <= limit]
     if len(kept) >= PRUNE_KEEP_AT_LEAST:
         return kept

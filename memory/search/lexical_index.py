@@ -448,7 +448,7 @@ def read(r: Read) -> Any:
 def _read_together(tables: Sequence[str], reads: Sequence[Read]) -> None:
     """PostgreSQL: the change logs of ``tables`` and ``reads`` in one round trip, before the block."""
     indexes = []
-    if getattr(settings, "LEXICAL_RESIDENT_INDEX", True) and not connection.in_atomic_block:
+    if resident_enabled():
         indexes = [_index(table) for table in dict.fromkeys(tables)]
     positions = [index._feed.position for index in indexes]
     statements = [(r.sql, r.params, r.binary) for r in reads]
@@ -501,13 +501,19 @@ def _refresh_once(name: str, refresh: Callable[[], None]) -> None:
             state[("refreshed", name)] = True
 
 
+def resident_enabled() -> bool:
+    """Whether resident indexes answer: ``settings.LEXICAL_RESIDENT_INDEX`` is on and no transaction is open
+    (inside one, a read must see the transaction's own writes: FTS5 answers; see the module docstring)."""
+    return settings.LEXICAL_RESIDENT_INDEX and not connection.in_atomic_block
+
+
 def resident(fts_table: str) -> ResidentBM25 | None:
     """The fresh resident index of ``fts_table``, or ``None`` when FTS5 must answer.
 
     ``None`` inside a transaction (see the module docstring) and when
     ``settings.LEXICAL_RESIDENT_INDEX`` is off.
     """
-    if not getattr(settings, "LEXICAL_RESIDENT_INDEX", True) or connection.in_atomic_block:
+    if not resident_enabled():
         return None
     index = _index(fts_table)
     _refresh_once(fts_table, index.refresh)
@@ -1056,7 +1062,7 @@ _messages = ResidentMessages()
 def resident_messages() -> ResidentMessages | None:
     """The fresh resident message statistics, or ``None`` when FTS5 must answer (see :func:`resident`)."""
 
-    if not getattr(settings, "LEXICAL_RESIDENT_INDEX", True) or connection.in_atomic_block:
+    if not resident_enabled():
         return None
     _refresh_once("messages", _messages.refresh)
     return _messages

@@ -3,10 +3,10 @@
 The resident indexes (lexical postings and statistics, node texts, the concept graph,
 vectors), jieba's dictionary and Django's own tables are big containers that live as
 long as the process. CPython's full (oldest-generation) collection walks every one of
-them: measured on the ``make bench`` store, a web process paid 150–220 ms for one
-such pass in the middle of a turn, twice in 300 turns. :func:`gc.freeze` moves every
-object alive at that moment to a generation the collector never walks (objects are
-still freed by reference counting; only cyclic garbage alive at the freeze would stay).
+them: on a large store a web process pays a long stall for one such pass, now and then
+in the middle of a turn. :func:`gc.freeze` moves every object alive at that moment to a
+generation the collector never walks (objects are still freed by reference counting; only
+cyclic garbage alive at the freeze would stay).
 
 ``settle()`` is called after a resident structure is (re)built and ``settle_process()``
 once a web or worker process has loaded what it keeps (config/gunicorn.py,
@@ -21,7 +21,7 @@ from django.conf import settings
 
 
 def _enabled() -> bool:
-    return bool(getattr(settings, "RESIDENT_GC_FREEZE", True))
+    return settings.RESIDENT_GC_FREEZE
 
 
 def settle() -> None:

@@ -17,8 +17,13 @@ def _overrides(overrides: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return live.active_overrides() if overrides is None else overrides
 
 
+def private_facts_in_group() -> bool:
+    """Whether a private fact may be recalled in a group stream (``PRIVATE_FACTS_IN_GROUP``)."""
+    return settings.PRIVATE_FACTS_IN_GROUP
+
+
 def _private_in_group(value: bool | None) -> bool:
-    return settings.PRIVATE_FACTS_IN_GROUP if value is None else value
+    return private_facts_in_group() if value is None else value
 
 
 def _query_q8(query_vector: Any) -> bytes | None:

@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import ahocorasick
-from django.conf import settings
 from django.db import connection
 from django.db.models import Q
 
@@ -20,7 +19,7 @@ from memory.engine.spreading import ConceptGraph, SpreadResult
 from memory.engine.spreading import spread as engine_spread
 from memory.models import Episode, Fact, Knowledge, MemoryEdge, MemoryNode
 from memory.search import activation as shared_activation
-from memory.search import residency
+from memory.search import lexical_index, residency
 from memory.search.changes import ChangeFeed
 from memory.selectors._common import _overrides
 from memory.services import CONCEPT_GRAPH_REVISION, emit_event
@@ -98,8 +97,7 @@ class _SpreadRows:
     def expand(self, frontier: set[int]) -> list[tuple[int, int, float]]:
         """:func:`_expand`; on PostgreSQL the rows of the nodes at the edges' ends come in the same
         round trip (a second statement, pipelined), so the engine's next :meth:`retentions` sends
-        nothing: two round trips fewer in a spread of 2 hops (bench store, 1,400 spreads alternating
-        with the two-trip reads: median 3.32 → 3.04 ms, p95 6.83 → 6.57, the same hits). The second
+        nothing: two round trips fewer in a spread of 2 hops, with the same hits. The second
         statement is its own snapshot: an end it does not see is read by :meth:`load` as before."""
         if not frontier or not backends.is_postgresql():
             return _expand(frontier)
@@ -191,9 +189,8 @@ def node_texts(nodes: Iterable[int]) -> dict[int, tuple[str, int, str]]:
 
 
 # Only the best-ranked max(CONCEPT_MAP_MIN, limit) reached concepts are mapped back to memory
-# nodes (the reference maps every reached concept). Measured on a 9,750-node store (bench
-# build_db --scale 0.15, 300 random two-seed spreads, hops 2, limit 4): 11 of 300 top-4
-# lists differ from mapping every concept (6 as sets), at half the CPU (median 8.6 vs 17.7 ms).
+# nodes (the reference maps every reached concept): a few top-4 lists in a hundred differ from
+# mapping every concept, at half the CPU (BENCHMARKS.md, spreading).
 CONCEPT_MAP_MIN = 4
 CONCEPT_HOLDERS_CACHED = 4096  # concept names whose holder lists the resident node texts remember
 
@@ -363,7 +360,7 @@ _node_texts = _NodeTexts()
 
 def resident_node_texts(row_revisions: tuple | None = None) -> _NodeTexts | None:
     """The fresh resident node texts, or ``None`` inside a transaction / when resident indexes are off."""
-    if not getattr(settings, "LEXICAL_RESIDENT_INDEX", True) or connection.in_atomic_block:
+    if not lexical_index.resident_enabled():
         return None
     _node_texts.refresh(row_revisions)
     return _node_texts

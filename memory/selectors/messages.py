@@ -11,7 +11,6 @@ from operator import itemgetter
 from typing import Any
 
 import numpy as np
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
@@ -24,7 +23,6 @@ from memory.engine.scoring import fused_relevance
 from memory.models import Episode, Message, Person, Stream
 from memory.providers import Embedder
 from memory.providers import config as provider_config  # looked up per call: tests swap the embedder
-from memory.providers.embeddings import clamp_batch
 from memory.search import lexical
 from memory.selectors._common import _query_q8
 
@@ -197,9 +195,8 @@ def _fuse_messages(
     if before_id is not None:
         sql += " AND id < %s"
         params.append(before_id)
-    # The vectors first: on PostgreSQL this ~0.5 MB read, sent after the milliseconds a first search
-    # spends building the stream's postings, waited 5-10 ms for the server's idle CPU to wake (the
-    # p95 of a first search 12-14 ms, 9 ms read first; bench.run on 2026-12-03).
+    # The vectors first: on PostgreSQL this read, sent after the milliseconds a first search spends
+    # building the stream's postings, waited for the server's idle CPU to wake; sent first, it overlaps.
     rows = backends.fetch_binary(sql + " ORDER BY id DESC LIMIT %s", [*params, MESSAGE_DENSE_SCAN])
     scored = lexical.resident_message_scores(match, stream_id=stream_id, before_id=before_id)  # both channels' bm25
     if scored is not None:
@@ -301,7 +298,7 @@ def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = N
             todo.append((mid, content))
     if embedder is None or not todo:
         return out
-    size = clamp_batch(getattr(settings, "EMBEDDING_BATCH", 20))
+    size = provider_config.embedding_batch()
     for start in range(0, len(todo), size):
         chunk = todo[start : start + size]
         try:

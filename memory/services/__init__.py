@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
 from memory import backends
+from memory.api.schemas import message_max_chars
 from memory.dispatch import enqueue
 from memory.engine import decay
 from memory.engine.quantize import pack_float32, quantize_vector
@@ -97,8 +97,8 @@ _PAYLOAD_FIELD = PipelineEvent._meta.get_field("payload")
 
 
 def _check_length(content: str) -> None:
-    if len(content) > settings.MESSAGE_MAX_CHARS:
-        raise MemoryInputError(f"content is longer than {settings.MESSAGE_MAX_CHARS} characters")
+    if len(content) > message_max_chars():
+        raise MemoryInputError(f"content is longer than {message_max_chars()} characters")
 
 
 def _one(sql: str, params: Sequence[Any]) -> tuple | None:
@@ -612,9 +612,9 @@ def due_facts_read(at: int) -> lexical.Read:
     return lexical.Read(
         ("due_facts", at, SWEEP_BATCH),
         # the index order and the LIMIT keep both planners on idx_facts_due: ``active = TRUE``, not a bare
-        # ``active`` (SQLite would skip-scan both halves of the index, every frozen fact's past due_at: 0.7 ms
-        # a turn), and PostgreSQL, which cannot know that the due rows are the frozen ones, would estimate a
-        # quarter of the table and scan all of it (10 ms a turn at 20,000 facts) without the LIMIT
+        # ``active`` (SQLite would skip-scan both halves of the index, every frozen fact's past due_at), and
+        # PostgreSQL, which cannot know that the due rows are the frozen ones, would estimate a quarter of
+        # the table and scan all of it without the LIMIT
         "SELECT id, strength, updated_at, half_life_hours, due_at FROM facts WHERE active = TRUE AND due_at <= %s"
         " ORDER BY active, due_at LIMIT %s",
         [at, SWEEP_BATCH],

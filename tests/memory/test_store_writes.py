@@ -116,11 +116,18 @@ class TestEpisodes:
         assert [e.id for e in hit] == [ep.pk] and 0 < hit[0].score < 1
 
     def test_placeholders_hidden_from_recall_and_recent(self, direct_stream):
-        ep = services.add_episode(stream_id=direct_stream.pk, summary="这一批对话未能生成摘要：超时", cues=[],
+        # a cue on the placeholder too: recall must skip it by its kind, not only because the pipeline gives none
+        ep = services.add_episode(stream_id=direct_stream.pk, summary="这一批对话未能生成摘要：超时", cues=["模型超时"],
                                   started_at=0, ended_at=10, message_ids=[], kind=Episode.Kind.UNSUMMARIZED, at=NOW)
         real = services.add_episode(stream_id=direct_stream.pk, summary="正常", cues=["正常的时候"],
                                     started_at=0, ended_at=5, message_ids=[], at=NOW)
         assert [e.id for e in selectors.recent_episodes(stream_id=direct_stream.pk)] == [real.pk]
+        for cue in ("周末去爬山", "晚饭吃火锅", "新买了吉他"):  # other rows: bm25 ranks a term by its rarity
+            services.add_episode(stream_id=direct_stream.pk, summary=cue, cues=[cue], started_at=0, ended_at=1,
+                                 message_ids=[], at=NOW)
+        assert [e.id for e in selectors.recall_episodes(stream_id=direct_stream.pk, query="模型超时")] == []
+        assert [e.id for e in selectors.recall_episodes(stream_id=None, query="模型超时")] == []
+        assert [e.id for e in selectors.recall_episodes(stream_id=direct_stream.pk, query="正常的时候")] == [real.pk]
         assert Episode.objects.filter(pk=ep.pk).exists()
 
 

@@ -98,9 +98,18 @@ def test_draft_refusals_speak_the_interface_language(tuner):
     assert "built-in profile" in html and "不可保存" not in html
 
 
-def test_save_needs_a_name(tuner):
+@pytest.mark.parametrize("name", [None, "", "   "])
+def test_save_needs_a_name(tuner, name):
+    values = {"bm25_weight": "2"} if name is None else {"bm25_weight": "2", "name": name}
+    r = draft_post(tuner, "save", **values)
+    assert r.status_code == 400 and "参数方案名称为空，不可保存" in r.content.decode()
+    assert not RetrievalProfile.objects.exists()
+
+
+def test_save_refuses_a_builtin_name(tuner):
     r = draft_post(tuner, "save", name="default", bm25_weight="2")
-    assert r.status_code == 400 and "不可保存" in r.content.decode()
+    assert r.status_code == 400 and "default 是内置参数方案，不可保存" in r.content.decode()
+    assert not RetrievalProfile.objects.exists()
 
 
 def test_evaluate_draft_creates_a_job_and_redirects(tuner):
