@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import redis
 from celery import current_app as app  # the project's Celery app (config/celery.py), without importing config
+from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 from django.utils.translation import gettext as _
