@@ -17,21 +17,18 @@ $(VENV)/.installed: requirements.txt | $(BIN)/python
 	touch $@
 
 setup: $(VENV)/.installed
-	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py ensure_roles
-	$(BIN)/python manage.py seed_demo --if-empty
+	@echo "Preparing the database (migrate, roles, demo data) …"
+	@$(BIN)/python manage.py migrate --noinput -v 0
+	@$(BIN)/python manage.py ensure_roles -v 0
+	@$(BIN)/python manage.py seed_demo --if-empty
 
 # Local use shows tracebacks; a deployment leaves DJANGO_DEBUG off (docs/CONFIGURATION.md: Production).
 run web: export DJANGO_DEBUG ?= 1
 
+# scripts/run.py: starts Redis if none answers, then web + worker + beat with their lines prefixed; prints the
+# console's address once it answers; Ctrl-C stops all of them (exit status 0).
 run: setup
-	@redis-cli -u $${REDIS_URL:-redis://127.0.0.1:6379/0} ping >/dev/null 2>&1 || redis-server --daemonize yes --port 6379 --save "" --appendonly no
-	@mkdir -p .cache
-	@echo "Console: http://127.0.0.1:$(PORT)/  (log in as demo / demo-password)   API docs: /api/docs"
-	@trap 'kill 0' INT TERM EXIT; \
-	$(BIN)/celery -A config worker --loglevel=INFO --concurrency=2 & \
-	$(BIN)/celery -A config beat --loglevel=INFO --schedule .cache/celerybeat-schedule & \
-	$(BIN)/gunicorn -c config/gunicorn.py config.wsgi --bind 127.0.0.1:$(PORT) ; wait
+	@$(BIN)/python -m scripts.run --port $(PORT)
 
 web: setup
 	$(BIN)/python manage.py runserver 127.0.0.1:$(PORT)

@@ -189,12 +189,19 @@ class ScopedNinjaAPI(NinjaAPI):
                     note = f"**Token scope:** `{scope}` (or `admin`); without it the answer is 403."
                     operation["description"] = f"{note}\n\n{operation.get('description', '')}".strip()
         components = schema.get("components", {}).get("schemas", {})
+        for model, example in EXAMPLES.items():  # one real example per body (each app's, validated by the tests)
+            if model.__name__ in components:
+                components[model.__name__]["examples"] = [example]
         seen: set[str] = set()
         for item in schema.get("paths", {}).values():
             for operation in item.values():
                 if isinstance(operation, dict) and "requestBody" in operation:
                     _state_no_nul(operation["requestBody"], components, seen)
         return schema
+
+
+#: One real example of every request and response body, by model (each app keeps its own).
+EXAMPLES: dict[type, Any] = {**memory_api.EXAMPLES, **curation_api.EXAMPLES, **tuning_api.EXAMPLES}
 
 
 api = ScopedNinjaAPI(
@@ -309,8 +316,9 @@ api.add_exception_handler(DatabaseError, _on_unexpected)
 api.add_exception_handler(Exception, _on_unexpected)
 
 
-# --- routes: memory's, with curation's beside them and tuning's under /tuning ---------------------
+# --- routes: memory's, curation's beside them and tuning's under /tuning, each app's router mounted on its own ------
+# (nested under memory's router, each route also carried memory's tag: /api/docs listed it twice)
 
-memory_api.router.add_router("", curation_api.router)
-memory_api.router.add_router("/tuning", tuning_api.router)
 api.add_router("/v1", memory_api.router)
+api.add_router("/v1", curation_api.router)
+api.add_router("/v1/tuning", tuning_api.router)

@@ -12,7 +12,9 @@ import os
 import time
 
 from celery import Celery
-from celery.signals import worker_init, worker_ready
+from celery.signals import after_setup_logger, worker_init, worker_ready
+
+from config.logs import quiet_routine_tasks
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -82,6 +84,13 @@ def lower_priority() -> int:
             pass
     logger.info("worker_niceness niceness=%s", current)
     return current
+
+
+@after_setup_logger.connect
+def _on_setup_logger(**kwargs) -> None:
+    # The beat's sweeps run every few minutes and log a line of their own when they find work:
+    # Celery's "received / succeeded / Sending due task" lines about them are left out (config/logs.py).
+    quiet_routine_tasks({entry["task"] for entry in app.conf.beat_schedule.values()})
 
 
 @worker_ready.connect

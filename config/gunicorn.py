@@ -3,7 +3,9 @@
 The access log is gunicorn's "combined" format without ``%(u)s``: that atom is the user
 part of an ``Authorization: Basic`` header, which a client that puts its ``mc_…`` token
 there would see printed in the log. No atom here reads a header that carries a
-credential (``Authorization``, ``Cookie``).
+credential (``Authorization``, ``Cookie``). Its time, and every other line's, is written
+like the worker's and beat's, in ``TIME_ZONE`` (``config/logs.py``: one clock; static
+files and health checks are not access-logged).
 
 Each worker imports the URLconf (every view, the API schemas), loads jieba's
 dictionary and the local embedding model once it has loaded the app and before
@@ -15,6 +17,9 @@ from __future__ import annotations
 
 import os
 
+from config.logs import WebLogger, use_local_clock
+
+use_local_clock()
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 # Threads per worker. On PostgreSQL a request spends part of its time waiting for the server
@@ -22,7 +27,11 @@ workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 # meanwhile. SQLite has one writer at a time and commits without a flush: one thread.
 threads = int(os.environ.get("GUNICORN_THREADS", "2" if os.environ.get("DATABASE_URL") else "1"))
 accesslog = "-"
-access_log_format = '%(h)s %(l)s - %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"'
+access_log_format = '%(h)s %(l)s - "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"'
+logger_class = WebLogger
+# gunicorn's runtime control socket (gunicornc) is not used; its default path is shared by every
+# gunicorn of the user, so two servers on one machine would fight over it.
+control_socket_disable = True
 
 
 def post_worker_init(worker) -> None:

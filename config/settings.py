@@ -195,11 +195,16 @@ warnings.filterwarnings("ignore", message="No directory at")
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
+# One line format for web, worker and beat (config/logs.py); Django's own loggers write through the
+# same handler once (its default adds a second one under DEBUG), a refused request (4xx) without its traceback.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"line": {"format": "[%(asctime)s: %(levelname)s/%(processName)s] %(message)s"}},
+    "filters": {"refusals": {"()": "config.logs.RefusalWithoutTraceback"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line", "filters": ["refusals"]}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
+    "loggers": {"django": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO"), "propagate": False}},
 }
 
 # --- Celery -----------------------------------------------------------------

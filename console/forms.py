@@ -22,6 +22,12 @@ class FactFilterForm(forms.Form):
     slot = TextField(required=False, max_length=32)
     state = forms.ChoiceField(choices=FACT_STATES, required=False)
     origin = forms.ChoiceField(choices=ORIGINS, required=False)
+    # learnt on or after / on or before (local dates), and from which stream's messages (extraction)
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    stream = forms.ModelChoiceField(
+        Stream.objects.order_by("id"), required=False, empty_label=_("全部会话流"), widget=FastSelect
+    )
     q = TextField(required=False, max_length=200, strip=True)
 
 

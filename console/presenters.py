@@ -12,8 +12,10 @@ escaped by the template engine.
 """
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import math
+import re
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -21,14 +23,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import redis
 from celery import current_app as app  # the project's Celery app (config/celery.py), without importing config
+from django.conf import settings
 from django.core.cache import cache
+from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from console.templatetags.console import format_ms
 from memory import broker, recall, selectors
 from memory import overrides as live_overrides
 from memory.engine import decay, geometry
 from memory.engine.geometry import CurveGeometry
+from memory.engine.scoring import Verdict as ScoringVerdict
 from memory.engine.scoring import is_seed_profile
 from memory.models import (
     PINNED,
@@ -37,6 +44,7 @@ from memory.models import (
     FactQuerySet,
     FactState,
 )
+from tuning.inspection import VERDICT_LABELS, verdict_of
 
 # --- dashboard -------------------------------------------------------------------
 
@@ -68,6 +76,34 @@ def ping_workers(timeout: float = 0.5) -> dict[str, Any]:
     if thread.is_alive():
         return {"status": "unknown", "workers": [], "error": "broker did not answer"}
     return outcome
+
+
+def broker_queue_length() -> int | None:
+    """Tasks waiting in the broker's default queue for a worker (None when Redis does not answer)."""
+    try:
+        return int(broker.check().llen(app.conf.task_default_queue or "celery"))
+    except (broker.BrokerUnavailable, redis.RedisError):
+        return None
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Why messages wait: each stream is summarised (facts extracted) once it holds this many new ones."""
+
+    summarize_trigger: int
+    summarize_batch: int
+    extract_trigger: int
+    due: int  # streams at or above the summary trigger (a worker takes them)
+    largest: int  # the most messages one stream has waiting
+
+
+def backlog(queues: Sequence[dict[str, Any]]) -> Backlog:
+    trigger = int(settings.SUMMARIZE_TRIGGER_MESSAGES)
+    return Backlog(
+        summarize_trigger=trigger, summarize_batch=int(settings.SUMMARIZE_BATCH_MESSAGES),
+        extract_trigger=int(settings.FACT_EXTRACT_TRIGGER_MESSAGES),
+        due=sum(1 for q in queues if q["pending"] >= trigger), largest=max((q["pending"] for q in queues), default=0),
+    )
 
 
 # --- streams and episodes --------------------------------------------------------
@@ -104,7 +140,8 @@ def placeholder_reasons(episodes: Iterable[Episode]) -> None:
 # --- facts -----------------------------------------------------------------------
 
 def filter_facts(qs: FactQuerySet, data: dict[str, Any]) -> FactQuerySet:
-    """Apply the fact-table filters (person, kind, slot, state, origin)."""
+    """Apply the fact-table filters (person, kind, slot, state, origin; learnt since / until a local date,
+    extracted from a stream's messages)."""
     if data.get("person"):
         qs = qs.filter(person=data["person"])
     if data.get("kind"):
@@ -115,7 +152,37 @@ def filter_facts(qs: FactQuerySet, data: dict[str, Any]) -> FactQuerySet:
         qs = qs.in_state(data["state"])
     if data.get("origin"):
         qs = qs.filter(origin_kind=data["origin"])
+    if data.get("since"):
+        qs = qs.filter(created_at__gte=_local_midnight_ms(data["since"]))
+    if data.get("until"):
+        qs = qs.filter(created_at__lt=_local_midnight_ms(data["until"] + dt.timedelta(days=1)))
+    if data.get("stream"):
+        qs = qs.filter(source=f"extract:stream{data['stream'].pk}")
     return qs.defer("embedding", "embedding_q8", "tokens_v2")
+
+
+def _local_midnight_ms(day: dt.date) -> int:
+    """Epoch milliseconds of a date's start in the console's time zone."""
+    return int(timezone.make_aware(dt.datetime.combine(day, dt.time.min)).timestamp() * 1000)
+
+
+def likely_sources(fact: Fact, *, limit: int = 2) -> list[Any]:
+    """The messages a fact was most likely extracted from: its source stream's messages up to the moment it was
+    learnt, searched with the fact's text as the bot's ``inspect`` searches (the speaker's own lines first).
+
+    Extraction records the stream, not the line (a model reads a batch of lines and may paraphrase), so this is
+    a best match by text and meaning, and the page says so. Empty for facts that were not extracted.
+    """
+    match = re.fullmatch(r"extract:stream(\d+)", fact.source or "")
+    if match is None:
+        return []
+    stream_id = int(match.group(1))
+    last = selectors.last_message_id_before(stream_id=stream_id, at=fact.created_at)
+    if last is None:
+        return []
+    hits = recall.inspect_messages(stream_id=stream_id, query=fact.content, before_message_id=last + 1, limit=limit * 3)
+    hits.sort(key=lambda m: (m.sender_person_id != fact.person_id, -getattr(m, "score", 0.0)))
+    return attach_senders(hits[:limit])
 
 
 # --- decay curve as SVG ----------------------------------------------------------
@@ -156,6 +223,7 @@ class NodeInfo:
     r: float = 7.0
     opacity: float = 1.0
     role: str = ""  # seed | hit (spreading preview rings)
+    labelled: bool = False  # its label is drawn (GraphView.place_labels: no two labels overlap)
 
     @property
     def key(self) -> str:
@@ -179,7 +247,7 @@ def resolve_nodes(refs: Iterable[tuple[int, str, int]], *, now: int) -> dict[int
     """``{node_id: NodeInfo}`` for ``(node_id, kind, ref_id)`` triples: one query per layer."""
     refs = list(refs)
     by_kind: dict[str, list[int]] = defaultdict(list)
-    for _, kind, ref_id in refs:
+    for _node, kind, ref_id in refs:
         by_kind[kind].append(ref_id)
     facts, episodes, knowledge = selectors.node_rows(
         facts=by_kind["fact"], episodes=by_kind["episode"], knowledge=by_kind["knowledge"]
@@ -200,7 +268,7 @@ def resolve_nodes(refs: Iterable[tuple[int, str, int]], *, now: int) -> dict[int
             k = knowledge[ref_id]
             info.text, info.label, info.updated_at, info.hits = k.content, k.source, k.created_at, k.hit_count
         else:
-            info.text, info.state, info.retention = f"（{kind} #{ref_id} 已不存在）", "missing", 0.0
+            info.text, info.state, info.retention = _("（这条记忆已不存在）"), "missing", 0.0
         out[node_id] = info
     return out
 
@@ -240,6 +308,29 @@ class GraphView:
         roles.update({(h.kind, h.ref_id): "hit" for h in preview.hits})
         for node in self.nodes:
             node.role = roles.get((node.kind, node.ref_id), "")
+
+    def place_labels(self, *, selected: str = "", font: float = 11.0) -> None:
+        """Label what matters first and never two labels on top of each other.
+
+        Order: the selected node, the spreading preview's seeds and hits, then by degree. A label
+        is the box under its circle (its width estimated from the text: a CJK character is about
+        one font size wide, others about half); one that would overlap a placed label, or leave
+        the drawing, is left out (the node's tooltip still names it).
+        """
+        placed: list[tuple[float, float, float, float]] = []
+
+        def width(text: str) -> float:
+            return sum(font if ord(ch) > 0x2E7F else font * 0.6 for ch in text)
+
+        order = sorted(self.nodes, key=lambda n: (n.key != selected, not n.role, -n.degree, n.node_id))
+        for node in order:
+            w, top = width(node.short), node.y + node.r + 2
+            box = (node.x - w / 2, top, node.x + w / 2, top + font + 2)
+            inside = box[0] >= 0 and box[2] <= self.width and box[3] <= self.height
+            clear = all(box[2] < b[0] or box[0] > b[2] or box[3] < b[1] or box[1] > b[3] for b in placed)
+            node.labelled = inside and clear
+            if node.labelled:
+                placed.append(box)
 
 
 def cached_layout(
@@ -456,14 +547,19 @@ def spread_preview(data: dict[str, Any], *, now: int) -> SpreadPreview:
 # --- recall playground -----------------------------------------------------------
 
 
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{round(float(value) * 100)}%"
+
+
 def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
     """The confirmed ranking a turn would get for this text, read-only: nothing is written.
 
     ``prepare_turn(record=False)`` builds the lexical pool, then the confirm step's own
     ranking (``recall.rank_pool``: dense channel, cosines, the engine's ``rank``) runs on
     it with the query vector of the configured embedder — the numbers the bot would get.
-    ``held_back`` lists the facts relevance alone would have put in the prompt but
-    retention ranked out.
+    Every ranked candidate gets the ranking's verdict (in the prompt, held back by forgetting, out
+    of places, held back by the relevance gate) with its reason in words (:class:`Verdict`);
+    visibility's count comes from the pool.
     """
     ctx = recall.prepare_turn(
         stream_id=data["stream"].pk, speaker_id=data["speaker"].pk, text=data["text"],
@@ -479,13 +575,19 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
     in_prompt = {f.id for f in ranking.prompt}
     held = {f.id for f in ranking.held_back}
     persons = selectors.persons_by_id({f.person_id for f in ranking.ranked} | set(ctx.present_person_ids))
-    pool = [
-        {"fact": f, "person": persons.get(f.person_id), "in_prompt": f.id in in_prompt, "held_back": f.id in held}
-        for f in ranking.ranked
-    ]
+    pool = []
+    for rank, f in enumerate(ranking.ranked, start=1):
+        verdict = verdict_of(f, code=ranking.verdicts.get(f.id, ScoringVerdict.GATE), rank=rank, limit=limit)
+        pool.append({"fact": f, "person": persons.get(f.person_id), "verdict": verdict, "rank": rank,
+                     "in_prompt": f.id in in_prompt, "held_back": f.id in held})
+    counts: dict[str, int] = defaultdict(int)
+    for row in pool:
+        counts[row["verdict"].code] += 1
     return {
         "ctx": ctx,
         "pool": pool,
+        "summary": [(code, label, counts[code]) for code, label in VERDICT_LABELS.items() if counts.get(code)],
+        "limit": limit,
         "prompt": prompt,
         "completed": [f for f in prompt if f.completed],
         "held_back": [{"fact": f, "person": persons.get(f.person_id)} for f in ranking.held_back],
@@ -494,4 +596,3 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
         "present": [persons.get(pid) or pid for pid in ctx.present_person_ids],
         "persons": persons,
     }
-

@@ -7,6 +7,7 @@ writes memory rows directly; writes go through ``memory.services`` / ``memory.pi
 """
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from typing import Any
 
@@ -16,10 +17,11 @@ from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_htmx.http import trigger_client_event
+from django_htmx.http import reswap, trigger_client_event
 
 from console import presenters
 from console.forms import (
@@ -76,10 +78,13 @@ def _partial(request: HttpRequest, template_name: str, partial: str) -> str:
 @require_GET
 def dashboard(request: HttpRequest) -> HttpResponse:
     now = services.now_ms()
+    queues = selectors.stream_queues()
     context = {
         "glance": selectors.at_a_glance(now=now),
+        "today": timezone.localtime(dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC)).date(),
         "layers": selectors.layer_counts(),
-        "queues": selectors.stream_queues(),
+        "queues": queues,
+        "backlog": presenters.backlog(queues),
         "vectors": selectors.vector_coverage(),
         "edges": selectors.edge_stats(),
         "events": selectors.recent_events(kinds=DASHBOARD_EVENTS, limit=20),
@@ -96,8 +101,11 @@ def worker_health(request: HttpRequest) -> HttpResponse:
     if health is None:
         health = presenters.ping_workers()
         cache.set("console:worker-health", health, 15)
-    template = "console/dashboard.html#worker-health" if request.htmx else "console/worker_health.html"
-    return render(request, template, {"health": health})
+    if request.htmx:
+        return render(request, "console/dashboard.html#worker-health", {"health": health})
+    context = {"health": health, "waiting": presenters.broker_queue_length(), "jobs": selectors.recent_jobs(limit=5),
+               "backlog": presenters.backlog(selectors.stream_queues())}
+    return render(request, "console/worker_health.html", context)
 
 
 # --- streams and episodes --------------------------------------------------------
@@ -223,6 +231,7 @@ def fact(request: HttpRequest, pk: int) -> HttpResponse:
         "chain": selectors.supersede_chain(obj),
         "operations": journal.operations(touching=obj.pk)[:50],
         "neighbours": presenters.neighbours("fact", obj.pk, now=now),
+        "sources": presenters.likely_sources(obj) if request.user.has_perm("memory.view_message") else [],
         "now": now,
         "next_url": request.get_full_path(),
     }
@@ -281,7 +290,8 @@ def import_delete(request: HttpRequest, pk: int) -> HttpResponse:
         messages.success(request, _("已删除导入批次 #%(id)s 的 %(n)s 条知识。") % {"id": batch.pk, "n": deleted})
         return redirect("console:imports")
     preview = pipeline.delete_batch_preview(batch.pk)
-    return render(request, "console/import_delete.html", {"batch": batch, "preview": preview})
+    more = preview["count"] - len(preview["samples"])  # the preview shows a few; the page says how many it does not
+    return render(request, "console/import_delete.html", {"batch": batch, "preview": preview, "more": more})
 
 
 # --- association -----------------------------------------------------------------
@@ -305,10 +315,13 @@ def graph(request: HttpRequest) -> HttpResponse:
     preview = presenters.spread_preview(spread_form.cleaned_data, now=now) if spread_form.is_valid() else None
     if preview:
         view.mark(preview)
+    view.place_labels(selected=f"{data['node'][0]}:{data['node'][1]}" if data.get("node") else "")
     context = {"graph": view, "form": form, "selected": selected, "spread_form": spread_form, "preview": preview}
     # htmx picks #graph-area out of the page (hx-select): the rings of a preview are on the drawing.
     bad_id = "node" in form.errors or "ref" in spread_form.errors
-    return render(request, "console/graph.html", context, status=400 if bad_id else 200)
+    response = render(request, "console/graph.html", context, status=400 if bad_id else 200)
+    # a refusal swaps #graph-area like any answer (static/console.js), also under DEBUG
+    return reswap(response, "outerHTML") if bad_id and request.htmx else response
 
 
 # --- recall playground -----------------------------------------------------------

@@ -249,3 +249,30 @@ def undo(request: HttpRequest, operation_id: Id, payload: AtIn | None = None):
     with transaction.atomic():
         result = services.undo_operation(operation_id=operation_id, user=api_user(request), at=at)
     return {"ok": True, "operation_id": result.pk, "fact_id": result.fact_id, "undo_of": operation_id}
+
+
+# --- one real example of every body (demo memory), for /api/docs (config.api; tests/api/test_openapi.py) ---
+
+_MEMBERS = [
+    {"id": 11, "kind": "身份", "content": "阿杰住在成都", "origin_kind": "direct", "retention": 0.9145, "strength": 1.0,
+     "half_life_hours": 8760.0, "updated_at": 1792317720000},
+    {"id": 44, "kind": "身份", "content": "阿杰住在重庆", "origin_kind": "direct", "retention": 0.9942, "strength": 1.0,
+     "half_life_hours": 8760.0, "updated_at": 1796124732000},
+]
+_OPERATION = {"id": 14, "at": 1796383932959, "actor": "manual", "op": "replace", "person_id": 2, "fact_id": 50,
+              "fact_content": "小林喜欢在西湖边散步", "related_fact_id": 51,
+              "prev": {"superseded_by": None, "new_row_created": True}, "undone_by": None, "undo_of": None,
+              "user": "api:ops-bot"}
+EXAMPLES: dict[type, Any] = {
+    AtIn: {"at": 1796383932894},
+    ReplaceIn: {"content": "小林喜欢傍晚在西湖边散步"},
+    ResolveIn: {"keep_fact_id": 44, "drop_fact_id": 11},
+    OperationResult: {"ok": True, "operation_id": 14, "fact_id": 50, "new_fact_id": 51, "conflict_with": [],
+                      "undo_of": None},
+    ConflictMember: _MEMBERS[0],
+    ConflictGroup: {"person_id": 3, "person_name": "阿杰", "slot": "居住地", "members": _MEMBERS},
+    ConflictsOut: {"at": 1796383932971,
+                   "groups": [{"person_id": 3, "person_name": "阿杰", "slot": "居住地", "members": _MEMBERS}]},
+    OperationOut: _OPERATION,
+    OperationsOut: {"operations": [_OPERATION]},
+}

@@ -220,6 +220,36 @@ def keep_only(
         return [adjudicate(keep_fact_id=keep.pk, drop_fact_id=drop, user=user, at=at) for drop in others]
 
 
+def keep_all(
+    *, fact_id: int, expected_member_ids: Iterable[int] | None = None, user: str = "", at: int | None = None
+) -> list[FactOperation]:
+    """"Both are true": the members of a fact's slot-conflict group stop conflicting, all of them stay valid.
+
+    The slot names a value a person has once (居住地, 职业); when the person has several, the members
+    leave the slot (slot cleared), so they are no longer a group and the prompt no longer sets them
+    side by side as a contradiction. One ``adjudicate`` journal row per member (``prev``: its slot),
+    each undoable on its own; all or nothing, and refused when the group differs from
+    ``expected_member_ids`` (the members the operator saw).
+    """
+    at = services.now_ms() if at is None else at
+    with transaction.atomic():
+        fact = _fact(fact_id)
+        members: list[Fact] = []
+        if fact.slot and fact.state == FactState.ACTIVE:
+            members = list(Fact.objects.select_for_update().in_state(FactState.ACTIVE).filter(
+                person_id=fact.person_id, slot=fact.slot).order_by("id"))
+        if len(members) < 2:
+            raise NotInConflictGroupError(fact_id)
+        if expected_member_ids is not None and set(expected_member_ids) != {m.pk for m in members}:
+            raise FactStateError(_("冲突组在确认之后有了变化，请核对后再裁决"))
+        Fact.objects.filter(pk__in=[m.pk for m in members]).update(slot="")
+        ops = [_log(op="adjudicate", fact=m, prev={"slot": m.slot, "superseded_by": None}, at=at, user=user,
+                    related=fact.pk) for m in members]
+        _event("memory_conflict_kept_all", {"factIds": [m.pk for m in members], "slot": fact.slot,
+                                            "personId": fact.person_id, "operationIds": [op.pk for op in ops]}, at)
+    return ops
+
+
 def undo_operation(*, operation_id: int, user: str = "", at: int | None = None) -> FactOperation:
     """Write an operation's ``prev`` back exactly and journal the undo.
 
@@ -240,7 +270,10 @@ def undo_operation(*, operation_id: int, user: str = "", at: int | None = None) 
         prev = op.prev or {}
         if op.op in ("invalidate", "restore", "adjudicate"):
             undo_prev: dict[str, Any] = {"superseded_by": fact.superseded_by_id}
-            Fact.objects.filter(pk=fact.pk).update(superseded_by=prev.get("superseded_by"))
+            restored: dict[str, Any] = {"superseded_by": prev.get("superseded_by")}
+            if "slot" in prev:  # keep_all took the fact out of its slot: it goes back
+                undo_prev["slot"], restored["slot"] = fact.slot, prev["slot"]
+            Fact.objects.filter(pk=fact.pk).update(**restored)
         elif op.op in ("pin", "unpin"):
             undo_prev = _decay_snapshot(fact)
             Fact.objects.filter(pk=fact.pk).update(**{k: prev[k] for k in DECAY_FIELDS})

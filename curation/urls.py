@@ -11,6 +11,7 @@ urlpatterns = [
     path("facts/bulk/", views.bulk_action, name="bulk_action"),
     path("conflicts/", views.conflicts, name="conflicts"),
     path("conflicts/keep/<int:pk>/", views.keep, name="keep"),
+    path("conflicts/keep-all/<int:pk>/", views.keep_all, name="keep_all"),
     path("operations/", views.operations, name="operations"),
     path("operations/<int:pk>/undo/", views.undo, name="undo"),
 ]

@@ -2,11 +2,18 @@
 
 Every action is a POST with CSRF. A POST without ``confirmed=1`` renders a
 confirmation page (the no-JavaScript path); htmx sends ``confirmed=1`` after
-its ``hx-confirm`` dialog. A successful action redirects to ``next``
-(POST/redirect/GET); htmx follows the redirect and picks its region out of the
-page with ``hx-select``. Refusals of ``curation.services`` (404/409/400) are
-shown verbatim with that status: on the confirmation page, or for htmx as an
-out-of-band message with the main swap suppressed.
+its ``hx-confirm`` dialog. Without htmx a successful action redirects to ``next``
+(POST/redirect/GET) and its message shows at the top of that page.
+
+With htmx an action answers for the region it was taken in — a fact's row, a
+conflict group, a journal row — fresh from the database, with the outcome beside
+it: what was done (and that it can be undone), or the refusal of
+``curation.services`` verbatim with its status (404/409/400). The region is named
+by HX-Retarget / HX-Reselect / HX-Reswap; static/console.js swaps such a refusal
+like a 200, so it never replaces the page (django-htmx's debug script would, under
+DEBUG). ``factsChanged`` / ``factChanged`` events let other panels (the facts
+count, a fact's summary) refresh themselves. The fact page's own buttons
+navigate as before (its region is the whole page).
 """
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import reselect, reswap, retarget
+from django_htmx.http import reselect, reswap, retarget, trigger_client_event
 
 from curation import selectors as journal
 from curation import services
@@ -56,18 +63,16 @@ def _confirmed(request: HttpRequest) -> bool:
 def _refused(request: HttpRequest, exc: Exception, template: str, context: dict[str, Any]) -> HttpResponse:
     """Show a refusal verbatim with its status (409 state, 400 input, 404 missing).
 
-    htmx from a fact row or a fact page: that region re-renders with the fact's real
-    state (another operator may have changed it) and the refusal beside its buttons.
+    htmx: the region the action was taken in re-renders with the row's real state (another
+    operator may have changed it) and the refusal beside it; else the confirmation page says it.
     """
     status = next((code for kind, code in ERROR_STATUS.items() if isinstance(exc, kind)), 400)
     text = _("操作被拒绝：%(reason)s") % {"reason": exc}
-    fact = context.get("fact")
-    if request.htmx and fact is not None and status != 404:
-        region = _fact_region(request, fact.pk, text, context.get("next", ""))
-        if region is not None:
-            return _with_status(region, status)
     if request.htmx:
-        messages.error(request, text)
+        answer = _region_answer(request, context, refusal=text)
+        if answer is not None:
+            return _with_status(answer, status)
+        messages.error(request, text)  # a region this view does not know: the message, nothing replaced
         return reswap(render(request, "console/_messages.html", {}, status=status), "none")
     return render(request, template, {**context, "refusal": text}, status=status)
 
@@ -77,25 +82,54 @@ def _with_status(response: HttpResponse, status: int) -> HttpResponse:
     return response
 
 
-def _fact_region(request: HttpRequest, pk: int, text: str, next_url: str) -> HttpResponse | None:
-    """The fact's row (facts table) or summary card (fact page), fresh from the database, with ``text``."""
-    target = request.htmx.target or ""
-    fact = Fact.objects.select_related("person").filter(pk=pk).first()
-    if fact is None:
-        return None
-    decorate_facts([fact], now=memory_services.now_ms())
-    context = {"fact": fact, "row_refusal": text, "next_url": next_url}
-    if target == f"fact-row-{pk}":
-        response = render(request, "console/facts.html#fact-row", context)
-        selector = f"#fact-row-{pk}"
-    elif target == "fact-page":
-        response = render(request, "console/fact.html#fact-summary", context)
-        selector = "#fact-summary"
-    else:
-        return None
+def _answer(request: HttpRequest, template: str, selector: str, context: dict[str, Any]) -> HttpResponse:
+    """``template`` swapped in place of ``selector`` (outerHTML), whatever the element that asked targets."""
+    response = render(request, template, context)
     retarget(response, selector)
     reselect(response, selector)
     return reswap(response, "outerHTML")
+
+
+def _region_answer(request: HttpRequest, context: dict[str, Any], *, refusal: str = "", notice: str = "",
+                   new_fact_id: int | None = None) -> HttpResponse | None:
+    """The htmx answer for the region the request came from (its target), or None for one it does not know."""
+    target = request.htmx.target or ""
+    if target.startswith("fact-row-") or target == "fact-page":
+        pk = context["fact"].pk if context.get("fact") else context["fact_id"]
+        return _fact_region(request, pk, refusal=refusal, notice=notice, new_fact_id=new_fact_id,
+                            next_url=context.get("next", ""))
+    if target.startswith("group-"):
+        return _group_region(request, target, context["fact"], refusal=refusal, notice=notice)
+    if target.startswith("op-") and context.get("operation") is not None:
+        return _operation_region(request, context["operation"].pk, refusal=refusal, notice=notice,
+                                 next_url=context.get("next", ""))
+    return None
+
+
+def _fact_region(request: HttpRequest, pk: int, *, refusal: str, notice: str, new_fact_id: int | None,
+                 next_url: str) -> HttpResponse | None:
+    """The fact's row (facts table; after a rewrite the new fact's row below it) or its summary card (fact
+    page), fresh from the database, with the outcome beside its buttons; a fact gone meanwhile says so."""
+    target = request.htmx.target or ""
+    ids = [pk, new_fact_id] if new_fact_id else [pk]
+    facts = Fact.objects.select_related("person").in_bulk(ids)
+    if pk not in facts:
+        gone = _("这条事实已不存在（可能刚被遗忘）。")
+        if target == f"fact-row-{pk}":
+            return _answer(request, "console/facts.html#fact-row-gone", f"#{target}",
+                           {"gone_id": pk, "row_refusal": refusal or gone})
+        return None
+    decorate_facts(facts.values(), now=memory_services.now_ms())
+    if target == f"fact-row-{pk}":
+        rows = [(facts[pk], "" if new_fact_id in facts else notice)]
+        if new_fact_id in facts:
+            rows.append((facts[new_fact_id], notice))
+        context = {"rows": rows, "row_refusal": refusal, "next_url": next_url}
+        return _answer(request, "curation/_fact_rows.html", ", ".join(f"#fact-row-{f.pk}" for f, _n in rows), context)
+    if target == "fact-page" and refusal:
+        return _answer(request, "console/fact.html#fact-summary", "#fact-summary",
+                       {"fact": facts[pk], "row_refusal": refusal, "next_url": next_url})
+    return None
 
 
 # --- single fact actions -----------------------------------------------------------
@@ -107,11 +141,20 @@ def _fact_region(request: HttpRequest, pk: int, text: str, next_url: str) -> Htt
 def fact_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     if action not in ACTIONS:
         raise Http404(action)
-    fact = get_object_or_404(Fact.objects.select_related("person"), pk=pk)
+    fact = Fact.objects.select_related("person").filter(pk=pk).first()
+    if fact is None:  # forgotten or removed meanwhile: its row says so (htmx), else a 404 page
+        if request.htmx:
+            return _refused(request, services.FactNotFoundError(_("事实 #%(id)s 不存在") % {"id": pk}), "",
+                            {"fact_id": pk, "next": _next_url(request, reverse("console:facts"))})
+        raise Http404(f"fact {pk}")
     label, explanation = ACTIONS[action].label, ACTIONS[action].confirmation
     form = ReplaceForm(request.POST or None, initial={"content": fact.content}) if action == "replace" else None
     context = {"fact": fact, "action": action, "label": label, "explanation": explanation, "form": form,
                "next": _next_url(request, reverse("console:fact", args=[pk]))}
+    if _confirmed(request) and request.htmx and form is not None and not form.is_valid():
+        # a rewrite from a row or the fact page (e.g. only spaces): refused beside it, like the service's refusals
+        reason = " ".join(str(e) for errors in form.errors.values() for e in errors)
+        return _refused(request, services.CurationInputError(reason), "curation/confirm.html", context)
     if not _confirmed(request) or (form is not None and not form.is_valid()):
         return render(request, "curation/confirm.html", context, status=400 if form is not None and form.errors else 200)
     kwargs = {"content": form.cleaned_data["content"]} if form is not None else {}
@@ -119,7 +162,13 @@ def fact_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
         result = ACTIONS[action].service(fact_id=pk, user=request.user.get_username(), **kwargs)
     except REFUSALS as exc:
         return _refused(request, exc, "curation/confirm.html", context)
-    messages.success(request, _success_text(action, pk, result))
+    text = _success_text(action, pk, result)
+    if request.htmx and (request.htmx.target or "").startswith("fact-row-"):
+        answer = _region_answer(request, context, notice=text,
+                                new_fact_id=result.fact_id if action == "replace" else None)
+        if answer is not None:
+            return trigger_client_event(answer, "factsChanged", {"id": pk})
+    messages.success(request, text)
     return redirect(context["next"])
 
 
@@ -196,29 +245,75 @@ def conflicts(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
+def _group_region(request: HttpRequest, region_id: str, fact: Fact, *, refusal: str, notice: str) -> HttpResponse:
+    """A conflict group's card: the group as it is now with the refusal beside it, or what became of it."""
+    found = selectors.conflict_groups(keys=[(fact.person_id, fact.slot)], now=memory_services.now_ms())
+    context = {"region_id": region_id, "region_refusal": refusal, "region_notice": notice,
+               "next_url": _next_url(request, reverse("curation:conflicts"))}
+    if found and not notice:
+        return _answer(request, "curation/conflicts.html#conflict-group", f"#{region_id}", {**context, "group": found[0]})
+    if not notice:
+        context["region_notice"] = _("这个冲突组已经不在了（可能刚被别人裁决）。")
+    context["kept"] = Fact.objects.filter(pk=fact.pk).first()
+    return _answer(request, "curation/conflicts.html#group-outcome", f"#{region_id}", context)
+
+
+def _group_context(request: HttpRequest, pk: int) -> dict[str, Any]:
+    fact = get_object_or_404(Fact.objects.select_related("person"), pk=pk)
+    found = selectors.conflict_groups(keys=[(fact.person_id, fact.slot)], now=memory_services.now_ms())
+    group = found[0] if found else None
+    others = [m for m in (group.members if group else []) if m["id"] != pk]
+    return {"fact": fact, "group": group, "others": others, "next": _next_url(request, reverse("curation:conflicts"))}
+
+
 @login_required
 @permission_required(CURATE, raise_exception=True)
 @require_POST
 def keep(request: HttpRequest, pk: int) -> HttpResponse:
     """Keep fact ``pk`` and adjudicate every other member of its conflict group away, all or nothing
     (``drop``: the members the operator saw; a group that changed since is refused)."""
-    fact = get_object_or_404(Fact.objects.select_related("person"), pk=pk)
-    found = selectors.conflict_groups(keys=[(fact.person_id, fact.slot)], now=memory_services.now_ms())
-    group = found[0] if found else None
-    others = [m for m in (group.members if group else []) if m["id"] != pk]
-    context = {"fact": fact, "group": group, "others": others, "next": _next_url(request, reverse("curation:conflicts"))}
-    if not others:
+    context = _group_context(request, pk)
+    if not context["others"]:
         return _refused(request, services.NotInConflictGroupError(pk), "curation/keep_confirm.html", context)
     if not _confirmed(request):
         return render(request, "curation/keep_confirm.html", context)
     seen = [parse_id(i) for i in request.POST.getlist("drop")] if "drop" in request.POST else None
     try:
-        dropped = services.keep_only(keep_fact_id=pk, expected_drop_ids=seen,
-                                     user=request.user.get_username())
+        dropped = services.keep_only(keep_fact_id=pk, expected_drop_ids=seen, user=request.user.get_username())
     except REFUSALS as exc:
         return _refused(request, exc, "curation/keep_confirm.html", context)
-    messages.success(request, _("已保留 #%(keep)s，标失效 %(ids)s；可在操作流水里撤销。") % {
-        "keep": pk, "ids": "、".join(f"#{op.fact_id}" for op in dropped)})
+    text = _("已保留 #%(keep)s，标失效 %(ids)s；可在操作流水里撤销。") % {
+        "keep": pk, "ids": "、".join(f"#{op.fact_id}" for op in dropped)}
+    return _done(request, context, text)
+
+
+@login_required
+@permission_required(CURATE, raise_exception=True)
+@require_POST
+def keep_all(request: HttpRequest, pk: int) -> HttpResponse:
+    """"Both are true": every member of fact ``pk``'s conflict group stays valid and leaves the slot
+    (``member``: the members the operator saw; a group that changed since is refused)."""
+    context = _group_context(request, pk)
+    if not context["others"]:
+        return _refused(request, services.NotInConflictGroupError(pk), "curation/keep_confirm.html", context)
+    context["keep_all"] = True
+    if not _confirmed(request):
+        return render(request, "curation/keep_confirm.html", context)
+    seen = [parse_id(i) for i in request.POST.getlist("member")] if "member" in request.POST else None
+    try:
+        kept = services.keep_all(fact_id=pk, expected_member_ids=seen, user=request.user.get_username())
+    except REFUSALS as exc:
+        return _refused(request, exc, "curation/keep_confirm.html", context)
+    text = _("%(ids)s 都保留：它们不再是冲突组（离开了槽位「%(slot)s」）；可在操作流水里撤销。") % {
+        "ids": "、".join(f"#{op.fact_id}" for op in kept), "slot": context["fact"].slot}
+    return _done(request, context, text)
+
+
+def _done(request: HttpRequest, context: dict[str, Any], text: str) -> HttpResponse:
+    """A conflict resolved: its card says how (htmx), or the next page does (POST/redirect/GET)."""
+    if request.htmx and (request.htmx.target or "").startswith("group-"):
+        return _group_region(request, request.htmx.target, context["fact"], refusal="", notice=text)
+    messages.success(request, text)
     return redirect(context["next"])
 
 
@@ -241,6 +336,14 @@ def operations(request: HttpRequest) -> HttpResponse:
     return render(request, template, context, status=400 if {"person", "fact"} & set(form.errors) else 200)
 
 
+def _operation_region(request: HttpRequest, pk: int, *, refusal: str, notice: str, next_url: str) -> HttpResponse:
+    """A journal row as it is now, with the outcome of an undo beside it."""
+    operation = FactOperation.objects.select_related("fact", "person").get(pk=pk)
+    context = {"op": operation, "row_refusal": refusal, "row_notice": notice, "next_url": next_url,
+               "compact": request.POST.get("compact") == "1"}
+    return _answer(request, "curation/_operations_table.html#op-row", f"#op-{pk}", context)
+
+
 @login_required
 @permission_required("curation.undo_operation", raise_exception=True)
 @require_POST
@@ -253,5 +356,9 @@ def undo(request: HttpRequest, pk: int) -> HttpResponse:
         undo_row = services.undo_operation(operation_id=pk, user=request.user.get_username())
     except REFUSALS as exc:
         return _refused(request, exc, "curation/undo_confirm.html", context)
-    messages.success(request, _("操作 #%(id)s 已撤销（撤销条目 #%(undo)s）。") % {"id": pk, "undo": undo_row.pk})
+    text = _("操作 #%(id)s 已撤销（撤销条目 #%(undo)s）。") % {"id": pk, "undo": undo_row.pk}
+    if request.htmx and request.htmx.target == f"op-{pk}":
+        answer = _operation_region(request, pk, refusal="", notice=text, next_url=context["next"])
+        return trigger_client_event(answer, "factChanged", {"id": operation.fact_id})
+    messages.success(request, text)
     return redirect(context["next"])

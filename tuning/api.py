@@ -371,6 +371,10 @@ def get_export(request: HttpRequest, name: str = ""):
 
 
 def _target(t: TargetIn | EvaluateIn) -> dict[str, Any]:
+    """The evaluated target. ``params`` are checked against the whitelist even beside a ``profile`` (which wins):
+    the schema states their bounds, so values outside them are refused whatever else the body holds."""
+    if t.profile and t.params is not None:
+        services.validate_params(t.params)
     return evaluation.resolve_target(profile=t.profile, params=t.params)
 
 
@@ -399,7 +403,6 @@ def post_compare(request: HttpRequest, payload: CompareIn):
         selection = _selection(payload)
     except ProfileError as exc:
         return _error(exc)
-    a["label"], b["label"] = f"A · {a['label']}", f"B · {b['label']}"
     job = evaluation.submit_comparison(a, b, user=_user(request), selection=selection)
     job.refresh_from_db()
     return Status(202, job_out(job))
@@ -541,3 +544,30 @@ def get_turn(request: HttpRequest, turn_id: int = Path(..., ge=1, le=MAX_ID)):
     if turn is None:
         return Status(404, {"detail": f"turn {turn_id} does not exist", "errors": []})
     return inspection.as_json(inspection.inspect_turn(turn))
+
+
+# --- one real example of every body (demo memory), for /api/docs (config.api; tests/api/test_openapi.py) ---
+
+_SPEC = {"kind": "int", "min": 1.0, "max": 20.0, "legacy": 6, "label": "进提示词的事实条数上限", "configured": 6}
+_PROFILE = {"name": "少而准", "params": {"fact_recall_limit": 4, "dense_cosine_floor": 0.35},
+            "created_at": 1796383932981, "last_applied_at": None, "active": False, "builtin": False}
+_PARAMS = {"fact_recall_limit": 4, "dense_cosine_floor": 0.35}
+EXAMPLES: dict[type, Any] = {
+    ErrorBody: {"detail": "参数 dense_cosine_floor 越界：应在 [-1.0, 1.0] 之间",
+                "errors": [{"field": "body.params.dense_cosine_floor", "message": "应在 [-1.0, 1.0] 之间"}]},
+    ParamSpecOut: _SPEC,
+    ProfileOut: _PROFILE,
+    ActiveOut: {"profile": "default", "overrides": {}},
+    StateOut: {"whitelist": {"fact_recall_limit": _SPEC}, "active": {"profile": "default", "overrides": {}},
+               "profiles": [_PROFILE]},
+    ProfileIn: {"name": "少而准", "params": _PARAMS},
+    ApplyIn: {"name": "少而准"},
+    AppliedOut: {"profile": "少而准", "params": _PARAMS, "revision": 1},
+    DeletedOut: {"deleted": True, "active": "default", "profiles": ["default", "seed"]},
+    ExportOut: {"profile": "少而准", "params": _PARAMS, "exported_at": "2026-12-04T11:32:12Z"},
+    TargetIn: {"profile": "少而准"},
+    EvaluateIn: {"profile": "少而准", "max_turns": 200},
+    CompareIn: {"a": {"profile": "default"}, "b": {"params": _PARAMS}, "max_turns": 200},
+    JobOut: {"job_id": 9, "kind": "compare", "status": "done", "progress": 3, "total": 3, "percent": 100, "error": "",
+             "params": {"max_turns": 200}, "result": {"sample_count": 3, "changed_turns": 1}},
+}

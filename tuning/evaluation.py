@@ -34,10 +34,10 @@ Evaluating a parameter set, per trace:
    Positives outside the top k are "displaced"; facts labelled *not* relevant inside it
    are counted too (``negatives_in_top``).
 
-Reports group the rows into ``all`` / ``group`` / ``direct`` (desktop turns count only in
-``all``), each with its two pools and the count of turns behind every figure. A comparison
-evaluates two parameter sets on the same traces, lists per turn the facts that moved into or
-out of the top k, and gives each pool's difference with a bootstrap interval over turns.
+Reports group the rows into ``all`` / ``group`` / ``direct`` / ``desktop`` (before the desktop row existed,
+desktop turns counted only in ``all``), each with its two pools and the count of turns behind every figure. A
+comparison evaluates two parameter sets on the same traces, lists per turn the facts that moved into or out of the
+top k, and gives each pool's difference with a bootstrap interval over turns.
 
 Nothing here writes memory: no reinforcement, no hit counts, no events of the recall
 path (the replay runs with ``events=False``). The only
@@ -54,6 +54,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from memory import broker, recall
 from memory.dispatch import enqueue, jobs
@@ -83,7 +84,8 @@ JOB_TASKS = {
     "fit": "tuning.tasks.fit_task",
 }
 TEXT_PREVIEW_CHARS = 160
-GROUPS = ("all", "group", "direct")
+#: Report rows by where the turn happened ("all" = every turn; the others split it by stream kind).
+GROUPS = ("all", "group", "direct", "desktop")
 #: The two pools of positives, never mixed: relevance labels, then the prompt facts of unlabelled turns.
 POOLS = ("human", "weak")
 HUMAN, WEAK = POOLS
@@ -666,7 +668,7 @@ def resolve_target(*, profile: str | None = None, params: Mapping[str, Any] | No
         name = str(profile).strip()
         values = services.load_profile_params(name)
         if values is None:
-            raise services.ProfileError(f"profile「{name}」不存在", param="profile", status=404)
+            raise services.ProfileError(_("参数方案「%(name)s」不存在") % {"name": name}, param="profile", status=404)
         return {"label": label or name, "profile": name, "params": values}
     if params is not None:
         return {"label": label or "草稿", "profile": None, "params": services.validate_params(params)}

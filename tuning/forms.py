@@ -38,17 +38,17 @@ def parse_value(param: str, raw: str) -> int | float:
         if INT_RE.match(text):
             return int(text)
         if FLOAT_RE.match(text):
-            raise services.ProfileError(f"参数 {param} 需要整数", param=param)
+            raise services.ProfileError(services.param_refusal(param, 0.5), param=param)
     elif FLOAT_RE.match(text):
         return float(text)
-    raise services.ProfileError(f"参数 {param} 需要数值", param=param)
+    raise services.ProfileError(services.param_refusal(param, None), param=param)
 
 
 class DraftForm(forms.Form):
     """One optional text field per whitelisted parameter (blank = not overridden)."""
 
     action = forms.ChoiceField(choices=[(a, a) for a in DRAFT_ACTIONS], required=False)
-    name = TextField(max_length=services.PROFILE_NAME_MAX, required=False, label=_("profile 名称"))
+    name = TextField(max_length=services.PROFILE_NAME_MAX, required=False, label=_("参数方案名称"))
     compare_with = TextField(max_length=200, required=False)
     max_turns = forms.IntegerField(min_value=1, max_value=MAX_TURNS_LIMIT, initial=DEFAULT_MAX_TURNS, required=False)
 

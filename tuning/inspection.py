@@ -27,7 +27,6 @@ from django.utils.translation import gettext as _
 from memory import recall, selectors
 from memory.engine.scoring import Gate
 from memory.engine.scoring import Verdict as Verdict_
-from memory.engine.tuning import WHITELIST
 from memory.models import Episode, Fact, Message, Person, Turn
 from tuning import evaluation, relevance, services
 from tuning.labels import VERDICT_LABELS
@@ -35,79 +34,57 @@ from tuning.labels import VERDICT_LABELS
 
 @dataclass(frozen=True)
 class Verdict:
+    """Why a candidate is or is not in the prompt, in plain words; ``code`` styles it and counts it.
+
+    The code is the ranking's own verdict (``memory.engine.scoring.Verdict``: ``prompt``, ``forgetting``,
+    ``gate``, ``limit``); the reason words the numbers behind it and, for the relevance gate, the gate's
+    own reason for the candidate (``ScopedFact.gate``: ``memory.engine.scoring.Gate``).
+    """
+
     code: str
     label: str
     reason: str
 
 
+
+
+def gate_reason(fact: Any) -> str:
+    """The relevance gate's reason for a candidate (``fact.gate``), in plain words."""
+    margin = getattr(fact, "margin", None)
+    cos = "—" if fact.cosine is None else f"{fact.cosine:.2f}"
+    margin_text = "—" if margin is None else f"{margin:+.2f}"
+    return {
+        Gate.LEADS_DENSE: _("意思上明显最接近这句话（余弦 %(cos)s，远超第二名），直接放行") % {"cos": cos},
+        Gate.LEADS_LEXICAL: _("词面上明显最匹配这句话（BM25 远超第二名），直接放行"),
+        Gate.DENSE: _("意思上比闲聊更接近这句话（余弦 %(cos)s，比闲聊背景 %(margin)s）") % {"cos": cos, "margin": margin_text},
+        Gate.LEXICAL: _("覆盖了这句话里有信息量的词（覆盖 %(share)s）") % {"share": _pct(fact.coverage)},
+        Gate.UNKNOWN: _("没有可判断相关的信号，放行"),
+        Gate.SEED: _("seed 参数方案没有相关门"),
+        Gate.HELD: _("和这句话的关系不比闲聊更近（余弦 %(cos)s，比闲聊背景 %(margin)s），词面上也没覆盖够有信息量的词")
+        % {"cos": cos, "margin": margin_text},
+    }.get(getattr(fact, "gate", "") or "", "")
+
+
+def verdict_of(fact: Any, *, code: str, rank: int, limit: int) -> Verdict:
+    """The verdict of one ranked candidate (``code``: the ranking's verdict; ``rank``: its place, from 1)."""
+    gate = gate_reason(fact)
+    if code == Verdict_.PROMPT:
+        why = _("第 %(rank)s 名；提示词最多放 %(limit)s 条事实。") % {"rank": rank, "limit": limit}
+    elif code == Verdict_.FORGETTING:
+        why = _("只看相关度它能进提示词，但它的留存度只有 %(retention)s（很久没被提起、快被忘了），"
+                "得分被更新鲜、更牢固的事实超过。") % {"retention": _pct(fact.retention)}
+    elif code == Verdict_.LIMIT:
+        why = _("够相关，但排第 %(rank)s 名：前 %(limit)s 个名额给了得分更高的事实。") % {"rank": rank, "limit": limit}
+    else:
+        return Verdict(code, str(VERDICT_LABELS.get(code, code)),
+                       _("不进提示词，无论得分多高：%(why)s。") % {"why": gate or _("相关门拦下了它")})
+    if gate and code != Verdict_.FORGETTING:
+        why += " " + _("相关门：%(why)s。") % {"why": gate}
+    return Verdict(code, str(VERDICT_LABELS.get(code, code)), why)
+
+
 def _pct(value: float | None) -> str:
     return "—" if value is None else f"{round(float(value) * 100)}%"
-
-
-def _num(value: float | None, digits: int = 2) -> str:
-    return "—" if value is None else f"{float(value):.{digits}f}"
-
-
-def _param(overrides: Mapping[str, Any], name: str) -> float:
-    return float(overrides.get(name, WHITELIST[name].legacy)) if name in WHITELIST else 0.0
-
-
-def gate_reason(fact: Any, overrides: Mapping[str, Any]) -> str:
-    """Why the relevance gate (:func:`memory.engine.scoring.gate`) let a candidate pass or held it back."""
-    code = getattr(fact, "gate", "") or ""
-    if code == Gate.LEADS_DENSE:
-        return _("意思最接近：余弦 %(cos)s，明显领先其他候选。") % {"cos": _num(fact.cosine)}
-    if code == Gate.LEADS_LEXICAL:
-        return _("词面最强：BM25 明显领先其他候选，而且含这句话的关键词。")
-    if code == Gate.DENSE:
-        if fact.margin is not None:
-            return _("意思相近：余弦 %(cos)s，比这句话和闲聊的相似度高出 %(margin)s。") % {
-                "cos": _num(fact.cosine), "margin": _num(fact.margin)}
-        return _("意思相近：余弦 %(cos)s，与最相近的候选相差不大。") % {"cos": _num(fact.cosine)}
-    if code == Gate.LEXICAL:
-        return _("词面相关：覆盖了这句话关键词的 %(share)s。") % {"share": _pct(fact.coverage)}
-    if code == Gate.UNKNOWN:
-        return _("没有可以比较的依据（没有词面覆盖，也没有向量），不设门槛。")
-    if code == Gate.SEED:
-        return _("种子排序没有相关度门槛。")
-    if code != Gate.HELD:
-        return ""
-    parts = []
-    if fact.cosine is not None:
-        if fact.margin is not None:
-            parts.append(_("意思上（余弦 %(cos)s）没有比闲聊背景高出多少（差 %(margin)s，至少要 %(floor)s）") % {
-                "cos": _num(fact.cosine), "margin": _num(fact.margin), "floor": _num(_param(overrides, "dense_margin"))})
-        else:
-            parts.append(_("意思上（余弦 %(cos)s）离最相近的候选太远") % {"cos": _num(fact.cosine)})
-    else:
-        parts.append(_("没有向量可比意思"))
-    if not fact.coverage:
-        parts.append(_("词面上不含这句话的关键词"))
-    else:
-        parts.append(_("词面只覆盖了关键词的 %(share)s，不到最佳候选的 %(floor)s") % {
-            "share": _pct(fact.coverage), "floor": _pct(_param(overrides, "lexical_share"))})
-    return _("不够相关，无论得分多高都不进提示词：%(why)s。") % {"why": "；".join(parts)}
-
-
-def verdict_of(fact: Any, *, code: str, rank: int | None, limit: int, overrides: Mapping[str, Any]) -> Verdict:
-    """A candidate's verdict (``code``: :class:`memory.engine.scoring.Verdict`) and why, in plain words."""
-    label = str(VERDICT_LABELS.get(code, code))
-    why_gate = gate_reason(fact, overrides)
-    if code == Verdict_.PROMPT:
-        place = _("第 %(rank)s 名；提示词最多放 %(limit)s 条事实。") % {"rank": rank, "limit": limit} if rank else ""
-        return Verdict(code, label, " ".join(p for p in (place, why_gate) if p))
-    if code == Verdict_.FORGETTING:
-        return Verdict(code, label, _(
-            "只看相关度它能进提示词，但它的留存度只有 %(retention)s（很久没被提起、快被忘了），"
-            "得分被更新鲜、更牢固的事实超过。"
-        ) % {"retention": _pct(fact.retention)})
-    if code == Verdict_.LIMIT:
-        return Verdict(code, label, _(
-            "够相关，但排第 %(rank)s 名：前 %(limit)s 个名额给了得分更高的事实。"
-        ) % {"rank": rank, "limit": limit} + (" " + why_gate if why_gate else ""))
-    if code == Verdict_.GATE:
-        return Verdict(code, label, why_gate or _("不够相关，不进提示词。"))
-    return Verdict(code, label, "")
 
 
 # --------------------------------------------------------------------------- #
@@ -263,7 +240,7 @@ def inspect_turn(turn: Turn, *, query_vector: Any = None, embed: bool = True) ->
     candidates = []
     for rank, f in enumerate(ranking.ranked, start=1):
         code = _code(f, in_prompt, held, ranking.verdicts)
-        verdict = verdict_of(f, code=code, rank=rank, limit=limit, overrides=params)
+        verdict = verdict_of(f, code=code, rank=rank, limit=limit)
         candidates.append(Candidate(f, rank, verdict, names.get(f.person_id, ""), recorded.get(f.id), labels.get(f.id),
                                     _state(rows.get(f.id))))
     # recorded candidates the ranking of today's memory no longer has (invalidated or forgotten since)

@@ -10,8 +10,8 @@ from django.utils.translation import gettext_lazy
 PARAM_LABELS = {
     "bm25_weight": gettext_lazy("词面相关度权重"),
     "retention_weight_floor": gettext_lazy("留存度权重下限"),
-    "ppr_alpha": gettext_lazy("PPR 回迁概率"),
-    "ppr_hops": gettext_lazy("PPR 跳数"),
+    "ppr_alpha": gettext_lazy("联想扩散回迁概率"),
+    "ppr_hops": gettext_lazy("联想扩散跳数"),
     "pool_score_percentile": gettext_lazy("候选池分数百分位"),
     "fact_recall_limit": gettext_lazy("进提示词的事实条数上限"),
     "recalled_episode_limit": gettext_lazy("情节召回条数"),
@@ -59,14 +59,18 @@ PARAM_HELP = {
     "context_gap_minutes": gettext_lazy("两条消息之间（或最后一条消息到这一轮）沉默超过这么久，更早的对话不再参与检索"),
 }
 PARAM_KINDS = {"float": gettext_lazy("小数"), "int": gettext_lazy("整数")}
-GROUP_LABELS = {"all": gettext_lazy("全部"), "group": gettext_lazy("群聊"), "direct": gettext_lazy("私聊")}
-#: What became of a turn's candidate (the turn inspector, its replay).
+GROUP_LABELS = {"all": gettext_lazy("全部"), "group": gettext_lazy("群聊"), "direct": gettext_lazy("私聊"),
+                "desktop": gettext_lazy("桌面")}
+#: What became of a turn's candidate (``memory.engine.scoring.Verdict``; the playground, the turn inspector, its
+#: replay), and of the facts visibility held back before ranking or that have left memory since the turn.
 VERDICT_LABELS = {
     "prompt": gettext_lazy("进入提示词"), "forgetting": gettext_lazy("被遗忘压下"),
-    "limit": gettext_lazy("名额已满"), "gate": gettext_lazy("不够相关"), "gone": gettext_lazy("已不在记忆里"),
+    "limit": gettext_lazy("名额已满"), "gate": gettext_lazy("相关门拦下"), "visibility": gettext_lazy("可见性拦下"),
+    "gone": gettext_lazy("已不在记忆里"),
 }
 
 _ACTIVE = re.compile(r"^当前生效（(.*)）$")
+_SIDE = re.compile(r"^[AB] · ")  # comparisons stored their side in the label once; the page says it now
 
 
 def profile_name(name: str | None) -> str:
@@ -77,7 +81,7 @@ def profile_name(name: str | None) -> str:
 def target_label(label: str | None) -> str:
     """The label of an evaluated target; the ones the console wrote itself are translated
     (``草稿``, ``当前生效（name）``), a name an operator typed is shown as typed."""
-    label = label or ""
+    label = _SIDE.sub("", label or "")
     if label in ("", "草稿"):
         return _("草稿")
     match = _ACTIVE.match(label)

@@ -17,9 +17,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from memory import overrides
-from memory.engine.tuning import TuningError
+from memory.engine.tuning import WHITELIST, TuningError
 from memory.overrides import (
     DEFAULT_PROFILE_NAME,
     SEED_PROFILE_NAME,
@@ -73,6 +74,18 @@ def _journal(op: str, *, profile: str, user: str, at: int, **detail: Any) -> Non
     TuningOperation.objects.create(at=at, user=(user or "")[:150], op=op, profile=profile[:100], detail=detail)
 
 
+def param_refusal(param: str, value: Any) -> str:
+    """Why ``value`` is refused for ``param``, in the interface language (the engine says it in Chinese only)."""
+    spec = WHITELIST.get(param)
+    if spec is None:
+        return _("参数 %(name)s 不在调优白名单") % {"name": param}
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return _("参数 %(name)s 需要数值") % {"name": param}
+    if spec.kind == "int" and not isinstance(value, int):
+        return _("参数 %(name)s 需要整数（3 可以，3.0 不行）") % {"name": param}
+    return _("参数 %(name)s 越界：取值范围 [%(min)s, %(max)s]") % {"name": param, "min": spec.min, "max": spec.max}
+
+
 def validate_params(params: Any) -> dict[str, Any]:
     """Validate raw (JSON-decoded) parameter values; :class:`ProfileError` names the parameter.
 
@@ -83,11 +96,12 @@ def validate_params(params: Any) -> dict[str, Any]:
     if params is None:
         return {}
     if not isinstance(params, Mapping):
-        raise ProfileError("params 需要是对象（参数名 → 数值）")
+        raise ProfileError(_("params 需要是对象（参数名 → 数值）"))
     try:
         return overrides.validate(params)
     except TuningError as exc:
-        raise ProfileError(str(exc), param=getattr(exc, "param", None)) from exc
+        param = getattr(exc, "param", None)
+        raise ProfileError(param_refusal(param, params.get(param)) if param else str(exc), param=param) from exc
     except ValueError as exc:
         raise ProfileError(str(exc)) from exc
 
@@ -98,16 +112,16 @@ def _given_name(name: Any, empty: str) -> str:
     if not isinstance(name, str) or not name.strip():
         raise ProfileError(empty, param="name")
     if "\x00" in name:
-        raise ProfileError("profile 名称不能含有 NUL 字符（\\x00）", param="name")
+        raise ProfileError(_("参数方案名称不能含有 NUL 字符（\\x00）"), param="name")
     return name.strip()
 
 
 def clean_profile_name(name: Any) -> str:
-    cleaned = _given_name(name, "profile 名称为空，不可保存")
+    cleaned = _given_name(name, _("参数方案名称为空，不可保存"))
     if builtin_params(cleaned) is not None:
-        raise ProfileError(f"{cleaned} 是内置 profile，不可保存", param="name")
+        raise ProfileError(_("%(name)s 是内置参数方案，不可保存") % {"name": cleaned}, param="name")
     if len(cleaned) > PROFILE_NAME_MAX:
-        raise ProfileError(f"profile 名称超过 {PROFILE_NAME_MAX} 字符", param="name")
+        raise ProfileError(_("参数方案名称超过 %(n)s 个字符") % {"n": PROFILE_NAME_MAX}, param="name")
     return cleaned
 
 
@@ -217,7 +231,7 @@ def apply_profile(name: Any, *, at: int | None = None, user: str = "", op: str =
     """Make ``name`` the active profile in every process; returns ``{profile, params, revision}``.
 
     Journalled (``op``: apply, or rollback) with the profile it replaced."""
-    name = _given_name(name, "profile 名称为空")
+    name = _given_name(name, _("参数方案名称为空"))
     at = _now_ms() if at is None else at
     with transaction.atomic():
         replaced = active_profile_name()
@@ -227,7 +241,7 @@ def apply_profile(name: Any, *, at: int | None = None, user: str = "", op: str =
         else:
             row = RetrievalProfile.objects.select_for_update().filter(name=name).first()
             if row is None:
-                raise ProfileError(f"profile「{name}」不存在", param="name", status=404)
+                raise ProfileError(_("参数方案「%(name)s」不存在") % {"name": name}, param="name", status=404)
             params = validate_params(row.params or {})
             RetrievalProfile.objects.filter(name=name).update(last_applied_at=at)
         revision = overrides.set_active(name)
@@ -247,15 +261,15 @@ def delete_profile(name: Any, *, at: int | None = None, user: str = "") -> bool:
 
     Unknown names are silent (returns False); ``default`` is refused.
     """
-    name = _given_name(name, "profile 名称为空")
+    name = _given_name(name, _("参数方案名称为空"))
     if builtin_params(name) is not None:
-        raise ProfileError(f"{name} 是内置 profile，不可删除", param="name")
+        raise ProfileError(_("%(name)s 是内置参数方案，不可删除") % {"name": name}, param="name")
     at = _now_ms() if at is None else at
     fell_back = False
     with transaction.atomic():
         was_active = active_profile_name() == name  # checked before deleting
         before = RetrievalProfile.objects.filter(name=name).values_list("params", flat=True).first()
-        deleted, _ = RetrievalProfile.objects.filter(name=name).delete()
+        deleted, _by_model = RetrievalProfile.objects.filter(name=name).delete()
         if deleted:
             _journal(TuningOperation.Op.DELETE, profile=name, user=user, at=at, prev=before, was_active=was_active)
         if was_active:
@@ -271,7 +285,7 @@ def export_profile(name: str) -> dict[str, Any]:
     """``{profile, params, exported_at}`` (ISO-8601 UTC); unknown → :class:`ProfileError` (404)."""
     params = load_profile_params(name)
     if params is None:
-        raise ProfileError(f"profile「{name}」不存在", param="name", status=404)
+        raise ProfileError(_("参数方案「%(name)s」不存在") % {"name": name}, param="name", status=404)
     return {
         "profile": name,
         "params": params,

@@ -127,12 +127,11 @@ def draft(request: HttpRequest) -> HttpResponse:
     try:
         if action == "save":
             row = services.save_profile(form.cleaned_data["name"], params, user=_user(request))
-            messages.success(request, _("已保存 profile「%(name)s」（未应用）。") % {"name": row.name})
+            messages.success(request, _("已保存参数方案「%(name)s」（未应用）。") % {"name": row.name})
             return redirect("tuning:index")
         if action == "compare":
             base = target_for_choice(form.cleaned_data.get("compare_with") or ACTIVE_CHOICE)
             draft_target = evaluation.resolve_target(params=params)
-            base["label"], draft_target["label"] = f"A · {base['label']}", f"B · {draft_target['label']}"
             job = evaluation.submit_comparison(base, draft_target, max_turns=max_turns, user=_user(request))
             return redirect("tuning:job", job.pk)
         job = evaluation.submit_evaluation(
@@ -184,11 +183,11 @@ def delete(request: HttpRequest) -> HttpResponse:
         messages.error(request, str(exc))
     else:
         if not deleted:
-            messages.warning(request, _("profile「%(name)s」不存在。") % {"name": name})
+            messages.warning(request, _("参数方案「%(name)s」不存在。") % {"name": name})
         elif was_active:
             messages.success(request, _("已删除生效中的「%(name)s」，已回落到 default。") % {"name": name})
         else:
-            messages.success(request, _("已删除 profile「%(name)s」。") % {"name": name})
+            messages.success(request, _("已删除参数方案「%(name)s」。") % {"name": name})
     return redirect("tuning:index")
 
 
@@ -223,7 +222,6 @@ def compare(request: HttpRequest) -> HttpResponse:
     except ProfileError as exc:
         messages.error(request, str(exc))
         return redirect("tuning:index")
-    a["label"], b["label"] = f"A · {a['label']}", f"B · {b['label']}"
     try:
         job = evaluation.submit_comparison(a, b, max_turns=form.cleaned_data["max_turns"], user=_user(request))
     except BrokerUnavailable as exc:
@@ -269,18 +267,34 @@ def _report_context(job: Job, request: HttpRequest) -> dict[str, Any]:
                 "sides": [("a", result["a"]), ("b", result["b"])],
                 "groups": [
                     (g, GROUP_LABELS[g], [
-                        (pool, result["a"]["groups"][g][pool], result["b"]["groups"][g][pool],
-                         result["difference"][g][pool])
+                        (pool, result["a"]["groups"].get(g, {}).get(pool, {}), result["b"]["groups"].get(g, {}).get(pool, {}),
+                         result["difference"].get(g, {}).get(pool, {}))
                         for pool in evaluation.POOLS
                     ])
                     for g in evaluation.GROUPS
+                    if g in result["a"]["groups"]  # a report from before the desktop row has no "desktop"
                 ],
             }
         )
     else:
-        ctx["groups"] = [(g, GROUP_LABELS[g], result["groups"][g]) for g in evaluation.GROUPS]
+        ctx["groups"] = [(g, GROUP_LABELS[g], result["groups"][g]) for g in evaluation.GROUPS if g in result["groups"]]
         ctx["rows"] = result.get("per_turn", [])
+    ctx["sample_all"] = ((result.get("a") or result).get("groups") or {}).get("all") or {}
+    ctx["few_scorable"] = _few_scorable(result)
     return ctx
+
+
+#: Below this many scored turns a report says its numbers are anecdotes (one turn moves nDCG by a few points).
+FEW_SCORABLE = 30
+
+
+def _few_scorable(result: dict[str, Any]) -> int | None:
+    """How many turns could be scored, when that is too few to trust a difference (else None)."""
+    overall = ((result.get("a") or result).get("groups") or {}).get("all") or {}
+    if "human" not in overall:  # a report of an earlier version
+        return None
+    scorable = max(overall["human"]["turns"], overall["weak"]["turns"])
+    return scorable if scorable < FEW_SCORABLE else None
 
 
 @tuner_required

@@ -13,9 +13,9 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, pgettext_lazy
 
-from memory.models import Fact, Job, MemoryNode, Message, StreamKind
+from memory.models import Fact, FactOperation, Job, MemoryNode, Message, StreamKind
 from tuning import labels as tuning_labels
 
 register = template.Library()
@@ -45,6 +45,12 @@ def format_ms(value: object, pattern: str = "%Y-%m-%d %H:%M", *, local: bool = T
 def ms(value: int | None) -> str:
     """Epoch milliseconds → local ``YYYY-MM-DD HH:MM`` (empty for None, raw value when out of range)."""
     return format_ms(value)
+
+
+@register.filter
+def ms_date(value: int | None) -> str:
+    """Epoch milliseconds → the local date ``YYYY-MM-DD`` (for date filters in links)."""
+    return format_ms(value, "%Y-%m-%d")
 
 
 @register.filter
@@ -146,7 +152,7 @@ NAV = [
     NavLink("memory.view_episode", "console:episodes", gettext_lazy("情节"), frozenset({"episodes"})),
     NavLink("memory.view_fact", "console:facts", gettext_lazy("事实"), frozenset({"facts", "fact"})),
     NavLink("memory.view_fact", "curation:conflicts", gettext_lazy("冲突组"), frozenset({"conflicts"})),
-    NavLink("memory.view_fact", "console:persons", gettext_lazy("人物"), frozenset({"persons", "person_export"})),
+    NavLink("memory.view_fact", "console:persons", pgettext_lazy("nav", "人物"), frozenset({"persons", "person_export"})),
     NavLink("curation.view_factoperation", "curation:operations", gettext_lazy("操作流水"), frozenset({"operations"})),
     NavLink("memory.view_knowledge", "console:knowledge", gettext_lazy("知识"), frozenset({"knowledge"})),
     NavLink("memory.import_knowledge", "console:imports", gettext_lazy("导入中心"), frozenset({"imports"})),
@@ -258,10 +264,18 @@ def job_headline(job: object) -> str:
                 "a": _ndcg((held.get("base") or {}).get("recall")), "b": _ndcg((held.get("chosen") or {}).get("recall")),
                 "gain": interval((held.get("gain") or {}).get("recall")),
             }
+        if kind == "backfill":
+            return _("补全了 %(facts)s 条事实、%(knowledge)s 条知识、%(messages)s 条消息的向量") % {
+                key: result.get(key, 0) for key in ("facts", "knowledge", "messages")
+            }
+        if kind == "decay":
+            return _("冻结了 %(n)s 条联想边") % {"n": result.get("frozen", 0)}
+        if kind == "tuning_probe":
+            return _("工作进程 %(pid)s 用的参数方案：%(profile)s") % {
+                "pid": result.get("pid", "?"), "profile": profile_name(result.get("profile"))}
     except (TypeError, ValueError, AttributeError):
         return ""
-    # Other kinds: their plain numbers, never nested structures.
-    return " · ".join(f"{k} {v}" for k, v in result.items() if isinstance(v, int | float) and not isinstance(v, bool))
+    return ""  # a kind without a sentence of its own: its status says enough (never raw result keys)
 
 
 @register.filter
@@ -306,6 +320,27 @@ CODE_LABELS = {
 }
 
 
+#: The kinds a fact can have (memory.engine.decay.HALF_LIFE_HOURS, plus the default of a fact without one):
+#: stored as these words, shown in the interface language. A kind outside the list is an extractor's own word.
+FACT_KINDS = {
+    "身份": pgettext_lazy("fact kind", "身份"), "日期": pgettext_lazy("fact kind", "日期"),
+    "偏好": pgettext_lazy("fact kind", "偏好"), "关系": pgettext_lazy("fact kind", "关系"),
+    "习惯": pgettext_lazy("fact kind", "习惯"), "事件": pgettext_lazy("fact kind", "事件"),
+    "状态": pgettext_lazy("fact kind", "状态"), "未分类": pgettext_lazy("fact kind", "未分类"),
+}
+CODE_LABELS["fact_kind"] = FACT_KINDS
+#: A journal entry's operation as a noun phrase (the model's labels double as the button labels: 标失效 → Invalidate).
+CODE_LABELS["op_label"] = {
+    FactOperation.Op.INVALIDATE: pgettext_lazy("operation", "标失效"), FactOperation.Op.RESTORE: pgettext_lazy("operation", "恢复"),
+    FactOperation.Op.PIN: pgettext_lazy("operation", "永久保留"), FactOperation.Op.UNPIN: pgettext_lazy("operation", "取消永久保留"),
+    FactOperation.Op.SUPERSEDE: pgettext_lazy("operation", "标记取代"), FactOperation.Op.REPLACE: pgettext_lazy("operation", "人工取代"),
+    FactOperation.Op.ADJUDICATE: pgettext_lazy("operation", "冲突裁决"), FactOperation.Op.UNDO: pgettext_lazy("operation", "撤销"),
+}
+#: Chat platforms by their code (a stream's and an identity's ``platform``); others are shown as stored.
+CODE_LABELS["platform_label"] = {"qq": "QQ", "desktop": gettext_lazy("桌面"), "wechat": gettext_lazy("微信"),
+                                 "telegram": "Telegram", "discord": "Discord"}
+
+
 def _code_filter(name: str, labels: dict) -> None:
     register.filter(name, lambda code: str(labels.get(str(code), code)))
 
@@ -329,10 +364,37 @@ def event_label(kind: object) -> str:
     return str(EVENTS.get(str(kind), kind))
 
 
-NODE_KINDS = dict(MemoryNode.RefKind.choices)
+#: One memory node's layer (the model's labels are plural: 事实 → Facts).
+NODE_KINDS = {MemoryNode.RefKind.FACT: pgettext_lazy("one", "事实"), MemoryNode.RefKind.EPISODE: pgettext_lazy("one", "情节"),
+              MemoryNode.RefKind.KNOWLEDGE: pgettext_lazy("one", "知识")}
 
 
 @register.filter
 def node_kind(kind: object) -> str:
     """A graph node kind (fact / episode / knowledge) in the interface language."""
     return str(NODE_KINDS.get(str(kind), kind))
+
+
+@register.filter
+def fact_source(source: object) -> str:
+    """Where a fact was heard, in an operator's words (``extract:stream4``, ``api``, ``manual``, ``seed_demo``)."""
+    code = str(source or "")
+    if code.startswith("extract:stream") and code[len("extract:stream"):].isdigit():
+        return _("从会话流 #%(id)s 的消息抽取") % {"id": code[len("extract:stream"):]}
+    return str(FACT_SOURCES.get(code, code))
+
+
+FACT_SOURCES = {
+    "api": gettext_lazy("机器人通过 API 写入"),
+    "manual": gettext_lazy("操作员在控制台改写"),
+    "seed_demo": gettext_lazy("演示数据"),
+    "": "—",
+}
+
+
+@register.filter
+def source_stream(source: object) -> int | None:
+    """The stream id of an extraction source (``extract:stream4`` → 4), else None."""
+    code = str(source or "")
+    rest = code[len("extract:stream"):] if code.startswith("extract:stream") else ""
+    return int(rest) if rest.isdigit() else None

@@ -28,9 +28,11 @@ import threading
 import time
 from datetime import datetime, timedelta
 
+from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from ninja.errors import HttpError
 from ninja.security import HttpBearer
 
@@ -83,10 +85,22 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+class TokenNameTaken(ValueError):
+    """A live token already has this name (names tell tokens apart: the list, revoke_api_token NAME)."""
+
+
 def issue_token(name: str, scopes: list[str] | tuple[str, ...] = ("bot",)) -> tuple[ApiToken, str]:
-    """Create a token row and return it with the plain token (shown once, never stored)."""
+    """Create a token row and return it with the plain token (shown once, never stored).
+
+    Raises :class:`TokenNameTaken` when a live (unrevoked) token has the name, :class:`TokenScopeError`
+    for unknown scopes; a revoked token's name may be used again.
+    """
+    scopes = normalize_scopes(scopes)
     plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = ApiToken.objects.create(name=name, token_hash=hash_token(plain), scopes=normalize_scopes(scopes))
+    with transaction.atomic():
+        if ApiToken.objects.filter(name=name, revoked_at__isnull=True).exists():
+            raise TokenNameTaken(_("已有一个名为「%(name)s」的有效令牌：换一个名称，或先吊销它。") % {"name": name})
+        row = ApiToken.objects.create(name=name, token_hash=hash_token(plain), scopes=scopes)
     return row, plain
 
 

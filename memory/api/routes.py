@@ -16,6 +16,7 @@ from ninja.errors import ValidationError
 from pydantic import Field as PydanticField
 
 from memory import pipeline, recall, services
+from memory.api import examples
 from memory.api.auth import BearerTokenAuth, api_user
 from memory.api.schemas import (
     EPOCH_MS_HELP,
@@ -454,3 +455,10 @@ def forget_now(request: HttpRequest, payload: ForgetConfirmIn):
     return {**_plan_out(plan), "record_id": record.pk}
 
 
+
+
+#: One real example of every body of memory's routes (memory/api/examples.py), by model: /api/docs shows them.
+EXAMPLES: dict[type, Any] = {
+    **examples.EXAMPLES, ForgetIn: examples.FORGET["in"], ForgetConfirmIn: examples.FORGET["confirm"],
+    ForgetPlanOut: examples.FORGET["plan"], ForgetDoneOut: examples.FORGET["done"],
+}

@@ -656,7 +656,8 @@ def backfill_vectors(
     if result.failed:
         result.more = False
     if result.facts or result.knowledge or result.messages or result.failed:
-        logger.info("vector_backfill_done %s", result.as_dict())
+        logger.info("vector_backfill_done facts=%d knowledge=%d messages=%d failed=%d cleared=%d more=%s",
+                    result.facts, result.knowledge, result.messages, result.failed, result.cleared, result.more)
     if result.failed:
         logger.warning("vector_backfill_left_null failed=%d", result.failed)
     return result

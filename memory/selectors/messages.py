@@ -112,6 +112,13 @@ def latest_message_id(*, stream_id: int) -> int:
     return Message.objects.filter(stream_id=stream_id).order_by("-id").values_list("id", flat=True).first() or 0
 
 
+def last_message_id_before(*, stream_id: int, at: int) -> int | None:
+    """The id of the stream's last message stored at or before ``at`` (epoch ms), None when there is none."""
+    return (
+        Message.objects.filter(stream_id=stream_id, created_at__lte=at).order_by("-id").values_list("id", flat=True).first()
+    )
+
+
 def recent_speakers(*, stream_id: int, before_id: int, scan_limit: int = 200) -> list[int]:
     """Distinct senders among the newest ``scan_limit`` messages up to ``before_id``, most recent first."""
     return lexical.read(recent_speakers_read(stream_id=stream_id, before_id=before_id, scan_limit=scan_limit))

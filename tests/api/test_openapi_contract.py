@@ -81,3 +81,23 @@ def test_operation_ids_name_the_app_and_the_view_not_the_module(spec):
         view = views[operation_id]
         assert operation_id == f"{view.__module__.split('.')[0]}_api_{view.__name__}"
     assert "memory_api_post_turn" in ids and "curation_api_undo" in ids
+
+
+def test_every_route_is_listed_once_under_its_own_tag(spec):
+    tags = {f"{method.upper()} {path}": op.get("tags") for path, item in spec["paths"].items()
+            for method, op in item.items() if method in METHODS}
+    assert all(len(t) == 1 for t in tags.values()), {k: t for k, t in tags.items() if len(t) != 1}
+    assert tags["POST /api/v1/facts/{fact_id}/pin"] == ["curation"] and tags["GET /api/v1/tuning"] == ["tuning"]
+    assert tags["POST /api/v1/turns"] == ["memory"] and tags["POST /api/v1/forget"] == ["forget"]
+
+
+def test_every_schema_has_a_real_example_that_its_model_accepts(spec):
+    from config.api import EXAMPLES
+
+    schemas = spec["components"]["schemas"]
+    assert not [name for name, schema in schemas.items() if not schema.get("examples")]
+    by_name = {model.__name__: model for model in EXAMPLES}
+    for name, schema in schemas.items():
+        by_name[name].model_validate(schema["examples"][0])  # strict request models too: a drifted example fails
+    message = schemas["MessageIn"]["examples"][0]
+    assert message["stream"]["platform"] == "qq" and any("\u4e00" <= ch <= "\u9fff" for ch in message["content"])

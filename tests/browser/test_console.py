@@ -56,7 +56,8 @@ def test_pin_shows_a_chip_and_a_reviewer_undoes_it(login, live_server, memory_se
     assert row.locator(".chip.pinned").count() == 0
     row.locator('button[data-action="pin"]').click()  # hx-confirm → accepted → htmx swaps the row
     operator.wait_for_selector(f"#fact-row-{fact_id} .chip.pinned")
-    assert "已完成" in operator.inner_text("#messages")
+    assert "已完成" in row.locator(".notice").inner_text() and "可撤销" in row.locator(".notice").inner_text()  # beside it
+    assert operator.inner_text("#messages") == ""  # not at the top of the page, out of sight
     assert operator.url.endswith(reverse("console:facts"))  # no full navigation: htmx swapped the row
     shot(operator, "facts-after-pin")
 
@@ -64,6 +65,9 @@ def test_pin_shows_a_chip_and_a_reviewer_undoes_it(login, live_server, memory_se
     reviewer.goto(f"{live_server.url}{reverse('curation:operations')}")
     reviewer.locator("button[data-undo]").first.click()
     reviewer.wait_for_selector("#operations-table .chip.undone")
+    undone = reviewer.locator("#operations-table tr:has(.chip.undone)")
+    assert "撤销条目 #" in undone.locator(".notice").inner_text()  # the outcome beside the row, naming the undo entry
+    reviewer.reload()
     assert reviewer.locator("#operations-table .chip.undo").count() == 1
     shot(reviewer, "operations-after-undo")
 
@@ -81,9 +85,29 @@ def test_an_operator_resolves_a_conflict(login, live_server, memory_set, frozen_
     assert page.locator(".conflict-group").count() == 1
     shot(page, "conflicts")
     page.click(f'button[data-keep="{f2}"]')
-    page.wait_for_selector("text=没有待裁决的冲突组")
-    assert "已保留" in page.inner_text("#messages")
+    page.wait_for_selector(".conflict-group .notice")  # the group's card says what became of it, in place
+    assert "已保留" in page.inner_text(".conflict-group .notice") and page.inner_text("#messages") == ""
     assert Fact.objects.get(pk=f1).superseded_by_id == f1
+    page.reload()
+    assert page.locator("text=没有待裁决的冲突组").count() == 1
+
+
+def test_both_are_true_keeps_every_member_and_can_be_undone(login, live_server, memory_set, frozen_now):
+    from memory.models import Fact
+
+    f1, f2 = memory_set["facts"][:2]
+    page = login("operator")
+    page.goto(f"{live_server.url}{reverse('curation:conflicts')}")
+    page.click("button[data-keep-all]")
+    page.wait_for_selector(".conflict-group .notice")
+    assert "都保留" in page.inner_text(".conflict-group .notice")
+    assert [Fact.objects.get(pk=f).state for f in (f1, f2)] == ["active", "active"]
+    assert {Fact.objects.get(pk=f).slot for f in (f1, f2)} == {""}
+    reviewer = login("reviewer")
+    reviewer.goto(f"{live_server.url}{reverse('curation:operations')}")
+    reviewer.locator("button[data-undo]").first.click()
+    reviewer.wait_for_selector("#operations-table .notice")
+    assert "住址" in {Fact.objects.get(pk=f).slot for f in (f1, f2)}  # one member is back in its slot
 
 
 def test_a_spreading_preview_draws_the_graph(login, live_server, memory_set, frozen_now):
@@ -95,7 +119,7 @@ def test_a_spreading_preview_draws_the_graph(login, live_server, memory_set, fro
     page.wait_for_selector("#spread-result")
     assert page.locator("svg.graph .ring-seed").count() >= 1
     assert "顺带想起来的" in page.inner_text("#spread-result")
-    assert re.search(r"PPR 用时 [\d.]+ ms", page.inner_text("#spread-result"))
+    assert re.search(r"联想扩散用时 [\d.]+ ms", page.inner_text("#spread-result"))
     page.locator(f'svg.graph a[data-node="fact:{memory_set["facts"][2]}"]').click()
     page.wait_for_selector("#node-panel >> text=从这里扩散")
     shot(page, "graph-spreading")

@@ -123,6 +123,58 @@ def test_a_refused_action_rerenders_the_row_with_its_message_beside_it(login, li
     shot(page, f"refusal-beside-{where}")
 
 
+@pytest.mark.parametrize("debug", [True, False], ids=["DEBUG on", "DEBUG off"])
+def test_a_refusal_never_replaces_more_than_its_region(login, live_server, memory_set, frozen_now, settings, debug):
+    """Under `make run` (DEBUG on) django-htmx's debug script replaced the whole document with any 400/404
+    htmx answer: a refusal meant for a row blanked the console. Each refusal here must land in its own
+    region, the rest of the page untouched, with DEBUG on and off."""
+    from curation import services as curation
+    from memory.models import Fact
+    from memory.privacy import forget
+
+    settings.DEBUG = debug
+    f1, f2, f3 = memory_set["facts"][:3]
+    content = Fact.objects.get(pk=f3).content
+
+    def intact(page, heading: str) -> None:
+        assert page.locator("header nav a").count() >= 3 and page.locator("h1").inner_text() == heading
+        assert page.locator("link[rel=stylesheet]").count() == 1  # still the styled console
+
+    operator = login("operator")
+    operator.goto(f"{live_server.url}{reverse('console:facts')}")
+    assert (operator.locator('script[src*="django-htmx.js"]').count() == 1) == debug  # the debug script is there
+    rows = operator.locator("#fact-results tbody tr").count()
+    # 400: a rewrite to the same text (the issue's case), from the row
+    row = operator.locator(f"#fact-row-{f3}")
+    row.locator("details.action summary").click()
+    row.locator("textarea[name=content]").fill(content)
+    row.locator("details.action button.primary").click()
+    operator.wait_for_selector(f"#fact-row-{f3} .refusal")
+    intact(operator, "事实")
+    assert operator.locator("#fact-results tbody tr").count() == rows
+    # 404: a fact forgotten by someone else meanwhile
+    plan = forget.plan_forget(target="fact", target_id=f1)
+    forget.forget(target="fact", target_id=f1, user="someone-else", expected_digest=plan.digest())
+    operator.locator(f'#fact-row-{f1} button[data-action="invalidate"]').click()
+    operator.wait_for_selector(f"#fact-row-{f1} .refusal")
+    assert "不存在" in operator.inner_text(f"#fact-row-{f1}")
+    intact(operator, "事实")
+    # 409 on the fact page: invalidated by someone else meanwhile
+    operator.goto(f"{live_server.url}{reverse('console:fact', args=[f2])}")
+    curation.invalidate_fact(fact_id=f2, user="someone-else", at=frozen_now)
+    operator.locator('#fact-summary button[data-action="invalidate"]').click()
+    operator.wait_for_selector("#fact-summary .refusal")
+    intact(operator, f"事实 #{f2} · 小林")
+    # 409 in the journal: an operation undone by someone else meanwhile
+    reviewer = login("reviewer")
+    reviewer.goto(f"{live_server.url}{reverse('curation:operations')}")
+    op = reviewer.locator("button[data-undo]").first.get_attribute("data-undo")
+    curation.undo_operation(operation_id=int(op), user="someone-else")
+    reviewer.locator(f'button[data-undo="{op}"]').click()
+    reviewer.wait_for_selector(f"#op-{op} .refusal")
+    intact(reviewer, "操作流水")
+
+
 def test_an_action_shows_progress_and_disables_its_button_while_it_runs(login, live_server, memory_set, frozen_now,
                                                                           monkeypatch):
     import time
@@ -207,7 +259,11 @@ def test_the_dashboard_shows_what_an_operator_needs_at_a_glance(login, live_serv
     glance = page.locator("#glance")
     for key, url in (("learnt", "console:facts"), ("conflicts", "curation:conflicts"), ("jobs", "console:jobs"),
                      ("workers", "console:worker_health"), ("pending", "console:streams")):
-        assert glance.locator(f'a[data-glance="{key}"]').get_attribute("href") == reverse(url), key
+        assert glance.locator(f'a[data-glance="{key}"]').get_attribute("href").split("?")[0] == reverse(url), key
+    # "facts learnt today" leads to exactly those: the list filtered from local midnight
+    assert "?since=" in glance.locator('a[data-glance="learnt"]').get_attribute("href")
+    # why messages wait: the streams are below the summary trigger (48), and it says so
+    assert "48" in glance.locator("#backlog-why").inner_text()
     assert glance.locator('[data-glance="conflicts"] .metric').inner_text() == "1"
     assert glance.locator('[data-glance="pending"] .metric').inner_text() == "3"  # two direct + one group message
     assert "1" in glance.locator('[data-glance="jobs"] .danger-text').inner_text()  # the failed job

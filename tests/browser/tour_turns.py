@@ -73,13 +73,15 @@ def seed(language: str, *, now: int) -> dict:
     return {"turn": inspected, "fit": job.pk}
 
 
-def pages(ids: dict) -> list[tuple[str, str, str]]:
-    """``(name, path, permission)`` of the turn pages, the labels page and the fit report."""
+def pages(ids: dict) -> list:
+    """The turn pages, the labels page and the fit report, as :class:`tests.browser.tour.Page` rows."""
+    from tests.browser.tour import Page
+
     turns = ids["turns"]
     return [
-        ("turns", reverse("console:turns"), "memory.view_turn"),
-        ("turns-labelled", reverse("console:turns") + "?labelled=yes", "memory.view_turn"),
-        ("turn", reverse("console:turn", args=[turns["turn"]]) + "?profile=seed", "memory.view_turn"),
-        ("labels", reverse("tuning:labels"), "tuning.label_relevance"),
-        ("tuning-fit", reverse("tuning:job", args=[turns["fit"]]), "tuning.tune_retrieval"),
+        Page("turns", reverse("console:turns"), "memory.view_turn"),
+        Page("turns-labelled", reverse("console:turns") + "?labelled=yes", "memory.view_turn"),
+        Page("turn", reverse("console:turn", args=[turns["turn"]]) + "?profile=seed", "memory.view_turn"),
+        Page("labels", reverse("tuning:labels"), "tuning.label_relevance"),
+        Page("tuning-fit", reverse("tuning:job", args=[turns["fit"]]), "tuning.tune_retrieval"),
     ]

@@ -49,7 +49,7 @@ def test_spreading_preview_from_a_node_lists_seeds_and_hits_apart(staff, memory_
     assert [s.ref_id for s in preview.seeds] == [f3]
     hit_keys = {h.key for h in preview.hits}
     assert f"knowledge:{memory_set['knowledge'][0]}" in hit_keys and f"fact:{f3}" not in hit_keys
-    assert "起点" in html and "顺带想起来的" in html and "PPR 用时" in html and "跳 ·" in html
+    assert "起点" in html and "顺带想起来的" in html and "联想扩散用时" in html and "跳 ·" in html
     assert 'class="ring-seed"' in html or "ring-seed" in html
     assert not PipelineEvent.objects.filter(kind="memory_spread").exists()  # a preview is not a recall
 
@@ -78,7 +78,7 @@ def test_spreading_preview_shows_the_fallback(staff, memory_set, frozen_now, mon
 
     monkeypatch.setattr("console.presenters.selectors.spread", timed_out)
     html = staff.get(reverse("console:graph"), {"q": "猫"}).content.decode()
-    assert "PPR 超时（memory），已回退到固定跳数扩散" in html and "101.0 ms" in html
+    assert "联想扩散超时，已改用固定跳数扩散" in html and "101.0 ms" in html
 
 
 def test_playground_shows_the_turn_without_writing_anything(staff, memory_set, frozen_now):
@@ -88,8 +88,10 @@ def test_playground_shows_the_turn_without_writing_anything(staff, memory_set, f
     response = staff.get(reverse("console:playground"), {"stream": direct.pk, "speaker": alice.pk, "text": "你住在哪里"})
     html = response.content.decode()
     assert "小林住在杭州" in html and "小林住在上海" in html
-    for term in ("BM25", "相关度", "词面覆盖", "余弦", "校准相关度", "留存项", "得分", "进入提示词", "遗忘压下的事实"):
+    for term in ("BM25", "相关度", "词面覆盖", "余弦", "校准相关度", "留存项", "得分", "进入提示词", "为什么"):
         assert term in html
+    verdicts = {row["fact"].content: row["verdict"] for row in response.context["result"]["pool"]}
+    assert all(v.reason for v in verdicts.values())  # every candidate says why, in words
     assert Turn.objects.count() == 0
     assert PipelineEvent.objects.count() == events_before
     assert list(Fact.objects.order_by("id").values_list("strength", "updated_at", "active", "hit_count")) == facts_before
@@ -163,3 +165,57 @@ def test_playground_with_an_empty_prompt_numbers_nothing(staff, memory_set, froz
     body = response.content.decode()
     assert 'id="playground-no-facts"' in body
     assert '<li class="muted">' not in body
+
+
+def test_playground_leads_with_a_verdict_and_a_reason_for_every_candidate(staff, memory_set, frozen_now, settings):
+    alice, direct = memory_set["alice"], memory_set["direct"]
+    response = staff.get(reverse("console:playground"), {"stream": direct.pk, "speaker": alice.pk, "text": "你住在哪里"})
+    result = response.context["result"]
+    assert "prompt" in {row["verdict"].code for row in result["pool"]}
+    for row in result["pool"]:
+        verdict = row["verdict"]
+        assert verdict.code == ("prompt" if row["in_prompt"] else "forgetting" if row["held_back"]
+                                else "limit" if row["fact"].eligible else "gate")  # the ranking's own verdict
+        assert verdict.reason and verdict.label
+    html = response.content.decode()
+    assert 'data-verdict="prompt"' in html and "每一项得分" in html  # numbers on demand
+    # one place in the prompt: the others are out of places, and say which rank they had
+    settings.FACT_RECALL_LIMIT = 1
+    limited = staff.get(reverse("console:playground"), {"stream": direct.pk, "speaker": alice.pk, "text": "小林"})
+    outside = [r for r in limited.context["result"]["pool"] if r["verdict"].code == "limit"]
+    assert outside and "名额" in outside[0]["verdict"].reason
+
+
+def test_the_gate_s_reason_is_said_in_words():
+    from console.presenters import verdict_of
+    from memory.engine.scoring import Gate
+    from memory.selectors import ScopedFact
+
+    fact = ScopedFact(id=1, person_id=1, kind="身份", content="x", slot="", origin_kind="direct", retention=1.0,
+                      score=2.0, lexical_relevance=0.3, bm25=-1.0, half_life_hours=1.0, active=True, cosine=0.1,
+                      coverage=0.2, eligible=False, margin=-0.35, gate=Gate.HELD)
+    held = verdict_of(fact, code="gate", rank=1, limit=6)
+    assert held.code == "gate" and "0.10" in held.reason and "-0.35" in held.reason and "闲聊" in held.reason
+    fact.__dict__.update(gate=Gate.LEADS_DENSE, eligible=True)
+    assert "明显最接近" in verdict_of(fact, code="prompt", rank=1, limit=6).reason
+
+
+def test_playground_says_what_visibility_held_back(staff, memory_set, frozen_now):
+    bob, group = memory_set["bob"], memory_set["group"]
+    services.append_message(stream_id=group.pk, role="user", content="小林也在", sender_person_id=memory_set["alice"].pk,
+                            at=NOW - HOUR)
+    html = staff.get(reverse("console:playground"), {"stream": group.pk, "speaker": bob.pk, "text": "小林住在哪里"}).content.decode()
+    assert 'id="visibility-note"' in html and "私聊里学到的" in html
+    assert f"?person={memory_set['alice'].pk}&amp;origin=direct" in html
+
+
+def test_graph_labels_never_overlap_and_the_selected_node_keeps_its_own():
+    from console.presenters import GraphView, NodeInfo
+
+    nodes = [NodeInfo(node_id=i, kind="fact", ref_id=i, text=f"事实{i}号", x=100 + 3 * i, y=100, degree=i) for i in range(4)]
+    nodes.append(NodeInfo(node_id=9, kind="fact", ref_id=9, text="远处的事实", x=400, y=300))
+    view = GraphView(nodes=nodes, edges=[], stats={})
+    view.place_labels()
+    assert [n.node_id for n in nodes if n.labelled] == [3, 9]  # the best connected of the crowded four, and the far one
+    view.place_labels(selected="fact:0")
+    assert [n.node_id for n in nodes if n.labelled] == [0, 9]

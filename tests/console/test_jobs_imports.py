@@ -59,5 +59,15 @@ def test_delete_a_batch_after_a_preview(staff):
     assert Knowledge.objects.count() == 0
 
 
+def test_the_delete_preview_says_how_many_it_does_not_list(staff):
+    doc = "\n\n".join(f"第{i}条：柴犬的小知识第{i}则" for i in range(12))
+    job = pipeline.start_import(text=doc, origin_name="x", kind="paste", user="staff", enqueue=False)
+    pipeline.run_import(job_id=job.pk, embed=False)
+    batch = ImportBatch.objects.get()
+    preview = staff.get(reverse("console:import_delete", args=[batch.pk])).content.decode()
+    listed = pipeline.delete_batch_preview(batch.pk)["samples"]
+    assert "将删除 12 条知识条目" in preview and f'data-more="{12 - len(listed)}"' in preview
+
+
 def test_operators_cannot_import(operator):
     assert operator.post(reverse("console:imports"), {"text": DOC}).status_code == 403

@@ -6,9 +6,12 @@ cached on the user for the rest of the request, templates included).
 """
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.db import connection
 from django.urls import reverse
+from django.utils import timezone
 
 from curation import services as curation
 from memory import meta, services
@@ -148,8 +151,9 @@ def test_fact_list_filters_and_states(operator, memory_set, frozen_now, django_a
     f1, f2, f3, f4, f5 = memory_set["facts"]
     curation.pin_fact(fact_id=f3, at=NOW)
     curation.invalidate_fact(fact_id=f5, at=NOW)
-    # AUTH + count + page (person joined) + conflicted slots of the page + person options + kind options.
-    with django_assert_num_queries(AUTH + 5):
+    # AUTH + count + page (person joined) + conflicted slots of the page + person options + kind options
+    # + stream options (the "extracted from" filter).
+    with django_assert_num_queries(AUTH + 6):
         response = operator.get(reverse("console:facts"))
     html = response.content.decode()
     assert "小林住在杭州" in html and "已冻结" in html and "永久保留" in html and "已失效" in html
@@ -180,10 +184,10 @@ def test_fact_search_shows_every_score_term(operator, memory_set, frozen_now, dj
     operator.get(reverse("console:facts"), {"q": "住在哪里"})  # warms the lexical layer's cached row count
     # AUTH + FTS match + the query terms' document frequencies + the hits' tokens (IDF coverage,
     # the ranking's relevance floor) + "any vectors?" + rows of the hits + conflicted slots +
-    # person options + kinds.
+    # person options + kinds + stream options.
     # PostgreSQL ranks a person's facts in three reads (statistics, document frequencies, postings; FTS5: one)
     extra = 3 if connection.vendor == "postgresql" else 0
-    with django_assert_num_queries(AUTH + 8 + extra):
+    with django_assert_num_queries(AUTH + 9 + extra):
         response = operator.get(reverse("console:facts"), {"q": "住在哪里"})
     html = response.content.decode()
     assert "小林住在杭州" in html and "小林喜欢猫" not in html
@@ -298,3 +302,57 @@ def test_a_history_restore_gets_the_whole_page(operator, memory_set):
     headers = {"HX-History-Restore-Request": "true"}
     assert "<html" in operator.get(reverse("console:facts"), headers=headers).content.decode()
     assert "<html" not in operator.get(reverse("console:facts"), headers={"HX-Request": "true"}).content.decode()
+
+
+def test_the_dashboard_says_why_messages_wait_and_links_todays_facts(operator, memory_set, frozen_now, settings):
+    settings.SUMMARIZE_TRIGGER_MESSAGES = 48
+    html = operator.get(reverse("console:dashboard")).content.decode()
+    # three messages wait (two direct, one group): each stream is below its trigger of 48, and it says so
+    assert "一个会话流攒满 48 条未总结的消息才总结一批" in html and 'data-pending="2"' in html and "/ 48" in html
+    assert "SQ8" not in html and "待写入检索索引" in html
+    today = "?since=" + str(timezone.localtime(dt.datetime.fromtimestamp(NOW / 1000, tz=dt.UTC)).date())
+    assert f'href="{reverse("console:facts")}{today}"' in html
+    learnt = operator.get(reverse("console:facts") + today).context["page"].paginator.count
+    assert learnt == operator.get(reverse("console:dashboard")).context["glance"]["learnt_today"]
+    settings.SUMMARIZE_TRIGGER_MESSAGES = 2
+    assert "个会话流已攒够一批" in operator.get(reverse("console:dashboard")).content.decode()
+
+
+def test_the_worker_page_names_the_workers_and_what_waits(operator, monkeypatch):
+    monkeypatch.setattr("console.presenters.ping_workers",
+                        lambda timeout=0.5: {"status": "ok", "workers": ["celery@web-1"], "error": ""})
+    monkeypatch.setattr("console.presenters.broker_queue_length", lambda: 7)
+    html = operator.get(reverse("console:worker_health")).content.decode()
+    assert "celery@web-1" in html and 'id="broker-queue">7<' in html and "1 个工作进程" in html
+
+
+def test_facts_filter_by_learnt_dates_and_source_stream(operator, memory_set):
+    direct = memory_set["direct"]
+    heard = services.add_fact(person_id=memory_set["alice"].pk, content="小林对花生过敏", kind="身份",
+                              source=f"extract:stream{direct.pk}", at=NOW - HOUR).fact_id
+
+    def ids(**params):
+        return {f.pk for f in operator.get(reverse("console:facts"), params).context["page"].object_list}
+
+    day = timezone.localtime(dt.datetime.fromtimestamp((NOW - HOUR) / 1000, tz=dt.UTC)).date()
+    assert ids(stream=direct.pk) == {heard}
+    assert heard in ids(since=str(day), until=str(day))
+    assert heard not in ids(until=str(day - dt.timedelta(days=1)))
+
+
+def test_a_fact_says_where_it_was_heard_and_links_its_likely_source_message(operator, memory_set, frozen_now):
+    direct = memory_set["direct"]
+    fact = services.add_fact(person_id=memory_set["alice"].pk, content="小林对花生过敏", kind="身份",
+                             source=f"extract:stream{direct.pk}", at=NOW - HOUR).fact_id
+    response = operator.get(reverse("console:fact", args=[fact]))
+    html = response.content.decode()
+    assert f"从会话流 #{direct.pk} 的消息抽取" in html and "extract:stream" not in html
+    sources = response.context["sources"]
+    assert sources and sources[0].content == "我对花生过敏"  # the line it was taken from, by text
+    assert 'id="fact-sources"' in html and "最可能的原话" in html
+
+
+def test_an_episode_labels_its_cues_and_links_the_facts_of_its_time(operator, memory_set):
+    episode = memory_set["episode"]
+    html = operator.get(reverse("console:episode", args=[episode.pk])).content.decode()
+    assert "回忆线索" in html and f"?stream={episode.stream_id}&amp;since=" in html

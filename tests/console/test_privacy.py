@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.utils import timezone
 
 from memory import meta, services
 from memory.api.auth import hash_token, issue_token
@@ -68,14 +69,27 @@ def test_token_page_creates_shows_the_secret_once_and_revokes(admin_client_):
     page = admin_client_.get("/tokens/").content.decode()
     assert "1 个令牌拥有全部权限" in page
     r = admin_client_.post("/tokens/", {"name": "ops-bot", "scopes": ["curation", "undo"]})
-    body = r.content.decode()
+    assert r.status_code == 302 and r["Location"] == "/tokens/"  # POST/redirect/GET: a reload makes no second token
+    body = admin_client_.get("/tokens/").content.decode()
     row = ApiToken.objects.get(name="ops-bot")
-    secret = body.split("data-secret>")[1].split("<")[0]
+    secret = body.split("data-secret class=\"secret\">")[1].split("<")[0]
     assert row.scopes == ["curation", "undo"] and row.token_hash == hash_token(secret)
     assert secret not in admin_client_.get("/tokens/").content.decode()  # never shown again
-    assert admin_client_.post(f"/tokens/{row.pk}/revoke/").status_code == 302
+    confirm = admin_client_.post(f"/tokens/{row.pk}/revoke/")  # without JavaScript: a page naming the token asks
+    assert confirm.status_code == 200 and "ops-bot" in confirm.content.decode()
+    assert ApiToken.objects.get(pk=row.pk).revoked_at is None
+    assert admin_client_.post(f"/tokens/{row.pk}/revoke/", {"confirmed": "1"}).status_code == 302
     assert ApiToken.objects.get(pk=row.pk).revoked_at is not None
     assert admin_client_.post("/tokens/", {"name": "bad", "scopes": ["everything"]}).status_code == 400
+
+
+def test_a_live_token_name_is_unique(admin_client_):
+    issue_token("my-bot", ["bot"])
+    r = admin_client_.post("/tokens/", {"name": "my-bot", "scopes": ["bot"]})
+    assert r.status_code == 400 and "my-bot" in r.content.decode()
+    assert ApiToken.objects.filter(name="my-bot").count() == 1
+    ApiToken.objects.filter(name="my-bot").update(revoked_at=timezone.now())
+    assert admin_client_.post("/tokens/", {"name": "my-bot", "scopes": ["bot"]}).status_code == 302  # a revoked name is free
 
 
 def test_token_page_is_for_superusers_and_token_managers(operator):
@@ -120,3 +134,35 @@ def test_forgetting_a_message_from_the_stream_page_without_javascript(operator, 
     r = operator.post(f"/forget/message/{message.pk}/", {"digest": digest, "next": f"/streams/{message.stream_id}/"})
     assert r.status_code == 302 and r["Location"] == f"/streams/{message.stream_id}/"
     assert not Message.objects.filter(pk=message.pk).exists()
+
+
+def test_the_owner_is_not_offered_forgetting_and_a_refusal_stays_in_the_console(operator, alice):
+    owner = Person.objects.get(kind="owner")
+    persons = operator.get("/persons/").content.decode()
+    assert f'href="/forget/person/{alice.pk}/' in persons and f'href="/forget/person/{owner.pk}/' not in persons
+    assert "主人不能被遗忘" in persons
+    for response in (operator.get(f"/forget/person/{owner.pk}/"), operator.post(f"/forget/person/{owner.pk}/", {"digest": "x"})):
+        body = response.content.decode()
+        assert response.status_code == 409
+        assert 'id="forget-refusal"' in body and "主人不能被遗忘" in body
+        assert '<nav aria-label="主导航">' in body  # a console page, not a bare fragment
+        assert 'name="digest"' not in body  # nothing to confirm
+    assert Person.objects.filter(pk=owner.pk).exists()
+
+
+def test_the_forget_preview_says_how_many_it_does_not_list(operator, alice):
+    from memory import services
+
+    stream = Message.objects.filter(sender_person_id=alice.pk).values_list("stream_id", flat=True).first()
+    for i in range(12):
+        services.append_message(stream_id=stream, role="user", content=f"第{i}条消息", sender_person_id=alice.pk, at=NOW + i)
+    body = operator.get(f"/forget/person/{alice.pk}/").content.decode()
+    assert 'data-count="messages">13<' in body
+    assert 'data-more="3"' in body and "还有 3 条未列出" in body  # 10 listed, 3 more
+
+
+def test_forget_titles_are_composed_in_the_interface_language(operator, alice):
+    assert "遗忘 · 人物 #" in operator.get(f"/forget/person/{alice.pk}/").content.decode()
+    operator.cookies["django_language"] = "en"
+    body = operator.get(f"/forget/person/{alice.pk}/").content.decode()
+    assert f"Forget · Person #{alice.pk}" in body and "人物 #" not in body

@@ -286,6 +286,30 @@ class TestKeepOnly:
         assert FactOperation.objects.filter(op="adjudicate").count() == 0
 
 
+
+class TestKeepAll:
+    def test_every_member_stays_valid_and_leaves_the_slot_each_undoable(self, person):
+        a = _fact(person, "他住在成都", slot="居住地")
+        b = _fact(person, "他住在杭州", slot="居住地")
+        ops = curation.keep_all(fact_id=b, expected_member_ids=[a, b], user="alice", at=NOW + 1)
+        assert [(o.op, o.fact_id, o.prev["slot"]) for o in ops] == [("adjudicate", a, "居住地"), ("adjudicate", b, "居住地")]
+        assert selectors.conflict_groups(now=NOW) == []
+        assert [(f.state, f.slot) for f in Fact.objects.filter(pk__in=[a, b]).order_by("id")] == [("active", "")] * 2
+        assert events("memory_conflict_kept_all")[0]["factIds"] == [a, b]
+        for op in ops:
+            curation.undo_operation(operation_id=op.pk, at=NOW + 2)
+        assert [m["id"] for m in selectors.conflict_groups(now=NOW)[0].members] == [a, b]  # the group is back
+
+    def test_refuses_a_changed_group_or_a_fact_outside_one(self, person):
+        a = _fact(person, "他住在成都", slot="居住地")
+        b = _fact(person, "他住在杭州", slot="居住地")
+        with pytest.raises(curation.FactStateError, match="变化"):
+            curation.keep_all(fact_id=a, expected_member_ids=[a], at=NOW + 1)
+        with pytest.raises(curation.NotInConflictGroupError):
+            curation.keep_all(fact_id=_fact(person, "他喜欢猫"), at=NOW + 1)
+        assert FactOperation.objects.count() == 0 and Fact.objects.get(pk=b).slot == "居住地"
+
+
 class TestReplace:
     def test_guards(self, person):
         fid = _fact(person, "他现在住在杭州", slot="居住地")

@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
 
     from memory.api.auth import issue_token
 
-    _, token = issue_token("integration-driver")
+    _, token = issue_token(f"integration-driver-{os.getpid()}")  # a live token's name is unique: one per run
     client = Client()
     headers = {"Authorization": f"Bearer {token}"}
     stream = {"platform": "it", "kind": args.kind, "external_id": args.stream, "name": args.stream}

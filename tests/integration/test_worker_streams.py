@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_worker import ROOT, Worker, env, poll, query, redis_test_db  # noqa: F401  (fixtures)
+from tests.integration.test_worker import READY, ROOT, Worker, env, poll, query, redis_test_db  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ def test_streams_extracted_at_once_end_as_one_pass_would(env):  # noqa: F811  (t
     log = Path(env["_TMP"]) / "worker-streams.log"
     worker = Worker(env, log)
     try:
-        assert worker.wait_for_log("ready.", 30), log.read_text()[-3000:]
+        assert worker.wait_for_log("ready.", READY), log.read_text()[-3000:]
         ids = _post_at_once(env, 60)
         stream_of = {s: query(env, "SELECT stream_id FROM messages WHERE id = ?", (ids[s][0],))[0][0] for s in STREAMS}
 
@@ -56,7 +56,7 @@ def test_streams_extracted_at_once_end_as_one_pass_would(env):  # noqa: F811  (t
             pending = query(env, "SELECT count(*) FROM facts WHERE embedding IS NULL")[0][0]
             return extracts >= 3 * len(STREAMS) and episodes == len(STREAMS) and pending == 0
 
-        finished = poll(done, 90)
+        finished = poll(done, 2 * READY)
         text = log.read_text("utf-8", errors="replace")
         assert finished, (query(env, "SELECT kind, stream_id, payload FROM pipeline_events"), text[-4000:])
         assert "raised unexpected" not in text, text[-4000:]

@@ -157,5 +157,8 @@ def test_compare_returns_a_job(api):
     assert r.status_code == 202, r.content
     params = r.json()["params"]
     assert params["a"]["profile"] == "default" and params["b"]["params"] == {"fact_recall_limit": 12}
-    assert params["a"]["label"].startswith("A") and params["b"]["label"].startswith("B")
+    # the side is the key (a, b), the label the target's own: pages compose "A · …" when they show it
+    assert params["a"]["label"] == "当前生效（default）" and params["b"]["label"] == "wide"
     assert api.post("/compare", {"a": {}, "b": {"params": {"ppr_hops": 9}}}).status_code == 400
+    # params beside a profile are held to the schema too (the profile wins, but garbage is not accepted)
+    assert api.post("/compare", {"a": {}, "b": {"profile": "wide", "params": {"ppr_hops": {}}}}).status_code == 400

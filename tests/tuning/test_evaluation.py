@@ -215,11 +215,12 @@ def test_e4_grouped_means(e1):
     assert g["all"]["weak"]["recall"] == pytest.approx(round(2 / 3, 4)) and g["group"]["weak"]["recall"] == 0.5
 
 
-def test_desktop_turns_count_only_in_all(e1):
+def test_desktop_turns_have_a_row_of_their_own(e1):
     desk = stream("desktop", "pc")
     record_turn(desk, e1["a"], [e1["a"]], "咖啡", prompt=[e1["fa"]])
     g = evaluation.evaluate(evaluation.build_samples(), {})["groups"]
-    assert (g["all"]["sample_count"], g["group"]["sample_count"], g["direct"]["sample_count"]) == (1, 0, 0)
+    counts = (g["all"]["sample_count"], g["group"]["sample_count"], g["direct"]["sample_count"], g["desktop"]["sample_count"])
+    assert counts == (1, 0, 0, 1)
 
 
 def test_recall_counts_upper_median_and_mean():

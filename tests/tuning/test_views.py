@@ -90,17 +90,25 @@ def test_draft_refusals_name_the_parameter(tuner, values, fragment):
     assert not RetrievalProfile.objects.exists()
 
 
+def test_draft_refusals_speak_the_interface_language(tuner):
+    tuner.cookies["django_language"] = "en"
+    html = draft_post(tuner, "save", name="bad", bm25_weight="9").content.decode()
+    assert "bm25_weight is out of range" in html and "越界" not in html
+    html = draft_post(tuner, "save", name="default", bm25_weight="2").content.decode()
+    assert "built-in profile" in html and "不可保存" not in html
+
+
 @pytest.mark.parametrize("name", [None, "", "   "])
 def test_save_needs_a_name(tuner, name):
     values = {"bm25_weight": "2"} if name is None else {"bm25_weight": "2", "name": name}
     r = draft_post(tuner, "save", **values)
-    assert r.status_code == 400 and "profile 名称为空，不可保存" in r.content.decode()
+    assert r.status_code == 400 and "参数方案名称为空，不可保存" in r.content.decode()
     assert not RetrievalProfile.objects.exists()
 
 
 def test_save_refuses_a_builtin_name(tuner):
     r = draft_post(tuner, "save", name="default", bm25_weight="2")
-    assert r.status_code == 400 and "default 是内置 profile，不可保存" in r.content.decode()
+    assert r.status_code == 400 and "default 是内置参数方案，不可保存" in r.content.decode()
     assert not RetrievalProfile.objects.exists()
 
 
@@ -171,6 +179,10 @@ def test_job_page_progress_then_report(tuner):
     assert html.index('id="mismatch-count"') < html.index('class="metric"', first_metric + 1)
     assert 'data-mismatched="1"' in html and 'data-reconcile="mismatch"' in html and "#424242" in html
     assert "nDCG@3" in html and "fact_recall_limit=3" in html
+    # its sample: how many turns, how many scorable, and that one turn is an anecdote; a row per stream kind
+    assert "样本：最近 1 个留痕回合" in html and "其中 0 个按人工标注评分，1 个按当时进了提示词的事实评分" in html
+    assert 'id="few-scorable"' in html
+    assert 'data-group="desktop"' in html
     r = tuner.get(reverse("tuning:job_json", args=[job.pk]))
     assert json.loads(r.content)["k"] == 3
     index = tuner.get(reverse("tuning:index")).content.decode()
@@ -188,8 +200,9 @@ def test_compare_page(tuner):
     assert r.status_code == 302 and r["Location"] == reverse("tuning:job", args=[job.pk])
     assert evaluation.run_job(job.pk, vectors=QueryVectors(None)) is True
     html = tuner.get(reverse("tuning:job", args=[job.pk])).content.decode()
-    assert "A · one" in html and "B · 当前生效（default）" in html
+    assert "A · one" in html and "B · 当前生效（默认）" in html  # the stored label composed on the page
     assert 'data-group="all"' in html and "nDCG A" in html
+    assert 'id="sample-size"' in html and "回放不一致：用当时生效的参数重放" in html  # mismatches explained
     # A keeps only the confirmed fact (its k is 1); B's top k also holds the café fact: it moved in, fa did not.
     # Checked by the fact links of the moved-in cell, not a bare "#<id>", which a turn id can match too.
     moved_in = html.split('class="small moved-in"', 1)[1].split("</td>", 1)[0]
@@ -210,3 +223,14 @@ def test_unknown_job_is_404(tuner):
     assert tuner.get(reverse("tuning:job", args=[999])).status_code == 404
     other = Job.objects.create(kind="import")
     assert tuner.get(reverse("tuning:job", args=[other.pk])).status_code == 404
+
+
+def test_a_report_from_before_the_desktop_row_still_reads(tuner):
+    _traces()
+    job = evaluation.submit_evaluation(evaluation.resolve_target(), max_turns=10)
+    evaluation.run_job(job.pk, vectors=QueryVectors(None))
+    job.refresh_from_db()
+    job.result["groups"].pop("desktop")
+    job.save(update_fields=["result"])
+    html = tuner.get(reverse("tuning:job", args=[job.pk])).content.decode()
+    assert 'data-group="all"' in html and 'data-group="desktop"' not in html

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from memory.api.auth import SCOPES, TokenScopeError, issue_token
+from memory.api.auth import SCOPES, TokenNameTaken, TokenScopeError, issue_token
 
 
 class Command(BaseCommand):
@@ -27,7 +27,7 @@ class Command(BaseCommand):
             raise CommandError("NAME is limited to 100 characters.")
         try:
             row, plain = issue_token(name, options["scopes"] or ["bot"])
-        except TokenScopeError as exc:
+        except (TokenScopeError, TokenNameTaken) as exc:
             raise CommandError(str(exc)) from exc
         self.stderr.write(f"Token #{row.pk} '{row.name}' ({', '.join(row.scopes)}) created. It is shown only this once:")
         self.stdout.write(plain)

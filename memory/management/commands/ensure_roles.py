@@ -82,5 +82,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         groups = ensure_roles()
+        if options["verbosity"] < 1:
+            return
         for name, group in groups.items():
             self.stdout.write(f"{name}: {group.permissions.count()} permissions")
