@@ -552,6 +552,9 @@ _SPEC = {"kind": "int", "min": 1.0, "max": 20.0, "legacy": 6, "label": "进提�
 _PROFILE = {"name": "少而准", "params": {"fact_recall_limit": 4, "dense_cosine_floor": 0.35},
             "created_at": 1796383932981, "last_applied_at": None, "active": False, "builtin": False}
 _PARAMS = {"fact_recall_limit": 4, "dense_cosine_floor": 0.35}
+_TURN_ROW = {"id": 12, "stream": 2, "stream_kind": "direct", "speaker": 3, "at": 1796383932981,
+             "text": "我生日快到了，你还记得是哪天吗？", "confirmed": True, "prompt_fact_ids": [34, 35],
+             "held_back_fact_ids": [], "labels": 1}
 EXAMPLES: dict[type, Any] = {
     ErrorBody: {"detail": "参数 dense_cosine_floor 越界：应在 [-1.0, 1.0] 之间",
                 "errors": [{"field": "body.params.dense_cosine_floor", "message": "应在 [-1.0, 1.0] 之间"}]},
@@ -570,4 +573,35 @@ EXAMPLES: dict[type, Any] = {
     CompareIn: {"a": {"profile": "default"}, "b": {"params": _PARAMS}, "max_turns": 200},
     JobOut: {"job_id": 9, "kind": "compare", "status": "done", "progress": 3, "total": 3, "percent": 100, "error": "",
              "params": {"max_turns": 200}, "result": {"sample_count": 3, "changed_turns": 1}},
+    FitIn: {"budget": 40, "k": 5},
+    FitRefusedOut: {"detail": "标注太少，拟合不出可信的结果：需要至少 30 个回合各有至少一条「相关」标注（20 个用来挑选参数，"
+                              "10 个留作检验），现在只有 3 个。", "needed": 30, "have": 3,
+                    "errors": [{"field": "labels", "message": "标注太少", "type": "too_few_labels"}]},
+    ApplyFitIn: {"name": "按标注拟合"},
+    LabelEntryIn: {"turn": 12, "fact": 34, "relevant": True},
+    LabelsIn: {"labels": [{"turn": 12, "fact": 34, "relevant": True}, {"turn": 12, "fact": 35, "relevant": False}]},
+    OneLabelIn: {"fact": 34, "relevant": True},
+    LabelOut: {"turn": 12, "fact": 34, "relevant": True, "added": False, "user": "reviewer", "at": 1796383932981},
+    LabelsOut: {"labels": [{"turn": 12, "fact": 34, "relevant": True, "added": False, "user": "reviewer",
+                            "at": 1796383932981}], "exported_at": "2026-12-04T11:32:12Z"},
+    ImportedOut: {"created": 2, "updated": 0, "unchanged": 0, "turns_labelled": 37},
+    TurnRowOut: _TURN_ROW,
+    TurnListOut: {"count": 1, "turns": [_TURN_ROW], "turns_labelled": 37},
+    TurnInspectionOut: {
+        "turn": {"id": 12, "stream": 2, "stream_kind": "direct", "speaker": 3, "speaker_name": "小林", "at": 1796383932981,
+                 "confirmed_at": 1796383934981, "text": "我生日快到了，你还记得是哪天吗？", "impression": "",
+                 "present": [{"id": 3, "name": "小林"}], "labels": 1},
+        "conversation": [{"message": 40, "role": "user", "sender": "小林", "at": 1796383900000, "content": "最近好忙",
+                          "position": 1, "lexical_weight": 0.84, "dense_weight": 0.84}],
+        "candidates": [{"fact": 34, "person": 3, "content": "小林的生日是3月14日", "rank": 1, "verdict": "prompt",
+                        "reason": "第 1 名；提示词最多放 6 条事实。", "state": "active",
+                        "terms": {"factId": 34, "bm25": 3.2, "lexical": 0.76, "coverage": 0.8, "rarest": True,
+                                  "cosine": 0.61, "relevance": 0.82, "calibrated": 1.0, "retention": 0.92, "prior": 0.018,
+                                  "score": 1.018, "eligible": True, "active": True, "source": "lexical", "margin": 0.35,
+                                  "gate": "leads_dense"},
+                        "label": {"relevant": True, "added": False, "user": "reviewer", "at": 1796383990000}}],
+        "prompt": [34], "held_back": {"forgetting": [], "gate": [], "visibility": 0}, "added": [],
+        "episodes": [{"id": 5, "summary": "小林聊到生日和搬家", "ended_at": 1796300000000}],
+        "profile": {"name": "default", "params": {}, "limit": 6, "used_vector": True}, "drift": [],
+    },
 }
