@@ -210,7 +210,14 @@ def main() -> None:
     parser.add_argument("--query", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--report-from", help="re-summarise the children's outputs kept in this folder")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite BENCHMARKS.md")
+    parser.add_argument("--render", help="only re-render BENCHMARKS.md's section from a results file (agreement.json)")
     args = parser.parse_args()
+    if args.render:
+        from bench.common import replace_section
+
+        result = json.loads(Path(args.render).read_text())
+        replace_section(ROOT / "BENCHMARKS.md", "<!-- agreement:start -->", "<!-- agreement:end -->", render(result))
+        return
     if args.import_to:
         _import(Path(args.import_to), args.memdaily_haystacks, args.conversations, args.copy_to, args.vectors)
         return
@@ -235,6 +242,9 @@ def main() -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
     started = time.perf_counter()
+    from bench.common import calibration
+
+    before = calibration()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the finally below drops the database
     try:
         if args.pg_import == "copy":
@@ -252,16 +262,32 @@ def main() -> None:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     report(tmp, seconds=round(time.perf_counter() - started, 1), write=not args.no_write,
-           load=round(os.getloadavg()[1], 1))
+           load=round(os.getloadavg()[1], 1), calibration={"before": before, "after": calibration()})
 
 
-def seconds_text(seconds: float | None, load: float | None) -> str:
-    if seconds is None:
-        return "re-summarised from kept outputs"
-    return f"{seconds:.0f} s in all" + ("" if load is None else f", 5-minute load average {load} at the end")
+def render(result: dict) -> str:
+    """The section: how alike the two backends rank, per data set and recall path (target ≥ 0.99)."""
+    from bench.common import measured
+
+    n = result["counts"]
+    how = measured("python -m bench.agreement", (
+        f"{n['locomo_conversations']} LoCoMo conversations and {n['memdaily_haystacks']} MemDaily haystacks "
+        f"({n['locomo_facts'] + n['memdaily_facts']} facts, {n['locomo_messages'] + n['memdaily_messages']} messages, "
+        f"{n['knowledge']} knowledge rows) imported into SQLite and "
+        + ("copied into PostgreSQL by `copy_store`" if result["postgresql_from"] == "copy_store"
+           else "through the services into PostgreSQL too")
+        + f" (identical data: {result['same_data']}); every question asked of both, outside a transaction (the resident "
+        "indexes answer), " + ("with" if result["query_vectors"] else "without") + " query vectors"), result)
+    paths = "; ".join(f"{key.replace('/', ' ').replace('_', ' ')} {v['agreement']:.3f} ({v['exact']:.3f}, "
+                      f"{v['non_empty']} non-empty)" for key, v in result["paths"].items())
+    met = all(v["agreement"] >= 0.99 for v in result["paths"].values())
+    return "\n".join(["## SQLite and PostgreSQL rank alike", "", how + " Top-10 agreement (mean |A ∩ B| / max(|A|, |B|); "
+                      f"then the share of identical lists and the questions SQLite answered at all), target ≥ 0.99 on every path ({'met' if met else '**not met**'}): "
+                      f"{paths}."])
 
 
-def report(folder: Path, *, seconds: float | None, write: bool, load: float | None = None) -> dict:
+def report(folder: Path, *, seconds: float | None, write: bool, load: float | None = None,
+           calibration: dict | None = None) -> dict:
     """Compare the two children's outputs in ``folder``; write the JSON and the BENCHMARKS.md section."""
     lite = json.loads((folder / "sqlite.json").read_text())
     pg = json.loads((folder / "postgresql.json").read_text())
@@ -270,7 +296,7 @@ def report(folder: Path, *, seconds: float | None, write: bool, load: float | No
     assert lite["units"] == pg["units"], "the two runs asked different questions"
     result = {"same_data": lite["digest"] == pg["digest"], "counts": imported["counts"],
               "query_vectors": imported["vectors"], "questions": {},
-              "paths": {}, "seconds": seconds, "load_average_5min_at_end": load,
+              "paths": {}, "seconds": seconds, "load_average_5min_at_end": load, "calibration": calibration,
               "import_seconds": {"sqlite": imported["import_seconds"]},
               "postgresql_from": "services" if pg_import.exists() else "copy_store",
               "query_seconds": {"sqlite": lite["query_seconds"], "postgresql": pg["query_seconds"]}}
@@ -292,42 +318,9 @@ def report(folder: Path, *, seconds: float | None, write: bool, load: float | No
     (RESULTS / "agreement.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     if write:
-        from bench.common import md_table, replace_section
+        from bench.common import replace_section
 
-        rows = [[key.split("/")[0], key.split("/")[1].replace("_", " "), v["agreement"], v["exact"],
-                 f"{v['non_empty']} / {result['questions'][key.split('/')[0]]}", v["ids"]]
-                for key, v in result["paths"].items()]
-        n = result["counts"]
-        if result["postgresql_from"] == "copy_store":
-            pg_side = f"copied into PostgreSQL by `copy_store` in {result['copy_seconds']} s"
-        else:
-            pg_side = f"imported through the services on PostgreSQL too in {result['import_seconds']['postgresql']} s"
-        body = (
-            "## SQLite and PostgreSQL rank alike (`python -m bench.agreement`)\n\n"
-            f"Produced by `python -m bench.agreement` ({seconds_text(result['seconds'], load)}). Data: all "
-            f"{n['locomo_conversations']} LoCoMo conversations ({n['locomo_messages']} messages, {n['locomo_facts']} "
-            f"facts, {n['locomo_episodes']} episodes) and the evaluation's {n['memdaily_haystacks']} MemDaily haystacks "
-            f"({n['memdaily_messages']} messages, {n['memdaily_facts']} facts), plus {n['knowledge']} knowledge rows, "
-            f"imported through the services into SQLite in {result['import_seconds']['sqlite']} s and {pg_side}; "
-            f"identical data on both: {result['same_data']}. Questions: every LoCoMo question with evidence "
-            f"({result['questions']['locomo']}) and every MemDaily question ({result['questions']['memdaily']}); "
-            f"querying took {result['query_seconds']['sqlite']} s on SQLite and {result['query_seconds']['postgresql']} s "
-            "on PostgreSQL (in parallel, wall clock on a shared 2-core machine); machine-readable: "
-            "`bench/results/agreement.json`.\n\n"
-            "Top-10 of each recall path read outside a transaction as a deployment reads: on both backends the "
-            "resident indexes answer (FTS5's bm25 over the rows' stored tokens, each loaded from its own database and "
-            "change log; FTS5 and PostgreSQL's postings tables answer inside transactions, not measured here). Agreement = mean |A ∩ B| / max(|A|, |B|) over the questions (1 when both are empty); "
-            "identical = the same ids in the same order; non-empty = questions where SQLite returned anything "
-            "(MemDaily is imported without summaries, so it has no episodes). "
-            + ("Every fact, message, knowledge row and question embedded by the local USE model: knowledge and "
-               "inspect rank lexical ⊕ cosine (facts in scope and episodes are lexical). " if result["query_vectors"]
-               else "No query vectors: the vector part of each path is the same numpy code on both. ")
-            + "Target ≥ 0.99 on every path.\n\n"
-            + md_table(["questions", "recall path", "top-10 agreement", "identical lists", "non-empty", "ids compared"],
-                       rows)
-        )
-        replace_section(ROOT / "BENCHMARKS.md", "<!-- agreement:start -->", "<!-- agreement:end -->", body,
-                        title="SQLite and PostgreSQL rank alike (`python -m bench.agreement`)")
+        replace_section(ROOT / "BENCHMARKS.md", "<!-- agreement:start -->", "<!-- agreement:end -->", render(result))
     return result
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bench import api_bench
 from bench import backends as bench_backends
+from bench.common import calibration
 
 #: The timed measures of a round (paths into api_bench's result) that the median over rounds replaces.
 MEASURES = (
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     args, rest = parser.parse_known_args(argv)  # the rest goes to every bench.api_bench run
     names = bench_backends.requested(args.backends)
     runs: dict[str, list[dict]] = {name: [] for name in names}
+    before = calibration()
     with tempfile.TemporaryDirectory(prefix="memory-api-rounds-") as tmp:
         for k in range(1, max(1, args.rounds) + 1):
             for name in names:
@@ -71,9 +73,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
                 subprocess.run([sys.executable, "-m", "bench.api_bench", "--worker", "--backend", name,
                                 "--out", str(out), *rest], cwd=api_bench.ROOT, check=True)
                 runs[name].append(json.loads(out.read_text()))
+    cal = {"before": before, "after": calibration()}
     combined = {}
     for name, rounds in runs.items():
-        combined[name] = combine(rounds)
+        combined[name] = {**combine(rounds), "calibration": cal}
         path = api_bench.RESULTS / f"api_{name}_worker.json"
         path.write_text(json.dumps(combined[name], ensure_ascii=False, indent=2) + "\n")
         turn = combined[name]["rounds"]["turn_total.http.p95_ms"]

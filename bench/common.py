@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_DIR = Path(__file__).resolve().parents[1]
@@ -178,23 +179,122 @@ def mean_rows(rows: Sequence[dict[str, float]]) -> dict[str, float]:
 # --- report --------------------------------------------------------------------------------
 
 
-def replace_section(path: Path, start: str, end: str, body: str, *, title: str, intro: str = "") -> None:
-    """Write ``body`` between the ``start``/``end`` markers of ``path`` (created with ``title`` if absent).
+@dataclass(frozen=True)
+class Section:
+    """A part of BENCHMARKS.md that one command writes between its markers, within ``lines`` lines."""
 
-    Everything outside the markers is left untouched.
+    name: str      # the markers: <!-- name:start --> … <!-- name:end -->
+    command: str   # what writes it
+    lines: int     # at most this many lines between the markers (heading included)
+
+    @property
+    def markers(self) -> tuple[str, str]:
+        return f"<!-- {self.name}:start -->", f"<!-- {self.name}:end -->"
+
+
+#: BENCHMARKS.md's sections in the file's order. The file stays ≤ 200 lines because each section has a
+#: budget (tests/test_docs.py adds them up); a new benchmark gets a place here, or shares one.
+SECTIONS = (
+    Section("speed", "python -m bench.run (make bench)", 32),
+    Section("services", "python -m bench.report (make bench)", 19),
+    Section("scale", "python -m bench.scale_report (make bench-scale)", 22),
+    Section("eval", "python -m bench.eval (make eval)", 22),
+    Section("eval-api", "python -m bench.eval_api (make eval)", 12),
+    Section("eval-matrix", "python -m bench.eval_matrix (make eval)", 18),
+    Section("eval-fit", "python -m bench.eval_fit", 11),
+    Section("eval-context", "python -m bench.eval_context", 8),
+    Section("extraction", "python -m bench.eval_extraction", 6),
+    Section("agreement", "python -m bench.agreement", 4),
+    Section("live-chat", "python -m bench.live_chat", 4),
+)
+SECTION_BY_MARKER = {s.markers[0]: s for s in SECTIONS}
+
+#: What BENCHMARKS.md never holds: dates, clock times, commit hashes (history is git's, not the file's).
+DIARY = re.compile(
+    r"\b(?:19|20)\d\d-\d\d-\d\d\b"                          # a date
+    r"|\b\d{1,2}:\d\d(?::\d\d)?\b"                           # a clock time
+    r"|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"     # a commit hash
+)
+
+
+class SectionError(ValueError):
+    """A section that has no place in BENCHMARKS.md, is over its budget, or reads as a diary."""
+
+
+def check_section(section: Section, body: str) -> None:
+    """Raise :class:`SectionError` unless ``body`` fits ``section`` (its budget, no :data:`DIARY` marks)."""
+    lines = body.strip("\n").splitlines()
+    if len(lines) > section.lines:
+        raise SectionError(f"BENCHMARKS.md section {section.name!r} would take {len(lines)} lines, its budget is "
+                           f"{section.lines} (bench/common.py SECTIONS): the details belong in bench/results/")
+    marks = DIARY.findall(body)
+    if marks:
+        raise SectionError(f"BENCHMARKS.md section {section.name!r} holds dates, times or commit hashes: "
+                           f"{', '.join(sorted(set(marks)))} (history is left to git)")
+
+
+def replace_section(path: Path, start: str, end: str, body: str, *, title: str = "Benchmarks", intro: str = "") -> None:
+    """Write ``body`` between the ``start``/``end`` markers of ``path``, at its place among :data:`SECTIONS`.
+
+    The section must be registered (:data:`SECTIONS`), fit its budget and hold no date, time or commit
+    hash (:func:`check_section`; the run's results are written before, so ``--render`` can redo it).
+    Everything outside the markers is left untouched; a missing section goes before the first section
+    after it in :data:`SECTIONS` that the file has.
     """
-    block = f"{start}\n{body.rstrip()}\n{end}"
-    if path.exists():
-        text = path.read_text(encoding="utf-8")
-    else:
-        text = f"# {title}\n" + (f"\n{intro.strip()}\n" if intro else "")
+    section = SECTION_BY_MARKER.get(start)
+    if section is None or section.markers[1] != end:
+        raise SectionError(f"{start} is not a section of BENCHMARKS.md: give it a place in bench/common.py SECTIONS")
+    check_section(section, body)
+    block = f"{start}\n{body.strip(chr(10))}\n{end}"
+    text = path.read_text(encoding="utf-8") if path.exists() else f"# {title}\n" + (f"\n{intro.strip()}\n" if intro else "")
     if start in text and end in text and text.index(start) < text.index(end):
         head, rest = text.split(start, 1)
         _, tail = rest.split(end, 1)
         text = head + block + tail
     else:
-        text = text.rstrip() + "\n\n" + block + "\n"
+        later = [s.markers[0] for s in SECTIONS[SECTIONS.index(section) + 1:] if s.markers[0] in text]
+        if later:
+            head, tail = text.split(later[0], 1)
+            text = head + block + "\n\n" + later[0] + tail
+        else:
+            text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text, encoding="utf-8")
+
+
+def measured(command: str, configuration: str, results: dict) -> str:
+    """The line under a section's heading: how its numbers were measured (the command, the configuration,
+    how long it took, the machine's calibration around the run: :func:`calibration`)."""
+    seconds = results.get("seconds")
+    took = f" in {seconds:,.0f} s" if isinstance(seconds, int | float) else ""
+    machine = f" ({results['machine']})" if results.get("machine") else ""
+    return f"`{command}`{took}; {configuration}; {calibration_text(results.get('calibration'))}{machine}."
+
+
+def calibration(repeat: int = 3) -> dict:
+    """How fast this machine is right now: a pure-Python loop of 10⁷ additions (seconds, the best of
+    ``repeat``) and the load average. Taken before and after a run so its figures can be read against
+    the machine's speed at the time (a shared machine drifts by a factor of several)."""
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        total = 0
+        for i in range(10_000_000):
+            total += i
+        best = min(best, time.perf_counter() - t)
+    return {"loop_1e7_s": round(best, 3), "load_average": [round(x, 2) for x in os.getloadavg()],
+            "cpus": os.cpu_count()}
+
+
+def calibration_text(cal: dict | None) -> str:
+    """``{"before": calibration(), "after": calibration()}`` (or one of them) in words."""
+    cal = cal or {}
+    parts = [(when, cal[when]) for when in ("before", "after") if cal.get(when)]
+    if not parts:
+        return "machine calibration not recorded"
+    loops = " / ".join(f"{c['loop_1e7_s']} s" for _, c in parts)
+    loads = " / ".join(f"{c['load_average'][0]}" for _, c in parts)
+    return (f"machine calibration ({' / '.join(w for w, _ in parts)} the run): a Python loop of 10⁷ additions {loops}, "
+            f"1-minute load {loads} on {parts[0][1]['cpus']} cores")
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -238,7 +338,7 @@ def add_evaluation_arguments(p: argparse.ArgumentParser, *, output: Path, keep_d
 
 
 def evaluation_main(
-    args: argparse.Namespace, *, command: str, section: tuple[str, str], title: str, intro: str,
+    args: argparse.Namespace, *, command: str, section: tuple[str, str], title: str = "Benchmarks", intro: str = "",
     render: Callable[[dict], str], measure: Callable[[dict, Log], None],
 ) -> int:
     """Run an evaluation over LoCoMo and MemDaily (``bench.eval``, ``bench.eval_api``) and report it.
@@ -246,8 +346,9 @@ def evaluation_main(
     ``args`` carries ``render``, ``skip_locomo``, ``skip_memdaily``, ``output`` and
     ``no_markdown``. ``--render JSON`` only re-renders the BENCHMARKS.md ``section``;
     otherwise the data sets not skipped must exist (exit 2), ``measure(results, log)``
-    fills the results, which are written to ``--output``, printed as markdown and,
-    unless ``--no-markdown``, put into BENCHMARKS.md between the section markers.
+    fills the results (with the machine's :func:`calibration` before and after), which are
+    written to ``--output``, printed as markdown and, unless ``--no-markdown``, put into
+    BENCHMARKS.md between the section markers.
     """
     start, end = section
     if args.render is not None:
@@ -269,9 +370,11 @@ def evaluation_main(
         print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
 
     results: dict = {"command": command, "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-                     "data_dir": shown(data_dir()), "python": platform.python_version()}
+                     "data_dir": shown(data_dir()), "python": platform.python_version(),
+                     "calibration": {"before": calibration()}}
     measure(results, log)
     results["seconds"] = round(time.perf_counter() - t0, 1)
+    results["calibration"]["after"] = calibration()
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     log(f"wrote {args.output}")

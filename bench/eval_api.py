@@ -61,8 +61,8 @@ from bench.common import (
     evaluation_main,
     latency_stats,
     load_memdaily,
-    md_table,
     mean_rows,
+    measured,
     recall_at,
     score_question,
     stop_process_group,
@@ -697,114 +697,54 @@ def _fmt_ratio(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}×"
 
 
-SHORT = {"ours_turn": "ours (turn + confirm)", "ours_inspect": "ours (inspect)", "bm25s_facts": "bm25s",
-         "bm25s_messages": "bm25s", "dense_only": "dense-only", "dense_messages": "dense-only"}
-
-
-def _by_group_table(block: dict, ours: str, others: Sequence[str], group: str) -> str:
-    methods = block["methods"]
-    groups = list(methods[ours][group])
-    header = ["R@5", *[f"{g} (n={methods[ours][group][g]['n']})" for g in groups], "overall"]
-    rows = [[SHORT.get(name, name), *[m[group][g].get("R@5", 0.0) for g in groups], m["overall"].get("R@5", 0.0)]
-            for name, m in methods.items()]
-    for other in others:
-        r = block["ratios"][other]
-        rows.append([f"ours / {SHORT.get(other, other)}", *[_fmt_ratio(r[group][g]) for g in groups],
-                     _fmt_ratio(r["overall"])])
-    return md_table(header, rows)
-
-
 def render(results: dict) -> str:
-    ing, wk, qs = results["ingest"], results["worker"], results["queries"]
+    """The section: R@5 of ours and of the baselines over the same units, the ratios and the targets, and
+    what the deployment's requests cost; per category and per type: ``bench/results/eval_api.json``."""
+    ing, wk, qs, dep = results["ingest"], results["worker"], results["queries"], results["deployment"]
     lat = qs["latency"]
-    dep = results["deployment"]
 
-    def ms(s: dict) -> str:
-        return f"median {s['median_ms']:.0f} ms, p95 {s['p95_ms']:.0f} ms" if s.get("n") else "—"
+    def p95(s: dict) -> str:
+        return f"{s['p95_ms']:.0f} ms" if s.get("n") else "—"
 
-    out = [
-        "## Retrieval quality lived through the API (`python -m bench.eval_api`)",
-        "",
-        f"Produced by `{results['command']}` on {results['generated_at']} in {results['seconds']} s "
-        f"(machine-readable: `bench/results/eval_api.json`). The product runs as deployed on a fresh "
-        f"{'PostgreSQL database' if dep.get('database') == 'postgresql' else 'SQLite file'}: "
-        f"{dep['server']}, {dep['worker']}, enqueueing {'on' if dep['MEMORY_ENQUEUE_TASKS'] else 'OFF'}, "
-        f"embeddings `{dep['EMBEDDING_PROVIDER']}`, LLM {dep['LLM']}, default retrieval profile (prompt limit "
-        f"{dep['FACT_RECALL_LIMIT']} facts), DEBUG off. Everything goes through HTTP with a bearer token; the "
-        "baselines are computed in the harness over exactly the units and questions the API saw.",
-        "",
-        f"- Ingest: {ing['requests']} requests (`POST /messages`, `POST /facts`) from {ing['threads']} client threads in "
-        f"{ing['seconds']} s = **{ing['requests_per_s']} req/s** while the worker runs; messages "
-        f"{ms(ing['latency']['messages'])}, facts {ms(ing['latency']['facts'])}; {ing['errors']} errors."
-        + (f" CPU in that time: web server {ing['cpu_seconds']['server']} s ({ing['server_cpu_ms_per_request']} ms "
-           f"per request), worker {ing['cpu_seconds']['worker']} s, this harness {ing['cpu_seconds']['harness']} s; "
-           f"1-minute load average {ing['load_average_1min'][0]} → {ing['load_average_1min'][1]} on "
-           f"{results.get('cpus')} cores (a shared machine: other work slows every figure here)."
-           if "cpu_seconds" in ing else ""),
-        f"- Worker: {'idle' if wk['idle'] else '**not idle**'} {wk['seconds']} s after the last post (no stream due, "
-        f"no row without a vector, no task queued or running); {wk['episodes']} episodes, {wk['facts']} fact rows.",
-        f"- Questions ({qs['threads']} client threads, {qs['seconds']} s): `POST /turns` {ms(lat['turns'])}, "
-        f"`…/confirm` (server embeds the question) {ms(lat['confirm'])}, `POST /actions/inspect` {ms(lat['inspect'])}; "
-        f"{qs['errors']} errors.",
-    ]
+    how = measured(results["command"], (
+        f"the product as deployed on a fresh {'PostgreSQL database' if dep.get('database') == 'postgresql' else 'SQLite file'}"
+        f" ({dep['server']}; {dep['worker']}; enqueueing {'on' if dep['MEMORY_ENQUEUE_TASKS'] else 'OFF'}; embeddings "
+        f"`{dep['EMBEDDING_PROVIDER']}`; LLM {dep['LLM']}; default profile, {dep['FACT_RECALL_LIMIT']} prompt facts), "
+        "every request over HTTP, the baselines computed in the harness over the units the API saw"), results)
+    out = ["## Retrieval quality through the API (`make eval`)", "",
+           how + f" Ingest {ing['requests_per_s']} req/s from {ing['threads']} threads ({ing['errors']} errors), the "
+           f"worker {'idle' if wk['idle'] else '**not idle**'} {wk['seconds']} s after; p95 `POST /turns` "
+           f"{p95(lat['turns'])}, confirm {p95(lat['confirm'])}, `POST /actions/inspect` {p95(lat['inspect'])}; "
+           f"{qs['errors']} errors. R@5 counts the first five prompt facts (or messages).", "",
+           "| R@5 | ours | bm25s | dense-only | ours / bm25s | ours / dense-only | target |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     tg = results.get("targets", {})
-    lo = results.get("locomo")
+
+    def verdict(*names: str) -> str:
+        found = [tg[n] for n in names if n in tg]
+        if not found:
+            return ""
+        return f"≥ {found[0]['target']:g}×: " + ("met" if all(t["met"] for t in found) else "**not met**")
+
+    lo, md = results.get("locomo"), results.get("memdaily")
     if lo:
-        m = lo["methods"]
-        out += [
-            "",
-            f"### LoCoMo via the API — {len(lo['conversations'])} conversations, {lo['questions']} questions with evidence",
-            "",
-            f"{lo['turns']} turns posted as messages (one direct stream per conversation, session dates, "
-            f"{TURN_GAP_MS // 1000} s apart), {lo['observations']} observations posted as facts → "
-            f"{lo['observation_facts']} fact rows; questions asked one day after the last session as turns of one "
-            f"of the two speakers (the other one when the question names one of them) and confirmed without an "
-            f"embedding ({lo['confirms_with_vector']} of {lo['questions']} confirms used the vector the server "
-            f"computed; mean {lo['mean_prompt_facts']} prompt facts). A prompt fact covers the evidence ids of the "
-            "observations posted into it (a fact the worker extracted covers none); bm25s and dense-only rank the "
-            "same observation fact rows. R@k counts the top k of the prompt, so nothing beyond the prompt limit.",
-            "",
-            md_table(["method", *TABLE_KEYS], [[x["label"], *[x["overall"].get(k, 0.0) for k in TABLE_KEYS]]
-                                                for x in [*m.values(), *lo["diagnostics"].values()]]),
-            "",
-        ]
-        verdicts = []
-        for other in ("bm25s_facts", "dense_only"):
-            t = tg.get(f"locomo_r5_vs_{other}")
-            if t:
-                verdicts.append(f"ours / {SHORT[other]} = {_fmt_ratio(t['ratio'])} ({'met' if t['met'] else 'not met'})")
-        prep, conf = lo["diagnostics"]["ours_prepare"]["overall"]["R@5"], m["ours_turn"]["overall"]["R@5"]
-        out += [f"**Target (LoCoMo R@5 ≥ {RATIO_TARGET} × bm25s and ≥ {RATIO_TARGET} × dense-only): "
-                + "; ".join(verdicts) + ".**", "",
-                f"The prompt before confirm (lexical pool only) reaches R@5 {prep:.3f}; confirm's dense channel and "
-                f"fused re-rank {'lower' if conf < prep else 'raise'} it to {conf:.3f}. Per question (conversation, "
-                "gold, prompt fact ids and the evidence they cover): `--per-question FILE`.",
-                "", "R@5 per question category, and the ratios:", "",
-                _by_group_table(lo, "ours_turn", ("bm25s_facts", "dense_only"), "by_category")]
-    md = results.get("memdaily")
+        m, r = lo["methods"], lo["ratios"]
+        out.append(f"| LoCoMo: `POST /turns` + confirm, {lo['questions']} questions | {m['ours_turn']['overall']['R@5']:.3f} "
+                   f"| {m['bm25s_facts']['overall']['R@5']:.3f} | {m['dense_only']['overall']['R@5']:.3f} "
+                   f"| {_fmt_ratio(r['bm25s_facts']['overall'])} | {_fmt_ratio(r['dense_only']['overall'])} "
+                   f"| {verdict('locomo_r5_vs_bm25s_facts', 'locomo_r5_vs_dense_only')} |")
+        out.append(f"| LoCoMo: `POST /turns` alone (the lexical pool, before confirm) "
+                   f"| {lo['diagnostics']['ours_prepare']['overall']['R@5']:.3f} | | | | | diagnostic |")
     if md:
-        keys = tuple(f"R@{k}" for k in KS)
-        t = tg.get("memdaily_inspect_r5_vs_bm25s", {})
-        out += [
-            "",
-            f"### MemDaily via the API — {md['haystacks']} haystacks, {md['trajectories']} trajectories, "
-            f"{md['messages']} messages, {md['questions']} questions",
-            "",
-            "Each haystack (see the in-process section) posted as messages of one user in one direct stream, dated "
-            "as the data set dates them; each question through `POST /actions/inspect` with `limit` = k. Gold = "
-            "messages of `target_step_id` by normalised text.",
-            "",
-            md_table(["method", *keys], [[x["label"], *[x["overall"].get(k, 0.0) for k in keys]]
-                                         for x in [*md["methods"].values(), *md["diagnostics"].values()]]),
-            "",
-            f"**Target (MemDaily inspect R@5 ≥ bm25s): ours / bm25s = {_fmt_ratio(t.get('ratio'))} "
-            f"({'met' if t.get('met') else 'not met'}).** The diagnostic row asks the question as a turn over "
-            "the facts the worker extracted; a fact covers the messages whose own extraction yields the same text.",
-            "",
-            "R@5 per question type, and the ratios:",
-            "",
-            _by_group_table(md, "ours_inspect", ("bm25s_messages", "dense_messages"), "by_type"),
-        ]
+        m, r = md["methods"], md["ratios"]
+        out.append(f"| MemDaily: `POST /actions/inspect`, {md['questions']} questions | {m['ours_inspect']['overall']['R@5']:.3f} "
+                   f"| {m['bm25s_messages']['overall']['R@5']:.3f} | {m['dense_messages']['overall']['R@5']:.3f} "
+                   f"| {_fmt_ratio(r['bm25s_messages']['overall'])} | {_fmt_ratio(r['dense_messages']['overall'])} "
+                   f"| {verdict('memdaily_inspect_r5_vs_bm25s')} (bm25s) |")
+        facts = md["diagnostics"].get("ours_turn_facts")
+        if facts:
+            out.append(f"| MemDaily: `POST /turns` + confirm over the facts the worker extracted "
+                       f"| {facts['overall']['R@5']:.3f} | | | | | diagnostic |")
     return "\n".join(out) + "\n"
 
 
@@ -846,8 +786,6 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.eval import INTRO, TITLE
-
     args = parse_args(argv)
     # SIGTERM (a test's timeout, Ctrl-C of a parent) unwinds like an exception: run()'s finally stops gunicorn and
     # the worker, which live in sessions of their own and would otherwise outlive this process
@@ -864,8 +802,7 @@ def main(argv: list[str] | None = None) -> int:
                                          encoding="utf-8")
             log(f"wrote {args.per_question}")
 
-    return evaluation_main(args, command=command_line(args), section=(START, END), title=TITLE, intro=INTRO,
-                           render=render, measure=measure)
+    return evaluation_main(args, command=command_line(args), section=(START, END), render=render, measure=measure)
 
 
 if __name__ == "__main__":

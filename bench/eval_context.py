@@ -33,7 +33,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from bench.common import BENCHMARKS_MD, RESULTS_DIR, md_table, replace_section, require_data, setup_store
+from bench.common import (
+    BENCHMARKS_MD,
+    RESULTS_DIR,
+    calibration,
+    md_table,
+    measured,
+    replace_section,
+    require_data,
+    setup_store,
+)
 
 DAY_MS = 86_400_000
 SHANGHAI = timezone(timedelta(hours=8))
@@ -216,62 +225,30 @@ def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
 
 
 def render(results: dict) -> str:
-    lines = [
-        "## The conversation as the query",
-        "",
-        f"`{results['command']}` — {results['seconds']:.0f} s. Each data set lived through the product's turn path "
-        "(prepare + confirm, default profile, local USE vectors) under four variants of the turn's query; "
-        "`both` is the product default. See `bench/eval_context.py` for how each data set becomes turns.",
-        "",
-    ]
-    lines += _locomo_api_rows()
-    for name, block in results["datasets"].items():
-        lines += [f"**{name}** ({block['variants']['both'].get('n', 0)} turns)", ""]
-        rows = [[v, *(block["variants"][v].get(k, 0.0) for k in ("R@1", "R@3", "R@5", "MRR"))] for v in VARIANTS]
-        lines += [md_table(["variant", "R@1", "R@3", "R@5", "MRR"], rows), ""]
-    return "\n".join(lines)
-
-
-#: LoCoMo lived through the API (``bench.eval_api``) with the conversation off and at the old
-#: half-life, next to the product's own run: its questions come after the conversation's last
-#: lines, so the context can only cost (the check that it does not cost much).
-API_RUNS = {
-    "context off (`--profile '{\"context_lexical_lines\": 0, \"context_dense_messages\": 0}'`)": "eval_api_context_off.json",
-    "context, half-life 2 messages (`--profile '{\"context_half_life\": 2.0}'`)": "eval_api_context_halflife2.json",
-    "context, half-life 1 message — the default (`make eval`)": "eval_api.json",
-}
-
-
-def _locomo_api_rows() -> list[str]:
-    rows = []
-    for label, name in API_RUNS.items():
-        path = RESULTS_DIR / name
-        if not path.exists():
-            continue
-        data = json.loads(path.read_text(encoding="utf-8"))
-        methods = data.get("locomo", {}).get("methods", {})
-        if "ours_turn" not in methods:
-            continue
-        ours, bm25 = methods["ours_turn"]["overall"], methods["bm25s_facts"]["overall"]
-        rows.append([label, ours["R@1"], ours["R@5"], ours["nDCG@5"], f"{ours['R@5'] / bm25['R@5']:.3f}×",
-                     str(data.get("generated_at", "?"))[:16]])
-    if not rows:
-        return []
-    return [
-        f"**LoCoMo through the API** ({methods['ours_turn']['overall'].get('n', 0)} questions after the last session; "
-        "`python -m bench.eval_api --skip-memdaily --no-markdown --output … --profile …`)", "",
-        md_table(["turn query", "R@1", "R@5", "nDCG@5", "R@5 / bm25s", "measured"], rows),
-        "", "(Each row is the stored result of its own run — `measured` says when; a row measured before the "
-        "latest change of the ranking is not comparable with a newer one.)", "",
-    ]
+    """One table: per data set, R@5 (MRR) of each variant of the turn's query."""
+    how = measured(results["command"], "the product's turn path in-process (prepare + confirm, default profile, "
+                   "local USE vectors)", results)
+    rows = [[f"{name} ({block['variants']['both'].get('n', 0)} turns)",
+             *(f"{block['variants'][v]['R@5']:.3f} ({block['variants'][v]['MRR']:.3f})" for v in VARIANTS)]
+            for name, block in results["datasets"].items()]
+    return "\n".join([
+        "## The conversation as the query", "",
+        how + " R@5 (MRR) of the prompt facts under four turn queries: `text` the line alone, `lexical` with the "
+        "recent user lines as lexical queries, `dense` with the recent messages' vectors, `both` (the default).", "",
+        md_table(["data set", *VARIANTS], rows),
+    ]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memdaily-limit", type=int, default=None, help="at most this many MemDaily noisy questions")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    parser.add_argument("--render", default=None, metavar="JSON", help="only re-render the section from a results file")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if args.render:
+        replace_section(BENCHMARKS_MD, START, END, render(json.loads(open(args.render, encoding="utf-8").read())))
+        return 0
     setup_store()
     from django.conf import settings
 
@@ -280,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     settings.EMBEDDING_PROVIDER = "local"  # the product default: queries and messages are embedded by the product
     reset_cache()
     started = time.perf_counter()
+    before = calibration()
     datasets = {
         "DuLeMon samples": list(dulemon_sessions()),
         "MemDaily noisy": list(memdaily_noisy_sessions(args.memdaily_limit)),
@@ -292,11 +270,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:16s} {variant:8s} {block['variants'][variant]}", flush=True)
         results["datasets"][name] = block
     results["seconds"] = time.perf_counter() - started
+    results["calibration"] = {"before": before, "after": calibration()}
     results["command"] = "python -m bench.eval_context" + (" " + " ".join(argv or []) if argv else "")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "eval_context.json").write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
     if not args.no_write:
-        replace_section(BENCHMARKS_MD, START, END, render(results), title="Benchmarks")
+        replace_section(BENCHMARKS_MD, START, END, render(results))
     return 0
 
 

@@ -35,8 +35,9 @@ from bench.common import (
     BENCHMARKS_MD,
     RESULTS_DIR,
     DataMissingError,
+    calibration,
     load_memdaily,
-    md_table,
+    measured,
     replace_section,
     require_data,
 )
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 
 LABELS = Path(__file__).resolve().parent / "extraction_labels.json"
 START, END = "<!-- extraction:start -->", "<!-- extraction:end -->"
-TITLE = "Benchmarks"
 SAMPLE_SEED = 20240402
 SPEAKER_REF, SPEAKER_NAME = "user", "用户"
 
@@ -183,47 +183,24 @@ def sample(produced: list[Produced], n: int, labels: list[dict]) -> list[Produce
 
 
 def render(result: dict) -> str:
+    """Coverage (what fact recall can find at most) and hand-checked precision, in one paragraph."""
     p = result["precision"]
     prec = f"{p['precision']:.3f}" if p["precision"] is not None else "n/a"
-    rows = [
-        ["gold (evidence) messages yielding ≥ 1 fact", f"{result['gold_with_a_fact']} / {result['gold_messages']}",
-         result["coverage_gold"]],
-        ["all messages yielding ≥ 1 fact", f"{result['messages_with_a_fact']} / {result['messages']}",
-         result["coverage_all"]],
-        ["precision of hand-checked facts", f"{p['correct']} / {p['checked']}", prec],
-    ]
-    rows += [[f"… of which group `{g}`", f"{v['correct']} / {v['checked']}", v["precision"]]
-             for g, v in p["by_group"].items()]
-    entity_rows = [[e, v["n"], v["coverage"]] for e, v in result["gold_by_entity"].items()]
-    kinds = ", ".join(f"{k} {v}" for k, v in result["facts_by_kind"].items())
-    out = [
-        "## Offline fact extraction (MemDaily)",
-        "",
-        f"`{result['command']}` — {result['generated_at']}, {result['seconds']} s. The heuristic extractor over every "
-        "MemDaily trajectory (one trajectory = one extraction batch, speaker \"用户\"). Coverage bounds what fact "
-        "recall can find; precision is over hand-checked (message, fact) pairs in `bench/extraction_labels.json` "
-        f"that the extractor still produces ({p['stale']} stale labels of {p['labelled']}).",
-        "",
-        md_table(["measure", "count", "value"], rows),
-        "",
-        "Gold coverage by entity type:",
-        "",
-        md_table(["entity", "gold messages", "coverage"], entity_rows),
-        "",
-        f"{result['facts']} facts ({result['facts_with_slot']} with a slot): {kinds}.",
-    ]
+    groups = ", ".join(f"{g} {v['correct']}/{v['checked']}" for g, v in p["by_group"].items())
+    entities = ", ".join(f"{e} {v['coverage']:.3f}" for e, v in result["gold_by_entity"].items())
+    how = measured(result["command"], "the heuristic extractor over every MemDaily trajectory (one trajectory one "
+                   "batch, speaker \"用户\"), precision over the hand-checked pairs of `bench/extraction_labels.json` it "
+                   f"still produces ({p['stale']} stale of {p['labelled']})", result)
+    text = (f"Gold (evidence) messages yielding a fact: {result['gold_with_a_fact']} / {result['gold_messages']} = "
+            f"{result['coverage_gold']:.3f} (all messages {result['coverage_all']:.3f}; by entity type: {entities}); "
+            f"precision of the hand-checked facts {p['correct']} / {p['checked']} = {prec} ({groups}); "
+            f"{result['facts']} facts, {result['facts_with_slot']} with a slot.")
     if d := result.get("dulemon"):
-        out += [
-            "",
-            f"Natural chit-chat (DuLeMon samples; no rule was written for them, two bugs they showed were fixed): "
-            f"{d['user_messages_with_a_fact']} of {d['user_messages']} user utterances yield a fact, "
-            f"{d['gold_with_a_fact']} of {d['gold_messages']} persona-grounded ones; "
-            f"{d['facts']} facts, {d['assistant_facts']} from bot lines. "
-            "Their hand-checked facts are the `dulemon` group above.",
-        ]
+        text += (f" DuLeMon chit-chat: {d['user_messages_with_a_fact']} of {d['user_messages']} user utterances yield a "
+                 f"fact, {d['assistant_facts']} facts from bot lines.")
     if p["wrong"]:
-        out += ["", "Facts judged wrong: " + "; ".join(f"`{w['fact']}` ({w['reason']})" for w in p["wrong"]) + "."]
-    return "\n".join(out)
+        text += " Judged wrong: " + "; ".join(f"`{w['fact']}` ({w['reason']})" for w in p["wrong"]) + "."
+    return "\n".join(["## Offline fact extraction (MemDaily)", "", how, "", text])
 
 
 def _everything() -> tuple[dict[str, bool], list[Produced], dict[str, str], dict | None]:
@@ -264,7 +241,7 @@ def write(result: dict, *, output: Path, markdown: bool) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     if markdown:
-        replace_section(BENCHMARKS_MD, START, END, render(result), title=TITLE)
+        replace_section(BENCHMARKS_MD, START, END, render(result))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -274,7 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample", type=int, default=0, metavar="N",
                     help="print N unlabelled (message, fact) pairs with their text to hand-check; writes nothing")
     ap.add_argument("--group", choices=("all", "dulemon"), default="all", help="which pairs --sample draws from")
+    ap.add_argument("--render", type=Path, default=None, metavar="JSON", help="only re-render the section from a results file")
     args = ap.parse_args(argv)
+    if args.render:
+        replace_section(BENCHMARKS_MD, START, END, render(json.loads(args.render.read_text(encoding="utf-8"))))
+        return 0
     try:
         require_data("memdaily")
     except DataMissingError as exc:
@@ -291,8 +272,10 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"message": p.message, "fact": p.content, "kind": p.kind, "slot": p.slot,
                               "text": texts[p.message]}, ensure_ascii=False))
         return 0
+    before = calibration()
     result = run()
     result["command"] = "python -m bench.eval_extraction"
+    result["calibration"] = {"before": before, "after": calibration()}
     result["generated_at"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
     write(result, output=args.output, markdown=not args.no_markdown)
     print(render(result))

@@ -49,7 +49,15 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import RESULTS_DIR, DataMissingError, Log, add_evaluation_arguments, evaluation_main, md_table
+from bench.common import (
+    RESULTS_DIR,
+    DataMissingError,
+    Log,
+    add_evaluation_arguments,
+    evaluation_main,
+    md_table,
+    measured,
+)
 
 START, END = "<!-- eval-matrix:start -->", "<!-- eval-matrix:end -->"
 DAY_MS = 86_400_000
@@ -390,28 +398,26 @@ def _cell(block: dict | None) -> str:
 
 
 def render(results: dict) -> str:
-    out = [
-        "## The recall matrix (`python -m bench.eval_matrix`)",
-        "",
-        f"Produced by `{results['command']}` in {results['seconds']} s"
-        + (f" ({results['machine']})" if results.get("machine") else "") + " (machine-readable: "
-        "`bench/results/eval_matrix.json`). Through the HTTP API (gunicorn, a Celery worker, enqueueing on, "
-        "default profile, memories dated as they happened), R@5 of the prompt facts; baselines over the same "
-        "memories in the harness. Each cell: **test split** (dev split in parentheses) — the gate's constants "
-        "were chosen on the dev units offline; the test units and the small-talk lines played no part.",
-        "",
-    ]
-    for line in results.get("skipped", []):
-        out += [f"- skipped: {line}"]
-    for ds, block in results["datasets"].items():
-        header = ["form", *METHODS.values()]
-        rows = [[form, *[_cell(block["cells"].get(form, {}).get(m)) for m in METHODS]] for form in FORMS
-                if form in block["cells"]]
-        talk = block["small_talk"]
-        out += ["", f"**{ds}**", "", md_table(header, rows), "",
-                "Small talk (facts a turn, fresh stream): " + "; ".join(
-                    f"{METHODS[m]} {_cell(talk.get(m))}" for m in ("ours", "ours_lexical") if m in talk)]
+    """One table: a row per data set and form of the turn (R@5), and per data set the small-talk row
+    (facts a turn brings where none is asked for); test split, dev in parentheses."""
+    how = measured(results["command"], "through the HTTP API (gunicorn, a Celery worker, enqueueing on, default "
+                   "profile, memories dated as they happened); baselines over the same memories in the harness", results)
+    out = ["## The recall matrix (`make eval`)", "",
+           how + " R@5 of the prompt facts; each cell is the **test** split (dev in parentheses): the gate's constants "
+           "were chosen on the dev units offline, the test units and the small-talk lines played no part.",
+           *(f"Skipped: {line}" for line in results.get("skipped", [])), "",
+           md_table(["data set · form", *METHODS.values()], _rows(results))]
     return "\n".join(out) + "\n"
+
+
+def _rows(results: dict) -> list[list[str]]:
+    rows = []
+    for ds, block in results["datasets"].items():
+        rows += [[f"{ds} · {form}", *[_cell(block["cells"][form].get(m)) for m in METHODS]]
+                 for form in FORMS if form in block["cells"]]
+        talk = block["small_talk"]
+        rows.append([f"{ds} · small talk (facts a turn)", *[_cell(talk.get(m)) for m in METHODS]])
+    return rows
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -430,8 +436,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.eval import INTRO, TITLE
-
     args = parse_args(argv)
     sizes = {"LoCoMo": 2, "MemDaily": 2, "DuLeMon": 6} if args.quick else \
         {"LoCoMo": args.locomo, "MemDaily": args.memdaily, "DuLeMon": args.dulemon}
@@ -465,8 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m bench.eval_matrix" + (" --quick" if args.quick else "")
     # a missing data set is skipped here with a line saying so, not refused by evaluation_main
     checked = argparse.Namespace(**{**vars(args), "skip_locomo": True, "skip_memdaily": True})
-    return evaluation_main(checked, command=command, section=(START, END), title=TITLE, intro=INTRO,
-                           render=render, measure=measure)
+    return evaluation_main(checked, command=command, section=(START, END), render=render, measure=measure)
 
 
 if __name__ == "__main__":

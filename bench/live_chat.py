@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from bench import api_bench
-from bench.common import Server, latency_stats, shown
+from bench.common import BENCHMARKS_MD, Server, calibration, latency_stats, measured, replace_section, shown
 
 CHATS = 3
 REPLY = "好的，我记下了：{}"
@@ -86,6 +86,24 @@ def context_vectors(turn_id: int) -> tuple[int, int]:
         return len(ids), cur.fetchone()[0]
 
 
+START, END = "<!-- live-chat:start -->", "<!-- live-chat:end -->"
+
+
+def render(report: dict) -> str:
+    """The section: per ``MESSAGE_VECTOR_DELAY``, the confirm's and the prepare's latencies and how many
+    context lines had their vector by the confirm."""
+    how = measured("python -m bench.live_chat", (
+        f"{report['chats']} chats in rotation on the scale store ({report['database']}), gunicorn (2 workers) with a real worker and "
+        f"enqueueing on, {report['turns']} turns {report['pace_s']:g} s apart, each storing the user's line, preparing "
+        "and confirming the turn without a query vector and storing the reply"), report)
+    runs = "; ".join(
+        f"`MESSAGE_VECTOR_DELAY={delay}`{' (the default)' if delay == '2' else ''}: confirm median / p95 "
+        f"{r['confirm'].get('median_ms')} / {r['confirm'].get('p95_ms')} ms, prepare {r['turns'].get('median_ms')} / "
+        f"{r['turns'].get('p95_ms')} ms, {r['context_lines_with_vector_at_confirm']} of {r['context_lines']} context "
+        "lines with a vector at the confirm" for delay, r in report["by_message_vector_delay"].items())
+    return "\n".join(["## A live chat: the lines before a turn were stored seconds ago", "", f"{how} {runs}."])
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", default=str(api_bench.DEFAULT_DB))
@@ -96,7 +114,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--redis-url", default=os.environ.get("MEMORY_BENCH_REDIS_URL") or "redis://127.0.0.1:6379/13",
                         help="the worker's Redis database (flushed before and after)")
     parser.add_argument("--out", default=str(api_bench.RESULTS / "live_chat.json"))
+    parser.add_argument("--no-markdown", action="store_true", help="do not touch BENCHMARKS.md")
+    parser.add_argument("--render", default=None, metavar="JSON", help="only re-render BENCHMARKS.md's section")
     args = parser.parse_args(argv)
+    if args.render:
+        report = json.loads(Path(args.render).read_text())
+        replace_section(BENCHMARKS_MD, START, END, render(report))
+        return report
     src = Path(args.db)
     if not src.exists():
         raise SystemExit(f"needs the scale database {src} (python -m bench.run builds it)")
@@ -112,6 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
         db = tmp / "live.sqlite3"
         api_bench.copy_db(src, db)
     results: dict[str, dict] = {}
+    before = calibration()
     try:
         _, persons, now = api_bench.refs(db, counts)
         api_bench.setup_django(db)
@@ -146,9 +171,11 @@ def main(argv: list[str] | None = None) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
     report = {"database": f"{shown(src)}" + (" moved to PostgreSQL (copy_store)" if args.backend == "postgresql" else ""),
               "load_average_after": [round(x, 2) for x in os.getloadavg()], "backend": args.backend, "turns": args.turns, "pace_s": args.pace, "chats": CHATS,
-              "by_message_vector_delay": results}
+              "by_message_vector_delay": results, "calibration": {"before": before, "after": calibration()}}
     Path(args.out).write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
     print(f"written to {shown(Path(args.out))}")
+    if not args.no_markdown:
+        replace_section(BENCHMARKS_MD, START, END, render(report))
     return report
 
 

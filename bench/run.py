@@ -514,119 +514,70 @@ def part(name: str, counts: dict, n: int) -> dict:
 
 
 def render(results: dict) -> str:
-    lines = ["<!-- speed:start -->", "## Speed (`make bench`)", "",
-             f"Measured {results['when']} on this machine ({os.cpu_count()} cores); "
-             "scale database: " + ", ".join(f"{v:,} {k}" for k, v in results["scale"].items() if isinstance(v, int) and k not in ("now", "schema")) + ".",
-             "", "### Read paths at scale (target p95 ≤ 10 ms; a turn's prepare and confirm ≤ 30 ms)", "",
-             f"Load average when the read paths started: {results.get('load_average', '?')} (2 cores shared with other "
-             "users: the wall clock also counts the time a call waits for a core; the CPU columns are the process's "
-             "own time for the same calls).", "",
-             "| path | median ms | p95 ms | CPU median ms | CPU p95 ms | target p95 ms |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    for name, r in results["read"].items():
-        if "median_ms" in r:
-            target = 30 if name.startswith("turn ") else 10
-            lines.append(f"| {name} | {r['median_ms']} | {r['p95_ms']} | {r.get('cpu_median_ms', '—')} | "
-                         f"{r.get('cpu_p95_ms', '—')} | {target} |")
-    conf = next((r for k, r in results["read"].items() if k.startswith("turn confirm")), None)
-    load = next((r for k, r in results["read"].items() if k.startswith("message statistics load")), None)
-    if conf:
-        lines += ["", f"The turns carried their conversation: on average {conf['mean_context_user_lines']} recent user "
-                  f"lines as lexical queries and {conf['mean_context_vectors']} message vectors beside the turn's own "
-                  "in the confirm's cosine. The inspect rows search ~1,000-message streams (bm25 fused with the "
-                  "message vectors); the stream's postings stay resident per process (least recently searched of "
-                  "256 streams dropped first), so the first search of a stream builds them from the covering "
-                  "index" + (f"; the table-wide message statistics load once per process (an edited or deleted message "
-                             f"is applied from the change log): {load['seconds']} s for {load['messages']:,} messages."
-                             if load else ".")]
-    scoped = [(k.split(":", 1)[1], r) for k, r in results["read"].items() if k.startswith("scoped:")]
-    if scoped:
-        lines += ["", "Scoped lexical queries of a turn and of inspect (same questions, same run): the resident "
-                  "index scoring only the scope's rows with the table's statistics vs FTS5 ranking the scope itself "
-                  "(which reads every query term's whole doclist for its IDF). Rankings compared in full: ids, order "
-                  "and bm25.", "",
-                  "| scope | runs | identical rankings | resident p50 / p95 ms | FTS5 p50 / p95 ms | FTS5 / resident (p50) |",
-                  "| --- | ---: | ---: | --- | --- | ---: |"]
-        for label, r in scoped:
-            ratio = r["fts5"]["median_ms"] / max(1e-9, r["resident"]["median_ms"])
-            lines.append(f"| {label} | {r['runs']} | {r['identical_rankings']} | {r['resident']['median_ms']} / "
-                         f"{r['resident']['p95_ms']} | {r['fts5']['median_ms']} / {r['fts5']['p95_ms']} | {ratio:.1f} |")
-    lines += render_backends(results)
-    lines += ["", f"Whole-table lexical queries ({3 * len(QUESTIONS)} runs of {len(QUESTIONS)} questions, 20 written here "
-              "and 40 from MemDaily): top-10 agreement with unpruned FTS5 bm25 (target ≥ 0.95) and time, for the "
-              f"resident index (the default) and for FTS5 with query terms above a document-frequency share pruned "
-              f"(the path taken with `LEXICAL_RESIDENT_INDEX=False`, inside a transaction or for a phrase term):", "",
-              "| index | rows | resident: agreement · p50 / p95 ms · build s | "
-              + " | ".join(f"FTS5 pruned at {r}: agreement · p50 / p95 ms" for r in PRUNE_RATIOS)
-              + " | FTS5 unpruned p50 / p95 ms |", "| --- | ---: | --- | " + " | ".join("---" for _ in PRUNE_RATIOS) + " | --- |"]
-    for key, row in results["read"].items():
-        if not key.startswith("whole_table:"):
-            continue
-        res = row["resident"]
-        cells = [f"{res['top10_agreement']} · {res['median_ms']} / {res['p95_ms']} · {row['resident_build_seconds']}"]
-        cells += [f"{row[f'fts5_pruned_{r}']['top10_agreement']} · {row[f'fts5_pruned_{r}']['median_ms']} / "
-                  f"{row[f'fts5_pruned_{r}']['p95_ms']}" for r in PRUNE_RATIOS]
-        cells.append(f"{row['fts5_unpruned']['median_ms']} / {row['fts5_unpruned']['p95_ms']}")
-        lines.append(f"| {key.split(':', 1)[1]} | {row['rows']} | " + " | ".join(cells) + " |")
-    lines += ["", "The resident index computes FTS5's own bm25 (same IDF, k1, b, document lengths and order of "
-              "floating-point operations) for every matching row from postings held in numpy arrays, so its "
-              "scores are bit-identical to unpruned FTS5 and ties go to the lower rowid in both; it pays a "
-              "one-off build per process (and after a knowledge batch deletion) and appends new rows as they "
-              "come. Pruning trades agreement for speed and cannot reach the target at a useful speed. The turn "
-              "path (present persons' facts, one stream's cues) never prunes: the same resident index scores only "
-              "the scope's rows (the scoped table above; FTS5 with the `person` / `stream` columns inside a "
-              "transaction).",
-              "", "### Writes and sweeps", ""]
-    for name, r in results["write"].items():
-        lines.append(f"- {name}: " + ", ".join(f"{k} {v}" for k, v in r.items()))
-    lines += ["", "### Side by side (same run, two sizes)", "", "| lexical search over facts | rows | ours (resident) p50/p95 | FTS5 pruned p50/p95 | FTS5 unpruned p50/p95 | bm25s p50/p95 |", "| --- | ---: | --- | --- | --- | --- |"]
-    for size, r in results["lexical"].items():
-        lines.append(f"| {size} | {r['rows']} | {r['resident']['median_ms']} / {r['resident']['p95_ms']} | "
-                     f"{r['fts5_pruned']['median_ms']} / {r['fts5_pruned']['p95_ms']} | "
-                     f"{r['fts5_unpruned']['median_ms']} / {r['fts5_unpruned']['p95_ms']} | {r['bm25s']['median_ms']} / {r['bm25s']['p95_ms']} |")
-    lines += ["", "| knowledge vectors | rows × dim | int8 index top-15 p50 | numpy float32 matmul p50 | read floor int8 p50 | read floor float32 p50 | index / int8 read floor (target ≤ 3) |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
-    for size, r in results["vectors"].items():
-        ratio = r["int8_index_top15"]["median_ms"] / max(1e-9, r["memory_read_floor_int8"]["median_ms"])
-        lines.append(f"| {size} | {r['rows']} × {r['dim']} | {r['int8_index_top15']['median_ms']} | "
-                     f"{r['numpy_float32_matmul_top15']['median_ms']} | {r['memory_read_floor_int8']['median_ms']} | "
-                     f"{r['memory_read_floor_float32']['median_ms']} | {ratio:.2f} |")
-    lines += ["", "The int8 index takes an SQ8 query (as `search_knowledge` does) and computes integer dot products with "
-              "SIMD (`simsimd`), then the exact cosine and the top 15; the read floor is one pass of numpy over the "
-              "same bytes. At small sizes the fixed cost of a query (quantising it, selecting the top rows, ~0.15 ms) "
-              "dominates the ratio; the target is the one at scale."]
-    lines += ["", "| personalised PageRank | ours p50 ms | networkx p50 ms | top-10 agreement | max abs diff |", "| --- | ---: | ---: | ---: | ---: |"]
-    for size, r in results["ppr"].items():
-        lines.append(f"| {size} | {r['ours']['median_ms']} | {r['networkx']['median_ms']} | {r['top10_agreement']} | {r['max_abs_diff']:.2e} |")
-    lines += ["", "<!-- speed:end -->"]
-    return "\n".join(lines)
-
-
-def render_backends(results: dict) -> list[str]:
-    """The read paths on each backend side by side (``--backends``; bench/backends.py)."""
+    """The section: every read path (and the writes and sweeps) on each backend, then ours against the baselines
+    measured in the same run; the CPU times, the 10 % store and the pruned FTS5 variants stay in speed.json."""
     from bench import backends
+    from bench.common import measured
 
-    by = results.get("read_by_backend") or {}
-    if len(by) < 2:
-        return []
+    by = results.get("read_by_backend") or {backends.SQLITE: results["read"]}
+    writes = results.get("write_by_backend") or {backends.SQLITE: results["write"]}
     names = list(by)
     copy = results.get("postgresql_copy") or {}
-    lines = ["", f"The same read paths on {' and '.join(backends.LABELS[b] for b in names)} (the PostgreSQL store is "
-             f"the scale database moved by `manage.py copy_store` in {copy.get('copy_seconds')} s; its own check — "
-             f"same top ids of a recall sample on both: {copy.get('recalls') or '—'}):", ""]
-    lines += backends.read_table(by, names)
-    writes = results.get("write_by_backend") or {}
-    if len(writes) > 1:
-        lines += ["", "Writes and sweeps per backend: " + "; ".join(
-            f"{backends.LABELS[b]}: " + ", ".join(f"{k} {v.get('ms', v.get('per_second'))}" for k, v in w.items())
-            for b, w in writes.items())]
-    return lines
+    scale = ", ".join(f"{v:,} {k}" for k, v in results["scale"].items() if isinstance(v, int) and k not in ("now", "schema"))
+    how = measured("python -m bench.run", f"scale store of {scale}" + (
+        f"; the PostgreSQL store is that SQLite file moved by `manage.py copy_store` ({copy.get('copy_seconds')} s; "
+        f"same top ids of a recall sample: {copy.get('recalls') or '—'})" if copy else "") + "; each path called 200 "
+        "times in one process, wall clock (its CPU time is in `bench/results/speed.json`)", results)
+    lines = ["## Speed (`make bench`)", "", how, "",
+             "| read path · target p95 ≤ 10 ms (a turn's prepare and confirm ≤ 30 ms) | "
+             + " | ".join(f"{backends.LABELS[b]} median / p95 ms" for b in names) + " |",
+             "| --- | " + " | ".join("---:" for _ in names) + " |"]
+    for name, r in by[names[0]].items():
+        if "median_ms" in r:
+            lines.append(f"| {name} | " + " | ".join(
+                f"{by[b][name]['median_ms']} / {by[b][name]['p95_ms']}" if name in by.get(b, {}) else "—" for b in names) + " |")
+    if writes.get(names[0]):
+        def write(r: dict) -> str:
+            return " · ".join(str(r[name].get("per_second", r[name].get("ms", "—"))) for name in writes[names[0]] if name in r)
+
+        lines.append("| writes: " + " · ".join(f"{name} ({'per s' if 'per_second' in r else 'ms'})"
+                                               for name, r in writes[names[0]].items())
+                     + " | " + " | ".join(write(writes.get(b, {})) for b in names) + " |")
+    lines += ["", "| ours against a baseline, same run (SQLite) | ours p50 / p95 ms | baseline p50 / p95 ms | "
+              "baseline / ours (p50) | agreement |", "| --- | --- | --- | ---: | --- |"]
+
+    def row(label: str, ours: dict, base_label: str, base: dict, agreement: object) -> str:
+        ratio = base["median_ms"] / max(1e-9, ours["median_ms"])
+        return (f"| {label} | {ours['median_ms']} / {ours['p95_ms']} | {base_label} {base['median_ms']} / "
+                f"{base['p95_ms']} | {ratio:.1f}× | {agreement} |")
+
+    for key, r in results["read"].items():
+        if key.startswith("whole_table:"):
+            lines.append(row(f"lexical, whole table: {key.split(':', 1)[1]} ({r['rows']:,} rows), resident BM25",
+                             r["resident"], "FTS5", r["fts5_unpruned"], f"top-10 {r['resident']['top10_agreement']}"))
+        elif key.startswith("scoped:"):
+            lines.append(row(f"lexical, scoped: {key.split(':', 1)[1]}, resident BM25", r["resident"], "FTS5",
+                             r["fts5"], f"{r['identical_rankings']} / {r['runs']} identical"))
+    big = results["lexical"].get("100 %")
+    if big:
+        lines.append(row(f"lexical over facts ({big['rows']:,} rows), resident BM25", big["resident"], "bm25s",
+                         big["bm25s"], "—"))
+    vec = results["vectors"].get("100 %")
+    if vec:
+        lines.append(row(f"knowledge vectors ({vec['rows']:,} × {vec['dim']}), int8 index top 15", vec["int8_index_top15"],
+                         "numpy float32", vec["numpy_float32_matmul_top15"],
+                         f"{vec['int8_index_top15']['median_ms'] / max(1e-9, vec['memory_read_floor_int8']['median_ms']):.2f}"
+                         "× the int8 read floor (≤ 3)"))
+    for size, r in list(results["ppr"].items())[-1:]:
+        lines.append(row(f"personalised PageRank ({size})", r["ours"], "networkx", r["networkx"],
+                         f"top-10 {r['top10_agreement']}"))
+    return "\n".join(lines)
 
 
 def write_markdown(section: str) -> None:
     from bench.common import BENCHMARKS_MD, replace_section
 
-    body = section.removeprefix("<!-- speed:start -->").removesuffix("<!-- speed:end -->").strip("\n")
-    replace_section(BENCHMARKS_MD, "<!-- speed:start -->", "<!-- speed:end -->", body, title="Benchmarks")
+    replace_section(BENCHMARKS_MD, "<!-- speed:start -->", "<!-- speed:end -->", section)
 
 
 def main() -> None:
@@ -635,7 +586,14 @@ def main() -> None:
     parser.add_argument("--rebuild", action="store_true", help="rebuild the scale databases")
     parser.add_argument("--backends", default=None,
                         help="sqlite,postgresql (default: both when PostgreSQL answers; bench/backends.py)")
+    parser.add_argument("--render", default=None, metavar="JSON", help="only re-render BENCHMARKS.md's section")
     args = parser.parse_args()
+    if args.render:
+        write_markdown(render(json.loads(Path(args.render).read_text())))
+        return
+    from bench.common import calibration
+
+    before = calibration()
     n = 40 if args.quick else 200
     CACHE.mkdir(parents=True, exist_ok=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -660,6 +618,7 @@ def main() -> None:
         "100 %": run_in_subprocess(big, counts, n, "vectors"),
     }
     results["ppr"] = ppr_side_by_side(n)
+    results["calibration"] = {"before": before, "after": calibration()}
     (RESULTS / "speed.json").write_text(json.dumps(results, ensure_ascii=False, indent=2))
     section = render(results)
     write_markdown(section)

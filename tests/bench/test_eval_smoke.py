@@ -17,7 +17,7 @@ import pytest
 
 from bench import eval as bench_eval
 from bench import eval_locomo
-from bench.common import data_dir
+from bench.common import SECTION_BY_MARKER, check_section, data_dir
 from memory.engine.tuning import WHITELIST
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,13 +94,13 @@ def test_eval_smoke_locomo_subset(tmp_path):
     for d in cv["r5_difference"].values():
         assert d["low"] <= d["mean"] <= d["high"]
 
-    # the report renders the block and judges the target on it
+    # the report renders the held-out result and judges the target on it, within the section's budget
     text = bench_eval.render(results)
-    assert "#### Held-out" in text
-    assert "judged on the 1 held-out test conversation with" in text
-    assert "2-fold cross-validation" in text
-    for method in held["methods"].values():
+    assert "Held out: the profile tuned on the dev conversations" in text and "— target " in text
+    assert "Both folds (40 questions)" in text
+    for method in lo["methods"].values():
         assert method["label"] in text
+    check_section(SECTION_BY_MARKER[bench_eval.START], text)
 
 
 def test_heldout_split_and_skip():

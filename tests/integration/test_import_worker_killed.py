@@ -80,8 +80,8 @@ def test_an_import_killed_with_its_worker_is_finished_by_the_next_worker(env):
         again = Worker(env, log)
         started.append(again)
         assert again.wait_for_log("ready.", 60, after=offset), log.read_text()[-3000:]
-        # returns when done (seconds alone); 60 s ran out at load 10
-        assert poll(lambda: job_row()[0] in ("done", "failed"), 120), (job_row(), log.read_text()[-3000:])
+        # returns when done (seconds alone); a loose bound for a loaded machine (a niced worker waits for CPU)
+        assert poll(lambda: job_row()[0] in ("done", "failed"), 240), (job_row(), log.read_text()[-3000:])
         status, progress, total, worker, attempts, error = job_row()
         assert (status, progress, attempts, error) == ("done", CHUNKS, 2, ""), job_row()
         assert "job_requeued" in log.read_text("utf-8", errors="replace")[offset:]
