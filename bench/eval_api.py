@@ -624,6 +624,11 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
         result["worker"] = {**dep.wait_idle(args.idle_timeout), **dep.counts()}
         log(f"worker: {'idle' if result['worker']['idle'] else 'NOT idle'} {result['worker']['seconds']}s after "
             f"the last post; {result['worker']}")
+        if args.keep_db and not args.database_url:  # the store before any question reinforced a fact: to replay
+            import sqlite3
+
+            with sqlite3.connect(dep.db) as src, sqlite3.connect(folder / "before-questions.sqlite3") as dst:
+                src.backup(dst)
 
         # 3. questions
         embedder = LocalUSEEmbedder(threads=1)
@@ -764,7 +769,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds to wait for the worker to be idle")
     p.add_argument("--per-question", type=Path, default=None, metavar="JSONL",
                    help="also write every LoCoMo question (gold, prompt fact ids, evidence covered, R@5) as JSON lines")
-    add_evaluation_arguments(p, output=RESULTS_DIR / "eval_api.json", keep_db="leave the temporary deployment folder behind")
+    add_evaluation_arguments(p, output=RESULTS_DIR / "eval_api.json", keep_db="leave the temporary deployment folder behind (SQLite: with a copy of the "
+                                                                     "store as the questions found it, before-questions.sqlite3)")
     return p.parse_args(argv)
 
 

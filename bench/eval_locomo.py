@@ -396,41 +396,45 @@ def evaluate(conversations: Sequence[Conversation], embedder: Embedder, *, log: 
             # rank_pool ranks them (lexical pool, then the dense channel's extras), each with the
             # cosine of selectors.fact_cosines. The candidate sets do not depend on the re-ranking
             # knobs, so re-ranking them under another profile is exact; rerank_check verifies it.
-            dense = selectors.dense_fact_candidates(
-                person_ids=conv.person_ids, query_vector=qvec, limit=TOP, now=conv.now, stream_kind="direct",
-                overrides=ov,
+            def candidates(lexical_pool: Sequence[Any], overrides: dict) -> Replay:
+                scope = selectors.dense_scope(
+                    person_ids=conv.person_ids, query_vector=qvec, limit=TOP, now=conv.now, stream_kind="direct",
+                    overrides=overrides,
+                )
+                merged = selectors.merge_dense_candidates(lexical_pool, scope.candidates, query=text,
+                                                          tokens=scope.tokens, overrides=overrides)
+                return Replay(
+                    conv.sample_id, cat, gold, ev, lexical=rank_inputs(lexical_pool),
+                    fused=rank_inputs(merged, selectors.fact_cosines([f.id for f in merged], qvec)),
+                )
+
+            # the seed profile's bm25 reads the whole table (the default's the persons' facts): its own candidates
+            seed_pool = replay_turn_pool(
+                person_ids=conv.person_ids, text=text, impression="", now=conv.now, stream_kind="direct",
+                overrides=ov_seed,
             )
-            merged = selectors.merge_dense_candidates(pool, dense, query=text)
-            replay = Replay(
-                conv.sample_id, cat, gold, ev,
-                lexical=rank_inputs(pool),
-                fused=rank_inputs(merged, selectors.fact_cosines([f.id for f in merged], qvec)),
-            )
-            for name, overrides, dense_side in (
-                ("diag_lexical_no_forgetting", ov_no_forgetting, False),
-                ("diag_lexical_dense_no_forgetting", ov_no_forgetting, True),
-                ("diag_lexical_dense_no_floor", ov_no_floor, True),
-                ("diag_lexical_dense_absolute", ov_absolute, True),
-                ("diag_lexical_seed", ov_seed, False),
-                ("diag_lexical_dense_seed", ov_seed, True),
+            replay, seed_replay = candidates(pool, ov), candidates(seed_pool, ov_seed)
+            for name, overrides, dense_side, source in (
+                ("diag_lexical_no_forgetting", ov_no_forgetting, False, replay),
+                ("diag_lexical_dense_no_forgetting", ov_no_forgetting, True, replay),
+                ("diag_lexical_dense_no_floor", ov_no_floor, True, replay),
+                ("diag_lexical_dense_absolute", ov_absolute, True, replay),
+                ("diag_lexical_seed", ov_seed, False, seed_replay),
+                ("diag_lexical_dense_seed", ov_seed, True, seed_replay),
             ):
-                units[name] = [ev[i] for i in rerank(replay.fused if dense_side else replay.lexical, overrides)]
+                units[name] = [ev[i] for i in rerank(source.fused if dense_side else source.lexical, overrides)]
             for dense_side, facts in ((False, prompt_facts(pool, TOP)), (True, ranked)):
                 rerank_check["rankings"] += 1
                 if rerank(replay.fused if dense_side else replay.lexical, ov) != [f.id for f in facts]:
                     rerank_check["mismatches"] += 1
             # the seed profile through the product path too (its rows must equal the re-rank)
-            seed_pool = replay_turn_pool(
-                person_ids=conv.person_ids, text=text, impression="", now=conv.now, stream_kind="direct",
-                overrides=ov_seed,
-            )
             seed_ranked = rank_pool(
                 pool=seed_pool, query_vector=qvec, person_ids=conv.person_ids, text=text, stream_kind="direct",
                 now=conv.now, limit=TOP, overrides=ov_seed,
             ).prompt
             for dense_side, facts in ((False, seed_pool[:TOP]), (True, seed_ranked)):
                 rerank_check["rankings"] += 1
-                if rerank(replay.fused if dense_side else replay.lexical, ov_seed) != [f.id for f in facts]:
+                if rerank(seed_replay.fused if dense_side else seed_replay.lexical, ov_seed) != [f.id for f in facts]:
                     rerank_check["mismatches"] += 1
             for name, us in units.items():
                 replay.scores[name] = score_question(us, gold)

@@ -313,7 +313,10 @@ def live(units: Sequence[Unit], args: argparse.Namespace, log: Log, *, embedder:
         return {"answers": answers, "labels": labels, "errors": len(client.errors)}
     finally:
         dep.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+        if args.keep_db:
+            log(f"[{embedder or 'default'}] kept {folder}")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _live_apart(units: Sequence[Unit], args: argparse.Namespace, *, embedder: str) -> dict:
@@ -428,7 +431,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--redis-url", default=DEFAULT_REDIS, help="Redis database of the deployed worker (flushed)")
     p.add_argument("--idle-timeout", type=float, default=900.0)
     p.add_argument("--no-lexical", action="store_true", help="skip the lexical-only deployment")
-    add_evaluation_arguments(p, output=RESULTS_DIR / "eval_matrix.json", keep_db="(unused)")
+    add_evaluation_arguments(p, output=RESULTS_DIR / "eval_matrix.json", keep_db="leave each deployment's folder behind (its store, to replay)")
     return p.parse_args(argv)
 
 

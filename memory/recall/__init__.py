@@ -614,7 +614,8 @@ def rank_pool(
     if scope is None:
         still_valid, cosines = selectors.valid_fact_cosines([f.id for f in pool], query_vector)
     else:
-        pool = selectors.merge_dense_candidates(pool, scope.candidates, query=text, tokens=scope.tokens)
+        pool = selectors.merge_dense_candidates(pool, scope.candidates, query=text, tokens=scope.tokens,
+                                                overrides=overrides)
         # the pool is the persons' facts: the scope's one read checks and ranks it; a fact it does
         # not cover (invalidated since, or moved to another person) is read on its own
         still_valid, cosines = set(scope.valid), scope.cosines

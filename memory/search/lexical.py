@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -41,6 +41,7 @@ from django.db import connection
 
 from memory import backends
 from memory.backends import is_postgresql, postgresql
+from memory.engine.bm25 import fts_tokens, scope_bm25
 from memory.engine.tokenize import index_tokens, match_expression, query_terms
 from memory.search.lexical_index import (  # noqa: F401 (for callers)
     SOURCES,
@@ -535,6 +536,77 @@ def _resident_scoped_facts(
     ids, bm25 = scored
     ranked = [(int(ids[k]), float(bm25[k])) for k in np.lexsort((ids, bm25))[:limit]]
     return [(fid, b, *scope[fid][2:]) for fid, b in ranked]
+
+
+class FactScope:
+    """The facts a person-scoped query ranks — the present persons' valid facts, ``{fact id: stored
+    tokens}`` — and bm25 with *their* statistics (:func:`memory.engine.bm25.scope_bm25`): a turn
+    ranks only these facts, and a word rare in the whole table but in half of them (a person's
+    name) must not decide between them. The resident index computes the numbers at the cost of
+    the scope's rows (:meth:`~memory.search.lexical_index.ResidentBM25.scope_scores`); without it
+    (inside a transaction, a phrase term, the index off) they are computed from the stored
+    tokens — the same doubles on both backends."""
+
+    def __init__(self, tokens: Mapping[int, str | None], rows: Mapping[int, tuple] | None = None) -> None:
+        self.tokens = tokens
+        self.rows = rows  # the facts' rows, when read (:func:`fact_scope`)
+        self._docs: dict[int, list[str]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def docs(self) -> dict[int, list[str]]:
+        if self._docs is None:
+            self._docs = {fid: fts_tokens(tokens or "") for fid, tokens in self.tokens.items()}
+        return self._docs
+
+    def bm25(self, match: str) -> dict[int, float]:
+        """``{fact id: bm25}`` of the scope's facts matching ``match`` (negative, lower is better)."""
+        terms = terms_of(match)
+        if not terms or not self.tokens:
+            return {}
+        index = resident("facts_fts")
+        scored = index.scope_scores(terms, list(self.tokens)) if index is not None else None
+        if scored is not None:
+            return {int(i): float(b) for i, b in zip(*scored, strict=True)}
+        phrases = [toks for toks in (fts_tokens(t) for t in terms) if toks]
+        return scope_bm25(phrases, self.docs(), extra_tokens=SOURCES["facts_fts"].extra_tokens)
+
+    def document_frequencies(self, terms: Sequence[str]) -> dict[str, int]:
+        """Facts of the scope holding each single-token term (absent: none)."""
+        if not terms or not self.tokens:
+            return {}
+        index = resident("facts_fts")
+        found = index.scope_frequencies(terms, list(self.tokens)) if index is not None else None
+        if found is not None:
+            return found
+        out: dict[str, int] = {}
+        held = [set(doc) for doc in self.docs().values()]
+        for term in dict.fromkeys(terms):
+            df = sum(1 for doc in held if term in doc)
+            if df:
+                out[term] = df
+        return out
+
+
+def fact_scope(person_ids: Sequence[int]) -> FactScope:
+    """The :class:`FactScope` of ``person_ids`` (their valid facts, rows read by :func:`scope_read`),
+    once per :func:`one_state`."""
+
+    def build() -> FactScope:
+        rows = read(scope_read(person_ids))
+        return FactScope({fid: row[-1] for fid, row in rows.items()}, rows)
+
+    return remembered(("fact_scope", _scope_key(person_ids, False)), build)
+
+
+def scoped_fact_candidates(match: str, *, scope: FactScope, limit: int) -> list[FactRow]:
+    """The facts of ``scope`` (:func:`fact_scope`) matching ``match`` ordered by bm25 over the scope's
+    own statistics (ties: lower id first), as :class:`FactRow` with their stored tokens."""
+    if not match or scope.rows is None:
+        return []
+    ranked = sorted(scope.bm25(match).items(), key=lambda kv: (kv[1], kv[0]))[:limit]
+    return [FactRow(fid, b, *scope.rows[fid][2:]) for fid, b in ranked]
 
 
 _SCOPE_SQL = f"SELECT {_FACT_COLUMNS.format(bm25='0')}, f.tokens_v2 FROM facts f WHERE {{persons}}{{valid}}"

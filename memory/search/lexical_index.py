@@ -43,7 +43,7 @@ from django.db import connection, transaction
 
 from memory import backends
 from memory.engine.bm25 import FOLDABLE as _FOLDABLE
-from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_idf, fts_tokens
+from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_idf, fts_tokens, scope_idf
 from memory.search import residency
 from memory.search.changes import ChangeFeed
 
@@ -299,6 +299,50 @@ class ResidentBM25:
             total = np.add.reduce(idf[:, None] * ((tf * (K1 + 1.0)) / (tf + norms)), axis=0)
             hit = found.any(axis=0)
             return wanted[hit], -total[hit]
+
+    def scope_scores(self, terms: Sequence[str], rowids: Sequence[int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(rowids, bm25)`` of those of ``rowids`` that match a term, with the statistics of ``rowids``
+        themselves — :func:`memory.engine.bm25.scope_bm25`'s numbers (the same operations on each
+        number), at the cost of the given rows only. ``None`` as :meth:`scores_for`."""
+        with self._lock:
+            tokens = self._tokens(terms)
+            if tokens is None:
+                return None
+            wanted = np.unique(np.fromiter((int(r) for r in rowids), dtype=np.int64))
+            at = self._positions(wanted)
+            if at is None:
+                return None
+            if not tokens or not len(at):
+                return np.zeros(0, dtype=np.int64), np.zeros(0)
+            found, tf, _ = self._lookup(tokens, at)
+            n = len(at)
+            lengths = self._all_lengths()[at]
+            avgdl = float(lengths.sum()) / n
+            norms = K1 * ((1.0 - B) + B * lengths / avgdl)
+            idf = np.array([scope_idf(n, int(k)) for k in found.sum(axis=1)])
+            total = np.add.reduce(idf[:, None] * ((tf * (K1 + 1.0)) / (tf + norms)), axis=0)
+            hit = found.any(axis=0)
+            return wanted[hit], -total[hit]
+
+    def scope_frequencies(self, terms: Sequence[str], rowids: Sequence[int]) -> dict[str, int] | None:
+        """Rows among ``rowids`` holding each single-token term (others are absent); ``None`` when a rowid
+        is not in the index."""
+        with self._lock:
+            single = [t for t in dict.fromkeys(terms) if fts_tokens(t) == [t]]
+            wanted = np.unique(np.fromiter((int(r) for r in rowids), dtype=np.int64))
+            at = self._positions(wanted)
+            if at is None:
+                return None
+            if not single or not len(at):
+                return {}
+            found, _, _ = self._lookup(single, at)
+            return {t: int(k) for t, k in zip(single, found.sum(axis=1).tolist(), strict=True) if k}
+
+    def _all_lengths(self) -> np.ndarray:
+        """Tokens per document position (all columns), appended rows included."""
+        if not self._tail_lengths:
+            return self._lengths
+        return np.concatenate([self._lengths, np.asarray(self._tail_lengths, dtype=np.float64)])
 
     def _lookup(self, tokens: Sequence[str], at: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
         """``(found, tf, df)``: whether each token (row) occurs in each document position ``at``

@@ -117,7 +117,7 @@ def _report_blocked(blocked: int, stream_kind: str, now: int, events: bool) -> N
 
 
 def fact_coverages(
-    ids: Sequence[int], query: str, *, tokens: Mapping[int, str] | None = None
+    ids: Sequence[int], query: str, *, tokens: Mapping[int, str] | None = None, scope: lexical.FactScope | None = None
 ) -> dict[int, tuple[float, bool]]:
     """Each fact's share of ``query``'s achievable IDF mass (:func:`scoring.idf_coverage`) and
     whether it holds the query's most specific word (:func:`scoring.holds_rarest`).
@@ -128,7 +128,8 @@ def fact_coverages(
     nothing about what to recall. A word is matched when the fact's FTS row holds it, or all of
     its bigrams (jieba may cut the fact differently); its document frequency is the word's,
     else the rarest-known of its bigrams when all of them occur. Frequencies come from the
-    ``facts_fts`` vocabulary. ``tokens`` — the facts' stored tokens when the caller read them already.
+    ``facts_fts`` vocabulary, or from ``scope`` (the facts the query ranks: :class:`lexical.FactScope`)
+    when given. ``tokens`` — the facts' stored tokens when the caller read them already.
     """
     ids = list(dict.fromkeys(ids))
     generic = generic_words()
@@ -136,14 +137,15 @@ def fact_coverages(
     if not ids or not qwords:
         return {i: (0.0, False) for i in ids}
     grams = {w: list(dict.fromkeys(bigrams(w))) for w in qwords}
-    raw = lexical.document_frequencies("facts_fts", list({*qwords, *(g for gs in grams.values() for g in gs)}))
+    terms = list({*qwords, *(g for gs in grams.values() for g in gs)})
+    raw = scope.document_frequencies(terms) if scope is not None else lexical.document_frequencies("facts_fts", terms)
     dfs: dict[str, int] = {}
     for w in qwords:
         df = raw.get(w, 0)
         if df == 0 and grams[w] and all(raw.get(g, 0) > 0 for g in grams[w]):
             df = min(raw[g] for g in grams[w])
         dfs[w] = df
-    n_docs = lexical.document_count("facts_fts")
+    n_docs = len(scope) if scope is not None else lexical.document_count("facts_fts")
     if tokens is None or any(i not in tokens for i in ids):
         tokens = dict(Fact.objects.filter(pk__in=ids).values_list("id", "tokens_v2"))
     mass = QueryMass.of(dfs, n_docs)
@@ -299,14 +301,22 @@ def _recall(
     match = lexical.match_for("facts_fts", query)
     if not match:
         return []
-    rows = lexical.fact_candidates(match, person_ids=person_ids, limit=limit * 3)
+    ov = _overrides(overrides)
+    # a person-scoped query ranks by the statistics of the persons' facts (lexical.FactScope); the
+    # seed's ranking, and a query over every person, by the whole table's
+    scope = lexical.fact_scope(person_ids) if person_ids is not None and not is_seed_profile(ov) else None
+    if scope is not None:
+        rows = lexical.scoped_fact_candidates(match, scope=scope, limit=limit * 3)
+    else:
+        rows = lexical.fact_candidates(match, person_ids=person_ids, limit=limit * 3)
     rows, blocked = _visible_rows(rows, stream_kind, _private_in_group(private_in_group))
     _report_blocked(blocked, stream_kind, now, events)
     if blocked and blocked_counts is not None:
         blocked_counts.append(blocked)
-    ov = _overrides(overrides)
     known = {r.id: r.tokens for r in rows if r.tokens is not None}
-    coverages = None if is_seed_profile(ov) else fact_coverages([r.id for r in rows], query, tokens=known)
+    coverages = None if is_seed_profile(ov) else fact_coverages(
+        [r.id for r in rows], query, tokens=known, scope=scope,
+    )
     pool = _score_rows(rows, now, ov, coverages)
     return pool if return_candidates else [f for f in pool if f.eligible][:limit]
 
@@ -469,19 +479,29 @@ def dense_fact_candidates(**options: Any) -> list[ScopedFact]:
 
 
 def merge_dense_candidates(
-    pool: Sequence[ScopedFact], dense: Sequence[ScopedFact], *, query: str, tokens: Mapping[int, str] | None = None
+    pool: Sequence[ScopedFact], dense: Sequence[ScopedFact], *, query: str, tokens: Mapping[int, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> list[ScopedFact]:
     """Union by id (lexical pool first); dense-only hits get their real bm25 and coverage for ``query``.
 
     Facts that do not match lexically keep relevance 0 on the lexical side. ``tokens`` — the
-    facts' stored tokens when the caller read them already (:class:`DenseScope`).
+    stored tokens of every valid fact of the persons (:class:`DenseScope`): their bm25 and
+    coverage are then read against those facts' statistics, as the lexical pool's were
+    (:class:`lexical.FactScope`; the seed's ranking: the whole table's).
     """
     seen = {f.id for f in pool}
     extra = [f for f in dense if f.id not in seen]
     if not extra:
         return list(pool)
-    bm = lexical.fact_bm25(lexical.match_for("facts_fts", query), [f.id for f in extra])
-    cov = fact_coverages([f.id for f in extra], query, tokens=tokens)
+    match = lexical.match_for("facts_fts", query)
+    if tokens is not None and not is_seed_profile(_overrides(overrides)):
+        scope = lexical.FactScope(tokens)
+        scores = scope.bm25(match)
+        bm = {f.id: scores[f.id] for f in extra if f.id in scores}
+        cov = fact_coverages([f.id for f in extra], query, tokens=tokens, scope=scope)
+    else:
+        bm = lexical.fact_bm25(match, [f.id for f in extra])
+        cov = fact_coverages([f.id for f in extra], query, tokens=tokens)
     merged = list(pool)
     for f in extra:
         b = bm.get(f.id)

@@ -500,3 +500,36 @@ def test_scoped_scores_are_the_whole_tables_bit_for_bit_with_appended_rows(loade
         keep = np.isin(all_ids, wanted)
         assert ids.tolist() == all_ids[keep].tolist()
         assert bm25.tolist() == all_bm25[keep].tolist()  # equal floats, not approximately
+
+
+@pytest.mark.parametrize("loaded", [400, 0])
+def test_scope_scores_are_the_engines_bit_for_bit_with_appended_rows(loaded):
+    # a person-scoped query ranks with the scope's own statistics: the resident index (numpy) and the
+    # engine's scope_bm25 (plain Python, the path inside a transaction and on PostgreSQL's fallback)
+    # give the same doubles, and the same document frequencies
+    import random
+
+    import numpy as np
+
+    from memory.engine.bm25 import scope_bm25
+
+    rng = random.Random(7)
+    words = [f"w{i}" for i in range(120)]
+
+    def doc() -> str:
+        return " ".join(rng.choice(words[: rng.choice([10, 120])]) for _ in range(rng.randint(1, 20)))
+
+    texts = {3 * i + 1: doc() for i in range(loaded)} | {5000 + i: doc() for i in range(30)}
+    index = lexical_index.ResidentBM25(lexical_index.SOURCES["facts_fts"])
+    index._load([(i, t) for i, t in texts.items() if i < 5000])
+    index._append([(i, t) for i, t in texts.items() if i >= 5000])  # a tail, not merged
+    for _ in range(300):
+        terms = list(dict.fromkeys(rng.choice([*words, "absent"]) for _ in range(rng.randint(1, 30))))
+        scope = sorted(rng.sample(sorted(texts), rng.randint(1, min(60, len(texts)))))
+        ids, bm25 = index.scope_scores(terms, scope)
+        want = scope_bm25([[t] for t in terms], {i: texts[i].split() for i in scope}, extra_tokens=1)
+        assert ids.tolist() == sorted(want)
+        assert bm25.tolist() == [want[i] for i in sorted(want)]  # equal floats, not approximately
+        held = {t: sum(t in texts[i].split() for i in scope) for t in terms}
+        assert index.scope_frequencies(terms, scope) == {t: k for t, k in held.items() if k}
+    assert index.scope_scores(["w1"], [999_999]) is None  # a row the index has not loaded: the caller computes
