@@ -433,8 +433,8 @@ def prepare_turn(
     if record:
         reads.append(services.due_facts_read(now))
     with lexical.one_state("facts_fts", "cues_fts", reads=reads):  # the turn's reads see one state of the lexical tables
-        if record:
-            services.sweep(at=now, once=True)
+        if record and services.sweep(at=now, once=True):
+            lexical.unsend(scope)  # its rows, read ahead (PostgreSQL), predate the facts the sweep froze
         persons = present_persons(stream_id=stream_id, speaker_id=speaker_id, before_id=before)
         lexical.scope_of(persons, scope)
         context = recent_context(stream_id=stream_id, upto_id=before, text=text, overrides=overrides, at=now)

@@ -54,6 +54,7 @@ from memory.search.lexical_index import (  # noqa: F401 (for callers)
     resident,
     resident_messages,
     sent,
+    unsend,
 )
 
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")

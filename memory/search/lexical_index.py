@@ -530,6 +530,14 @@ def sent(r: Read) -> bool:
     return state is not None and r.key in state
 
 
+def unsend(r: Read) -> None:
+    """Inside :func:`one_state`: forget the result of ``r`` read ahead, so it is read again when needed
+    (the block has since changed what it reads)."""
+    state = _state.get()
+    if state is not None:
+        state.pop(r.key, None)
+
+
 def file_as(ahead: Read, target: Read, keep: Callable[[tuple], bool] | None = None) -> None:
     """Inside :func:`one_state`: when ``ahead`` (a read of the same columns as ``target``, its rows
     as a list) was sent with the block's reads before ``target``'s parameters were known, its rows
