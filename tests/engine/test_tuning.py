@@ -1,5 +1,5 @@
-"""Tuning whitelist, blend score, pool percentile, reconciliation — reference-spec §3.6,
-§3.12 and scenarios 82, 83, 85, 90."""
+"""Tuning whitelist, blend score, pool percentile, reconciliation — docs/REFERENCE.md §6
+and §12."""
 
 from __future__ import annotations
 

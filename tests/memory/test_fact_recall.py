@@ -1,6 +1,6 @@
 """FTS fact recall, duplicate detection and visibility scope through the store.
 
-reference-spec §6.2 (20, 21) and §6.6 (51–56), plus a property: no user text can
+docs/REFERENCE.md §2, §3 and §9, plus a property: no user text can
 reach the FTS5 parser as syntax.
 """
 from __future__ import annotations

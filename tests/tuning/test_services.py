@@ -1,4 +1,4 @@
-"""Profiles and live overrides (reference-spec §3.12, §6.9 scenarios 82, 85, 86)."""
+"""Profiles and live overrides (docs/REFERENCE.md §12)."""
 from __future__ import annotations
 
 import itertools
