@@ -66,6 +66,13 @@ def backend_rows(apis: dict[str, dict], workers: dict) -> list[tuple[str, list[s
     return rows
 
 
+def _page_target(console: dict, name: str) -> float:
+    """A console page's p95 target: the turn inspector has its own (100 ms), every other page the list target."""
+    if name.startswith("turn inspector") and "inspector_target_p95_ms" in console:
+        return console["inspector_target_p95_ms"]
+    return console.get("target_p95_ms", 150)
+
+
 def render() -> str:
     from bench.common import measured
 
@@ -94,9 +101,12 @@ def render() -> str:
                   f"{confirm['direct']['p95_ms']} ({confirm['ratio_median']}×)."]
     if console:
         pages = ", ".join(f"{name} {r['p95_ms']}" for name, r in console["pages"].items())
-        over = [name for name, r in console["pages"].items() if r["p95_ms"] > console.get("target_p95_ms", 150)]
+        over = [name for name, r in console["pages"].items() if r["p95_ms"] > _page_target(console, name)]
         lines += ["", f"Console pages (`python -m bench.console_bench`, server time in-process, p95 ms, target ≤ "
-                  f"{console.get('target_p95_ms', 150)}" + (f", **over it: {', '.join(over)}**" if over else ", all met")
+                  f"{console.get('target_p95_ms', 150)}"
+                  + (f", the turn inspector ≤ {console['inspector_target_p95_ms']}" if "inspector_target_p95_ms" in console
+                     else "")
+                  + (f", **over it: {', '.join(over)}**" if over else ", all met")
                   + f"): {pages}."]
     if workers:
         emb, inproc = workers["embedding"], workers["in_process"]

@@ -235,20 +235,48 @@ BROKER_DOWN_SECONDS = envfloat("BROKER_DOWN_SECONDS", 5.0)
 # Celery's own connections (publish, ack): bounded too (kombu's default is to wait forever).
 # The consumer's BRPOP runs in the event loop and is not subject to socket_timeout.
 CELERY_BROKER_CONNECTION_TIMEOUT = envfloat("BROKER_CONNECT_TIMEOUT", 1.0)
+# Half-open connections (a failover or a NAT that drops the peer without closing the socket):
+# every Redis connection of every process sends TCP keepalives (the kernel closes one whose peer
+# stopped answering after REDIS_KEEPALIVE_IDLE s + 3 probes 5 s apart), and a pooled connection
+# idle for REDIS_HEALTH_CHECK_INTERVAL s is pinged before it is used again; kombu also drops a
+# worker's BRPOP connection whose reply is that much overdue (memory/broker.py).
+REDIS_KEEPALIVE_IDLE = envint("REDIS_KEEPALIVE_IDLE", 30)
+REDIS_HEALTH_CHECK_INTERVAL = envint("REDIS_HEALTH_CHECK_INTERVAL", 10)
+
+
+def _keepalive_options() -> dict[int, int]:
+    import socket
+
+    wanted = {"TCP_KEEPIDLE": REDIS_KEEPALIVE_IDLE, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 3}
+    return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
+
+
+REDIS_KEEPALIVE_OPTIONS = _keepalive_options()
+# A task a worker received but never acknowledged (the worker was SIGKILLed, or its host died) is
+# delivered again only this long after it was received. Longer than the longest hard time limit of
+# any task (the tuning fit, 7,260 s) plus its longest retry delay (300 s), so a task still running
+# is never delivered a second time; what a killed worker left is redone well before by the
+# sweeps and job leases (docs/DEPLOY.md, "A killed worker").
+BROKER_VISIBILITY_TIMEOUT = envint("BROKER_VISIBILITY_TIMEOUT", 7800)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_connect_timeout": envfloat("BROKER_CONNECT_TIMEOUT", 1.0),
     "socket_timeout": envfloat("BROKER_SOCKET_TIMEOUT", 1.0),
-    # Unacked messages of a SIGKILLed worker come back after this; longer than any task's time limit.
-    "visibility_timeout": 3600,
+    "socket_keepalive": True,
+    "socket_keepalive_options": REDIS_KEEPALIVE_OPTIONS,
+    "health_check_interval": REDIS_HEALTH_CHECK_INTERVAL,
+    "visibility_timeout": BROKER_VISIBILITY_TIMEOUT,
 }
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0, "interval_max": 0}
+# The beat's sweep of streams whose summarisation or extraction is due but was never enqueued (a
+# broker outage): after any broker fault the work catches up within this many seconds.
+STREAM_CHECKS_INTERVAL = envfloat("STREAM_CHECKS_INTERVAL", 300)
 CELERY_BEAT_SCHEDULE = {
     # Edges decay by the clock, not by traffic: sweep every 6 hours (minute 7).
     "memory-decay-edges": {"task": "memory.tasks.edges_decay_task", "schedule": crontab(minute=7, hour="*/6")},
     # Vectors are a side channel: pick up anything left NULL every 3 minutes.
     "memory-backfill-vectors": {"task": "memory.tasks.vectors_backfill_task", "schedule": crontab(minute="*/3")},
     # Streams whose summarisation/extraction is due but was never enqueued (broker outage): every 5 minutes.
-    "memory-stream-checks": {"task": "memory.tasks.stream_checks_sweep_task", "schedule": crontab(minute="*/5")},
+    "memory-stream-checks": {"task": "memory.tasks.stream_checks_sweep_task", "schedule": STREAM_CHECKS_INTERVAL},
     # Jobs whose worker died without a restart under the same name (lease ran out): every 5 minutes (minute 2).
     "memory-recover-jobs": {"task": "memory.tasks.jobs_recover_task", "schedule": crontab(minute="2-59/5")},
     # SQLite: the write-ahead log copied back into the database file off the request path, every minute.
