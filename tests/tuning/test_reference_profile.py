@@ -8,6 +8,7 @@ import importlib
 
 import pytest
 from django.apps import apps
+from django.utils import translation
 
 from memory import overrides, recall
 from memory import services as memory_services
@@ -29,7 +30,8 @@ def _offline(settings):
     settings.MEMORY_ENQUEUE_TASKS = False
     settings.FACT_RECALL_LIMIT = 6
     overrides.reset_cache()
-    yield
+    with translation.override("zh-hans"):  # the refusals are matched in Chinese, whatever a test before left active
+        yield
     overrides.reset_cache()
 
 
