@@ -127,7 +127,7 @@ def replay_turn_pool(
             first = pool.setdefault(fact.id, fact)
             if first is not fact and fact.coverage is not None:
                 # relevant to either query is enough for the floors: best coverage, rarest of either
-                pool[fact.id] = first.but(coverage=max(first.coverage or 0.0, fact.coverage),
+                pool[fact.id] = first.copy_with(coverage=max(first.coverage or 0.0, fact.coverage),
                                           rarest=first.rarest or fact.rarest)
     for line, weight in context:
         for fact in selectors.recall_facts_in_scope(
@@ -137,11 +137,11 @@ def replay_turn_pool(
             coverage = fact.coverage * weight if fact.coverage is not None else None
             first = pool.get(fact.id)
             if first is None:
-                pool[fact.id] = fact.but(
+                pool[fact.id] = fact.copy_with(
                     lexical_relevance=fact.lexical_relevance * weight, coverage=coverage, rarest=False, source="context",
                 )
             elif coverage is not None and coverage > (first.coverage or 0.0):
-                pool[fact.id] = first.but(coverage=coverage)
+                pool[fact.id] = first.copy_with(coverage=coverage)
     ordered = selectors.rank_facts(list(pool.values()), overrides)
     kept = apply_pool_percentile([f.score for f in ordered], float(overrides.get("pool_score_percentile", 0.0)))
     return ordered[:kept]

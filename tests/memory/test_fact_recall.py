@@ -248,16 +248,16 @@ def test_fts_operators_are_always_quoted(person, query):
 
 
 def test_a_scoped_fact_copy_is_what_dataclasses_replace_makes():
-    """ScopedFact.but: the ranking's cheap copy — equal to dataclasses.replace, the original untouched."""
+    """ScopedFact.copy_with: the ranking's cheap copy — equal to dataclasses.replace, the original untouched."""
     from dataclasses import replace
 
     fact = selectors.ScopedFact(
         id=1, person_id=2, kind="偏好", content="喜欢打篮球", slot="", origin_kind="observation", retention=0.9,
         score=0.5, lexical_relevance=0.7, bm25=-3.2, half_life_hours=720.0, active=True,
     )
-    changed = fact.but(score=0.8, cosine=0.4, eligible=False)
+    changed = fact.copy_with(score=0.8, cosine=0.4, eligible=False)
     assert changed == replace(fact, score=0.8, cosine=0.4, eligible=False)
     assert (fact.score, fact.cosine, fact.eligible) == (0.5, None, True)
     assert hash(changed) == hash(replace(fact, score=0.8, cosine=0.4, eligible=False))
     with pytest.raises(TypeError, match="no field scroe"):
-        fact.but(scroe=0.8)
+        fact.copy_with(scroe=0.8)
