@@ -31,7 +31,10 @@ def envfloat(name: str, default: float) -> float:
     return float(env(name, str(default)))
 
 
-SECRET_KEY = env("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me")
+# The development key is public: with DEBUG off and no DJANGO_SECRET_KEY the web server, the worker and the beat
+# refuse to start (config/startup.py); management commands still run (they sign nothing).
+SECRET_KEY_SET = bool(env("DJANGO_SECRET_KEY").strip())
+SECRET_KEY = env("DJANGO_SECRET_KEY").strip() or "dev-only-insecure-key-change-me"
 # Off unless asked for: `make run` / `make web` turn it on for local use.
 DEBUG = envbool("DJANGO_DEBUG", "False")
 ALLOWED_HOSTS = [h for h in env("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]

@@ -575,8 +575,19 @@ def reconcile_spaces(embedder: Embedder, consumers: Sequence[str] = tuple(_VECTO
     return cleared
 
 
+def _missing_vectors(model: Any) -> Any:
+    """The rows a backfill embeds: no vector yet, and a text to embed. A message may be stored with an empty body
+    and filled later (``PATCH /messages/{id}``): until then it has nothing to embed, which is no failure."""
+    return model.objects.filter(embedding__isnull=True).exclude(content="")
+
+
 def _embed_rows(consumer: str, rows: Sequence[tuple[int, str]], embedder: Embedder) -> tuple[int, int]:
-    """Embed one batch and store the vectors in one transaction; returns (stored, failed)."""
+    """Embed one batch and store the vectors in one transaction; returns (stored, failed).
+
+    A blank text (whitespace only) is not sent: it has nothing to embed, it is neither stored nor failed."""
+    rows = [(row_id, content) for row_id, content in rows if content.strip()]
+    if not rows:
+        return 0, 0
     vectors = list(embedder.embed([content for _, content in rows]))
     if len(vectors) != len(rows):  # breaks the embedder contract: trust none of it
         logger.warning("embed_batch_misaligned consumer=%s sent=%d got=%d", consumer, len(rows), len(vectors))
@@ -624,7 +635,7 @@ def backfill_vectors(
     for consumer in _VECTOR_MODELS:
         model = _VECTOR_MODELS[consumer]
         last = 0
-        query = model.objects.filter(embedding__isnull=True)
+        query = _missing_vectors(model)
         if only_ids is not None:
             wanted = sorted({int(i) for i in only_ids.get(consumer, ()) if i})
             if not wanted:
@@ -675,7 +686,7 @@ def _embedder_down(embedder: Embedder) -> bool:
 def vectors_pending_after(last_ids: dict[str, int]) -> bool:
     """Whether rows without a vector exist beyond what a backfill run looked at."""
     return any(
-        model.objects.filter(embedding__isnull=True, pk__gt=last_ids.get(consumer, 0)).exists()
+        _missing_vectors(model).filter(pk__gt=last_ids.get(consumer, 0)).exists()
         for consumer, model in _VECTOR_MODELS.items()
     )
 
