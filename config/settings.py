@@ -304,7 +304,7 @@ TURN_RETENTION_HOURS = envfloat("TURN_RETENTION_HOURS", 720)
 # (the row and its links stay; its FTS row and vector go). 0 = keep bodies for ever (default).
 MESSAGE_RETENTION_DAYS = envint("MESSAGE_RETENTION_DAYS", 0)
 
-# --- Memory engine knobs (reference-spec §0.3 schema defaults) --------------
+# --- Memory engine knobs (docs/REFERENCE.md §18 schema defaults) --------------
 WORKING_MEMORY_MESSAGES = envint("WORKING_MEMORY_MESSAGES", 40)
 SUMMARIZE_TRIGGER_MESSAGES = envint("SUMMARIZE_TRIGGER_MESSAGES", 48)
 SUMMARIZE_BATCH_MESSAGES = envint("SUMMARIZE_BATCH_MESSAGES", 16)

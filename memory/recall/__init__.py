@@ -767,7 +767,7 @@ def cognitive_recall(
     at: int | None = None,
     query_embedding: Any = None,
 ) -> RecallResult:
-    """The seed's ``recall`` action: facts and episodes, then association spreading.
+    """The reference's ``recall`` action (docs/REFERENCE.md): facts and episodes, then association spreading.
 
     Facts are the confirmed ranking of a turn for ``query`` (:func:`rank_pool`: the
     lexical pool of the present persons, the dense channel when a query vector is at
@@ -869,7 +869,7 @@ def cognitive_recall(
 def inspect_messages(
     *, stream_id: int, query: str, before_message_id: int | None = None, limit: int = 6, query_embedding: Any = None
 ) -> list[Message]:
-    """The seed's ``inspect`` action: the stream's chat history before the watermark, by relevance.
+    """The reference's ``inspect`` action: the stream's chat history before the watermark, by relevance.
 
     bm25 over the stream's message index, fused with message-vector cosine when a
     query vector is available (given, or from the configured embedder): on MemDaily
@@ -885,7 +885,7 @@ def inspect_messages(
 def consult_knowledge(
     *, query: str, limit: int = 5, at: int | None = None, query_embedding: Any = None, touch: bool = True
 ) -> list[selectors.KnowledgeHit]:
-    """The seed's ``consult`` action: knowledge search, hits counted when shown."""
+    """The reference's ``consult`` action: knowledge search, hits counted when shown."""
     vector = query_embedding if query_embedding is not None else embed_query(query)
     hits = selectors.search_knowledge(query=query, limit=limit, query_embedding=vector)
     if touch and hits:

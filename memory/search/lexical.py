@@ -5,7 +5,7 @@ hold ``index_tokens`` of their row's text with ``rowid`` = the row's primary
 key; facts and cues also carry an unweighted scope column (``person`` /
 ``stream``) so person- and stream-scoped queries rank only their own rows.
 The writer of a row writes its FTS row (:func:`index_row`, :func:`index_fact`,
-:func:`index_cue`) inside the same transaction (the seed makes rowid alignment
+:func:`index_cue`) inside the same transaction (the reference makes rowid alignment
 the writer's job, not a trigger's) and keeps the tokens on the row too.
 
 ``messages_fts`` indexes chat messages the same way, scoped by a ``stream``

@@ -230,7 +230,7 @@ class _NodeTexts:
     """The casefolded texts of every registered memory node, resident per process.
 
     Concept spreading maps a concept back to *every* registered node whose text
-    contains the concept's name (casefold substring, reference-spec §3.8). The
+    contains the concept's name (casefold substring, docs/REFERENCE.md §8). The
     texts live in one NUL-separated string, so finding a name's holders is one
     C-speed ``str.find`` pass over the whole corpus (no FTS tokenisation can miss a
     substring, and episodes are searched by their summaries); holder lists are
@@ -369,7 +369,7 @@ def resident_node_texts(row_revisions: tuple | None = None) -> _NodeTexts | None
 def _nodes_containing(concepts: set[str], row_revisions: tuple | None = None) -> dict[str, list[int]]:
     """Every registered memory node (fact, episode, knowledge) whose text contains each concept.
 
-    The reference rule (§3.8): ``concept.casefold()`` is a substring of the node's
+    The reference rule (docs/REFERENCE.md §8): ``concept.casefold()`` is a substring of the node's
     text (fact content / episode summary / knowledge content) casefolded. No cap:
     every holder gets its share. Outside a transaction the resident node texts
     answer (one ``str.find`` pass per name, then remembered); inside one, the
