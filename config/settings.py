@@ -6,6 +6,7 @@ helper; the defaults let a fresh clone run with only Redis on its usual port.
 from __future__ import annotations
 
 import os
+import socket
 import warnings
 from pathlib import Path
 
@@ -92,6 +93,7 @@ MIDDLEWARE = [
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "config.middleware.RefuseNulQueryMiddleware",
+    "config.middleware.DatabaseOutageMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -204,8 +206,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"line": {"format": "[%(asctime)s: %(levelname)s/%(processName)s] %(message)s"}},
-    "filters": {"refusals": {"()": "config.logs.RefusalWithoutTraceback"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line", "filters": ["refusals"]}},
+    "filters": {"refusals": {"()": "config.logs.RefusalWithoutTraceback"}, "outages": {"()": "config.logs.OutageReported"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line", "filters": ["refusals", "outages"]}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
     "loggers": {"django": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO"), "propagate": False}},
 }
@@ -248,8 +250,6 @@ REDIS_HEALTH_CHECK_INTERVAL = envint("REDIS_HEALTH_CHECK_INTERVAL", 10)
 
 
 def _keepalive_options() -> dict[int, int]:
-    import socket
-
     wanted = {"TCP_KEEPIDLE": REDIS_KEEPALIVE_IDLE, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 3}
     return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
 
