@@ -35,6 +35,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
+from config import outage
 from curation import api as curation_api
 from memory.api import routes as memory_api
 from memory.api.auth import BearerTokenAuth
@@ -349,7 +350,18 @@ def _on_not_found(request: HttpRequest, exc: Exception) -> HttpResponse:
     return error_response(request, 404, str(exc) or "not found")
 
 
+def _on_database_down(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # PostgreSQL unreachable, starting or stopping: one log line per outage (config/outage.py), no traceback
+    outage.report(exc, f"{request.method} {request.path}")
+    outage.mark(request)
+    response = error_response(request, 503, outage.detail(request.path, request.method))
+    response["Retry-After"] = str(outage.RETRY_AFTER_SECONDS)
+    return response
+
+
 def _on_operational(request: HttpRequest, exc: OperationalError) -> HttpResponse:
+    if outage.unavailable(exc):
+        return _on_database_down(request, exc)
     if "locked" in str(exc).lower() or "busy" in str(exc).lower():
         response = error_response(request, 503, "the database is busy; retry shortly")
         response["Retry-After"] = "1"
@@ -370,8 +382,16 @@ def _on_unstorable(request: HttpRequest, exc: Exception) -> HttpResponse:
     return error_response(request, 422, "the input cannot be stored (text must not contain NUL characters)")
 
 
+def _on_database_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
+    if outage.unavailable(exc):  # an InterfaceError: the connection was closed under the request
+        return _on_database_down(request, exc)
+    return _on_unexpected(request, exc)
+
+
 def _on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     logger.exception("api error on %s %s", request.method, request.path, exc_info=exc)
+    if outage.may_have_been_applied():  # a write of this request committed (or was in flight) before it failed
+        return error_response(request, 500, "internal error; the request may have been partly applied")
     return error_response(request, 500, "internal error; the request was not applied")
 
 
@@ -394,7 +414,7 @@ api.add_exception_handler(ValueError, _status(422))  # input a view refused late
 api.add_exception_handler(pydantic.ValidationError, _on_unexpected)
 api.add_exception_handler(OperationalError, _on_operational)
 api.add_exception_handler(DataError, _on_unstorable)
-api.add_exception_handler(DatabaseError, _on_unexpected)
+api.add_exception_handler(DatabaseError, _on_database_error)
 api.add_exception_handler(Exception, _on_unexpected)
 
 

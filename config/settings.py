@@ -6,6 +6,7 @@ helper; the defaults let a fresh clone run with only Redis on its usual port.
 from __future__ import annotations
 
 import os
+import socket
 import warnings
 from pathlib import Path
 
@@ -92,6 +93,7 @@ MIDDLEWARE = [
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "config.middleware.RefuseNulQueryMiddleware",
+    "config.middleware.DatabaseOutageMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -204,8 +206,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"line": {"format": "[%(asctime)s: %(levelname)s/%(processName)s] %(message)s"}},
-    "filters": {"refusals": {"()": "config.logs.RefusalWithoutTraceback"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line", "filters": ["refusals"]}},
+    "filters": {"refusals": {"()": "config.logs.RefusalWithoutTraceback"}, "outages": {"()": "config.logs.OutageReported"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line", "filters": ["refusals", "outages"]}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
     "loggers": {"django": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO"), "propagate": False}},
 }
@@ -248,8 +250,6 @@ REDIS_HEALTH_CHECK_INTERVAL = envint("REDIS_HEALTH_CHECK_INTERVAL", 10)
 
 
 def _keepalive_options() -> dict[int, int]:
-    import socket
-
     wanted = {"TCP_KEEPIDLE": REDIS_KEEPALIVE_IDLE, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 3}
     return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
 
@@ -304,7 +304,7 @@ TURN_RETENTION_HOURS = envfloat("TURN_RETENTION_HOURS", 720)
 # (the row and its links stay; its FTS row and vector go). 0 = keep bodies for ever (default).
 MESSAGE_RETENTION_DAYS = envint("MESSAGE_RETENTION_DAYS", 0)
 
-# --- Memory engine knobs (reference-spec §0.3 schema defaults) --------------
+# --- Memory engine knobs (docs/REFERENCE.md §18 schema defaults) --------------
 WORKING_MEMORY_MESSAGES = envint("WORKING_MEMORY_MESSAGES", 40)
 SUMMARIZE_TRIGGER_MESSAGES = envint("SUMMARIZE_TRIGGER_MESSAGES", 48)
 SUMMARIZE_BATCH_MESSAGES = envint("SUMMARIZE_BATCH_MESSAGES", 16)

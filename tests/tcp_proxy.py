@@ -8,7 +8,10 @@
   blackholed for ever (the old server is gone, the new one answers).
 * :meth:`TcpProxy.refuse` — every connection is closed and the port refuses new ones
   (``Connection refused``), as a stopped server's; :meth:`TcpProxy.restore` listens again on
-  the same port.
+  the same port (and forwards).
+* :meth:`TcpProxy.answer` — every connection is closed; new ones are accepted and handed to a
+  function that plays the server (e.g. PostgreSQL "the database system is starting up");
+  :meth:`TcpProxy.restore` forwards again.
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ class TcpProxy:
         self._pairs: list[_Pair] = []
         self._lock = threading.Lock()
         self._blackholed = False
+        self._answer = None
         self._closed = False
         self._listener: socket.socket | None = None
         self._listen()
@@ -65,7 +69,16 @@ class TcpProxy:
         for pair in pairs:
             pair.close()
 
+    def answer(self, play) -> None:
+        """New connections go to ``play(socket)`` (run in its own thread; the proxy closes the socket after it)."""
+        self._answer = play
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        for pair in pairs:
+            pair.close()
+
     def restore(self) -> None:
+        self._answer = None
         if self._listener is None:
             self._listen()
 
@@ -95,6 +108,10 @@ class TcpProxy:
                 client, _ = listener.accept()
             except OSError:
                 return  # closed by refuse()
+            play = self._answer
+            if play is not None:
+                threading.Thread(target=_play, args=(play, client), daemon=True).start()
+                continue
             upstream = None
             if not self._blackholed:
                 try:
@@ -134,3 +151,13 @@ class TcpProxy:
                         self._pairs.remove(pair)
                 pair.close()
                 return
+
+
+def _play(play, sock: socket.socket) -> None:
+    try:
+        sock.settimeout(5)
+        play(sock)
+    except OSError:
+        pass
+    finally:
+        sock.close()

@@ -568,7 +568,7 @@ EXAMPLES: dict[type, Any] = {
     ProfileIn: {"name": "少而准", "params": _PARAMS},
     ApplyIn: {"name": "少而准"},
     AppliedOut: {"profile": "少而准", "params": _PARAMS, "revision": 1},
-    DeletedOut: {"deleted": True, "active": "default", "profiles": ["default", "seed"]},
+    DeletedOut: {"deleted": True, "active": "default", "profiles": ["default", "reference"]},
     ExportOut: {"profile": "少而准", "params": _PARAMS, "exported_at": "2026-12-04T11:32:12Z"},
     TargetIn: {"profile": "少而准"},
     EvaluateIn: {"profile": "少而准", "max_turns": 200},

@@ -23,7 +23,7 @@ from memory import overrides
 from memory.engine.tuning import WHITELIST, TuningError
 from memory.overrides import (
     DEFAULT_PROFILE_NAME,
-    SEED_PROFILE_NAME,
+    REFERENCE_PROFILE_NAME,
     builtin_params,
 )
 from memory.services import emit_event
@@ -178,15 +178,15 @@ def list_profiles() -> list[ProfileRow]:
             builtin=True,
         ),
         ProfileRow(
-            name=SEED_PROFILE_NAME,
-            params=builtin_params(SEED_PROFILE_NAME) or {},
+            name=REFERENCE_PROFILE_NAME,
+            params=builtin_params(REFERENCE_PROFILE_NAME) or {},
             created_at=None,
             last_applied_at=None,
-            active=active == SEED_PROFILE_NAME,
+            active=active == REFERENCE_PROFILE_NAME,
             builtin=True,
         ),
     ]
-    for p in RetrievalProfile.objects.exclude(name=SEED_PROFILE_NAME).order_by("name"):
+    for p in RetrievalProfile.objects.exclude(name=REFERENCE_PROFILE_NAME).order_by("name"):
         rows.append(
             ProfileRow(
                 name=p.name,
@@ -200,7 +200,7 @@ def list_profiles() -> list[ProfileRow]:
 
 
 def load_profile_params(name: str) -> dict[str, Any] | None:
-    """``default`` → ``{}``; ``seed`` → its built-in params; unknown → None; stored params re-validated."""
+    """``default`` → ``{}``; ``reference`` → its built-in params; unknown → None; stored params re-validated."""
     builtin = builtin_params(name)
     if builtin is not None:
         return builtin
@@ -240,8 +240,9 @@ def apply_profile(name: Any, *, at: int | None = None, user: str = "", op: str =
                   source: str = "") -> dict[str, Any]:
     """Make ``name`` the active profile in every process; returns ``{profile, params, revision}``.
 
-    Journalled (``op``: apply, or rollback) with the profile it replaced."""
-    name = _given_name(name, _("参数方案名称为空"))
+    Journalled (``op``: apply, or rollback) with the profile it replaced. A built-in profile's old
+    name (``seed``) applies it under its name now (``reference``)."""
+    name = overrides.canonical_profile_name(_given_name(name, _("参数方案名称为空")))
     at = _now_ms() if at is None else at
     with transaction.atomic():
         replaced = active_profile_name()
@@ -296,6 +297,7 @@ def export_profile(name: str) -> dict[str, Any]:
     params = load_profile_params(name)
     if params is None:
         raise ProfileError(_("参数方案「%(name)s」不存在") % {"name": name}, param="name", status=404)
+    name = overrides.canonical_profile_name(name)
     return {
         "profile": name,
         "params": params,

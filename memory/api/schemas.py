@@ -286,7 +286,7 @@ class RankTermsOut(Out):
     coverage: float | None = Field(None, description="share of the query's achievable IDF mass the fact matches")
     cosine: float | None
     relevance: float | None = Field(None, description="fused relevance with a cosine, else the lexical one")
-    calibrated: float | None = Field(None, description="relevance as a share of the pool's best (seed: relevance)")
+    calibrated: float | None = Field(None, description="relevance as a share of the pool's best (reference profile: relevance)")
     retention: float
     prior: float | None = Field(None, description="the retention term of the score")
     score: float

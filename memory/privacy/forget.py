@@ -591,7 +591,7 @@ def scrub_message_changes(message_ids: Sequence[int]) -> int:
     dropped = 0
     with connection.cursor() as cur:
         for chunk in _chunks(ids):
-            cur.execute(f"DELETE FROM memory_changes WHERE source = 'messages' AND row_id IN ({backends.marks(chunk)})",
+            cur.execute(f"DELETE FROM memory_changes WHERE source = 'messages' AND row_id IN ({backends.in_placeholders(chunk)})",
                         chunk)
             dropped += max(cur.rowcount, 0)
         backends.bump_revision(cur, MESSAGE_REVISION_KEY)

@@ -115,7 +115,7 @@ class ResidentBM25:
                 cur.execute(f"SELECT id, {src.tokens} FROM {src.table} ORDER BY id")
             else:
                 cur.execute(
-                    f"SELECT id, {src.tokens} FROM {src.table} WHERE id IN ({backends.marks(ids)}) ORDER BY id",
+                    f"SELECT id, {src.tokens} FROM {src.table} WHERE id IN ({backends.in_placeholders(ids)}) ORDER BY id",
                     list(ids),
                 )
             return cur.fetchall()

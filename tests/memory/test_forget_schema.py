@@ -186,3 +186,19 @@ def test_resident_message_statistics_of_another_reader_drop_the_forgotten_rows()
     got, want = other.scores(ids["stream"], query), fresh.scores(ids["stream"], query)
     assert got[0].tolist() == want[0].tolist() and got[1].tolist() == pytest.approx(want[1].tolist())
     assert set(got[0].tolist()) < set(warm[0].tolist())
+
+
+@pytest.mark.django_db
+def test_forgetting_a_stream_leaves_none_of_its_words_or_tokens():
+    world = World()
+    ids = world.fill()
+    said = [*SECRETS, *BOB_LINES]
+    kept = [forget.REDACTED, forget.REDACTED_SUMMARY, NAME, EXTERNAL, "鲍勃", "bob-12", "喜欢去公园散步"]
+    looked_for = forget_scan.needles([*said, FACT], kept)
+    assert "turns.text" in _where(forget_scan.scan(looked_for))
+
+    forget.forget(target="stream", target_id=ids["stream"], user="op")
+
+    assert _where(forget_scan.scan(looked_for)) == {}
+    assert Person.objects.filter(pk=ids["alice"]).exists()  # the persons stay, with the facts not from its messages
+    assert Fact.objects.filter(content="喜欢去公园散步").exists()

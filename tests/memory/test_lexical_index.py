@@ -509,8 +509,6 @@ def test_scope_scores_are_the_engines_bit_for_bit_with_appended_rows(loaded):
     # give the same doubles, and the same document frequencies
     import random
 
-    import numpy as np
-
     from memory.engine.bm25 import scope_bm25
 
     rng = random.Random(7)

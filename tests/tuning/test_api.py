@@ -52,6 +52,16 @@ def test_requires_a_token():
     assert Api("nope").post("/apply", {"name": "x"}).status_code == 401
 
 
+def test_the_reference_profile_answers_to_its_old_name(api):
+    # "seed" was the reference profile's name (tuning/migrations/0004_reference_profile): it still applies
+    r = api.post("/apply", {"name": "seed"})
+    assert r.status_code == 200, r.content
+    assert r.json()["profile"] == "reference" and r.json()["params"]["reference_blend"] == 1
+    assert api.get().json()["active"]["profile"] == "reference"
+    r = api.post("/profiles", {"name": "seed", "params": {"bm25_weight": 2.0}})
+    assert r.status_code == 400 and "seed" in r.json()["detail"]
+
+
 def test_integer_parameter_saved_and_applied_over_http(api):
     r = api.post("/profiles", raw='{"name": "hops", "params": {"ppr_hops": 3, "fact_recall_limit": 8, "bm25_weight": 2}}')
     assert r.status_code == 201, r.content
@@ -69,7 +79,7 @@ def test_integer_parameter_saved_and_applied_over_http(api):
 
     state = api.get().json()
     assert state["active"] == {"profile": "hops", "overrides": {"ppr_hops": 3, "fact_recall_limit": 8, "bm25_weight": 2.0}}
-    assert [p["name"] for p in state["profiles"]] == ["default", "seed", "hops"]  # seed: built in
+    assert [p["name"] for p in state["profiles"]] == ["default", "reference", "hops"]  # reference: built in
     assert state["profiles"][2]["active"] is True and state["profiles"][2]["last_applied_at"] is not None
     assert state["whitelist"]["ppr_hops"] == {
         "kind": "int", "min": 1.0, "max": 4.0, "legacy": 2, "label": "PPR 跳数", "configured": None
@@ -120,7 +130,7 @@ def test_export_and_delete(api):
     assert api.get("/export", name="ghost").status_code == 404
     r = api.delete("/profiles/b")
     assert r.status_code == 200
-    assert r.json() == {"deleted": True, "active": "default", "profiles": ["default", "seed"]}
+    assert r.json() == {"deleted": True, "active": "default", "profiles": ["default", "reference"]}
     assert overrides.active_overrides() == {}
     assert api.delete("/profiles/b").json()["deleted"] is False
     for builtin in ("default", "seed"):  # input the schema refuses (ProfileName): 422, as documented

@@ -1,4 +1,4 @@
-"""Trace-replay evaluation and what-if comparison (reference-spec §3.12 round 2, §6.9 84, 87, 90–95)."""
+"""Trace-replay evaluation and what-if comparison (docs/REFERENCE.md §12)."""
 from __future__ import annotations
 
 import math
