@@ -6,13 +6,14 @@ Parameter values are taken **as JSON decoded them** (``dict[str, Any]``, never c
 Integers are accepted for float parameters and stored as floats.
 
 A refused parameter set is a 422 whose ``errors[0].field`` is ``body.params.<name>``;
-an unknown profile is a 404; the built-in profiles (``default``, ``seed``) cannot be saved
-over or deleted (422, stated in the schema). Evaluation and comparison run as background jobs: the
+an unknown profile is a 404; the built-in profiles (``default``, ``reference``, once ``seed``)
+cannot be saved over or deleted (422, stated in the schema). Evaluation and comparison run as background jobs: the
 POST answers 202 with a job id, ``GET /tuning/jobs/{id}`` reports progress and, when
 done, the report. Every route needs a token with the ``tuning`` scope (or ``admin``).
 """
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from django.http import HttpRequest
@@ -22,9 +23,9 @@ from pydantic import ConfigDict
 from memory import recall
 from memory.api.auth import BearerTokenAuth, api_user
 from memory.api.schemas import MAX_ID, NOT_BLANK, WHITESPACE, Id, JsonInt
-from memory.engine.tuning import WHITELIST
+from memory.engine.tuning import BUILTIN_PROFILES, RENAMED_PROFILES, WHITELIST
 from memory.models import Job, Turn
-from memory.overrides import DEFAULT_PROFILE_NAME, SEED_PROFILE_NAME
+from memory.overrides import DEFAULT_PROFILE_NAME
 from tuning import evaluation, fit, inspection, relevance, services
 from tuning.services import PROFILE_NAME_MAX, ProfileError
 
@@ -83,10 +84,11 @@ def _params_schema(schema: dict[str, Any]) -> None:
 
 
 PARAMS_HELP = "whitelisted parameter → JSON number in its bounds; integer parameters need whole numbers (3 or 3.0)"
-# A stored profile's name: not blank, and not a built-in profile's (after stripping).
+# A stored profile's name: not blank, and not a built-in profile's, nor the old name of one (after stripping).
+BUILTIN_NAMES = "|".join(re.escape(n) for n in sorted({DEFAULT_PROFILE_NAME, *BUILTIN_PROFILES, *RENAMED_PROFILES}))
 PROFILE_NAME_RULES: dict[str, Any] = {
     "pattern": NOT_BLANK,
-    "not": {"pattern": f"^[{WHITESPACE}]*({DEFAULT_PROFILE_NAME}|{SEED_PROFILE_NAME})[{WHITESPACE}]*$"},
+    "not": {"pattern": f"^[{WHITESPACE}]*({BUILTIN_NAMES})[{WHITESPACE}]*$"},
 }
 # An existing profile's name (apply): "default" is one.
 NAME_RULES: dict[str, Any] = {"pattern": NOT_BLANK}
