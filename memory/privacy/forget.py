@@ -490,8 +490,15 @@ def forget(
         record = ForgetRecord.objects.create(
             at=at, user=user[:150], target=plan.target, target_id=plan.target_id, counts=plan.counts()
         )
-        transaction.on_commit(refresh_statistics)
+        transaction.on_commit(_refresh_statistics_after_commit)
     return plan, record
+
+
+def _refresh_statistics_after_commit() -> None:
+    try:
+        refresh_statistics()
+    except DatabaseError as exc:  # the forgetting is committed: say so, and what is left to do
+        logger.warning("forget_statistics_not_refreshed reason=%s (run ANALYZE)", str(exc).strip()[:200])
 
 
 def refresh_statistics() -> None:
