@@ -26,7 +26,7 @@ from memory.engine.scope import fact_visible_in_stream
 from memory.engine.scoring import RankedCandidate, Verdict, apply_pool_percentile, held_back
 from memory.models import Episode, Fact, Identity, Message, Person, Stream, Turn
 from memory.providers import config as provider_config
-from memory.search import lexical
+from memory.search import lexical, read_ahead
 from memory.selectors import RecalledEpisode, ScopedFact
 from memory.selectors._common import private_facts_in_group
 
@@ -240,7 +240,7 @@ def recent_context(
     size = _context_size(overrides)
     if size <= 0 or not upto_id:
         return []
-    rows = lexical.read(_context_read(stream_id, upto_id, size))
+    rows = read_ahead.read(_context_read(stream_id, upto_id, size))
     if rows and " ".join(rows[0][2].split()) == " ".join(text.split()):
         rows = rows[1:]
     if at is not None:
@@ -259,9 +259,9 @@ def _context_size(overrides: Mapping[str, Any]) -> int:
     return max(lines, dense)
 
 
-def _context_read(stream_id: int, upto_id: int, size: int) -> lexical.Read:
+def _context_read(stream_id: int, upto_id: int, size: int) -> read_ahead.Read:
     """:func:`recent_context`'s messages (one more: the turn's own line may be among them)."""
-    return lexical.Read(  # a turn's read: plain SQL, no ORM compile per call
+    return read_ahead.Read(  # a turn's read: plain SQL, no ORM compile per call
         ("recent_context", stream_id, upto_id, size),
         "SELECT id, role, content, created_at FROM messages WHERE stream_id = %s AND id <= %s ORDER BY id DESC LIMIT %s",
         [stream_id, upto_id, size + 1],
@@ -355,7 +355,7 @@ def _trace_write() -> None:
 
 
 def _record_turn(
-    values: dict[str, Any], trace: dict[str, Any], blocked_by_query: Sequence[int] = (), also: lexical.Read | None = None,
+    values: dict[str, Any], trace: dict[str, Any], blocked_by_query: Sequence[int] = (), also: read_ahead.Read | None = None,
 ) -> tuple[int, Any]:
     """Store a turn (``values``: its fields), its ``memory_retrieval_trace`` event (``trace``: the
     payload but the turn's id) and a ``memory_fact_scope_blocked`` event for each query whose facts
@@ -388,7 +388,7 @@ def _record_turn(
         turn = Turn.objects.create(**values)
         services.emit_event(event["kind"], {"turnId": turn.pk, **trace}, at=event["at"], stream_id=event["stream_id"],
                             turn_id=turn.pk, stage=event["stage"])
-    return turn.pk, None if also is None else lexical.read(also)
+    return turn.pk, None if also is None else read_ahead.read(also)
 
 
 _TURN_FIELDS = [f for f in Turn._meta.concrete_fields if not f.primary_key]
@@ -432,9 +432,9 @@ def prepare_turn(
         reads.append(_context_read(stream_id, before, size))
     if record:
         reads.append(services.due_facts_read(now))
-    with lexical.one_state("facts_fts", "cues_fts", reads=reads):  # the turn's reads see one state of the lexical tables
+    with read_ahead.one_state("facts_fts", "cues_fts", reads=reads):  # the turn's reads see one state of the lexical tables
         if record and services.sweep(at=now, once=True):
-            lexical.unsend(scope)  # its rows, read ahead (PostgreSQL), predate the facts the sweep froze
+            read_ahead.drop(scope)  # its rows, read ahead (PostgreSQL), predate the facts the sweep froze
         persons = present_persons(stream_id=stream_id, speaker_id=speaker_id, before_id=before)
         lexical.scope_of(persons, scope)
         context = recent_context(stream_id=stream_id, upto_id=before, text=text, overrides=overrides, at=now)
@@ -476,7 +476,7 @@ def prepare_turn(
             also=recalled,
         )
     elif recalled is not None:
-        rows = lexical.read(recalled)
+        rows = read_ahead.read(recalled)
     episodes = _episodes(selectors.recalled_episodes(hits, rows) if rows else [], recent)
     return TurnContext(
         turn_id=turn_id, stream=stream, speaker_id=speaker_id, now=now, working_memory=working,
@@ -532,11 +532,11 @@ class _TurnToConfirm:
     context_message_ids: list[int]
 
 
-def _turn_read(turn_id: int) -> lexical.Read:
+def _turn_read(turn_id: int) -> read_ahead.Read:
     """The turn's row for :func:`confirm_turn` (``None`` when there is none): its columns by plain SQL
     (not a model instance: the ORM's machinery cost as much as the read), the JSON ones decoded as a
     JSONField does."""
-    return lexical.Read(
+    return read_ahead.Read(
         ("turn_to_confirm", int(turn_id)),
         "SELECT id, stream_id, at, text, stream_kind, confirmed_at, present_person_ids, pool, context_message_ids"
         " FROM turns WHERE id = %s",
@@ -665,8 +665,8 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     ahead = []
     if query_embedding is not None or provider_config.get_embedder(serving=True) is not None:
         ahead = [selectors.turn_dense_scope_read(turn_id), selectors.turn_context_vectors_read(turn_id)]
-    with lexical.one_state("facts_fts", reads=[turn_read, *ahead]):
-        turn = lexical.read(turn_read)
+    with read_ahead.one_state("facts_fts", reads=[turn_read, *ahead]):
+        turn = read_ahead.read(turn_read)
         if turn is None:
             raise TurnNotFound(f"turn {turn_id} not found")
         if turn.confirmed_at is not None:
@@ -675,8 +675,8 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
         context = context_positions(turn.context_message_ids)
         if ahead:  # what was read ahead is what the dense channel reads (nothing when it was not sent)
             window = [line.message_id for line in _dense_window(context, overrides)]
-            lexical.file_as(ahead[0], selectors.dense_scope_read(turn.present_person_ids))
-            lexical.file_as(ahead[1], selectors.message_vectors_read(window), keep=lambda row: row[0] in window)
+            read_ahead.serve_from(ahead[0], selectors.dense_scope_read(turn.present_person_ids))
+            read_ahead.serve_from(ahead[1], selectors.message_vectors_read(window), keep=lambda row: row[0] in window)
         query = conversation_query(vector, context, overrides)
         ranking = rank_pool(
             pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=turn.text,
