@@ -53,6 +53,9 @@ class ScopedFact:
     gate: str = ""  # why the gate let it pass or held it back (memory.engine.scoring.Gate)
 
     def as_dict(self) -> dict[str, Any]:
+        """The candidate as a turn records it in its pool (``Turn.pool``); :meth:`from_dict` reads it back.
+        The ranking's terms (relevance, calibrated, prior, margin, gate) are not recorded: the confirm
+        ranks the pool again (:func:`memory.recall.rank_pool`)."""
         return {
             "factId": self.id,
             "personId": self.person_id,
@@ -72,6 +75,19 @@ class ScopedFact:
             "rarest": self.rarest,
             "eligible": self.eligible,
         }
+
+    @classmethod
+    def from_dict(cls, item: Mapping[str, Any]) -> ScopedFact:
+        """The candidate :meth:`as_dict` recorded (a turn's pool; keys added since an older turn was
+        recorded read as their defaults)."""
+        return cls(
+            id=item["factId"], person_id=item["personId"], kind=item.get("kind", ""), content=item.get("content", ""),
+            slot=item.get("slot", ""), origin_kind=item.get("origin", "legacy"), retention=item["retention"],
+            score=item["score"], lexical_relevance=item["lexical"], bm25=item.get("bm25"),
+            half_life_hours=item["halfLife"], active=item.get("active", True), cosine=item.get("cosine"),
+            source=item.get("source", "lexical"), coverage=item.get("coverage"), rarest=item.get("rarest", False),
+            eligible=item.get("eligible", True),
+        )
 
     def copy_with(self, **changes: Any) -> ScopedFact:
         """A copy with ``changes``: :func:`dataclasses.replace` without re-running ``__init__`` (a turn
