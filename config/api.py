@@ -409,7 +409,7 @@ api.add_exception_handler(ObjectDoesNotExist, _on_not_found)
 for _exc, _code in {**memory_api.ERROR_STATUSES, **curation_api.ERROR_STATUSES}.items():
     api.add_exception_handler(_exc, _handler_for(_code))
 api.add_exception_handler(BrokerUnavailable, _on_broker_down)
-api.add_exception_handler(ValueError, _status(400))
+api.add_exception_handler(ValueError, _status(422))  # input a view refused late: documented on every route
 # a pydantic error escaping a view is a server bug (e.g. a response not matching its schema)
 api.add_exception_handler(pydantic.ValidationError, _on_unexpected)
 api.add_exception_handler(OperationalError, _on_operational)

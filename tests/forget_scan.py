@@ -2,7 +2,8 @@
 
 The tables and columns come from the schema itself (SQLite: ``sqlite_master`` and
 ``table_xinfo``, which list virtual tables, FTS5 shadow tables and fts5vocab tables too;
-PostgreSQL: ``information_schema``), so a table added later is read as well. Every value is
+PostgreSQL: ``information_schema``, and ``pg_stats``: the values the planner sampled), so a
+table added later is read as well. Every value is
 read: text and JSON as text (SQLite's JSON columns store non-ASCII as ``\\uXXXX``: both
 spellings are looked for), binary values as bytes (UTF-8 of each needle).
 
@@ -54,6 +55,8 @@ def tables() -> list[tuple[str, list[str]]]:
         out: dict[str, list[str]] = {}
         for table, column in cur.fetchall():
             out.setdefault(table, []).append(column)
+        # the planner's samples of every column (most common values, histogram bounds), as text
+        out["pg_stats"] = ["most_common_vals", "histogram_bounds", "most_common_elems"]
         return sorted(out.items())
 
 
@@ -89,6 +92,8 @@ def scan(found_in: Sequence[str]) -> list[tuple[str, str, str]]:
 
 def _pg_select(table: str, column: str) -> str:
     """A PostgreSQL column as text, or as bytes when it is ``bytea``."""
+    if table == "pg_stats":
+        return f"SELECT {column}::text FROM pg_stats WHERE schemaname = current_schema()"
     with connection.cursor() as cur:
         cur.execute("SELECT data_type FROM information_schema.columns WHERE table_schema = current_schema()"
                     " AND table_name = %s AND column_name = %s", [table, column])

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
@@ -53,7 +54,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.admin.models import LogEntry
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection, models, transaction
+from django.db import DatabaseError, connection, models, transaction
 from django.db.models import F, Q
 
 from memory import backends, services
@@ -81,6 +82,8 @@ from memory.models import (
 from memory.search import lexical
 from memory.search.activation import activation
 from memory.search.lexical_index import MESSAGE_REVISION_KEY
+
+logger = logging.getLogger(__name__)
 
 TARGETS = tuple(ForgetRecord.Target.values)
 MIN_QUOTE = 6  # characters: shorter sentences are too common to count as a quote
@@ -487,7 +490,43 @@ def forget(
         record = ForgetRecord.objects.create(
             at=at, user=user[:150], target=plan.target, target_id=plan.target_id, counts=plan.counts()
         )
+        transaction.on_commit(refresh_statistics)
     return plan, record
+
+
+def refresh_statistics() -> None:
+    """PostgreSQL: sample every table of the schema again (``ANALYZE``), once the deletions are committed.
+
+    The planner's statistics (``pg_statistic``, read through ``pg_stats``) keep values sampled
+    from each column at the last analyse — the most common ones and histogram bounds: a
+    message's text, a token of ``lexical_postings`` — until autovacuum analyses the table
+    again, which a forgetting of a few rows does not trigger. A new sample reads live rows only.
+    An analyse of a table left with no rows keeps the old sample: those tables' statistics are
+    deleted (a superuser's privilege; without it a warning names them — docs/OPERATIONS.md).
+    SQLite keeps no such samples (no ``sqlite_stat4``).
+    """
+    if not backends.is_postgresql():
+        return
+    with connection.cursor() as cur:
+        cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")
+        tables = [row[0] for row in cur.fetchall()]
+        if not tables:
+            return
+        cur.execute("ANALYZE " + ", ".join(connection.ops.quote_name(t) for t in tables))
+        cur.execute("SELECT DISTINCT tablename FROM pg_stats WHERE schemaname = current_schema()")
+        sampled = sorted(row[0] for row in cur.fetchall())
+        empty = []
+        for table in sampled:
+            cur.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {connection.ops.quote_name(table)})")
+            if cur.fetchone()[0]:
+                empty.append(table)
+        if not empty:
+            return
+        try:
+            with transaction.atomic():
+                cur.execute("DELETE FROM pg_statistic WHERE starelid = ANY(%s::regclass[])", [empty])
+        except DatabaseError as exc:
+            logger.warning("forget_statistics_kept tables=%s reason=%s", ",".join(empty), str(exc).strip()[:200])
 
 
 def _carry_out(plan: ForgetPlan) -> None:
@@ -591,7 +630,7 @@ def scrub_message_changes(message_ids: Sequence[int]) -> int:
     dropped = 0
     with connection.cursor() as cur:
         for chunk in _chunks(ids):
-            cur.execute(f"DELETE FROM memory_changes WHERE source = 'messages' AND row_id IN ({backends.marks(chunk)})",
+            cur.execute(f"DELETE FROM memory_changes WHERE source = 'messages' AND row_id IN ({backends.in_placeholders(chunk)})",
                         chunk)
             dropped += max(cur.rowcount, 0)
         backends.bump_revision(cur, MESSAGE_REVISION_KEY)
@@ -665,6 +704,8 @@ def expire_message_bodies(*, days: int, at: int | None = None) -> int:
             emptied += len(rows)
             if len(rows) < RETENTION_BATCH:
                 break
+    if emptied:
+        refresh_statistics()
     previous = meta_get(RETENTION_META_KEY, {})
     total = (previous.get("total", 0) if isinstance(previous, dict) else 0) + emptied
     meta_set(RETENTION_META_KEY, {"at": now, "days": int(days), "emptied": emptied, "total": total})

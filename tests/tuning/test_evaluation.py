@@ -397,4 +397,4 @@ def test_resolve_target():
         evaluation.resolve_target(profile="ghost")
     assert err.value.status == 404
     with pytest.raises(services.ProfileError):
-        evaluation.resolve_target(params={"ppr_hops": 2.0})
+        evaluation.resolve_target(params={"ppr_hops": 2.5})

@@ -37,7 +37,7 @@ def names() -> list[str]:
         ({"freeze_threshold": 0.2}, "freeze_threshold", "不在调优白名单"),
         ({"bm25_weight": 99.0}, "bm25_weight", "越界"),
         ({"ppr_hops": 1.5}, "ppr_hops", "需要整数"),
-        ({"ppr_hops": 3.0}, "ppr_hops", "需要整数"),  # JSON 3.0 decodes to a float: refused for int params
+        ({"ppr_hops": 3.5}, "ppr_hops", "需要整数"),  # 3.0 is the integer 3 (test_api: whole numbers)
         ({"ppr_alpha": True}, "ppr_alpha", "需要数值"),
         ({"ppr_alpha": "0.9"}, "ppr_alpha", "需要数值"),
         ({"fact_recall_limit": 0}, "fact_recall_limit", "越界"),
