@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 export DJANGO_SETTINGS_MODULE := config.settings
 
-.PHONY: setup run web worker beat test test-postgres test-fast bench eval lint check demo demo-cluster clean screenshots
+.PHONY: setup run web worker beat test test-postgres test-fast bench bench-scale eval lint check demo demo-cluster clean screenshots
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -68,6 +68,14 @@ bench: $(VENV)/.installed
 	$(BIN)/python -m bench.console_bench
 	$(BIN)/python -m bench.worker_bench --worker --backends $(BENCH_BACKENDS)
 	$(BIN)/python -m bench.report
+
+# How the cost grows (bench/scale.py): the bench store at each of SCALES (1× = 200,000 messages; 10× needs ~25 GB
+# free in BENCH_SCALE_DIR while it is built), read paths, writes and the API as deployed on each backend, side by
+# side: bench/results/scale.md, scale.png, BENCHMARKS.md. Kept stores are reused.
+SCALES ?= 1,3
+BENCH_SCALE_DIR ?= bench/.cache
+bench-scale: $(VENV)/.installed
+	$(BIN)/python -m bench.scale --scales $(SCALES) --backends $(BENCH_BACKENDS) --dir $(BENCH_SCALE_DIR)
 
 # A Celery worker in a network namespace (a second machine) reaching PostgreSQL and Redis over a
 # veth; gunicorn on the host; checks that the worker builds episodes, facts and vectors (root, `ip`).

@@ -43,7 +43,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import Server, latency_stats, shown, stop_process_group
+from bench.common import Server, child_pids, latency_stats, rss_mb, shown, started_at, stop_process_group
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -122,6 +122,10 @@ class Worker:
         time.sleep(8)  # start-up incl. the embedding model, not part of the measurement
         if self.proc.poll() is not None:
             raise RuntimeError(f"celery worker exited: {log.read_text()[-2000:]}")
+
+    def rss(self) -> dict:
+        """Resident memory (MB) of the worker's main process and of each pool process (they run the tasks)."""
+        return {"main": rss_mb(self.proc.pid), "pool": [rss_mb(p) for p in child_pids(self.proc.pid)]}
 
     def stop(self) -> None:
         import redis
@@ -241,6 +245,34 @@ def http_ingest(server: Server, token: str, streams, persons, n: int, threads: i
             "server_cpu_ms_per_request": round(server_cpu / n * 1000, 3),
             "client_cpu_ms_per_request": round(client_cpu / n * 1000, 3),
             "server_cpu_bound_requests_per_s_per_core": round(n / server_cpu, 1) if server_cpu else None}
+
+
+def first_answered_turn(server: Server, token: str, item: dict, timeout: float = 180.0) -> dict:
+    """Warm-up as a caller lives it: ``POST /turns`` from the server's start until one is answered (200).
+
+    ``seconds``: from the fork of the first web worker to that answer (each worker loads the URLconf,
+    jieba and the embedder before it accepts; the first turn then loads the resident statistics it
+    reads); ``from_start_s``: from the master's start."""
+    import httpx
+
+    body = {k: item[k] for k in ("stream", "speaker", "text", "at")}
+    t0 = time.time()
+    deadline = time.monotonic() + timeout
+    with httpx.Client(base_url=server.base, headers={"Authorization": f"Bearer {token}"}, timeout=60) as client:
+        while time.monotonic() < deadline:
+            if server.proc.poll() is not None:
+                raise RuntimeError(f"gunicorn exited with {server.proc.returncode}")
+            try:
+                r = client.post("/api/v1/turns", json=body)
+            except httpx.TransportError:
+                time.sleep(0.1)
+                continue
+            if r.status_code != 200:
+                raise RuntimeError(f"first turn: {r.status_code} {r.text[:300]}")
+            answered = time.time()
+            forks = [started_at(p) for p in child_pids(server.proc.pid)]
+            return {"seconds": round(answered - min(forks, default=t0), 2), "from_start_s": round(answered - t0, 2)}
+    raise RuntimeError("gunicorn answered no turn")
 
 
 def turn_inputs(streams, persons, n: int, now: int) -> list[dict]:
@@ -447,6 +479,7 @@ def main(argv: list[str] | None = None) -> dict:
                         help="postgresql: the scale database moved by copy_store, cloned per run (bench/backends.py)")
     parser.add_argument("--worker", action="store_true",
                         help="as deployed: task enqueueing on, a real Celery worker (2 processes) and Redis")
+    parser.add_argument("--skip-direct", action="store_true", help="only the HTTP part (no direct calls after it)")
     parser.add_argument("--redis-url", default=os.environ.get("MEMORY_BENCH_REDIS_URL") or "redis://127.0.0.1:6379/13",
                         help="--worker's Redis database (flushed before and after)")
     args = parser.parse_args(argv)
@@ -503,7 +536,7 @@ def main(argv: list[str] | None = None) -> dict:
         worker = Worker(db, tmp / "worker.log") if args.worker else None
         server = Server(env_for(db, deployed=True), workers=args.workers)
         try:
-            server.wait_ready()
+            warm_up = first_answered_turn(server, token, inputs[0])
             ingest = http_ingest(server, token, streams, persons, args.messages, args.threads, now, "http")
             if worker is not None:  # as deployed: the worker embeds the stored lines (MESSAGE_VECTOR_DELAY)
                 backfilled = {"by": "worker", **wait_for_worker_vectors()}
@@ -512,17 +545,23 @@ def main(argv: list[str] | None = None) -> dict:
             first = last_turn_id()
             turns = http_turns(server.base, token, inputs, warmup)
             http_context = context_stats(first)
+            residency = {"warm_up": warm_up, "web_workers_rss_mb": [rss_mb(p) for p in child_pids(server.proc.pid)],
+                         "celery_rss_mb": worker.rss() if worker is not None else None}
         finally:
             server.stop()
             if worker is not None:
                 worker.stop()
 
-        direct_msg = direct_ingest(streams, persons, min(args.messages, 1000), now)
-        backfill_message_vectors(2)
-        direct_inputs = turn_inputs(streams, persons, args.turns, now + 100_000)
-        first = last_turn_id()
-        direct = direct_turns(direct_inputs, warmup)
-        direct_context = context_stats(first)
+        if args.skip_direct:
+            direct_msg, direct_context = {"requests_per_s_single_thread": 0.0, "median_ms": 0.0, "p95_ms": 0.0}, {}
+            direct = {key: {"median_ms": 0.0, "p95_ms": 0.0} for key in ("turns", "confirm", "turns_cpu", "confirm_cpu")}
+        else:
+            direct_msg = direct_ingest(streams, persons, min(args.messages, 1000), now)
+            backfill_message_vectors(2)
+            direct_inputs = turn_inputs(streams, persons, args.turns, now + 100_000)
+            first = last_turn_id()
+            direct = direct_turns(direct_inputs, warmup)
+            direct_context = context_stats(first)
         connection.close()
     finally:
         if worker is not None:
@@ -564,6 +603,7 @@ def main(argv: list[str] | None = None) -> dict:
         "mean_facts_per_turn": turns["mean_facts"],
         "context": {"http": http_context, "direct": direct_context, "message_vectors": backfilled},
         "errors": {"ingest": ingest["first_errors"], "turns": turns["first_errors"]},
+        "residency": residency,
         "targets": TARGETS,
         "python": sys.version.split()[0],
     }
@@ -585,7 +625,7 @@ def print_table(r: dict) -> None:
           f"{i['direct']['requests_per_s_single_thread']:>16.1f} (1 thr){'':>8}")
     print(f"{'POST /messages median/p95 ms':<30}{i['http']['latency']['median_ms']:>13.2f} / {i['http']['latency']['p95_ms']:<12.2f}"
           f"{i['direct']['median_ms']:>9.2f} / {i['direct']['p95_ms']:<10.2f}"
-          f"{i['http']['latency']['median_ms'] / i['direct']['median_ms']:>6.2f}")
+          f"{i['http']['latency']['median_ms'] / (i['direct']['median_ms'] or float('nan')):>6.2f}")
     for key, label in (("turns", "POST /turns median/p95 ms"), ("confirm", "POST /confirm median/p95 ms")):
         h, d = r[key]["http"], r[key]["direct"]
         print(f"{label:<30}{h['median_ms']:>13.2f} / {h['p95_ms']:<12.2f}{d['median_ms']:>9.2f} / {d['p95_ms']:<10.2f}"
@@ -593,6 +633,10 @@ def print_table(r: dict) -> None:
     print(f"POST /messages CPU per request: server {i['http']['server_cpu_ms_per_request']} ms "
           f"(≈ {i['http']['server_cpu_bound_requests_per_s_per_core']} req/s per free core), "
           f"client {i['http']['client_cpu_ms_per_request']} ms; direct {i['direct']['median_ms']} ms")
+    res = r.get("residency") or {}
+    if res:
+        print(f"warm-up (web worker fork → first answered turn) {res['warm_up']['seconds']} s; RSS MB of the web workers "
+              f"{res['web_workers_rss_mb']}, of the Celery worker {res['celery_rss_mb']}")
     c = r["context"]["http"]
     print(f"conversation per turn (HTTP): {c['mean_context_messages']} context messages, "
           f"{c['mean_context_vectors']} of them with a vector, {c['mean_context_user_lines']} user lines as lexical queries")

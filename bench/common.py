@@ -419,6 +419,39 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+def child_pids(pid: int) -> list[int]:
+    """The direct children of ``pid`` (Linux /proc), oldest first."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append((int(fields[19]), int(entry.name)))
+    return [p for _, p in sorted(out)]
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of one process in MB (``VmRSS``; 0.0 once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return 0.0
+
+
+def started_at(pid: int) -> float:
+    """When ``pid`` was forked, as a ``time.time()`` value (its start tick in /proc and the boot time)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return time.time() - uptime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
 class ServerCPU:
     """CPU seconds of the PostgreSQL backends serving one database (their titles name it), sampled.
 

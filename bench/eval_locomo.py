@@ -28,7 +28,7 @@ candidate keeps what the engine's ``rank`` needs (lexical relevance, IDF coverag
 word, the cosine of ``selectors.fact_cosines``, retention, frozen or not) in the order the
 product ranks them, and a profile re-applies ``memory.engine.scoring.rank`` — the function
 every product path calls. Each run checks this against the product's own rankings
-(``recall.replay_turn_pool`` / ``recall.rank_pool``, default and seed profiles: ``rerank_check``).
+(``recall.replay_turn_pool`` / ``recall.rank_pool``, default and reference profiles: ``rerank_check``).
 The halves are then swapped (tuned on test, reported on dev) so that every conversation is
 held out once; ``heldout["cross_validated"]`` pools both folds and gives a paired bootstrap
 95 % interval of the R@5 difference to bm25s and to dense-only.
@@ -68,8 +68,8 @@ DIAGNOSTICS = {
     "diag_lexical_dense_no_forgetting": "ours lexical + dense with retention_prior=0 (relevance alone)",
     "diag_lexical_dense_no_floor": "ours lexical + dense without the relevance gate",
     "diag_lexical_dense_absolute": "ours lexical + dense with pool_share=0 (absolute channel values)",
-    "diag_lexical_seed": "ours lexical, built-in seed profile (the seed's blend_score)",
-    "diag_lexical_dense_seed": "ours lexical + dense, built-in seed profile (the seed's blend_score)",
+    "diag_lexical_reference": "ours lexical, built-in reference profile (its blend_score)",
+    "diag_lexical_dense_reference": "ours lexical + dense, built-in reference profile (its blend_score)",
 }
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
@@ -349,7 +349,7 @@ def evaluate(conversations: Sequence[Conversation], embedder: Embedder, *, log: 
     ov_no_forgetting = {**ov, "retention_prior": 0.0}
     ov_no_floor = {**ov, "dense_margin": -1.0, "query_margin": -1.0, "dense_spread": 2.0, "lexical_share": 0.0}
     ov_absolute = {**ov, "pool_share": 0.0}
-    ov_seed = {**ov, "seed_blend": 1}
+    ov_reference = {**ov, "reference_blend": 1}
     per_method: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
     replays: list[Replay] = []
     rerank_check = {"rankings": 0, "mismatches": 0}
@@ -396,7 +396,8 @@ def evaluate(conversations: Sequence[Conversation], embedder: Embedder, *, log: 
             # rank_pool ranks them (lexical pool, then the dense channel's extras), each with the
             # cosine of selectors.fact_cosines. The candidate sets do not depend on the re-ranking
             # knobs, so re-ranking them under another profile is exact; rerank_check verifies it.
-            def candidates(lexical_pool: Sequence[Any], overrides: dict) -> Replay:
+            def candidates(lexical_pool: Sequence[Any], overrides: dict, conv=conv, qvec=qvec, text=text, cat=cat,
+                           gold=gold, ev=ev) -> Replay:  # this question's, bound now
                 scope = selectors.dense_scope(
                     person_ids=conv.person_ids, query_vector=qvec, limit=TOP, now=conv.now, stream_kind="direct",
                     overrides=overrides,
@@ -408,33 +409,33 @@ def evaluate(conversations: Sequence[Conversation], embedder: Embedder, *, log: 
                     fused=rank_inputs(merged, selectors.fact_cosines([f.id for f in merged], qvec)),
                 )
 
-            # the seed profile's bm25 reads the whole table (the default's the persons' facts): its own candidates
-            seed_pool = replay_turn_pool(
+            # the reference profile's bm25 reads the whole table (the default's the persons' facts): its own candidates
+            reference_pool = replay_turn_pool(
                 person_ids=conv.person_ids, text=text, impression="", now=conv.now, stream_kind="direct",
-                overrides=ov_seed,
+                overrides=ov_reference,
             )
-            replay, seed_replay = candidates(pool, ov), candidates(seed_pool, ov_seed)
+            replay, reference_replay = candidates(pool, ov), candidates(reference_pool, ov_reference)
             for name, overrides, dense_side, source in (
                 ("diag_lexical_no_forgetting", ov_no_forgetting, False, replay),
                 ("diag_lexical_dense_no_forgetting", ov_no_forgetting, True, replay),
                 ("diag_lexical_dense_no_floor", ov_no_floor, True, replay),
                 ("diag_lexical_dense_absolute", ov_absolute, True, replay),
-                ("diag_lexical_seed", ov_seed, False, seed_replay),
-                ("diag_lexical_dense_seed", ov_seed, True, seed_replay),
+                ("diag_lexical_reference", ov_reference, False, reference_replay),
+                ("diag_lexical_dense_reference", ov_reference, True, reference_replay),
             ):
                 units[name] = [ev[i] for i in rerank(source.fused if dense_side else source.lexical, overrides)]
             for dense_side, facts in ((False, prompt_facts(pool, TOP)), (True, ranked)):
                 rerank_check["rankings"] += 1
                 if rerank(replay.fused if dense_side else replay.lexical, ov) != [f.id for f in facts]:
                     rerank_check["mismatches"] += 1
-            # the seed profile through the product path too (its rows must equal the re-rank)
-            seed_ranked = rank_pool(
-                pool=seed_pool, query_vector=qvec, person_ids=conv.person_ids, text=text, stream_kind="direct",
-                now=conv.now, limit=TOP, overrides=ov_seed,
+            # the reference profile through the product path too (its rows must equal the re-rank)
+            reference_ranked = rank_pool(
+                pool=reference_pool, query_vector=qvec, person_ids=conv.person_ids, text=text, stream_kind="direct",
+                now=conv.now, limit=TOP, overrides=ov_reference,
             ).prompt
-            for dense_side, facts in ((False, seed_pool[:TOP]), (True, seed_ranked)):
+            for dense_side, facts in ((False, reference_pool[:TOP]), (True, reference_ranked)):
                 rerank_check["rankings"] += 1
-                if rerank(seed_replay.fused if dense_side else seed_replay.lexical, ov_seed) != [f.id for f in facts]:
+                if rerank(reference_replay.fused if dense_side else reference_replay.lexical, ov_reference) != [f.id for f in facts]:
                     rerank_check["mismatches"] += 1
             for name, us in units.items():
                 replay.scores[name] = score_question(us, gold)

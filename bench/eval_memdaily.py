@@ -176,7 +176,7 @@ def build(index: int, trajectories: Sequence[tuple[str, dict]], embedder: Embedd
 
 
 def like_scan(stream_id: int, query: str, limit: int) -> list[int]:
-    """The reference's ``search_messages`` (reference-spec §3, scenario 69), kept as a diagnostic baseline:
+    """The reference's ``search_messages`` (docs/REFERENCE.md §10), kept as a diagnostic baseline:
     the first 6 distinct jieba words, a LIKE prefilter over the 200 newest matching rows, ranked by
     the number of words contained (ties: newer first), top ``limit`` in chronological order."""
     from django.db import connection

@@ -82,7 +82,7 @@ def context_vectors(turn_id: int) -> tuple[int, int]:
         ids = json.loads(ids) if isinstance(ids, str) else ids
         if not ids:
             return 0, 0
-        cur.execute(f"SELECT count(*) FROM messages WHERE embedding IS NOT NULL AND id IN ({backends.marks(ids)})", ids)
+        cur.execute(f"SELECT count(*) FROM messages WHERE embedding IS NOT NULL AND id IN ({backends.in_placeholders(ids)})", ids)
         return len(ids), cur.fetchone()[0]
 
 

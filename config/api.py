@@ -6,8 +6,11 @@ instants are integer epoch milliseconds and every call that reads or writes memo
 accepts an optional ``at`` (default: now) so replays and tests are deterministic.
 
 Errors always have a JSON body ``{"detail": "<one sentence>", "errors": [...]}``:
-422 for malformed JSON, missing fields and wrong types (the field path is named) and for
-text holding a NUL character or a lone surrogate (refused on every database backend),
+422 for malformed JSON, a key given twice in one object, missing fields and wrong types (the
+field path is named) and for text holding a NUL character or a lone surrogate, escaped or raw
+(refused on every database backend), and for a platform or external id holding an invisible format
+character (zero-width, bidi control: refused, not stripped, so no id can pass for another); 415 for a
+body not sent as ``application/json``;
 404 for unknown ids, 409 for a wrong state, 413 for oversized bodies, 401 without a
 valid token, 403 for a token without the route's scope. Client input never produces a 500. Input is validated before anything is
 written; the write endpoints (messages, facts, knowledge, curation) run in one
@@ -32,6 +35,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
+from config import outage
 from curation import api as curation_api
 from memory.api import routes as memory_api
 from memory.api.auth import BearerTokenAuth
@@ -50,11 +54,65 @@ logger = logging.getLogger(__name__)
 
 
 class BodyParseError(ValueError):
-    """The request body is not a JSON document the API can store."""
+    """The request body is not a JSON document the API can store: 422 naming ``field`` (``status`` otherwise)."""
+
+    status = 422
+
+    def __init__(self, message: str, field: str = "body", kind: str = "json_invalid") -> None:
+        super().__init__(message)
+        self.field, self.kind = field, kind
+
+
+class UnsupportedMediaType(BodyParseError):
+    """A body sent as anything but JSON (text/plain, a form, multipart, no Content-Type): 415."""
+
+    status = 415
 
 
 def _reject_constant(name: str) -> Any:
     raise BodyParseError(f"{name} is not a JSON number")
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of the body (``object_pairs_hook``): a key given twice is refused — which of the two a
+    parser keeps differs between parsers (a proxy or an audit log could read the other value)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _DuplicateKey
+    return obj
+
+
+class _Duplicated(dict):
+    """An object that repeats ``key`` (the second parse, which finds where the duplicate is)."""
+
+    key = ""
+
+
+def _mark_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for key, _value in pairs:
+        if key in seen:
+            marked = _Duplicated(pairs)
+            marked.key = key
+            return marked
+        seen.add(key)
+    return dict(pairs)
+
+
+def _find_duplicate(value: Any, path: str = "body") -> str | None:
+    """The dotted path of the first repeated key."""
+    if isinstance(value, _Duplicated):
+        return f"{path}.{value.key}"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _find_duplicate(item, f"{path}.{key}")
+        if found:
+            return found
+    return None
 
 
 def _unstorable(text: str) -> str | None:
@@ -90,26 +148,42 @@ def _find_unstorable(value: Any, path: str = "body") -> tuple[str, str] | None:
     return None
 
 
+def _is_json(content_type: str) -> bool:
+    return content_type == "application/json" or (content_type.startswith("application/") and content_type.endswith("+json"))
+
+
 class StrictJsonParser(Parser):
-    """JSON bodies only: no NaN/Infinity, valid UTF-8, no lone surrogates, no NUL characters."""
+    """JSON bodies only (``Content-Type: application/json``): no NaN/Infinity, no key given twice, valid UTF-8,
+    no lone surrogates (escaped or raw), no NUL characters."""
 
     def parse_body(self, request: HttpRequest) -> Any:
+        content_type = (request.content_type or "").strip().lower()
+        if not _is_json(content_type):
+            said = f"Content-Type {content_type}" if content_type else "no Content-Type"
+            raise UnsupportedMediaType(f"the request body must be JSON sent as Content-Type: application/json ({said})",
+                                       kind="unsupported_media_type")
         try:
-            data = json.loads(request.body, parse_constant=_reject_constant)
+            data = json.loads(request.body, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
         except BodyParseError:
             raise
+        except _DuplicateKey:
+            where = _find_duplicate(json.loads(request.body, object_pairs_hook=_mark_duplicates)) or "body"
+            raise BodyParseError(f"{where} is given twice; a key may appear once in an object", field=where,
+                                 kind="duplicate_key") from None
         except UnicodeDecodeError as exc:
             raise BodyParseError("the request body is not valid UTF-8") from exc
         except json.JSONDecodeError as exc:
             raise BodyParseError(f"the request body is not valid JSON ({exc.msg} at position {exc.pos})") from exc
         except (ValueError, RecursionError) as exc:
             raise BodyParseError("the request body is not valid JSON") from exc
-        # Strict JSON holds neither a raw NUL nor a lone surrogate (raw control characters are refused
-        # and the body decoded as UTF-8): either is a \u escape. A body without one — or a UTF-16/32
-        # one, whose ASCII is NUL bytes — is not walked (a query embedding: 512 numbers).
-        bad = _find_unstorable(data) if b"\\u" in request.body or b"\x00" in request.body else None
+        # Strict JSON holds no raw NUL (raw control characters are refused): a NUL is a \u escape. A lone
+        # surrogate is a \u escape or its raw UTF-8 bytes (ED A0–BF xx, which json decodes with surrogatepass).
+        # A body with none of these — a UTF-16/32 one's ASCII is NUL bytes — is not walked (a query
+        # embedding: 512 numbers); ED also leads Hangul syllables, whose bodies are walked for nothing.
+        body = request.body
+        bad = _find_unstorable(data) if b"\\u" in body or b"\x00" in body or b"\xed" in body else None
         if bad:
-            raise BodyParseError(f"{bad[0]} {bad[1]}")
+            raise BodyParseError(f"{bad[0]} {bad[1]}", field=bad[0])
         return data
 
 
@@ -197,7 +271,15 @@ class ScopedNinjaAPI(NinjaAPI):
             for operation in item.values():
                 if isinstance(operation, dict) and "requestBody" in operation:
                     _state_no_nul(operation["requestBody"], components, seen)
+                    operation["responses"].setdefault("415", UNSUPPORTED_MEDIA_TYPE)
         return schema
+
+
+#: Every route with a body answers 415 to one not sent as ``application/json`` (StrictJsonParser).
+UNSUPPORTED_MEDIA_TYPE = {
+    "description": "Unsupported Media Type: the body was not sent as Content-Type: application/json",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}},
+}
 
 
 #: One real example of every request and response body, by model (each app keeps its own).
@@ -243,7 +325,8 @@ def _on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResp
 def _on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     cause = exc.__cause__
     if isinstance(cause, BodyParseError):
-        return error_response(request, 422, str(cause), [{"field": "body", "message": str(cause), "type": "json_invalid"}])
+        return error_response(request, cause.status, str(cause), [{"field": cause.field, "message": str(cause),
+                                                                   "type": cause.kind}])
     if isinstance(cause, RequestDataTooBig):
         return _on_too_big(request, cause)
     if isinstance(exc, AuthenticationError):
@@ -267,7 +350,18 @@ def _on_not_found(request: HttpRequest, exc: Exception) -> HttpResponse:
     return error_response(request, 404, str(exc) or "not found")
 
 
+def _on_database_down(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # PostgreSQL unreachable, starting or stopping: one log line per outage (config/outage.py), no traceback
+    outage.report(exc, f"{request.method} {request.path}")
+    outage.mark(request)
+    response = error_response(request, 503, outage.detail(request.path, request.method))
+    response["Retry-After"] = str(outage.RETRY_AFTER_SECONDS)
+    return response
+
+
 def _on_operational(request: HttpRequest, exc: OperationalError) -> HttpResponse:
+    if outage.unavailable(exc):
+        return _on_database_down(request, exc)
     if "locked" in str(exc).lower() or "busy" in str(exc).lower():
         response = error_response(request, 503, "the database is busy; retry shortly")
         response["Retry-After"] = "1"
@@ -288,8 +382,16 @@ def _on_unstorable(request: HttpRequest, exc: Exception) -> HttpResponse:
     return error_response(request, 422, "the input cannot be stored (text must not contain NUL characters)")
 
 
+def _on_database_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
+    if outage.unavailable(exc):  # an InterfaceError: the connection was closed under the request
+        return _on_database_down(request, exc)
+    return _on_unexpected(request, exc)
+
+
 def _on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     logger.exception("api error on %s %s", request.method, request.path, exc_info=exc)
+    if outage.may_have_been_applied():  # a write of this request committed (or was in flight) before it failed
+        return error_response(request, 500, "internal error; the request may have been partly applied")
     return error_response(request, 500, "internal error; the request was not applied")
 
 
@@ -307,12 +409,12 @@ api.add_exception_handler(ObjectDoesNotExist, _on_not_found)
 for _exc, _code in {**memory_api.ERROR_STATUSES, **curation_api.ERROR_STATUSES}.items():
     api.add_exception_handler(_exc, _handler_for(_code))
 api.add_exception_handler(BrokerUnavailable, _on_broker_down)
-api.add_exception_handler(ValueError, _status(400))
+api.add_exception_handler(ValueError, _status(422))  # input a view refused late: documented on every route
 # a pydantic error escaping a view is a server bug (e.g. a response not matching its schema)
 api.add_exception_handler(pydantic.ValidationError, _on_unexpected)
 api.add_exception_handler(OperationalError, _on_operational)
 api.add_exception_handler(DataError, _on_unstorable)
-api.add_exception_handler(DatabaseError, _on_unexpected)
+api.add_exception_handler(DatabaseError, _on_database_error)
 api.add_exception_handler(Exception, _on_unexpected)
 
 

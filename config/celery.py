@@ -12,9 +12,10 @@ import os
 import time
 
 from celery import Celery
-from celery.signals import after_setup_logger, worker_init, worker_ready
+from celery.signals import after_setup_logger, beat_init, celeryd_init, worker_init, worker_ready
 
 from config.logs import quiet_routine_tasks
+from config.startup import missing_secret_key
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -26,6 +27,25 @@ app.autodiscover_tasks()  # each app's tasks.py (tuning.tasks)
 app.autodiscover_tasks(["memory.pipeline"])  # memory's live in its pipeline package
 
 _started_at: float | None = None
+
+
+@celeryd_init.connect
+def _on_celeryd_init(**kwargs) -> None:
+    _refuse_without_secret_key("worker")
+
+
+@beat_init.connect
+def _on_beat_init(**kwargs) -> None:
+    _refuse_without_secret_key("beat")
+
+
+def _refuse_without_secret_key(process: str) -> None:
+    """DEBUG off without DJANGO_SECRET_KEY: exit with the sentence (config/startup.py), before any broker connection.
+
+    A ``SystemExit``: Celery logs and swallows an ``Exception`` raised by a signal's receiver."""
+    why = missing_secret_key(process)
+    if why:
+        raise SystemExit(why)
 
 
 @worker_init.connect

@@ -7,6 +7,8 @@ acts on:
 
 * gunicorn's access lines for static files and a healthy ``/healthz`` (the page that
   loaded the files is logged; a load balancer asks for its health every few seconds);
+* Django's line for each request refused with 503 while the database is unreachable: the
+  outage is logged once (``config/outage.py``), not once per request;
 * the traceback of a refused request (403, 404): Django logs the exception of every
   4xx with ``exc_info``; the one line ``Forbidden (Permission denied): /graph/`` stays;
 * Celery's "received", "succeeded" and "Sending due task" lines of the beat's routine
@@ -57,6 +59,15 @@ class RefusalWithoutTraceback(logging.Filter):
             record.exc_info = None
             record.exc_text = None
         return True
+
+
+class OutageReported(logging.Filter):
+    """Drop Django's ``Service Unavailable: <path>`` line of a request refused for an unreachable database:
+    ``config/outage.py`` logs such an outage once, not once per request."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        request = getattr(record, "request", None)
+        return not (getattr(record, "status_code", 0) == 503 and getattr(request, "database_outage", False))
 
 
 class QuietRoutineTasks(logging.Filter):

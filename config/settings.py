@@ -6,6 +6,7 @@ helper; the defaults let a fresh clone run with only Redis on its usual port.
 from __future__ import annotations
 
 import os
+import socket
 import warnings
 from pathlib import Path
 
@@ -30,7 +31,10 @@ def envfloat(name: str, default: float) -> float:
     return float(env(name, str(default)))
 
 
-SECRET_KEY = env("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me")
+# The development key is public: with DEBUG off and no DJANGO_SECRET_KEY the web server, the worker and the beat
+# refuse to start (config/startup.py); management commands still run (they sign nothing).
+SECRET_KEY_SET = bool(env("DJANGO_SECRET_KEY").strip())
+SECRET_KEY = env("DJANGO_SECRET_KEY").strip() or "dev-only-insecure-key-change-me"
 # Off unless asked for: `make run` / `make web` turn it on for local use.
 DEBUG = envbool("DJANGO_DEBUG", "False")
 ALLOWED_HOSTS = [h for h in env("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
@@ -89,6 +93,7 @@ MIDDLEWARE = [
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "config.middleware.RefuseNulQueryMiddleware",
+    "config.middleware.DatabaseOutageMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -201,8 +206,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"line": {"format": "[%(asctime)s: %(levelname)s/%(processName)s] %(message)s"}},
-    "filters": {"refusals": {"()": "config.logs.RefusalWithoutTraceback"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line", "filters": ["refusals"]}},
+    "filters": {"refusals": {"()": "config.logs.RefusalWithoutTraceback"}, "outages": {"()": "config.logs.OutageReported"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line", "filters": ["refusals", "outages"]}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
     "loggers": {"django": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO"), "propagate": False}},
 }
@@ -235,20 +240,46 @@ BROKER_DOWN_SECONDS = envfloat("BROKER_DOWN_SECONDS", 5.0)
 # Celery's own connections (publish, ack): bounded too (kombu's default is to wait forever).
 # The consumer's BRPOP runs in the event loop and is not subject to socket_timeout.
 CELERY_BROKER_CONNECTION_TIMEOUT = envfloat("BROKER_CONNECT_TIMEOUT", 1.0)
+# Half-open connections (a failover or a NAT that drops the peer without closing the socket):
+# every Redis connection of every process sends TCP keepalives (the kernel closes one whose peer
+# stopped answering after REDIS_KEEPALIVE_IDLE s + 3 probes 5 s apart), and a pooled connection
+# idle for REDIS_HEALTH_CHECK_INTERVAL s is pinged before it is used again; kombu also drops a
+# worker's BRPOP connection whose reply is that much overdue (memory/broker.py).
+REDIS_KEEPALIVE_IDLE = envint("REDIS_KEEPALIVE_IDLE", 30)
+REDIS_HEALTH_CHECK_INTERVAL = envint("REDIS_HEALTH_CHECK_INTERVAL", 10)
+
+
+def _keepalive_options() -> dict[int, int]:
+    wanted = {"TCP_KEEPIDLE": REDIS_KEEPALIVE_IDLE, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 3}
+    return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
+
+
+REDIS_KEEPALIVE_OPTIONS = _keepalive_options()
+# A task a worker received but never acknowledged (the worker was SIGKILLed, or its host died) is
+# delivered again only this long after it was received. Longer than the longest hard time limit of
+# any task (the tuning fit, 7,260 s) plus its longest retry delay (300 s), so a task still running
+# is never delivered a second time; what a killed worker left is redone well before by the
+# sweeps and job leases (docs/DEPLOY.md, "A killed worker").
+BROKER_VISIBILITY_TIMEOUT = envint("BROKER_VISIBILITY_TIMEOUT", 7800)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_connect_timeout": envfloat("BROKER_CONNECT_TIMEOUT", 1.0),
     "socket_timeout": envfloat("BROKER_SOCKET_TIMEOUT", 1.0),
-    # Unacked messages of a SIGKILLed worker come back after this; longer than any task's time limit.
-    "visibility_timeout": 3600,
+    "socket_keepalive": True,
+    "socket_keepalive_options": REDIS_KEEPALIVE_OPTIONS,
+    "health_check_interval": REDIS_HEALTH_CHECK_INTERVAL,
+    "visibility_timeout": BROKER_VISIBILITY_TIMEOUT,
 }
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0, "interval_max": 0}
+# The beat's sweep of streams whose summarisation or extraction is due but was never enqueued (a
+# broker outage): after any broker fault the work catches up within this many seconds.
+STREAM_CHECKS_INTERVAL = envfloat("STREAM_CHECKS_INTERVAL", 300)
 CELERY_BEAT_SCHEDULE = {
     # Edges decay by the clock, not by traffic: sweep every 6 hours (minute 7).
     "memory-decay-edges": {"task": "memory.tasks.edges_decay_task", "schedule": crontab(minute=7, hour="*/6")},
     # Vectors are a side channel: pick up anything left NULL every 3 minutes.
     "memory-backfill-vectors": {"task": "memory.tasks.vectors_backfill_task", "schedule": crontab(minute="*/3")},
     # Streams whose summarisation/extraction is due but was never enqueued (broker outage): every 5 minutes.
-    "memory-stream-checks": {"task": "memory.tasks.stream_checks_sweep_task", "schedule": crontab(minute="*/5")},
+    "memory-stream-checks": {"task": "memory.tasks.stream_checks_sweep_task", "schedule": STREAM_CHECKS_INTERVAL},
     # Jobs whose worker died without a restart under the same name (lease ran out): every 5 minutes (minute 2).
     "memory-recover-jobs": {"task": "memory.tasks.jobs_recover_task", "schedule": crontab(minute="2-59/5")},
     # SQLite: the write-ahead log copied back into the database file off the request path, every minute.
@@ -273,7 +304,7 @@ TURN_RETENTION_HOURS = envfloat("TURN_RETENTION_HOURS", 720)
 # (the row and its links stay; its FTS row and vector go). 0 = keep bodies for ever (default).
 MESSAGE_RETENTION_DAYS = envint("MESSAGE_RETENTION_DAYS", 0)
 
-# --- Memory engine knobs (reference-spec §0.3 schema defaults) --------------
+# --- Memory engine knobs (docs/REFERENCE.md §18 schema defaults) --------------
 WORKING_MEMORY_MESSAGES = envint("WORKING_MEMORY_MESSAGES", 40)
 SUMMARIZE_TRIGGER_MESSAGES = envint("SUMMARIZE_TRIGGER_MESSAGES", 48)
 SUMMARIZE_BATCH_MESSAGES = envint("SUMMARIZE_BATCH_MESSAGES", 16)

@@ -1,7 +1,14 @@
 """Test settings: the real ones with fast hashing and nothing leaving the machine."""
 from __future__ import annotations
 
-from config.settings import *  # noqa: F401,F403
+import os
+import secrets
+
+# The web servers and workers the tests start run with DEBUG off, which needs a key (config/startup.py):
+# one per test session, inherited by every process the tests start.
+os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
+
+from config.settings import *  # noqa: E402,F401,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"

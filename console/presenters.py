@@ -36,7 +36,7 @@ from memory import overrides as live_overrides
 from memory.engine import decay, geometry
 from memory.engine.geometry import CurveGeometry
 from memory.engine.scoring import Verdict as ScoringVerdict
-from memory.engine.scoring import is_seed_profile
+from memory.engine.scoring import is_reference_profile
 from memory.models import (
     PINNED,
     Episode,
@@ -592,7 +592,7 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
         "completed": [f for f in prompt if f.completed],
         "held_back": [{"fact": f, "person": persons.get(f.person_id)} for f in ranking.held_back],
         "used_vector": vector is not None,
-        "seed": is_seed_profile(ctx.overrides),
+        "reference": is_reference_profile(ctx.overrides),
         "present": [persons.get(pid) or pid for pid in ctx.present_person_ids],
         "persons": persons,
     }

@@ -450,6 +450,8 @@ CAPABILITIES = [
     (gettext_lazy("整理事实：永久保留、标失效、恢复、改写；裁决冲突组"), "curation.curate_fact"),
     (gettext_lazy("查看操作流水"), "curation.view_factoperation"),
     (gettext_lazy("撤销操作"), "curation.undo_operation"),
+    (gettext_lazy("遗忘消息、事实、情节、人物或会话流"), "memory.forget_memory"),
+    (gettext_lazy("导出一个人物存下的全部数据"), "memory.export_person"),
     (gettext_lazy("导入知识、删除导入批次"), "memory.import_knowledge"),
     (gettext_lazy("联想网络与扩散预览"), "memory.preview_association"),
     (gettext_lazy("回合：看机器人每一轮想起了什么、为什么"), TURNS),

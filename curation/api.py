@@ -3,7 +3,7 @@
 Pin, unpin, invalidate, restore and replace facts, resolve slot conflicts, read and undo
 the operation journal. Token scope ``curation``; undo needs ``undo``. Errors of ``curation.services``
 map to HTTP statuses through ``ERROR_STATUSES`` (registered by :mod:`config.api`):
-``FactNotFoundError`` → 404, ``FactStateError`` → 409, ``CurationInputError`` → 400.
+``FactNotFoundError`` → 404, ``FactStateError`` → 409, ``CurationInputError`` → 422.
 """
 from __future__ import annotations
 
@@ -37,12 +37,12 @@ from memory.models import Fact, Person
 
 router = Router(tags=["curation"], auth=BearerTokenAuth(scope="curation"))
 
-ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
+ERRORS: dict[int, Any] = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
 #: Exceptions of the curation services → HTTP status (mapped by :mod:`config.api`).
 ERROR_STATUSES: dict[type[BaseException], int] = {
     services.FactNotFoundError: 404,
     services.FactStateError: 409,
-    services.CurationInputError: 400,
+    services.CurationInputError: 422,
 }
 
 
@@ -58,7 +58,7 @@ class ReplaceIn(In):
 
 
 class ResolveIn(In):
-    # JSON Schema cannot compare two properties: "keep ≠ drop" is stated in words (400 otherwise)
+    # JSON Schema cannot compare two properties: "keep ≠ drop" is stated in words (422 otherwise)
     keep_fact_id: Id = Field(description="the member to keep; must differ from drop_fact_id")
     drop_fact_id: Id = Field(description="the member to invalidate; must differ from keep_fact_id")
     at: EpochMs | None = None

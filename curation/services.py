@@ -3,7 +3,7 @@
 Every operation writes its ``fact_operations`` row, with ``prev`` = the values
 it overwrote, in the same transaction as the change. Undo writes ``prev``
 back exactly (bit-identical decay fields) and is itself journalled.
-Preconditions fail with typed errors the API and console map to 404/409/400.
+Preconditions fail with typed errors the API maps to 404/409/422 (the console: 404/409/400).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class FactStateError(Exception):
 
 
 class CurationInputError(ValueError):
-    """Invalid input (HTTP 400)."""
+    """Invalid input (HTTP 422 over the API; the console answers 400 with its form)."""
 
 
 class NotInConflictGroupError(FactStateError):

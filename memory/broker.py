@@ -12,6 +12,9 @@ for the socket timeout of every call, or forever.
   trip, bounded by those timeouts), then publishes with a retry policy of at
   most one reconnect; Celery's own socket timeouts (``CELERY_BROKER_TRANSPORT_OPTIONS``)
   bound the rest.
+* Every connection sends TCP keepalives and a pooled one idle for
+  ``REDIS_HEALTH_CHECK_INTERVAL`` is pinged before reuse; :func:`reconnect` drops the
+  pooled ones, so a half-open connection left by a failover costs one retry, not a sweep.
 * The breaker: after a failure this process treats Redis as down for
   ``BROKER_DOWN_SECONDS`` (5 s) and every call fails at once
   (:class:`BrokerUnavailable`), so a hung Redis costs one request ≤ ~0.1 s per
@@ -36,7 +39,8 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BrokerUnavailable", "REDIS_ERRORS", "check", "client", "is_down", "mark_down", "publish", "reset", "send"]
+__all__ = ["BrokerUnavailable", "REDIS_ERRORS", "check", "client", "is_down", "mark_down", "publish", "reconnect", "reset",
+           "send"]
 
 #: What a dead or hung Redis raises through redis-py or kombu.
 REDIS_ERRORS: tuple[type[BaseException], ...] = (
@@ -75,6 +79,8 @@ def client() -> redis.Redis:
             if found is None:
                 found = _clients[key] = redis.Redis.from_url(
                     settings.REDIS_URL, socket_connect_timeout=connect, socket_timeout=read, retry=None,
+                    socket_keepalive=True, socket_keepalive_options=settings.REDIS_KEEPALIVE_OPTIONS,
+                    health_check_interval=settings.REDIS_HEALTH_CHECK_INTERVAL,
                 )
     return found
 
@@ -102,6 +108,22 @@ def reset() -> None:
         for each in _clients.values():
             each.close()
         _clients.clear()
+
+
+def reconnect() -> None:
+    """Close the breaker and drop this process's idle pooled Redis connections: the next call opens a fresh one.
+
+    After a failover, connections opened before it can be half-open (the old server
+    vanished without closing them): a call on one times out however healthy Redis is now.
+    Callers that must not lose their turn (the beat's sweep of due streams, a stream
+    check) retry once after this. Celery's own publish retries once on a fresh
+    connection by itself (:data:`PUBLISH_RETRY_POLICY`).
+    """
+    global _down_until
+    _down_until = 0.0
+    with _lock:
+        for each in _clients.values():
+            each.connection_pool.disconnect(inuse_connections=False)
 
 
 def check() -> redis.Redis:

@@ -650,7 +650,8 @@ class ForgetRecord(models.Model):
     class Meta:
         db_table = "forget_log"
         ordering = ["-id"]
-        permissions = [("forget_memory", "Can preview and carry out forgetting")]
+        permissions = [("forget_memory", "Can preview and carry out forgetting"),
+                       ("export_person", "Can export everything stored about a person")]
 
     def __str__(self) -> str:
         return f"forget {self.target} #{self.target_id}"

@@ -13,7 +13,7 @@ one primary-key SELECT of a tiny row, followed by more only when the revision ch
 It is safe outside a request (Celery tasks, management commands) and never raises: a
 database that is not migrated yet reads as "no overrides".
 
-The built-in profiles (``default`` = no overrides, ``seed``) are known here; stored
+The built-in profiles (``default`` = no overrides, ``reference``) are known here; stored
 profiles belong to the tuning app, which registers how to read one
 (:func:`register_profile_loader`, from its ``AppConfig.ready``) and writes the meta
 keys when it applies a profile (:func:`set_active`). Without it only the built-ins exist.
@@ -36,7 +36,7 @@ from typing import Any
 
 from django.db import transaction
 
-from memory.engine.tuning import BUILTIN_PROFILES, validate_overrides
+from memory.engine.tuning import BUILTIN_PROFILES, RENAMED_PROFILES, validate_overrides
 from memory.meta import meta_get, meta_set
 from memory.models import Meta
 
@@ -46,10 +46,11 @@ __all__ = [
     "ACTIVE_PROFILE_META_KEY",
     "DEFAULT_PROFILE_NAME",
     "REVISION_META_KEY",
-    "SEED_PROFILE_NAME",
+    "REFERENCE_PROFILE_NAME",
     "active_overrides",
     "active_profile_setting",
     "builtin_params",
+    "canonical_profile_name",
     "cached_active_profile",
     "in_force",
     "overrides_scope",
@@ -63,9 +64,10 @@ __all__ = [
 ]
 
 DEFAULT_PROFILE_NAME = "default"
-#: Built-in profiles besides ``default``: "seed" ranks with the seed's ``blend_score``, so a
-#: deployment can compare both rankings on its own turns (trace replay, what-if).
-SEED_PROFILE_NAME = "seed"
+#: Built-in profiles besides ``default``: "reference" ranks with the reference ranking's
+#: ``blend_score`` (docs/REFERENCE.md), so a deployment can compare both rankings on its own turns
+#: (trace replay, what-if).
+REFERENCE_PROFILE_NAME = "reference"
 #: The name :func:`in_force` gives the parameter set of an :func:`overrides_scope` (an evaluation's).
 SCOPED_PROFILE_NAME = "(evaluated)"
 ACTIVE_PROFILE_META_KEY = "retrieval_tuning_active_profile"
@@ -94,8 +96,14 @@ def validate(params: Mapping[str, Any]) -> dict[str, Any]:
     return dict(validate_overrides(dict(params)))
 
 
+def canonical_profile_name(name: str) -> str:
+    """``name``, or the name a built-in profile took when it was renamed (``seed`` → ``reference``)."""
+    return RENAMED_PROFILES.get(name, name)
+
+
 def builtin_params(name: str) -> dict[str, Any] | None:
-    """``default`` → ``{}``, ``seed`` → its validated params, anything else → None."""
+    """``default`` → ``{}``, ``reference`` (or its old name) → its validated params, anything else → None."""
+    name = canonical_profile_name(name)
     if name == DEFAULT_PROFILE_NAME:
         return {}
     values = BUILTIN_PROFILES.get(name)
@@ -105,7 +113,7 @@ def builtin_params(name: str) -> dict[str, Any] | None:
 def active_profile_setting() -> str:
     """The active profile's name as stored (not cached, not checked against the stored profiles)."""
     name = meta_get(ACTIVE_PROFILE_META_KEY, DEFAULT_PROFILE_NAME)
-    return name if isinstance(name, str) and name else DEFAULT_PROFILE_NAME
+    return canonical_profile_name(name) if isinstance(name, str) and name else DEFAULT_PROFILE_NAME
 
 
 def read_revision() -> int:

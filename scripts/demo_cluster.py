@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -337,6 +338,8 @@ def _demo(args, cleanup: Cleanup, tmp: Path) -> int:
         "EMBEDDING_PROVIDER": "local", "LLM_BASE_URL": "", "LLM_MODEL": "", "LOG_LEVEL": "INFO",
         "SHORT_TERM_ACTIVATION": "redis",
     }
+    # the demo's web server and worker run as deployed (DEBUG off): one throwaway key for both (config/startup.py)
+    host_env.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
     if sqlite:
         host_env["MEMORY_DB"] = urlsplit(db_url).path
         host_env.pop("DATABASE_URL")

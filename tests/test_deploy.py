@@ -63,3 +63,38 @@ def test_https_switches_follow_debug_and_the_declared_proxy(tmp_path, env, expec
             " and s.CSRF_COOKIE_SECURE, s.SECURE_HSTS_SECONDS, s.SECURE_PROXY_SSL_HEADER)")
     result = run(env, tmp_path, "-c", code)
     assert result.stdout.strip() == expected, result.stderr
+
+
+REFUSAL = "DJANGO_DEBUG is off and DJANGO_SECRET_KEY is not set"
+
+
+@pytest.mark.parametrize("env", [{}, {"DJANGO_DEBUG": "0"}, {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "  "}])
+def test_the_web_server_refuses_the_public_key_with_debug_off(tmp_path, env):
+    """gunicorn and runserver load config.wsgi: it refuses, saying what to set; nothing is served."""
+    result = run(env, tmp_path, "-c", "import config.wsgi")
+    assert result.returncode != 0
+    assert f"refusing to start the web server: {REFUSAL}" in result.stderr
+    assert "DJANGO_SECRET_KEY to 50+ random characters" in result.stderr
+
+
+@pytest.mark.parametrize("env", [{"DJANGO_DEBUG": "1"}, {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": secrets.token_urlsafe(50)}])
+def test_the_web_server_starts_with_a_key_or_with_debug_on(tmp_path, env):
+    result = run(env, tmp_path, "-c", "import config.wsgi; print(callable(config.wsgi.application))")
+    assert result.returncode == 0 and result.stdout.strip() == "True", result.stderr
+
+
+@pytest.mark.parametrize("process", ["worker", "beat"])
+def test_the_worker_and_the_beat_refuse_the_public_key_before_reaching_the_broker(tmp_path, process):
+    # a broker nobody listens on: the refusal comes first, so the process exits instead of retrying a connection
+    env = {"REDIS_URL": "redis://127.0.0.1:9/0"}
+    args = ["-m", "celery", "-A", "config", process, "--loglevel", "INFO"]
+    args += ["--pool", "solo"] if process == "worker" else ["--schedule", str(tmp_path / "beat-schedule")]
+    result = run(env, tmp_path, *args)
+    assert result.returncode != 0
+    assert f"refusing to start the {process}: {REFUSAL}" in result.stdout + result.stderr
+
+
+def test_management_commands_still_run_without_a_key(tmp_path):
+    """They serve nothing and sign nothing: `manage.py check` (and migrate, create_api_token …) run as before."""
+    result = run({"DJANGO_DEBUG": "0"}, tmp_path, "manage.py", "check")
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,17 +1,19 @@
 """Retrieval tuning over the JSON API: ``/api/v1/tuning/...`` (mounted by :mod:`config.api`).
 
 Parameter values are taken **as JSON decoded them** (``dict[str, Any]``, never coerced):
-``3`` is an integer and valid for ``ppr_hops``; ``3.0`` and ``1.5`` are floats and are
-refused for integer parameters ("需要整数"), ``true`` is refused everywhere ("需要数值").
+``3`` and ``3.0`` are the integer 3 and valid for ``ppr_hops`` (JSON Schema's ``integer``);
+``1.5`` is refused for integer parameters ("需要整数"), ``true`` everywhere ("需要数值").
 Integers are accepted for float parameters and stored as floats.
 
-A refused parameter set is a 400 whose ``errors[0].field`` is ``body.params.<name>``;
-an unknown profile is a 404. Evaluation and comparison run as background jobs: the
+A refused parameter set is a 422 whose ``errors[0].field`` is ``body.params.<name>``;
+an unknown profile is a 404; the built-in profiles (``default``, ``reference``, once ``seed``)
+cannot be saved over or deleted (422, stated in the schema). Evaluation and comparison run as background jobs: the
 POST answers 202 with a job id, ``GET /tuning/jobs/{id}`` reports progress and, when
 done, the report. Every route needs a token with the ``tuning`` scope (or ``admin``).
 """
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from django.http import HttpRequest
@@ -21,8 +23,9 @@ from pydantic import ConfigDict
 from memory import recall
 from memory.api.auth import BearerTokenAuth, api_user
 from memory.api.schemas import MAX_ID, NOT_BLANK, WHITESPACE, Id, JsonInt
-from memory.engine.tuning import WHITELIST
+from memory.engine.tuning import BUILTIN_PROFILES, RENAMED_PROFILES, WHITELIST
 from memory.models import Job, Turn
+from memory.overrides import DEFAULT_PROFILE_NAME
 from tuning import evaluation, fit, inspection, relevance, services
 from tuning.services import PROFILE_NAME_MAX, ProfileError
 
@@ -80,11 +83,12 @@ def _params_schema(schema: dict[str, Any]) -> None:
     schema["additionalProperties"] = False
 
 
-PARAMS_HELP = "whitelisted parameter → JSON number in its bounds; integer parameters need JSON integers (3, not 3.0)"
-# A stored profile's name: not blank, and not the built-in "default" (after stripping).
+PARAMS_HELP = "whitelisted parameter → JSON number in its bounds; integer parameters need whole numbers (3 or 3.0)"
+# A stored profile's name: not blank, and not a built-in profile's, nor the old name of one (after stripping).
+BUILTIN_NAMES = "|".join(re.escape(n) for n in sorted({DEFAULT_PROFILE_NAME, *BUILTIN_PROFILES, *RENAMED_PROFILES}))
 PROFILE_NAME_RULES: dict[str, Any] = {
     "pattern": NOT_BLANK,
-    "not": {"pattern": f"^[{WHITESPACE}]*default[{WHITESPACE}]*$"},
+    "not": {"pattern": f"^[{WHITESPACE}]*({BUILTIN_NAMES})[{WHITESPACE}]*$"},
 }
 # An existing profile's name (apply): "default" is one.
 NAME_RULES: dict[str, Any] = {"pattern": NOT_BLANK}
@@ -256,9 +260,9 @@ class JobOut(Schema):
     result: dict[str, Any] = Field(default_factory=dict)
 
 
-# 401 without a valid token, 422 for a malformed request (config.api's handlers), 400 for a
-# refused parameter set, 404 for an unknown profile or job.
-ERRS = {400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 404: ErrorBody, 422: ErrorBody}
+# 401 without a valid token, 422 for a malformed request (config.api's handlers) or a refused parameter set,
+# 404 for an unknown profile or job.
+ERRS = {401: ErrorBody, 403: ErrorBody, 404: ErrorBody, 422: ErrorBody}
 
 
 def _error(exc: ProfileError, prefix: str = "body") -> Status:
@@ -566,7 +570,7 @@ EXAMPLES: dict[type, Any] = {
     ProfileIn: {"name": "少而准", "params": _PARAMS},
     ApplyIn: {"name": "少而准"},
     AppliedOut: {"profile": "少而准", "params": _PARAMS, "revision": 1},
-    DeletedOut: {"deleted": True, "active": "default", "profiles": ["default", "seed"]},
+    DeletedOut: {"deleted": True, "active": "default", "profiles": ["default", "reference"]},
     ExportOut: {"profile": "少而准", "params": _PARAMS, "exported_at": "2026-12-04T11:32:12Z"},
     TargetIn: {"profile": "少而准"},
     EvaluateIn: {"profile": "少而准", "max_turns": 200},

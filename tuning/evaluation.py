@@ -61,7 +61,7 @@ from memory.dispatch import enqueue, jobs
 from memory.engine.metrics import bootstrap_mean, ndcg_at_k, recall_at_k
 from memory.engine.tuning import reconcile_trace_pool
 from memory.models import Fact, Job, Stream, Turn
-from memory.overrides import overrides_scope
+from memory.overrides import canonical_profile_name, overrides_scope
 from memory.pipeline.retention import REPLAYABLE_TURNS
 from memory.providers import config as provider_config
 from memory.providers.embeddings import embed_one
@@ -665,7 +665,7 @@ def resolve_target(*, profile: str | None = None, params: Mapping[str, Any] | No
     profile changes while it waits in the queue.
     """
     if profile is not None and str(profile).strip():
-        name = str(profile).strip()
+        name = canonical_profile_name(str(profile).strip())
         values = services.load_profile_params(name)
         if values is None:
             raise services.ProfileError(_("参数方案「%(name)s」不存在") % {"name": name}, param="profile", status=404)

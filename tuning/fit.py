@@ -14,7 +14,7 @@ prompt against the labels — R@k and nDCG@k, ``k`` = the prompt size unless giv
    needed): an interval over fewer turns says little.
 2. **Search** — a compass (pattern) search over the whitelisted ranking knobs
    (:func:`knobs`: every whitelisted parameter but those :data:`memory.engine.tuning.UNFITTED`
-   names — prompt size, episode counts, spreading, the seed switch), starting from the
+   names — prompt size, episode counts, spreading, the reference ranking's switch), starting from the
    profile in force: each knob in turn is moved one step up, then down (a step is a quarter of
    its range, on a log scale for knobs whose range spans more than 20×); a move is kept when
    the mean nDCG@k on the dev turns rises (ties: R@k); after a sweep that keeps nothing every

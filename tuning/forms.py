@@ -2,8 +2,7 @@
 
 Draft values arrive as text. They are parsed by the parameter's kind **before** the
 whitelist validation, so the console refuses exactly what the API refuses: an integer
-parameter needs an integer literal (``3``; ``3.0`` and ``1.5`` are refused with "需要整数"
-— Django's IntegerField would silently accept ``3.0``, which is why it is not used).
+parameter needs a whole number (``3`` or ``3.0``; ``1.5`` is refused with "需要整数").
 """
 from __future__ import annotations
 
@@ -37,6 +36,8 @@ def parse_value(param: str, raw: str) -> int | float:
     if spec.kind == "int":
         if INT_RE.match(text):
             return int(text)
+        if FLOAT_RE.match(text) and float(text).is_integer():
+            return int(float(text))
         if FLOAT_RE.match(text):
             raise services.ProfileError(services.param_refusal(param, 0.5), param=param)
     elif FLOAT_RE.match(text):

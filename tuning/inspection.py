@@ -59,7 +59,7 @@ def gate_reason(fact: Any) -> str:
         Gate.DENSE: _("意思上比闲聊更接近这句话（余弦 %(cos)s，比闲聊背景 %(margin)s）") % {"cos": cos, "margin": margin_text},
         Gate.LEXICAL: _("覆盖了这句话里有信息量的词（覆盖 %(share)s）") % {"share": _pct(fact.coverage)},
         Gate.UNKNOWN: _("没有可判断相关的信号，放行"),
-        Gate.SEED: _("seed 参数方案没有相关门"),
+        Gate.REFERENCE: _("reference 参数方案没有相关门"),
         Gate.HELD: _("和这句话的关系不比闲聊更近（余弦 %(cos)s，比闲聊背景 %(margin)s），词面上也没覆盖够有信息量的词")
         % {"cos": cos, "margin": margin_text},
     }.get(getattr(fact, "gate", "") or "", "")

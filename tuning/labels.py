@@ -16,7 +16,7 @@ PARAM_LABELS = {
     "fact_recall_limit": gettext_lazy("进提示词的事实条数上限"),
     "recalled_episode_limit": gettext_lazy("情节召回条数"),
     "recent_episode_limit": gettext_lazy("近期情节条数"),
-    "seed_blend": gettext_lazy("沿用种子的乘法排序"),
+    "reference_blend": gettext_lazy("参考排序（乘法）"),
     "retention_prior": gettext_lazy("留存度先验权重"),
     "dense_margin": gettext_lazy("相关门：余弦可低于闲聊背景多少"),
     "query_margin": gettext_lazy("相关门：最佳候选高出闲聊背景多少算在问记忆"),
@@ -41,7 +41,7 @@ PARAM_HELP = {
     "fact_recall_limit": gettext_lazy("每轮最多放进提示词的事实条数"),
     "recalled_episode_limit": gettext_lazy("每轮按话题想起的情节条数"),
     "recent_episode_limit": gettext_lazy("每轮按时间带上的最近情节条数"),
-    "seed_blend": gettext_lazy("1 = 种子的排序：相关度 × 留存权重，没有相关度下限（用来和默认排序对比）"),
+    "reference_blend": gettext_lazy("1 = 参考排序：相关度 × 留存权重，没有相关度下限（用来和默认排序对比）"),
     "retention_prior": gettext_lazy("相关度相近时，留存度（新鲜、牢固）能把一条事实往前推多少（占候选池最佳相关度的比例）"),
     "dense_margin": gettext_lazy(
         "这句话和一组寒暄句（你好、哈哈、在吗…）最像的程度是它的「闲聊背景」；事实的余弦不低于背景加这个值（通常为负）才算相关"

@@ -46,7 +46,7 @@ Op = TuningOperation.Op
 
 class LabelError(ValueError):
     """A label was refused; ``status`` is the HTTP status the API answers: 404 an unknown turn or fact,
-    409 a fact the turn cannot have (a person who was not present, a private fact in a group), 400 malformed."""
+    409 a fact the turn cannot have (a person who was not present, a private fact in a group), 422 malformed."""
 
     def __init__(self, message: str, *, status: int = 409, field: str = "") -> None:
         super().__init__(message)
@@ -56,10 +56,11 @@ class LabelError(ValueError):
 
 class LabelInputError(LabelError):
     """An import was refused as a whole; ``errors`` = ``[{"index", "field", "message", "status"}]``, nothing
-    stored. Its status is the most basic of its errors' (malformed 400, unknown 404, refused 409)."""
+    stored. Its status is the most basic of its errors' (malformed 422, then unknown 404, then refused 409)."""
 
     def __init__(self, errors: list[dict[str, Any]]) -> None:
-        status = min(e.get("status", 400) for e in errors)
+        statuses = {e.get("status", 422) for e in errors}
+        status = next((s for s in (422, 404, 409) if s in statuses), min(statuses))
         super().__init__(f"{len(errors)} 条标注有误，一条也没有保存：{errors[0]['message']}", status=status)
         self.errors = errors
 
@@ -113,7 +114,7 @@ def set_label(*, turn_id: int, fact_id: int, relevant: bool | None, user: str, a
     """Label one fact of a turn relevant (``True``), not relevant (``False``) or clear it (``None``).
 
     Refused (:class:`LabelError`, nothing written) for an unknown turn or fact (404), a fact of a
-    person not present at the turn or one the stream may not show (400). Journalled; setting the
+    person not present at the turn or one the stream may not show (409). Journalled; setting the
     label it already has writes nothing.
     """
     at = now_ms() if at is None else at
@@ -142,7 +143,7 @@ def set_label(*, turn_id: int, fact_id: int, relevant: bool | None, user: str, a
 
 def _entry_errors(index: int, entry: Any) -> tuple[tuple[int, int, bool] | None, list[dict[str, Any]]]:
     if not isinstance(entry, Mapping):
-        return None, [{"index": index, "field": "", "message": "每条标注需要是对象：{turn, fact, relevant}", "status": 400}]
+        return None, [{"index": index, "field": "", "message": "每条标注需要是对象：{turn, fact, relevant}", "status": 422}]
     errors = []
     values = {}
     for name, kind in (("turn", int), ("fact", int), ("relevant", bool)):
@@ -150,7 +151,7 @@ def _entry_errors(index: int, entry: Any) -> tuple[tuple[int, int, bool] | None,
         ok = isinstance(value, bool) if kind is bool else isinstance(value, int) and not isinstance(value, bool)
         if not ok or (kind is int and value < 1):
             need = "true 或 false" if kind is bool else "正整数"
-            errors.append({"index": index, "field": name, "message": f"第 {index + 1} 条：{name} 需要{need}", "status": 400})
+            errors.append({"index": index, "field": name, "message": f"第 {index + 1} 条：{name} 需要{need}", "status": 422})
         values[name] = value
     return (None if errors else (values["turn"], values["fact"], values["relevant"])), errors
 
@@ -165,7 +166,7 @@ def import_labels(entries: Sequence[Any], *, user: str, at: int | None = None) -
     at = now_ms() if at is None else at
     if len(entries) > MAX_IMPORT:
         raise LabelInputError([{"index": MAX_IMPORT, "field": "", "message": f"一次最多导入 {MAX_IMPORT} 条标注",
-                                "status": 400}])
+                                "status": 422}])
     parsed: list[tuple[int, int, bool]] = []
     errors: list[dict[str, Any]] = []
     seen: dict[tuple[int, int], int] = {}

@@ -23,7 +23,7 @@ from memory import overrides
 from memory.engine.tuning import WHITELIST, TuningError
 from memory.overrides import (
     DEFAULT_PROFILE_NAME,
-    SEED_PROFILE_NAME,
+    REFERENCE_PROFILE_NAME,
     builtin_params,
 )
 from memory.services import emit_event
@@ -41,7 +41,7 @@ class ProfileError(ValueError):
     ``status`` is the HTTP status the API maps it to.
     """
 
-    def __init__(self, message: str, *, param: str | None = None, status: int = 400):
+    def __init__(self, message: str, *, param: str | None = None, status: int = 422):
         super().__init__(message)
         self.param = param
         self.status = status
@@ -82,21 +82,31 @@ def param_refusal(param: str, value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return _("参数 %(name)s 需要数值") % {"name": param}
     if spec.kind == "int" and not isinstance(value, int):
-        return _("参数 %(name)s 需要整数（3 可以，3.0 不行）") % {"name": param}
+        return _("参数 %(name)s 需要整数（3 或 3.0 可以，3.5 不行）") % {"name": param}
     return _("参数 %(name)s 越界：取值范围 [%(min)s, %(max)s]") % {"name": param, "min": spec.min, "max": spec.max}
+
+
+def _whole_number(param: str, value: Any) -> Any:
+    """``27.0`` for an integer parameter is the integer 27: JSON has one number type, JSON Schema's ``integer``
+    admits ``27.0`` and the API's other integer fields take it. ``27.5`` stays a float and is refused."""
+    spec = WHITELIST.get(param)
+    if spec is not None and spec.kind == "int" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def validate_params(params: Any) -> dict[str, Any]:
     """Validate raw (JSON-decoded) parameter values; :class:`ProfileError` names the parameter.
 
-    JSON has one number type, so the decoded Python type decides: ``3`` is an int and is
-    valid for integer parameters; ``3.0`` and ``1.5`` are floats and are refused for
-    them ("需要整数"), exactly like the reference validator. Booleans are refused.
+    JSON has one number type: ``3`` and ``3.0`` are valid for integer parameters (stored as
+    the integer 3), ``1.5`` is refused for them ("需要整数"); the engine's validator, given the
+    normalised values, stays the reference's exact one. Booleans are refused.
     """
     if params is None:
         return {}
     if not isinstance(params, Mapping):
         raise ProfileError(_("params 需要是对象（参数名 → 数值）"))
+    params = {name: _whole_number(name, value) for name, value in params.items()}
     try:
         return overrides.validate(params)
     except TuningError as exc:
@@ -168,15 +178,15 @@ def list_profiles() -> list[ProfileRow]:
             builtin=True,
         ),
         ProfileRow(
-            name=SEED_PROFILE_NAME,
-            params=builtin_params(SEED_PROFILE_NAME) or {},
+            name=REFERENCE_PROFILE_NAME,
+            params=builtin_params(REFERENCE_PROFILE_NAME) or {},
             created_at=None,
             last_applied_at=None,
-            active=active == SEED_PROFILE_NAME,
+            active=active == REFERENCE_PROFILE_NAME,
             builtin=True,
         ),
     ]
-    for p in RetrievalProfile.objects.exclude(name=SEED_PROFILE_NAME).order_by("name"):
+    for p in RetrievalProfile.objects.exclude(name=REFERENCE_PROFILE_NAME).order_by("name"):
         rows.append(
             ProfileRow(
                 name=p.name,
@@ -190,7 +200,7 @@ def list_profiles() -> list[ProfileRow]:
 
 
 def load_profile_params(name: str) -> dict[str, Any] | None:
-    """``default`` → ``{}``; ``seed`` → its built-in params; unknown → None; stored params re-validated."""
+    """``default`` → ``{}``; ``reference`` → its built-in params; unknown → None; stored params re-validated."""
     builtin = builtin_params(name)
     if builtin is not None:
         return builtin
@@ -230,8 +240,9 @@ def apply_profile(name: Any, *, at: int | None = None, user: str = "", op: str =
                   source: str = "") -> dict[str, Any]:
     """Make ``name`` the active profile in every process; returns ``{profile, params, revision}``.
 
-    Journalled (``op``: apply, or rollback) with the profile it replaced."""
-    name = _given_name(name, _("参数方案名称为空"))
+    Journalled (``op``: apply, or rollback) with the profile it replaced. A built-in profile's old
+    name (``seed``) applies it under its name now (``reference``)."""
+    name = overrides.canonical_profile_name(_given_name(name, _("参数方案名称为空")))
     at = _now_ms() if at is None else at
     with transaction.atomic():
         replaced = active_profile_name()
@@ -286,6 +297,7 @@ def export_profile(name: str) -> dict[str, Any]:
     params = load_profile_params(name)
     if params is None:
         raise ProfileError(_("参数方案「%(name)s」不存在") % {"name": name}, param="name", status=404)
+    name = overrides.canonical_profile_name(name)
     return {
         "profile": name,
         "params": params,

@@ -49,7 +49,8 @@ SCOPES: dict[str, str] = {
     "undo": "undo fact operations",
     "forget": "preview and carry out forgetting (messages, facts, episodes, persons, streams)",
     "tuning": "save, delete, apply, roll back and evaluate retrieval profiles",
-    "admin": "every scope, plus a person's export",
+    "export": "export everything stored about a person (every stream at once)",
+    "admin": "every scope",
 }
 
 

@@ -34,6 +34,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
     except DatabaseError as exc:
         body.update(status="down", database=type(exc).__name__)
         code = 503
+        # a probe every few seconds: no line per answer (config.logs.OutageReported; requests log the outage once)
+        request.database_outage = True
     try:
         broker.check()
     except broker.BrokerUnavailable:

@@ -377,14 +377,15 @@ def get_import(request: HttpRequest, job_id: Id):
 
 
 @router.get("/persons/{person_id}/export", response={200: dict[str, Any], **ERRORS}, summary="Export a person",
-            auth=BearerTokenAuth(scope="admin"), tags=["forget"])
+            auth=BearerTokenAuth(scope="export"), tags=["forget"])
 def person_export(request: HttpRequest, person_id: Id):
     """Everything stored about a person as one JSON document: identities, the messages they
     sent (every stream), facts with their decay state now, the episodes of those messages and
     the journal of operations on their facts.
 
-    Needs the `admin` scope: the document crosses every stream (a `bot` token reads one
-    person's facts through `GET /persons/{id}/facts`).
+    Needs the `export` scope (or `admin`): the document crosses every stream (a `bot` token
+    reads one person's facts through `GET /persons/{id}/facts`). The console's export page
+    has the same rule: the `memory.export_person` permission.
     """
     _require(Person, person_id, "person")
     return export.person_export(person_id=person_id, now=services.now_ms())

@@ -8,11 +8,13 @@ field only ``true``/``false``, and unknown fields are refused.
 """
 from __future__ import annotations
 
+import re
+import unicodedata
 from typing import Annotated, Any, Literal
 
 from django.conf import settings
 from ninja import Field
-from pydantic import BaseModel, BeforeValidator, ConfigDict, StringConstraints
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, StringConstraints
 
 from memory.models import Fact, FactState
 
@@ -56,12 +58,48 @@ NOT_BLANK = f"[^{WHITESPACE}]"
 HAS_WORD = r"[\p{L}\p{N}_\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"
 
 
-# Stripped, then at least one character: the schema says "not blank" with NOT_BLANK.
+
+
+def _format_characters() -> str:
+    """Unicode's format characters (category Cf) of the Basic Multilingual Plane as one regex class, in ``\\uXXXX``
+    escapes every regex engine reads: zero-width space and joiners, bidi marks, embeddings, overrides and
+    isolates, the word joiner, the BOM, soft hyphen …"""
+    ranges: list[list[int]] = []
+    for code in range(0x10000):
+        if unicodedata.category(chr(code)) == "Cf":
+            if ranges and ranges[-1][1] == code - 1:
+                ranges[-1][1] = code
+            else:
+                ranges.append([code, code])
+    return "[" + "".join(f"\\u{a:04x}" + (f"-\\u{b:04x}" if b > a else "") for a, b in ranges) + "]"
+
+
+# An id (a platform, a stream's or a person's external id) names something the console lists and a bot
+# resolves by equality: a format character in it makes an invisible id ("\u200b"), a reversed one
+# ("\u202erel" shows as "ler") or two ids that look alike. Refused (422), not stripped: stripping would
+# merge "\u202erel" into another stream "rel". Display names and texts keep them (emoji sequences).
+FORMAT_CHARACTERS = _format_characters()
+_FORMAT_RE = re.compile(FORMAT_CHARACTERS)
+
+
+def _no_format_characters(value: str) -> str:
+    found = _FORMAT_RE.search(value)
+    if found:
+        raise ValueError(f"must not contain invisible formatting characters (found U+{ord(found.group()):04X}:"
+                         " zero-width, joiner or bidi control)")
+    return value
+
+
+ID_RULES: dict[str, Any] = {"pattern": NOT_BLANK, "not": {"pattern": FORMAT_CHARACTERS}}
+
+# Stripped, then at least one character: the schema says "not blank" with NOT_BLANK, and "no format character".
 Platform = Annotated[
-    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64), Field(json_schema_extra={"pattern": NOT_BLANK})
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64), AfterValidator(_no_format_characters),
+    Field(json_schema_extra=ID_RULES),
 ]
 ExternalId = Annotated[
-    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200), Field(json_schema_extra={"pattern": NOT_BLANK})
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200), AfterValidator(_no_format_characters),
+    Field(json_schema_extra=ID_RULES),
 ]
 
 
@@ -248,7 +286,7 @@ class RankTermsOut(Out):
     coverage: float | None = Field(None, description="share of the query's achievable IDF mass the fact matches")
     cosine: float | None
     relevance: float | None = Field(None, description="fused relevance with a cosine, else the lexical one")
-    calibrated: float | None = Field(None, description="relevance as a share of the pool's best (seed: relevance)")
+    calibrated: float | None = Field(None, description="relevance as a share of the pool's best (reference profile: relevance)")
     retention: float
     prior: float | None = Field(None, description="the retention term of the score")
     score: float

@@ -24,7 +24,7 @@ from typing import Any
 from django.db import connection, migrations
 
 from memory.backends import postgresql, sqlite
-from memory.backends.portable import marks  # noqa: F401 — the IN lists' placeholders, for every caller
+from memory.backends.portable import in_placeholders  # noqa: F401 — the IN lists' placeholders, for every caller
 
 SQLITE = "sqlite"
 POSTGRESQL = "postgresql"

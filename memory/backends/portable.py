@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Sized
 
 
-def marks(values: Sized) -> str:
+def in_placeholders(values: Sized) -> str:
     """The placeholders of ``IN (…)`` for ``values``: ``%s,%s,…`` — ``NULL`` when there are none.
 
     PostgreSQL rejects an empty ``IN ()`` as a syntax error (SQLite accepts it); ``x IN (NULL)``

@@ -52,6 +52,7 @@ __all__ = [
     "queued_key",
     "send",
     "stream_check",
+    "sweep",
     "stream_checks",
     "stream_checks_on_commit",
     "vector_backfill",
@@ -140,28 +141,52 @@ def stream_check(queue: str, stream_id: int, *, countdown: int = 0, check_due: b
     """Enqueue one stream's summarisation or extraction task if it is due and not in flight.
 
     Returns True when a task was sent. Never raises and never waits on Redis
-    for more than its short timeouts: a broker outage must not fail (or hold)
-    the request that stored a message — the next message, the beat sweep or
-    the worker's start-up sweep picks the work up from the database.
+    for more than its short timeouts (twice: a call that fails on a pooled
+    connection is tried once more on a fresh one, :func:`memory.broker.reconnect`,
+    since after a failover the pooled one may be half-open): a broker outage must
+    not fail (or hold) the request that stored a message — the next message, the
+    beat sweep or the worker's start-up sweep picks the work up from the database.
     """
     if broker.is_down():
         return False
-    try:
-        if check_due and not countdown and not triggers.due(queue, stream_id):
+    for attempt in (1, 2):
+        try:
+            return _stream_check(queue, stream_id, countdown=countdown, check_due=check_due)
+        except SEND_ERRORS as exc:
+            if attempt == 1 and isinstance(exc, broker.REDIS_ERRORS):
+                broker.reconnect()
+                continue
+            if isinstance(exc, broker.REDIS_ERRORS):
+                broker.mark_down(exc)
+            logger.warning("stream_check_enqueue_failed queue=%s stream=%s error=%s", queue, stream_id, exc)
             return False
-        client = broker.client()
-        if client.exists(lock_key(queue, stream_id)):
-            return False  # the holder re-checks after it finishes
-        marker = queued_key(queue, stream_id)
-        if not client.set(marker, "1", nx=True, ex=QUEUED_TTL + countdown):
-            return False  # already queued
-        _send_or_forget(marker, TASKS[queue], (stream_id,), countdown=countdown or None)
-        return True
-    except SEND_ERRORS as exc:
-        if isinstance(exc, broker.REDIS_ERRORS):
-            broker.mark_down(exc)
-        logger.warning("stream_check_enqueue_failed queue=%s stream=%s error=%s", queue, stream_id, exc)
+    return False
+
+
+def _stream_check(queue: str, stream_id: int, *, countdown: int, check_due: bool) -> bool:
+    if check_due and not countdown and not triggers.due(queue, stream_id):
         return False
+    client = broker.client()
+    if client.exists(lock_key(queue, stream_id)):
+        return False  # the holder re-checks after it finishes
+    marker = queued_key(queue, stream_id)
+    if not client.set(marker, "1", nx=True, ex=QUEUED_TTL + countdown):
+        return False  # already queued
+    _send_or_forget(marker, TASKS[queue], (stream_id,), countdown=countdown or None)
+    return True
+
+
+def sweep(due: Sequence[tuple[str, int]]) -> int:
+    """The beat's sweep: :func:`stream_check` for every ``(queue, stream)`` found due; how many were sent.
+
+    Runs whatever this process's breaker says (the sweep arrived through Redis, so Redis
+    answers now, and the sweep exists to catch up after an outage): it closes the breaker
+    first, and each check gets its retry on a fresh connection. Once a check fails even
+    then, the breaker stays open and the rest wait for the next sweep.
+    """
+    if due:
+        broker.reconnect()
+    return sum(stream_check(queue, stream_id, check_due=False) for queue, stream_id in due)
 
 
 def stream_checks(stream_id: int) -> None:
@@ -182,7 +207,7 @@ def stream_checks(stream_id: int) -> None:
     try:
         # One round trip first: during a burst a check is queued or running for
         # most messages, and those need no database query at all.
-        held = broker.client().mget(keys)
+        held = _mget(keys)
     except broker.REDIS_ERRORS as exc:
         broker.mark_down(exc)
         logger.warning("stream_check_enqueue_failed stream=%s error=%s", stream_id, exc)
@@ -208,6 +233,15 @@ def stream_checks(stream_id: int) -> None:
             stream_check(queue, stream_id, check_due=False)
         except Exception:
             logger.exception("stream_check_enqueue_error queue=%s stream=%s", queue, stream_id)
+
+
+def _mget(keys: list[str]) -> list[Any]:
+    """``MGET`` of ``keys``, tried once more on a fresh connection (:func:`memory.broker.reconnect`)."""
+    try:
+        return broker.client().mget(keys)
+    except broker.REDIS_ERRORS:
+        broker.reconnect()
+        return broker.client().mget(keys)
 
 
 def message_vector_delay() -> int | None:

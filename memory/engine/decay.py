@@ -51,7 +51,7 @@ FREEZE: float = 0.1
 REVIVE: float = 0.15
 MS_PER_HOUR: int = 3_600_000
 
-#: Half-life in hours per fact kind. 状态 and 习惯 are kept on purpose (DESIGN.md).
+#: Half-life in hours per fact kind. 状态 and 习惯 are kept on purpose (docs/REFERENCE.md §1).
 HALF_LIFE_HOURS: dict[str, float] = {
     "身份": 8760.0,  # 24 * 365
     "日期": 8760.0,

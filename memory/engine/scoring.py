@@ -20,9 +20,9 @@ rows (lexical relevance, IDF coverage, cosine, retention — never vectors) and 
   chat lines, :mod:`memory.engine.background`), the lexical match as a share of the best
   candidate's coverage of the query's informative words, and a clear leader of either
   channel always passes;
-* the seed's multiplicative blend stays as :func:`blend_score`
+* the reference ranking's multiplicative blend stays as :func:`blend_score`
   ``= max(0, relevance) ** bm25_weight * (floor + (1 - floor) * retention)``, used by
-  :func:`rank` under the built-in "seed" profile (``seed_blend = 1``);
+  :func:`rank` under the built-in "reference" profile (``reference_blend = 1``; docs/REFERENCE.md);
 * the candidate pool may be cut by a score percentile: :func:`apply_pool_percentile`.
 """
 
@@ -41,10 +41,10 @@ __all__ = [
     "blend_score",
     "fused_relevance",
     "apply_pool_percentile",
-    "SEED_BLEND_PARAM",
+    "REFERENCE_BLEND_PARAM",
     "RankCandidate",
     "RankedCandidate",
-    "is_seed_profile",
+    "is_reference_profile",
     "idf",
     "QueryMass",
     "idf_coverage",
@@ -105,9 +105,9 @@ def apply_pool_percentile(scores: Sequence[float], threshold: float) -> int:
 
 # --- the one ranking function ------------------------------------------------------------
 
-#: Profile knob that selects the seed's multiplicative ranking (``blend_score``) — the
-#: built-in "seed" profile sets it to 1.
-SEED_BLEND_PARAM: str = "seed_blend"
+#: Profile knob that selects the reference ranking (``blend_score``, docs/REFERENCE.md) — the
+#: built-in "reference" profile sets it to 1.
+REFERENCE_BLEND_PARAM: str = "reference_blend"
 DEFAULT_RETENTION_PRIOR: float = 0.02
 #: The relevance gate (:func:`gate`), chosen on dev splits (``make eval``; BENCHMARKS.md says which):
 #: a candidate's cosine may lie this far *below* the query's background (its best cosine with
@@ -169,12 +169,12 @@ class RankedCandidate:
     """A candidate with every term of its score.
 
     ``relevance`` = fused relevance (with a cosine) or the lexical one (default: the lexical
-    and dense sides are :func:`lexical_term` and :func:`dense_term`; seed: ``fused_relevance``
+    and dense sides are :func:`lexical_term` and :func:`dense_term`; reference: ``fused_relevance``
     of the raw values); ``calibrated`` =
-    ``relevance ** bm25_weight`` divided by the best eligible one of the pool (seed: the
+    ``relevance ** bm25_weight`` divided by the best eligible one of the pool (reference: the
     powered relevance itself); ``prior`` = the retention term (default: ``retention_prior *
-    retention``, 0 when frozen; seed: ``floor + (1 - floor) * retention``); ``score`` =
-    ``calibrated + prior`` (seed: ``calibrated * prior`` = ``blend_score``). ``eligible`` is
+    retention``, 0 when frozen; reference: ``floor + (1 - floor) * retention``); ``score`` =
+    ``calibrated + prior`` (reference: ``calibrated * prior`` = ``blend_score``). ``eligible`` is
     False when the candidate is under both relevance floors — it never enters the prompt.
     """
 
@@ -200,9 +200,9 @@ class RankedCandidate:
         }
 
 
-def is_seed_profile(profile: Mapping[str, float] | None) -> bool:
-    """True iff the profile asks for the seed's ``blend_score`` ranking."""
-    return bool(profile) and int(profile.get(SEED_BLEND_PARAM, 0)) == 1  # type: ignore[union-attr]
+def is_reference_profile(profile: Mapping[str, float] | None) -> bool:
+    """True iff the profile asks for the reference ranking (``blend_score``)."""
+    return bool(profile) and int(profile.get(REFERENCE_BLEND_PARAM, 0)) == 1  # type: ignore[union-attr]
 
 
 def idf(df: int, n_docs: int) -> float:
@@ -283,7 +283,7 @@ def lexical_term(lexical: float, best_strength: float, share: float) -> float:
 def dense_term(cosine: float, best_cosine: float, share: float) -> float:
     """The dense side of a candidate's relevance: ``(1 - share) * (cos + 1) / 2 + share *
     max(0, cos) / best_cosine`` (``best_cosine`` = the pool's highest; no share when it is not
-    positive). ``share = 0`` gives back ``(cos + 1) / 2``, the seed's dense side."""
+    positive). ``share = 0`` gives back ``(cos + 1) / 2``, the reference ranking's dense side."""
     base = (cosine + 1.0) / 2.0
     if share <= 0:
         return base
@@ -295,8 +295,8 @@ class Gate:
     """The gate's reasons, as :attr:`RankedCandidate.gate` carries them (the console and the trace show
     them): a candidate passes because it ``leads`` a channel, stands out of the query's background
     (``dense``), covers enough of the best candidate's informative words (``lexical``), or because
-    nothing is known to judge it by (``unknown``); it is held back (``held``) otherwise. The seed's
-    ranking has no gate (``seed``)."""
+    nothing is known to judge it by (``unknown``); it is held back (``held``) otherwise. The reference
+    ranking has no gate (``reference``)."""
 
     LEADS_DENSE = "leads_dense"
     LEADS_LEXICAL = "leads_lexical"
@@ -304,8 +304,8 @@ class Gate:
     LEXICAL = "lexical"
     UNKNOWN = "unknown"
     HELD = "held"
-    SEED = "seed"
-    PASSING = frozenset({LEADS_DENSE, LEADS_LEXICAL, DENSE, LEXICAL, UNKNOWN, SEED})
+    REFERENCE = "reference"
+    PASSING = frozenset({LEADS_DENSE, LEADS_LEXICAL, DENSE, LEXICAL, UNKNOWN, REFERENCE})
 
 
 def gate(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | None = None) -> list[str]:
@@ -382,7 +382,7 @@ def rank(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | Non
     than ``retention_prior`` (as a share of the pool's best) wins whatever its age; within
     that margin the fresher / stronger one wins.
 
-    Seed profile (``seed_blend = 1``): ``score = blend_score(relevance, retention)``,
+    Reference profile (``reference_blend = 1``): ``score = blend_score(relevance, retention)``,
     every candidate eligible — today's ranking, bit for bit.
 
     Order: eligible candidates by score (stable: input order breaks ties), then the
@@ -391,7 +391,7 @@ def rank(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | Non
     opts = profile or {}
     weight = _param(opts, "bm25_weight", DEFAULT_BM25_WEIGHT)
     out: list[RankedCandidate] = []
-    if is_seed_profile(opts):
+    if is_reference_profile(opts):
         floor = _param(opts, "retention_weight_floor", DEFAULT_RETENTION_WEIGHT_FLOOR)
         for c in candidates:
             rel = fused_relevance(c.lexical, c.cosine) if c.cosine is not None else c.lexical
@@ -400,7 +400,7 @@ def rank(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | Non
                 RankedCandidate(
                     id=c.id, relevance=rel, calibrated=powered, prior=floor + (1.0 - floor) * c.retention,
                     score=blend_score(rel, c.retention, opts), retention=c.retention, eligible=True,
-                    coverage=c.coverage, cosine=c.cosine, mode="seed", margin=c.margin, gate=Gate.SEED,
+                    coverage=c.coverage, cosine=c.cosine, mode="reference", margin=c.margin, gate=Gate.REFERENCE,
                 )
             )
         out.sort(key=lambda r: r.score, reverse=True)

@@ -156,6 +156,12 @@ class ShortTermActivation:
         """Forget every activation."""
         with self._lock:
             self._at.clear()
+
+    def discard(self, nodes: Iterable[int]) -> None:
+        """Forget the activation of these nodes (deleted ones)."""
+        with self._lock:
+            for node in nodes:
+                self._at.pop(node, None)
             self._writes = 0
 
     def __len__(self) -> int:

@@ -33,6 +33,8 @@ __all__ = [
     "WHITELIST",
     "BUILTIN_PROFILES",
     "UNFITTED",
+    "RENAMED_PROFILES",
+    "RENAMED_PARAMS",
     "TuningError",
     "validate_overrides",
     "tuned_value",
@@ -68,8 +70,8 @@ WHITELIST: dict[str, ParamSpec] = {
     "fact_recall_limit": ParamSpec("int", 1, 50, 6, "进提示词的事实条数上限"),
     "recalled_episode_limit": ParamSpec("int", 0, 30, 2, "情节召回条数"),
     "recent_episode_limit": ParamSpec("int", 0, 30, 2, "近期情节条数"),
-    # the ranking (memory/engine/scoring.py: rank); retention_weight_floor only acts with seed_blend = 1
-    "seed_blend": ParamSpec("int", 0, 1, 0, "沿用种子的乘法排序（1 = 种子）"),
+    # the ranking (memory/engine/scoring.py: rank); retention_weight_floor only acts with reference_blend = 1
+    "reference_blend": ParamSpec("int", 0, 1, 0, "参考排序：相关度 × 留存权重（1 = 参考排序）"),
     "retention_prior": ParamSpec("float", 0.0, 1.0, DEFAULT_RETENTION_PRIOR, "留存度先验权重"),
     # the relevance gate (scoring.gate), calibrated per query
     "dense_margin": ParamSpec("float", -1.0, 1.0, DEFAULT_DENSE_MARGIN, "相关门：余弦可低于闲聊背景多少"),
@@ -89,17 +91,25 @@ WHITELIST: dict[str, ParamSpec] = {
 
 #: Whitelisted parameters a fit to relevance labels (``tuning.fit``) leaves alone: they set how many
 #: facts and episodes a turn gets, steer association spreading (not a turn's ranking), or switch to
-#: the seed's ranking kept for comparison (with the one knob only that ranking reads). Every other
+#: the reference ranking kept for comparison (with the one knob only that ranking reads). Every other
 #: whitelisted parameter — a knob added later included — is searched.
 UNFITTED: frozenset[str] = frozenset({
-    "fact_recall_limit", "recalled_episode_limit", "recent_episode_limit", "ppr_alpha", "ppr_hops", "seed_blend",
+    "fact_recall_limit", "recalled_episode_limit", "recent_episode_limit", "ppr_alpha", "ppr_hops", "reference_blend",
     "retention_weight_floor",
 })
 
 #: Built-in profiles besides ``default`` (= no overrides): name → params.
 BUILTIN_PROFILES: dict[str, dict[str, float | int]] = {
-    "seed": {"seed_blend": 1, "context_lexical_lines": 0, "context_dense_messages": 0},
+    "reference": {"reference_blend": 1, "context_lexical_lines": 0, "context_dense_messages": 0},
 }
+
+#: Names retired by a rename → their names now. Turns, profiles and the journal were rewritten by
+#: ``tuning/migrations/0004_reference_profile``; these keep an old client, an exported profile
+#: file or a stored evaluation that still says ``seed`` working (the built-in profile was called
+#: "seed" after the design document it reproduces — docs/REFERENCE.md — and "seed" now means only
+#: the starting nodes of spreading activation).
+RENAMED_PROFILES: dict[str, str] = {"seed": "reference"}
+RENAMED_PARAMS: dict[str, str] = {"seed_blend": "reference_blend"}
 
 
 class TuningError(ValueError):
@@ -117,7 +127,8 @@ def validate_overrides(values: Mapping[str, object] | None) -> dict[str, float |
     be in :data:`WHITELIST` ("不在调优白名单"); the value must be a real number and not a
     bool ("需要数值"); integer parameters need an integral value — ``3.0`` is rejected
     ("需要整数"); the value must lie within the inclusive bounds ("越界"; NaN and ±inf
-    are out of range). Floats parameters accept ints. ``None``/empty → ``{}``.
+    are out of range). Floats parameters accept ints. ``None``/empty → ``{}``. A retired name
+    (:data:`RENAMED_PARAMS`) is read as its new one; giving both is an error.
     """
     if values is None:
         return {}
@@ -125,6 +136,10 @@ def validate_overrides(values: Mapping[str, object] | None) -> dict[str, float |
         raise TuningError("调优参数必须是「名称 → 数值」的映射")
     out: dict[str, float | int] = {}
     for name, value in values.items():
+        if isinstance(name, str) and name in RENAMED_PARAMS:
+            if RENAMED_PARAMS[name] in values:
+                raise TuningError(f"参数 {name} 已改名为 {RENAMED_PARAMS[name]}，不能两个都给", param=name)
+            name = RENAMED_PARAMS[name]
         spec = WHITELIST.get(name) if isinstance(name, str) else None
         if spec is None:
             raise TuningError(f"参数 {name} 不在调优白名单", param=str(name))

@@ -1,11 +1,11 @@
 """Background work of the memory layer, as plain services (no Celery needed to call them).
 
-* :func:`summarize_stream` — one L2 episode from the oldest pending batch (§3.15).
-* :func:`extract_stream` — facts + knowledge from the next batch after the cursor (§3.14).
-* :func:`backfill_vectors` — embeddings for rows whose vector is missing (§3.5).
-* :func:`edges_decay` — the association-edge freeze sweep (§3.17).
+* :func:`summarize_stream` — one L2 episode from the oldest pending batch (docs/REFERENCE.md §15).
+* :func:`extract_stream` — facts + knowledge from the next batch after the cursor (docs/REFERENCE.md §14).
+* :func:`backfill_vectors` — embeddings for rows whose vector is missing (docs/REFERENCE.md §5).
+* :func:`edges_decay` — the association-edge freeze sweep (docs/REFERENCE.md §17).
 * :func:`split_into_chunks`, :func:`start_import`, :func:`run_import`,
-  :func:`delete_batch_preview`, :func:`delete_batch` — the knowledge import centre (§3.13).
+  :func:`delete_batch_preview`, :func:`delete_batch` — the knowledge import centre (docs/REFERENCE.md §13).
 
 ``memory.pipeline.tasks`` holds the Celery adapters; they own locking and retries, while
 everything that decides *what* is written lives here. The model call of a batch
@@ -73,7 +73,7 @@ __all__ = [
     "validate_upload",
 ]
 
-#: A summary batch never has fewer messages than this (§3.15).
+#: A summary batch never has fewer messages than this (docs/REFERENCE.md §15).
 MIN_SUMMARY_BATCH = 4
 #: The third consecutive failure of the same head batch gives it up.
 BATCH_RETRY_LIMIT = 3
@@ -215,7 +215,7 @@ def _still_pending(stream_id: int, message_ids: Sequence[int]) -> bool:
     )
 
 
-# --- summarisation (§3.15) -----------------------------------------------------------
+# --- summarisation (docs/REFERENCE.md §15) --------------------------------------------------------
 
 
 def summarize_stream(*, stream_id: int, summariser: Summariser | None = None, at: int | None = None) -> BatchOutcome:
@@ -325,7 +325,7 @@ def _summary_failed(stream_id: int, batch: Sequence[Message], reason: str, at: i
     )
 
 
-# --- fact extraction (§3.14) --------------------------------------------------------------
+# --- fact extraction (docs/REFERENCE.md §14) ------------------------------------------------------
 
 
 def cursor_moved(stream_id: int, cursor: int) -> bool:
@@ -515,7 +515,7 @@ def _extract_failed(stream_id: int, batch: Sequence[Message], cursor: int, reaso
                         more=extract_due(stream_id))
 
 
-# --- embeddings (§3.5) -----------------------------------------------------------------
+# --- embeddings (docs/REFERENCE.md §5) ------------------------------------------------------------
 
 
 @dataclass
@@ -575,8 +575,19 @@ def reconcile_spaces(embedder: Embedder, consumers: Sequence[str] = tuple(_VECTO
     return cleared
 
 
+def _missing_vectors(model: Any) -> Any:
+    """The rows a backfill embeds: no vector yet, and a text to embed. A message may be stored with an empty body
+    and filled later (``PATCH /messages/{id}``): until then it has nothing to embed, which is no failure."""
+    return model.objects.filter(embedding__isnull=True).exclude(content="")
+
+
 def _embed_rows(consumer: str, rows: Sequence[tuple[int, str]], embedder: Embedder) -> tuple[int, int]:
-    """Embed one batch and store the vectors in one transaction; returns (stored, failed)."""
+    """Embed one batch and store the vectors in one transaction; returns (stored, failed).
+
+    A blank text (whitespace only) is not sent: it has nothing to embed, it is neither stored nor failed."""
+    rows = [(row_id, content) for row_id, content in rows if content.strip()]
+    if not rows:
+        return 0, 0
     vectors = list(embedder.embed([content for _, content in rows]))
     if len(vectors) != len(rows):  # breaks the embedder contract: trust none of it
         logger.warning("embed_batch_misaligned consumer=%s sent=%d got=%d", consumer, len(rows), len(vectors))
@@ -624,7 +635,7 @@ def backfill_vectors(
     for consumer in _VECTOR_MODELS:
         model = _VECTOR_MODELS[consumer]
         last = 0
-        query = model.objects.filter(embedding__isnull=True)
+        query = _missing_vectors(model)
         if only_ids is not None:
             wanted = sorted({int(i) for i in only_ids.get(consumer, ()) if i})
             if not wanted:
@@ -675,12 +686,12 @@ def _embedder_down(embedder: Embedder) -> bool:
 def vectors_pending_after(last_ids: dict[str, int]) -> bool:
     """Whether rows without a vector exist beyond what a backfill run looked at."""
     return any(
-        model.objects.filter(embedding__isnull=True, pk__gt=last_ids.get(consumer, 0)).exists()
+        _missing_vectors(model).filter(pk__gt=last_ids.get(consumer, 0)).exists()
         for consumer, model in _VECTOR_MODELS.items()
     )
 
 
-# --- edge decay (§3.17) -------------------------------------------------------------------
+# --- edge decay (docs/REFERENCE.md §17) -----------------------------------------------------------
 
 
 def edges_decay(*, at: int | None = None) -> int:
@@ -691,7 +702,7 @@ def edges_decay(*, at: int | None = None) -> int:
     return services.decay_edges(at=at)
 
 
-# --- knowledge import centre (§3.13) ---------------------------------------------------------
+# --- knowledge import centre (docs/REFERENCE.md §13) ----------------------------------------------
 
 MAX_PASTE_CHARS = 200_000
 MAX_FILE_BYTES = 2_000_000

@@ -176,11 +176,8 @@ def extract_stream_task(self: Any, stream_id: int) -> dict[str, Any]:
 @shared_task(name="memory.tasks.stream_checks_sweep_task", acks_late=True, soft_time_limit=60, time_limit=90,
              **RETRY)
 def stream_checks_sweep_task() -> int:
-    """Enqueue the checks of every stream whose summarisation or extraction is due."""
-    sent = 0
-    for queue, stream_id in triggers.streams_due():
-        sent += enqueue.stream_check(queue, stream_id, check_due=False)
-    return sent
+    """Enqueue the checks of every stream whose summarisation or extraction is due (:func:`enqueue.sweep`)."""
+    return enqueue.sweep(list(triggers.streams_due()))
 
 
 # --- vectors, decay, sweep ------------------------------------------------------------------

@@ -20,6 +20,19 @@ What counts as holding the forgotten text:
   summaries (redacted), cues (deleted), turn traces (deleted), pipeline events
   (deleted), journal snapshots (``prev`` redacted).
 
+What holds it *derived* (checked by ``tests/memory/test_forget_schema.py``, which reads every
+table and text column of the schema for the forgotten words and their index tokens):
+
+- **the change log**: the ``messages`` triggers write a deleted or edited message's index
+  tokens (``memory_changes.old_tokens``, migration 0025) — enough to rebuild the sentence.
+  Every change row of a forgotten or redacted message is deleted and the messages' lexical
+  revision bumped, so every process's resident message statistics and per-stream postings
+  reload instead of reading the log (a reload, not a wrong count);
+- **job reports**: evaluation, comparison and fit reports quote each turn's text: entries of
+  deleted turns lose it, and quotes are redacted anywhere in a job's params, result and error;
+- **the admin's history** (``django_admin_log``): entries about deleted rows, or quoting the text, go;
+- **Redis**: the shared short-term activation forgets the deleted graph nodes (after the commit).
+
 Facts a model paraphrased cannot be linked to one message; forget the fact itself or
 the person. An episode that loses only some of its messages keeps its row (the
 remaining messages stay archived in it) but its summary is replaced by
@@ -32,13 +45,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, models, transaction
+from django.contrib.admin.models import LogEntry
+from django.contrib.contenttypes.models import ContentType
+from django.db import DatabaseError, connection, models, transaction
 from django.db.models import F, Q
 
 from memory import backends, services
@@ -52,6 +68,7 @@ from memory.models import (
     FactOperation,
     ForgetRecord,
     Identity,
+    Job,
     Knowledge,
     MemoryEdge,
     MemoryNode,
@@ -63,6 +80,10 @@ from memory.models import (
     Turn,
 )
 from memory.search import lexical
+from memory.search.activation import activation
+from memory.search.lexical_index import MESSAGE_REVISION_KEY
+
+logger = logging.getLogger(__name__)
 
 TARGETS = tuple(ForgetRecord.Target.values)
 MIN_QUOTE = 6  # characters: shorter sentences are too common to count as a quote
@@ -131,6 +152,8 @@ class ForgetPlan:
     persons: list[int] = field(default_factory=list)
     streams: list[int] = field(default_factory=list)
     queue_failures: list[int] = field(default_factory=list)
+    jobs: list[int] = field(default_factory=list)  # job reports: deleted turns' texts and quotes redacted
+    admin_entries: list[int] = field(default_factory=list)  # the admin's history of deleted rows / quoting it
     # rows of other apps' tables that reference a deleted fact or turn (table → ids): they go with it
     dependents: dict[str, list[int]] = field(default_factory=dict)
     vectors: int = 0  # stored vectors removed (deleted or redacted rows)
@@ -239,7 +262,13 @@ def plan_forget(*, target: str, target_id: int) -> ForgetPlan:
             "id", "content", "sender_person_id"
         ):
             texts[mid] = (content, sender)
-    plan.fragments = list(dict.fromkeys(f for content, _ in texts.values() for f in quote_fragments(content)))
+    person = plan.target_id if plan.target == "person" else None
+    stream = plan.target_id if plan.target == "stream" else None
+    own_turns = Turn.objects.filter(Q(speaker_id=person) if person else Q(stream_id=stream)) if person or stream else None
+    spoken = list(own_turns.values_list("text", flat=True)) if own_turns is not None else []
+    plan.fragments = list(dict.fromkeys(
+        f for text in [*(content for content, _ in texts.values()), *spoken] for f in quote_fragments(text)
+    ))
     senders = {sender for _, sender in texts.values() if sender}
     if senders:
         by_sender: dict[int, list[str]] = {}
@@ -289,8 +318,6 @@ def plan_forget(*, target: str, target_id: int) -> ForgetPlan:
     # Traces, events and the journal.
     turns: list[int] = []
     trimmed: list[int] = []
-    person = plan.target_id if plan.target == "person" else None
-    stream = plan.target_id if plan.target == "stream" else None
     for tid, text, impression, speaker, sid, pool, *lists in Turn.objects.values_list(
         "id", "text", "impression", "speaker_id", "stream_id", "pool", *TURN_FACT_LISTS, *TURN_MESSAGE_LISTS
     ).iterator(chunk_size=2000):
@@ -342,8 +369,60 @@ def plan_forget(*, target: str, target_id: int) -> ForgetPlan:
     plan.operations = sorted(operations)
     plan.redacted_operations = sorted(redacted_operations)
     plan.dependents = _dependents(plan)
+    gone_turns = set(plan.turns)
+    plan.jobs = sorted(
+        jid for jid, params, result, error in Job.objects.values_list("id", "params", "result", "error").iterator(chunk_size=200)
+        if _job_holds(params, gone_turns, pattern) or _job_holds(result, gone_turns, pattern)
+        or (pattern is not None and pattern.search(error or ""))
+    )
+    plan.admin_entries = _admin_entries(plan, pattern)
     _count_storage(plan)
     return plan
+
+
+#: the models whose deleted rows' admin history goes with them (plan field → model)
+_ADMIN_LOGGED = {"messages": Message, "facts": Fact, "episodes": Episode, "cues": EpisodeCue, "knowledge": Knowledge,
+                 "nodes": MemoryNode, "turns": Turn, "events": PipelineEvent, "operations": FactOperation,
+                 "identities": Identity, "persons": Person, "streams": Stream, "queue_failures": QueueFailure}
+
+
+def _admin_entries(plan: ForgetPlan, pattern: re.Pattern[str] | None) -> list[int]:
+    """The admin's history entries about a deleted row (its ``object_repr`` may be the row's text, a
+    person's name) or quoting the forgotten text."""
+    found: set[int] = set()
+    for name, model in _ADMIN_LOGGED.items():
+        ids = getattr(plan, name)
+        if not ids:
+            continue
+        kind = ContentType.objects.get_for_model(model)
+        for chunk in _chunks(ids):
+            found.update(LogEntry.objects.filter(content_type=kind, object_id__in=[str(i) for i in chunk])
+                         .values_list("id", flat=True))
+    if pattern is not None:
+        for eid, repr_, message in LogEntry.objects.values_list("id", "object_repr", "change_message").iterator(
+                chunk_size=2000):
+            if pattern.search(f"{repr_}\n{message}"):
+                found.add(eid)
+    return sorted(found)
+
+
+def _job_holds(value: Any, turns: set[int], pattern: re.Pattern[str] | None) -> bool:
+    return _scrub_report(value, turns, pattern) != value
+
+
+def _scrub_report(value: Any, turns: set[int], pattern: re.Pattern[str] | None) -> Any:
+    """A job's params or result without the texts of deleted turns (an entry naming one by ``turn_id``
+    keeps its numbers, its ``text`` is redacted) and without quotes of the forgotten text."""
+    if isinstance(value, dict):
+        out = {k: _scrub_report(v, turns, pattern) for k, v in value.items()}
+        if out.get("turn_id") in turns and isinstance(out.get("text"), str) and out["text"]:
+            out["text"] = REDACTED
+        return out
+    if isinstance(value, list):
+        return [_scrub_report(v, turns, pattern) for v in value]
+    if isinstance(value, str) and pattern is not None:
+        return pattern.sub(REDACTED, value)
+    return value
 
 
 def _dependents(plan: ForgetPlan) -> dict[str, list[int]]:
@@ -411,7 +490,43 @@ def forget(
         record = ForgetRecord.objects.create(
             at=at, user=user[:150], target=plan.target, target_id=plan.target_id, counts=plan.counts()
         )
+        transaction.on_commit(refresh_statistics)
     return plan, record
+
+
+def refresh_statistics() -> None:
+    """PostgreSQL: sample every table of the schema again (``ANALYZE``), once the deletions are committed.
+
+    The planner's statistics (``pg_statistic``, read through ``pg_stats``) keep values sampled
+    from each column at the last analyse — the most common ones and histogram bounds: a
+    message's text, a token of ``lexical_postings`` — until autovacuum analyses the table
+    again, which a forgetting of a few rows does not trigger. A new sample reads live rows only.
+    An analyse of a table left with no rows keeps the old sample: those tables' statistics are
+    deleted (a superuser's privilege; without it a warning names them — docs/OPERATIONS.md).
+    SQLite keeps no such samples (no ``sqlite_stat4``).
+    """
+    if not backends.is_postgresql():
+        return
+    with connection.cursor() as cur:
+        cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")
+        tables = [row[0] for row in cur.fetchall()]
+        if not tables:
+            return
+        cur.execute("ANALYZE " + ", ".join(connection.ops.quote_name(t) for t in tables))
+        cur.execute("SELECT DISTINCT tablename FROM pg_stats WHERE schemaname = current_schema()")
+        sampled = sorted(row[0] for row in cur.fetchall())
+        empty = []
+        for table in sampled:
+            cur.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {connection.ops.quote_name(table)})")
+            if cur.fetchone()[0]:
+                empty.append(table)
+        if not empty:
+            return
+        try:
+            with transaction.atomic():
+                cur.execute("DELETE FROM pg_statistic WHERE starelid = ANY(%s::regclass[])", [empty])
+        except DatabaseError as exc:
+            logger.warning("forget_statistics_kept tables=%s reason=%s", ",".join(empty), str(exc).strip()[:200])
 
 
 def _carry_out(plan: ForgetPlan) -> None:
@@ -469,6 +584,14 @@ def _carry_out(plan: ForgetPlan) -> None:
     _delete(Message, plan.messages)  # a trigger removes their messages_fts rows
     if plan.messages:
         tables.add("messages_fts")
+    scrub_message_changes([*plan.messages, *plan.redacted_messages])
+    gone_turns = set(plan.turns)
+    for job in _ids(Job, plan.jobs):
+        job.params = _scrub_report(job.params, gone_turns, pattern)
+        job.result = _scrub_report(job.result, gone_turns, pattern)
+        job.error = pattern.sub(REDACTED, job.error) if pattern is not None else job.error
+        job.save(update_fields=["params", "result", "error"])
+    _delete(LogEntry, plan.admin_entries)
     for chunk in _chunks(plan.invalidated_facts):
         Fact.objects.filter(pk__in=chunk).update(superseded_by=F("id"))
     _delete(Fact, plan.facts)
@@ -487,6 +610,31 @@ def _carry_out(plan: ForgetPlan) -> None:
     # node-text cache reload, which it does when the facts' lexical revision changes.
     with connection.cursor() as cur:
         backends.bump_revision(cur, "lexical_revision:facts")
+    if plan.nodes:
+        nodes = list(plan.nodes)
+        transaction.on_commit(lambda: activation().discard(nodes))
+
+
+def scrub_message_changes(message_ids: Sequence[int]) -> int:
+    """Delete the change-log rows of these messages, in the caller's transaction; returns the rows.
+
+    The ``messages`` triggers log a delete or an edit with the row's index tokens before it
+    (``old_tokens``, migration 0025): the tokens of a forgotten or emptied message would stay
+    there until the log is pruned. Without them a process's resident message statistics
+    cannot take the rows' share out by reading the log, so the messages' lexical revision is
+    bumped with the deletion (same commit): every process reloads them on its next read.
+    """
+    ids = sorted(set(message_ids))
+    if not ids:
+        return 0
+    dropped = 0
+    with connection.cursor() as cur:
+        for chunk in _chunks(ids):
+            cur.execute(f"DELETE FROM memory_changes WHERE source = 'messages' AND row_id IN ({backends.in_placeholders(chunk)})",
+                        chunk)
+            dropped += max(cur.rowcount, 0)
+        backends.bump_revision(cur, MESSAGE_REVISION_KEY)
+    return dropped
 
 
 def _redact_json(value: Any, pattern: re.Pattern[str] | None) -> Any:
@@ -548,6 +696,7 @@ def expire_message_bodies(*, days: int, at: int | None = None) -> int:
                 for row in rows:
                     lexical.reindex_message(row.pk, "", stream_id, row.tokens)
                 Message.objects.filter(pk__in=[r.pk for r in rows]).update(content="", embedding=None, embedding_q8=None)
+                scrub_message_changes([r.pk for r in rows])
                 if rows:
                     with connection.cursor() as cur:
                         backends.secure_delete(cur)
@@ -555,6 +704,8 @@ def expire_message_bodies(*, days: int, at: int | None = None) -> int:
             emptied += len(rows)
             if len(rows) < RETENTION_BATCH:
                 break
+    if emptied:
+        refresh_statistics()
     previous = meta_get(RETENTION_META_KEY, {})
     total = (previous.get("total", 0) if isinstance(previous, dict) else 0) + emptied
     meta_set(RETENTION_META_KEY, {"at": now, "days": int(days), "emptied": emptied, "total": total})

@@ -4,7 +4,7 @@ Forgetting: ``GET`` shows the cascade preview (what goes, what is touched, "cann
 undone"); the form POSTs it back with the preview's digest, so a cascade that changed
 in between is refused and previewed again. htmx enhances the form with a confirmation
 dialog; after forgetting it navigates (``HttpResponseClientRedirect``) — without htmx, POST/redirect/GET. Operators (``memory.forget_memory``)
-forget; the token page is for superusers and holders of ``memory.manage_api_tokens``.
+forget and export a person (``memory.export_person``); the token page is for superusers and holders of ``memory.manage_api_tokens``.
 """
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ from memory.privacy import export, forget
 
 VIEW = "memory.view_person"
 FORGET = "memory.forget_memory"
+#: the export of a person crosses every stream: its own permission (superusers, operators), as the API's ``export`` scope
+EXPORT = "memory.export_person"
 TOKENS = "memory.manage_api_tokens"
 #: where to go after forgetting a target (its own page no longer exists)
 AFTER = {"message": "console:streams", "fact": "console:facts", "episode": "console:episodes",
@@ -51,7 +53,7 @@ def persons(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@permission_required(VIEW, raise_exception=True)
+@permission_required(EXPORT, raise_exception=True)
 @require_GET
 def person_export(request: HttpRequest, pk: int) -> HttpResponse:
     try:
@@ -155,8 +157,9 @@ SCOPE_TEXT = {
     "curation": gettext_lazy("永久保留、取消保留、标失效、恢复、改写事实；裁决冲突组；读操作流水"),
     "undo": gettext_lazy("撤销事实操作"),
     "forget": gettext_lazy("预览并执行遗忘（消息、事实、情节、人物、会话流）"),
+    "export": gettext_lazy("导出一个人物的全部数据（跨所有会话流）"),
     "tuning": gettext_lazy("保存、删除、应用、回滚和评估检索参数方案"),
-    "admin": gettext_lazy("全部权限，外加导出一个人物的全部数据"),
+    "admin": gettext_lazy("全部权限"),
 }
 #: The new token's secret travels from the POST to the page after the redirect in this signed cookie
 #: (only the browser that created it sees it, once); the page then deletes it.

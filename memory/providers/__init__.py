@@ -95,7 +95,7 @@ class Extractor(Protocol):
     ) -> Extraction | None: ...
 
 
-# Assistant side-channel markup that never belongs in a memory (§3.15).
+# Assistant side-channel markup that never belongs in a memory (docs/REFERENCE.md §15).
 _BLOCK_TAGS = re.compile(r"<(memory|mood|think|thinking)\b[^>]*>.*?</\1\s*>", re.S | re.I)
 _SELF_CLOSING = re.compile(r"<(?:memory|mood)\b[^>]*/>", re.I)
 _SAY_TAGS = re.compile(r"</?say\b[^>]*>", re.I)

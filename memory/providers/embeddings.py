@@ -1,6 +1,6 @@
 """Embedders: texts in, position-aligned float32 unit vectors (or None) out.
 
-The contract every :class:`~memory.providers.Embedder` keeps (reference-spec §3.5):
+The contract every :class:`~memory.providers.Embedder` keeps (docs/REFERENCE.md §5):
 
 * ``embed(texts)`` returns one entry per input, in input order;
 * an entry is a float32, L2-normalised vector of length ``dim``, or ``None``

@@ -282,7 +282,7 @@ _BIRTHDAY_RES = (
 )
 _PRONOUN_OBJECTS = frozenset("你 您 他 她 它 你们 他们 她们 大家 自己".split())
 _NOT_ALLERGEN = frozenset("有点 有些 容易 比较 也 还 经常 严重 不 没".split())
-# A sentence with one of these announces a change of an earlier fact (§3.14 supersedes).
+# A sentence with one of these announces a change of an earlier fact (docs/REFERENCE.md §14 supersedes).
 _CHANGE_RE = re.compile(r"换|改成|改为|改叫|改名|不再|搬到|搬去|搬家|以前|之前|原来|现在|已经不|不.{0,6}了$")
 
 _KNOWLEDGE_RE = re.compile(

@@ -1,4 +1,4 @@
-"""Summariser and fact extractor backed by a chat model (reference-spec §3.14, §3.15).
+"""Summariser and fact extractor backed by a chat model (docs/REFERENCE.md §14, docs/REFERENCE.md §15).
 
 Both build a Chinese prompt, call ``chat.complete`` once and parse the reply
 with the engine's validators. A model failure propagates as ``ProviderError``
@@ -103,7 +103,7 @@ def render_dialogue(lines: Sequence[DialogueLine], participants: Sequence[Partic
 
 
 def render_summary_body(lines: Sequence[DialogueLine], participants: Sequence[Participant]) -> str:
-    """``name：text`` / ``我：text``; lines of ≤ 3 characters are dropped (§3.15)."""
+    """``name：text`` / ``我：text``; lines of ≤ 3 characters are dropped (docs/REFERENCE.md §15)."""
     names = {p.external_id: p.name for p in participants}
     rendered = []
     for line, text in usable_lines(lines, min_chars=4):

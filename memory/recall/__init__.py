@@ -127,7 +127,7 @@ def replay_turn_pool(
             first = pool.setdefault(fact.id, fact)
             if first is not fact and fact.coverage is not None:
                 # relevant to either query is enough for the floors: best coverage, rarest of either
-                pool[fact.id] = first.but(coverage=max(first.coverage or 0.0, fact.coverage),
+                pool[fact.id] = first.copy_with(coverage=max(first.coverage or 0.0, fact.coverage),
                                           rarest=first.rarest or fact.rarest)
     for line, weight in context:
         for fact in selectors.recall_facts_in_scope(
@@ -137,11 +137,11 @@ def replay_turn_pool(
             coverage = fact.coverage * weight if fact.coverage is not None else None
             first = pool.get(fact.id)
             if first is None:
-                pool[fact.id] = fact.but(
+                pool[fact.id] = fact.copy_with(
                     lexical_relevance=fact.lexical_relevance * weight, coverage=coverage, rarest=False, source="context",
                 )
             elif coverage is not None and coverage > (first.coverage or 0.0):
-                pool[fact.id] = first.but(coverage=coverage)
+                pool[fact.id] = first.copy_with(coverage=coverage)
     ordered = selectors.rank_facts(list(pool.values()), overrides, window=selectors.query_window(text))
     kept = apply_pool_percentile([f.score for f in ordered], float(overrides.get("pool_score_percentile", 0.0)))
     return ordered[:kept]
@@ -767,7 +767,7 @@ def cognitive_recall(
     at: int | None = None,
     query_embedding: Any = None,
 ) -> RecallResult:
-    """The seed's ``recall`` action: facts and episodes, then association spreading.
+    """The reference's ``recall`` action (docs/REFERENCE.md): facts and episodes, then association spreading.
 
     Facts are the confirmed ranking of a turn for ``query`` (:func:`rank_pool`: the
     lexical pool of the present persons, the dense channel when a query vector is at
@@ -869,7 +869,7 @@ def cognitive_recall(
 def inspect_messages(
     *, stream_id: int, query: str, before_message_id: int | None = None, limit: int = 6, query_embedding: Any = None
 ) -> list[Message]:
-    """The seed's ``inspect`` action: the stream's chat history before the watermark, by relevance.
+    """The reference's ``inspect`` action: the stream's chat history before the watermark, by relevance.
 
     bm25 over the stream's message index, fused with message-vector cosine when a
     query vector is available (given, or from the configured embedder): on MemDaily
@@ -885,7 +885,7 @@ def inspect_messages(
 def consult_knowledge(
     *, query: str, limit: int = 5, at: int | None = None, query_embedding: Any = None, touch: bool = True
 ) -> list[selectors.KnowledgeHit]:
-    """The seed's ``consult`` action: knowledge search, hits counted when shown."""
+    """The reference's ``consult`` action: knowledge search, hits counted when shown."""
     vector = query_embedding if query_embedding is not None else embed_query(query)
     hits = selectors.search_knowledge(query=query, limit=limit, query_embedding=vector)
     if touch and hits:

@@ -94,6 +94,17 @@ class SharedActivation:
         except broker.REDIS_ERRORS as exc:
             broker.mark_down(exc)
 
+    def discard(self, nodes: Iterable[int]) -> None:
+        """Forget the last touch of these nodes (deleted ones), here and in Redis."""
+        nodes = [int(n) for n in nodes]
+        self.local.discard(nodes)
+        if not nodes or broker.is_down():
+            return
+        try:
+            broker.client().zrem(self.key, *[str(n) for n in nodes])
+        except broker.REDIS_ERRORS as exc:
+            broker.mark_down(exc)
+
     def __len__(self) -> int:
         if not broker.is_down():
             try:

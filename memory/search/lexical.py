@@ -5,7 +5,7 @@ hold ``index_tokens`` of their row's text with ``rowid`` = the row's primary
 key; facts and cues also carry an unweighted scope column (``person`` /
 ``stream``) so person- and stream-scoped queries rank only their own rows.
 The writer of a row writes its FTS row (:func:`index_row`, :func:`index_fact`,
-:func:`index_cue`) inside the same transaction (the seed makes rowid alignment
+:func:`index_cue`) inside the same transaction (the reference makes rowid alignment
 the writer's job, not a trigger's) and keeps the tokens on the row too.
 
 ``messages_fts`` indexes chat messages the same way, scoped by a ``stream``
@@ -357,7 +357,7 @@ def document_frequencies(table: str, terms: Sequence[str]) -> dict[str, int]:
         return index.document_frequencies(terms)
     if is_postgresql():
         return postgresql.document_frequencies(_check(table), terms)
-    placeholders = backends.marks(terms)
+    placeholders = backends.in_placeholders(terms)
     with connection.cursor() as cur:
         cur.execute(f"SELECT term, doc FROM {_check(table)}_vocab WHERE term IN ({placeholders})", list(terms))
         return {term: int(doc) for term, doc in cur.fetchall()}
@@ -497,7 +497,7 @@ def _ranked_fact_rows(
             break
         with connection.cursor() as cur:
             cur.execute(
-                f"SELECT {columns.format(bm25='0')} FROM facts f WHERE f.id IN ({backends.marks(batch)}){valid}",
+                f"SELECT {columns.format(bm25='0')} FROM facts f WHERE f.id IN ({backends.in_placeholders(batch)}){valid}",
                 [fid for fid, _ in batch],
             )
             found = {r[0]: r for r in cur.fetchall()}
@@ -618,7 +618,7 @@ def scope_read(person_ids: Sequence[int], *, include_invalid: bool = False) -> R
     ``{fact id: row}``; read once per :func:`one_state` (a turn) for all its query lines."""
     key = _scope_key(person_ids, include_invalid)
     persons = key[1]
-    return Read(key, _SCOPE_SQL.format(persons=f"f.person_id IN ({backends.marks(persons)})",
+    return Read(key, _SCOPE_SQL.format(persons=f"f.person_id IN ({backends.in_placeholders(persons)})",
                                        valid=_valid(include_invalid)), persons, rows_by_id)
 
 
@@ -695,7 +695,7 @@ def fact_bm25(match: str, fact_ids: Sequence[int]) -> dict[int, float]:
         return {int(i): float(b) for i, b in zip(*scored, strict=True)}
     if is_postgresql():
         return postgresql.fact_bm25(terms_of(match), fact_ids)
-    placeholders = backends.marks(fact_ids)
+    placeholders = backends.in_placeholders(fact_ids)
     with connection.cursor() as cur:
         cur.execute(
             f"SELECT rowid, bm25(facts_fts, 1.0, 0.0) FROM facts_fts WHERE facts_fts MATCH %s AND rowid IN ({placeholders})",
@@ -794,7 +794,7 @@ def stream_cues_read(stream_id: int) -> Read:
 def _cue_rows(hits: list[tuple[int, float]]) -> list[tuple[int, int, float]]:
     if not hits:
         return []
-    placeholders = backends.marks(hits)
+    placeholders = backends.in_placeholders(hits)
     with connection.cursor() as cur:
         cur.execute(
             "SELECT c.id, c.episode_id FROM episode_cues c JOIN episodes e ON e.id = c.episode_id"
@@ -833,7 +833,7 @@ def knowledge_bm25(match: str, ids: Sequence[int]) -> dict[int, float]:
         return scores
     if is_postgresql():
         return postgresql.bm25_for("knowledge_fts", terms_of(match), ids)
-    placeholders = backends.marks(ids)
+    placeholders = backends.in_placeholders(ids)
     with connection.cursor() as cur:
         cur.execute(
             "SELECT rowid, bm25(knowledge_fts) FROM knowledge_fts"

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -53,6 +53,7 @@ __all__ = [
 ]
 
 TAIL_MERGE_ROWS = 512     # appended rows kept aside before they are merged into the arrays
+LOAD_CHUNK_ROWS = 4096    # rows tokenised at a time when a table is loaded (bounds the load's peak memory)
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ class ResidentBM25:
                 cur.execute(f"SELECT id, {src.tokens} FROM {src.table} ORDER BY id")
             else:
                 cur.execute(
-                    f"SELECT id, {src.tokens} FROM {src.table} WHERE id IN ({backends.marks(ids)}) ORDER BY id",
+                    f"SELECT id, {src.tokens} FROM {src.table} WHERE id IN ({backends.in_placeholders(ids)}) ORDER BY id",
                     list(ids),
                 )
             return cur.fetchall()
@@ -128,9 +129,8 @@ class ResidentBM25:
             if poll.revision != self._revision or poll.rebuild:
                 self._clear()
                 self._feed.start()  # the log's position before the rows are read: nothing falls in between
-                rows = self._rows()
-                self._load(rows)
-                self._loaded = {int(r[0]) for r in rows}
+                self._load_chunks(self._row_chunks())
+                self._loaded = set(self._ids.tolist())
                 self._revision = poll.revision
                 self.rebuilds += 1
                 residency.settle()
@@ -145,16 +145,37 @@ class ResidentBM25:
         with self._lock:
             self._clear()
 
+    def _row_chunks(self) -> Iterator[list[tuple[int, str]]]:
+        """Every row ``(id, tokens)`` in id order, :data:`LOAD_CHUNK_ROWS` at a time (one statement)."""
+        src = self.source
+        with connection.cursor() as cur:
+            cur.execute(f"SELECT id, {src.tokens} FROM {src.table} ORDER BY id")
+            while rows := cur.fetchmany(LOAD_CHUNK_ROWS):
+                yield rows
+
     def _load(self, rows: Sequence[tuple[int, str]]) -> None:
-        docs = [fts_tokens(tokens or "") for _, tokens in rows]
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        lengths = np.fromiter((len(d) for d in docs), dtype=np.float64, count=len(docs)) + self.source.extra_tokens
+        self._load_chunks([rows[k:k + LOAD_CHUNK_ROWS] for k in range(0, len(rows), LOAD_CHUNK_ROWS)])
+
+    def _load_chunks(self, chunks: Iterable[Sequence[tuple[int, str]]]) -> None:
+        """The arrays of every row, tokenised a chunk at a time: only one chunk's token strings are alive
+        at once (the whole table's, as Python objects, were ~14× the arrays, a peak the process kept)."""
         vocab = self._vocab
-        term_ids = np.fromiter(
-            (vocab.setdefault(t, len(vocab)) for t in chain.from_iterable(docs)), dtype=np.int64,
-        )
-        positions = np.repeat(np.arange(len(docs), dtype=np.int64), [len(d) for d in docs])
-        self._set_arrays(ids, lengths, term_ids, positions, np.ones(len(term_ids)))
+        ids, lengths, term_ids, positions = [], [], [], []
+        base = 0
+        for rows in chunks:
+            docs = [fts_tokens(tokens or "") for _, tokens in rows]
+            sizes = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
+            ids.append(np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)))
+            lengths.append(sizes.astype(np.float64) + self.source.extra_tokens)
+            term_ids.append(np.fromiter((vocab.setdefault(t, len(vocab)) for t in chain.from_iterable(docs)),
+                                        dtype=np.int64, count=int(sizes.sum())))
+            positions.append(np.repeat(np.arange(base, base + len(docs), dtype=np.int64), sizes))
+            base += len(docs)
+        if not ids:
+            ids = lengths = term_ids = positions = [np.zeros(0, dtype=np.int64)]
+        terms = np.concatenate(term_ids)
+        self._set_arrays(np.concatenate(ids), np.concatenate(lengths).astype(np.float64), terms,
+                         np.concatenate(positions), np.ones(len(terms)))
 
     def _set_arrays(self, ids, lengths, term_ids, positions, counts) -> None:
         n = max(1, len(ids))

@@ -1,6 +1,6 @@
 """Every reusable read of the memory layers: recall, search, conflicts, spreading, the pages' lists and counts.
 
-Selectors never change memory. The one exception the seed asks for is the
+Selectors never change memory. The one exception the reference asks for is the
 ``memory_fact_scope_blocked`` observation event, written only when
 ``events=True`` (the console's playground passes ``False``); and
 :func:`message_vectors` stores the vectors it had to compute (a cache of the

@@ -36,7 +36,7 @@ def _group_rows(keys: Iterable[tuple[int, str]], columns: str) -> list[tuple]:
     persons, slots = sorted({p for p, _ in wanted}), sorted({slot for _, slot in wanted})
     rows = _rows(
         f"SELECT id, person_id, slot, {columns} FROM facts WHERE {_MEMBER}"
-        f" AND person_id IN ({backends.marks(persons)}) AND slot IN ({backends.marks(slots)})"
+        f" AND person_id IN ({backends.in_placeholders(persons)}) AND slot IN ({backends.in_placeholders(slots)})"
         " ORDER BY id",
         [*persons, *slots],
     )
@@ -53,7 +53,7 @@ def conflict_group_keys(*, person_ids: Iterable[int] | None = None) -> list[tupl
         params = sorted(set(person_ids))
         if not params:
             return []
-        where += f" AND person_id IN ({backends.marks(params)})"
+        where += f" AND person_id IN ({backends.in_placeholders(params)})"
     sql = f"SELECT person_id, slot FROM facts WHERE {where} GROUP BY person_id, slot HAVING COUNT(*) >= 2"
     return [(p, slot) for p, slot in _rows(sql + " ORDER BY person_id, slot", params)]
 

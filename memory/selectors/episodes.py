@@ -50,7 +50,7 @@ def episodes_read(ids: Iterable[int]) -> lexical.Read:
     write, memory/recall/): plain SQL, no ORM compile per call."""
     ids = list(dict.fromkeys(int(i) for i in ids))
     return lexical.Read(("episodes", tuple(ids)),
-                        f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE id IN ({backends.marks(ids)})",
+                        f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE id IN ({backends.in_placeholders(ids)})",
                         ids, lexical.rows_by_id)
 
 

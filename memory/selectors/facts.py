@@ -19,7 +19,7 @@ from memory.engine.scope import SCOPE_ALL, fact_visible_in_stream
 from memory.engine.scoring import (
     QueryMass,
     RankCandidate,
-    is_seed_profile,
+    is_reference_profile,
     rank,
 )
 from memory.engine.tokenize import bigrams, words
@@ -48,7 +48,7 @@ class ScopedFact:
     source: str = "lexical"  # lexical | dense
     coverage: float | None = None  # share of the query's achievable IDF mass it matches
     rarest: bool = False  # holds the query's most specific word
-    calibrated: float | None = None  # relevance as a share of the pool's best (seed: relevance ** w)
+    calibrated: float | None = None  # relevance as a share of the pool's best (reference ranking: relevance ** w)
     prior: float | None = None  # the retention term of the score
     eligible: bool = True  # False: the relevance gate held it back, it never enters the prompt
     margin: float | None = None  # cosine minus the query's background (the gate's dense side)
@@ -76,7 +76,7 @@ class ScopedFact:
             "eligible": self.eligible,
         }
 
-    def but(self, **changes: Any) -> ScopedFact:
+    def copy_with(self, **changes: Any) -> ScopedFact:
         """A copy with ``changes``: :func:`dataclasses.replace` without re-running ``__init__`` (a turn
         makes about seventy of these copies; this is several times cheaper)."""
         unknown = changes.keys() - self.__dict__.keys()
@@ -273,7 +273,7 @@ def rank_facts(
         cos_of, margin_of = (lambda c: cosines.get(c.id)), (lambda c: margins.get(c.id))
     else:
         cos_of, margin_of = (lambda c: c.cosine), (lambda c: c.margin)
-    timed = facts_dated_in([c.id for c in candidates], window) if not is_seed_profile(ov) else frozenset()
+    timed = facts_dated_in([c.id for c in candidates], window) if not is_reference_profile(ov) else frozenset()
     inputs = [
         RankCandidate(
             id=i, lexical=c.lexical_relevance, retention=c.retention, cosine=cos_of(c), coverage=c.coverage,
@@ -285,8 +285,8 @@ def rank_facts(
     for r in rank(inputs, ov):
         c = candidates[r.id]
         out.append(
-            c.but(cosine=r.cosine, relevance=r.relevance, score=r.score, calibrated=r.calibrated, prior=r.prior,
-                  eligible=r.eligible, margin=r.margin, gate=r.gate, timed=r.timed)
+            c.copy_with(cosine=r.cosine, relevance=r.relevance, score=r.score, calibrated=r.calibrated, prior=r.prior,
+                        eligible=r.eligible, margin=r.margin, gate=r.gate, timed=r.timed)
         )
     return out
 
@@ -325,8 +325,8 @@ def _recall(
         return []
     ov = _overrides(overrides)
     # a person-scoped query ranks by the statistics of the persons' facts (lexical.FactScope); the
-    # seed's ranking, and a query over every person, by the whole table's
-    scope = lexical.fact_scope(person_ids) if person_ids is not None and not is_seed_profile(ov) else None
+    # reference ranking, and a query over every person, by the whole table's
+    scope = lexical.fact_scope(person_ids) if person_ids is not None and not is_reference_profile(ov) else None
     if scope is not None:
         rows = lexical.scoped_fact_candidates(match, scope=scope, limit=limit * 3)
     else:
@@ -336,7 +336,7 @@ def _recall(
     if blocked and blocked_counts is not None:
         blocked_counts.append(blocked)
     known = {r.id: r.tokens for r in rows if r.tokens is not None}
-    coverages = None if is_seed_profile(ov) else fact_coverages(
+    coverages = None if is_reference_profile(ov) else fact_coverages(
         [r.id for r in rows], query, tokens=known, scope=scope,
     )
     pool = _score_rows(rows, now, ov, coverages)
@@ -430,7 +430,7 @@ def dense_scope_read(person_ids: Sequence[int]) -> lexical.Read:
     persons = list(dict.fromkeys(int(p) for p in person_ids))
     return lexical.Read(
         ("dense_scope", tuple(persons)),
-        _DENSE_SCOPE_SQL.format(persons=f"person_id IN ({backends.marks(persons)})"), persons, binary=True,
+        _DENSE_SCOPE_SQL.format(persons=f"person_id IN ({backends.in_placeholders(persons)})"), persons, binary=True,
     )
 
 
@@ -509,14 +509,14 @@ def merge_dense_candidates(
     Facts that do not match lexically keep relevance 0 on the lexical side. ``tokens`` — the
     stored tokens of every valid fact of the persons (:class:`DenseScope`): their bm25 and
     coverage are then read against those facts' statistics, as the lexical pool's were
-    (:class:`lexical.FactScope`; the seed's ranking: the whole table's).
+    (:class:`lexical.FactScope`; the reference ranking: the whole table's).
     """
     seen = {f.id for f in pool}
     extra = [f for f in dense if f.id not in seen]
     if not extra:
         return list(pool)
     match = lexical.match_for("facts_fts", query)
-    if tokens is not None and not is_seed_profile(_overrides(overrides)):
+    if tokens is not None and not is_reference_profile(_overrides(overrides)):
         scope = lexical.FactScope(tokens)
         scores = scope.bm25(match)
         bm = {f.id: scores[f.id] for f in extra if f.id in scores}
@@ -528,7 +528,7 @@ def merge_dense_candidates(
     for f in extra:
         b = bm.get(f.id)
         merged.append(
-            f.but(
+            f.copy_with(
                 bm25=b, lexical_relevance=decay.relevance_from_bm25(b) if b is not None else 0.0,
                 coverage=cov.get(f.id, (0.0, False))[0], rarest=cov.get(f.id, (0.0, False))[1],
             )

@@ -55,7 +55,7 @@ def _expand(frontier: set[int]) -> list[tuple[int, int, float]]:
         return []
     ids = list(frontier)
     with connection.cursor() as cur:
-        cur.execute(_EDGES_SQL.format(ids=backends.marks(ids)), ids + ids)
+        cur.execute(_EDGES_SQL.format(ids=backends.in_placeholders(ids)), ids + ids)
         return cur.fetchall()
 
 
@@ -102,7 +102,7 @@ class _SpreadRows:
         if not frontier or not backends.is_postgresql():
             return _expand(frontier)
         ids = list(frontier)
-        marks = backends.marks(ids)
+        marks = backends.in_placeholders(ids)
         edges, ends = backends.postgresql.read_together([
             (_EDGES_SQL.format(ids=marks), ids + ids, False),
             (f"SELECT {_NODE_COLUMNS} FROM memory_nodes n{_NODE_JOINS} WHERE n.id IN ({_EDGE_ENDS_SQL.format(ids=marks)})",
@@ -120,7 +120,7 @@ class _SpreadRows:
             return
         with connection.cursor() as cur:
             cur.execute(
-                f"SELECT {_NODE_COLUMNS} FROM memory_nodes n{_NODE_JOINS} WHERE n.id IN ({backends.marks(ids)})",
+                f"SELECT {_NODE_COLUMNS} FROM memory_nodes n{_NODE_JOINS} WHERE n.id IN ({backends.in_placeholders(ids)})",
                 ids,
             )
             for row in cur.fetchall():
@@ -140,7 +140,7 @@ class _SpreadRows:
             by_kind[kind].add(int(ref))
         where, params = [], []
         for kind, ids in by_kind.items():
-            where.append(f"(n.ref_kind = %s AND n.ref_id IN ({backends.marks(ids)}))")
+            where.append(f"(n.ref_kind = %s AND n.ref_id IN ({backends.in_placeholders(ids)}))")
             params += [kind, *ids]
         if not where:
             return {}
@@ -164,7 +164,7 @@ def _node_rows(nodes: Iterable[int], columns: str) -> list[tuple]:
             " LEFT JOIN facts f ON n.ref_kind = 'fact' AND f.id = n.ref_id"
             " LEFT JOIN episodes e ON n.ref_kind = 'episode' AND e.id = n.ref_id"
             " LEFT JOIN knowledge k ON n.ref_kind = 'knowledge' AND k.id = n.ref_id"
-            f" WHERE n.id IN ({backends.marks(ids)})",
+            f" WHERE n.id IN ({backends.in_placeholders(ids)})",
             ids,
         )
         return cur.fetchall()
@@ -210,7 +210,7 @@ def _all_node_texts(ids: Sequence[int] | None = None) -> list[tuple[int, str]]:
     if ids is not None:
         if not ids:
             return []
-        where, params = f" WHERE n.id IN ({backends.marks(ids)})", list(ids)
+        where, params = f" WHERE n.id IN ({backends.in_placeholders(ids)})", list(ids)
     with connection.cursor() as cur:
         cur.execute(
             "SELECT n.id, coalesce(f.content, e.summary, k.content) FROM memory_nodes n"
@@ -230,7 +230,7 @@ class _NodeTexts:
     """The casefolded texts of every registered memory node, resident per process.
 
     Concept spreading maps a concept back to *every* registered node whose text
-    contains the concept's name (casefold substring, reference-spec §3.8). The
+    contains the concept's name (casefold substring, docs/REFERENCE.md §8). The
     texts live in one NUL-separated string, so finding a name's holders is one
     C-speed ``str.find`` pass over the whole corpus (no FTS tokenisation can miss a
     substring, and episodes are searched by their summaries); holder lists are
@@ -369,7 +369,7 @@ def resident_node_texts(row_revisions: tuple | None = None) -> _NodeTexts | None
 def _nodes_containing(concepts: set[str], row_revisions: tuple | None = None) -> dict[str, list[int]]:
     """Every registered memory node (fact, episode, knowledge) whose text contains each concept.
 
-    The reference rule (§3.8): ``concept.casefold()`` is a substring of the node's
+    The reference rule (docs/REFERENCE.md §8): ``concept.casefold()`` is a substring of the node's
     text (fact content / episode summary / knowledge content) casefolded. No cap:
     every holder gets its share. Outside a transaction the resident node texts
     answer (one ``str.find`` pass per name, then remembered); inside one, the
@@ -608,7 +608,7 @@ def densest_subgraph(*, limit: int, include_frozen: bool = False) -> DenseSubgra
         chosen = [node for node, _d, _n in ranked[:limit]]
         kept: list[tuple] = []
         if chosen:
-            marks = backends.marks(chosen)
+            marks = backends.in_placeholders(chosen)
             cur.execute(
                 "SELECT source_id, target_id, strength, updated_at, active FROM memory_edges"
                 f" WHERE source_id IN ({marks}) AND target_id IN ({marks})"

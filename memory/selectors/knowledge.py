@@ -73,7 +73,7 @@ def search_knowledge(*, query: str, limit: int = 5, query_embedding: Any = None)
     top = scored[:limit]
     wanted = [kid for *_, kid in top]
     with connection.cursor() as cur:  # plain SQL: no ORM compile per search
-        cur.execute(f"SELECT id, content, source FROM knowledge WHERE id IN ({backends.marks(wanted)})", wanted)
+        cur.execute(f"SELECT id, content, source FROM knowledge WHERE id IN ({backends.in_placeholders(wanted)})", wanted)
         rows = {kid: (content, source) for kid, content, source in cur.fetchall()}
     return [
         KnowledgeHit(id=kid, content=rows[kid][0], score=rel, lexical=rl, cosine=c, source=rows[kid][1])

@@ -165,7 +165,7 @@ def search_messages(
     by_id = {
         m.pk: m
         for m in Message.objects.raw(
-            f"SELECT {', '.join(_message_columns())} FROM messages WHERE id IN ({backends.marks(score)})", list(score)
+            f"SELECT {', '.join(_message_columns())} FROM messages WHERE id IN ({backends.in_placeholders(score)})", list(score)
         )
     }
     out = []
@@ -260,7 +260,7 @@ def message_vectors_read(message_ids: Iterable[int]) -> lexical.Read:
     """:func:`message_vectors`' read of the stored vectors, to be sent with a confirm's others."""
     ids = list(dict.fromkeys(int(i) for i in message_ids))
     return lexical.Read(("message_vectors", tuple(ids)),
-                        _VECTORS_SQL.format(ids=f"id IN ({backends.marks(ids)})"), ids, binary=True)
+                        _VECTORS_SQL.format(ids=f"id IN ({backends.in_placeholders(ids)})"), ids, binary=True)
 
 
 def turn_context_vectors_read(turn_id: int) -> lexical.Read:

@@ -640,7 +640,7 @@ def _sweep_batch(at: int, due: Sequence[tuple]) -> tuple[int, bool, bool]:
         if not frozen:
             return 0, True, full
         cur.execute(
-            f"UPDATE facts SET active = FALSE WHERE id IN ({backends.marks(frozen)}) AND active AND due_at <= %s",
+            f"UPDATE facts SET active = FALSE WHERE id IN ({backends.in_placeholders(frozen)}) AND active AND due_at <= %s",
             [*frozen, at],
         )
         return cur.rowcount, True, full
@@ -717,7 +717,7 @@ def touch_knowledge(*, ids: Iterable[int], at: int | None = None) -> None:
     with connection.cursor() as cur:
         cur.execute(
             "UPDATE knowledge SET hit_count = hit_count + 1, last_hit_at = %s"
-            f" WHERE id IN ({backends.marks(unique)})",
+            f" WHERE id IN ({backends.in_placeholders(unique)})",
             [at, *unique],
         )
 

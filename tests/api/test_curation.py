@@ -95,11 +95,11 @@ def test_replace(api):
     assert new.content == "已经毕业工作了" and new.slot == "学业" and new.kind == "状态"
     assert Fact.objects.get(pk=f).superseded_by_id == new.pk
     assert FactOperation.objects.get(pk=body["operation_id"]).op == "replace"
-    # replacing an invalid fact → 409; blank → 422; same meaning → 400
+    # replacing an invalid fact → 409; blank → 422; same meaning → 422
     assert api.post(f"facts/{f}/replace", {"content": "另一个说法"}).status_code == 409
     assert api.post(f"facts/{new.pk}/replace", {"content": "   "}).status_code == 422
     assert api.post(f"facts/{new.pk}/replace", {"content": "！！"}).status_code == 422
-    assert api.post(f"facts/{new.pk}/replace", {"content": "已经毕业工作了。"}).status_code == 400
+    assert api.post(f"facts/{new.pk}/replace", {"content": "已经毕业工作了。"}).status_code == 422
     r = api.post(f"facts/{new.pk}/replace", {})
     assert r.status_code == 422 and "body.content" in r.json()["detail"]
     # undo the replace: the old row is valid again and the new row self-invalidated (not deleted)
@@ -137,9 +137,9 @@ def test_resolve_errors(api):
     a = add(api, "住在杭州", kind="身份", slot="居住地")
     other = add(api, "喜欢猫", kind="偏好", slot="宠物")
     same = api.post("conflicts/resolve", {"keep_fact_id": a["fact_id"], "drop_fact_id": a["fact_id"]})
-    assert same.status_code == 400 and same.json()["detail"]
+    assert same.status_code == 422 and same.json()["detail"]
     assert api.post("conflicts/resolve", {"keep_fact_id": a["fact_id"], "drop_fact_id": 999999}).status_code == 404
-    assert api.post("conflicts/resolve", {"keep_fact_id": a["fact_id"], "drop_fact_id": other["fact_id"]}).status_code == 400
+    assert api.post("conflicts/resolve", {"keep_fact_id": a["fact_id"], "drop_fact_id": other["fact_id"]}).status_code == 422
     r = api.post("conflicts/resolve", {"keep_fact_id": a["fact_id"]})
     assert r.status_code == 422 and "body.drop_fact_id" in r.json()["detail"]
 

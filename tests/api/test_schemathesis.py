@@ -10,18 +10,13 @@ positive_data_acceptance, negative_data_rejection, missing_required_header,
 ignored_auth, unsupported_method, use_after_free, ensure_resource_availability …):
 the schema says what the server accepts, refuses and answers.
 
-Two rules of the server cannot be written in JSON Schema and are stated in words in the
-schema's descriptions; the generator leaves out the schema-valid requests that break
-them (``_outside_json_schema``), nothing else:
-
-* ``POST /conflicts/resolve``: ``keep_fact_id`` must differ from ``drop_fact_id``
-  (JSON Schema cannot compare two properties) — 400;
-* tuning ``params``: an integer parameter takes a JSON integer, ``3`` and not ``3.0``
-  (DESIGN: integers stay integers over HTTP; JSON Schema's ``integer`` admits ``3.0``) — 400.
+One rule of the server cannot be written in JSON Schema and is stated in words in the
+schema's description; the generator leaves out the schema-valid requests that break it
+(``_outside_json_schema``), nothing else: ``POST /conflicts/resolve``'s ``keep_fact_id``
+must differ from its ``drop_fact_id`` (JSON Schema cannot compare two properties) — 422.
+Every other refusal is a status the operation documents: 422 for input, 409 for state.
 """
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 import schemathesis
@@ -30,13 +25,11 @@ from hypothesis import HealthCheck, settings
 from schemathesis.core.parameters import ParameterLocation
 
 from memory.api.auth import hash_token
-from memory.engine.tuning import WHITELIST
 from memory.models import ApiToken
 
 pytestmark = pytest.mark.django_db
 
 PLAIN_TOKEN = "mc_schemathesis-fuzz-token"
-INTEGER_PARAMS = {name for name, spec in WHITELIST.items() if spec.kind == "int"}
 
 
 # Loaded eagerly (the lazy ``from_fixture`` loader does not support pytest 9); reading the
@@ -45,21 +38,10 @@ schema = schemathesis.openapi.from_wsgi("/api/openapi.json", get_wsgi_applicatio
 schema.config.checks.update(included_check_names=["all"])  # the default today; explicit so it stays so
 
 
-def _whole_floats_for_integer_params(body: Any) -> bool:
-    targets = [body, *(body.get(k) for k in ("a", "b"))] if isinstance(body, dict) else []
-    for target in targets:
-        params = target.get("params") if isinstance(target, dict) else None
-        if isinstance(params, dict) and any(isinstance(params.get(n), float) for n in INTEGER_PARAMS):
-            return True
-    return False
-
-
 def _outside_json_schema(case) -> bool:
     """A schema-valid request that breaks a rule JSON Schema cannot state (see the module docstring)."""
     body = case.body if isinstance(case.body, dict) else {}
-    if case.path == "/api/v1/conflicts/resolve" and body.get("keep_fact_id") == body.get("drop_fact_id"):
-        return True
-    return case.path.startswith("/api/v1/tuning/") and _whole_floats_for_integer_params(body)
+    return case.path == "/api/v1/conflicts/resolve" and body.get("keep_fact_id") == body.get("drop_fact_id")
 
 
 @schema.hook

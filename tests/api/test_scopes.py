@@ -25,7 +25,7 @@ REFUSED_FOR_BOT = [
     ("post", "tuning/rollback", "tuning"),
     ("post", "forget/preview", "forget"),
     ("post", "forget", "forget"),
-    ("get", "persons/1/export", "admin"),
+    ("get", "persons/1/export", "export"),
 ]
 
 
@@ -119,3 +119,16 @@ def test_the_export_holds_identities_messages_facts_and_operations(api):
     assert [m["content"] for m in doc["messages"]] == ["我叫小周"]
     assert doc["facts"][0]["content"] == "名字是小周" and "retention" in doc["facts"][0]
     assert api.get("persons/99999/export").status_code == 404
+
+
+def test_export_needs_its_own_scope(db):
+    """The API's rule is the console's: the export is its own grant (scope ``export``, or ``admin``)."""
+    alice = ApiClient(issue_token("writer", ["bot"])[1]).post(
+        "messages", {"stream": stream(), "sender": person("alice-x"), "role": "user", "content": "我住在杭州"}
+    ).json()["person_id"]
+    for scopes in (["bot"], ["forget"], ["curation", "undo", "tuning"]):
+        r = ApiClient(issue_token("-".join(scopes), scopes)[1]).get(f"persons/{alice}/export")
+        assert r.status_code == 403 and "'export'" in r.json()["detail"], scopes
+    for scopes in (["export"], ["admin"]):
+        r = ApiClient(issue_token(f"can-{scopes[0]}", scopes)[1]).get(f"persons/{alice}/export")
+        assert r.status_code == 200 and r.json()["messages"][0]["content"] == "我住在杭州", scopes

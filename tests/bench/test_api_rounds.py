@@ -40,3 +40,29 @@ def test_the_side_by_side_table_shows_the_median_and_the_range(tmp_path, monkeyp
     assert "3 interleaved rounds" in table
     assert "| POST /turns + confirm (one turn) — p95 ms | 25.0 (22.0–31.0) | 24.0 (23.0–29.0) | ≤ 30 |" in table
     assert "| 380.0 (370.0–390.0) | 420.0 (410.0–450.0) | PostgreSQL ≥ SQLite |" in table
+
+
+def test_the_console_line_judges_the_turn_inspector_on_its_own_target(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    pages = {"fact list": {"median_ms": 40.0, "p95_ms": 120.0},
+             "turn inspector (104-candidate pool; target p95 ≤ 100 ms)": {"median_ms": 80.0, "p95_ms": 110.0}}
+    console = {"target_p95_ms": 150, "inspector_target_p95_ms": 100, "inspected_pool": 104, "pages": pages}
+    (tmp_path / "console.json").write_text(json.dumps(console))
+    assert "**over it: turn inspector (104-candidate pool; target p95 ≤ 100 ms)**" in report.render()
+    pages["turn inspector (104-candidate pool; target p95 ≤ 100 ms)"]["p95_ms"] = 99.0
+    (tmp_path / "console.json").write_text(json.dumps(console))
+    assert "target ≤ 150, the turn inspector ≤ 100, all met" in report.render()
+
+
+def test_on_a_busy_machine_the_console_targets_are_judged_on_cpu_time_and_the_line_says_so():
+    name = "turn inspector (104-candidate pool; target p95 ≤ 100 ms)"
+    pages = {"fact list": {"median_ms": 300.0, "p95_ms": 500.0, "cpu_median_ms": 30.0, "cpu_p95_ms": 45.0},
+             name: {"median_ms": 400.0, "p95_ms": 700.0, "cpu_median_ms": 60.0, "cpu_p95_ms": 80.0}}
+    console = {"target_p95_ms": 150, "inspector_target_p95_ms": 100, "cpus": 2, "load_average": 19.6, "pages": pages}
+    line = report.console_line(console)
+    assert "all met; load average 19.6 on 2 CPUs during the run, so the targets are judged on the CPU p95" in line
+    assert f"{name} 700.0 (CPU 80.0)" in line
+    pages[name]["cpu_p95_ms"] = 120.0
+    assert f"**over it: {name}**" in report.console_line(console)
+    quiet = {**console, "load_average": 1.2}
+    assert f"**over it: fact list, {name}**" in report.console_line(quiet)  # wall time, as measured

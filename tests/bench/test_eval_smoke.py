@@ -70,7 +70,7 @@ def test_eval_smoke_locomo_subset(tmp_path):
     assert held["dev_conversations"] == lo["conversations"][:1]
     assert held["test_conversations"] == lo["conversations"][1:]
     assert held["dev_questions"] == held["test_questions"] == QUESTIONS
-    # per question: lexical + fused under the default profile and under the seed profile
+    # per question: lexical + fused under the default profile and under the reference profile
     assert held["rerank_check"]["rankings"] == 4 * 2 * QUESTIONS
     assert held["rerank_check"]["mismatches"] == 0, held["rerank_check"]
     assert len(held["grid"]) >= 24

@@ -30,7 +30,7 @@ LATIN_OK = {
     "R",  # R@k: recall at k, a metric name like nDCG@k
     "Celery", "Redis", "FTS5", "A", "B", "PageRank", "IDF", "Ctrl", "C", "PORT", "make", "run", "KB", "UTF",
     "demo", "operator", "reviewer", "staff",  # data: user names
-    "seed",  # the name of the built-in retrieval profile (a name, like a profile an operator saves)
+    "reference",  # the name of the built-in retrieval profile (a name, like a profile an operator saves)
     "admin",  # the name of the token scope the warning asks to narrow (scopes are names, shown as code elsewhere)
 }
 LATIN = re.compile(r"[A-Za-z][A-Za-z0-9_]*")

@@ -3,6 +3,7 @@ without JavaScript), the replay's difference, and a fit run by a real Celery wor
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -47,6 +48,49 @@ def test_a_reviewer_finds_a_turn_from_a_fact_sees_why_labels_it_and_the_count_fo
     # the turn list says it is labelled
     page.goto(f"{live_server.url}/turns/?labelled=yes")
     assert page.locator(f'tr[data-turn="{turn_id}"] [data-labels="1"]').count() == 1
+
+
+HAN = re.compile(r"[\u4e00-\u9fff]")
+COUNTS = {"zh-hans": ("这个回合 0 条标注", "这个回合 1 条标注", "全部已标注 1 个回合"),
+          "en": ("0 labels on this turn", "1 label on this turn", "1 turn labelled in all")}
+
+
+@pytest.mark.parametrize("language", ["zh-hans", "en"])
+def test_a_new_reviewer_walks_the_demo_data_in_either_language(login, live_server, language):
+    """``seed_demo``'s recorded turns, as a reviewer meets them: from a fact to a turn that used it, every
+    candidate's reason in the page's language, a label, and the counts following it."""
+    import io
+
+    from django.core.management import call_command
+
+    from memory.models import Turn
+    from tuning.models import RelevanceLabel
+
+    call_command("seed_demo", "--if-empty", stdout=io.StringIO(), stderr=io.StringIO())
+    turn = next(t for t in Turn.objects.order_by("id") if t.prompt_fact_ids and len(t.pool or []) > len(t.prompt_fact_ids))
+    fact_id = turn.prompt_fact_ids[0]
+    page = login("reviewer")
+    page.context.add_cookies([{"name": "django_language", "value": language, "url": live_server.url}])
+    page.goto(f"{live_server.url}/facts/{fact_id}/")
+    page.click("#fact-turns")
+    page.wait_for_selector("#fact-filter")
+    page.click(f'tr[data-turn="{turn.pk}"] a >> nth=0')
+    page.wait_for_selector("#why")
+    verdicts = page.locator("#candidates tbody tr[data-fact]")
+    assert verdicts.count() == len(turn.pool)
+    assert {verdicts.nth(i).get_attribute("data-verdict") for i in range(verdicts.count())} - {"prompt"}  # some left out
+    for i in range(verdicts.count()):
+        reason = verdicts.nth(i).locator(".reason").inner_text().strip()
+        assert reason and (language != "en" or not HAN.search(reason)), reason
+    assert page.locator(f"#fact-{fact_id}").get_attribute("data-verdict") == "prompt"
+    none, one, all_turns = COUNTS[language]
+    assert none in page.locator("#label-counts").inner_text()
+    page.locator(f"#fact-{fact_id} button[value=yes]").click()
+    page.wait_for_selector(f'#fact-{fact_id}[data-labelled="yes"]')
+    page.wait_for_function("(text) => document.querySelector('#label-counts').innerText.includes(text)", arg=one)
+    assert all_turns in page.locator("#label-counts").inner_text()
+    assert RelevanceLabel.objects.get(turn=turn, fact_id=fact_id).user == "reviewer"
+    shot(page, f"turn-demo-{language}")
 
 
 def test_labelling_works_without_javascript(login, live_server, world):

@@ -81,7 +81,7 @@ def pages(ids: dict) -> list:
     return [
         Page("turns", reverse("console:turns"), "memory.view_turn"),
         Page("turns-labelled", reverse("console:turns") + "?labelled=yes", "memory.view_turn"),
-        Page("turn", reverse("console:turn", args=[turns["turn"]]) + "?profile=seed", "memory.view_turn"),
+        Page("turn", reverse("console:turn", args=[turns["turn"]]) + "?profile=reference", "memory.view_turn"),
         Page("labels", reverse("tuning:labels"), "tuning.label_relevance"),
         Page("tuning-fit", reverse("tuning:job", args=[turns["fit"]]), "tuning.tune_retrieval"),
     ]

@@ -166,3 +166,24 @@ def test_forget_titles_are_composed_in_the_interface_language(operator, alice):
     operator.cookies["django_language"] = "en"
     body = operator.get(f"/forget/person/{alice.pk}/").content.decode()
     assert f"Forget · Person #{alice.pk}" in body and "人物 #" not in body
+
+
+def test_export_is_its_own_permission_refused_to_reviewers_and_staff(reviewer, staff, operator, admin_client_, alice):
+    """Every role browses streams; only superusers and operators (memory.export_person) export a person."""
+    for client in (reviewer, staff):
+        assert client.get(f"/persons/{alice.pk}/export/").status_code == 403
+        assert client.get(f"/persons/{alice.pk}/export/", {"format": "json"}).status_code == 403
+        page = client.get("/persons/").content.decode()
+        assert f'data-person="{alice.pk}"' in page and f"/persons/{alice.pk}/export/" not in page
+    for client in (operator, admin_client_):
+        assert client.get(f"/persons/{alice.pk}/export/", {"format": "json"}).status_code == 200
+        assert f"/persons/{alice.pk}/export/" in client.get("/persons/").content.decode()
+
+
+def test_export_permission_granted_to_one_user(make_client, alice):
+    from django.contrib.auth.models import Permission, User
+
+    client = make_client("lonely")  # a user of no role
+    assert client.get(f"/persons/{alice.pk}/export/").status_code == 403
+    User.objects.get(username="lonely").user_permissions.add(Permission.objects.get(codename="export_person"))
+    assert client.get(f"/persons/{alice.pk}/export/", {"format": "json"}).status_code == 200

@@ -40,6 +40,7 @@ def test_ensure_roles_is_idempotent(roles):
     assert {"preview_association", "preview_recall", "import_knowledge", "tune_retrieval"} <= after["staff"]
     assert "label_relevance" in after["reviewer"] and "label_relevance" in after["staff"]
     assert "label_relevance" not in after["operator"]
+    assert "export_person" in after["operator"] and not {"export_person"} & (after["reviewer"] | after["staff"])
 
 
 @pytest.mark.parametrize("name", list(PAGES))

@@ -1,4 +1,4 @@
-"""Manual curation with journal and undo — reference-spec §3.11 and §6.8 (70–81)."""
+"""Manual curation with journal and undo — docs/REFERENCE.md §11."""
 from __future__ import annotations
 
 import pytest

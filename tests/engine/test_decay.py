@@ -1,4 +1,4 @@
-"""Forgetting curve — reference-spec §3.1 and scenarios §6.1."""
+"""Forgetting curve — docs/REFERENCE.md §1."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_freeze_due_at_24h() -> None:  # 6.1 #2
     assert retention(1.0, T0, 24, due + 1) < 0.1
 
 
-def test_state_kind_12h() -> None:  # 6.1 #3 (状态 kept, DESIGN.md)
+def test_state_kind_12h() -> None:  # 状态 kept (docs/REFERENCE.md §1)
     h = half_life_for("状态")
     assert h == 12
     assert retention(1.0, T0, h, T0 + 12 * H) == pytest.approx(0.5)
@@ -107,7 +107,7 @@ def test_due_at_pin_and_low_strength() -> None:  # 6.1 #4
     assert freeze_due_at(-1.0, T0, 504) == T0
 
 
-def test_freeze_timing_in_days() -> None:  # §3.1 "Freeze timing"
+def test_freeze_timing_in_days() -> None:  # docs/REFERENCE.md §1
     days = {k: (freeze_due_at(1.0, 0, half_life_for(k))) / DAY for k in ("身份", "偏好", "习惯", "事件")}
     assert days["身份"] == pytest.approx(1212.50, abs=0.01)
     assert days["偏好"] == pytest.approx(298.97, abs=0.01)
@@ -159,7 +159,7 @@ def test_half_life_fallbacks() -> None:  # 6.1 #9
     assert half_life_for(None) == half_life_for("") == half_life_for("未分类") == half_life_for("测试") == 504
 
 
-def test_pin_encoding() -> None:  # 6.1 #12 and §3.1 pin
+def test_pin_encoding() -> None:  # docs/REFERENCE.md §1, pinning
     assert is_pinned(PIN_HALF_LIFE_HOURS) and not is_pinned(8760)
     pinned_at = T0 + 1
     later = pinned_at + int(2160 * 5.5 * H)

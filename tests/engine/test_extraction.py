@@ -1,4 +1,4 @@
-"""Parsing of extraction and summary output — reference-spec §3.14, §3.15, scenarios 103–105."""
+"""Parsing of extraction and summary output — docs/REFERENCE.md §14, docs/REFERENCE.md §15."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""nDCG / recall — reference-spec §3.12 and scenario 84."""
+"""nDCG / recall — docs/REFERENCE.md §12."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Personalised PageRank — reference-spec §3.7 and scenarios §6.4 (31–36)."""
+"""Personalised PageRank — docs/REFERENCE.md §7."""
 
 from __future__ import annotations
 

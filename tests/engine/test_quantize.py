@@ -1,4 +1,4 @@
-"""SQ8 — reference-spec §3.4 and scenarios §6.3 (22–29)."""
+"""SQ8 — docs/REFERENCE.md §4."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The one ranking function (memory/engine/scoring.py: rank) — relevance leads, forgetting is a prior.
 
-Exact expectations; the seed's multiplicative blend stays reachable through the "seed" profile.
+Exact expectations; the reference's multiplicative blend stays reachable through the "reference" profile.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from memory.engine.scoring import (
     rank,
 )
 
-SEED = {"seed_blend": 1}
+REFERENCE = {"reference_blend": 1}
 HOUR = decay.MS_PER_HOUR
 DAY = 24 * HOUR
 
@@ -34,14 +34,14 @@ def _ids(ranked):
     return [r.id for r in ranked]
 
 
-def test_seed_profile_reproduces_blend_score_exactly() -> None:
+def test_reference_profile_reproduces_blend_score_exactly() -> None:
     cands = [
         RankCandidate(id="a", lexical=0.6, retention=1.0),
         RankCandidate(id="b", lexical=0.8, retention=0.0),
         RankCandidate(id="c", lexical=0.2, retention=0.5, cosine=0.7),
         RankCandidate(id="d", lexical=0.6, retention=1.0),  # ties with a: input order stays
     ]
-    ranked = rank(cands, SEED)
+    ranked = rank(cands, REFERENCE)
     expected = {
         "a": blend_score(0.6, 1.0),
         "b": blend_score(0.8, 0.0),
@@ -51,9 +51,9 @@ def test_seed_profile_reproduces_blend_score_exactly() -> None:
     assert {r.id: r.score for r in ranked} == expected  # bit-identical
     assert _ids(ranked) == sorted(expected, key=lambda k: -expected[k])  # stable: a before d
     assert _ids(ranked) == ["a", "d", "c", "b"]
-    assert all(r.eligible and r.mode == "seed" for r in ranked)
+    assert all(r.eligible and r.mode == "reference" for r in ranked)
     knobs = {"bm25_weight": 2.0, "retention_weight_floor": 0.5}
-    weighted = {r.id: r.score for r in rank(cands, {**SEED, **knobs})}
+    weighted = {r.id: r.score for r in rank(cands, {**REFERENCE, **knobs})}
     assert weighted["c"] == blend_score(fused_relevance(0.2, 0.7), 0.5, knobs)
     assert weighted["b"] == blend_score(0.8, 0.0, knobs)
 
@@ -67,8 +67,8 @@ def test_a_clearly_more_relevant_old_fact_beats_yesterdays_weaker_one() -> None:
     # lexical terms: old 0.5 * 0.8 + 0.5 * 1 (the pool's strongest), new 0.5 * 0.6 + 0.5 * 1.5 / 4
     assert ranked[0].relevance == 0.9 and ranked[1].relevance == pytest.approx(0.5 * 0.6 + 0.5 * (1.5 / 4.0))
     assert ranked[1].calibrated == ranked[1].relevance / 0.9 and ranked[1].score == ranked[1].calibrated + 0.02
-    # the seed's blend put yesterday's weaker fact first
-    assert _ids(rank([new, old], SEED)) == ["new", "old"]
+    # the reference's blend put yesterday's weaker fact first
+    assert _ids(rank([new, old], REFERENCE)) == ["new", "old"]
 
 
 def test_at_comparable_relevance_the_fresher_fact_wins() -> None:
@@ -111,8 +111,8 @@ def test_a_strong_lexical_match_is_not_outranked_by_a_weak_one_with_a_slightly_b
     assert _ids(ranked) == ["strong", "weak"]
     assert ranked[0].relevance == pytest.approx(0.4 * (0.5 * 8 / 9 + 0.5) + 0.6 * (0.5 * 0.675 + 0.5 * 0.35 / 0.65))
     assert ranked[1].relevance == pytest.approx(0.4 * (0.5 * 2 / 3 + 0.5 * 2 / 8) + 0.6 * (0.5 * 0.825 + 0.5))
-    # the seed's blend ignores the knob
-    assert rank([weak, strong], SEED) == rank([weak, strong], {**SEED, "pool_share": 0.0})
+    # the reference's blend ignores the knob
+    assert rank([weak, strong], REFERENCE) == rank([weak, strong], {**REFERENCE, "pool_share": 0.0})
 
 
 def test_a_strong_lexical_match_the_vectors_call_unrelated_does_not_jump_ahead() -> None:
@@ -187,8 +187,8 @@ def test_a_pool_matching_only_generic_words_brings_nothing() -> None:
     ranked = rank(pool)
     assert [r.eligible for r in ranked] == [False] * 3 and [r.gate for r in ranked] == [Gate.HELD] * 3
     assert prompt_cut(ranked, 6) == [] and held_back(ranked, 6) == []
-    # under the seed all would fill the prompt
-    assert _ids(prompt_cut(rank(pool, SEED), 6)) == ["run", "coffee", "cook"]
+    # under the reference all would fill the prompt
+    assert _ids(prompt_cut(rank(pool, REFERENCE), 6)) == ["run", "coffee", "cook"]
     # had 跑步 stood clearly ahead of the others, it alone would pass (it leads the dense channel)
     assert [r.gate for r in rank(pool[:1] + pool[2:])] == [Gate.LEADS_DENSE, Gate.HELD]
 
@@ -274,7 +274,7 @@ def test_held_back_lists_what_retention_ranked_out() -> None:
     assert _ids(held_back(rank([
         RankCandidate(id="old", lexical=0.80, retention=0.0),
         RankCandidate(id="fresh", lexical=0.5, retention=1.0),
-    ], SEED), 1)) == ["old"]
+    ], REFERENCE), 1)) == ["old"]
 
 
 def test_terms_are_exposed() -> None:

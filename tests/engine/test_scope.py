@@ -1,4 +1,4 @@
-"""Visibility scope — reference-spec §3.9 and scenarios §6.6 (50, 55)."""
+"""Visibility scope — docs/REFERENCE.md §9."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Duplicate detection — reference-spec §3.3 and scenario 21."""
+"""Duplicate detection — docs/REFERENCE.md §3."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Association spreading — reference-spec §3.8 and scenarios §6.5 (37–43), as pure tests
+"""Association spreading — docs/REFERENCE.md §8, as pure tests
 with in-memory callbacks."""
 
 from __future__ import annotations

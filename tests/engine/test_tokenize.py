@@ -1,4 +1,4 @@
-"""Tokeniser — reference-spec §3.2 and scenarios §6.2 (14–20)."""
+"""Tokeniser — docs/REFERENCE.md §2."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Tuning whitelist, blend score, pool percentile, reconciliation — reference-spec §3.6,
-§3.12 and scenarios 82, 83, 85, 90."""
+"""Tuning whitelist, blend score, pool percentile, reconciliation — docs/REFERENCE.md §6
+and §12."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_whitelist_table() -> None:
         "fact_recall_limit": ParamSpec("int", 1, 50, 6, "进提示词的事实条数上限"),
         "recalled_episode_limit": ParamSpec("int", 0, 30, 2, "情节召回条数"),
         "recent_episode_limit": ParamSpec("int", 0, 30, 2, "近期情节条数"),
-        "seed_blend": ParamSpec("int", 0, 1, 0, "沿用种子的乘法排序（1 = 种子）"),
+        "reference_blend": ParamSpec("int", 0, 1, 0, "参考排序：相关度 × 留存权重（1 = 参考排序）"),
         "retention_prior": ParamSpec("float", 0.0, 1.0, 0.02, "留存度先验权重"),
         "dense_margin": ParamSpec("float", -1.0, 1.0, -0.2, "相关门：余弦可低于闲聊背景多少"),
         "query_margin": ParamSpec("float", -1.0, 1.0, -0.3, "相关门：最佳候选高出闲聊背景多少算在问记忆"),

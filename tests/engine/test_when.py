@@ -50,7 +50,7 @@ def test_the_window_is_read_in_the_given_zone() -> None:
     assert query_window("on 1 March 2024", UTC) == (_ms(2024, 3, 1, tz=UTC) - SLACK_MS, _ms(2024, 3, 2, tz=UTC) + SLACK_MS)
 
 
-def test_a_timed_candidate_gets_the_boost_and_the_seed_ignores_it() -> None:
+def test_a_timed_candidate_gets_the_boost_and_the_reference_ignores_it() -> None:
     pool = [
         RankCandidate(id="strong", lexical=0.8, retention=0.5),
         RankCandidate(id="then", lexical=0.78, retention=0.5, timed=True),
@@ -60,7 +60,7 @@ def test_a_timed_candidate_gets_the_boost_and_the_seed_ignores_it() -> None:
     then = ranked[0]
     assert then.timed and then.score == pytest.approx(then.calibrated + then.prior + DEFAULT_TIME_BOOST)
     assert [r.id for r in rank(pool, {"time_boost": 0.0})] == ["strong", "then"]
-    assert [r.id for r in rank(pool, {"seed_blend": 1})] == ["strong", "then"]
+    assert [r.id for r in rank(pool, {"reference_blend": 1})] == ["strong", "then"]
 
 
 def test_the_boost_does_not_pass_the_gate() -> None:

@@ -15,7 +15,9 @@ import sys
 
 import pytest
 
+from memory.privacy.forget import REDACTED, REDACTED_SUMMARY
 from tests import dbenv
+from tests.forget_scan import needles
 from tests.integration.test_worker import ROOT
 
 pytestmark = pytest.mark.integration
@@ -139,5 +141,12 @@ def test_forgetting_a_person_removes_their_text_from_the_database_file(tmp_path)
     data = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("memory.sqlite3"))
     for secret in SECRETS:
         assert secret.encode("utf-8") not in data, secret
+    # nor their index tokens (the change log kept them, space-separated: enough to rebuild each sentence)
+    kept = ["今天天气不错，我们去公园散步吧", "爱丽丝说过，好有趣", "好的，我记住了：", "喜欢去公园散步", "隐私测试群", "爱丽丝",
+            "鲍勃", REDACTED, REDACTED_SUMMARY]
+    tokens = [n for n in needles(SECRETS, kept) if n not in SECRETS]
+    assert len(tokens) >= 20
+    left = [t for t in tokens if t.encode("utf-8") in data or json.dumps(t)[1:-1].encode() in data]
+    assert left == [], left
     for word in ("翡翠湾七十七号楼", "蓝鲸吞月亮", "榴莲披萨", "alice-77"):  # (Bob still says her name)
         assert word.encode("utf-8") not in data, word

@@ -1,6 +1,6 @@
 """Fixtures of the memory-store tests: persons, streams of each kind, fixed clock.
 
-``NOW`` and ``H`` are the constants of reference-spec §6; every service and
+``NOW`` and ``H`` are the constants of docs/REFERENCE.md §19; every service and
 selector gets its time explicitly so the numbers of the scenarios are exact.
 """
 from __future__ import annotations

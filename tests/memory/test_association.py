@@ -1,4 +1,4 @@
-"""Association edges and the recall action's spreading filters — reference-spec §6.5 (41, 42, 44–49)."""
+"""Association edges and the recall action's spreading filters — docs/REFERENCE.md §8 and §16."""
 from __future__ import annotations
 
 import math
@@ -88,7 +88,7 @@ class TestDecayEdges:
 
 
 class TestRecallSpreadVisibility:
-    """§6.5 44–49 through memory.recall.cognitive_recall (hops 2; the product default is 0)."""
+    """The recall action's spreading filters through memory.recall.cognitive_recall (hops 2; the product default is 0)."""
 
     @pytest.fixture
     def seed(self, person):
@@ -225,7 +225,7 @@ def test_decay_edges_walks_the_edges_in_id_ranges(db, monkeypatch):
 
 
 class TestConceptMapping:
-    """Concept scores go back to every registered node whose text contains the concept (§3.8)."""
+    """Concept scores go back to every registered node whose text contains the concept (docs/REFERENCE.md §8)."""
 
     @staticmethod
     def _concepts(*pairs: tuple[str, str]) -> None:

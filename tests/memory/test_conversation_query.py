@@ -2,7 +2,7 @@
 
 The lexical channel queries the recent user lines, weighted by recency; the dense channel
 takes the weighted maximum of the cosines with the turn's vector and the recent messages'
-vectors (each computed at most once). The "seed" profile keeps the turn's own line only.
+vectors (each computed at most once). The "reference" profile keeps the turn's own line only.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from memory.search import background
 from tests.memory.conftest import DAY, NOW, make_person
 
 FILLER = ["她养了一只猫", "她是一名护士", "她住在北京", "她喜欢爬山", "她对芒果过敏", "她的生日是六月", "她在学游泳", "她不喝咖啡"]
-SEED = builtin_params
+REFERENCE = builtin_params
 
 
 @pytest.fixture(autouse=True)
@@ -61,11 +61,11 @@ def test_the_previous_user_line_brings_the_fact_the_turn_is_about_into_the_pool(
     assert Message.objects.get(pk=turn.context_message_ids[1]).content == "下午一起去打篮球吗"
 
 
-def test_the_seed_profile_hears_only_the_turns_own_line(person, direct_stream):
+def test_the_reference_profile_hears_only_the_turns_own_line(person, direct_stream):
     services.add_fact(person_id=person.pk, content="玩家周末喜欢打篮球", kind="偏好", at=NOW - 30 * DAY)
     _say(direct_stream, person, "下午一起去打篮球吗", NOW)
     _say(direct_stream, person, "当然是三点啊", NOW + 2000)
-    with overrides_scope(SEED("seed")):
+    with overrides_scope(REFERENCE("reference")):
         ctx, result = _turn(direct_stream, person, "当然是三点啊", NOW + 3000)
     assert result.facts == [] and ctx.pool == []
     assert Turn.objects.get(pk=ctx.turn_id).context_message_ids == []
@@ -126,10 +126,10 @@ def test_the_dense_channel_reads_the_recent_messages_vectors_once(person, direct
     _turn(direct_stream, person, "三点吧", NOW + 4000, vector=turn_vector)
     assert embedder.texts.count("下午一起去打篮球吗") == 1
     assert Message.objects.get(pk=first.pk).embedding_q8 is not None
-    with overrides_scope(SEED("seed")):
-        _ctx, seed = _turn(direct_stream, person, "三点吧", NOW + 5000, vector=turn_vector)
-    [seen] = [p.fact for p in seed.facts if p.fact.id == sport]
-    assert seen.cosine == pytest.approx(0.0, abs=0.02)  # the seed profile compares with the turn's line only
+    with overrides_scope(REFERENCE("reference")):
+        _ctx, reference = _turn(direct_stream, person, "三点吧", NOW + 5000, vector=turn_vector)
+    [seen] = [p.fact for p in reference.facts if p.fact.id == sport]
+    assert seen.cosine == pytest.approx(0.0, abs=0.02)  # the reference profile compares with the turn's line only
 
 
 def test_trace_replay_of_a_turn_with_its_conversation_reproduces_the_pool(person, direct_stream):

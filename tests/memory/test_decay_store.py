@@ -1,4 +1,4 @@
-"""Forgetting through the store — reference-spec §6.1 (10–13) and §6.7 (66)."""
+"""Forgetting through the store — docs/REFERENCE.md §1 and §16."""
 from __future__ import annotations
 
 import math
@@ -120,7 +120,7 @@ def test_unpinned_preference_would_have_frozen(person):
 
 
 def test_reinforcement_ignores_revive_threshold(person):
-    """§6.1 13: a frozen fact at retention 0.02 revives with strength reinforce(0.02) = 0.363."""
+    """A frozen fact at retention 0.02 revives with strength reinforce(0.02) = 0.363."""
     fid = services.add_fact(person_id=person.pk, content="他今天心情不好", kind="事件", at=T0).fact_id
     hours = 504 * math.log2(1 / 0.02)
     later = T0 + round(hours * H)
@@ -134,7 +134,7 @@ def test_reinforcement_ignores_revive_threshold(person):
 
 
 def test_recall_reinforcement_values(person):
-    """§6.7 66: 偏好 fact at t0, recall at +2 days → 0.984715, recall again → 0.990065."""
+    """A 偏好 fact at t0, recall at +2 days → 0.984715, recall again → 0.990065."""
     fid = services.add_fact(person_id=person.pk, content="玩家不喜欢吃香菜", kind="偏好", at=T0).fact_id
     now = T0 + 2 * DAY
     before = _recall(person, "香菜", now)
@@ -171,7 +171,7 @@ def test_write_side_hit_reinforces_and_revives(person):
 
 
 def test_state_kind_keeps_twelve_hours(person):
-    """DESIGN.md §4 keeps 状态 at 12 h (the product wins over the reference here)."""
+    """The product keeps 状态 at 12 h (docs/REFERENCE.md §1; the reference retired the kind)."""
     fid = services.add_fact(person_id=person.pk, content="他现在很困", kind="状态", at=T0).fact_id
     row = fact_row(fid)
     assert row.half_life_hours == 12

@@ -1,6 +1,6 @@
 """Issue 16: in the demo data, 我最近想去杭州玩 used to bring 主人最近在学做菜, 小林最近在学日语
 and 主人最近在学书法 into the prompt on 最近 alone (relevance 0.74 each). The relevance gate
-(issue 30) does not let a generic chat word carry a fact; the built-in seed profile still shows
+(issue 30) does not let a generic chat word carry a fact; the built-in reference profile still shows
 the old behaviour. Small talk brings nothing."""
 from __future__ import annotations
 
@@ -57,9 +57,9 @@ def _turn(demo, text):
 
 
 def test_a_turn_sharing_one_common_word_brings_no_lexical_noise(demo):
-    with overrides_scope({"seed_blend": 1}):
-        seeded = _turn(demo, "我最近想去杭州玩")
-    assert NOISE <= set(seeded)  # the seed's ranking: noise fills the prompt on 最近
+    with overrides_scope({"reference_blend": 1}):
+        multiplied = _turn(demo, "我最近想去杭州玩")
+    assert NOISE <= set(multiplied)  # the reference ranking: noise fills the prompt on 最近
     ctx, result = _confirm(demo, "我最近想去杭州玩")
     noise = [f for f in ctx.pool if f.content in NOISE]
     # in the pool on 最近, which is a generic chat word: they cover nothing of the query, the gate holds them

@@ -1,6 +1,6 @@
 """FTS fact recall, duplicate detection and visibility scope through the store.
 
-reference-spec §6.2 (20, 21) and §6.6 (51–56), plus a property: no user text can
+docs/REFERENCE.md §2, §3 and §9, plus a property: no user text can
 reach the FTS5 parser as syntax.
 """
 from __future__ import annotations
@@ -70,11 +70,11 @@ class TestFts5Recall:
     def test_scores_and_bm25_are_consistent(self, person, six):
         from memory.engine import decay
 
-        # the seed's numbers hold under the built-in seed profile (the default ranking changed on purpose)
-        hit = _recall([person.pk], "香菜", overrides={"seed_blend": 1})[0]
+        # the reference's numbers hold under the built-in reference profile (the default ranking changed on purpose)
+        hit = _recall([person.pk], "香菜", overrides={"reference_blend": 1})[0]
         assert hit.bm25 < 0
         assert hit.lexical_relevance == decay.relevance_from_bm25(hit.bm25)
-        assert hit.score == decay.score(hit.bm25, hit.retention)  # bit-identical under the seed profile
+        assert hit.score == decay.score(hit.bm25, hit.retention)  # bit-identical under the reference profile
         # default: the best candidate is the pool's relevance unit, plus the retention prior
         best = _recall([person.pk], "香菜")[0]
         assert best.id == hit.id and best.calibrated == 1.0 and best.coverage == 1.0
@@ -248,16 +248,16 @@ def test_fts_operators_are_always_quoted(person, query):
 
 
 def test_a_scoped_fact_copy_is_what_dataclasses_replace_makes():
-    """ScopedFact.but: the ranking's cheap copy — equal to dataclasses.replace, the original untouched."""
+    """ScopedFact.copy_with: the ranking's cheap copy — equal to dataclasses.replace, the original untouched."""
     from dataclasses import replace
 
     fact = selectors.ScopedFact(
         id=1, person_id=2, kind="偏好", content="喜欢打篮球", slot="", origin_kind="observation", retention=0.9,
         score=0.5, lexical_relevance=0.7, bm25=-3.2, half_life_hours=720.0, active=True,
     )
-    changed = fact.but(score=0.8, cosine=0.4, eligible=False)
+    changed = fact.copy_with(score=0.8, cosine=0.4, eligible=False)
     assert changed == replace(fact, score=0.8, cosine=0.4, eligible=False)
     assert (fact.score, fact.cosine, fact.eligible) == (0.5, None, True)
     assert hash(changed) == hash(replace(fact, score=0.8, cosine=0.4, eligible=False))
     with pytest.raises(TypeError, match="no field scroe"):
-        fact.but(scroe=0.8)
+        fact.copy_with(scroe=0.8)

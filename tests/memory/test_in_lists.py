@@ -1,4 +1,4 @@
-"""``IN`` lists of parameters are built by :func:`memory.backends.marks`, valid SQL for any length
+"""``IN`` lists of parameters are built by :func:`memory.backends.in_placeholders`, valid SQL for any length
 on both backends (PostgreSQL has no empty ``IN ()``; SQLite accepts one)."""
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ HAND_BUILT = re.compile(r"""\.join\(\[\s*(['"])%s\1\s*\]\s*\*""")
 
 
 @pytest.mark.parametrize("values, expected", [([], "NULL"), ([7], "%s"), ((1, 2, 3), "%s,%s,%s")])
-def test_marks(values, expected):
-    assert backends.marks(values) == expected
+def test_in_placeholders(values, expected):
+    assert backends.in_placeholders(values) == expected
 
 
 @pytest.mark.parametrize("ids", [[], [1], [1, 2]])
@@ -26,7 +26,7 @@ def test_the_list_is_valid_sql_for_any_length(db, person, ids):
     fact = services.add_fact(person_id=person.pk, content="喜欢爬山", at=1).fact_id
     wanted = [fact if i == 1 else fact + 1000 for i in ids]
     with connection.cursor() as cur:
-        cur.execute(f"SELECT id FROM facts WHERE id IN ({backends.marks(wanted)})", wanted)
+        cur.execute(f"SELECT id FROM facts WHERE id IN ({backends.in_placeholders(wanted)})", wanted)
         assert [r[0] for r in cur.fetchall()] == ([fact] if ids else [])
 
 

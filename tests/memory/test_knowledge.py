@@ -1,7 +1,7 @@
 """Knowledge layer, the resident int8 vector index and the vector-space registry.
 
-reference-spec §3.13 / §6.10 (96–99, 101); the product adds the int8 index with
-its SQLite revision triggers and dense candidates (DESIGN.md §4).
+docs/REFERENCE.md §13; the product adds the int8 index with
+its SQLite revision triggers and dense candidates (docs/ARCHITECTURE.md).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The default ranking through prepare/confirm: relevance leads, forgetting is a prior.
 
-Each behaviour is also checked against the built-in "seed" profile where the two differ,
-so the tests show what changed (they fail with the seed's ranking as the default).
+Each behaviour is also checked against the built-in "reference" profile where the two differ,
+so the tests show what changed (they fail with the reference ranking as the default).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from memory.models import Turn
 from memory.overrides import overrides_scope
 from tests.memory.conftest import DAY, NOW, events
 
-SEED = {"seed_blend": 1}
+REFERENCE = {"reference_blend": 1}
 FILLER = ["她养了一只猫", "她是一名护士", "她住在北京", "她喜欢爬山", "她对芒果过敏", "她的生日是六月", "她在学游泳", "她不喝咖啡"]
 
 
@@ -52,10 +52,10 @@ def test_a_clearly_relevant_old_fact_beats_a_fresh_fact_sharing_common_words(per
     assert by_id[old].calibrated == 1.0 and by_id[fresh].calibrated < 0.95
 
 
-def test_the_seed_profile_lets_the_fresh_fact_win(person, direct_stream):
+def test_the_reference_profile_lets_the_fresh_fact_win(person, direct_stream):
     old = _fact(person, "玩家不喜欢吃香菜", at=NOW - 180 * DAY)
     fresh = _fact(person, "玩家昨天去吃了火锅", kind="事件")
-    with overrides_scope(SEED):
+    with overrides_scope(REFERENCE):
         _ctx, result = _turn(direct_stream, person, "玩家吃香菜吗")
     assert _ids(result) == [fresh, old]
 
@@ -81,9 +81,9 @@ def test_small_talk_brings_nothing(person, other_person, direct_stream, bank):
     assert {f.id for f in ctx.pool} == {run}  # 早上 matches lexically, but it is a generic chat word
     assert all(not f.eligible for f in ctx.pool) and ctx.facts == []
     assert result.facts == [] and result.reinforced == [] and result.held_back == []
-    with overrides_scope(SEED):
-        _ctx, seeded = _turn(direct_stream, person, "早上好", vector=query, at=NOW + 2 * DAY)
-    assert sorted(_ids(seeded)) == sorted([run, cook])
+    with overrides_scope(REFERENCE):
+        _ctx, multiplied = _turn(direct_stream, person, "早上好", vector=query, at=NOW + 2 * DAY)
+    assert sorted(_ids(multiplied)) == sorted([run, cook])
 
 
 def test_a_cosine_standing_out_of_the_querys_background_passes(person, other_person, direct_stream, bank):
@@ -151,3 +151,27 @@ def test_what_forgetting_held_back_is_recorded(person, direct_stream):
     assert confirmed["heldBackFactIds"] == [older]
     assert [t["factId"] for t in confirmed["promptTerms"]] == [fresher]
     assert events("memory_retrieval_trace")[-1]["heldBackFactIds"] == [older]
+
+
+def _day_of(ms: int) -> str:
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from django.conf import settings
+
+    return datetime.fromtimestamp(ms / 1000, ZoneInfo(settings.TIME_ZONE)).strftime("%Y年%m月%d日")
+
+
+def test_a_question_naming_a_date_ranks_what_was_told_then_first(person, direct_stream):
+    then = NOW - 200 * DAY
+    told_then = _fact(person, "玩家在杭州看了一场汽车发布会", at=then, kind="事件")
+    told_later = _fact(person, "玩家在杭州看了周杰伦的演唱会", at=NOW - 10 * DAY, kind="事件")
+    plain, _ = _turn(direct_stream, person, "玩家在杭州看了什么")
+    assert [f.id for f in plain.pool][:2] == [told_later, told_then]  # as relevant: the fresher first
+    ctx, result = _turn(direct_stream, person, f"玩家{_day_of(then)}在杭州看了什么")
+    assert _ids(result)[:2] == [told_then, told_later]
+    by_id = {f.id: f for f in ctx.pool}
+    assert by_id[told_then].timed and not by_id[told_later].timed
+    with overrides_scope(REFERENCE):
+        ref, _ = _turn(direct_stream, person, f"玩家{_day_of(then)}在杭州看了什么")
+    assert not any(f.timed for f in ref.pool)

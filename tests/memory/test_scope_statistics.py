@@ -1,6 +1,6 @@
 """A person-scoped query ranks by the statistics of the facts it ranks (the present persons'), not
 the whole table's: what other people remember does not move one person's ranking, and a word in
-half of a person's facts (their name) weighs little. The seed's ranking keeps the whole table's."""
+half of a person's facts (their name) weighs little. The reference ranking keeps the whole table's."""
 from __future__ import annotations
 
 import pytest
@@ -12,7 +12,7 @@ from memory.models import Fact
 from memory.search import lexical
 from tests.memory.conftest import NOW
 
-SEED = {"seed_blend": 1, "context_lexical_lines": 0, "context_dense_messages": 0}
+REFERENCE = {"reference_blend": 1, "context_lexical_lines": 0, "context_dense_messages": 0}
 
 CAROLINE = [
     "Caroline went to an LGBTQ support group",
@@ -61,9 +61,9 @@ def test_other_peoples_memories_do_not_move_a_persons_ranking(db, query):
     assert {fid: b for fid, (b, _) in before.items()} == _scope_numbers([c, m], query)
     _others(12)
     assert _bm25([c, m], query) == before  # the same doubles, coverage included
-    seed = _bm25([c, m], query, SEED)
-    assert seed.keys() == before.keys()
-    assert [b for b, _ in seed.values()] != [b for b, _ in before.values()]  # the seed's ranking reads the whole table
+    reference = _bm25([c, m], query, REFERENCE)
+    assert reference.keys() == before.keys()
+    assert [b for b, _ in reference.values()] != [b for b, _ in before.values()]  # the reference ranking reads the whole table
 
 
 def test_a_name_in_half_the_facts_does_not_outweigh_the_word_asked_about(db):
@@ -72,9 +72,9 @@ def test_a_name_in_half_the_facts_does_not_outweigh_the_word_asked_about(db):
     ranked = selectors.recall_facts_in_scope(person_ids=[c.pk, m.pk], query="What did Caroline research at school?",
                                              now=NOW, stream_kind="direct", return_candidates=True)
     assert ranked[0].content in ("Caroline researched adoption agencies", "Caroline gave a talk at a school")
-    seed = selectors.recall_facts_in_scope(person_ids=[c.pk, m.pk], query="What did Caroline research at school?",
-                                           now=NOW, stream_kind="direct", return_candidates=True, overrides=SEED)
-    assert {f.id for f in seed} == {f.id for f in ranked}  # the same candidates, read against another table
+    reference = selectors.recall_facts_in_scope(person_ids=[c.pk, m.pk], query="What did Caroline research at school?",
+                                           now=NOW, stream_kind="direct", return_candidates=True, overrides=REFERENCE)
+    assert {f.id for f in reference} == {f.id for f in ranked}  # the same candidates, read against another table
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)

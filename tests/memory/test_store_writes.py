@@ -1,4 +1,4 @@
-"""Store writes, L1/L2, slot conflicts and supersede — reference-spec §6.7 (57–69)."""
+"""Store writes, L1/L2, slot conflicts and supersede — docs/REFERENCE.md §1, §3 and §9."""
 from __future__ import annotations
 
 import pytest

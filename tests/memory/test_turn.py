@@ -166,7 +166,7 @@ def test_confirm_with_a_vector_checks_the_pool_against_the_store(person, other_p
 
 
 def test_dense_channel_adds_a_fact_without_lexical_match(person, direct_stream):
-    # The seed's numbers (reference-spec §6) under the built-in seed profile; the default
+    # The reference's numbers (docs/REFERENCE.md) under the built-in reference profile; the default
     # ranking is checked in test_dense_channel_default_ranking_terms.
     from memory.overrides import overrides_scope
 
@@ -174,7 +174,7 @@ def test_dense_channel_adds_a_fact_without_lexical_match(person, direct_stream):
     dense = _fact(person, "他每天早上都要来一杯浓缩", at=NOW - 30 * DAY)
     services.store_fact_vector(fact_id=lexical, vector=[0.0, 1.0, 0.0, 0.0])
     services.store_fact_vector(fact_id=dense, vector=[1.0, 0.0, 0.0, 0.0])
-    with overrides_scope({"seed_blend": 1}):
+    with overrides_scope({"reference_blend": 1}):
         ctx = _prepare(direct_stream, person, "咖啡")
         assert [f.id for f in ctx.pool] == [lexical]
         result = recall.confirm_turn(turn_id=ctx.turn_id, query_embedding=[1.0, 0.0, 0.0, 0.0], at=NOW + DAY)

@@ -52,6 +52,16 @@ def test_requires_a_token():
     assert Api("nope").post("/apply", {"name": "x"}).status_code == 401
 
 
+def test_the_reference_profile_answers_to_its_old_name(api):
+    # "seed" was the reference profile's name (tuning/migrations/0004_reference_profile): it still applies
+    r = api.post("/apply", {"name": "seed"})
+    assert r.status_code == 200, r.content
+    assert r.json()["profile"] == "reference" and r.json()["params"]["reference_blend"] == 1
+    assert api.get().json()["active"]["profile"] == "reference"
+    r = api.post("/profiles", {"name": "seed", "params": {"bm25_weight": 2.0}})
+    assert r.status_code == 422 and "seed" in r.json()["detail"]
+
+
 def test_integer_parameter_saved_and_applied_over_http(api):
     r = api.post("/profiles", raw='{"name": "hops", "params": {"ppr_hops": 3, "fact_recall_limit": 8, "bm25_weight": 2}}')
     assert r.status_code == 201, r.content
@@ -69,7 +79,7 @@ def test_integer_parameter_saved_and_applied_over_http(api):
 
     state = api.get().json()
     assert state["active"] == {"profile": "hops", "overrides": {"ppr_hops": 3, "fact_recall_limit": 8, "bm25_weight": 2.0}}
-    assert [p["name"] for p in state["profiles"]] == ["default", "seed", "hops"]  # seed: built in
+    assert [p["name"] for p in state["profiles"]] == ["default", "reference", "hops"]  # reference: built in
     assert state["profiles"][2]["active"] is True and state["profiles"][2]["last_applied_at"] is not None
     assert state["whitelist"]["ppr_hops"] == {
         "kind": "int", "min": 1.0, "max": 4.0, "legacy": 2, "label": "PPR 跳数", "configured": None
@@ -80,18 +90,18 @@ def test_integer_parameter_saved_and_applied_over_http(api):
 @pytest.mark.parametrize(
     ("raw", "field", "fragment"),
     [
-        ('{"name": "x", "params": {"ppr_hops": 3.0}}', "body.params.ppr_hops", "需要整数"),
         ('{"name": "x", "params": {"ppr_hops": 1.5}}', "body.params.ppr_hops", "需要整数"),
         ('{"name": "x", "params": {"ppr_alpha": true}}', "body.params.ppr_alpha", "需要数值"),
         ('{"name": "x", "params": {"bm25_weight": 99}}', "body.params.bm25_weight", "越界"),
         ('{"name": "x", "params": {"half_life": 1}}', "body.params.half_life", "不在调优白名单"),
         ('{"name": "default", "params": {}}', "body.name", "不可保存"),
+        ('{"name": " seed ", "params": {}}', "body.name", "不可保存"),
         ('{"name": "  ", "params": {}}', "body.name", "不可保存"),
     ],
 )
 def test_refusals_name_the_parameter(api, raw, field, fragment):
     r = api.post("/profiles", raw=raw)
-    assert r.status_code == 400, r.content
+    assert r.status_code == 422, r.content
     body = r.json()
     assert fragment in body["detail"] and body["errors"][0]["field"] == field
     assert not RetrievalProfile.objects.exists()
@@ -120,10 +130,27 @@ def test_export_and_delete(api):
     assert api.get("/export", name="ghost").status_code == 404
     r = api.delete("/profiles/b")
     assert r.status_code == 200
-    assert r.json() == {"deleted": True, "active": "default", "profiles": ["default", "seed"]}
+    assert r.json() == {"deleted": True, "active": "default", "profiles": ["default", "reference"]}
     assert overrides.active_overrides() == {}
     assert api.delete("/profiles/b").json()["deleted"] is False
-    assert api.delete("/profiles/default").status_code == 400
+    for builtin in ("default", "reference", "seed"):  # input the schema refuses (ProfileName): 422, as documented
+        r = api.delete(f"/profiles/{builtin}")
+        assert r.status_code == 422 and r.json()["errors"][0]["field"] == "path.name", r.content
+
+
+def test_whole_numbers_are_integers_wherever_the_schema_says_integer(api):
+    """JSON Schema's ``integer`` admits 27.0 (and the API's other integer fields take it): the integer 27."""
+    r = api.post("/profiles", {"name": "x", "params": {"fact_recall_limit": 27.0, "ppr_hops": 3.0, "bm25_weight": 2}})
+    assert r.status_code == 201, r.content
+    stored = RetrievalProfile.objects.get(name="x").params
+    assert stored == {"fact_recall_limit": 27, "ppr_hops": 3, "bm25_weight": 2.0}
+    assert isinstance(stored["fact_recall_limit"], int) and isinstance(stored["bm25_weight"], float)
+    r = api.post("/evaluate", {"params": {"fact_recall_limit": 27.0}})
+    assert r.status_code == 202 and r.json()["params"]["target"]["params"] == {"fact_recall_limit": 27}, r.content
+    r = api.post("/compare", {"a": {"params": {"ppr_hops": 2.0}}, "b": {"params": {"fact_recall_limit": 27.0}}})
+    assert r.status_code == 202, r.content
+    r = api.post("/evaluate", {"params": {"fact_recall_limit": 27.5}})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "body.params.fact_recall_limit"
 
 
 def test_evaluate_returns_a_job_and_the_job_reports(api):
@@ -142,7 +169,7 @@ def test_evaluate_returns_a_job_and_the_job_reports(api):
 
 
 def test_evaluate_refusals(api):
-    assert api.post("/evaluate", {"params": {"ppr_hops": 2.0}}).status_code == 400
+    assert api.post("/evaluate", {"params": {"ppr_hops": 2.5}}).status_code == 422
     assert api.post("/evaluate", {"profile": "ghost"}).status_code == 404
     assert api.post("/evaluate", {"max_turns": 5001}).status_code == 422
     assert api.post("/evaluate", {"max_turns": 501}).json()["params"]["max_turns"] == 500  # unlabelled: the newest 500
@@ -159,6 +186,6 @@ def test_compare_returns_a_job(api):
     assert params["a"]["profile"] == "default" and params["b"]["params"] == {"fact_recall_limit": 12}
     # the side is the key (a, b), the label the target's own: pages compose "A · …" when they show it
     assert params["a"]["label"] == "当前生效（default）" and params["b"]["label"] == "wide"
-    assert api.post("/compare", {"a": {}, "b": {"params": {"ppr_hops": 9}}}).status_code == 400
+    assert api.post("/compare", {"a": {}, "b": {"params": {"ppr_hops": 9}}}).status_code == 422
     # params beside a profile are held to the schema too (the profile wins, but garbage is not accepted)
-    assert api.post("/compare", {"a": {}, "b": {"profile": "wide", "params": {"ppr_hops": {}}}}).status_code == 400
+    assert api.post("/compare", {"a": {}, "b": {"profile": "wide", "params": {"ppr_hops": {}}}}).status_code == 422

@@ -1,4 +1,4 @@
-"""Trace-replay evaluation and what-if comparison (reference-spec §3.12 round 2, §6.9 84, 87, 90–95)."""
+"""Trace-replay evaluation and what-if comparison (docs/REFERENCE.md §12)."""
 from __future__ import annotations
 
 import math
@@ -397,4 +397,4 @@ def test_resolve_target():
         evaluation.resolve_target(profile="ghost")
     assert err.value.status == 404
     with pytest.raises(services.ProfileError):
-        evaluation.resolve_target(params={"ppr_hops": 2.0})
+        evaluation.resolve_target(params={"ppr_hops": 2.5})

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from memory import services as memory_services
-from memory.models import Turn
+from memory.models import Fact, Turn
 from memory.pipeline import retention
 from memory.privacy import forget
 from tests.tuning import world as labelled
@@ -115,6 +115,22 @@ def test_forgetting_a_fact_or_a_person_takes_their_labels_and_counts_them(world)
     assert plan.dependents["relevance_labels"] == list(RelevanceLabel.objects.values_list("id", flat=True))
     forget.forget(target="person", target_id=world.persons[other_name], user="op", expected_digest=plan.digest())
     assert not RelevanceLabel.objects.exists() and not TuningOperation.objects.exists()
+
+
+def test_forgetting_a_stream_takes_its_turns_labels_and_keeps_the_facts(world):
+    (turn_id, name, topic), (other_turn, other_name, other_topic) = world.turns[0], world.turns[-1]
+    fact_id = world.facts[(name, topic)]
+    relevance.set_label(turn_id=turn_id, fact_id=fact_id, relevant=True, user="r")
+    relevance.set_label(turn_id=other_turn, fact_id=world.facts[(other_name, other_topic)], relevant=True, user="r")
+    plan = forget.plan_forget(target="stream", target_id=world.streams[name].pk)
+    assert turn_id in plan.turns and fact_id not in plan.facts
+    label_id = RelevanceLabel.objects.get(turn_id=turn_id).pk
+    assert plan.dependents["relevance_labels"] == [label_id] and plan.counts()["relevance_labels"] == 1
+    forget.forget(target="stream", target_id=world.streams[name].pk, user="op", expected_digest=plan.digest())
+    assert not RelevanceLabel.objects.filter(turn_id=turn_id).exists()
+    assert not TuningOperation.objects.filter(turn_id=turn_id).exists()
+    assert Fact.objects.filter(pk=fact_id).exists()
+    assert list(RelevanceLabel.objects.values_list("turn_id", flat=True)) == [other_turn]
 
 
 def test_the_forget_preview_page_counts_the_labels(world, client):

@@ -1,4 +1,4 @@
-"""Profiles and live overrides (reference-spec §3.12, §6.9 scenarios 82, 85, 86)."""
+"""Profiles and live overrides (docs/REFERENCE.md §12)."""
 from __future__ import annotations
 
 import itertools
@@ -37,7 +37,7 @@ def names() -> list[str]:
         ({"freeze_threshold": 0.2}, "freeze_threshold", "不在调优白名单"),
         ({"bm25_weight": 99.0}, "bm25_weight", "越界"),
         ({"ppr_hops": 1.5}, "ppr_hops", "需要整数"),
-        ({"ppr_hops": 3.0}, "ppr_hops", "需要整数"),  # JSON 3.0 decodes to a float: refused for int params
+        ({"ppr_hops": 3.5}, "ppr_hops", "需要整数"),  # 3.0 is the integer 3 (test_api: whole numbers)
         ({"ppr_alpha": True}, "ppr_alpha", "需要数值"),
         ({"ppr_alpha": "0.9"}, "ppr_alpha", "需要数值"),
         ({"fact_recall_limit": 0}, "fact_recall_limit", "越界"),
@@ -78,11 +78,11 @@ def test_pool_percentile():
 
 
 def test_profile_lifecycle():
-    # "seed" is built in next to "default" (issue 16: the seed's ranking stays comparable)
-    assert names() == ["default", "seed"]
+    # "reference" is built in next to "default" (issue 16: the reference ranking stays comparable)
+    assert names() == ["default", "reference"]
     services.save_profile("boost", {"bm25_weight": 2.0}, at=1000)
-    assert names() == ["default", "seed", "boost"]
-    default, _seed, boost = services.list_profiles()
+    assert names() == ["default", "reference", "boost"]
+    default, _reference, boost = services.list_profiles()
     assert default.builtin and default.active and default.params == {} and default.created_at is None
     assert not boost.active and boost.created_at == 1000 and boost.last_applied_at is None
 
@@ -105,7 +105,7 @@ def test_profile_lifecycle():
     assert overrides.active_overrides() == {}
 
     assert services.delete_profile("boost") is True
-    assert names() == ["default", "seed"]
+    assert names() == ["default", "reference"]
     assert services.delete_profile("ghost") is False  # unknown names are silent
 
 
@@ -340,11 +340,11 @@ def test_applied_profile_reaches_the_production_recall_path():
     plain = recalled()
     # default ranking: the only candidate is the pool's relevance unit, plus the retention prior
     assert plain.score == 1.0 + 0.02 * plain.retention
-    services.save_profile("seedish", {"seed_blend": 1})
-    services.apply_profile("seedish")
-    seed = recalled()  # the seed's bm25 reads the whole table's statistics, the default the person's facts'
-    assert seed.score == blend_score(seed.lexical_relevance, seed.retention) != plain.score
-    services.save_profile("sharp", {"seed_blend": 1, "bm25_weight": 2.0, "retention_weight_floor": 0.8})
+    services.save_profile("multiplied", {"reference_blend": 1})
+    services.apply_profile("multiplied")
+    multiplied = recalled()  # the reference ranking's bm25 reads the whole table's statistics, the default the person's facts'
+    assert multiplied.score == blend_score(multiplied.lexical_relevance, multiplied.retention) != plain.score
+    services.save_profile("sharp", {"reference_blend": 1, "bm25_weight": 2.0, "retention_weight_floor": 0.8})
     services.apply_profile("sharp")
     tuned = recalled()
     expected = tuned.lexical_relevance**2 * (0.8 + 0.2 * tuned.retention)

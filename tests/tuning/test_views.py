@@ -74,10 +74,14 @@ def test_save_draft_as_profile_keeps_integers(tuner):
     assert r.status_code == 302
     params = RetrievalProfile.objects.get(name="hops").params
     assert params == {"ppr_hops": 3, "bm25_weight": 2.0} and type(params["ppr_hops"]) is int
+    # a whole number written 3.0 is the integer 3, as over the API (JSON Schema's integer)
+    assert draft_post(tuner, "save", name="hops", ppr_hops="3.0", fact_recall_limit="27.0").status_code == 302
+    params = RetrievalProfile.objects.get(name="hops").params
+    assert params == {"ppr_hops": 3, "fact_recall_limit": 27} and type(params["fact_recall_limit"]) is int
 
 
 @pytest.mark.parametrize(("values", "fragment"), [
-    ({"ppr_hops": "3.0"}, "需要整数"),
+    ({"ppr_hops": "3.5"}, "需要整数"),
     ({"ppr_hops": "1.5"}, "需要整数"),
     ({"bm25_weight": "abc"}, "需要数值"),
     ({"bm25_weight": "9"}, "越界"),

@@ -1,4 +1,4 @@
-"""Embedding backfill (reference-spec §3.5): by missing vector, bounded batches, NULLs retried."""
+"""Embedding backfill (docs/REFERENCE.md §5): by missing vector, bounded batches, NULLs retried."""
 from __future__ import annotations
 
 import time

@@ -1,4 +1,4 @@
-"""Fact extraction queue (reference-spec §3.14, §6.11 items 107–113)."""
+"""Fact extraction queue (docs/REFERENCE.md §14)."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Knowledge import centre (reference-spec §3.13): chunking, limits, jobs, per-batch delete."""
+"""Knowledge import centre (docs/REFERENCE.md §13): chunking, limits, jobs, per-batch delete."""
 from __future__ import annotations
 
 import pytest

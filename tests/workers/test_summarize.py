@@ -1,4 +1,4 @@
-"""Summarisation queue (reference-spec §3.15, §6.11 item 114)."""
+"""Summarisation queue (docs/REFERENCE.md §15)."""
 from __future__ import annotations
 
 import pytest

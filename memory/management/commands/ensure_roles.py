@@ -19,6 +19,7 @@ CONSOLE_PERMISSIONS: list[tuple[str, str, str, str]] = [
     ("memory", "memoryedge", "preview_association", "Can view the association graph and preview spreading"),
     ("memory", "turn", "preview_recall", "Can use the recall playground"),
     ("memory", "forgetrecord", "forget_memory", "Can preview and carry out forgetting"),
+    ("memory", "forgetrecord", "export_person", "Can export everything stored about a person"),
     ("memory", "apitoken", "manage_api_tokens", "Can list, create and revoke API tokens"),
     ("memory", "importbatch", "import_knowledge", "Can import knowledge and delete import batches"),
     ("tuning", "relevancelabel", "label_relevance", "Can label which facts of a turn were relevant"),
@@ -35,8 +36,9 @@ BROWSE = [
 
 ROLES: dict[str, list[str]] = {
     # Operators curate facts: pin, unpin, invalidate, restore, replace, adjudicate conflicts;
-    # and carry out forgetting on request (after its preview; not undoable).
-    "operator": [*BROWSE, "curation.curate_fact", "memory.forget_memory"],
+    # and serve a person's requests: forgetting (after its preview; not undoable) and the export of
+    # everything stored about them (every stream at once: no other role has it).
+    "operator": [*BROWSE, "curation.curate_fact", "memory.forget_memory", "memory.export_person"],
     # Reviewers audit the operation journal and undo entries of it, and label which facts a turn should
     # have had in its prompt (the labels tuning evaluates and fits against).
     "reviewer": [*BROWSE, "curation.view_factoperation", "curation.undo_operation", "tuning.label_relevance"],

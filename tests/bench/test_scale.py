@@ -1,0 +1,117 @@
+"""bench/scale.py: the bench store at several scales, measured and reported side by side.
+
+The smoke run builds a tiny store (1 % of the bench's) and measures it as ``make bench-scale``
+does, without the API part; the integration test adds the API as deployed (gunicorn, a real
+Celery worker) for the warm-up and resident-memory figures. The report is checked on results
+of three scales and two backends.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import scale
+from bench.common import SECTION_BY_MARKER, check_section
+from tests.redis_url import TEST_REDIS_URL
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "MEMORY_DB", "DJANGO_SETTINGS_MODULE")}
+    return {**env, "LOG_LEVEL": "WARNING"}
+
+
+def _run(tmp_path: Path, *extra: str) -> dict:
+    out = tmp_path / "results" / "scale.json"
+    subprocess.run([sys.executable, "-m", "bench.scale", "--scales", "0.01", "--backends", "sqlite", "--dir",
+                    str(tmp_path / "stores"), "--calls", "3", "--output", str(out), "--no-markdown", *extra],
+                   cwd=REPO, env=_env(), check=True, capture_output=True, text=True, timeout=600)
+    return json.loads(out.read_text())
+
+
+def _measured(results: dict, backend: str = "sqlite") -> dict[str, tuple[str, float | None]]:
+    return {name: (unit, value) for name, unit, value in scale.figures(results["scales"][0]["backends"][backend])}
+
+
+def test_smoke_a_small_store_measured_as_make_bench_scale_does(tmp_path):
+    results = _run(tmp_path, "--no-api")
+    one = results["scales"][0]
+    assert one["counts"]["persons"] == 20 and one["counts"]["messages"] == 2000
+    assert one["calibration"]["before"]["loop_1e7_s"] > 0 and one["calibration"]["after"]["cpus"] >= 1
+    figures = _measured(results)
+    for name, _ in scale.READ_ROWS:  # every read path measured, in ms
+        unit, (wall, cpu) = figures[name]
+        assert unit == "p95 ms (CPU)" and 0 < wall < 10_000 and 0 < cpu < 10_000, (name, wall, cpu)
+    assert 0 < figures["message statistics load"][1] < 60
+    assert 100 < figures["reading process RSS"][1] < 4000  # a Django process with numpy and jieba loaded
+    assert figures["sweep (1 % due)"][1] is not None and figures["add_fact"][1] > 0
+    assert "ingest as deployed (4 threads)" not in figures  # --no-api
+    report = (tmp_path / "results" / "scale.md").read_text()
+    assert "| figure | unit | 0.01× |" in report and "a Python loop of 10⁷ additions" in report
+    assert (tmp_path / "results" / "scale.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the store is kept and reused by the next run (no second build)
+    kept = (tmp_path / "stores" / "scale-0.01.sqlite3").stat().st_mtime
+    again = _run(tmp_path, "--no-api")
+    assert (tmp_path / "stores" / "scale-0.01.sqlite3").stat().st_mtime == kept
+    assert again["scales"][0]["counts"]["build_seconds"] == one["counts"]["build_seconds"]
+
+
+@pytest.mark.integration
+def test_the_api_part_reports_warm_up_and_resident_memory(tmp_path):
+    results = _run(tmp_path, "--messages", "40", "--turns", "12", "--redis-url", TEST_REDIS_URL)
+    figures = _measured(results)
+    assert figures["ingest as deployed (4 threads)"][1] > 0
+    assert 0 < figures["POST /turns + confirm"][1] < 5_000
+    warm = figures["warm-up: web worker fork → first turn"][1]
+    assert 0 < warm < 120  # a worker loads the URLconf, jieba and the embedder before its first turn
+    assert 150 < figures["web worker RSS (warmed, largest)"][1] < 4000
+    assert 100 < figures["Celery pool process RSS (largest)"][1] < 4000
+    assert figures["worker catch-up: ingested messages embedded"][1] is not None
+    api = results["scales"][0]["backends"]["sqlite"]["api"]
+    assert api["errors"] == {"ingest": [], "turns": []}
+    assert len(api["residency"]["web_workers_rss_mb"]) == 2  # gunicorn's 2 workers, as deployed
+
+
+def _fake_scale(s: float, backend_names: tuple[str, ...]) -> dict:
+    """Results of one scale as measure_scale writes them, each figure growing with the scale."""
+    read = {key: {"median_ms": s, "p95_ms": 2 * s, "cpu_p95_ms": s} for _, key in scale.READ_ROWS}
+    read[scale.STATISTICS] = {"seconds": 0.1 * s}
+    read["process_rss_mb"] = 300 + 200 * s
+    write = {"sweep (1 % due)": {"ms": 5 * s}, "decay_edges (all edges)": {"ms": 50 * s}, "add_fact": {"per_second": 900}}
+    api = {"ingest": {"http": {"requests_per_s": 380.0, "server_cpu_ms_per_request": 2.5}}, "turn_total": {"http": {"p95_ms": 20 + s}},
+           "turns": {"http": {"p95_ms": 10 + s}}, "context": {"message_vectors": {"seconds": 4.0}},
+           "residency": {"warm_up": {"seconds": 5 + s}, "web_workers_rss_mb": [400 + 10 * s, 390.0],
+                         "celery_rss_mb": {"main": 120.0, "pool": [350.0, 360 + s]}}}
+    counts = {"persons": int(2000 * s), "facts": int(20000 * s), "knowledge": int(25000 * s), "messages": int(200000 * s),
+              "edges": int(100000 * s), "build_seconds": 60 * s}
+    cal = {"loop_1e7_s": 0.41, "load_average": [1.5, 1.0, 1.0], "cpus": 2}
+    return {"scale": s, "counts": counts, "store_gb": 1.25 * s, "calibration": {"before": cal, "after": cal},
+            "backends": {b: {"read": read, "write": write, "api": api, **({"copy_seconds": 100 * s} if b == "postgresql" else {})}
+                         for b in backend_names}}
+
+
+def test_one_table_per_backend_with_the_scales_side_by_side(tmp_path):
+    results = {"command": "python -m bench.scale --scales 1,3,10", "backends": ["sqlite", "postgresql"], "seconds": 4000.0,
+               "scales": [_fake_scale(1, ("sqlite", "postgresql")), _fake_scale(3, ("sqlite", "postgresql")),
+                          _fake_scale(10, ("sqlite",))]}
+    full = scale.render_full(results)
+    assert full.count("| figure | unit |") == 2
+    assert "| figure | unit | 1× | 3× | 10× | 10× / 1× |" in full  # SQLite: three scales and the growth
+    assert "| figure | unit | 1× | 3× | 3× / 1× |" in full  # PostgreSQL was not measured at 10×
+    assert "| spread (hops 2) | p95 ms (CPU) | 2.00 (1.00) | 6.00 (3.00) | 20.0 (10.0) | 10.0× |" in full
+    assert "| web worker RSS (warmed, largest) | MB | 410.0 | 430.0 | 500.0 | 1.2× |" in full
+    assert "| warm-up: web worker fork → first turn | s | 6.00 | 8.00 | 15.0 | 2.5× |" in full
+    assert "PostgreSQL copy 300 s" in full and "1-minute load 1.5 / 1.5 on 2 cores" in full
+    section = scale.render_section(results)
+    check_section(SECTION_BY_MARKER["<!-- scale:start -->"], section)  # within its budget, no dates
+    assert "| figure | SQLite 1× | SQLite 3× | SQLite 10× | PostgreSQL 1× | PostgreSQL 3× |" in section
+    assert "| Celery pool process RSS (largest) (MB) | 361.0 | 363.0 | 370.0 | 361.0 | 363.0 |" in section
+    out = tmp_path / "scale.json"
+    scale.write_reports(results, out, markdown=False)
+    assert out.with_suffix(".png").stat().st_size > 10_000 and out.with_suffix(".md").read_text().startswith("# How")
