@@ -24,7 +24,7 @@ from memory.engine.scoring import (
 )
 from memory.engine.tokenize import bigrams, words
 from memory.models import Fact, FactState
-from memory.search import background, lexical
+from memory.search import background, lexical, read_ahead
 from memory.selectors._common import _overrides, _private_in_group, _query_q8
 from memory.services import emit_event
 
@@ -56,6 +56,9 @@ class ScopedFact:
     timed: bool = False  # told inside the window the query names (the ranking's time_boost)
 
     def as_dict(self) -> dict[str, Any]:
+        """The candidate as a turn records it in its pool (``Turn.pool``); :meth:`from_dict` reads it back.
+        The ranking's terms (relevance, calibrated, prior, margin, gate) are not recorded: the confirm
+        ranks the pool again (:func:`memory.recall.rank_pool`)."""
         return {
             "factId": self.id,
             "personId": self.person_id,
@@ -75,6 +78,19 @@ class ScopedFact:
             "rarest": self.rarest,
             "eligible": self.eligible,
         }
+
+    @classmethod
+    def from_dict(cls, item: Mapping[str, Any]) -> ScopedFact:
+        """The candidate :meth:`as_dict` recorded (a turn's pool; keys added since an older turn was
+        recorded read as their defaults)."""
+        return cls(
+            id=item["factId"], person_id=item["personId"], kind=item.get("kind", ""), content=item.get("content", ""),
+            slot=item.get("slot", ""), origin_kind=item.get("origin", "legacy"), retention=item["retention"],
+            score=item["score"], lexical_relevance=item["lexical"], bm25=item.get("bm25"),
+            half_life_hours=item["halfLife"], active=item.get("active", True), cosine=item.get("cosine"),
+            source=item.get("source", "lexical"), coverage=item.get("coverage"), rarest=item.get("rarest", False),
+            eligible=item.get("eligible", True),
+        )
 
     def copy_with(self, **changes: Any) -> ScopedFact:
         """A copy with ``changes``: :func:`dataclasses.replace` without re-running ``__init__`` (a turn
@@ -425,20 +441,20 @@ _DENSE_SCOPE_SQL = (  # the turn's hottest read: plain SQL (no ORM compile per c
 )
 
 
-def dense_scope_read(person_ids: Sequence[int]) -> lexical.Read:
+def dense_scope_read(person_ids: Sequence[int]) -> read_ahead.Read:
     """:func:`dense_scope`'s read of the persons' valid facts, to be sent with a confirm's others."""
     persons = list(dict.fromkeys(int(p) for p in person_ids))
-    return lexical.Read(
+    return read_ahead.Read(
         ("dense_scope", tuple(persons)),
         _DENSE_SCOPE_SQL.format(persons=f"person_id IN ({backends.in_placeholders(persons)})"), persons, binary=True,
     )
 
 
-def turn_dense_scope_read(turn_id: int) -> lexical.Read:
+def turn_dense_scope_read(turn_id: int) -> read_ahead.Read:
     """:func:`dense_scope_read` of the persons a turn recorded as present, sent before the turn is
-    read; :func:`memory.search.lexical.file_as` files it under theirs once they are known."""
+    read; :func:`memory.search.read_ahead.serve_from` files it under theirs once they are known."""
     persons = backends.in_subquery_sql("person_id", backends.json_ids_sql("turns", "present_person_ids"))
-    return lexical.Read(("turn_dense_scope", int(turn_id)), _DENSE_SCOPE_SQL.format(persons=persons), [int(turn_id)],
+    return read_ahead.Read(("turn_dense_scope", int(turn_id)), _DENSE_SCOPE_SQL.format(persons=persons), [int(turn_id)],
                         binary=True)
 
 
@@ -463,7 +479,7 @@ def dense_scope(
     persons = list(dict.fromkeys(person_ids))
     if _query_q8(query_vector) is None or not persons:
         return None
-    rows = lexical.read(dense_scope_read(persons))
+    rows = read_ahead.read(dense_scope_read(persons))
     cosines = _cosines({r[0]: r[10] for r in rows if r[10] is not None}, query_vector)
     valid = frozenset(r[0] for r in rows)
     tokens = {r[0]: r[11] or "" for r in rows}
