@@ -73,6 +73,26 @@ def _page_target(console: dict, name: str) -> float:
     return console.get("target_p95_ms", 150)
 
 
+def console_line(console: dict) -> str:
+    """The console pages' p95, each against its target. On a machine busier than its cores (load average above
+    the CPU count) a request's wall time is mostly waiting for a core: the targets are then judged on the CPU
+    time the request took (``bench.console_bench`` records both), and the line says so."""
+    pages = console["pages"]
+    cpus, load = console.get("cpus"), console.get("load_average")
+    busy = bool(cpus and load and load > cpus and all("cpu_p95_ms" in r for r in pages.values()))
+    key = "cpu_p95_ms" if busy else "p95_ms"
+    over = [name for name, r in pages.items() if r[key] > _page_target(console, name)]
+    cells = ", ".join(f"{name} {r['p95_ms']}" + (f" (CPU {r['cpu_p95_ms']})" if "cpu_p95_ms" in r else "")
+                      for name, r in pages.items())
+    target = f"target ≤ {console.get('target_p95_ms', 150)}" + (
+        f", the turn inspector ≤ {console['inspector_target_p95_ms']}" if "inspector_target_p95_ms" in console else "")
+    verdict = f"**over it: {', '.join(over)}**" if over else "all met"
+    how = (f"; load average {load} on {cpus} CPUs during the run, so the targets are judged on the CPU p95"
+           if busy else "")
+    return (f"Console pages (`python -m bench.console_bench`, server time in-process, p95 ms (CPU p95 ms), {target}, "
+            f"{verdict}{how}): {cells}.")
+
+
 def render() -> str:
     from bench.common import measured
 
@@ -100,14 +120,7 @@ def render() -> str:
                   f"{confirm['http']['median_ms']} / {confirm['http']['p95_ms']} against {confirm['direct']['median_ms']} / "
                   f"{confirm['direct']['p95_ms']} ({confirm['ratio_median']}×)."]
     if console:
-        pages = ", ".join(f"{name} {r['p95_ms']}" for name, r in console["pages"].items())
-        over = [name for name, r in console["pages"].items() if r["p95_ms"] > _page_target(console, name)]
-        lines += ["", f"Console pages (`python -m bench.console_bench`, server time in-process, p95 ms, target ≤ "
-                  f"{console.get('target_p95_ms', 150)}"
-                  + (f", the turn inspector ≤ {console['inspector_target_p95_ms']}" if "inspector_target_p95_ms" in console
-                     else "")
-                  + (f", **over it: {', '.join(over)}**" if over else ", all met")
-                  + f"): {pages}."]
+        lines += ["", console_line(console)]
     if workers:
         emb, inproc = workers["embedding"], workers["in_process"]
         lines += ["", f"Workers (`python -m bench.worker_bench`, offline providers): the local embedding model "

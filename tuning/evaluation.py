@@ -65,7 +65,7 @@ from memory.overrides import canonical_profile_name, overrides_scope
 from memory.pipeline.retention import REPLAYABLE_TURNS
 from memory.providers import config as provider_config
 from memory.providers.embeddings import embed_one
-from memory.search import lexical
+from memory.search import read_ahead
 from memory.services import emit_event
 from tuning import relevance, services
 
@@ -316,7 +316,7 @@ class Evaluator:
     replay: ReplayFn = _default_replay
     rank: Callable[..., recall.PromptRanking] = production_rank
     cutoff: int | None = None
-    #: reads kept from one replay to the next (:func:`memory.search.lexical.kept_state`): a fit replays the same
+    #: reads kept from one replay to the next (:func:`memory.search.read_ahead.kept_state`): a fit replays the same
     #: turns under every parameter set it tries, on one snapshot of memory; None: each replay reads afresh
     reads: dict | None = None
     limit: int = field(init=False)
@@ -329,7 +329,7 @@ class Evaluator:
     def ranking(self, sample: TraceSample) -> tuple[list[Any], recall.PromptRanking, Any]:
         """``(replayed lexical pool, its confirmed ranking — ``.prompt`` —, the query)`` of one trace."""
         params = dict(self.overrides)
-        kept = lexical.kept_state(self.reads) if self.reads is not None else contextlib.nullcontext()
+        kept = read_ahead.kept_state(self.reads) if self.reads is not None else contextlib.nullcontext()
         with overrides_scope(self.overrides), kept:
             # the turn's conversation as it recorded it, weighed by the evaluated profile
             context = recall.context_from_ids(sample.context_message_ids)

@@ -11,9 +11,10 @@ from typing import NamedTuple
 from django import template
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
+from django.utils.safestring import mark_safe
+from django.utils.translation import get_language, gettext_lazy, pgettext_lazy
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy, pgettext_lazy
 
 from memory.models import Fact, FactOperation, Job, MemoryNode, Message, StreamKind
 from tuning import labels as tuning_labels
@@ -398,3 +399,94 @@ def source_stream(source: object) -> int | None:
     code = str(source or "")
     rest = code[len("extract:stream"):] if code.startswith("extract:stream") else ""
     return int(rest) if rest.isdigit() else None
+
+
+# --- the turn inspector's rows (a hundred candidates a page: built in Python, not by a template each) ----------
+
+def _field(obj: object, name: str) -> object:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+#: (label, attribute, digits) of a candidate's score terms, in the order the inspector lists them
+SCORE_TERMS = (
+    ("BM25", "bm25", 3),
+    (gettext_lazy("词面相关度"), "lexical_relevance", 3),
+    (gettext_lazy("词面覆盖"), "coverage", 3),
+    (gettext_lazy("余弦"), "cosine", 3),
+    (gettext_lazy("融合相关度"), "relevance", 3),
+    (gettext_lazy("校准相关度"), "calibrated", 3),
+    (gettext_lazy("留存度"), "retention", 3),
+    (gettext_lazy("留存项"), "prior", 3),
+    (gettext_lazy("得分"), "score", 4),
+)
+
+
+_TERM_TEXT: dict[str, tuple[list[tuple[str, str, int]], str, str, str]] = {}
+
+
+def _term_text() -> tuple[list[tuple[str, str, int]], str, str, str]:
+    """The score terms' labels and the block's words, translated and escaped once per language."""
+    language = get_language() or ""
+    if language not in _TERM_TEXT:
+        _TERM_TEXT[language] = ([(str(escape(label)), name, digits) for label, name, digits in SCORE_TERMS],
+                                str(escape(_("含最特别的词"))), str(escape(_("记录时的词面得分"))), str(escape(_("每一项得分"))))
+    return _TERM_TEXT[language]
+
+
+@register.simple_tag
+def score_terms(c: object) -> str:
+    """A candidate's every score term as the inspector's ``<details>`` (``c``: a :class:`tuning.inspection.Candidate`).
+    The values are :func:`num`'s digits (nothing to escape); the words are escaped once per language."""
+    terms, rarest, recorded_label, summary = _term_text()
+    fact = _field(c, "fact")
+    rows = []
+    for label, name, digits in terms:
+        value = num(_field(fact, name), digits)
+        if name == "coverage" and _field(fact, "rarest"):
+            value += " · " + rarest
+        rows.append(f"<dt>{label}</dt><dd>{value}</dd>")
+    recorded = _field(c, "recorded")
+    if recorded:
+        rows.append(f"<dt>{recorded_label}</dt><dd>{num(_field(recorded, 'score'), 4)}</dd>")
+    return mark_safe(  # noqa: S308 — escaped words, numbers
+        f'<details class="numbers"><summary>{summary}</summary>\n<dl class="kv">{"".join(rows)}</dl>\n</details>')
+
+
+@register.simple_tag(takes_context=True)
+def label_buttons(context: template.Context, c: object, added: bool = False) -> str:
+    """The relevant / not relevant / clear form of one candidate (or of a fact added by search), and who labelled it.
+
+    ``can_label`` and ``turn`` come from the page; the form posts to the turn's label view (htmx swaps the row, or
+    the list of added facts), and works without JavaScript."""
+    fact_id = _field(_field(c, "fact"), "id")
+    label = _field(c, "label")
+    relevant = bool(label) and bool(_field(label, "relevant"))
+    parts = []
+    if context.get("can_label"):
+        turn = context["turn"]
+        key = ("turn_label_url", turn.pk)
+        url = context.render_context.get(key) or reverse("console:turn_label", args=[turn.pk])
+        context.render_context[key] = url
+        token = context.get("csrf_token")
+        csrf = format_html('<input type="hidden" name="csrfmiddlewaretoken" value="{}">', token) if token and str(
+            token) != "NOTPROVIDED" else ""
+        target = "#added-labels" if added else f"#fact-{fact_id}"
+        clear = format_html(' <button type="submit" name="relevant" value="clear" class="link">{}</button>',
+                            _("清除")) if label else ""
+        parts.append(format_html(
+            '<form class="inline label-form" method="post" action="{url}" hx-post="{url}" hx-target="{target}" '
+            'hx-swap="outerHTML">{csrf}<input type="hidden" name="fact" value="{fact}">'
+            ' <button type="submit" name="relevant" value="yes" class="{yes_class}" aria-pressed="{yes}">{yes_text}</button>'
+            ' <button type="submit" name="relevant" value="no" class="{no_class}" aria-pressed="{no}">{no_text}</button>'
+            '{clear}</form>',
+            url=url, target=target, csrf=csrf, fact=fact_id, clear=clear,
+            yes_class="primary" if relevant else "", yes="true" if relevant else "false", yes_text=_("相关"),
+            no_class="danger" if label and not relevant else "", no="true" if label and not relevant else "false",
+            no_text=_("不相关"),
+        ))
+    if label:
+        parts.append(format_html('<div class="small muted label-who">{} · {}</div>', _field(label, "user"),
+                                 ms(_field(label, "at"))))
+    elif not context.get("can_label"):
+        parts.append(format_html('<span class="muted small">{}</span>', _("未标注")))
+    return mark_safe("\n".join(parts))  # noqa: S308 — every part went through format_html

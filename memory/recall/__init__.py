@@ -17,16 +17,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import connection, transaction
 
-from memory import backends, overrides, selectors, services
+from memory import overrides, selectors, services
 from memory.engine import context as conversation
 from memory.engine import spreading
 from memory.engine.scope import fact_visible_in_stream
 from memory.engine.scoring import RankedCandidate, Verdict, apply_pool_percentile, held_back
-from memory.models import Episode, Fact, Identity, Message, Person, Stream, Turn
+from memory.models import Episode, Fact, Identity, Message, Person, Stream
 from memory.providers import config as provider_config
-from memory.search import lexical
+from memory.recall.turn_store import turn_store
+from memory.search import lexical, read_ahead
 from memory.selectors import RecalledEpisode, ScopedFact
 from memory.selectors._common import private_facts_in_group
 
@@ -142,7 +142,14 @@ def replay_turn_pool(
                 )
             elif coverage is not None and coverage > (first.coverage or 0.0):
                 pool[fact.id] = first.copy_with(coverage=coverage)
-    ordered = selectors.rank_facts(list(pool.values()), overrides)
+    # Why a turn ranks more than once. Each query line's candidates came back ranked
+    # (recall_facts_in_scope is the one recall path, shared with /actions/recall and the console);
+    # here only their order survives, as the tie-break of the union. The union is ranked again
+    # because calibration and the relevance gate are relative to the pool — its best relevance,
+    # its best coverage — and one line's pool is not the turn's. The confirm ranks a third time
+    # (rank_pool), with what the prepare does not have: the query's vector (embedded only once
+    # the bot decided to reply), the candidates' cosines and the dense channel's candidates.
+    ordered = selectors.rank_facts(list(pool.values()), overrides, window=selectors.query_window(text))
     kept = apply_pool_percentile([f.score for f in ordered], float(overrides.get("pool_score_percentile", 0.0)))
     return ordered[:kept]
 
@@ -240,7 +247,7 @@ def recent_context(
     size = _context_size(overrides)
     if size <= 0 or not upto_id:
         return []
-    rows = lexical.read(_context_read(stream_id, upto_id, size))
+    rows = read_ahead.read(_context_read(stream_id, upto_id, size))
     if rows and " ".join(rows[0][2].split()) == " ".join(text.split()):
         rows = rows[1:]
     if at is not None:
@@ -259,9 +266,9 @@ def _context_size(overrides: Mapping[str, Any]) -> int:
     return max(lines, dense)
 
 
-def _context_read(stream_id: int, upto_id: int, size: int) -> lexical.Read:
+def _context_read(stream_id: int, upto_id: int, size: int) -> read_ahead.Read:
     """:func:`recent_context`'s messages (one more: the turn's own line may be among them)."""
-    return lexical.Read(  # a turn's read: plain SQL, no ORM compile per call
+    return read_ahead.Read(  # a turn's read: plain SQL, no ORM compile per call
         ("recent_context", stream_id, upto_id, size),
         "SELECT id, role, content, created_at FROM messages WHERE stream_id = %s AND id <= %s ORDER BY id DESC LIMIT %s",
         [stream_id, upto_id, size + 1],
@@ -346,52 +353,22 @@ class TurnContext:
     context: list[ContextLine] = field(default_factory=list)
 
 
-def _trace_write() -> None:
-    """A turn's writes (its trace; a confirm's reinforcement) do not wait for a disk flush
-    (:func:`memory.backends.commit_without_flush`): the bot is waiting, and a crash of the
-    database server may at worst lose the last half-second of them."""
-    with connection.cursor() as cur:
-        backends.commit_without_flush(cur)
-
-
 def _record_turn(
-    values: dict[str, Any], trace: dict[str, Any], blocked_by_query: Sequence[int] = (), also: lexical.Read | None = None,
+    values: dict[str, Any], trace: dict[str, Any], blocked_by_query: Sequence[int] = (), also: read_ahead.Read | None = None,
 ) -> tuple[int, Any]:
     """Store a turn (``values``: its fields), its ``memory_retrieval_trace`` event (``trace``: the
     payload but the turn's id) and a ``memory_fact_scope_blocked`` event for each query whose facts
-    visibility held back (``blocked_by_query``: how many) as one unflushed write
-    (:func:`_trace_write`); ``(the turn's id, the result of also)`` — a read made with the write.
-
-    PostgreSQL: one statement, its own transaction, sent with ``also``: one round trip
-    (:func:`memory.backends.postgresql.record_turn`); SQLite: the INSERTs in one transaction, then ``also``.
-    """
-    event = {"at": values["at"], "stream_id": values["stream_id"], "stage": "turn", "kind": "memory_retrieval_trace"}
+    visibility held back (``blocked_by_query``: how many), through the backend's
+    :class:`~memory.recall.turn_store.TurnStore`; ``(the turn's id, the result of also)`` — a read
+    made with the write (PostgreSQL: in its round trip)."""
+    event = {"at": values["at"], "stream_id": values["stream_id"], "stage": "turn", "kind": "memory_retrieval_trace",
+             "payload": trace}
     blocked = [  # as selectors.recall_facts_in_scope reports them outside a turn
         {"at": values["at"], "stream_id": None, "stage": "", "kind": selectors.SCOPE_BLOCKED,
          "payload": selectors.scope_blocked_payload(values["stream_kind"], n)}
         for n in blocked_by_query
     ]
-    if backends.is_postgresql():
-        columns = {  # every column, as Turn.objects.create would write them (defaults included)
-            field.column: field.get_db_prep_save(values[field.attname] if field.attname in values else field.get_default(),
-                                                 connection)
-            for field in _TURN_FIELDS
-        }
-        reads = [] if also is None else [(also.sql, also.params, also.binary)]
-        turn_id, rows = backends.postgresql.record_turn(columns, {**event, "payload": {"turnId": None, **trace}}, blocked,
-                                                        reads=reads)
-        return turn_id, None if also is None else also.convert(rows[0])
-    with transaction.atomic():
-        _trace_write()
-        for other in blocked:
-            services.emit_event(other["kind"], other["payload"], at=other["at"])
-        turn = Turn.objects.create(**values)
-        services.emit_event(event["kind"], {"turnId": turn.pk, **trace}, at=event["at"], stream_id=event["stream_id"],
-                            turn_id=turn.pk, stage=event["stage"])
-    return turn.pk, None if also is None else lexical.read(also)
-
-
-_TURN_FIELDS = [f for f in Turn._meta.concrete_fields if not f.primary_key]
+    return turn_store().record(values, event, blocked, also)
 
 
 def prepare_turn(
@@ -432,9 +409,9 @@ def prepare_turn(
         reads.append(_context_read(stream_id, before, size))
     if record:
         reads.append(services.due_facts_read(now))
-    with lexical.one_state("facts_fts", "cues_fts", reads=reads):  # the turn's reads see one state of the lexical tables
+    with read_ahead.one_state("facts_fts", "cues_fts", reads=reads):  # the turn's reads see one state of the lexical tables
         if record and services.sweep(at=now, once=True):
-            lexical.unsend(scope)  # its rows, read ahead (PostgreSQL), predate the facts the sweep froze
+            read_ahead.drop(scope)  # its rows, read ahead (PostgreSQL), predate the facts the sweep froze
         persons = present_persons(stream_id=stream_id, speaker_id=speaker_id, before_id=before)
         lexical.scope_of(persons, scope)
         context = recent_context(stream_id=stream_id, upto_id=before, text=text, overrides=overrides, at=now)
@@ -476,7 +453,7 @@ def prepare_turn(
             also=recalled,
         )
     elif recalled is not None:
-        rows = lexical.read(recalled)
+        rows = read_ahead.read(recalled)
     episodes = _episodes(selectors.recalled_episodes(hits, rows) if rows else [], recent)
     return TurnContext(
         turn_id=turn_id, stream=stream, speaker_id=speaker_id, now=now, working_memory=working,
@@ -532,11 +509,11 @@ class _TurnToConfirm:
     context_message_ids: list[int]
 
 
-def _turn_read(turn_id: int) -> lexical.Read:
+def _turn_read(turn_id: int) -> read_ahead.Read:
     """The turn's row for :func:`confirm_turn` (``None`` when there is none): its columns by plain SQL
     (not a model instance: the ORM's machinery cost as much as the read), the JSON ones decoded as a
     JSONField does."""
-    return lexical.Read(
+    return read_ahead.Read(
         ("turn_to_confirm", int(turn_id)),
         "SELECT id, stream_id, at, text, stream_kind, confirmed_at, present_person_ids, pool, context_message_ids"
         " FROM turns WHERE id = %s",
@@ -558,18 +535,7 @@ def _pool_facts(turn: _TurnToConfirm) -> list[ScopedFact]:
 
 def recorded_pool(pool: Sequence[Mapping[str, Any]]) -> list[ScopedFact]:
     """A turn's recorded lexical pool (``Turn.pool``) as the candidates its confirm ranked."""
-    out = []
-    for item in pool:
-        out.append(
-            ScopedFact(
-                id=item["factId"], person_id=item["personId"], kind=item.get("kind", ""),
-                content=item.get("content", ""), slot=item.get("slot", ""), origin_kind=item.get("origin", "legacy"),
-                retention=item["retention"], score=item["score"], lexical_relevance=item["lexical"],
-                bm25=item.get("bm25"), half_life_hours=item["halfLife"], active=item.get("active", True),
-                coverage=item.get("coverage"), rarest=item.get("rarest", False), eligible=item.get("eligible", True),
-            )
-        )
-    return out
+    return [ScopedFact.from_dict(item) for item in pool]
 
 
 @dataclass
@@ -625,7 +591,7 @@ def rank_pool(
             still_valid |= valid_others
             cosines = cosines.merged(other_cosines)
     pool = [f for f in pool if f.id in still_valid]
-    ranked = selectors.rank_facts(pool, overrides, cosines=cosines)
+    ranked = selectors.rank_facts(pool, overrides, cosines=cosines, window=selectors.query_window(text))
     prompt, held = prompt_facts(ranked, limit), held_back_facts(ranked, limit)
     return PromptRanking(prompt=prompt, held_back=held, ranked=ranked, verdicts=fact_verdicts(ranked, prompt, held))
 
@@ -665,8 +631,8 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
     ahead = []
     if query_embedding is not None or provider_config.get_embedder(serving=True) is not None:
         ahead = [selectors.turn_dense_scope_read(turn_id), selectors.turn_context_vectors_read(turn_id)]
-    with lexical.one_state("facts_fts", reads=[turn_read, *ahead]):
-        turn = lexical.read(turn_read)
+    with read_ahead.one_state("facts_fts", reads=[turn_read, *ahead]):
+        turn = read_ahead.read(turn_read)
         if turn is None:
             raise TurnNotFound(f"turn {turn_id} not found")
         if turn.confirmed_at is not None:
@@ -675,9 +641,10 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
         context = context_positions(turn.context_message_ids)
         if ahead:  # what was read ahead is what the dense channel reads (nothing when it was not sent)
             window = [line.message_id for line in _dense_window(context, overrides)]
-            lexical.file_as(ahead[0], selectors.dense_scope_read(turn.present_person_ids))
-            lexical.file_as(ahead[1], selectors.message_vectors_read(window), keep=lambda row: row[0] in window)
+            read_ahead.serve_from(ahead[0], selectors.dense_scope_read(turn.present_person_ids))
+            read_ahead.serve_from(ahead[1], selectors.message_vectors_read(window), keep=lambda row: row[0] in window)
         query = conversation_query(vector, context, overrides)
+        # the prepare's lexical pool ranked again, now with the vector (why: replay_turn_pool)
         ranking = rank_pool(
             pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=turn.text,
             stream_kind=turn.stream_kind, now=turn.at, limit=limit, overrides=overrides,
@@ -693,28 +660,9 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
             "gatedFactIds": [fid for fid, v in ranking.verdicts.items() if v == Verdict.GATE],
         },
     }
-    if backends.is_postgresql():  # the writes below as one statement, one round trip
-        reinforced = backends.postgresql.confirm_turn(
-            turn_id, at=now, prompt_ids=prompt_ids, held_back_ids=held,
-            reinforce=services.reinforcement(ranked, now), event=event,
-        )
-        if reinforced is None:
-            raise TurnStateError(f"turn {turn_id} was already confirmed")
-    else:
-        with transaction.atomic():
-            _trace_write()
-            # the turn first (a second confirm waits here, then finds it confirmed), recorded as reinforcing
-            # every prompt fact; corrected below when one of them could not be (deleted or moved meanwhile)
-            confirmed = Turn.objects.filter(pk=turn_id, confirmed_at__isnull=True).update(
-                confirmed_at=now, prompt_fact_ids=prompt_ids, reinforced_fact_ids=prompt_ids, held_back_fact_ids=held
-            )
-            if confirmed != 1:
-                raise TurnStateError(f"turn {turn_id} was already confirmed")
-            reinforced = services.reinforce_recalled_facts(facts=ranked, at=now)
-            if reinforced != prompt_ids:
-                Turn.objects.filter(pk=turn_id).update(reinforced_fact_ids=reinforced)
-            services.emit_event(event["kind"], event["payload"], at=now, stream_id=turn.stream_id, turn_id=turn_id,
-                                stage=event["stage"])
+    reinforced = turn_store().confirm(turn_id, at=now, ranked=ranked, held_back_ids=held, event=event)
+    if reinforced is None:
+        raise TurnStateError(f"turn {turn_id} was already confirmed")
     completed = complete_conflicts(ranked, now=turn.at)
     return ConfirmResult(
         turn_id=turn_id,

@@ -43,19 +43,8 @@ from memory import backends
 from memory.backends import is_postgresql, postgresql
 from memory.engine.bm25 import fts_tokens, scope_bm25
 from memory.engine.tokenize import index_tokens, match_expression, query_terms
-from memory.search.lexical_index import (  # noqa: F401 (for callers)
-    SOURCES,
-    Read,
-    file_as,
-    kept_state,
-    one_state,
-    read,
-    remembered,
-    resident,
-    resident_messages,
-    sent,
-    unsend,
-)
+from memory.search.lexical_index import SOURCES, resident, resident_messages
+from memory.search.read_ahead import Read, has, once, read
 
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")
 #: where each FTS table's rows keep their indexed tokens: (table, column)
@@ -326,14 +315,14 @@ def purge_deleted(tables: Sequence[str]) -> None:
 
 def document_count(table: str) -> int:
     """Rows in the index: the resident index's (the count its BM25 and document frequencies
-    use, so no query); else cached for a few seconds on SQLite, read once per :func:`one_state`
+    use, so no query); else cached for a few seconds on SQLite, read once per :func:`~memory.search.read_ahead.one_state`
     on PostgreSQL, where each query line of a turn would otherwise ask again."""
     index = resident(table) if table in SOURCES else None
     if index is not None:
         return len(index)
     if is_postgresql():
         name = _check(table)
-        return remembered(("document_count", name), lambda: postgresql.document_count(name))
+        return once(("document_count", name), lambda: postgresql.document_count(name))
     hit = _doc_counts.get(table)
     now = time.monotonic()
     if hit and now - hit[0] < _DOC_COUNT_TTL:
@@ -524,7 +513,7 @@ def _resident_scoped_facts(
     index with the whole table's statistics — FTS5's bm25 of the ``tokens : (…) AND
     person : (…)`` query, whose person phrases weigh 0 — instead of FTS5 reading every query
     term's doclist over all persons for its IDF. Ties: lower id first. Inside
-    :func:`one_state` (a turn) the scope's rows, stored tokens included, are read once for
+    :func:`~memory.search.read_ahead.one_state` (a turn) the scope's rows, stored tokens included, are read once for
     all the turn's query lines.
     """
     index = resident("facts_fts")
@@ -592,13 +581,13 @@ class FactScope:
 
 def fact_scope(person_ids: Sequence[int]) -> FactScope:
     """The :class:`FactScope` of ``person_ids`` (their valid facts, rows read by :func:`scope_read`),
-    once per :func:`one_state`."""
+    once per :func:`~memory.search.read_ahead.one_state`."""
 
     def build() -> FactScope:
         rows = read(scope_read(person_ids))
         return FactScope({fid: row[-1] for fid, row in rows.items()}, rows)
 
-    return remembered(("fact_scope", _scope_key(person_ids, False)), build)
+    return once(("fact_scope", _scope_key(person_ids, False)), build)
 
 
 def scoped_fact_candidates(match: str, *, scope: FactScope, limit: int) -> list[FactRow]:
@@ -615,7 +604,7 @@ _SCOPE_SQL = f"SELECT {_FACT_COLUMNS.format(bm25='0')}, f.tokens_v2 FROM facts f
 
 def scope_read(person_ids: Sequence[int], *, include_invalid: bool = False) -> Read:
     """The persons' facts a person-scoped :func:`fact_candidates` scores, stored tokens included:
-    ``{fact id: row}``; read once per :func:`one_state` (a turn) for all its query lines."""
+    ``{fact id: row}``; read once per :func:`~memory.search.read_ahead.one_state` (a turn) for all its query lines."""
     key = _scope_key(person_ids, include_invalid)
     persons = key[1]
     return Read(key, _SCOPE_SQL.format(persons=f"f.person_id IN ({backends.in_placeholders(persons)})",
@@ -629,7 +618,7 @@ def _scope_key(person_ids: Sequence[int], include_invalid: bool) -> tuple:
 def present_scope_read(speakers: Read, speaker_id: int) -> Read:
     """:func:`scope_read` of a turn's present persons — ``speaker_id`` and the persons ``speakers``
     (a read of person ids, as its own subquery) returns — sent before they are known, with a turn's
-    other reads (:func:`one_state`); :func:`scope_of` files it under the persons' key once they are.
+    other reads (:func:`~memory.search.read_ahead.one_state`); :func:`scope_of` files it under the persons' key once they are.
     """
     persons = backends.in_subquery_sql("f.person_id", f"SELECT CAST(%s AS BIGINT) UNION SELECT * FROM ({speakers.sql}) speakers")
     return Read(("present_facts", speakers.key, speaker_id), _SCOPE_SQL.format(persons=persons, valid=_valid(False)),
@@ -637,7 +626,7 @@ def present_scope_read(speakers: Read, speaker_id: int) -> Read:
 
 
 def scope_of(person_ids: Sequence[int], present: Read) -> None:
-    """Inside :func:`one_state`: ``present`` (:func:`present_scope_read`), when it was sent ahead with
+    """Inside :func:`~memory.search.read_ahead.one_state`: ``present`` (:func:`present_scope_read`), when it was sent ahead with
     the block's reads, is the scope of ``person_ids`` (else their scope is read when first needed).
 
     On PostgreSQL the present persons and their facts are two statements of one round trip, each
@@ -645,10 +634,10 @@ def scope_of(person_ids: Sequence[int], present: Read) -> None:
     the two may be in one and not the other. The facts of a person not in ``person_ids`` are
     dropped; a person missing from the read has no facts in this turn's scope (their next turn has).
     """
-    if sent(present):
+    if has(present):
         persons = set(person_ids)
         rows = read(present)
-        remembered(_scope_key(person_ids, False), lambda: {fid: row for fid, row in rows.items() if row[2] in persons})
+        once(_scope_key(person_ids, False), lambda: {fid: row for fid, row in rows.items() if row[2] in persons})
 
 
 def _valid(include_invalid: bool) -> str:
@@ -785,7 +774,7 @@ def _resident_stream_cues(match: str, stream_id: int, limit: int) -> list[tuple[
 
 def stream_cues_read(stream_id: int) -> Read:
     """The cues of a stream's summarised episodes, ``{cue id: episode id}`` (what a stream-scoped
-    :func:`cue_candidates` scores), as a read a turn sends with its others (:func:`one_state`)."""
+    :func:`cue_candidates` scores), as a read a turn sends with its others (:func:`~memory.search.read_ahead.one_state`)."""
     return Read(("stream_cues", stream_id),
                 "SELECT c.id, c.episode_id FROM episode_cues c JOIN episodes e ON e.id = c.episode_id"
                 " WHERE e.stream_id = %s AND e.kind <> 'unsummarized'", [stream_id], dict)

@@ -29,13 +29,10 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress
 from operator import itemgetter
-from typing import Any
 
 import numpy as np
 from django.conf import settings
@@ -44,15 +41,13 @@ from django.db import connection, transaction
 from memory import backends
 from memory.engine.bm25 import FOLDABLE as _FOLDABLE
 from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_idf, fts_tokens, scope_idf
-from memory.search import residency
+from memory.search import read_ahead, residency
 from memory.search.changes import ChangeFeed
 
-__all__ = [
-    "B", "IDF_FLOOR", "K1", "SOURCES", "Read", "ResidentBM25", "Source", "file_as", "fts_tokens", "one_state", "read",
-    "remembered", "reset_all", "resident",
-]
+__all__ = ["B", "IDF_FLOOR", "K1", "SOURCES", "ResidentBM25", "Source", "fts_tokens", "reset_all", "resident"]
 
 TAIL_MERGE_ROWS = 512     # appended rows kept aside before they are merged into the arrays
+LOAD_CHUNK_ROWS = 4096    # rows tokenised at a time when a table is loaded (bounds the load's peak memory)
 
 
 @dataclass(frozen=True)
@@ -122,15 +117,14 @@ class ResidentBM25:
 
     def refresh(self, reading: tuple | None = None, read_at: tuple | None = None) -> None:
         """Bring the arrays up to the committed rows (see the module docstring); ``reading`` — the
-        change log read elsewhere for the feed's position ``read_at`` (:func:`one_state`)."""
+        change log read elsewhere for the feed's position ``read_at`` (:func:`memory.search.read_ahead.one_state`)."""
         with self._lock:
             poll = self._feed.poll(reading, read_at)
             if poll.revision != self._revision or poll.rebuild:
                 self._clear()
                 self._feed.start()  # the log's position before the rows are read: nothing falls in between
-                rows = self._rows()
-                self._load(rows)
-                self._loaded = {int(r[0]) for r in rows}
+                self._load_chunks(self._row_chunks())
+                self._loaded = set(self._ids.tolist())
                 self._revision = poll.revision
                 self.rebuilds += 1
                 residency.settle()
@@ -145,16 +139,37 @@ class ResidentBM25:
         with self._lock:
             self._clear()
 
+    def _row_chunks(self) -> Iterator[list[tuple[int, str]]]:
+        """Every row ``(id, tokens)`` in id order, :data:`LOAD_CHUNK_ROWS` at a time (one statement)."""
+        src = self.source
+        with connection.cursor() as cur:
+            cur.execute(f"SELECT id, {src.tokens} FROM {src.table} ORDER BY id")
+            while rows := cur.fetchmany(LOAD_CHUNK_ROWS):
+                yield rows
+
     def _load(self, rows: Sequence[tuple[int, str]]) -> None:
-        docs = [fts_tokens(tokens or "") for _, tokens in rows]
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        lengths = np.fromiter((len(d) for d in docs), dtype=np.float64, count=len(docs)) + self.source.extra_tokens
+        self._load_chunks([rows[k:k + LOAD_CHUNK_ROWS] for k in range(0, len(rows), LOAD_CHUNK_ROWS)])
+
+    def _load_chunks(self, chunks: Iterable[Sequence[tuple[int, str]]]) -> None:
+        """The arrays of every row, tokenised a chunk at a time: only one chunk's token strings are alive
+        at once (the whole table's, as Python objects, were ~14× the arrays, a peak the process kept)."""
         vocab = self._vocab
-        term_ids = np.fromiter(
-            (vocab.setdefault(t, len(vocab)) for t in chain.from_iterable(docs)), dtype=np.int64,
-        )
-        positions = np.repeat(np.arange(len(docs), dtype=np.int64), [len(d) for d in docs])
-        self._set_arrays(ids, lengths, term_ids, positions, np.ones(len(term_ids)))
+        ids, lengths, term_ids, positions = [], [], [], []
+        base = 0
+        for rows in chunks:
+            docs = [fts_tokens(tokens or "") for _, tokens in rows]
+            sizes = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
+            ids.append(np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)))
+            lengths.append(sizes.astype(np.float64) + self.source.extra_tokens)
+            term_ids.append(np.fromiter((vocab.setdefault(t, len(vocab)) for t in chain.from_iterable(docs)),
+                                        dtype=np.int64, count=int(sizes.sum())))
+            positions.append(np.repeat(np.arange(base, base + len(docs), dtype=np.int64), sizes))
+            base += len(docs)
+        if not ids:
+            ids = lengths = term_ids = positions = [np.zeros(0, dtype=np.int64)]
+        terms = np.concatenate(term_ids)
+        self._set_arrays(np.concatenate(ids), np.concatenate(lengths).astype(np.float64), terms,
+                         np.concatenate(positions), np.ones(len(terms)))
 
     def _set_arrays(self, ids, lengths, term_ids, positions, counts) -> None:
         n = max(1, len(ids))
@@ -437,133 +452,32 @@ _indexes: dict[str, ResidentBM25] = {}
 _indexes_lock = threading.Lock()
 
 
-_state: ContextVar[dict | None] = ContextVar("lexical_one_state", default=None)
-
-
-@contextmanager
-def one_state(*tables: str, reads: Sequence[Read] = ()) -> Iterator[None]:
-    """The lexical reads inside the block see one state of the tables: each resident index is
-    brought up to date once (its change-log poll is one query, once per table instead of once
-    per query of a turn), and what :func:`remembered` computes is computed once.
-
-    ``tables`` — FTS tables the block will read through their resident indexes; ``reads`` — other
-    reads it will make (:func:`read`). On PostgreSQL the tables' change logs (one statement) and
-    the reads are sent together first: one round trip, not one per table and per read.
-
-    A turn's prepare and confirm run their reads in one (memory/recall/); nothing inside may
-    rely on seeing its own writes through the resident indexes (they are read outside
-    transactions anyway, see the module docstring).
-    """
-    token = _state.set({})
-    try:
-        if backends.is_postgresql() and (len(tables) > 1 or reads):
-            _read_together(tables, reads)
-        yield
-    finally:
-        _state.reset(token)
-
-
-@contextmanager
-def kept_state(state: dict) -> Iterator[None]:
-    """As :func:`one_state`, with a state the caller keeps from one block to the next: what the blocks read
-    (reads, :func:`remembered` results, the indexes' refresh) is read once for all of them. For a caller
-    that reads the same memory many times and wants one snapshot of it (a fit replays its turns under each
-    parameter set it tries); nothing kept is refreshed while the caller keeps ``state``."""
-    token = _state.set(state)
-    try:
-        yield
-    finally:
-        _state.reset(token)
-
-
-@dataclass(frozen=True)
-class Read:
-    """A read a block will make (:func:`read`), known before it starts: the key its result is
-    remembered under, its statement, and ``convert`` making the result of its rows."""
-
-    key: tuple
-    sql: str
-    params: Sequence[Any]
-    convert: Callable[[list[tuple]], Any] = list
-    binary: bool = False  # large bytea columns (vectors): :func:`memory.backends.fetch_binary`
-
-
-def read(r: Read) -> Any:
-    """The result of ``r``: inside :func:`one_state` read once (or already, with the block's
-    other reads), else now."""
-
-    def run() -> Any:
-        if r.binary:
-            return r.convert(backends.fetch_binary(r.sql, r.params))
-        with connection.cursor() as cur:
-            cur.execute(r.sql, r.params)
-            return r.convert(cur.fetchall())
-
-    return remembered(r.key, run)
-
-
-def _read_together(tables: Sequence[str], reads: Sequence[Read]) -> None:
-    """PostgreSQL: the change logs of ``tables`` and ``reads`` in one round trip, before the block."""
-    indexes = []
-    if resident_enabled():
-        indexes = [_index(table) for table in dict.fromkeys(tables)]
+def _changes_ahead(tables: Sequence[str]) -> tuple[list[read_ahead.Statement], Callable[[list], None]]:
+    """The change-log polls of ``tables``' resident indexes as one statement a block sends with its
+    reads (:func:`memory.search.read_ahead.one_state`, PostgreSQL), and how their rows refresh the indexes."""
+    if not resident_enabled():
+        return [], lambda results: None
+    indexes = [_index(table) for table in dict.fromkeys(tables)]
     positions = [index._feed.position for index in indexes]
-    statements = [(r.sql, r.params, r.binary) for r in reads]
-    if indexes:
-        statements.insert(0, (*backends.postgresql.changes_statement(
-            [(index._feed.source, index._feed.revision_key, horizon) for index, (horizon, _) in zip(indexes, positions, strict=True)]
-        ), False))
-    results = backends.postgresql.read_together(statements)
-    state = _state.get()
-    if indexes:
-        readings = backends.postgresql.parse_changes(results.pop(0)[0])
+    statement = (*backends.postgresql.changes_statement(
+        [(index._feed.source, index._feed.revision_key, horizon) for index, (horizon, _) in zip(indexes, positions, strict=True)]
+    ), False)
+
+    def apply(results: list) -> None:
+        readings = backends.postgresql.parse_changes(results[0][0])
         for index, reading, position in zip(indexes, readings, positions, strict=True):
             index.refresh(reading, position)  # a feed another thread moved meanwhile reads again itself
-            state[("refreshed", index.source.fts)] = True
-    for r, rows in zip(reads, results, strict=True):
-        state[r.key] = r.convert(rows)
+            read_ahead.once(("refreshed", index.source.fts), lambda: True)
+
+    return [statement], apply
 
 
-def sent(r: Read) -> bool:
-    """Whether ``r`` was read ahead with the reads of the :func:`one_state` block around."""
-    state = _state.get()
-    return state is not None and r.key in state
-
-
-def unsend(r: Read) -> None:
-    """Inside :func:`one_state`: forget the result of ``r`` read ahead, so it is read again when needed
-    (the block has since changed what it reads)."""
-    state = _state.get()
-    if state is not None:
-        state.pop(r.key, None)
-
-
-def file_as(ahead: Read, target: Read, keep: Callable[[tuple], bool] | None = None) -> None:
-    """Inside :func:`one_state`: when ``ahead`` (a read of the same columns as ``target``, its rows
-    as a list) was sent with the block's reads before ``target``'s parameters were known, its rows
-    (those ``keep`` keeps) are ``target``'s result: reading ``target`` sends nothing."""
-    state = _state.get()
-    if state is not None and ahead.key in state and target.key not in state:
-        rows = state[ahead.key]
-        state[target.key] = target.convert([row for row in rows if keep is None or keep(row)])
-
-
-def remembered(key: tuple, compute: Callable[[], object]) -> object:
-    """``compute()``, once per ``key`` inside :func:`one_state` (every time outside)."""
-    state = _state.get()
-    if state is None:
-        return compute()
-    if key not in state:
-        state[key] = compute()
-    return state[key]
+read_ahead.register_tables_ahead(_changes_ahead)
 
 
 def _refresh_once(name: str, refresh: Callable[[], None]) -> None:
-    state = _state.get()
-    if state is None or ("refreshed", name) not in state:
-        refresh()
-        if state is not None:
-            state[("refreshed", name)] = True
+    """``refresh()`` once per read-ahead block (every time outside one)."""
+    read_ahead.once(("refreshed", name), refresh)
 
 
 def resident_enabled() -> bool:

@@ -15,6 +15,7 @@ a test process builds and drops indexes thousands of times).
 """
 from __future__ import annotations
 
+import ctypes
 import gc
 
 from django.conf import settings
@@ -24,10 +25,32 @@ def _enabled() -> bool:
     return settings.RESIDENT_GC_FREEZE
 
 
+def _trim() -> None:
+    """Hand the allocator's free pages back to the system (glibc's ``malloc_trim``; elsewhere nothing).
+
+    Building a resident structure allocates far more than it keeps (rows, token strings, sort
+    buffers); without this a process keeps that peak as its resident size for the rest of its life.
+    """
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def _find_malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):  # not glibc
+        return None
+
+
+_malloc_trim = _find_malloc_trim()
+
+
 def settle() -> None:
-    """Freeze what is alive now (O(1): the collector's lists are moved, nothing is walked)."""
+    """Freeze what is alive now (O(1): the collector's lists are moved, nothing is walked) and give
+    the build's free memory back."""
     if _enabled():
         gc.freeze()
+        _trim()
 
 
 def settle_process() -> None:
@@ -35,3 +58,4 @@ def settle_process() -> None:
     if _enabled():
         gc.collect()
         gc.freeze()
+        _trim()

@@ -10,7 +10,7 @@ from django.db.models import Count, Max, Min, QuerySet
 from memory import backends
 from memory.engine import decay
 from memory.models import Episode, EpisodeCue, PipelineEvent, Stream
-from memory.search import lexical
+from memory.search import lexical, read_ahead
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ _EPISODE_COLUMNS = "id, summary, kind, started_at, ended_at, stream_id"
 def recall_episodes(*, stream_id: int | None, query: str, limit: int = 3) -> list[RecalledEpisode]:
     """Episodes of a stream whose cues match ``query`` (best cue per episode; summaries are not indexed)."""
     hits = episode_hits(stream_id=stream_id, query=query, limit=limit)
-    return recalled_episodes(hits, lexical.read(episodes_read(hits))) if hits else []
+    return recalled_episodes(hits, read_ahead.read(episodes_read(hits))) if hits else []
 
 
 def episode_hits(*, stream_id: int | None, query: str, limit: int) -> dict[int, float]:
@@ -45,11 +45,11 @@ def episode_hits(*, stream_id: int | None, query: str, limit: int) -> dict[int, 
     return dict(list(best.items())[:limit])
 
 
-def episodes_read(ids: Iterable[int]) -> lexical.Read:
+def episodes_read(ids: Iterable[int]) -> read_ahead.Read:
     """The rows of episodes by id (``{id: row}``), for :func:`recalled_episodes` (a turn sends it with its
     write, memory/recall/): plain SQL, no ORM compile per call."""
     ids = list(dict.fromkeys(int(i) for i in ids))
-    return lexical.Read(("episodes", tuple(ids)),
+    return read_ahead.Read(("episodes", tuple(ids)),
                         f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE id IN ({backends.in_placeholders(ids)})",
                         ids, lexical.rows_by_id)
 
@@ -67,12 +67,12 @@ def recalled_episodes(hits: dict[int, float], rows: dict[int, tuple]) -> list[Re
 
 def recent_episodes(*, stream_id: int, limit: int = 4) -> list[RecalledEpisode]:
     """Newest episodes of a stream by end time; placeholders excluded; score 1.0."""
-    return lexical.read(recent_episodes_read(stream_id=stream_id, limit=limit)) if limit >= 1 else []
+    return read_ahead.read(recent_episodes_read(stream_id=stream_id, limit=limit)) if limit >= 1 else []
 
 
-def recent_episodes_read(*, stream_id: int, limit: int) -> lexical.Read:
-    """:func:`recent_episodes` as a read a turn sends with its others (:func:`memory.search.lexical.one_state`)."""
-    return lexical.Read(
+def recent_episodes_read(*, stream_id: int, limit: int) -> read_ahead.Read:
+    """:func:`recent_episodes` as a read a turn sends with its others (:func:`memory.search.read_ahead.one_state`)."""
+    return read_ahead.Read(
         ("recent_episodes", stream_id, int(limit)),
         f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE stream_id = %s AND kind <> %s ORDER BY ended_at DESC, id DESC LIMIT %s",
         [stream_id, Episode.Kind.UNSUMMARIZED.value, int(limit)],

@@ -4,12 +4,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import numpy as np
+from django.conf import settings
 from django.db.models import Case, Q, QuerySet, Value, When
 
 from memory import backends
-from memory.engine import decay, tokenize
+from memory.engine import decay, tokenize, when
 from memory.engine.background import background_of, generic_words
 from memory.engine.context import ConversationQuery, weighted_max_at
 from memory.engine.quantize import cosine_q8_many, cosine_q8_matrix, quantize_vector
@@ -22,7 +24,7 @@ from memory.engine.scoring import (
 )
 from memory.engine.tokenize import bigrams, words
 from memory.models import Fact, FactState
-from memory.search import background, lexical
+from memory.search import background, lexical, read_ahead
 from memory.selectors._common import _overrides, _private_in_group, _query_q8
 from memory.services import emit_event
 
@@ -51,8 +53,12 @@ class ScopedFact:
     eligible: bool = True  # False: the relevance gate held it back, it never enters the prompt
     margin: float | None = None  # cosine minus the query's background (the gate's dense side)
     gate: str = ""  # why the gate let it pass or held it back (memory.engine.scoring.Gate)
+    timed: bool = False  # told inside the window the query names (the ranking's time_boost)
 
     def as_dict(self) -> dict[str, Any]:
+        """The candidate as a turn records it in its pool (``Turn.pool``); :meth:`from_dict` reads it back.
+        The ranking's terms (relevance, calibrated, prior, margin, gate) are not recorded: the confirm
+        ranks the pool again (:func:`memory.recall.rank_pool`)."""
         return {
             "factId": self.id,
             "personId": self.person_id,
@@ -73,6 +79,19 @@ class ScopedFact:
             "eligible": self.eligible,
         }
 
+    @classmethod
+    def from_dict(cls, item: Mapping[str, Any]) -> ScopedFact:
+        """The candidate :meth:`as_dict` recorded (a turn's pool; keys added since an older turn was
+        recorded read as their defaults)."""
+        return cls(
+            id=item["factId"], person_id=item["personId"], kind=item.get("kind", ""), content=item.get("content", ""),
+            slot=item.get("slot", ""), origin_kind=item.get("origin", "legacy"), retention=item["retention"],
+            score=item["score"], lexical_relevance=item["lexical"], bm25=item.get("bm25"),
+            half_life_hours=item["halfLife"], active=item.get("active", True), cosine=item.get("cosine"),
+            source=item.get("source", "lexical"), coverage=item.get("coverage"), rarest=item.get("rarest", False),
+            eligible=item.get("eligible", True),
+        )
+
     def copy_with(self, **changes: Any) -> ScopedFact:
         """A copy with ``changes``: :func:`dataclasses.replace` without re-running ``__init__`` (a turn
         makes about seventy of these copies; this is several times cheaper)."""
@@ -91,6 +110,7 @@ class ScopedFact:
             "cosine": self.cosine, "relevance": self.relevance, "calibrated": self.calibrated,
             "retention": self.retention, "prior": self.prior, "score": self.score, "eligible": self.eligible,
             "active": self.active, "source": self.source, "margin": self.margin, "gate": self.gate,
+            "timed": self.timed,
         }
 
 
@@ -234,17 +254,34 @@ def any_fact_vector(ids: Sequence[int]) -> bool:
     return Fact.objects.filter(pk__in=list(ids), embedding_q8__isnull=False).exists()
 
 
+def query_window(text: str) -> tuple[int, int] | None:
+    """The window (epoch ms) of the date ``text`` names, read in ``settings.TIME_ZONE``
+    (:func:`memory.engine.when.query_window`); ``None`` when it names none."""
+    return when.query_window(text, ZoneInfo(settings.TIME_ZONE))
+
+
+def facts_dated_in(ids: Sequence[int], window: tuple[int, int] | None) -> frozenset[int]:
+    """Those of ``ids`` whose fact was told (``created_at``) inside ``window`` — one read, only when
+    the query names a date."""
+    if window is None or not ids:
+        return frozenset()
+    rows = Fact.objects.filter(pk__in=list(dict.fromkeys(ids)), created_at__gte=window[0], created_at__lt=window[1])
+    return frozenset(rows.values_list("id", flat=True))
+
+
 def rank_facts(
     candidates: Sequence[ScopedFact],
     overrides: Mapping[str, Any] | None = None,
     *,
     cosines: Mapping[int, float] | None = None,
+    window: tuple[int, int] | None = None,
 ) -> list[ScopedFact]:
     """Re-scored copies of ``candidates`` in :func:`memory.engine.scoring.rank` order.
 
     ``cosines`` (from :func:`fact_cosines`) replaces each candidate's cosine and margin when
-    given; otherwise the ones it carries (if any) are used. Every term of the score is kept on
-    the copy; eligible candidates come first.
+    given; otherwise the ones it carries (if any) are used. ``window`` — the time the query names
+    (:func:`query_window`): candidates told inside it are ``timed`` (the ranking's ``time_boost``).
+    Every term of the score is kept on the copy; eligible candidates come first.
     """
     ov = _overrides(overrides)
     if cosines is not None:
@@ -252,10 +289,11 @@ def rank_facts(
         cos_of, margin_of = (lambda c: cosines.get(c.id)), (lambda c: margins.get(c.id))
     else:
         cos_of, margin_of = (lambda c: c.cosine), (lambda c: c.margin)
+    timed = facts_dated_in([c.id for c in candidates], window) if not is_reference_profile(ov) else frozenset()
     inputs = [
         RankCandidate(
             id=i, lexical=c.lexical_relevance, retention=c.retention, cosine=cos_of(c), coverage=c.coverage,
-            active=c.active, rarest=c.rarest, margin=margin_of(c),
+            active=c.active, rarest=c.rarest, margin=margin_of(c), timed=c.id in timed,
         )
         for i, c in enumerate(candidates)
     ]
@@ -264,7 +302,7 @@ def rank_facts(
         c = candidates[r.id]
         out.append(
             c.copy_with(cosine=r.cosine, relevance=r.relevance, score=r.score, calibrated=r.calibrated, prior=r.prior,
-                  eligible=r.eligible, margin=r.margin, gate=r.gate)
+                        eligible=r.eligible, margin=r.margin, gate=r.gate, timed=r.timed)
         )
     return out
 
@@ -403,20 +441,20 @@ _DENSE_SCOPE_SQL = (  # the turn's hottest read: plain SQL (no ORM compile per c
 )
 
 
-def dense_scope_read(person_ids: Sequence[int]) -> lexical.Read:
+def dense_scope_read(person_ids: Sequence[int]) -> read_ahead.Read:
     """:func:`dense_scope`'s read of the persons' valid facts, to be sent with a confirm's others."""
     persons = list(dict.fromkeys(int(p) for p in person_ids))
-    return lexical.Read(
+    return read_ahead.Read(
         ("dense_scope", tuple(persons)),
         _DENSE_SCOPE_SQL.format(persons=f"person_id IN ({backends.in_placeholders(persons)})"), persons, binary=True,
     )
 
 
-def turn_dense_scope_read(turn_id: int) -> lexical.Read:
+def turn_dense_scope_read(turn_id: int) -> read_ahead.Read:
     """:func:`dense_scope_read` of the persons a turn recorded as present, sent before the turn is
-    read; :func:`memory.search.lexical.file_as` files it under theirs once they are known."""
+    read; :func:`memory.search.read_ahead.serve_from` files it under theirs once they are known."""
     persons = backends.in_subquery_sql("person_id", backends.json_ids_sql("turns", "present_person_ids"))
-    return lexical.Read(("turn_dense_scope", int(turn_id)), _DENSE_SCOPE_SQL.format(persons=persons), [int(turn_id)],
+    return read_ahead.Read(("turn_dense_scope", int(turn_id)), _DENSE_SCOPE_SQL.format(persons=persons), [int(turn_id)],
                         binary=True)
 
 
@@ -441,7 +479,7 @@ def dense_scope(
     persons = list(dict.fromkeys(person_ids))
     if _query_q8(query_vector) is None or not persons:
         return None
-    rows = lexical.read(dense_scope_read(persons))
+    rows = read_ahead.read(dense_scope_read(persons))
     cosines = _cosines({r[0]: r[10] for r in rows if r[10] is not None}, query_vector)
     valid = frozenset(r[0] for r in rows)
     tokens = {r[0]: r[11] or "" for r in rows}

@@ -23,7 +23,7 @@ from memory.engine.scoring import fused_relevance
 from memory.models import Episode, Message, Person, Stream
 from memory.providers import Embedder
 from memory.providers import config as provider_config  # looked up per call: tests swap the embedder
-from memory.search import lexical
+from memory.search import lexical, read_ahead
 from memory.selectors._common import _query_q8
 
 logger = logging.getLogger(__name__)
@@ -60,11 +60,11 @@ def working_memory(*, stream_id: int, limit: int = 40, watermark: int | None = N
     With a user-message ``watermark`` the user messages stored after it are left
     out (assistant rows after it stay), fixing the turn's snapshot.
     """
-    return lexical.read(working_memory_read(stream_id=stream_id, limit=limit, watermark=watermark))
+    return read_ahead.read(working_memory_read(stream_id=stream_id, limit=limit, watermark=watermark))
 
 
-def working_memory_read(*, stream_id: int, limit: int = 40, watermark: int | None = None) -> lexical.Read:
-    """:func:`working_memory` as a read a turn sends with its others (:func:`memory.search.lexical.one_state`)."""
+def working_memory_read(*, stream_id: int, limit: int = 40, watermark: int | None = None) -> read_ahead.Read:
+    """:func:`working_memory` as a read a turn sends with its others (:func:`memory.search.read_ahead.one_state`)."""
     # a turn's read: plain SQL (no ORM compile per call), the vectors (~2.5 kB a message) left unread
     sql = f"{_WORKING_SQL} WHERE stream_id = %s AND episode_id IS NULL"
     params: list[Any] = [stream_id]
@@ -72,7 +72,7 @@ def working_memory_read(*, stream_id: int, limit: int = 40, watermark: int | Non
         sql += " AND NOT (role = 'user' AND id > %s)"
         params.append(watermark)
     limit = max(0, int(limit))
-    return lexical.Read(("working_memory", stream_id, watermark, limit), sql + " ORDER BY id DESC LIMIT %s",
+    return read_ahead.Read(("working_memory", stream_id, watermark, limit), sql + " ORDER BY id DESC LIMIT %s",
                         [*params, limit], _working_rows)
 
 
@@ -121,12 +121,12 @@ def last_message_id_before(*, stream_id: int, at: int) -> int | None:
 
 def recent_speakers(*, stream_id: int, before_id: int, scan_limit: int = 200) -> list[int]:
     """Distinct senders among the newest ``scan_limit`` messages up to ``before_id``, most recent first."""
-    return lexical.read(recent_speakers_read(stream_id=stream_id, before_id=before_id, scan_limit=scan_limit))
+    return read_ahead.read(recent_speakers_read(stream_id=stream_id, before_id=before_id, scan_limit=scan_limit))
 
 
-def recent_speakers_read(*, stream_id: int, before_id: int, scan_limit: int = 200) -> lexical.Read:
-    """:func:`recent_speakers` as a read a turn sends with its others (:func:`memory.search.lexical.one_state`)."""
-    return lexical.Read(  # one statement, from the covering index (migration 0027)
+def recent_speakers_read(*, stream_id: int, before_id: int, scan_limit: int = 200) -> read_ahead.Read:
+    """:func:`recent_speakers` as a read a turn sends with its others (:func:`memory.search.read_ahead.one_state`)."""
+    return read_ahead.Read(  # one statement, from the covering index (migration 0027)
         ("recent_speakers", stream_id, before_id, scan_limit),
         "SELECT sender_person_id FROM (SELECT sender_person_id, id FROM messages"
         " WHERE stream_id = %s AND id <= %s AND sender_person_id IS NOT NULL ORDER BY id DESC LIMIT %s) recent"
@@ -256,18 +256,18 @@ def _q8_matrix(rows: Sequence[tuple[int, Any]], dim: int) -> Int8Matrix:
 _VECTORS_SQL = "SELECT id, content, embedding FROM messages WHERE {ids}"  # plain SQL, vectors in binary
 
 
-def message_vectors_read(message_ids: Iterable[int]) -> lexical.Read:
+def message_vectors_read(message_ids: Iterable[int]) -> read_ahead.Read:
     """:func:`message_vectors`' read of the stored vectors, to be sent with a confirm's others."""
     ids = list(dict.fromkeys(int(i) for i in message_ids))
-    return lexical.Read(("message_vectors", tuple(ids)),
+    return read_ahead.Read(("message_vectors", tuple(ids)),
                         _VECTORS_SQL.format(ids=f"id IN ({backends.in_placeholders(ids)})"), ids, binary=True)
 
 
-def turn_context_vectors_read(turn_id: int) -> lexical.Read:
+def turn_context_vectors_read(turn_id: int) -> read_ahead.Read:
     """:func:`message_vectors_read` of the context a turn recorded, sent before the turn is read;
-    :func:`memory.search.lexical.file_as` files its rows under the read of those the confirm uses."""
+    :func:`memory.search.read_ahead.serve_from` files its rows under the read of those the confirm uses."""
     ids = backends.in_subquery_sql("id", backends.json_ids_sql("turns", "context_message_ids"))
-    return lexical.Read(("turn_context_vectors", int(turn_id)), _VECTORS_SQL.format(ids=ids), [int(turn_id)],
+    return read_ahead.Read(("turn_context_vectors", int(turn_id)), _VECTORS_SQL.format(ids=ids), [int(turn_id)],
                         binary=True)
 
 
@@ -289,7 +289,7 @@ def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = N
     dim = int(getattr(embedder, "dim", 0) or 0) if embedder is not None else 0
     out: dict[int, np.ndarray] = {}
     todo: list[tuple[int, str]] = []
-    stored = lexical.read(message_vectors_read(ids))
+    stored = read_ahead.read(message_vectors_read(ids))
     for mid, content, raw in stored:
         vec = unpack_float32(bytes(raw)) if raw is not None else None
         if vec is not None and (not dim or vec.shape[0] == dim):

@@ -41,7 +41,7 @@ from memory.models import (
     StreamKind,
     VectorSpace,
 )
-from memory.search import lexical
+from memory.search import lexical, read_ahead
 
 logger = logging.getLogger(__name__)
 
@@ -594,8 +594,8 @@ def sweep(*, at: int | None = None, once: bool = False) -> int:
     is left as it is.
     """
     at = _at(at)
-    if once:  # a turn's: read with the turn's other reads (memory.search.lexical.one_state)
-        return _sweep_batch(at, lexical.read(due_facts_read(at)))[0]
+    if once:  # a turn's: read with the turn's other reads (memory.search.read_ahead.one_state)
+        return _sweep_batch(at, read_ahead.read(due_facts_read(at)))[0]
     total = 0
     while True:
         with connection.cursor() as cur:
@@ -607,9 +607,9 @@ def sweep(*, at: int | None = None, once: bool = False) -> int:
             return total
 
 
-def due_facts_read(at: int) -> lexical.Read:
+def due_facts_read(at: int) -> read_ahead.Read:
     """The first ``SWEEP_BATCH`` active facts due at ``at``, soonest first (:func:`sweep`)."""
-    return lexical.Read(
+    return read_ahead.Read(
         ("due_facts", at, SWEEP_BATCH),
         # the index order and the LIMIT keep both planners on idx_facts_due: ``active = TRUE``, not a bare
         # ``active`` (SQLite would skip-scan both halves of the index, every frozen fact's past due_at), and

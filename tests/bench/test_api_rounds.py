@@ -52,3 +52,17 @@ def test_the_console_line_judges_the_turn_inspector_on_its_own_target(tmp_path, 
     pages["turn inspector (104-candidate pool; target p95 ≤ 100 ms)"]["p95_ms"] = 99.0
     (tmp_path / "console.json").write_text(json.dumps(console))
     assert "target ≤ 150, the turn inspector ≤ 100, all met" in report.render()
+
+
+def test_on_a_busy_machine_the_console_targets_are_judged_on_cpu_time_and_the_line_says_so():
+    name = "turn inspector (104-candidate pool; target p95 ≤ 100 ms)"
+    pages = {"fact list": {"median_ms": 300.0, "p95_ms": 500.0, "cpu_median_ms": 30.0, "cpu_p95_ms": 45.0},
+             name: {"median_ms": 400.0, "p95_ms": 700.0, "cpu_median_ms": 60.0, "cpu_p95_ms": 80.0}}
+    console = {"target_p95_ms": 150, "inspector_target_p95_ms": 100, "cpus": 2, "load_average": 19.6, "pages": pages}
+    line = report.console_line(console)
+    assert "all met; load average 19.6 on 2 CPUs during the run, so the targets are judged on the CPU p95" in line
+    assert f"{name} 700.0 (CPU 80.0)" in line
+    pages[name]["cpu_p95_ms"] = 120.0
+    assert f"**over it: {name}**" in report.console_line(console)
+    quiet = {**console, "load_average": 1.2}
+    assert f"**over it: fact list, {name}**" in report.console_line(quiet)  # wall time, as measured

@@ -46,8 +46,8 @@ def test_smoke_a_small_store_measured_as_make_bench_scale_does(tmp_path):
     assert one["calibration"]["before"]["loop_1e7_s"] > 0 and one["calibration"]["after"]["cpus"] >= 1
     figures = _measured(results)
     for name, _ in scale.READ_ROWS:  # every read path measured, in ms
-        unit, value = figures[name]
-        assert unit == "p95 ms" and value is not None and 0 < value < 10_000, (name, value)
+        unit, (wall, cpu) = figures[name]
+        assert unit == "p95 ms (CPU)" and 0 < wall < 10_000 and 0 < cpu < 10_000, (name, wall, cpu)
     assert 0 < figures["message statistics load"][1] < 60
     assert 100 < figures["reading process RSS"][1] < 4000  # a Django process with numpy and jieba loaded
     assert figures["sweep (1 % due)"][1] is not None and figures["add_fact"][1] > 0
@@ -80,11 +80,11 @@ def test_the_api_part_reports_warm_up_and_resident_memory(tmp_path):
 
 def _fake_scale(s: float, backend_names: tuple[str, ...]) -> dict:
     """Results of one scale as measure_scale writes them, each figure growing with the scale."""
-    read = {key: {"median_ms": s, "p95_ms": 2 * s} for _, key in scale.READ_ROWS}
+    read = {key: {"median_ms": s, "p95_ms": 2 * s, "cpu_p95_ms": s} for _, key in scale.READ_ROWS}
     read[scale.STATISTICS] = {"seconds": 0.1 * s}
     read["process_rss_mb"] = 300 + 200 * s
     write = {"sweep (1 % due)": {"ms": 5 * s}, "decay_edges (all edges)": {"ms": 50 * s}, "add_fact": {"per_second": 900}}
-    api = {"ingest": {"http": {"requests_per_s": 380.0}}, "turn_total": {"http": {"p95_ms": 20 + s}},
+    api = {"ingest": {"http": {"requests_per_s": 380.0, "server_cpu_ms_per_request": 2.5}}, "turn_total": {"http": {"p95_ms": 20 + s}},
            "turns": {"http": {"p95_ms": 10 + s}}, "context": {"message_vectors": {"seconds": 4.0}},
            "residency": {"warm_up": {"seconds": 5 + s}, "web_workers_rss_mb": [400 + 10 * s, 390.0],
                          "celery_rss_mb": {"main": 120.0, "pool": [350.0, 360 + s]}}}
@@ -104,7 +104,7 @@ def test_one_table_per_backend_with_the_scales_side_by_side(tmp_path):
     assert full.count("| figure | unit |") == 2
     assert "| figure | unit | 1× | 3× | 10× | 10× / 1× |" in full  # SQLite: three scales and the growth
     assert "| figure | unit | 1× | 3× | 3× / 1× |" in full  # PostgreSQL was not measured at 10×
-    assert "| spread (hops 2) | p95 ms | 2.00 | 6.00 | 20.0 | 10.0× |" in full
+    assert "| spread (hops 2) | p95 ms (CPU) | 2.00 (1.00) | 6.00 (3.00) | 20.0 (10.0) | 10.0× |" in full
     assert "| web worker RSS (warmed, largest) | MB | 410.0 | 430.0 | 500.0 | 1.2× |" in full
     assert "| warm-up: web worker fork → first turn | s | 6.00 | 8.00 | 15.0 | 2.5× |" in full
     assert "PostgreSQL copy 300 s" in full and "1-minute load 1.5 / 1.5 on 2 cores" in full

@@ -157,3 +157,19 @@ def test_the_labels_page_imports_exports_and_shows_the_journal(world, reviewer):
 def test_only_labellers_reach_the_labels_page(world, operator, staff):
     assert operator.get(reverse("tuning:labels")).status_code == 403
     assert staff.get(reverse("tuning:labels")).status_code == 200
+
+
+def test_the_rows_speak_the_page_language_and_escape_who_labelled(world, reviewer, operator):
+    turn_id, fact_id = _first(world)
+    relevance.set_label(turn_id=turn_id, fact_id=fact_id, relevant=False, user="<b>rev</b>")
+    zh = reviewer.get(reverse("console:turn", args=[turn_id])).content.decode()
+    en = reviewer.get(reverse("console:turn", args=[turn_id]), headers={"Accept-Language": "en"}).content.decode()
+    assert zh.count("<summary>每一项得分</summary>") == zh.count('data-verdict="') > 0
+    assert en.count("<summary>Every score term</summary>") == en.count('data-verdict="') and "每一项得分" not in en
+    assert "<dt>Lexical relevance</dt>" in en and "<dt>词面相关度</dt>" in zh  # the labels follow each request
+    row = zh[zh.index(f'<tr id="fact-{fact_id}"'):]
+    row = row[:row.index("</tr>")]
+    assert 'value="no" class="danger" aria-pressed="true"' in row and 'value="clear"' in row
+    assert 'name="csrfmiddlewaretoken"' in row and "&lt;b&gt;rev&lt;/b&gt;" in row and "<b>rev</b>" not in row
+    assert "标为" not in row and 'class="label-form"' not in operator.get(
+        reverse("console:turn", args=[turn_id])).content.decode()  # an operator sees labels, no form

@@ -80,11 +80,12 @@ def env(tmp_path_factory, redis_test_db) -> dict[str, str]:
 class Worker:
     """``celery worker`` under the node name ``NODE``; ``slow`` runs it through ``tests.integration.slow_worker``."""
 
-    def __init__(self, env: dict[str, str], log: Path, *, slow: tuple[str, ...] = (), **extra: str):
+    def __init__(self, env: dict[str, str], log: Path, *, slow: tuple[str, ...] = (), concurrency: str = "2",
+                 **extra: str):
         self.log = log
         handle = open(log, "ab")
-        args = ["-A", "config", "worker", "-n", NODE, "--concurrency=2", "--loglevel=INFO", "--without-mingle",
-                "--without-gossip"]
+        args = ["-A", "config", "worker", "-n", NODE, f"--concurrency={concurrency}", "--loglevel=INFO",
+                "--without-mingle", "--without-gossip"]
         command = [sys.executable, "-m", "tests.integration.slow_worker", *slow, "--", *args] if slow else [_celery(), *args]
         self.proc = subprocess.Popen(
             command,

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection, transaction
 
 from memory import services
-from memory.search import lexical, lexical_index
+from memory.search import lexical, lexical_index, read_ahead
 from memory.search.changes import ChangeFeed
 from tests.memory.conftest import NOW
 
@@ -121,18 +121,18 @@ def test_a_turn_brings_the_fact_and_cue_indexes_up_to_date_in_one_read():
 
 def test_reads_known_before_a_block_are_made_once_and_answer_the_block():
     """one_state's ``reads``: PostgreSQL sends them with the change logs before the block (one round trip);
-    either way a block's :func:`lexical.read` of one returns its rows without asking again."""
+    either way a block's :func:`read_ahead.read` of one returns its rows without asking again."""
     from django.test.utils import CaptureQueriesContext
 
     first = services.add_knowledge(content="月球绕着地球转", source="t", at=NOW)
-    count = lexical.Read(("knowledge", "count"), "SELECT count(*) FROM knowledge", [], lambda rows: rows[0][0])
-    newest = lexical.Read(("knowledge", "newest"), "SELECT max(id) FROM knowledge", [], lambda rows: rows[0][0])
-    with CaptureQueriesContext(connection) as reads, lexical.one_state("facts_fts", "cues_fts", reads=[count, newest]):
+    count = read_ahead.Read(("knowledge", "count"), "SELECT count(*) FROM knowledge", [], lambda rows: rows[0][0])
+    newest = read_ahead.Read(("knowledge", "newest"), "SELECT max(id) FROM knowledge", [], lambda rows: rows[0][0])
+    with CaptureQueriesContext(connection) as reads, read_ahead.one_state("facts_fts", "cues_fts", reads=[count, newest]):
         before = len(reads.captured_queries)
-        assert (lexical.read(count), lexical.read(newest)) == (1, first)
-        assert lexical.read(count) == 1
+        assert (read_ahead.read(count), read_ahead.read(newest)) == (1, first)
+        assert read_ahead.read(count) == 1
         assert len(reads.captured_queries) == before + (0 if connection.vendor == "postgresql" else 2)
-    assert lexical.read(count) == 1  # outside a block: read now
+    assert read_ahead.read(count) == 1  # outside a block: read now
 
 
 def test_the_present_persons_facts_read_ahead_serve_exactly_the_present_persons(direct_stream, person):
@@ -149,13 +149,13 @@ def test_the_present_persons_facts_read_ahead_serve_exactly_the_present_persons(
     theirs = services.add_fact(person_id=friend.pk, content="他周末游泳", kind="偏好", at=NOW).fact_id
     speakers = selectors.recent_speakers_read(stream_id=stream.pk, before_id=10**9)
     present = lexical.present_scope_read(speakers, person.pk)
-    with lexical.one_state("facts_fts", reads=[speakers, present]):
-        assert set(lexical.read(present)) == {mine, theirs}
+    with read_ahead.one_state("facts_fts", reads=[speakers, present]):
+        assert set(read_ahead.read(present)) == {mine, theirs}
         lexical.scope_of([person.pk], present)  # as if the friend's message had not been seen
-        assert set(lexical.read(lexical.scope_read([person.pk]))) == {mine}
-    with lexical.one_state("facts_fts", reads=[speakers, present]):
+        assert set(read_ahead.read(lexical.scope_read([person.pk]))) == {mine}
+    with read_ahead.one_state("facts_fts", reads=[speakers, present]):
         lexical.scope_of([person.pk, friend.pk], present)
-        assert set(lexical.read(lexical.scope_read([person.pk, friend.pk]))) == {mine, theirs}
+        assert set(read_ahead.read(lexical.scope_read([person.pk, friend.pk]))) == {mine, theirs}
 
 
 def test_a_pruned_log_makes_a_behind_reader_rebuild():

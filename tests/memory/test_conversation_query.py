@@ -153,7 +153,7 @@ def test_trace_replay_of_a_turn_with_its_conversation_reproduces_the_pool(person
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)  # resident indexes answer outside transactions
 def test_a_turn_reads_one_state_of_the_lexical_tables(person, direct_stream):
     """The turn's line and its conversation's lines are separate queries, but each resident
-    index is brought up to date once per prepare and once per confirm (lexical.one_state), and
+    index is brought up to date once per prepare and once per confirm (read_ahead.one_state), and
     the present persons' facts are read once."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -219,8 +219,8 @@ def test_the_reads_a_turn_sends_ahead_read_nothing_for_no_ids(db):
     """Built for an empty list (a turn without context, persons or recalled episodes) they are valid SQL
     (PostgreSQL has no empty ``IN ()``; SQLite accepts one)."""
     from memory import selectors
-    from memory.search import lexical
+    from memory.search import read_ahead
 
-    assert lexical.read(selectors.message_vectors_read([])) == []
-    assert lexical.read(selectors.dense_scope_read([])) == []
-    assert lexical.read(selectors.episodes_read([])) == {}
+    assert read_ahead.read(selectors.message_vectors_read([])) == []
+    assert read_ahead.read(selectors.dense_scope_read([])) == []
+    assert read_ahead.read(selectors.episodes_read([])) == {}

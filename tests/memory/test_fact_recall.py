@@ -261,3 +261,24 @@ def test_a_scoped_fact_copy_is_what_dataclasses_replace_makes():
     assert hash(changed) == hash(replace(fact, score=0.8, cosine=0.4, eligible=False))
     with pytest.raises(TypeError, match="no field scroe"):
         fact.copy_with(scroe=0.8)
+
+
+def test_a_scoped_fact_recorded_in_a_turn_reads_back_as_it_was():
+    """ScopedFact.as_dict / from_dict: every recorded field comes back (the cosine and the source
+    included); the ranking's terms are not recorded (the confirm ranks again); a turn recorded
+    before a key was added reads that key's default."""
+    fact = selectors.ScopedFact(
+        id=7, person_id=3, kind="偏好", content="喜欢打篮球", slot="爱好", origin_kind="group", retention=0.42,
+        score=0.31, lexical_relevance=0.6, bm25=-2.5, half_life_hours=2160.0, active=False, cosine=0.37,
+        source="context", coverage=0.5, rarest=True, eligible=False,
+        relevance=0.55, calibrated=0.9, prior=0.01, margin=0.12, gate="held",
+    )
+    back = selectors.ScopedFact.from_dict(fact.as_dict())
+    assert back == fact.copy_with(relevance=None, calibrated=None, prior=None, margin=None, gate="")
+    assert back.as_dict() == fact.as_dict()
+    assert (back.cosine, back.source) == (0.37, "context")
+    old = {"factId": 7, "personId": 3, "score": 0.31, "lexical": 0.6, "retention": 0.42, "halfLife": 2160.0}
+    assert selectors.ScopedFact.from_dict(old) == selectors.ScopedFact(
+        id=7, person_id=3, kind="", content="", slot="", origin_kind="legacy", retention=0.42, score=0.31,
+        lexical_relevance=0.6, bm25=None, half_life_hours=2160.0, active=True,
+    )

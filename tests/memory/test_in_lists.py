@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 from memory import backends, selectors, services
-from memory.search import lexical
+from memory.search import lexical, read_ahead
 
 ROOT = Path(__file__).resolve().parents[2]
 #: a list of ``%s`` joined by hand: ``",".join(["%s"] * len(x))`` in either quoting
@@ -35,7 +35,7 @@ def test_reads_and_writes_of_nothing_touch_nothing(db, person):
     services.touch_knowledge(ids=[])
     assert lexical.document_frequencies("facts_fts", []) == {}
     assert lexical.fact_bm25("爬山", []) == {}
-    assert lexical.read(lexical.scope_read([])) is not None
+    assert read_ahead.read(lexical.scope_read([])) is not None
     assert selectors.conflict_group_keys(person_ids=[]) == []
     assert selectors.conflict_members([]) == {}
     assert selectors.node_texts([]) == {}

@@ -531,3 +531,26 @@ def test_scope_scores_are_the_engines_bit_for_bit_with_appended_rows(loaded):
         held = {t: sum(t in texts[i].split() for i in scope) for t in terms}
         assert index.scope_frequencies(terms, scope) == {t: k for t, k in held.items() if k}
     assert index.scope_scores(["w1"], [999_999]) is None  # a row the index has not loaded: the caller computes
+
+
+def test_a_table_loaded_a_chunk_at_a_time_is_the_table_loaded_at_once(monkeypatch):
+    # the load tokenises LOAD_CHUNK_ROWS rows at a time (its peak memory bounded); chunk borders change nothing
+    import random
+
+    rng = random.Random(11)
+    words = [f"w{i}" for i in range(300)]
+    rows = [(2 * i + 1, " ".join(rng.choice(words) for _ in range(rng.randint(0, 25)))) for i in range(1000)]
+    whole = lexical_index.ResidentBM25(lexical_index.SOURCES["knowledge_fts"])
+    whole._load_chunks([rows])
+    monkeypatch.setattr(lexical_index, "LOAD_CHUNK_ROWS", 37)
+    chunked = lexical_index.ResidentBM25(lexical_index.SOURCES["knowledge_fts"])
+    chunked._load(rows)
+    assert chunked._vocab == whole._vocab
+    for name in ("_ids", "_lengths", "_indptr", "_keys", "_tfs"):
+        assert getattr(chunked, name).tolist() == getattr(whole, name).tolist(), name
+    for _ in range(50):
+        terms = [rng.choice(words) for _ in range(rng.randint(1, 8))]
+        assert [a.tolist() for a in chunked.scores(terms)] == [a.tolist() for a in whole.scores(terms)]
+    empty = lexical_index.ResidentBM25(lexical_index.SOURCES["knowledge_fts"])
+    empty._load([])
+    assert len(empty) == 0 and empty.scores(["w1"])[0].tolist() == []

@@ -42,3 +42,21 @@ def test_a_built_resident_index_is_frozen(freezing, empty_lexical_indexes, monke
     monkeypatch.setattr(residency, "settle", lambda: settled.append(1))
     assert lexical.knowledge_candidates(lexical.match_for("knowledge_fts", "月球"), limit=3)
     assert settled == []  # a query of a fresh index freezes nothing more
+
+
+def test_settle_hands_a_builds_free_memory_back_to_the_system(freezing):
+    # a build's transient peak (rows, token strings, sort buffers) is not kept as the process's size
+    if residency._malloc_trim is None:
+        pytest.skip("not glibc: nothing to trim")
+
+    def rss_kb() -> int:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+    peak = [bytes(1000) + str(i).encode() for i in range(40_000)]  # ~40 MB from malloc's heap, a few kept
+    kept = peak[::5_000]
+    del peak
+    before = rss_kb()
+    residency.settle()
+    assert rss_kb() < before - 5_000, "the freed pages stayed resident"
+    assert len(kept) == 8
