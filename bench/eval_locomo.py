@@ -396,7 +396,8 @@ def evaluate(conversations: Sequence[Conversation], embedder: Embedder, *, log: 
             # rank_pool ranks them (lexical pool, then the dense channel's extras), each with the
             # cosine of selectors.fact_cosines. The candidate sets do not depend on the re-ranking
             # knobs, so re-ranking them under another profile is exact; rerank_check verifies it.
-            def candidates(lexical_pool: Sequence[Any], overrides: dict) -> Replay:
+            def candidates(lexical_pool: Sequence[Any], overrides: dict, conv=conv, qvec=qvec, text=text, cat=cat,
+                           gold=gold, ev=ev) -> Replay:  # this question's, bound now
                 scope = selectors.dense_scope(
                     person_ids=conv.person_ids, query_vector=qvec, limit=TOP, now=conv.now, stream_kind="direct",
                     overrides=overrides,

@@ -680,7 +680,6 @@ class FactOperation(models.Model):
     class Actor(models.TextChoices):
         MANUAL = "manual", _("人工")
         AUTO = "auto", _("系统自动")
-        N4 = "n4", _("自动纠错")
 
     at = models.BigIntegerField()
     actor = models.CharField(max_length=16, choices=Actor.choices)

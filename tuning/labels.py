@@ -25,6 +25,7 @@ PARAM_LABELS = {
     "lead_gap": gettext_lazy("相关门：向量领先第二名多少算明显领先"),
     "lead_ratio": gettext_lazy("相关门：BM25 是第二名几倍算明显领先"),
     "pool_share": gettext_lazy("相关度的池内占比权重"),
+    "time_boost": gettext_lazy("问题点明日期时，该时段内事实的加分"),
     "context_lexical_lines": gettext_lazy("对话上下文：词面查询的用户行数"),
     "context_dense_messages": gettext_lazy("对话上下文：向量查询的消息条数"),
     "context_half_life": gettext_lazy("对话上下文：权重半衰（条）"),
@@ -53,6 +54,7 @@ PARAM_HELP = {
     "pool_share": gettext_lazy(
         "词面（BM25）和向量余弦各有多少按「占候选池最强者的比例」计（0 = 只用绝对值：BM25 饱和，强弱命中差不多）"
     ),
+    "time_boost": gettext_lazy("问题写明了年月日（如 2023年10月、October 2023）时，那段时间里记下的事实加多少分（0 = 不看日期）"),
     "context_lexical_lines": gettext_lazy("最近几条用户发言也用来检索（0 = 只看这一句）"),
     "context_dense_messages": gettext_lazy("最近几条消息的向量也参与比较（0 = 只看这一句）"),
     "context_half_life": gettext_lazy("越早的发言权重越低：每隔这么多条减半"),

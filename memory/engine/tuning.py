@@ -24,6 +24,7 @@ from .scoring import (
     DEFAULT_POOL_SHARE,
     DEFAULT_QUERY_MARGIN,
     DEFAULT_RETENTION_PRIOR,
+    DEFAULT_TIME_BOOST,
     apply_pool_percentile,
 )
 
@@ -80,6 +81,7 @@ WHITELIST: dict[str, ParamSpec] = {
     "lead_gap": ParamSpec("float", 0.0, 2.0, DEFAULT_LEAD_GAP, "相关门：向量领先第二名多少算明显领先"),
     "lead_ratio": ParamSpec("float", 1.0, 100.0, DEFAULT_LEAD_RATIO, "相关门：BM25 是第二名几倍算明显领先"),
     "pool_share": ParamSpec("float", 0.0, 1.0, DEFAULT_POOL_SHARE, "相关度的池内占比权重"),
+    "time_boost": ParamSpec("float", 0.0, 1.0, DEFAULT_TIME_BOOST, "问题点明日期时，该时段内事实的加分"),
     # the conversation as the query (memory/engine/context.py); 0 turns a channel off
     "context_lexical_lines": ParamSpec("int", 0, 10, DEFAULT_LEXICAL_LINES, "对话上下文：词面查询的用户行数"),
     "context_dense_messages": ParamSpec("int", 0, 20, DEFAULT_DENSE_MESSAGES, "对话上下文：向量查询的消息条数"),

@@ -4,12 +4,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import numpy as np
+from django.conf import settings
 from django.db.models import Case, Q, QuerySet, Value, When
 
 from memory import backends
-from memory.engine import decay, tokenize
+from memory.engine import decay, tokenize, when
 from memory.engine.background import background_of, generic_words
 from memory.engine.context import ConversationQuery, weighted_max_at
 from memory.engine.quantize import cosine_q8_many, cosine_q8_matrix, quantize_vector
@@ -51,6 +53,7 @@ class ScopedFact:
     eligible: bool = True  # False: the relevance gate held it back, it never enters the prompt
     margin: float | None = None  # cosine minus the query's background (the gate's dense side)
     gate: str = ""  # why the gate let it pass or held it back (memory.engine.scoring.Gate)
+    timed: bool = False  # told inside the window the query names (the ranking's time_boost)
 
     def as_dict(self) -> dict[str, Any]:
         """The candidate as a turn records it in its pool (``Turn.pool``); :meth:`from_dict` reads it back.
@@ -107,6 +110,7 @@ class ScopedFact:
             "cosine": self.cosine, "relevance": self.relevance, "calibrated": self.calibrated,
             "retention": self.retention, "prior": self.prior, "score": self.score, "eligible": self.eligible,
             "active": self.active, "source": self.source, "margin": self.margin, "gate": self.gate,
+            "timed": self.timed,
         }
 
 
@@ -250,17 +254,34 @@ def any_fact_vector(ids: Sequence[int]) -> bool:
     return Fact.objects.filter(pk__in=list(ids), embedding_q8__isnull=False).exists()
 
 
+def query_window(text: str) -> tuple[int, int] | None:
+    """The window (epoch ms) of the date ``text`` names, read in ``settings.TIME_ZONE``
+    (:func:`memory.engine.when.query_window`); ``None`` when it names none."""
+    return when.query_window(text, ZoneInfo(settings.TIME_ZONE))
+
+
+def facts_dated_in(ids: Sequence[int], window: tuple[int, int] | None) -> frozenset[int]:
+    """Those of ``ids`` whose fact was told (``created_at``) inside ``window`` — one read, only when
+    the query names a date."""
+    if window is None or not ids:
+        return frozenset()
+    rows = Fact.objects.filter(pk__in=list(dict.fromkeys(ids)), created_at__gte=window[0], created_at__lt=window[1])
+    return frozenset(rows.values_list("id", flat=True))
+
+
 def rank_facts(
     candidates: Sequence[ScopedFact],
     overrides: Mapping[str, Any] | None = None,
     *,
     cosines: Mapping[int, float] | None = None,
+    window: tuple[int, int] | None = None,
 ) -> list[ScopedFact]:
     """Re-scored copies of ``candidates`` in :func:`memory.engine.scoring.rank` order.
 
     ``cosines`` (from :func:`fact_cosines`) replaces each candidate's cosine and margin when
-    given; otherwise the ones it carries (if any) are used. Every term of the score is kept on
-    the copy; eligible candidates come first.
+    given; otherwise the ones it carries (if any) are used. ``window`` — the time the query names
+    (:func:`query_window`): candidates told inside it are ``timed`` (the ranking's ``time_boost``).
+    Every term of the score is kept on the copy; eligible candidates come first.
     """
     ov = _overrides(overrides)
     if cosines is not None:
@@ -268,10 +289,11 @@ def rank_facts(
         cos_of, margin_of = (lambda c: cosines.get(c.id)), (lambda c: margins.get(c.id))
     else:
         cos_of, margin_of = (lambda c: c.cosine), (lambda c: c.margin)
+    timed = facts_dated_in([c.id for c in candidates], window) if not is_reference_profile(ov) else frozenset()
     inputs = [
         RankCandidate(
             id=i, lexical=c.lexical_relevance, retention=c.retention, cosine=cos_of(c), coverage=c.coverage,
-            active=c.active, rarest=c.rarest, margin=margin_of(c),
+            active=c.active, rarest=c.rarest, margin=margin_of(c), timed=c.id in timed,
         )
         for i, c in enumerate(candidates)
     ]
@@ -280,7 +302,7 @@ def rank_facts(
         c = candidates[r.id]
         out.append(
             c.copy_with(cosine=r.cosine, relevance=r.relevance, score=r.score, calibrated=r.calibrated, prior=r.prior,
-                  eligible=r.eligible, margin=r.margin, gate=r.gate)
+                        eligible=r.eligible, margin=r.margin, gate=r.gate, timed=r.timed)
         )
     return out
 

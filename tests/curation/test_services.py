@@ -343,19 +343,19 @@ class TestReplace:
         }
 
 
-def test_manual_and_n4_operations_are_distinguishable(person):
+def test_manual_and_automatic_operations_are_distinguishable(person):
     old = _fact(person, "他在星野公司上班")
     manual = curation.invalidate_fact(fact_id=old, at=NOW + 1)
     curation.restore_fact(fact_id=old, at=NOW + 2)
-    write = services.add_fact(person_id=person.pk, content="他现在在云岚公司上班", supersedes=old, actor="n4",
+    write = services.add_fact(person_id=person.pk, content="他现在在云岚公司上班", supersedes=old, actor="auto",
                               at=NOW + 3)
-    n4 = FactOperation.objects.get(pk=write.operation_id)
-    assert (n4.actor, n4.op, n4.related_fact_id, n4.fact.content) == ("n4", "supersede", write.fact_id, "他在星野公司上班")
+    auto_op = FactOperation.objects.get(pk=write.operation_id)
+    assert (auto_op.actor, auto_op.op, auto_op.related_fact_id, auto_op.fact.content) == ("auto", "supersede", write.fact_id, "他在星野公司上班")
     assert manual.actor == "manual"
     log = list(journal.operations(fact_id=old))
     assert [o.op for o in log] == ["supersede", "restore", "invalidate"]
-    assert [o.pk for o in journal.operations(actor="n4")] == [n4.pk]
-    undo = curation.undo_operation(operation_id=n4.pk, at=NOW + 4)
+    assert [o.pk for o in journal.operations(actor="auto")] == [auto_op.pk]
+    undo = curation.undo_operation(operation_id=auto_op.pk, at=NOW + 4)
     assert Fact.objects.get(pk=old).superseded_by_id is None
     assert Fact.objects.get(pk=write.fact_id).superseded_by_id == write.fact_id
     assert undo.prev["related_fact_invalidated"] == write.fact_id

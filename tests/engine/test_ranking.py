@@ -282,7 +282,7 @@ def test_terms_are_exposed() -> None:
     assert r.terms() == {
         "relevance": 0.4 * (0.5 * 0.4 + 0.5) + 0.6 * (0.5 * 0.8 + 0.5), "calibrated": 1.0, "prior": 0.01, "score": 1.01,
         "retention": 0.5, "eligible": True, "coverage": 0.7, "cosine": 0.6, "mode": "relevance", "margin": None,
-        "gate": Gate.DENSE,
+        "gate": Gate.DENSE, "timed": False,
     }
 
 

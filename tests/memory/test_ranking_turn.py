@@ -151,3 +151,27 @@ def test_what_forgetting_held_back_is_recorded(person, direct_stream):
     assert confirmed["heldBackFactIds"] == [older]
     assert [t["factId"] for t in confirmed["promptTerms"]] == [fresher]
     assert events("memory_retrieval_trace")[-1]["heldBackFactIds"] == [older]
+
+
+def _day_of(ms: int) -> str:
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from django.conf import settings
+
+    return datetime.fromtimestamp(ms / 1000, ZoneInfo(settings.TIME_ZONE)).strftime("%Y年%m月%d日")
+
+
+def test_a_question_naming_a_date_ranks_what_was_told_then_first(person, direct_stream):
+    then = NOW - 200 * DAY
+    told_then = _fact(person, "玩家在杭州看了一场汽车发布会", at=then, kind="事件")
+    told_later = _fact(person, "玩家在杭州看了周杰伦的演唱会", at=NOW - 10 * DAY, kind="事件")
+    plain, _ = _turn(direct_stream, person, "玩家在杭州看了什么")
+    assert [f.id for f in plain.pool][:2] == [told_later, told_then]  # as relevant: the fresher first
+    ctx, result = _turn(direct_stream, person, f"玩家{_day_of(then)}在杭州看了什么")
+    assert _ids(result)[:2] == [told_then, told_later]
+    by_id = {f.id: f for f in ctx.pool}
+    assert by_id[told_then].timed and not by_id[told_later].timed
+    with overrides_scope(REFERENCE):
+        ref, _ = _turn(direct_stream, person, f"玩家{_day_of(then)}在杭州看了什么")
+    assert not any(f.timed for f in ref.pool)
