@@ -224,6 +224,15 @@ def calibration_lines(results: dict) -> list[str]:
     return [f"- {label(s['scale'])}: {calibration_text(s.get('calibration'))}" for s in results["scales"]]
 
 
+def loaded_note(results: dict) -> list[str]:
+    """A warning when the machine was busier than its cores while the figures were taken."""
+    loads = [(c["load_average"][0], c["cpus"]) for s in results["scales"] for c in (s.get("calibration") or {}).values()]
+    if not loads or max(load / cpus for load, cpus in loads) <= 1:
+        return []
+    return [f"- The machine was shared (1-minute load up to {max(x for x, _ in loads):g} on {loads[0][1]} cores): wall-clock "
+            "latencies and rates are inflated several times; CPU times (in brackets) and memory are the figures to compare."]
+
+
 def render_full(results: dict) -> str:
     """bench/results/scale.md: how it was measured, one table per backend."""
     out = [f"# How the cost grows with the store (`{results['command']}`)", ""]
@@ -234,7 +243,7 @@ def render_full(results: dict) -> str:
         out.append(f"- {label(s['scale'])}: {c['persons']:,} persons, {c['facts']:,} facts, {c['knowledge']:,} knowledge, "
                    f"{c['messages']:,} messages, {c['edges']:,} edges; SQLite file {s['store_gb']} GB built in "
                    f"{c.get('build_seconds')} s" + (f"; {copies}" if copies else ""))
-    out += ["", "Machine speed around each scale:", *calibration_lines(results), ""]
+    out += ["", "Machine speed around each scale:", *calibration_lines(results), *loaded_note(results), ""]
     for backend in results["backends"]:
         out += [f"## {backends.LABELS[backend]}", "", *backend_table(results, backend), ""]
     return "\n".join(out)
@@ -255,7 +264,7 @@ def render_section(results: dict) -> str:
         f"`{results['command']}` in {results['seconds']:,.0f} s; the bench store at each scale "
         "(1× = 2,000 persons, 200,000 messages), read paths in one fresh process, the API as deployed with a "
         "real worker; all figures and the plot: `bench/results/scale.md`, `scale.png`.",
-        *calibration_lines(results), "",
+        *calibration_lines(results), *loaded_note(results), "",
         head, "|---|" + "---:|" * len(columns),
     ]
     for name in SUMMARY:
@@ -279,9 +288,10 @@ def plot(results: dict, path: Path) -> None:
 
     panels = [
         ("read paths, CPU p95 (ms)", [n for n, _ in READ_ROWS[:10]]),
-        ("API as deployed", ["POST /turns + confirm", "worker catch-up: ingested messages embedded"]),
+        ("API as deployed: POST /turns + confirm p95 (ms)", ["POST /turns + confirm"]),
         ("resident memory (MB)", ["reading process RSS", "web worker RSS (warmed, largest)", "Celery pool process RSS (largest)"]),
-        ("start-up (s)", ["message statistics load", "warm-up: web worker fork → first turn"]),
+        ("start-up and catch-up (s)", ["message statistics load", "warm-up: web worker fork → first turn",
+                                       "worker catch-up: ingested messages embedded"]),
     ]
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2))
     for ax, (title, names) in zip(axes, panels, strict=True):
@@ -297,6 +307,9 @@ def plot(results: dict, path: Path) -> None:
         ax.set_title(title)
         ax.set_xlabel("store scale (1× = 200,000 messages)")
         ax.set_xscale("log")
+        ticks = sorted({s["scale"] for s in results["scales"]})
+        ax.set_xticks(ticks, [label(t) for t in ticks])
+        ax.minorticks_off()
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=6)
     fig.tight_layout()

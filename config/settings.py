@@ -215,6 +215,9 @@ LOGGING = {
 # --- Celery -----------------------------------------------------------------
 REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = REDIS_URL
+# kombu's Redis transport, with an acknowledgement lost on a dead connection freeing the worker's slot
+# (config/broker_transport.py): a failover must not leave a worker that takes no task again.
+CELERY_BROKER_TRANSPORT = "config.broker_transport:Transport"
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None

@@ -263,20 +263,29 @@ def vector_backfill(*, countdown: int = 0) -> bool:
     """
     if broker.is_down():
         return False
-    try:
-        client = broker.client()
-        if client.exists(lock_key(VECTORS)):
-            return False  # the running backfill looks again after it finishes
-        marker = queued_key(VECTORS)
-        if not client.set(marker, "1", nx=True, ex=QUEUED_TTL + countdown):
+    for attempt in (1, 2):
+        try:
+            return _vector_backfill(countdown)
+        except SEND_ERRORS as exc:
+            if attempt == 1 and isinstance(exc, broker.REDIS_ERRORS):
+                broker.reconnect()  # a half-open pooled connection: once more on a fresh one
+                continue
+            if isinstance(exc, broker.REDIS_ERRORS):
+                broker.mark_down(exc)
+            logger.warning("vector_backfill_enqueue_failed error=%s", exc)
             return False
-        _send_or_forget(marker, VECTORS_TASK, countdown=countdown or None)
-        return True
-    except SEND_ERRORS as exc:
-        if isinstance(exc, broker.REDIS_ERRORS):
-            broker.mark_down(exc)
-        logger.warning("vector_backfill_enqueue_failed error=%s", exc)
+    return False
+
+
+def _vector_backfill(countdown: int) -> bool:
+    client = broker.client()
+    if client.exists(lock_key(VECTORS)):
+        return False  # the running backfill looks again after it finishes
+    marker = queued_key(VECTORS)
+    if not client.set(marker, "1", nx=True, ex=QUEUED_TTL + countdown):
         return False
+    _send_or_forget(marker, VECTORS_TASK, countdown=countdown or None)
+    return True
 
 
 def _send_or_forget(marker: str, name: str, args: Sequence[Any] = (), **options: Any) -> None:

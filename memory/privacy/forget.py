@@ -262,13 +262,7 @@ def plan_forget(*, target: str, target_id: int) -> ForgetPlan:
             "id", "content", "sender_person_id"
         ):
             texts[mid] = (content, sender)
-    person = plan.target_id if plan.target == "person" else None
-    stream = plan.target_id if plan.target == "stream" else None
-    own_turns = Turn.objects.filter(Q(speaker_id=person) if person else Q(stream_id=stream)) if person or stream else None
-    spoken = list(own_turns.values_list("text", flat=True)) if own_turns is not None else []
-    plan.fragments = list(dict.fromkeys(
-        f for text in [*(content for content, _ in texts.values()), *spoken] for f in quote_fragments(text)
-    ))
+    plan.fragments = list(dict.fromkeys(f for content, _ in texts.values() for f in quote_fragments(content)))
     senders = {sender for _, sender in texts.values() if sender}
     if senders:
         by_sender: dict[int, list[str]] = {}
@@ -318,6 +312,8 @@ def plan_forget(*, target: str, target_id: int) -> ForgetPlan:
     # Traces, events and the journal.
     turns: list[int] = []
     trimmed: list[int] = []
+    person = plan.target_id if plan.target == "person" else None
+    stream = plan.target_id if plan.target == "stream" else None
     for tid, text, impression, speaker, sid, pool, *lists in Turn.objects.values_list(
         "id", "text", "impression", "speaker_id", "stream_id", "pool", *TURN_FACT_LISTS, *TURN_MESSAGE_LISTS
     ).iterator(chunk_size=2000):
@@ -490,8 +486,15 @@ def forget(
         record = ForgetRecord.objects.create(
             at=at, user=user[:150], target=plan.target, target_id=plan.target_id, counts=plan.counts()
         )
-        transaction.on_commit(refresh_statistics)
+        transaction.on_commit(_refresh_statistics_after_commit)
     return plan, record
+
+
+def _refresh_statistics_after_commit() -> None:
+    try:
+        refresh_statistics()
+    except DatabaseError as exc:  # the forgetting is committed: say so, and what is left to do
+        logger.warning("forget_statistics_not_refreshed reason=%s (run ANALYZE)", str(exc).strip()[:200])
 
 
 def refresh_statistics() -> None:

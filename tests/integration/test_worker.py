@@ -36,7 +36,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = TEST_REDIS_URL
 NODE = "it-worker@%h"
-READY = 90  # seconds a worker may take to start or to finish its work: polls return as soon as it is done (~5 s alone; both CI suites at once load 2 cores)
+READY = 180  # seconds a worker may take to start or to finish its work: polls return as soon as it is done (~5 s alone; both CI suites at once load 2 cores)
 
 
 def _celery() -> str:
@@ -80,11 +80,12 @@ def env(tmp_path_factory, redis_test_db) -> dict[str, str]:
 class Worker:
     """``celery worker`` under the node name ``NODE``; ``slow`` runs it through ``tests.integration.slow_worker``."""
 
-    def __init__(self, env: dict[str, str], log: Path, *, slow: tuple[str, ...] = (), **extra: str):
+    def __init__(self, env: dict[str, str], log: Path, *, slow: tuple[str, ...] = (), concurrency: str = "2",
+                 **extra: str):
         self.log = log
         handle = open(log, "ab")
-        args = ["-A", "config", "worker", "-n", NODE, "--concurrency=2", "--loglevel=INFO", "--without-mingle",
-                "--without-gossip"]
+        args = ["-A", "config", "worker", "-n", NODE, f"--concurrency={concurrency}", "--loglevel=INFO",
+                "--without-mingle", "--without-gossip"]
         command = [sys.executable, "-m", "tests.integration.slow_worker", *slow, "--", *args] if slow else [_celery(), *args]
         self.proc = subprocess.Popen(
             command,

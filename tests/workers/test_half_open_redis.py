@@ -7,7 +7,7 @@ must get through on a fresh connection instead of giving up until the next sweep
 """
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db
 def proxied(settings, redis_db):
     parts = urlsplit(TEST_REDIS_URL)
     proxy = TcpProxy(parts.port or 6379, target_host=parts.hostname or "127.0.0.1")
-    settings.REDIS_URL = f"redis://127.0.0.1:{proxy.port}{parts.path or '/0'}"
+    settings.REDIS_URL = urlunsplit(parts._replace(netloc=f"127.0.0.1:{proxy.port}"))  # the test database, proxied
     broker.reset()
     yield proxy
     broker.reset()
@@ -96,3 +96,30 @@ def test_a_sweep_while_redis_hangs_gives_up_after_one_retry(proxied, burst):
 
     assert burst.calls == []
     assert broker.is_down()
+
+
+def test_an_ack_lost_on_a_dead_connection_frees_the_workers_slot(proxied, settings):
+    """kombu's own Redis transport keeps the message counted: with a prefetch of one the worker never
+    takes another (config/broker_transport.py)."""
+    from kombu import Connection, Exchange, Queue
+
+    connection = Connection(settings.REDIS_URL, transport=settings.CELERY_BROKER_TRANSPORT,
+                            transport_options=settings.CELERY_BROKER_TRANSPORT_OPTIONS)
+    try:
+        channel = connection.channel()
+        queue = Queue("faults-ack", Exchange("faults-ack", type="direct"), routing_key="faults-ack")(channel)
+        queue.declare()
+        channel.basic_qos(0, 1, False)  # a worker process's prefetch
+        connection.Producer(channel).publish({"n": 1}, exchange=queue.exchange, routing_key="faults-ack")
+        message = queue.get(no_ack=False)
+        assert message is not None and not channel.qos.can_consume()
+
+        proxied.blackhole()
+        with pytest.raises(connection.connection_errors):
+            message.ack()
+
+        assert channel.qos.can_consume()  # the worker takes the next message once the connection is back
+        proxied.heal()
+    finally:
+        proxied.heal()
+        connection.release()
