@@ -271,14 +271,16 @@ class ScopedNinjaAPI(NinjaAPI):
             for operation in item.values():
                 if isinstance(operation, dict) and "requestBody" in operation:
                     _state_no_nul(operation["requestBody"], components, seen)
-                    operation["responses"].setdefault("415", UNSUPPORTED_MEDIA_TYPE)
+                    for status, said in BODY_REFUSALS.items():
+                        operation["responses"].setdefault(status, {"description": said, "content": ERROR_CONTENT})
         return schema
 
 
-#: Every route with a body answers 415 to one not sent as ``application/json`` (StrictJsonParser).
-UNSUPPORTED_MEDIA_TYPE = {
-    "description": "Unsupported Media Type: the body was not sent as Content-Type: application/json",
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}},
+ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
+#: What every route with a body may answer before its view runs (StrictJsonParser, Django's upload limit).
+BODY_REFUSALS = {
+    "413": "Content Too Large: the body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE",
+    "415": "Unsupported Media Type: the body was not sent as Content-Type: application/json",
 }
 
 

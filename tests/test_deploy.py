@@ -7,8 +7,11 @@ import secrets
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
+
+from tests.redis_url import TEST_REDIS_URL
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -86,7 +89,7 @@ def test_the_web_server_starts_with_a_key_or_with_debug_on(tmp_path, env):
 @pytest.mark.parametrize("process", ["worker", "beat"])
 def test_the_worker_and_the_beat_refuse_the_public_key_before_reaching_the_broker(tmp_path, process):
     # a broker nobody listens on: the refusal comes first, so the process exits instead of retrying a connection
-    env = {"REDIS_URL": "redis://127.0.0.1:9/0"}
+    env = {"REDIS_URL": urlsplit(TEST_REDIS_URL)._replace(netloc="127.0.0.1:9").geturl()}
     args = ["-m", "celery", "-A", "config", process, "--loglevel", "INFO"]
     args += ["--pool", "solo"] if process == "worker" else ["--schedule", str(tmp_path / "beat-schedule")]
     result = run(env, tmp_path, *args)
