@@ -222,6 +222,27 @@ def _gain(value: dict | None) -> str:
     return f"{value['mean']:+.3f} [{value['low']:+.3f}, {value['high']:+.3f}]"
 
 
+def _subset(command: str) -> str:
+    """How a run smaller than the whole of LoCoMo was cut, in words (from its command line)."""
+    words = command.split()
+    said = []
+    for flag, text in (("--conversations", "the first {} conversations"), ("--questions", "the first {} questions of each conversation")):
+        if flag in words:
+            said.append(text.format(words[words.index(flag) + 1]))
+    return f"; {' and '.join(said)} (a run cut to fit the time at hand)" if said else ""
+
+
+def _test_verdict(gain: dict | None) -> str:
+    """What the paired R@5 interval on the test conversations says of the fitted profile."""
+    if not gain:
+        return "no test turns to judge it on"
+    if gain["low"] > 0:
+        return "on the test conversations the fitted profile is better (the interval is above zero)"
+    if gain["high"] < 0:
+        return "on the test conversations the fitted profile is worse (the interval is below zero)"
+    return "on the test conversations the two are not told apart (the interval holds zero)"
+
+
 def render(results: dict) -> str:
     fit, test = results["fit"], results["test"]
     changed = ", ".join(f"`{k}` {v['from']} → {v['to']}" for k, v in fit["changed"].items()) or "nothing"
@@ -231,7 +252,7 @@ def render(results: dict) -> str:
         "",
         f"`{results['command']}` — through the HTTP API (gunicorn, a real Celery worker, default configuration, "
         f"local USE embeddings, heuristic summariser/extractor), {results.get('cpus', '?')} CPUs shared with other "
-        f"work; {results['seconds']:.0f} s. Labels from LoCoMo's gold evidence (a fact is relevant when it carries "
+        f"work; {results['seconds']:.0f} s{_subset(results['command'])}. Labels from LoCoMo's gold evidence (a fact is relevant when it carries "
         "one of the question's evidence ids); the fit saw only the dev conversations "
         f"({', '.join(results['split']['dev'])}); R@5 = share of a question's relevant facts in the first five "
         "prompt facts, on the test conversations' labelled turns, with a 95 % bootstrap interval over turns.",
@@ -247,7 +268,7 @@ def render(results: dict) -> str:
         f"checked on {fit['split']['heldout_turns']} held-out turns of the dev conversations "
         f"(R@5 {held['base']['recall']:.3f} → {held['chosen']['recall']:.3f}, gain {_gain(held['gain']['recall'])}, "
         f"verdict “{fit['verdict']}”). Changed: {changed}. nDCG@5 gain on test: {_gain(test['ndcg_gain'])}; "
-        f"{test['changed_turns']} test turns changed their top 5.",
+        f"{test['changed_turns']} test turns changed their top 5; {_test_verdict(test['gain'])}.",
     ]) + "\n"
 
 

@@ -7,6 +7,7 @@ import secrets
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -87,9 +88,8 @@ def test_the_web_server_starts_with_a_key_or_with_debug_on(tmp_path, env):
 
 @pytest.mark.parametrize("process", ["worker", "beat"])
 def test_the_worker_and_the_beat_refuse_the_public_key_before_reaching_the_broker(tmp_path, process):
-    # the tests' broker database: the refusal comes first, so nothing connects to it (and a process that did
-    # start would be killed by run's timeout, failing the test)
-    env = {"REDIS_URL": TEST_REDIS_URL}
+    # a broker nobody listens on: the refusal comes first, so the process exits instead of retrying a connection
+    env = {"REDIS_URL": urlsplit(TEST_REDIS_URL)._replace(netloc="127.0.0.1:9").geturl()}
     args = ["-m", "celery", "-A", "config", process, "--loglevel", "INFO"]
     args += ["--pool", "solo"] if process == "worker" else ["--schedule", str(tmp_path / "beat-schedule")]
     result = run(env, tmp_path, *args)

@@ -41,6 +41,7 @@ _MONTHS = {
 _MONTH = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
 _YEAR = r"((?:19|20)\d\d)"
+_ANY_YEAR = re.compile(r"(?:19|20)\d\d")  # every form holds one: the other patterns run only then
 _FORMS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b", re.I), "dmy"),
     (re.compile(rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b", re.I), "mdy"),
@@ -78,7 +79,7 @@ def _span(kind: str, groups: tuple[str, ...]) -> tuple[datetime, datetime] | Non
 def query_window(text: str, tz: tzinfo) -> tuple[int, int] | None:
     """``(start, end)`` in epoch ms of the first date ``text`` names (the most specific form found
     first), widened by :data:`SLACK_MS`; ``None`` when it names none. Dates are read in ``tz``."""
-    if not text:
+    if not text or _ANY_YEAR.search(text) is None:
         return None
     for pattern, kind in _FORMS:
         for match in pattern.finditer(text):

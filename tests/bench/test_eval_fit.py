@@ -30,6 +30,9 @@ def test_the_section_reports_both_profiles_on_the_test_turns_with_their_interval
     assert "| gain (paired) | 700 | +0.030 [+0.010, +0.050] |" in text
     assert "`python -m bench.eval_fit`" in text and "conv-26, conv-41" in text
     assert "`relevance_weight` 0.6 → 0.8" in text and "verdict “better”" in text
+    assert "the fitted profile is better (the interval is above zero)" in text
+    tied = eval_fit.render({**RESULTS, "test": {**RESULTS["test"], "gain": _ci(-0.003, -0.018, 0.012)}})
+    assert "| gain (paired) | 700 | -0.003 [-0.018, +0.012] |" in tied and "not told apart (the interval holds zero)" in tied
 
 
 def test_a_result_with_a_date_in_it_is_refused():

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from tests import dbenv
-from tests.integration.test_worker import ROOT, Worker, poll, query
+from tests.integration.test_worker import READY, ROOT, Worker, poll, query
 from tests.redis_url import TEST_REDIS_URL
 
 pytestmark = pytest.mark.integration
@@ -60,7 +60,7 @@ def test_an_import_killed_with_its_worker_is_finished_by_the_next_worker(env):
     slow = Worker(env, log, slow=("--import-delay", "0.5"))
     started = [slow]
     try:
-        assert slow.wait_for_log("ready.", 60), log.read_text()[-3000:]
+        assert slow.wait_for_log("ready.", READY), log.read_text()[-3000:]
         done = subprocess.run([sys.executable, "-c", START_IMPORT, str(CHUNKS)], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr[-2000:]
@@ -79,7 +79,7 @@ def test_an_import_killed_with_its_worker_is_finished_by_the_next_worker(env):
         offset = len(log.read_text("utf-8", errors="replace"))
         again = Worker(env, log)
         started.append(again)
-        assert again.wait_for_log("ready.", 60, after=offset), log.read_text()[-3000:]
+        assert again.wait_for_log("ready.", READY, after=offset), log.read_text()[-3000:]
         # returns when done (seconds alone); a loose bound for a loaded machine (a niced worker waits for CPU)
         assert poll(lambda: job_row()[0] in ("done", "failed"), 240), (job_row(), log.read_text()[-3000:])
         status, progress, total, worker, attempts, error = job_row()

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests import dbenv
-from tests.integration.test_worker import ROOT, Worker, poll, query
+from tests.integration.test_worker import READY, ROOT, Worker, poll, query
 from tests.redis_url import TEST_REDIS_URL
 
 pytestmark = pytest.mark.integration
@@ -58,7 +58,7 @@ def test_a_worker_loads_the_model_before_it_is_ready_and_never_again(env):
     log = Path(env["_TMP"]) / "worker.log"
     worker = Worker(env, log)
     try:
-        assert worker.wait_for_log("ready.", 60), log.read_text()[-3000:]
+        assert worker.wait_for_log("ready.", READY), log.read_text()[-3000:]
         text = log.read_text("utf-8", errors="replace")
         match = re.search(r"embedder_preloaded label=local:\S+ load_ms=(\d+)", text)
         assert match, text[-3000:]

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = TEST_REDIS_URL
 NODE = "it-worker@%h"
-READY = 90  # seconds a worker may take to start or to finish its work: polls return as soon as it is done (~5 s alone; both CI suites at once load 2 cores)
+READY = 180  # seconds a worker may take to start or to finish its work: polls return as soon as it is done (~5 s alone; both CI suites at once load 2 cores)
 
 
 def _celery() -> str:
