@@ -58,3 +58,14 @@ def _broker_breaker_closed():
     broker.reset()
     yield
     broker.reset()
+
+
+@pytest.fixture(autouse=True)
+def _default_language():
+    """Each test starts in the default language: a request's LocaleMiddleware (an English page, an
+    ``Accept-Language: en`` API call) leaves its language active in the thread after the response."""
+    from django.utils import translation
+
+    translation.deactivate()  # LANGUAGE_CODE
+    yield
+    translation.deactivate()
