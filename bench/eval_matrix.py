@@ -25,8 +25,8 @@ person's memories are posted as facts dated as they happened; a fact covers its 
 the gate's bank is other text), each a turn of the dataset's persons in a fresh stream: the
 facts a turn brings, averaged.
 
-**Splits**: the units at even positions are *dev* (the gate's constants were chosen on them,
-offline), the odd ones *test*; the report gives test with dev beside it.
+**Splits**: the units at even positions are *dev* (the gate's constants and ``time_boost`` were
+chosen on them, offline), the odd ones *test*; the report gives test with dev beside it.
 
     python -m bench.eval_matrix                       # everything
     python -m bench.eval_matrix --quick               # a few units of each dataset
@@ -404,7 +404,8 @@ def render(results: dict) -> str:
                    "profile, memories dated as they happened); baselines over the same memories in the harness", results)
     out = ["## The recall matrix (`make eval`)", "",
            how + " R@5 of the prompt facts; each cell is the **test** split (dev in parentheses): the gate's constants "
-           "were chosen on the dev units offline, the test units and the small-talk lines played no part.",
+           "and `time_boost` (LoCoMo) were chosen on the dev units offline, the test units and the small-talk lines "
+           "played no part.",
            *(f"Skipped: {line}" for line in results.get("skipped", [])), "",
            md_table(["data set · form", *METHODS.values()], _rows(results))]
     return "\n".join(out) + "\n"

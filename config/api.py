@@ -269,6 +269,8 @@ class ScopedNinjaAPI(NinjaAPI):
         seen: set[str] = set()
         for item in schema.get("paths", {}).values():
             for operation in item.values():
+                if isinstance(operation, dict):
+                    operation["responses"].setdefault("503", {"description": UNAVAILABLE, "content": ERROR_CONTENT})
                 if isinstance(operation, dict) and "requestBody" in operation:
                     _state_no_nul(operation["requestBody"], components, seen)
                     for status, said in BODY_REFUSALS.items():
@@ -282,6 +284,14 @@ BODY_REFUSALS = {
     "413": "Content Too Large: the body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE",
     "415": "Unsupported Media Type: the body was not sent as Content-Type: application/json",
 }
+
+
+#: What any route may answer while the database or the task queue is away or busy (with Retry-After).
+UNAVAILABLE = (
+    "Service Unavailable: the database or the task queue (Redis) is away or busy; retry after Retry-After "
+    "seconds. The body says whether the request was not applied or may have been applied (a message: "
+    "resend it with the same external_message_id)"
+)
 
 
 #: One real example of every request and response body, by model (each app keeps its own).

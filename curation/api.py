@@ -64,6 +64,21 @@ class ResolveIn(In):
     at: EpochMs | None = None
 
 
+class KeepAllIn(In):
+    fact_id: Id = Field(description="any member of the slot-conflict group")
+    member_ids: list[Id] | None = Field(
+        None, max_length=200,
+        description="the members you saw; refused (409) when the group has changed since (omit: whatever it holds)",
+    )
+    at: EpochMs | None = None
+
+
+class KeepAllOut(Schema):
+    ok: bool
+    operation_ids: list[int] = Field(description="one journal row per member, each undoable on its own")
+    fact_ids: list[int] = Field(description="the members, all still valid, out of the slot")
+
+
 class OperationResult(Schema):
     ok: bool
     operation_id: int
@@ -207,6 +222,17 @@ def resolve_conflict(request: HttpRequest, payload: ResolveIn):
     return {"ok": True, "operation_id": result.pk, "fact_id": payload.drop_fact_id}
 
 
+@router.post("/conflicts/keep-all", response={200: KeepAllOut, **ERRORS}, summary="Keep every member of a conflict")
+def keep_all_conflict(request: HttpRequest, payload: KeepAllIn):
+    """"Both are true": every member of the fact's slot-conflict group stays valid and leaves the slot, so the
+    prompt no longer sets them side by side as a contradiction (a person with two homes, two jobs). 409 when
+    the fact is not in a group, or the group is not ``member_ids``."""
+    ops = services.keep_all(
+        fact_id=payload.fact_id, expected_member_ids=payload.member_ids, user=api_user(request), at=_at(payload.at)
+    )
+    return {"ok": True, "operation_ids": [op.pk for op in ops], "fact_ids": [op.fact_id for op in ops]}
+
+
 @router.get("/operations", response={200: OperationsOut, **ERRORS}, summary="The operation journal")
 def operations(
     request: HttpRequest,
@@ -267,6 +293,8 @@ EXAMPLES: dict[type, Any] = {
     AtIn: {"at": 1796383932894},
     ReplaceIn: {"content": "小林喜欢傍晚在西湖边散步"},
     ResolveIn: {"keep_fact_id": 44, "drop_fact_id": 11},
+    KeepAllIn: {"fact_id": 44, "member_ids": [11, 44]},
+    KeepAllOut: {"ok": True, "operation_ids": [15, 16], "fact_ids": [11, 44]},
     OperationResult: {"ok": True, "operation_id": 14, "fact_id": 50, "new_fact_id": 51, "conflict_with": [],
                       "undo_of": None},
     ConflictMember: _MEMBERS[0],

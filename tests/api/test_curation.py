@@ -144,6 +144,28 @@ def test_resolve_errors(api):
     assert r.status_code == 422 and "body.drop_fact_id" in r.json()["detail"]
 
 
+def test_keep_all_takes_every_member_out_of_the_conflict_and_undoes_one_by_one(api):
+    a = add(api, "住在杭州", kind="身份", slot="居住地")
+    b = add(api, "住在上海", kind="身份", slot="居住地")
+    pid = a["person_id"]
+    stale = api.post("conflicts/keep-all", {"fact_id": a["fact_id"], "member_ids": [a["fact_id"]]})
+    assert stale.status_code == 409 and Fact.objects.get(pk=a["fact_id"]).slot == "居住地"  # nothing changed
+    res = api.post("conflicts/keep-all", {"fact_id": a["fact_id"], "member_ids": [a["fact_id"], b["fact_id"]]})
+    assert res.status_code == 200, res.json()
+    body = res.json()
+    assert body["ok"] is True and sorted(body["fact_ids"]) == sorted([a["fact_id"], b["fact_id"]])
+    assert len(body["operation_ids"]) == 2
+    assert api.get("conflicts", person_id=pid).json()["groups"] == []
+    for fid in (a["fact_id"], b["fact_id"]):  # both still valid, out of the slot
+        fact = Fact.objects.get(pk=fid)
+        assert fact.superseded_by_id is None and fact.slot == ""
+    assert api.post("conflicts/keep-all", {"fact_id": a["fact_id"]}).status_code == 409  # no group any more
+    assert api.post("conflicts/keep-all", {"fact_id": 999999}).status_code == 404
+    assert api.post("conflicts/keep-all", {}).status_code == 422
+    assert api.post(f"operations/{body['operation_ids'][0]}/undo").status_code == 200
+    assert sorted([Fact.objects.get(pk=a["fact_id"]).slot, Fact.objects.get(pk=b["fact_id"]).slot]) == ["", "居住地"]
+
+
 def test_operations_log(api):
     a = add(api, "住在杭州", kind="身份")
     b = add(api, "喜欢猫", who="u2")
