@@ -270,6 +270,8 @@ class ScopedNinjaAPI(NinjaAPI):
         for item in schema.get("paths", {}).values():
             for operation in item.values():
                 if isinstance(operation, dict):
+                    # ninja keys the views' statuses by int: one key per status once JSON makes them strings
+                    operation["responses"] = {str(status): said for status, said in operation["responses"].items()}
                     operation["responses"].setdefault("503", {"description": UNAVAILABLE, "content": ERROR_CONTENT})
                 if isinstance(operation, dict) and "requestBody" in operation:
                     _state_no_nul(operation["requestBody"], components, seen)

@@ -54,7 +54,7 @@ PARAM_HELP = {
     "pool_share": gettext_lazy(
         "词面（BM25）和向量余弦各有多少按「占候选池最强者的比例」计（0 = 只用绝对值：BM25 饱和，强弱命中差不多）"
     ),
-    "time_boost": gettext_lazy("问题写明了年月日（如 2023年10月、October 2023）时，那段时间里记下的事实加多少分（0 = 不看日期）"),
+    "time_boost": gettext_lazy("问题写明了年月日（如 2023年10月、2023-10-13）时，那段时间里记下的事实加多少分（0 = 不看日期）"),
     "context_lexical_lines": gettext_lazy("最近几条用户发言也用来检索（0 = 只看这一句）"),
     "context_dense_messages": gettext_lazy("最近几条消息的向量也参与比较（0 = 只看这一句）"),
     "context_half_life": gettext_lazy("越早的发言权重越低：每隔这么多条减半"),

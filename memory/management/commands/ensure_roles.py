@@ -66,6 +66,9 @@ def ensure_console_permissions() -> None:
 
 def ensure_roles() -> dict[str, Group]:
     """Create or update the three groups; returns them by name."""
+    # the content types may have been recreated under other ids (a flush, a restored store) since this
+    # process cached them: a stale id would point the permissions at no content type
+    ContentType.objects.clear_cache()
     ensure_console_permissions()
     groups = {}
     for role, dotted in ROLES.items():
