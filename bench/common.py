@@ -47,11 +47,12 @@ def data_dir() -> Path:
 
 def shown(path: Path | str) -> str:
     """``path`` as results and reports name it: relative to the repository when it lies beside it
-    (``bench/.cache/scale.sqlite3``, ``../shared/data``), so no machine's directories are written down."""
+    (``bench/.cache/scale.sqlite3``, ``../shared/data``), elsewhere by its last two names only
+    (``…/scale-data/scale-3.sqlite3``), so no machine's directories are written down."""
     path = Path(path).resolve()
     if path.is_relative_to(REPO_DIR.parent):
         return os.path.relpath(path, REPO_DIR)
-    return str(path)
+    return str(Path("…", *path.parts[-2:]))
 
 
 def require_data(*parts: str) -> Path:
