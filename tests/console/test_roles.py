@@ -43,6 +43,20 @@ def test_ensure_roles_is_idempotent(roles):
     assert "export_person" in after["operator"] and not {"export_person"} & (after["reviewer"] | after["staff"])
 
 
+@pytest.mark.django_db
+def test_ensure_roles_works_on_a_store_without_permissions_or_content_types():
+    """A flushed or restored store (no post_migrate since): the roles still get every permission."""
+    from django.contrib.auth.models import Permission
+    from django.contrib.contenttypes.models import ContentType
+
+    ContentType.objects.get_for_model(Group)  # this process caches a content type …
+    Permission.objects.all().delete()
+    ContentType.objects.all().delete()  # … that no longer exists
+    call_command("ensure_roles", stdout=open("/dev/null", "w"))
+    operator = set(Group.objects.get(name="operator").permissions.values_list("codename", flat=True))
+    assert {"view_person", "view_turn", "curate_fact", "forget_memory", "export_person"} <= operator
+
+
 @pytest.mark.parametrize("name", list(PAGES))
 def test_it_requires_login(client, name):
     response = client.get(reverse(name))

@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.apps import apps
+from django.contrib.auth.management import create_permissions
 from django.contrib.auth.models import Group, Permission
+from django.contrib.contenttypes.management import create_contenttypes
 from django.contrib.contenttypes.models import ContentType
 from django.core.management.base import BaseCommand
 
@@ -66,9 +68,12 @@ def ensure_console_permissions() -> None:
 
 def ensure_roles() -> dict[str, Group]:
     """Create or update the three groups; returns them by name."""
-    # the content types may have been recreated under other ids (a flush, a restored store) since this
-    # process cached them: a stale id would point the permissions at no content type
+    # migrate's post_migrate makes every model's content type and default permissions; a store flushed or
+    # restored without them (and a process caching content types of an earlier state) gets them here
     ContentType.objects.clear_cache()
+    for app_config in apps.get_app_configs():
+        create_contenttypes(app_config, verbosity=0)
+        create_permissions(app_config, verbosity=0)
     ensure_console_permissions()
     groups = {}
     for role, dotted in ROLES.items():
