@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -404,35 +404,26 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in BENCH_PORTS={os.environ['BENCH_PORTS']}")
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process and its direct children so far (Linux /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
+def _processes() -> Iterator[tuple[int, list[str]]]:
+    """``(pid, the fields of /proc/<pid>/stat after the command's name)`` of every process now running."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            yield int(entry.name), (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
             continue
-        if int(entry.name) == pid or int(fields[1]) == pid:
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its direct children so far (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    return sum((int(f[11]) + int(f[12])) / tick for p, f in _processes() if p == pid or int(f[1]) == pid)
 
 
 def child_pids(pid: int) -> list[int]:
     """The direct children of ``pid`` (Linux /proc), oldest first."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append((int(fields[19]), int(entry.name)))
-    return [p for _, p in sorted(out)]
+    return [p for _, p in sorted((int(f[19]), p) for p, f in _processes() if int(f[1]) == pid)]
 
 
 def rss_mb(pid: int) -> float:
