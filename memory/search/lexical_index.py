@@ -295,6 +295,28 @@ class ResidentBM25:
         index (committed after the last refresh): the caller asks FTS5. Rowids come in
         ascending order.
         """
+        return self._rows_scored(terms, rowids, self._table_weights)
+
+    def scope_scores(self, terms: Sequence[str], rowids: Sequence[int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(rowids, bm25)`` of those of ``rowids`` that match a term, with the statistics of ``rowids``
+        themselves — :func:`memory.engine.bm25.scope_bm25`'s numbers (the same operations on each
+        number), at the cost of the given rows only. ``None`` as :meth:`scores_for`."""
+        return self._rows_scored(terms, rowids, self._scope_weights)
+
+    def _table_weights(self, found: np.ndarray, df: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """IDF of each term and length norms of the rows, with the statistics of the whole table."""
+        n = len(self)
+        return np.array([fts_idf(n, k) if k else 0.0 for k in df]), self._norms()[at]
+
+    def _scope_weights(self, found: np.ndarray, df: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """IDF of each term and length norms of the rows, with the statistics of the rows themselves."""
+        n = len(at)
+        lengths = self._all_lengths()[at]
+        avgdl = float(lengths.sum()) / n
+        return np.array([scope_idf(n, int(k)) for k in found.sum(axis=1)]), K1 * ((1.0 - B) + B * lengths / avgdl)
+
+    def _rows_scored(self, terms: Sequence[str], rowids: Sequence[int], weights) -> tuple[np.ndarray, np.ndarray] | None:
+        """:meth:`scores_for` and :meth:`scope_scores`, ``weights`` giving the terms' IDF and the rows' norms."""
         with self._lock:
             tokens = self._tokens(terms)
             if tokens is None:
@@ -306,35 +328,9 @@ class ResidentBM25:
             if not tokens or not len(at):
                 return np.zeros(0, dtype=np.int64), np.zeros(0)
             found, tf, df = self._lookup(tokens, at)
-            n = len(self)
-            norms = self._norms()[at]
-            idf = np.array([fts_idf(n, k) if k else 0.0 for k in df])
+            idf, norms = weights(found, df, at)
             # as in _scores (the same operations on each number), summed term by term in query order:
             # a reduction over axis 0 adds row after row, and a term missing from a row adds 0.0
-            total = np.add.reduce(idf[:, None] * ((tf * (K1 + 1.0)) / (tf + norms)), axis=0)
-            hit = found.any(axis=0)
-            return wanted[hit], -total[hit]
-
-    def scope_scores(self, terms: Sequence[str], rowids: Sequence[int]) -> tuple[np.ndarray, np.ndarray] | None:
-        """``(rowids, bm25)`` of those of ``rowids`` that match a term, with the statistics of ``rowids``
-        themselves — :func:`memory.engine.bm25.scope_bm25`'s numbers (the same operations on each
-        number), at the cost of the given rows only. ``None`` as :meth:`scores_for`."""
-        with self._lock:
-            tokens = self._tokens(terms)
-            if tokens is None:
-                return None
-            wanted = np.unique(np.fromiter((int(r) for r in rowids), dtype=np.int64))
-            at = self._positions(wanted)
-            if at is None:
-                return None
-            if not tokens or not len(at):
-                return np.zeros(0, dtype=np.int64), np.zeros(0)
-            found, tf, _ = self._lookup(tokens, at)
-            n = len(at)
-            lengths = self._all_lengths()[at]
-            avgdl = float(lengths.sum()) / n
-            norms = K1 * ((1.0 - B) + B * lengths / avgdl)
-            idf = np.array([scope_idf(n, int(k)) for k in found.sum(axis=1)])
             total = np.add.reduce(idf[:, None] * ((tf * (K1 + 1.0)) / (tf + norms)), axis=0)
             hit = found.any(axis=0)
             return wanted[hit], -total[hit]
