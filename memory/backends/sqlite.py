@@ -218,6 +218,10 @@ def document_count(table: str) -> int:
     return count
 
 
+def fold_statistics() -> None:
+    """Nothing to do: FTS5 keeps its own statistics."""
+
+
 def document_frequencies(table: str, terms: Sequence[str]) -> dict[str, int]:
     with connection.cursor() as cur:
         cur.execute(f"SELECT term, doc FROM {table}_vocab WHERE term IN ({in_placeholders(terms)})", list(terms))
