@@ -225,14 +225,15 @@ def dulemon_units(limit: int | None) -> list[Unit]:
     return units
 
 
-MEMORYBANK_LABELS = Path(__file__).with_name("memorybank_labels.json")
+MEMORYBANK_LABELS = {"cn": Path(__file__).with_name("memorybank_labels.json"),
+                     "en": Path(__file__).with_name("memorybank_labels_en.json")}  # the matrix plays the Chinese
 MEMORYBANK_HOUR = 20  # the set has days, not times: each day's chat is put in the evening, Shanghai time
 
 
-def memorybank_labels() -> dict[str, list[list[tuple[str, int]]]]:
-    """Our gold evidence for the Chinese probing questions: ``{user: [[(date, pair index), …] per question]}``
+def memorybank_labels(lang: str = "cn") -> dict[str, list[list[tuple[str, int]]]]:
+    """Our gold evidence for the probing questions: ``{user: [[(date, pair index), …] per question]}``
     (``[]`` = no pair answers it)."""
-    doc = json.loads(MEMORYBANK_LABELS.read_text(encoding="utf-8"))
+    doc = json.loads(MEMORYBANK_LABELS[lang].read_text(encoding="utf-8"))
     out: dict[str, list[list[tuple[str, int]]]] = defaultdict(list)
     for entry in doc["labels"]:
         assert entry["q"] == len(out[entry["user"]]), entry  # in question order, none missing
@@ -240,15 +241,15 @@ def memorybank_labels() -> dict[str, list[list[tuple[str, int]]]]:
     return dict(out)
 
 
-def memorybank_data() -> tuple[dict, dict[str, list[str]]]:
-    """MemoryBank's Chinese memory bank ``{user: {…, "history": {date: [{query, response}, …]}}}`` and
-    its probing questions ``{user: [question, …]}``."""
+def memorybank_data(lang: str = "cn") -> tuple[dict, dict[str, list[str]]]:
+    """MemoryBank's memory bank ``{user: {…, "history": {date: [{query, response}, …]}}}`` (the English
+    names carry stray spaces) and its probing questions ``{user: [question, …]}``."""
     from bench.common import require_data
 
-    folder = require_data("memorybank-siliconfriend", "eval_data", "cn")
-    bank = json.loads((folder / "memory_bank_cn.json").read_text(encoding="utf-8"))
+    folder = require_data("memorybank-siliconfriend", "eval_data", lang)
+    bank = json.loads((folder / f"memory_bank_{lang}.json").read_text(encoding="utf-8"))
     questions: dict[str, list[str]] = {}
-    for line in (folder / "probing_questions_cn.jsonl").read_text(encoding="utf-8").splitlines():
+    for line in (folder / f"probing_questions_{lang}.jsonl").read_text(encoding="utf-8").splitlines():
         if line.strip():
             questions.update(json.loads(line))
     return bank, questions

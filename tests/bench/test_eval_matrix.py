@@ -1,6 +1,8 @@
 """The recall matrix's data and arithmetic, without a deployment (``make eval`` lives it through the API)."""
 from __future__ import annotations
 
+import pytest
+
 from bench import eval_matrix
 from bench.eval_matrix import Case, Unit, score
 
@@ -46,15 +48,18 @@ def test_score_reads_the_prompt_labels_per_split():
     assert out["small_talk"]["ours"]["dev"]["mean"] == 1.0 and out["small_talk"]["ours"]["all"]["mean"] == 1.0
 
 
-def test_memorybank_labels_point_at_pairs_that_hold_their_quote():
+@pytest.mark.parametrize(("lang", "unanswerable"), [("cn", 0), ("en", 1)])
+def test_memorybank_labels_point_at_pairs_that_hold_their_quote(lang, unanswerable):
     import json
 
-    bank, questions = eval_matrix.memorybank_data()
-    labels = eval_matrix.memorybank_labels()
+    bank, questions = eval_matrix.memorybank_data(lang)
+    labels = eval_matrix.memorybank_labels(lang)
     assert set(labels) == {name.strip() for name in bank} == set(questions)
     assert [len(labels[n]) for n in questions] == [len(q) for q in questions.values()]
     assert sum(len(q) for q in questions.values()) == 100
-    entries = json.loads(eval_matrix.MEMORYBANK_LABELS.read_text(encoding="utf-8"))["labels"]
+    assert sum(not evidence for per_user in labels.values() for evidence in per_user) == unanswerable
+    bank = {name.strip(): person for name, person in bank.items()}
+    entries = json.loads(eval_matrix.MEMORYBANK_LABELS[lang].read_text(encoding="utf-8"))["labels"]
     for entry in entries:
         history = bank[entry["user"]]["history"]
         pairs = [history[date][j] for date, j in entry["evidence"]]  # an index past the day's pairs raises
@@ -83,8 +88,6 @@ def test_memorybank_units_are_test_only_with_the_three_forms():
 
 
 def test_a_partial_matrix_leaves_the_full_report_alone():
-    import pytest
-
     from bench.common import RESULTS_DIR
 
     full = eval_matrix.parse_args([])
