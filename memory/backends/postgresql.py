@@ -42,8 +42,9 @@ import numpy as np
 import psycopg
 from django.db import connection
 
+from memory.backends.portable import chunks, cue_rows, ranked_fact_rows
 from memory.engine.bm25 import K1, B, fts_idf, fts_tokens
-from memory.engine.tokenize import index_tokens
+from memory.engine.tokenize import index_tokens, terms_of
 
 # The counter is the value's leading integer, 0 when there is none ('', 'x', a hand-edited row):
 # SQLite's CAST(value AS INTEGER). Up to 18 digits, so the cast never overflows a bigint.
@@ -493,9 +494,14 @@ def clear(table: str) -> None:
             cur.execute(f"DELETE FROM {name} WHERE source = %s", [code])
 
 
-def delete_rows(table: str, rowids: Iterable[int]) -> None:
+def delete_rows(table: str, rows: Sequence[tuple]) -> None:
+    """``(rowid, tokens[, scope id])`` rows: the postings go by rowid."""
     with connection.cursor() as cur:
-        _delete_docs(cur, table, rowids)
+        _delete_docs(cur, table, [row[0] for row in rows])
+
+
+def purge_deleted(tables: Sequence[str]) -> None:
+    """Nothing to do: deleted postings are dead tuples until (auto)vacuum (docs/DEPLOY.md)."""
 
 
 # --- statistics -----------------------------------------------------------------------------------
@@ -658,40 +664,65 @@ def _best(scores: dict[int, float], *, newest_first: bool = False) -> list[tuple
 
 
 # --- the queries of memory/search/lexical.py ---------------------------------------------------------------
+# The same functions, arguments and results as memory/backends/sqlite.py's; a query is an FTS5 MATCH
+# expression of quoted terms (memory.engine.tokenize.match_expression), scored here term by term.
 
 
-def message_candidates(terms: Sequence[str], *, stream_id: int, before_id: int | None, limit: int) -> list[tuple[int, float]]:
-    scores = _score("messages_fts", terms, scopes=[stream_id], before_id=before_id)
+def message_candidates(match: str, *, stream_id: int, before_id: int | None, limit: int) -> list[tuple[int, float]]:
+    scores = _score("messages_fts", terms_of(match), scopes=[stream_id], before_id=before_id)
     return _best(scores, newest_first=True)[:limit]
 
 
-def message_bm25(terms: Sequence[str], *, stream_id: int, message_ids: Sequence[int]) -> dict[int, float]:
-    return _score("messages_fts", terms, scopes=[stream_id], ids=message_ids)
+def message_bm25(match: str, *, stream_id: int, message_ids: Sequence[int]) -> dict[int, float]:
+    return _score("messages_fts", terms_of(match), scopes=[stream_id], ids=message_ids)
 
 
 def fact_scores(terms: Sequence[str], person_ids: Sequence[int] | None) -> list[tuple[int, float]]:
+    """Every matching fact ``(id, bm25)`` of the persons (``None``: everyone's), best first (ties: lower id)."""
     return _best(_score("facts_fts", terms, scopes=person_ids))
 
 
-def fact_bm25(terms: Sequence[str], fact_ids: Sequence[int]) -> dict[int, float]:
-    return _score("facts_fts", terms, ids=fact_ids)
+def fact_candidates(match: str, *, person_ids: Sequence[int] | None, limit: int, include_invalid: bool) -> list[tuple]:
+    ranked = fact_scores(terms_of(match), person_ids)
+    return ranked_fact_rows(chunks(ranked, limit), include_invalid=include_invalid, limit=limit)
 
 
-def cue_scores(terms: Sequence[str], stream_id: int | None) -> list[tuple[int, float]]:
-    """Every matching cue ``(id, bm25)`` of one stream (``None``: all streams), best first (ties: lower id)."""
-    return _best(_score("cues_fts", terms, scopes=None if stream_id is None else [stream_id]))
+def fact_bm25(match: str, fact_ids: Sequence[int]) -> dict[int, float]:
+    return _score("facts_fts", terms_of(match), ids=fact_ids)
 
 
-def top(table: str, terms: Sequence[str], limit: int) -> list[tuple[int, float]]:
-    return _best(_score(table, terms))[:limit]
+def similar_facts(match: str, *, person_id: int, limit: int) -> list[tuple[int, str]]:
+    ranked = fact_scores(terms_of(match), [person_id])
+    rows = ranked_fact_rows(chunks(ranked, limit), include_invalid=False, limit=limit, columns="f.id, {bm25}, f.content")
+    return [(fid, content) for fid, _, content in rows]
 
 
-def bm25_for(table: str, terms: Sequence[str], ids: Sequence[int]) -> dict[int, float]:
-    return _score(table, terms, ids=ids)
+def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tuple[int, int, float]]:
+    """Every matching cue of one stream (``None``: all streams), best first (ties: lower id), until
+    ``limit`` of summarised episodes are found."""
+    ranked = _best(_score("cues_fts", terms_of(match), scopes=None if stream_id is None else [stream_id]))
+    found: list[tuple[int, int, float]] = []
+    for batch in chunks(ranked, limit):
+        found += cue_rows(batch)
+        if len(found) >= limit:
+            break
+    return found[:limit]
 
 
-def rows_containing(table: str, terms: Sequence[str], *, limit: int) -> list[int]:
-    return sorted(_score(table, terms))[:limit]
+def unpruned_top(table: str, match: str, *, limit: int) -> list[tuple[int, float]]:
+    return _best(_score(table, terms_of(match)))[:limit]
+
+
+def knowledge_candidates(match: str, *, limit: int) -> list[tuple[int, float]]:
+    return unpruned_top("knowledge_fts", match, limit=limit)
+
+
+def knowledge_bm25(match: str, ids: Sequence[int]) -> dict[int, float]:
+    return _score("knowledge_fts", terms_of(match), ids=ids)
+
+
+def rows_containing(table: str, match: str, *, limit: int) -> list[int]:
+    return sorted(_score(table, terms_of(match)))[:limit]
 
 
 # --- the change log (memory/search/changes.py) -------------------------------------------------------------

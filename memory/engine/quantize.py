@@ -259,6 +259,7 @@ class Int8Matrix:
     matrix: np.ndarray
     norms: np.ndarray
     skipped: tuple[int, ...] = field(default=())
+    _inverse_norms: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def dimension(self) -> int:
@@ -328,6 +329,16 @@ class Int8Matrix:
             np.dot(chunk, vec, out=dots[start : start + chunk.shape[0]])
         return dots
 
+    def _exact_cosines(self, dots: np.ndarray, vec: np.ndarray, rows: np.ndarray | slice) -> np.ndarray:
+        """Cosines from the dot products of ``rows`` (float64; 0 for a zero row or query; clamped)."""
+        q_norm = float(np.sqrt(np.dot(vec.astype(np.float64), vec.astype(np.float64))))
+        denom = self.norms[rows].astype(np.float64) * q_norm
+        out = np.zeros(denom.shape[0], dtype=np.float64)
+        nonzero = denom > 0.0
+        out[nonzero] = dots[nonzero].astype(np.float64) / denom[nonzero]
+        np.clip(out, -1.0, 1.0, out=out)
+        return out
+
     def cosines(self, query: BytesLike | np.ndarray | Sequence[float]) -> np.ndarray:
         """Cosine of ``query`` (an SQ8 blob or a float vector) against every row (float64, n).
 
@@ -335,17 +346,18 @@ class Int8Matrix:
         ``ValueError`` for an invalid query or a dimension mismatch.
         """
         vec, q8 = self._query_vector(query)
-        n = len(self)
-        if n == 0:
+        if len(self) == 0:
             return np.zeros(0, dtype=np.float64)
-        dots = self._dots(vec, q8)
-        q_norm = float(np.sqrt(np.dot(vec.astype(np.float64), vec.astype(np.float64))))
-        denom = self.norms.astype(np.float64) * q_norm
-        out = np.zeros(n, dtype=np.float64)
-        nonzero = denom > 0.0
-        out[nonzero] = dots[nonzero].astype(np.float64) / denom[nonzero]
-        np.clip(out, -1.0, 1.0, out=out)
-        return out
+        return self._exact_cosines(self._dots(vec, q8), vec, slice(None))
+
+    def _ranking(self, dots: np.ndarray) -> np.ndarray:
+        """``dot / |row|`` in float32 (0 for a zero row): the cosines' order, up to float32 rounding."""
+        if self._inverse_norms is None:
+            norms = self.norms.astype(np.float64)
+            inverse = np.zeros_like(norms)
+            np.divide(1.0, norms, out=inverse, where=norms > 0.0)
+            self._inverse_norms = inverse.astype(np.float32)
+        return dots.astype(np.float32, copy=False) * self._inverse_norms
 
     def top_k(self, query: BytesLike | np.ndarray | Sequence[float], k: int) -> list[tuple[int, float]]:
         """The ``k`` rows most similar to ``query``: ``[(id, cosine), ...]`` best first.
@@ -354,14 +366,22 @@ class Int8Matrix:
         """
         if k < 1 or len(self) == 0:
             return []
-        scores = self.cosines(query)
-        n = scores.shape[0]
+        vec, q8 = self._query_vector(query)
+        dots = self._dots(vec, q8)
+        n = dots.shape[0]
         if k < n:
-            part = np.argpartition(-scores, k - 1)[:k]
-            # include every row tied with the k-th score so the tie-break is positional
-            kth = scores[part].min()
-            candidates = np.flatnonzero(scores >= kth)
+            # Rows ranked by dot / |row| in float32 first (the query's norm is common to all), then
+            # the exact float64 cosine of the few rows within a rounding margin of the k-th: every
+            # row whose exact cosine reaches the k-th exact one is among them, so the result (ids,
+            # order, ties by position, values) is the full ranking's at a fraction of its cost.
+            ranking = self._ranking(dots)
+            kth = ranking[np.argpartition(-ranking, k - 1)[:k]].min()
+            near = np.flatnonzero(ranking >= kth - (abs(float(kth)) * 1e-5 + 1e-30))
+            exact = self._exact_cosines(dots[near], vec, near)
+            part = np.argpartition(-exact, k - 1)[:k] if k < near.shape[0] else np.arange(near.shape[0])
+            keep = np.flatnonzero(exact >= exact[part].min())
+            rows, scores = near[keep], exact[keep]
         else:
-            candidates = np.arange(n)
-        order = candidates[np.lexsort((candidates, -scores[candidates]))][:k]
-        return [(int(self.ids[i]), float(scores[i])) for i in order]
+            rows, scores = np.arange(n), self._exact_cosines(dots, vec, slice(None))
+        order = np.lexsort((rows, -scores))[:k]
+        return [(int(self.ids[rows[i]]), float(scores[i])) for i in order]

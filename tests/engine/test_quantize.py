@@ -278,3 +278,33 @@ def test_cosine_q8_matrix_is_the_scalar_cosine_bit_for_bit(dim: int) -> None:
     assert np.isnan(matrix[:, -6:]).all() and (matrix[-1, :200] == 0.0).all()
     with pytest.raises(ValueError):
         cosine_q8_matrix([queries[0], quantize_vector([1.0, 2.0])], blobs)
+
+
+def _full_ranking(matrix: Int8Matrix, query, k: int) -> list[tuple[int, float]]:
+    """Every row's exact cosine sorted (best first, ties by position): what ``top_k`` must return."""
+    scores = matrix.cosines(query)
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:k]
+    return [(int(matrix.ids[i]), float(scores[i])) for i in order]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_top_k_is_the_full_rankings_head(seed, monkeypatch):
+    """The pruned top-k (float32 ranking, exact cosines near the k-th) equals sorting every exact cosine:
+    same ids, order, values — with duplicated rows (ties), zero rows, SQ8 and float queries, both dot paths."""
+    from memory.engine import quantize
+
+    rng = np.random.default_rng(seed)
+    dim = int(rng.choice([8, 64, 512]))
+    vectors = rng.standard_normal((3000, dim)).astype(np.float32)
+    vectors[rng.integers(0, 3000, 300)] = vectors[rng.integers(0, 3000, 300)]  # exact duplicates: ties
+    vectors[rng.integers(0, 3000, 20)] = 0.0
+    vectors[100:140] = vectors[7] * 3.0  # same direction, other scale: equal cosines
+    matrix = Int8Matrix.from_blobs([(10 + i, quantize_vector(v)) for i, v in enumerate(vectors)])
+    queries = [quantize_vector(vectors[7]), quantize_vector(rng.standard_normal(dim)), rng.standard_normal(dim),
+               quantize_vector(-vectors[100])]
+    for simd in (True, False):
+        if not simd:
+            monkeypatch.setattr(quantize, "simsimd", None)
+        for query in queries:
+            for k in (1, 5, 15, 60, 2999, 3000, 4000):
+                assert matrix.top_k(query, k) == _full_ranking(matrix, query, k)

@@ -8,10 +8,11 @@ import jieba
 from django.db import connection
 
 from memory import selectors, services
+from memory.backends.portable import TOKEN_COLUMNS
 from memory.engine.bm25 import fts_tokens
 from memory.engine.tokenize import bigrams, index_tokens
 from memory.models import Fact, Knowledge, Message
-from memory.search import lexical, lexical_index
+from memory.search import lexical_index
 from tests import lexical_probe
 from tests.memory.conftest import NOW
 
@@ -27,7 +28,7 @@ def _plain_tokens(text: str) -> str:
 
 def _as_before(table: str, rowid: int, scope: str | None) -> None:
     """Put a row back as the old tokenizer indexed it: stored tokens and its index entry."""
-    rows, column = lexical._TOKEN_COLUMNS[table]
+    rows, column = TOKEN_COLUMNS[table]
     with connection.cursor() as cur:
         cur.execute(f"SELECT {column} FROM {rows} WHERE id = %s", [rowid])
         new = cur.fetchone()[0]
