@@ -45,7 +45,7 @@ class TestAddKnowledge:
     def test_fts_row_and_tokens_written_at_once(self, db):
         kid = services.add_knowledge(content="幻影坦克可以伪装成树", source="x", at=NOW)
         assert _fts_rowids('"幻影"') == [kid]
-        assert Knowledge.objects.get(pk=kid).tokens_v2
+        assert Knowledge.objects.get(pk=kid).tokens
 
     def test_touch_knowledge(self, db):
         a = services.add_knowledge(content="光学迷彩让单位隐形", source="x", at=NOW)
