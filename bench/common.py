@@ -201,11 +201,11 @@ SECTIONS = (
     Section("scale", "python -m bench.scale_report (make bench-scale)", 22),
     Section("eval", "python -m bench.eval (make eval)", 22),
     Section("eval-api", "python -m bench.eval_api (make eval)", 12),
-    Section("eval-matrix", "python -m bench.eval_matrix (make eval)", 18),
+    Section("eval-matrix", "python -m bench.eval_matrix (make eval)", 20),
     Section("eval-fit", "python -m bench.eval_fit", 11),
     Section("eval-context", "python -m bench.eval_context", 8),
     Section("extraction", "python -m bench.eval_extraction", 6),
-    Section("agreement", "python -m bench.agreement", 4),
+    Section("agreement", "python -m bench.agreement", 3),
     Section("live-chat", "python -m bench.live_chat", 4),
 )
 SECTION_BY_MARKER = {s.markers[0]: s for s in SECTIONS}
