@@ -193,6 +193,14 @@ def checkpoint() -> None:
     """Nothing to do: the server checkpoints by itself."""
 
 
+def checkpoint_on_commit(pages: int) -> None:
+    """Nothing to do: the server checkpoints by itself."""
+
+
+def json_list_has(column: str, value: int) -> tuple[str, list[Any]]:
+    return f"{column} @> %s::jsonb", [f"[{int(value)}]"]
+
+
 @dataclass(frozen=True)
 class Source:
     code: int          # lexical_* .source

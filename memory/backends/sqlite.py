@@ -31,6 +31,16 @@ IN_SUBQUERY_SQL = "{} IN ({})"
 JSON_IDS_SQL = "SELECT CAST(j.value AS INTEGER) FROM {table}, json_each({table}.{column}) AS j WHERE {table}.id = %s"
 
 
+def fetch_binary(sql: str, params: Sequence[Any]) -> list[tuple]:
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchall()
+
+
+def json_list_has(column: str, value: int) -> tuple[str, list[Any]]:
+    return f"EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value = %s)", [int(value)]
+
+
 def lock_key(cur: Any, space: int, key: int) -> None:
     """Nothing to do: an IMMEDIATE transaction already holds the database's one write lock."""
 
