@@ -340,6 +340,7 @@ def _max_per_group(scores: np.ndarray, groups: Sequence[int], k: int, *, positiv
 
 def evaluate(conversations: Sequence[Conversation], embedder: Embedder, *, log: Callable[[str], None] = print) -> dict:
     from memory import selectors
+    from memory.backends import sqlite
     from memory.overrides import active_overrides
     from memory.recall import prompt_facts, rank_pool, replay_turn_pool
     from memory.search import lexical
@@ -357,7 +358,7 @@ def evaluate(conversations: Sequence[Conversation], embedder: Embedder, *, log: 
     ceilings: list[tuple[int, dict[str, float]]] = []
     pool_sizes: list[int] = []
     t_queries = 0.0
-    pruning_active = lexical.document_count("facts_fts") >= lexical.PRUNE_MIN_DOCS
+    pruning_active = lexical.document_count("facts_fts") >= sqlite.PRUNE_MIN_DOCS
     for conv in conversations:
         raw_index = RawTurnIndex(conv.turns)
         bm_facts = Bm25Units([conv.fact_text[f] for f in conv.fact_ids])

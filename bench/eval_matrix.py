@@ -20,16 +20,25 @@ person's memories are posted as facts dated as they happened; a fact covers its 
   old; an utterance tagged with a persona line is a case (a bot line tagged so: the user line
   before it): ``line`` = that utterance, ``whole`` = the dialogue up to it as one text,
   ``chat`` = the dialogue posted as messages (20 s apart), the turn on that utterance.
+* **MemoryBank** (Chinese, SiliconFriend's ``eval_data/cn``; **test only**: no constant was chosen on
+  it): a user's ten days of query/response pairs are facts of the user (the query and the companion's
+  response each a fact of its pair), dated at 20:00 of their day, a minute apart; a probing question
+  is a case, asked five minutes after the last day's chat, its gold the pairs our own labels
+  (``bench/memorybank_labels.json``) point at: ``line`` = the question, ``whole`` = the last day's chat
+  and the question as one text, ``chat`` = the last day's chat posted as messages in a stream of the
+  question's own, the turn on the question.
 
 **Small talk**: lines that name no memory (:data:`SMALL_TALK`, never used to choose anything;
 the gate's bank is other text), each a turn of the dataset's persons in a fresh stream: the
 facts a turn brings, averaged.
 
 **Splits**: the units at even positions are *dev* (the gate's constants and ``time_boost`` were
-chosen on them, offline), the odd ones *test*; the report gives test with dev beside it.
+chosen on them, offline), the odd ones *test*; the report gives test with dev beside it. MemoryBank's
+units are all *test*.
 
     python -m bench.eval_matrix                       # everything
     python -m bench.eval_matrix --quick               # a few units of each dataset
+    python -m bench.eval_matrix --datasets MemoryBank # one dataset (the report keeps the others' rows out)
 """
 from __future__ import annotations
 
@@ -216,8 +225,77 @@ def dulemon_units(limit: int | None) -> list[Unit]:
     return units
 
 
+MEMORYBANK_LABELS = {"cn": Path(__file__).with_name("memorybank_labels.json"),
+                     "en": Path(__file__).with_name("memorybank_labels_en.json")}  # the matrix plays the Chinese
+MEMORYBANK_HOUR = 20  # the set has days, not times: each day's chat is put in the evening, Shanghai time
+
+
+def memorybank_labels(lang: str = "cn") -> dict[str, list[list[tuple[str, int]]]]:
+    """Our gold evidence for the probing questions: ``{user: [[(date, pair index), …] per question]}``
+    (``[]`` = no pair answers it)."""
+    doc = json.loads(MEMORYBANK_LABELS[lang].read_text(encoding="utf-8"))
+    out: dict[str, list[list[tuple[str, int]]]] = defaultdict(list)
+    for entry in doc["labels"]:
+        assert entry["q"] == len(out[entry["user"]]), entry  # in question order, none missing
+        out[entry["user"]].append([(date, int(j)) for date, j in entry["evidence"]])
+    return dict(out)
+
+
+def memorybank_data(lang: str = "cn") -> tuple[dict, dict[str, list[str]]]:
+    """MemoryBank's memory bank ``{user: {…, "history": {date: [{query, response}, …]}}}`` (the English
+    names carry stray spaces) and its probing questions ``{user: [question, …]}``."""
+    from bench.common import require_data
+
+    folder = require_data("memorybank-siliconfriend", "eval_data", lang)
+    bank = json.loads((folder / f"memory_bank_{lang}.json").read_text(encoding="utf-8"))
+    questions: dict[str, list[str]] = {}
+    for line in (folder / f"probing_questions_{lang}.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            questions.update(json.loads(line))
+    return bank, questions
+
+
+def memorybank_pair_at(date: str, j: int) -> int:
+    """When pair ``j`` of ``date`` was said: the day's chat starts at :data:`MEMORYBANK_HOUR`, a pair a minute."""
+    day = datetime.strptime(date, "%Y-%m-%d").replace(hour=MEMORYBANK_HOUR, tzinfo=SHANGHAI)
+    return int(day.timestamp() * 1000) + j * 60_000
+
+
+def memorybank_units(limit: int | None) -> list[Unit]:
+    bank, questions = memorybank_data()
+    labels = memorybank_labels()
+    units = []
+    for n, (name, person) in enumerate(bank.items()):
+        if limit is not None and n >= limit:
+            break
+        unit = Unit("MemoryBank", f"user{n}", "test", "zh", ["user"], [])
+        history = person["history"]
+        for date, pairs in history.items():
+            for j, pair in enumerate(pairs):
+                at = memorybank_pair_at(date, j)
+                label = {f"{n}:{date}:{j}"}
+                unit.facts.append(("user", pair["query"], label, at))
+                unit.facts.append(("user", pair["response"], label, at + 20_000))
+        last = max(history)
+        chat: list[tuple[str, str, int]] = []
+        for j, pair in enumerate(history[last]):
+            at = memorybank_pair_at(last, j)
+            chat += [("user", pair["query"], at), ("assistant", pair["response"], at + 20_000)]
+        unit.ask_at = memorybank_pair_at(last, len(history[last])) + 5 * 60_000
+        for i, (question, evidence) in enumerate(zip(questions[name.strip()], labels[name], strict=True)):
+            if not evidence:  # unanswerable: no recall to measure
+                continue
+            gold = {f"{n}:{date}:{j}" for date, j in evidence}
+            at = unit.ask_at + i * 60_000
+            unit.cases.append(Case("line", question, gold, at))
+            unit.cases.append(Case("whole", "\n".join([t for _r, t, _a in chat] + [question]), gold, at))
+            unit.cases.append(Case("chat", question, gold, at, list(chat), session=f"q{i}"))
+        units.append(unit)
+    return units
+
+
 DATASETS: dict[str, Callable[[int | None], list[Unit]]] = {
-    "LoCoMo": locomo_units, "MemDaily": memdaily_units, "DuLeMon": dulemon_units,
+    "LoCoMo": locomo_units, "MemDaily": memdaily_units, "DuLeMon": dulemon_units, "MemoryBank": memorybank_units,
 }
 
 
@@ -405,7 +483,8 @@ def render(results: dict) -> str:
     out = ["## The recall matrix (`make eval`)", "",
            how + " R@5 of the prompt facts; each cell is the **test** split (dev in parentheses): the gate's constants "
            "and `time_boost` (LoCoMo) were chosen on the dev units offline, the test units and the small-talk lines "
-           "played no part.",
+           "played no part." + (" MemoryBank is test only (gold: our own labels, bench/memorybank_labels.json): "
+                                "nothing was chosen on it." if "MemoryBank" in results.get("datasets", {}) else ""),
            *(f"Skipped: {line}" for line in results.get("skipped", [])), "",
            md_table(["data set · form", *METHODS.values()], _rows(results))]
     return "\n".join(out) + "\n"
@@ -421,14 +500,27 @@ def _rows(results: dict) -> list[list[str]]:
     return rows
 
 
+def _dataset_names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in DATASETS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown data set {unknown or text!r}: one of {', '.join(DATASETS)}")
+    return names
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from bench.eval_api import DEFAULT_REDIS
 
     p = argparse.ArgumentParser(prog="python -m bench.eval_matrix", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="2 LoCoMo conversations, 2 MemDaily haystacks, 6 DuLeMon sessions")
+    p.add_argument("--quick", action="store_true",
+                   help="2 LoCoMo conversations, 2 MemDaily haystacks, 6 DuLeMon sessions, 3 MemoryBank users")
     p.add_argument("--locomo", type=int, default=None, help="LoCoMo conversations (default all 10)")
     p.add_argument("--memdaily", type=int, default=12, help="MemDaily haystacks (default 12)")
     p.add_argument("--dulemon", type=int, default=None, help="DuLeMon sessions (default all 20)")
+    p.add_argument("--memorybank", type=int, default=None, help="MemoryBank users (default all 15)")
+    p.add_argument("--datasets", type=_dataset_names, default=None, metavar="NAME,…",
+                   help=f"only these of {', '.join(DATASETS)}: the results go beside the full run's, "
+                        "BENCHMARKS.md is left alone")
     p.add_argument("--redis-url", default=DEFAULT_REDIS, help="Redis database of the deployed worker (flushed)")
     p.add_argument("--idle-timeout", type=float, default=900.0)
     p.add_argument("--no-lexical", action="store_true", help="skip the lexical-only deployment")
@@ -436,12 +528,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def skipped_datasets(args: argparse.Namespace) -> dict[str, bool]:
+    """``{data set: skipped}``; with ``--datasets`` the run is partial: it must not replace the full matrix,
+    neither in BENCHMARKS.md nor in its results file (``args`` is changed so)."""
+    if args.datasets is None:
+        return {"LoCoMo": args.skip_locomo, "MemDaily": args.skip_memdaily}
+    args.no_markdown = True
+    if args.output == RESULTS_DIR / "eval_matrix.json":
+        args.output = RESULTS_DIR / f"eval_matrix-{'-'.join(args.datasets).lower()}.json"
+    return {name: name not in args.datasets for name in DATASETS}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    sizes = {"LoCoMo": 2, "MemDaily": 2, "DuLeMon": 6} if args.quick else \
-        {"LoCoMo": args.locomo, "MemDaily": args.memdaily, "DuLeMon": args.dulemon}
+    sizes = {"LoCoMo": 2, "MemDaily": 2, "DuLeMon": 6, "MemoryBank": 3} if args.quick else \
+        {"LoCoMo": args.locomo, "MemDaily": args.memdaily, "DuLeMon": args.dulemon, "MemoryBank": args.memorybank}
 
-    skip = {"LoCoMo": args.skip_locomo, "MemDaily": args.skip_memdaily}
+    skip = skipped_datasets(args)
 
     def measure(results: dict, log: Log) -> None:
         units, results["skipped"] = [], []
@@ -467,7 +570,8 @@ def main(argv: list[str] | None = None) -> int:
         results["datasets"] = score(units, lived, base)
         results["errors"] = {m: r["errors"] for m, r in lived.items()}
 
-    command = "python -m bench.eval_matrix" + (" --quick" if args.quick else "")
+    command = "python -m bench.eval_matrix" + (" --quick" if args.quick else "") + \
+        (f" --datasets {','.join(args.datasets)}" if args.datasets else "")
     # a missing data set is skipped here with a line saying so, not refused by evaluation_main
     checked = argparse.Namespace(**{**vars(args), "skip_locomo": True, "skip_memdaily": True})
     return evaluation_main(checked, command=command, section=(START, END), render=render, measure=measure)

@@ -19,7 +19,11 @@ scales side by side for every figure), ``bench/results/scale.png`` (matplotlib) 
 section of BENCHMARKS.md. The machine's calibration (a Python loop, the load average) is taken
 before and after each scale and printed beside the figures.
 
-    python -m bench.scale [--scales 1,3] [--backends sqlite,postgresql] [--dir DIR] [--no-api]
+With ``--merge`` the scales of the existing ``--output`` that this run does not measure are kept
+(``--scales 10 --merge`` adds 10× beside an earlier run's 1× and 3×); the reports then say which
+run measured which scale.
+
+    python -m bench.scale [--scales 1,3] [--backends sqlite,postgresql] [--dir DIR] [--no-api] [--merge]
     python -m bench.scale --render bench/results/scale.json
 """
 from __future__ import annotations
@@ -233,9 +237,51 @@ def loaded_note(results: dict) -> list[str]:
             "latencies and rates are inflated several times; CPU times (in brackets) and memory are the figures to compare."]
 
 
+def runs_of(results: dict) -> list[dict]:
+    """The runs the scales come from: ``[{command, seconds, scales}]`` (one run unless merged)."""
+    return results.get("runs") or [{"command": results["command"], "seconds": results.get("seconds"),
+                                     "scales": [s["scale"] for s in results["scales"]]}]
+
+
+def runs_text(results: dict) -> str:
+    """```cmd` in N s`` for one run; each run with the scales it measured when the results were merged."""
+    runs = runs_of(results)
+
+    def one(run: dict) -> str:
+        took = f" in {run['seconds']:,.0f} s" if run.get("seconds") is not None else ""
+        return f"`{run['command']}`{took}"
+
+    if len(runs) == 1:
+        return one(runs[0])
+    return "; ".join(f"{', '.join(label(x) for x in run['scales'])} from {one(run)}" for run in runs)
+
+
+def merge(previous: dict | None, results: dict) -> dict:
+    """``results`` with the scales of ``previous`` it did not measure (and their runs) kept beside it."""
+    if not previous:
+        return results
+    mine = {s["scale"] for s in results["scales"]}
+    kept = [s for s in previous["scales"] if s["scale"] not in mine]
+    if not kept:
+        return results
+    runs = []
+    for run in runs_of(previous):
+        left = [x for x in run["scales"] if x not in mine]
+        if left:
+            runs.append({**run, "scales": left})
+    runs.append({"command": results["command"], "seconds": results.get("seconds"), "scales": sorted(mine)})
+    backend_names = list(dict.fromkeys([*previous.get("backends", []), *results["backends"]]))
+    return {**results, "backends": backend_names, "runs": runs,
+            "scales": sorted([*kept, *results["scales"]], key=lambda s: s["scale"])}
+
+
 def render_full(results: dict) -> str:
     """bench/results/scale.md: how it was measured, one table per backend."""
-    out = [f"# How the cost grows with the store (`{results['command']}`)", ""]
+    runs = runs_of(results)
+    title = results["command"] if len(runs) == 1 else " + ".join(r["command"] for r in runs)
+    out = [f"# How the cost grows with the store (`{title}`)", ""]
+    if len(runs) > 1:
+        out += [f"Merged runs: {runs_text(results)}.", ""]
     for s in results["scales"]:
         c = s["counts"]
         copies = ", ".join(f"PostgreSQL copy {b.get('copy_seconds')} s" for name, b in s["backends"].items()
@@ -261,7 +307,7 @@ def render_section(results: dict) -> str:
     head = "| figure | " + " | ".join(f"{backends.LABELS[b]} {label(s['scale'])}" for b, s in columns) + " |"
     lines = [
         "## How the cost grows with the store (`make bench-scale`)", "",
-        f"`{results['command']}` in {results['seconds']:,.0f} s; the bench store at each scale "
+        f"{runs_text(results)}; the bench store at each scale "
         "(1× = 2,000 persons, 200,000 messages), read paths in one fresh process, the API as deployed with a "
         "real worker; all figures and the plot: `bench/results/scale.md`, `scale.png`.",
         *calibration_lines(results), *loaded_note(results), "",
@@ -342,6 +388,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--output", type=Path, default=RESULTS / "scale.json")
     parser.add_argument("--no-markdown", action="store_true", help="do not touch BENCHMARKS.md")
     parser.add_argument("--render", type=Path, default=None, metavar="JSON", help="only re-render the reports")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the scales of the existing --output that this run does not measure")
     args = parser.parse_args(argv)
     if args.render:
         results = json.loads(args.render.read_text())
@@ -356,13 +404,19 @@ def main(argv: list[str] | None = None) -> dict:
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", flush=True)
 
-    results = {"command": f"python -m bench.scale --scales {','.join(f'{s:g}' for s in scales)}",
+    previous = json.loads(args.output.read_text()) if args.merge and args.output.exists() else None
+    results = {"command": f"python -m bench.scale --scales {','.join(f'{s:g}' for s in scales)}"
+                          f"{' --backends ' + ','.join(args.backends) if len(args.backends) == 1 else ''}"
+                          f"{' --merge' if args.merge else ''}",
                "backends": args.backends, "scales": [], "load_average_start": [round(x, 2) for x in os.getloadavg()]}
+    merged = results
     for scale in scales:
         results["scales"].append(measure_scale(scale, args, log))
         results["seconds"] = round(time.perf_counter() - t0, 1)
-        write_reports(results, args.output, False)  # what is measured so far survives an interrupted run
-        args.output.write_text(json.dumps(results, ensure_ascii=False, indent=2) + "\n")
+        merged = merge(previous, results)
+        write_reports(merged, args.output, False)  # what is measured so far survives an interrupted run
+        args.output.write_text(json.dumps(merged, ensure_ascii=False, indent=2) + "\n")
+    results = merged
     write_reports(results, args.output, not args.no_markdown)
     print(render_full(results))
     return results

@@ -4,8 +4,9 @@ SQLite (the embedded default) and PostgreSQL (``DATABASE_URL``) run the same sch
 and the same portable SQL everywhere else in the project. What differs lives here,
 chosen by ``connection.vendor``:
 
-- the lexical index: FTS5 (``memory/search/lexical.py``) on SQLite; postings tables scored
-  with FTS5's own BM25 on PostgreSQL (:mod:`memory.backends.postgresql`);
+- the lexical index's statements (:class:`LexicalStatements`, :func:`lexical`): FTS5 tables on
+  SQLite (:mod:`memory.backends.sqlite`); postings tables scored with FTS5's own BM25 on
+  PostgreSQL (:mod:`memory.backends.postgresql`); :mod:`memory.search.lexical` is their API;
 - revision counters (``meta`` values ``<counter>-<random>``) and the triggers that
   bump them (:mod:`memory.backends.sqlite`, :mod:`memory.backends.postgresql`);
 - the change log's position (:mod:`memory.search.changes`): the log's id on SQLite (one
@@ -18,8 +19,9 @@ fts5vocab, SQLite triggers) never reaches PostgreSQL and vice versa.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import connection, migrations
 
@@ -45,6 +47,44 @@ def is_postgresql(conn: Any = None) -> bool:
 def module(conn: Any = None):
     """The backend module of ``conn`` (default: the default connection)."""
     return postgresql if is_postgresql(conn) else sqlite
+
+
+class LexicalStatements(Protocol):
+    """What each backend's module does for :mod:`memory.search.lexical` (which checks the table names,
+    asks the resident indexes first, and documents each function). ``match`` is an FTS5 ``MATCH``
+    expression of quoted terms (:func:`memory.engine.tokenize.match_expression`), never empty; a
+    scope id is a person's (facts) or a stream's (cues, messages). Both give the same rows and the
+    same bm25 doubles for the same data (tests/memory/test_lexical_statements.py)."""
+
+    def index_rows(self, table: str, rows: Sequence[tuple[int, str]]) -> list[str]: ...
+    def index_scoped(self, table: str, rows: Sequence[tuple[int, str, int]]) -> list[str]: ...
+    def index_messages(self, rows: Sequence[tuple[int, str, int]]) -> list[str]: ...
+    def reindex_message(self, rowid: int, text: str, stream_id: int, old_tokens: str) -> str: ...
+    def delete_rows(self, table: str, rows: Sequence[tuple]) -> None: ...
+    def clear(self, table: str) -> None: ...
+    def purge_deleted(self, tables: Sequence[str]) -> None: ...
+    def document_count(self, table: str) -> int: ...
+    def document_frequencies(self, table: str, terms: Sequence[str]) -> dict[str, int]: ...
+    def message_candidates(self, match: str, *, stream_id: int, before_id: int | None,
+                           limit: int) -> list[tuple[int, float]]: ...
+    def message_bm25(self, match: str, *, stream_id: int, message_ids: Sequence[int]) -> dict[int, float]: ...
+    def fact_candidates(self, match: str, *, person_ids: Sequence[int] | None, limit: int,
+                        include_invalid: bool) -> list[tuple]: ...
+    def fact_bm25(self, match: str, fact_ids: Sequence[int]) -> dict[int, float]: ...
+    def similar_facts(self, match: str, *, person_id: int, limit: int) -> list[tuple[int, str]]: ...
+    def cue_candidates(self, match: str, *, stream_id: int | None, limit: int) -> list[tuple[int, int, float]]: ...
+    def knowledge_candidates(self, match: str, *, limit: int) -> list[tuple[int, float]]: ...
+    def knowledge_bm25(self, match: str, ids: Sequence[int]) -> dict[int, float]: ...
+    def rows_containing(self, table: str, match: str, *, limit: int) -> list[int]: ...
+    def unpruned_top(self, table: str, match: str, *, limit: int) -> list[tuple[int, float]]: ...
+    def fold_statistics(self) -> None: ...
+
+
+@functools.cache
+def lexical() -> LexicalStatements:
+    """The lexical statements of the default connection's backend, chosen once per process (a
+    process talks to one database: ``DATABASE_URL``)."""
+    return module()
 
 
 def fetch_binary(sql: str, params: Sequence[Any]) -> list[tuple]:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,8 +42,9 @@ import numpy as np
 import psycopg
 from django.db import connection
 
+from memory.backends.portable import chunks, cue_rows, ranked_fact_rows
 from memory.engine.bm25 import K1, B, fts_idf, fts_tokens
-from memory.engine.tokenize import index_tokens
+from memory.engine.tokenize import index_tokens, terms_of
 
 # The counter is the value's leading integer, 0 when there is none ('', 'x', a hand-edited row):
 # SQLite's CAST(value AS INTEGER). Up to 18 digits, so the cast never overflows a bigint.
@@ -201,9 +202,9 @@ class Source:
 
 
 SOURCES = {
-    "facts_fts": Source(1, "facts", "tokens_v2", 1),
+    "facts_fts": Source(1, "facts", "tokens", 1),
     "cues_fts": Source(2, "episode_cues", "tokens", 1),
-    "knowledge_fts": Source(3, "knowledge", "tokens_v2", 0),
+    "knowledge_fts": Source(3, "knowledge", "tokens", 0),
     "messages_fts": Source(4, "messages", "tokens", 1),
 }
 #: lexical revision bumped when rows of a table go away or change their tokens (resident index)
@@ -212,7 +213,7 @@ REVISION_KEYS = {"facts": "lexical_revision:facts", "episode_cues": "lexical_rev
 
 # --- schema (migration 0020_postgresql) -----------------------------------------------------------
 
-SCHEMA = [
+_TABLES_AND_FUNCTIONS = [
     "CREATE TABLE lexical_docs (source smallint NOT NULL, doc_id bigint NOT NULL, scope bigint NOT NULL,"
     " length integer NOT NULL, PRIMARY KEY (source, doc_id))",
     "CREATE TABLE lexical_postings (source smallint NOT NULL, term text NOT NULL, doc_id bigint NOT NULL,"
@@ -246,26 +247,9 @@ SCHEMA = [
     "CREATE FUNCTION memory_log_inserts() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
     "INSERT INTO memory_changes(source, row_id) SELECT TG_ARGV[0], id FROM new_rows; RETURN NULL; END $$",
 ]
-for _name, _src in SOURCES.items():
-    _table = _src.table
-    _rev = REVISION_KEYS.get(_table)
-    _args = f"'{_src.code}'" + (f", '{_rev}'" if _rev else "")
-    SCHEMA += [
-        f"CREATE TRIGGER {_table}_lexical_deleted AFTER DELETE ON {_table} REFERENCING OLD TABLE AS old_rows"
-        f" FOR EACH STATEMENT EXECUTE FUNCTION lexical_rows_deleted({_args})",
-        f"CREATE TRIGGER {_table}_lexical_truncated AFTER TRUNCATE ON {_table}"
-        f" FOR EACH STATEMENT EXECUTE FUNCTION lexical_rows_truncated('{_src.code}')",
-    ]
-    if _rev:
-        SCHEMA += [
-            f"CREATE TRIGGER {_table}_lexical_update AFTER UPDATE OF {_src.tokens} ON {_table} FOR EACH ROW"
-            f" WHEN (OLD.{_src.tokens} <> '' AND NEW.{_src.tokens} IS DISTINCT FROM OLD.{_src.tokens})"
-            f" EXECUTE FUNCTION memory_bump_revision_trigger('{_rev}')",
-            f"CREATE TRIGGER {_table}_change_log AFTER INSERT ON {_table} REFERENCING NEW TABLE AS new_rows"
-            f" FOR EACH STATEMENT EXECUTE FUNCTION memory_log_inserts('{_table}')",
-        ]
-# the knowledge vector index's revision (SQLite: migrations 0002/0003)
-SCHEMA += [
+
+#: the knowledge vector index's revision (SQLite: migrations 0002/0003)
+_KNOWLEDGE_VECTOR_TRIGGERS = [
     "CREATE TRIGGER knowledge_q8_insert AFTER INSERT ON knowledge FOR EACH ROW WHEN (NEW.embedding_q8 IS NOT NULL)"
     " EXECUTE FUNCTION memory_bump_revision_trigger('knowledge_vector_revision')",
     "CREATE TRIGGER knowledge_q8_update AFTER UPDATE OF embedding_q8 ON knowledge FOR EACH ROW"
@@ -274,6 +258,34 @@ SCHEMA += [
     "CREATE TRIGGER knowledge_q8_delete AFTER DELETE ON knowledge FOR EACH ROW WHEN (OLD.embedding_q8 IS NOT NULL)"
     " EXECUTE FUNCTION memory_bump_revision_trigger('knowledge_vector_revision')",
 ]
+
+
+def schema(tokens: Mapping[str, str] | None = None) -> list[str]:
+    """The postings tables, their functions and triggers. ``tokens``: a tokens column by FTS table
+    other than today's (a migration that ran before a column was renamed passes the name it had)."""
+    statements = list(_TABLES_AND_FUNCTIONS)
+    for name, src in SOURCES.items():
+        table, column = src.table, (tokens or {}).get(name, src.tokens)
+        rev = REVISION_KEYS.get(table)
+        args = f"'{src.code}'" + (f", '{rev}'" if rev else "")
+        statements += [
+            f"CREATE TRIGGER {table}_lexical_deleted AFTER DELETE ON {table} REFERENCING OLD TABLE AS old_rows"
+            f" FOR EACH STATEMENT EXECUTE FUNCTION lexical_rows_deleted({args})",
+            f"CREATE TRIGGER {table}_lexical_truncated AFTER TRUNCATE ON {table}"
+            f" FOR EACH STATEMENT EXECUTE FUNCTION lexical_rows_truncated('{src.code}')",
+        ]
+        if rev:
+            statements += [
+                f"CREATE TRIGGER {table}_lexical_update AFTER UPDATE OF {column} ON {table} FOR EACH ROW"
+                f" WHEN (OLD.{column} <> '' AND NEW.{column} IS DISTINCT FROM OLD.{column})"
+                f" EXECUTE FUNCTION memory_bump_revision_trigger('{rev}')",
+                f"CREATE TRIGGER {table}_change_log AFTER INSERT ON {table} REFERENCING NEW TABLE AS new_rows"
+                f" FOR EACH STATEMENT EXECUTE FUNCTION memory_log_inserts('{table}')",
+            ]
+    return statements + _KNOWLEDGE_VECTOR_TRIGGERS
+
+
+SCHEMA = schema()
 
 DROP_SCHEMA = [
     *[f"DROP TRIGGER IF EXISTS {t}_{s} ON {t}" for t in ("facts", "episode_cues", "knowledge", "messages")
@@ -286,17 +298,21 @@ DROP_SCHEMA = [
 ]
 
 
-def reindex_all(cur: Any) -> int:
-    """(Re)build every postings row from the rows' stored tokens (migration; a copied store)."""
+def reindex_all(cur: Any, tokens: Mapping[str, str] | None = None) -> int:
+    """(Re)build every postings row from the rows' stored tokens (migration; a copied store).
+    ``tokens``: as :func:`schema`'s."""
+    column = {name: (tokens or {}).get(name, src.tokens) for name, src in SOURCES.items()}
     cur.execute("DELETE FROM lexical_docs")
     cur.execute("DELETE FROM lexical_postings")
     cur.execute("DELETE FROM lexical_stats")
     count = 0
     queries = {
-        "facts_fts": "SELECT id, tokens_v2, person_id FROM facts ORDER BY id",
-        "cues_fts": "SELECT c.id, c.tokens, e.stream_id FROM episode_cues c JOIN episodes e ON e.id = c.episode_id ORDER BY c.id",
-        "knowledge_fts": "SELECT id, tokens_v2, 0 FROM knowledge ORDER BY id",
-        "messages_fts": "SELECT id, tokens, stream_id FROM messages WHERE tokens <> '' ORDER BY id",
+        "facts_fts": f"SELECT id, {column['facts_fts']}, person_id FROM facts ORDER BY id",
+        "cues_fts": f"SELECT c.id, c.{column['cues_fts']}, e.stream_id FROM episode_cues c"
+                    " JOIN episodes e ON e.id = c.episode_id ORDER BY c.id",
+        "knowledge_fts": f"SELECT id, {column['knowledge_fts']}, 0 FROM knowledge ORDER BY id",
+        "messages_fts": f"SELECT id, {column['messages_fts']}, stream_id FROM messages"
+                        f" WHERE {column['messages_fts']} <> '' ORDER BY id",
     }
     for table, sql in queries.items():
         cur.execute(sql)
@@ -493,9 +509,14 @@ def clear(table: str) -> None:
             cur.execute(f"DELETE FROM {name} WHERE source = %s", [code])
 
 
-def delete_rows(table: str, rowids: Iterable[int]) -> None:
+def delete_rows(table: str, rows: Sequence[tuple]) -> None:
+    """``(rowid, tokens[, scope id])`` rows: the postings go by rowid."""
     with connection.cursor() as cur:
-        _delete_docs(cur, table, rowids)
+        _delete_docs(cur, table, [row[0] for row in rows])
+
+
+def purge_deleted(tables: Sequence[str]) -> None:
+    """Nothing to do: deleted postings are dead tuples until (auto)vacuum (docs/DEPLOY.md)."""
 
 
 # --- statistics -----------------------------------------------------------------------------------
@@ -658,40 +679,65 @@ def _best(scores: dict[int, float], *, newest_first: bool = False) -> list[tuple
 
 
 # --- the queries of memory/search/lexical.py ---------------------------------------------------------------
+# The same functions, arguments and results as memory/backends/sqlite.py's; a query is an FTS5 MATCH
+# expression of quoted terms (memory.engine.tokenize.match_expression), scored here term by term.
 
 
-def message_candidates(terms: Sequence[str], *, stream_id: int, before_id: int | None, limit: int) -> list[tuple[int, float]]:
-    scores = _score("messages_fts", terms, scopes=[stream_id], before_id=before_id)
+def message_candidates(match: str, *, stream_id: int, before_id: int | None, limit: int) -> list[tuple[int, float]]:
+    scores = _score("messages_fts", terms_of(match), scopes=[stream_id], before_id=before_id)
     return _best(scores, newest_first=True)[:limit]
 
 
-def message_bm25(terms: Sequence[str], *, stream_id: int, message_ids: Sequence[int]) -> dict[int, float]:
-    return _score("messages_fts", terms, scopes=[stream_id], ids=message_ids)
+def message_bm25(match: str, *, stream_id: int, message_ids: Sequence[int]) -> dict[int, float]:
+    return _score("messages_fts", terms_of(match), scopes=[stream_id], ids=message_ids)
 
 
 def fact_scores(terms: Sequence[str], person_ids: Sequence[int] | None) -> list[tuple[int, float]]:
+    """Every matching fact ``(id, bm25)`` of the persons (``None``: everyone's), best first (ties: lower id)."""
     return _best(_score("facts_fts", terms, scopes=person_ids))
 
 
-def fact_bm25(terms: Sequence[str], fact_ids: Sequence[int]) -> dict[int, float]:
-    return _score("facts_fts", terms, ids=fact_ids)
+def fact_candidates(match: str, *, person_ids: Sequence[int] | None, limit: int, include_invalid: bool) -> list[tuple]:
+    ranked = fact_scores(terms_of(match), person_ids)
+    return ranked_fact_rows(chunks(ranked, limit), include_invalid=include_invalid, limit=limit)
 
 
-def cue_scores(terms: Sequence[str], stream_id: int | None) -> list[tuple[int, float]]:
-    """Every matching cue ``(id, bm25)`` of one stream (``None``: all streams), best first (ties: lower id)."""
-    return _best(_score("cues_fts", terms, scopes=None if stream_id is None else [stream_id]))
+def fact_bm25(match: str, fact_ids: Sequence[int]) -> dict[int, float]:
+    return _score("facts_fts", terms_of(match), ids=fact_ids)
 
 
-def top(table: str, terms: Sequence[str], limit: int) -> list[tuple[int, float]]:
-    return _best(_score(table, terms))[:limit]
+def similar_facts(match: str, *, person_id: int, limit: int) -> list[tuple[int, str]]:
+    ranked = fact_scores(terms_of(match), [person_id])
+    rows = ranked_fact_rows(chunks(ranked, limit), include_invalid=False, limit=limit, columns="f.id, {bm25}, f.content")
+    return [(fid, content) for fid, _, content in rows]
 
 
-def bm25_for(table: str, terms: Sequence[str], ids: Sequence[int]) -> dict[int, float]:
-    return _score(table, terms, ids=ids)
+def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tuple[int, int, float]]:
+    """Every matching cue of one stream (``None``: all streams), best first (ties: lower id), until
+    ``limit`` of summarised episodes are found."""
+    ranked = _best(_score("cues_fts", terms_of(match), scopes=None if stream_id is None else [stream_id]))
+    found: list[tuple[int, int, float]] = []
+    for batch in chunks(ranked, limit):
+        found += cue_rows(batch)
+        if len(found) >= limit:
+            break
+    return found[:limit]
 
 
-def rows_containing(table: str, terms: Sequence[str], *, limit: int) -> list[int]:
-    return sorted(_score(table, terms))[:limit]
+def unpruned_top(table: str, match: str, *, limit: int) -> list[tuple[int, float]]:
+    return _best(_score(table, terms_of(match)))[:limit]
+
+
+def knowledge_candidates(match: str, *, limit: int) -> list[tuple[int, float]]:
+    return unpruned_top("knowledge_fts", match, limit=limit)
+
+
+def knowledge_bm25(match: str, ids: Sequence[int]) -> dict[int, float]:
+    return _score("knowledge_fts", terms_of(match), ids=ids)
+
+
+def rows_containing(table: str, match: str, *, limit: int) -> list[int]:
+    return sorted(_score(table, terms_of(match)))[:limit]
 
 
 # --- the change log (memory/search/changes.py) -------------------------------------------------------------

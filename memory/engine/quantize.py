@@ -48,6 +48,7 @@ __all__ = [
     "cosine_q8_many",
     "cosine_q8_matrix",
     "Int8Matrix",
+    "valid_q8_rows",
 ]
 
 MAGIC: bytes = b"YQ8\x01"
@@ -242,6 +243,42 @@ def cosine_q8_many(query_q8: BytesLike, blobs: Sequence[BytesLike | None]) -> np
     return cosine_q8_matrix([query_q8], blobs)[0]
 
 
+def _row_norms(matrix: np.ndarray) -> np.ndarray:
+    """Euclidean norm of each int8 row (float32): the squares summed exactly in integers, a block of
+    rows at a time (int32 holds 127² · dim for any dim below 133,000; int64 otherwise)."""
+    out = np.empty(matrix.shape[0], dtype=np.float32)
+    wide = np.int32 if matrix.shape[1] < 133_000 else np.int64
+    step = max(1, (1 << 22) // max(1, matrix.shape[1]))
+    for start in range(0, matrix.shape[0], step):
+        block = matrix[start:start + step].astype(wide)
+        out[start:start + step] = np.sqrt(np.einsum("ij,ij->i", block, block).astype(np.float64))
+    return out
+
+
+def valid_q8_rows(blobs: Sequence[BytesLike | None], dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(mask, payloads)``: which blobs are valid SQ8 of dimension ``dim`` — :func:`decode_q8`'s checks
+    (length, magic, dimension, finite positive scale, no ``-128``) on all of them at once — and the
+    int8 payload rows of those (C-contiguous, in order)."""
+    mask = np.zeros(len(blobs), dtype=bool)
+    if dim < 1 or not len(blobs):
+        return mask, np.zeros((0, max(dim, 0)), dtype=np.int8)
+    size = HEADER_SIZE + dim
+    present = [b"" if b is None else b for b in blobs]
+    sized = np.fromiter(map(len, present), dtype=np.int64, count=len(present)) == size
+    where = np.flatnonzero(sized)
+    chosen = present if len(where) == len(present) else [present[i] for i in where]
+    raw = np.frombuffer(b"".join(chosen), dtype=np.uint8).reshape(len(where), size)
+    good = (raw[:, :4] == np.frombuffer(MAGIC, dtype=np.uint8)).all(axis=1)
+    good &= raw[:, 4:8].copy().view("<u4").ravel() == dim
+    scales = raw[:, 8:12].copy().view(_F32_LE).ravel()
+    good &= np.isfinite(scales) & (scales > 0.0)
+    payload = raw[:, HEADER_SIZE:].view(np.int8)
+    if len(payload) and payload.min() == -128:  # rare: find the rows (one pass over all of them otherwise)
+        good &= ~(payload == -128).any(axis=1)
+    mask[where[good]] = True
+    return mask, np.ascontiguousarray(payload if good.all() else payload[good])
+
+
 @dataclass
 class Int8Matrix:
     """A resident matrix of SQ8 payloads for brute-force cosine search.
@@ -259,6 +296,7 @@ class Int8Matrix:
     matrix: np.ndarray
     norms: np.ndarray
     skipped: tuple[int, ...] = field(default=())
+    _inverse_norms: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def dimension(self) -> int:
@@ -273,32 +311,29 @@ class Int8Matrix:
         """Build from ``(id, sq8_blob)`` pairs.
 
         Rows whose blob is ``None``/invalid, or whose dimension differs from ``dimension``
-        (default: the first valid blob's), are skipped and listed in ``skipped``.
+        (default: the first valid blob's), are skipped and listed in ``skipped``. The blobs
+        are checked as :func:`decode_q8` checks one, all at once (:func:`valid_q8_rows`).
         """
-        ids: list[int] = []
-        rows: list[np.ndarray] = []
-        skipped: list[int] = []
+        pairs = list(pairs)
+        blobs = [b for _i, b in pairs]
         dim = dimension
-        for ident, blob in pairs:
-            if blob is None:
-                skipped.append(int(ident))
-                continue
-            try:
-                d, _scale, q = decode_q8(blob)
-            except ValueError:
-                skipped.append(int(ident))
-                continue
-            if dim is None:
-                dim = d
-            if d != dim:
-                skipped.append(int(ident))
-                continue
-            ids.append(int(ident))
-            rows.append(q)
+        if dim is None:
+            for blob in blobs:
+                if blob is None:
+                    continue
+                try:
+                    dim = decode_q8(blob)[0]
+                    break
+                except ValueError:
+                    continue
         width = dim or 0
-        matrix = np.vstack(rows) if rows else np.zeros((0, width), dtype=np.int8)
-        norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.int64).astype(np.float64)).astype(np.float32)
-        return cls(np.asarray(ids, dtype=np.int64), matrix, norms, tuple(skipped))
+        keep, payload = valid_q8_rows(blobs, width)
+        return cls.from_rows(np.fromiter((int(i) for i, _b in pairs), dtype=np.int64, count=len(pairs)), keep, payload)
+
+    @classmethod
+    def from_rows(cls, ids: np.ndarray, keep: np.ndarray, payload: np.ndarray) -> Int8Matrix:
+        """From :func:`valid_q8_rows`' answer for the blobs of ``ids``: the kept ones, the others skipped."""
+        return cls(ids[keep], payload, _row_norms(payload), tuple(ids[~keep].tolist()))
 
     def _query_vector(self, query: BytesLike | np.ndarray | Sequence[float]) -> tuple[np.ndarray, np.ndarray | None]:
         """The query as float32, and as int8 when it is an SQ8 blob (``None`` for a float vector)."""
@@ -328,6 +363,16 @@ class Int8Matrix:
             np.dot(chunk, vec, out=dots[start : start + chunk.shape[0]])
         return dots
 
+    def _exact_cosines(self, dots: np.ndarray, vec: np.ndarray, rows: np.ndarray | slice) -> np.ndarray:
+        """Cosines from the dot products of ``rows`` (float64; 0 for a zero row or query; clamped)."""
+        q_norm = float(np.sqrt(np.dot(vec.astype(np.float64), vec.astype(np.float64))))
+        denom = self.norms[rows].astype(np.float64) * q_norm
+        out = np.zeros(denom.shape[0], dtype=np.float64)
+        nonzero = denom > 0.0
+        out[nonzero] = dots[nonzero].astype(np.float64) / denom[nonzero]
+        np.clip(out, -1.0, 1.0, out=out)
+        return out
+
     def cosines(self, query: BytesLike | np.ndarray | Sequence[float]) -> np.ndarray:
         """Cosine of ``query`` (an SQ8 blob or a float vector) against every row (float64, n).
 
@@ -335,17 +380,18 @@ class Int8Matrix:
         ``ValueError`` for an invalid query or a dimension mismatch.
         """
         vec, q8 = self._query_vector(query)
-        n = len(self)
-        if n == 0:
+        if len(self) == 0:
             return np.zeros(0, dtype=np.float64)
-        dots = self._dots(vec, q8)
-        q_norm = float(np.sqrt(np.dot(vec.astype(np.float64), vec.astype(np.float64))))
-        denom = self.norms.astype(np.float64) * q_norm
-        out = np.zeros(n, dtype=np.float64)
-        nonzero = denom > 0.0
-        out[nonzero] = dots[nonzero].astype(np.float64) / denom[nonzero]
-        np.clip(out, -1.0, 1.0, out=out)
-        return out
+        return self._exact_cosines(self._dots(vec, q8), vec, slice(None))
+
+    def _ranking(self, dots: np.ndarray) -> np.ndarray:
+        """``dot / |row|`` in float32 (0 for a zero row): the cosines' order, up to float32 rounding."""
+        if self._inverse_norms is None:
+            norms = self.norms.astype(np.float64)
+            inverse = np.zeros_like(norms)
+            np.divide(1.0, norms, out=inverse, where=norms > 0.0)
+            self._inverse_norms = inverse.astype(np.float32)
+        return dots.astype(np.float32, copy=False) * self._inverse_norms
 
     def top_k(self, query: BytesLike | np.ndarray | Sequence[float], k: int) -> list[tuple[int, float]]:
         """The ``k`` rows most similar to ``query``: ``[(id, cosine), ...]`` best first.
@@ -354,14 +400,22 @@ class Int8Matrix:
         """
         if k < 1 or len(self) == 0:
             return []
-        scores = self.cosines(query)
-        n = scores.shape[0]
+        vec, q8 = self._query_vector(query)
+        dots = self._dots(vec, q8)
+        n = dots.shape[0]
         if k < n:
-            part = np.argpartition(-scores, k - 1)[:k]
-            # include every row tied with the k-th score so the tie-break is positional
-            kth = scores[part].min()
-            candidates = np.flatnonzero(scores >= kth)
+            # Rows ranked by dot / |row| in float32 first (the query's norm is common to all), then
+            # the exact float64 cosine of the few rows within a rounding margin of the k-th: every
+            # row whose exact cosine reaches the k-th exact one is among them, so the result (ids,
+            # order, ties by position, values) is the full ranking's at a fraction of its cost.
+            ranking = self._ranking(dots)
+            kth = ranking[np.argpartition(-ranking, k - 1)[:k]].min()
+            near = np.flatnonzero(ranking >= kth - (abs(float(kth)) * 1e-5 + 1e-30))
+            exact = self._exact_cosines(dots[near], vec, near)
+            part = np.argpartition(-exact, k - 1)[:k] if k < near.shape[0] else np.arange(near.shape[0])
+            keep = np.flatnonzero(exact >= exact[part].min())
+            rows, scores = near[keep], exact[keep]
         else:
-            candidates = np.arange(n)
-        order = candidates[np.lexsort((candidates, -scores[candidates]))][:k]
-        return [(int(self.ids[i]), float(scores[i])) for i in order]
+            rows, scores = np.arange(n), self._exact_cosines(dots, vec, slice(None))
+        order = np.lexsort((rows, -scores))[:k]
+        return [(int(self.ids[rows[i]]), float(scores[i])) for i in order]

@@ -46,6 +46,7 @@ __all__ = [
     "query_terms",
     "match_expression",
     "match_query",
+    "terms_of",
 ]
 
 jieba.setLogLevel(60)
@@ -173,6 +174,14 @@ def match_expression(terms: Iterable[str]) -> str:
     """
     quoted = ['"' + term.replace('"', '""') + '"' for term in dict.fromkeys(terms) if term]
     return " OR ".join(quoted)
+
+
+_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
+
+
+def terms_of(match: str) -> list[str]:
+    """The terms of a ``MATCH`` expression built by :func:`match_expression` (quotes undone)."""
+    return [t.replace('""', '"') for t in _QUOTED.findall(match)]
 
 
 def match_query(text: str) -> str:

@@ -115,6 +115,5 @@ def retention_sweep(*, at: int | None = None) -> dict[str, int]:
     """Prune events and turns to their limits (and the change log); returns ``{"events": n, "turns": n}`` deleted."""
     now = now_ms() if at is None else int(at)
     changes.prune()
-    if backends.is_postgresql():
-        backends.postgresql.fold_statistics()
+    backends.lexical().fold_statistics()
     return {"events": prune_events(now=now), "turns": prune_turns(now=now)}

@@ -459,8 +459,8 @@ def _count_storage(plan: ForgetPlan) -> None:
     vectors = fts = 0
     for model, ids, column in (
         (Message, plan.messages + plan.redacted_messages, "tokens"),
-        (Fact, plan.facts, "tokens_v2"),
-        (Knowledge, plan.knowledge, "tokens_v2"),
+        (Fact, plan.facts, "tokens"),
+        (Knowledge, plan.knowledge, "tokens"),
     ):
         for chunk in _chunks(ids):
             rows = model.objects.filter(pk__in=chunk)
@@ -535,7 +535,7 @@ def refresh_statistics() -> None:
 def _carry_out(plan: ForgetPlan) -> None:
     tables: set[str] = set()
     # Lexical rows first, from the tokens the rows still hold.
-    fact_rows = [(r.pk, r.tokens_v2, r.person_id) for r in _ids(Fact, plan.facts)]
+    fact_rows = [(r.pk, r.tokens, r.person_id) for r in _ids(Fact, plan.facts)]
     if fact_rows:
         lexical.delete_fact_rows(fact_rows)
         tables.add("facts_fts")
@@ -547,8 +547,8 @@ def _carry_out(plan: ForgetPlan) -> None:
         lexical.delete_cue_rows(cue_rows)
         tables.add("cues_fts")
     for row in _ids(Knowledge, plan.knowledge):
-        if row.tokens_v2:
-            lexical.delete_row("knowledge_fts", row.pk, row.tokens_v2)
+        if row.tokens:
+            lexical.delete_row("knowledge_fts", row.pk, row.tokens)
         tables.add("knowledge_fts")
 
     pattern = _quote_pattern(plan.fragments)

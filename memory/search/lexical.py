@@ -1,4 +1,4 @@
-"""The lexical index: every FTS5-specific statement of the project lives here.
+"""The lexical index's API: what every reader and writer of the FTS tables calls.
 
 Contentless FTS5 tables (``facts_fts``, ``cues_fts``, ``knowledge_fts``, ``messages_fts``)
 hold ``index_tokens`` of their row's text with ``rowid`` = the row's primary
@@ -24,40 +24,33 @@ document frequency is above ``FTS_PRUNE_DF_RATIO`` of the rows (read from the
 ``*_vocab`` fts5vocab tables; tables under 2,000 rows are never pruned).
 ``bench/`` reports the top-10 agreement of both with unpruned bm25.
 
-On PostgreSQL (``DATABASE_URL``) every function here answers from postings tables
-with the very same bm25 (:mod:`memory.backends.postgresql`): callers never see which
-backend ranked.
+The statements themselves live with their backend, behind one seam chosen once per process
+(:func:`memory.backends.lexical`): FTS5's in :mod:`memory.backends.sqlite` (with the vocab
+pruning), and on PostgreSQL (``DATABASE_URL``) postings tables scored with the very same bm25
+(:mod:`memory.backends.postgresql`): callers never see which backend ranked.
 """
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
-from django.conf import settings
-from django.db import connection
 
 from memory import backends
-from memory.backends import is_postgresql, postgresql
+from memory.backends.portable import FACT_COLUMNS, cue_rows, ranked_fact_rows
 from memory.engine.bm25 import fts_tokens, scope_bm25
-from memory.engine.tokenize import index_tokens, match_expression, query_terms
+from memory.engine.tokenize import match_expression, query_terms, terms_of
 from memory.search.lexical_index import SOURCES, resident, resident_messages
 from memory.search.read_ahead import Read, has, once, read
 
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")
-#: where each FTS table's rows keep their indexed tokens: (table, column)
-_TOKEN_COLUMNS = {name: (src.table, src.tokens) for name, src in SOURCES.items()} | {"messages_fts": ("messages", "tokens")}
-
-PRUNE_MIN_DOCS = 2000      # below this many rows every term is kept
-# terms found in more than settings.FTS_PRUNE_DF_RATIO of the rows are dropped …
-PRUNE_KEEP_AT_LEAST = 3    # … but always keep the rarest few matching terms
-_DOC_COUNT_TTL = 5.0       # seconds a cached row count is trusted
-
-_doc_counts: dict[str, tuple[float, int]] = {}
-_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
+_SCOPED = ("cues_fts", "facts_fts", "messages_fts")  # tables whose rows carry a person or stream
 _SCOPE_TOKEN = re.compile(r"[ps]\d+")  # the person / stream columns' tokens
+
+
+def _statements() -> backends.LexicalStatements:
+    return backends.lexical()
 
 
 def _check(table: str) -> str:
@@ -73,26 +66,9 @@ def index_row(table: str, rowid: int, text: str) -> str:
 
 def index_rows(table: str, rows: Sequence[tuple[int, str]]) -> list[str]:
     """Bulk form of :func:`index_row` (``rows`` = ``(rowid, text)``)."""
-    if _check(table) in ("cues_fts", "facts_fts", "messages_fts"):
+    if _check(table) in _SCOPED:
         raise ValueError("cue, fact and message rows carry their scope: use index_cue(s) / index_fact(s) / index_messages")
-    if is_postgresql():
-        return postgresql.index_rows(table, rows)
-    payload = [(rowid, index_tokens(text)) for rowid, text in rows]
-    with connection.cursor() as cur:
-        cur.executemany(f"INSERT INTO {table}(rowid, tokens) VALUES (%s, %s)", payload)
-        _store_tokens(cur, table, payload)
-    _doc_counts.pop(table, None)
-    return [tokens for _, tokens in payload]
-
-
-def _store_tokens(cur, table: str, payload: Sequence[tuple]) -> None:
-    """Keep the tokens beside the row too (the resident index loads them from there)."""
-    rows, column = _TOKEN_COLUMNS[table]
-    cur.executemany(f"UPDATE {rows} SET {column} = %s WHERE id = %s", [(p[1], p[0]) for p in payload])
-
-
-def _person_token(person_id: int) -> str:
-    return f"p{int(person_id)}"
+    return _statements().index_rows(table, rows)
 
 
 def index_fact(rowid: int, text: str, person_id: int) -> str:
@@ -100,34 +76,9 @@ def index_fact(rowid: int, text: str, person_id: int) -> str:
     return index_facts([(rowid, text, person_id)])[0]
 
 
-def _index_scoped(table: str, column: str, rows: Sequence[tuple[int, str, str]]) -> list[str]:
-    """Insert ``(rowid, text, scope token)`` rows into a table with an unweighted scope column."""
-    if is_postgresql():
-        return postgresql.index_scoped(table, [(r, text, int(scope[1:])) for r, text, scope in rows])
-    payload = [(rowid, index_tokens(text), scope) for rowid, text, scope in rows]
-    with connection.cursor() as cur:
-        cur.executemany(f"INSERT INTO {table}(rowid, tokens, {column}) VALUES (%s, %s, %s)", payload)
-        _store_tokens(cur, table, payload)
-    _doc_counts.pop(table, None)
-    return [tokens for _, tokens, _ in payload]
-
-
 def index_facts(rows: Sequence[tuple[int, str, int]]) -> list[str]:
     """Bulk form of :func:`index_fact` (``rows`` = ``(rowid, text, person_id)``)."""
-    return _index_scoped("facts_fts", "person", [(r, text, _person_token(p)) for r, text, p in rows])
-
-
-def _fact_expression(match: str, person_ids: Sequence[int] | None) -> str:
-    """User terms confined to ``tokens``; persons selected through the ``person`` column."""
-    expression = f"tokens : ({match})"
-    if person_ids is not None:
-        persons = " OR ".join(f'"{_person_token(p)}"' for p in dict.fromkeys(person_ids))
-        expression += f" AND person : ({persons})"
-    return expression
-
-
-def _stream_token(stream_id: int) -> str:
-    return f"s{int(stream_id)}"
+    return _statements().index_scoped("facts_fts", rows)
 
 
 def index_cue(rowid: int, text: str, stream_id: int) -> str:
@@ -137,7 +88,7 @@ def index_cue(rowid: int, text: str, stream_id: int) -> str:
 
 def index_cues(rows: Sequence[tuple[int, str, int]]) -> list[str]:
     """Bulk form of :func:`index_cue` (``rows`` = ``(rowid, text, stream_id)``)."""
-    return _index_scoped("cues_fts", "stream", [(r, text, _stream_token(s)) for r, text, s in rows])
+    return _statements().index_scoped("cues_fts", rows)
 
 
 def index_messages(rows: Sequence[tuple[int, str, int]]) -> list[str]:
@@ -146,29 +97,12 @@ def index_messages(rows: Sequence[tuple[int, str, int]]) -> list[str]:
     A message without a searchable term gets no FTS row (its stored tokens stay ``''``),
     so ``messages.tokens <> ''`` is exactly "has an FTS row" (the delete trigger relies on it).
     """
-    if is_postgresql():
-        return postgresql.index_messages(rows)
-    payload = [(rowid, index_tokens(text or ""), _stream_token(s)) for rowid, text, s in rows]
-    indexed = [p for p in payload if p[1]]
-    if indexed:
-        with connection.cursor() as cur:
-            cur.executemany("INSERT INTO messages_fts(rowid, tokens, stream) VALUES (%s, %s, %s)", indexed)
-            _store_tokens(cur, "messages_fts", indexed)
-    return [tokens for _, tokens, _ in payload]
+    return _statements().index_messages(rows)
 
 
 def reindex_message(rowid: int, text: str, stream_id: int, old_tokens: str) -> str:
     """Replace a message's FTS row after its content changed (same transaction as the UPDATE)."""
-    if is_postgresql():
-        return postgresql.reindex_message(rowid, text, stream_id, old_tokens)
-    if old_tokens:
-        with connection.cursor() as cur:
-            cur.execute(
-                "INSERT INTO messages_fts(messages_fts, rowid, tokens, stream) VALUES ('delete', %s, %s, %s)",
-                [rowid, old_tokens, _stream_token(stream_id)],
-            )
-            cur.execute("UPDATE messages SET tokens = '' WHERE id = %s", [rowid])
-    return index_messages([(rowid, text, stream_id)])[0]
+    return _statements().reindex_message(rowid, text, stream_id, old_tokens)
 
 
 class StreamScores(NamedTuple):
@@ -214,28 +148,13 @@ def message_candidates(
     scored = resident_message_scores(match, stream_id=stream_id, before_id=before_id)
     if scored is not None:
         return scored.top(limit)  # best first, ties: newer first
-    if is_postgresql():
-        return postgresql.message_candidates(terms_of(match), stream_id=stream_id, before_id=before_id, limit=limit)
-    params: list = [f'tokens : ({match}) AND stream : "{_stream_token(stream_id)}"']
-    where = "messages_fts MATCH %s"
-    if before_id is not None:
-        where += " AND messages_fts.rowid < %s"
-        params.append(before_id)
-    params.append(limit)
-    with connection.cursor() as cur:
-        cur.execute(
-            f"SELECT rowid, bm25(messages_fts, 1.0, 0.0) AS b FROM messages_fts WHERE {where}"
-            " ORDER BY b, rowid DESC LIMIT %s",
-            params,
-        )
-        return [(int(r), float(b)) for r, b in cur.fetchall()]
+    return _statements().message_candidates(match, stream_id=stream_id, before_id=before_id, limit=limit)
 
 
 def message_bm25(match: str, *, stream_id: int, message_ids: Sequence[int]) -> dict[int, float]:
     """bm25 of specific messages of one stream (messages that do not match are absent).
 
-    One MATCH over the ids' rowid range, filtered here: ``rowid IN (…)`` would make
-    FTS5 run the whole query once per id.
+    The resident message index when it can answer, else the backend's statements.
     """
     if not match or not message_ids:
         return {}
@@ -243,58 +162,30 @@ def message_bm25(match: str, *, stream_id: int, message_ids: Sequence[int]) -> d
     scored = index.scores(stream_id, terms_of(match), rowids=message_ids) if index is not None else None
     if scored is not None:
         return {int(i): float(b) for i, b in zip(*scored, strict=True)}
-    if is_postgresql():
-        return postgresql.message_bm25(terms_of(match), stream_id=stream_id, message_ids=message_ids)
-    wanted = {int(i) for i in message_ids}
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT rowid, bm25(messages_fts, 1.0, 0.0) FROM messages_fts"
-            " WHERE messages_fts MATCH %s AND rowid BETWEEN %s AND %s",
-            [f'tokens : ({match}) AND stream : "{_stream_token(stream_id)}"', min(wanted), max(wanted)],
-        )
-        return {int(r): float(b) for r, b in cur.fetchall() if int(r) in wanted}
+    return _statements().message_bm25(match, stream_id=stream_id, message_ids=message_ids)
 
 
 def delete_row(table: str, rowid: int, tokens: str) -> None:
-    """Remove a contentless FTS row: FTS5 needs the exact tokens that were indexed."""
-    name = _check(table)
-    if is_postgresql():
-        return postgresql.delete_rows(name, [rowid])
-    with connection.cursor() as cur:
-        cur.execute(f"INSERT INTO {name}({name}, rowid, tokens) VALUES ('delete', %s, %s)", [rowid, tokens])
-    _doc_counts.pop(table, None)
+    """Remove a contentless FTS row: FTS5 needs the exact tokens that were indexed (facts, cues:
+    :func:`delete_fact_rows`, :func:`delete_cue_rows`)."""
+    if _check(table) in _SCOPED:
+        raise ValueError("cue, fact and message rows carry their scope: use delete_fact_rows / delete_cue_rows")
+    _statements().delete_rows(table, [(rowid, tokens)])
 
 
 def delete_fact_rows(rows: Sequence[tuple[int, str, int]]) -> None:
     """Remove facts' FTS rows ``(rowid, tokens, person_id)`` (the exact indexed values)."""
-    _delete_scoped("facts_fts", "person", [(r, t, _person_token(p)) for r, t, p in rows])
+    _statements().delete_rows("facts_fts", rows)
 
 
 def delete_cue_rows(rows: Sequence[tuple[int, str, int]]) -> None:
     """Remove episode cues' FTS rows ``(rowid, tokens, stream_id)``."""
-    _delete_scoped("cues_fts", "stream", [(r, t, _stream_token(s)) for r, t, s in rows])
-
-
-def _delete_scoped(table: str, column: str, rows: Sequence[tuple[int, str, str]]) -> None:
-    payload = [row for row in rows if row[1]]
-    if is_postgresql():
-        return postgresql.delete_rows(table, [row[0] for row in rows])
-    if payload:
-        with connection.cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO {table}({table}, rowid, tokens, {column}) VALUES ('delete', %s, %s, %s)", payload
-            )
-    _doc_counts.pop(table, None)
+    _statements().delete_rows("cues_fts", rows)
 
 
 def clear(table: str) -> None:
     """Empty one lexical index (tests: FTS5 tables are not flushed with the rows)."""
-    name = _check(table)
-    if is_postgresql():
-        return postgresql.clear(name)
-    with connection.cursor() as cur:
-        cur.execute(f"INSERT INTO {name}({name}) VALUES ('delete-all')")
-    _doc_counts.pop(name, None)
+    _statements().clear(_check(table))
 
 
 def purge_deleted(tables: Sequence[str]) -> None:
@@ -305,33 +196,18 @@ def purge_deleted(tables: Sequence[str]) -> None:
     is rare; with ``secure_delete`` the freed pages are zeroed). PostgreSQL: deleted
     postings are dead tuples until (auto)vacuum; nothing to do here.
     """
-    if is_postgresql():
-        return
-    with connection.cursor() as cur:
-        for table in dict.fromkeys(tables):
-            name = _check(table)
-            cur.execute(f"INSERT INTO {name}({name}) VALUES ('optimize')")
+    _statements().purge_deleted([_check(table) for table in tables])
 
 
 def document_count(table: str) -> int:
     """Rows in the index: the resident index's (the count its BM25 and document frequencies
-    use, so no query); else cached for a few seconds on SQLite, read once per :func:`~memory.search.read_ahead.one_state`
-    on PostgreSQL, where each query line of a turn would otherwise ask again."""
+    use, so no query); else the backend's, read once per :func:`~memory.search.read_ahead.one_state` (on
+    PostgreSQL each query line of a turn would otherwise ask again; SQLite caches it a few seconds)."""
     index = resident(table) if table in SOURCES else None
     if index is not None:
         return len(index)
-    if is_postgresql():
-        name = _check(table)
-        return once(("document_count", name), lambda: postgresql.document_count(name))
-    hit = _doc_counts.get(table)
-    now = time.monotonic()
-    if hit and now - hit[0] < _DOC_COUNT_TTL:
-        return hit[1]
-    with connection.cursor() as cur:
-        cur.execute(f"SELECT count(*) FROM {_check(table)}_docsize")
-        count = int(cur.fetchone()[0])
-    _doc_counts[table] = (now, count)
-    return count
+    name = _check(table)
+    return once(("document_count", name), lambda: _statements().document_count(name))
 
 
 def document_frequencies(table: str, terms: Sequence[str]) -> dict[str, int]:
@@ -344,47 +220,13 @@ def document_frequencies(table: str, terms: Sequence[str]) -> dict[str, int]:
     index = resident(table) if table in SOURCES and not any(_SCOPE_TOKEN.fullmatch(t) for t in terms) else None
     if index is not None:
         return index.document_frequencies(terms)
-    if is_postgresql():
-        return postgresql.document_frequencies(_check(table), terms)
-    placeholders = backends.in_placeholders(terms)
-    with connection.cursor() as cur:
-        cur.execute(f"SELECT term, doc FROM {_check(table)}_vocab WHERE term IN ({placeholders})", list(terms))
-        return {term: int(doc) for term, doc in cur.fetchall()}
-
-
-def _is_single_token(term: str) -> bool:
-    return all(ch.isalnum() for ch in term)
-
-
-def prune_terms(table: str, terms: list[str]) -> list[str]:
-    """Drop query terms too common to change the ranking (see the module docstring)."""
-    total = document_count(table)
-    if total < PRUNE_MIN_DOCS or len(terms) <= PRUNE_KEEP_AT_LEAST:
-        return terms
-    df = document_frequencies(table, [t for t in terms if _is_single_token(t)])
-    limit = settings.FTS_PRUNE_DF_RATIO * total
-    kept = [t for t in terms if not _is_single_token(t) or 0 < df.get(t, 0) <= limit]
-    if len(kept) >= PRUNE_KEEP_AT_LEAST:
-        return kept
-    matching = sorted((df[t], i, t) for i, t in enumerate(terms) if df.get(t, 0) > 0)
-    rarest = {t for _, _, t in matching[:PRUNE_KEEP_AT_LEAST]}
-    return [t for t in terms if t in rarest or (not _is_single_token(t))]
-
-
-def terms_of(match: str) -> list[str]:
-    """The terms of a MATCH expression built by :func:`match_for` (quotes undone)."""
-    return [t.replace('""', '"') for t in _QUOTED.findall(match)]
+    return _statements().document_frequencies(_check(table), terms)
 
 
 def match_for(table: str, text: str) -> str:
     """The MATCH expression for a user text ('' when it has no searchable term)."""
     _check(table)
     return match_expression(query_terms(text))
-
-
-def _pruned(table: str, match: str) -> str:
-    """``match`` without the terms :func:`prune_terms` drops (the FTS5 path of a whole-table query)."""
-    return match_expression(prune_terms(table, terms_of(match)))
 
 
 def _whole_table_top(table: str, match: str, limit: int, offset: int = 0) -> list[tuple[int, float]] | None:
@@ -423,12 +265,6 @@ def _fact_rows(rows) -> list[FactRow]:
     return [FactRow(*r) for r in rows]
 
 
-_FACT_COLUMNS = (
-    "f.id, {bm25}, f.person_id, f.kind, f.content, f.slot, f.origin_kind,"
-    " f.strength, f.half_life_hours, f.updated_at, f.active, f.embedding_q8 IS NOT NULL"
-)
-
-
 def fact_candidates(
     match: str, *, person_ids: Sequence[int] | None, limit: int, include_invalid: bool = False
 ) -> list[FactRow]:
@@ -437,7 +273,7 @@ def fact_candidates(
 
     Superseded/invalidated facts are excluded unless ``include_invalid``; frozen facts are
     kept (they stay lexically recallable). ``person_ids=None`` ranks every person's facts
-    (the resident index when it can answer, else pruned FTS5).
+    (the resident index when it can answer, else the backend's statements: pruned FTS5 on SQLite).
     """
     if not match:
         return []
@@ -447,61 +283,9 @@ def fact_candidates(
         rows = _resident_fact_candidates(match, limit, include_invalid)
     else:
         rows = _resident_scoped_facts(match, person_ids, limit, include_invalid)
-    if rows is not None:
-        return _fact_rows(rows)
-    if is_postgresql():
-        ranked = postgresql.fact_scores(terms_of(match), person_ids)
-        return _fact_rows(_ranked_fact_rows(_chunks(ranked, limit), include_invalid=include_invalid, limit=limit))
-    if person_ids is None:
-        match = _pruned("facts_fts", match) or match
-    where = ["facts_fts MATCH %s"]
-    params: list = [_fact_expression(match, person_ids)]
-    if not include_invalid:
-        where.append("f.superseded_by IS NULL")
-    params.append(limit)
-    sql = (
-        f"SELECT {_FACT_COLUMNS.format(bm25='bm25(facts_fts, 1.0, 0.0) AS b')}"
-        " FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid"
-        f" WHERE {' AND '.join(where)} ORDER BY b LIMIT %s"
-    )
-    with connection.cursor() as cur:
-        cur.execute(sql, params)
-        return _fact_rows(cur.fetchall())
-
-
-def _ranked_fact_rows(
-    batches: Iterable[Sequence[tuple[int, float]]], *, include_invalid: bool, limit: int, columns: str = _FACT_COLUMNS
-) -> list[tuple]:
-    """Rows of ranked facts, in rank order, until ``limit``: ``columns`` (``f.id, {bm25}, …``) with the ranking's bm25.
-
-    ``batches`` yields the ranking ``(id, bm25)`` batch by batch, best first; each batch is
-    read with one ``id IN (…)`` query (superseded facts dropped unless ``include_invalid``)
-    and no batch is asked for once ``limit`` rows are found. The one place fact rows are
-    fetched for ranked ids (resident index, PostgreSQL postings).
-    """
-    rows: list[tuple] = []
-    valid = "" if include_invalid else " AND f.superseded_by IS NULL"
-    for batch in batches:
-        if not batch:
-            break
-        with connection.cursor() as cur:
-            cur.execute(
-                f"SELECT {columns.format(bm25='0')} FROM facts f WHERE f.id IN ({backends.in_placeholders(batch)}){valid}",
-                [fid for fid, _ in batch],
-            )
-            found = {r[0]: r for r in cur.fetchall()}
-        rows += [(fid, b, *found[fid][2:]) for fid, b in batch if fid in found]
-        if len(rows) >= limit:
-            break
-    return rows[:limit]
-
-
-def _chunks(ranked: Sequence[tuple[int, float]], limit: int) -> Iterator[Sequence[tuple[int, float]]]:
-    """A whole ranking in batches for :func:`_ranked_fact_rows` and PostgreSQL's cues (a batch covers ``limit``
-    when few rows drop out)."""
-    step = max(limit, 64)
-    for start in range(0, len(ranked), step):
-        yield ranked[start:start + step]
+    if rows is None:
+        rows = _statements().fact_candidates(match, person_ids=person_ids, limit=limit, include_invalid=include_invalid)
+    return _fact_rows(rows)
 
 
 def _resident_scoped_facts(
@@ -599,7 +383,7 @@ def scoped_fact_candidates(match: str, *, scope: FactScope, limit: int) -> list[
     return [FactRow(fid, b, *scope.rows[fid][2:]) for fid, b in ranked]
 
 
-_SCOPE_SQL = f"SELECT {_FACT_COLUMNS.format(bm25='0')}, f.tokens_v2 FROM facts f WHERE {{persons}}{{valid}}"
+_SCOPE_SQL = f"SELECT {FACT_COLUMNS.format(bm25='0')}, f.tokens FROM facts f WHERE {{persons}}{{valid}}"
 
 
 def scope_read(person_ids: Sequence[int], *, include_invalid: bool = False) -> Read:
@@ -667,14 +451,13 @@ def _resident_fact_candidates(match: str, limit: int, include_invalid: bool) -> 
             offset, batch = offset + batch, batch * 2
             hits = _whole_table_top("facts_fts", match, batch, offset)
 
-    return _ranked_fact_rows(batches(), include_invalid=include_invalid, limit=limit)
+    return ranked_fact_rows(batches(), include_invalid=include_invalid, limit=limit)
 
 
 def fact_bm25(match: str, fact_ids: Sequence[int]) -> dict[int, float]:
     """Real bm25 of specific facts for ``match`` (facts that do not match are absent).
 
-    The resident index scores just these rows; FTS5 (inside a transaction) runs the whole
-    query once per id of ``rowid IN (…)``.
+    The resident index scores just these rows; else (inside a transaction) the backend's statements.
     """
     if not match or not fact_ids:
         return {}
@@ -682,33 +465,14 @@ def fact_bm25(match: str, fact_ids: Sequence[int]) -> dict[int, float]:
     scored = index.scores_for(terms_of(match), fact_ids) if index is not None else None
     if scored is not None:
         return {int(i): float(b) for i, b in zip(*scored, strict=True)}
-    if is_postgresql():
-        return postgresql.fact_bm25(terms_of(match), fact_ids)
-    placeholders = backends.in_placeholders(fact_ids)
-    with connection.cursor() as cur:
-        cur.execute(
-            f"SELECT rowid, bm25(facts_fts, 1.0, 0.0) FROM facts_fts WHERE facts_fts MATCH %s AND rowid IN ({placeholders})",
-            [_fact_expression(match, None), *fact_ids],
-        )
-        return {int(r): float(b) for r, b in cur.fetchall()}
+    return _statements().fact_bm25(match, fact_ids)
 
 
 def similar_fact_candidates(match: str, *, person_id: int, limit: int = 8) -> list[tuple[int, str]]:
     """Valid facts (active or frozen) of one person for duplicate detection: ``(id, content)``."""
     if not match:
         return []
-    if is_postgresql():
-        ranked = postgresql.fact_scores(terms_of(match), [person_id])
-        rows = _ranked_fact_rows(_chunks(ranked, limit), include_invalid=False, limit=limit, columns="f.id, {bm25}, f.content")
-        return [(fid, content) for fid, _, content in rows]
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT f.id, f.content FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid"
-            " WHERE facts_fts MATCH %s AND f.superseded_by IS NULL"
-            " ORDER BY bm25(facts_fts, 1.0, 0.0) LIMIT %s",
-            [_fact_expression(match, [person_id]), limit],
-        )
-        return cur.fetchall()
+    return _statements().similar_facts(match, person_id=person_id, limit=limit)
 
 
 def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[CueHit]:
@@ -717,43 +481,18 @@ def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[Cue
     The user terms are confined to the ``tokens`` column; a stream is selected with
     ``stream : "s<id>"`` so FTS5 ranks only that stream's cues. The ``stream``
     column has weight 0 in bm25. ``stream_id=None`` ranks every stream's cues (the
-    resident index when it can answer, else pruned FTS5).
+    resident index when it can answer, else the backend's statements: pruned FTS5 on SQLite).
     """
     if not match:
         return []
     if stream_id is None:
         hits = _whole_table_top("cues_fts", match, limit)
-        rows = None if hits is None else _cue_rows(hits)
+        rows = None if hits is None else cue_rows(hits)
     else:
         rows = _resident_stream_cues(match, stream_id, limit)
-    if rows is not None:
-        return [CueHit(*h) for h in rows]
-    if is_postgresql():
-        found: list[tuple[int, int, float]] = []
-        for batch in _chunks(postgresql.cue_scores(terms_of(match), stream_id), limit):
-            found += _cue_rows(list(batch))
-            if len(found) >= limit:
-                break
-        return [CueHit(*h) for h in found[:limit]]
-    if stream_id is None:
-        match = _pruned("cues_fts", match) or match
-    expression = f"tokens : ({match})"
-    if stream_id is not None:
-        expression += f' AND stream : "{_stream_token(stream_id)}"'
-    params: list = [expression]
-    where = "cues_fts MATCH %s AND e.kind <> 'unsummarized'"
-    if stream_id is not None:
-        where += " AND e.stream_id = %s"
-        params.append(stream_id)
-    params.append(limit)
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT c.episode_id, c.id, bm25(cues_fts, 1.0, 0.0) AS b FROM cues_fts"
-            " JOIN episode_cues c ON c.id = cues_fts.rowid JOIN episodes e ON e.id = c.episode_id"
-            f" WHERE {where} ORDER BY b LIMIT %s",
-            params,
-        )
-        return [CueHit(*h) for h in cur.fetchall()]
+    if rows is None:
+        rows = _statements().cue_candidates(match, stream_id=stream_id, limit=limit)
+    return [CueHit(*h) for h in rows]
 
 
 def _resident_stream_cues(match: str, stream_id: int, limit: int) -> list[tuple[int, int, float]] | None:
@@ -780,36 +519,14 @@ def stream_cues_read(stream_id: int) -> Read:
                 " WHERE e.stream_id = %s AND e.kind <> 'unsummarized'", [stream_id], dict)
 
 
-def _cue_rows(hits: list[tuple[int, float]]) -> list[tuple[int, int, float]]:
-    if not hits:
-        return []
-    placeholders = backends.in_placeholders(hits)
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT c.id, c.episode_id FROM episode_cues c JOIN episodes e ON e.id = c.episode_id"
-            f" WHERE c.id IN ({placeholders}) AND e.kind <> 'unsummarized'",
-            [cid for cid, _ in hits],
-        )
-        episode_of = dict(cur.fetchall())
-    return [(episode_of[cid], cid, b) for cid, b in hits if cid in episode_of]
-
-
 def knowledge_candidates(match: str, *, limit: int) -> list[tuple[int, float]]:
-    """Knowledge hits ordered by bm25: ``(id, bm25)`` (resident index, else pruned FTS5)."""
+    """Knowledge hits ordered by bm25: ``(id, bm25)`` (resident index, else the backend's: pruned FTS5 on SQLite)."""
     if not match:
         return []
     hits = _whole_table_top("knowledge_fts", match, limit)
     if hits is not None:
         return hits
-    if is_postgresql():
-        return postgresql.top("knowledge_fts", terms_of(match), limit)
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT rowid, bm25(knowledge_fts) AS b FROM knowledge_fts WHERE knowledge_fts MATCH %s"
-            " ORDER BY b LIMIT %s",
-            [_pruned("knowledge_fts", match) or match, limit],
-        )
-        return cur.fetchall()
+    return _statements().knowledge_candidates(match, limit=limit)
 
 
 def knowledge_bm25(match: str, ids: Sequence[int]) -> dict[int, float]:
@@ -820,30 +537,14 @@ def knowledge_bm25(match: str, ids: Sequence[int]) -> dict[int, float]:
     scores = index.bm25_for(terms_of(match), ids) if index is not None else None
     if scores is not None:
         return scores
-    if is_postgresql():
-        return postgresql.bm25_for("knowledge_fts", terms_of(match), ids)
-    placeholders = backends.in_placeholders(ids)
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT rowid, bm25(knowledge_fts) FROM knowledge_fts"
-            f" WHERE knowledge_fts MATCH %s AND rowid IN ({placeholders})",
-            [match, *ids],
-        )
-        return {int(r): float(b) for r, b in cur.fetchall()}
+    return _statements().knowledge_bm25(match, ids)
 
 
 def rows_containing(table: str, match: str, *, limit: int) -> list[int]:
     """Up to ``limit`` rowids matching ``match`` in rowid order (no ranking: FTS5 stops early)."""
     if not match:
         return []
-    name = _check(table)
-    if is_postgresql():
-        return postgresql.rows_containing(name, terms_of(match), limit=limit)
-    if name == "facts_fts":
-        match = _fact_expression(match, None)
-    with connection.cursor() as cur:
-        cur.execute(f"SELECT rowid FROM {name} WHERE {name} MATCH %s LIMIT %s", [match, limit])
-        return [int(r[0]) for r in cur.fetchall()]
+    return _statements().rows_containing(_check(table), match, limit=limit)
 
 
 def unpruned_top(table: str, match: str, *, limit: int) -> list[tuple[int, float]]:
@@ -854,13 +555,4 @@ def unpruned_top(table: str, match: str, *, limit: int) -> list[tuple[int, float
     """
     if not match:
         return []
-    name = _check(table)
-    if is_postgresql():
-        return postgresql.top(name, terms_of(match), limit)
-    expression, weights = (match, "") if name == "knowledge_fts" else (f"tokens : ({match})", ", 1.0, 0.0")
-    with connection.cursor() as cur:
-        cur.execute(
-            f"SELECT rowid, bm25({name}{weights}) AS b FROM {name} WHERE {name} MATCH %s ORDER BY b, rowid LIMIT %s",
-            [expression, limit],
-        )
-        return [(int(r), float(b)) for r, b in cur.fetchall()]
+    return _statements().unpruned_top(_check(table), match, limit=limit)

@@ -1,6 +1,8 @@
 """The recall matrix's data and arithmetic, without a deployment (``make eval`` lives it through the API)."""
 from __future__ import annotations
 
+import pytest
+
 from bench import eval_matrix
 from bench.eval_matrix import Case, Unit, score
 
@@ -44,3 +46,56 @@ def test_score_reads_the_prompt_labels_per_split():
     assert out["cells"]["line"]["ours"]["test"] == {"mean": 0.0, "n": 1}
     assert out["cells"]["line"]["bm25s"]["dev"]["mean"] == 0.5 and out["cells"]["line"]["dense"]["test"]["mean"] == 1.0
     assert out["small_talk"]["ours"]["dev"]["mean"] == 1.0 and out["small_talk"]["ours"]["all"]["mean"] == 1.0
+
+
+@pytest.mark.parametrize(("lang", "unanswerable"), [("cn", 0), ("en", 1)])
+def test_memorybank_labels_point_at_pairs_that_hold_their_quote(lang, unanswerable):
+    import json
+
+    bank, questions = eval_matrix.memorybank_data(lang)
+    labels = eval_matrix.memorybank_labels(lang)
+    assert set(labels) == {name.strip() for name in bank} == set(questions)
+    assert [len(labels[n]) for n in questions] == [len(q) for q in questions.values()]
+    assert sum(len(q) for q in questions.values()) == 100
+    assert sum(not evidence for per_user in labels.values() for evidence in per_user) == unanswerable
+    bank = {name.strip(): person for name, person in bank.items()}
+    entries = json.loads(eval_matrix.MEMORYBANK_LABELS[lang].read_text(encoding="utf-8"))["labels"]
+    for entry in entries:
+        history = bank[entry["user"]]["history"]
+        pairs = [history[date][j] for date, j in entry["evidence"]]  # an index past the day's pairs raises
+        assert len(entry["quote"]) <= 20
+        if pairs:
+            assert any(entry["quote"] in p["query"] + p["response"] for p in pairs), entry
+        else:
+            assert entry["quote"] == ""
+
+
+def test_memorybank_units_are_test_only_with_the_three_forms():
+    units = eval_matrix.memorybank_units(2)
+    assert [u.split for u in units] == ["test", "test"] and units[0].lang == "zh"
+    unit = units[0]
+    # every pair is two facts of the user (query, response), dated before the questions
+    assert len(unit.facts) == 2 * sum(len(day) for day in eval_matrix.memorybank_data()[0]["张曼婷"]["history"].values())
+    assert all(at < unit.ask_at for _p, _t, _g, at in unit.facts)
+    assert {c.form for c in unit.cases} == {"line", "whole", "chat"}
+    line, whole, chat = unit.cases[:3]
+    assert line.gold == whole.gold == chat.gold == {"0:2023-04-30:3"}  # 《流浪地球》
+    assert whole.text.endswith(line.text) and whole.text.count("\n") == len(chat.context)
+    assert chat.session and all(at < chat.at for _r, _t, at in chat.context)
+    assert {r for r, _t, _a in chat.context} == {"user", "assistant"}
+    labelled = {g for _p, _t, gs, _a in unit.facts for g in gs}
+    assert all(c.gold <= labelled for c in unit.cases)
+
+
+def test_a_partial_matrix_leaves_the_full_report_alone():
+    from bench.common import RESULTS_DIR
+
+    full = eval_matrix.parse_args([])
+    assert not any(eval_matrix.skipped_datasets(full).values()) and not full.no_markdown
+    assert full.output == RESULTS_DIR / "eval_matrix.json"
+    args = eval_matrix.parse_args(["--datasets", "MemoryBank"])
+    skip = eval_matrix.skipped_datasets(args)
+    assert [name for name, skipped in skip.items() if not skipped] == ["MemoryBank"] and set(skip) == set(eval_matrix.DATASETS)
+    assert args.no_markdown and args.output == RESULTS_DIR / "eval_matrix-memorybank.json"
+    with pytest.raises(SystemExit):
+        eval_matrix.parse_args(["--datasets", "Nope"])

@@ -115,3 +115,30 @@ def test_one_table_per_backend_with_the_scales_side_by_side(tmp_path):
     out = tmp_path / "scale.json"
     scale.write_reports(results, out, markdown=False)
     assert out.with_suffix(".png").stat().st_size > 10_000 and out.with_suffix(".md").read_text().startswith("# How")
+
+
+def test_merge_keeps_the_scales_a_run_did_not_measure_and_says_which_run_measured_which():
+    earlier = {"command": "python -m bench.scale --scales 1,3", "backends": ["sqlite", "postgresql"], "seconds": 900.0,
+               "scales": [_fake_scale(1, ("sqlite", "postgresql")), _fake_scale(3, ("sqlite", "postgresql"))]}
+    later = {"command": "python -m bench.scale --scales 3,10 --backends sqlite --merge", "backends": ["sqlite"],
+             "seconds": 2000.0, "scales": [_fake_scale(3, ("sqlite",)), _fake_scale(10, ("sqlite",))]}
+    merged = scale.merge(earlier, later)
+    assert [s["scale"] for s in merged["scales"]] == [1, 3, 10]
+    assert merged["scales"][1] is later["scales"][0]  # a scale measured again is the new run's
+    assert merged["backends"] == ["sqlite", "postgresql"]
+    assert [(r["command"], r["scales"]) for r in merged["runs"]] == [
+        ("python -m bench.scale --scales 1,3", [1]), ("python -m bench.scale --scales 3,10 --backends sqlite --merge", [3, 10])]
+    text = scale.runs_text(merged)
+    assert text == ("1× from `python -m bench.scale --scales 1,3` in 900 s; 3×, 10× from "
+                    "`python -m bench.scale --scales 3,10 --backends sqlite --merge` in 2,000 s")
+    full = scale.render_full(merged)
+    assert "| figure | unit | 1× | 3× | 10× | 10× / 1× |" in full and "| figure | unit | 1× | 1× |" not in full
+    assert "Merged runs: 1× from" in full
+    section = scale.render_section(merged)
+    check_section(SECTION_BY_MARKER["<!-- scale:start -->"], section)
+    assert text in section and "| figure | SQLite 1× | SQLite 3× | SQLite 10× | PostgreSQL 1× |" in section
+    # merged again: the runs are carried over, not lost
+    again = scale.merge(merged, {**later, "command": "python -m bench.scale --scales 10 --merge",
+                                 "scales": [_fake_scale(10, ("sqlite",))]})
+    assert [r["scales"] for r in again["runs"]] == [[1], [3], [10]]
+    assert scale.merge(None, later) is later and scale.merge(earlier, earlier) is earlier

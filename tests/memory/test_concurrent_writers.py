@@ -113,7 +113,7 @@ def test_bm25_with_statistics_behind_the_postings_still_scores():
     with connection.cursor() as cur:  # as if two of the three were committed after the statistics were read
         cur.execute("INSERT INTO lexical_stats(source, docs, tokens) VALUES (%s, -2, 0)",
                     [postgresql.SOURCES["facts_fts"].code])
-    scores = postgresql.fact_bm25(["杭州"], list(Fact.objects.values_list("id", flat=True)))
+    scores = postgresql.fact_bm25('"杭州"', list(Fact.objects.values_list("id", flat=True)))
     assert len(scores) == 3 and all(score < 0 for score in scores.values())
 
 
