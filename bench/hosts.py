@@ -449,25 +449,26 @@ def summarise(result: dict) -> dict:
 
 
 def render(result: dict) -> str:
+    """Four lines: the heading, how it was measured, the catch-up of each case, ingest."""
     s, cfg = result["summary"], result["configuration"]
     low, high = cfg["llm_latency_s"]
-    rows = []
+    parts = []
     for case in cfg["cases"]:
         c = s[f"catch_up_{case}"]
-        what = (f"model calls {low * 1000:.0f}–{high * 1000:.0f} ms each" if case == "llm"
-                else f"heuristic, no model: CPU only, {result['calibration']['before']['cpus']} cores shared")
-        rows.append(f"- pipeline catch-up, {cfg['messages']:,} messages ({what}): 1 worker host "
-                    f"{c['1_host']['median']} s ({c['1_host']['min']}–{c['1_host']['max']}), 2 hosts "
-                    f"{c['2_hosts']['median']} s ({c['2_hosts']['min']}–{c['2_hosts']['max']}): **{c['speedup']}×**"
-                    + ("" if c["all_completed"] else " (a round did not complete)"))
+        what = (f"with a model answering in {low * 1000:.0f}–{high * 1000:.0f} ms" if case == "llm"
+                else f"CPU only (no model; {result['calibration']['before']['cpus']} cores shared)")
+        parts.append(f"{what} {c['1_host']['median']} s ({c['1_host']['min']}–{c['1_host']['max']}) → "
+                     f"{c['2_hosts']['median']} s ({c['2_hosts']['min']}–{c['2_hosts']['max']}), **{c['speedup']}×**"
+                     + ("" if c["all_completed"] else " (a round did not complete)"))
+    rows = [f"- pipeline catch-up of {cfg['messages']:,} messages, 1 → 2 worker hosts: " + "; ".join(parts)] if parts else []
     if "ingest" in s:
         i = s["ingest"]
-        rows.append(f"- ingest (`POST /messages`, {cfg['threads']} clients): 1 web process {i['1_process']['median']}"
-                    f" req/s ({i['1_process']['min']}–{i['1_process']['max']}), 2 (second on the other host) "
-                    f"{i['2_processes']['median']} req/s ({i['2_processes']['min']}–{i['2_processes']['max']}):"
+        rows.append(f"- ingest (`POST /messages`, {cfg['threads']} clients), 1 → 2 web processes (the second on the"
+                    f" other host): {i['1_process']['median']} req/s ({i['1_process']['min']}–{i['1_process']['max']})"
+                    f" → {i['2_processes']['median']} ({i['2_processes']['min']}–{i['2_processes']['max']}),"
                     f" {i['ratio']}×")
     config = (f"PostgreSQL, the second host a network namespace over a veth, medians (ranges) of {cfg['rounds']}"
-              f" interleaved rounds, docs/DEPLOY.md \"What a second host buys\"")
+              f" interleaved rounds; docs/DEPLOY.md \"What a second host buys\"")
     return "\n".join(["### What a second host buys", measured(COMMAND, config, result), *rows])
 
 

@@ -58,4 +58,4 @@ def test_the_report_gives_medians_ranges_and_the_speedup_within_its_budget():
     assert result["summary"]["ingest"]["ratio"] == 1.1
     body = hosts.render(result)
     check_section(SECTION_BY_MARKER["<!-- hosts:start -->"], body)
-    assert "41.0 s (40.0–44.0)" in body and "**1.95×**" in body and "2 cores" in body
+    assert "41.0 s (40.0–44.0) → 21.0 s (20.0–25.0), **1.95×**" in body and "2 cores" in body
