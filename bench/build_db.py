@@ -178,7 +178,7 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512, real_tex
             )
         cur.executemany(
             "INSERT INTO facts(id, person_id, kind, content, content_key, strength, half_life_hours, updated_at,"
-            " created_at, hit_count, due_at, active, origin_kind, slot, tokens_v2, source)"
+            " created_at, hit_count, due_at, active, origin_kind, slot, tokens, source)"
             " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,'','bench')",
             fact_rows,
         )
@@ -195,7 +195,7 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512, real_tex
         k_vecs /= np.linalg.norm(k_vecs, axis=1, keepdims=True)
         tokens = [index_tokens(t) for _, t in k_rows]
         cur.executemany(
-            "INSERT INTO knowledge(id, content, content_key, source, tokens_v2, created_at, hit_count, embedding, embedding_q8)"
+            "INSERT INTO knowledge(id, content, content_key, source, tokens, created_at, hit_count, embedding, embedding_q8)"
             " VALUES (%s,%s,%s,'bench',%s,%s,0,%s,%s)",
             [
                 (i, t, exact_key(t), tokens[i - 1], now - day, pack_float32(k_vecs[i - 1]), quantize_vector(k_vecs[i - 1]))

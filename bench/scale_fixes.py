@@ -1,5 +1,9 @@
 """Before/after of the fixes for what grew with the store (issue 35), in one run each.
 
+``knowledge matrix build`` (the first knowledge search of a process): the matrix from the
+stored SQ8 blobs, *before* each blob decoded in Python (and the majority dimension counted so),
+*after* all checked at once (``valid_q8_rows``); CPU seconds, the two matrices compared.
+
 ``knowledge top-k``: the resident int8 knowledge index's ``top_k`` on matrices of the bench
 store's knowledge counts at 1×, 3× and 10× (25,000 / 75,000 / 250,000 × 512, Gaussian vectors
 as ``bench.build_db`` writes them). *Before*: every row's exact cosine, then the k best (the
@@ -7,7 +11,12 @@ former ``Int8Matrix.top_k``, kept here as the reference); *after*: ``Int8Matrix.
 on the same matrix and the same SQ8 queries, alternating; the ids, order and cosines of the
 two are compared for every query (``agreement`` = share of identical lists).
 
-    python -m bench.scale_fixes [--scales 1,3,10] [--calls 60]
+``spread (hops 2)`` (with ``--store``, a store of ``bench.build_db``): ``selectors.spread`` as
+``bench.run`` calls it, alternating *before* (the former early stop of the engine's hit
+selection, kept here: it loaded every node tied with the limit-th hit's bound — the thousands of
+holders of one concept) and *after*; hits compared, SQL statements counted.
+
+    python -m bench.scale_fixes [--scales 1,3,10] [--calls 60] [--store S.sqlite3 ...]
 """
 from __future__ import annotations
 
@@ -23,8 +32,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import calibration, calibration_text  # noqa: E402
-from memory.engine.quantize import Int8Matrix, quantize_vector  # noqa: E402
+from bench.common import calibration, calibration_text, shown  # noqa: E402
+from memory.engine.quantize import Int8Matrix, decode_q8, quantize_vector  # noqa: E402
+from memory.search.vector_index import _majority_matrix  # noqa: E402
 
 
 def full_ranking(matrix: Int8Matrix, query: bytes, k: int) -> list[tuple[int, float]]:
@@ -36,6 +46,34 @@ def full_ranking(matrix: Int8Matrix, query: bytes, k: int) -> list[tuple[int, fl
     return [(int(matrix.ids[i]), float(scores[i])) for i in order]
 
 
+def former_build(pairs: list) -> Int8Matrix:
+    """The resident knowledge matrix as it was built: the majority dimension and each row decoded one by one."""
+    from collections import Counter
+
+    dims: Counter[int] = Counter()
+    for _i, blob in pairs:
+        try:
+            dims[decode_q8(blob)[0]] += 1
+        except ValueError:
+            continue
+    dim = dims.most_common(1)[0][0] if dims else None
+    ids, rows, skipped = [], [], []
+    for ident, blob in pairs:
+        try:
+            d, _s, q = decode_q8(blob)
+        except ValueError:
+            skipped.append(ident)
+            continue
+        if d != dim:
+            skipped.append(ident)
+            continue
+        ids.append(ident)
+        rows.append(q)
+    matrix = np.vstack(rows)
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.int64).astype(np.float64)).astype(np.float32)
+    return Int8Matrix(np.asarray(ids, dtype=np.int64), matrix, norms, tuple(skipped))
+
+
 def _p(samples: list[float], q: float) -> float:
     return round(sorted(samples)[min(len(samples) - 1, int(q * len(samples)))], 2)
 
@@ -44,8 +82,18 @@ def knowledge_top_k(scale: float, calls: int, k: int = 15) -> dict:
     n, dim = int(25_000 * scale), 512
     rng = np.random.default_rng(7)
     vectors = rng.standard_normal((n, dim)).astype(np.float32)
-    matrix = Int8Matrix.from_blobs((i + 1, quantize_vector(v)) for i, v in enumerate(vectors))
+    pairs = [(i + 1, quantize_vector(v)) for i, v in enumerate(vectors)]
     del vectors
+    # the build of the resident matrix from the stored blobs (a process's first knowledge search)
+    c = time.process_time()
+    former = former_build(pairs)
+    build_before = time.process_time() - c
+    c = time.process_time()
+    matrix = _majority_matrix(pairs)
+    build_after = time.process_time() - c
+    assert former.ids.tolist() == matrix.ids.tolist() and np.array_equal(former.matrix, matrix.matrix)
+    assert np.array_equal(former.norms, matrix.norms)
+    del pairs, former
     queries = [quantize_vector(rng.standard_normal(dim).astype(np.float32)) for _ in range(calls)]
     before, after, same = [], [], 0
     cpu_before, cpu_after = [], []
@@ -61,28 +109,119 @@ def knowledge_top_k(scale: float, calls: int, k: int = 15) -> dict:
         cpu_after.append((time.process_time() - c) * 1000)
         same += got == ref
     return {"rows": n, "k": k, "calls": calls, "agreement": same / calls,
+            "build_cpu_s": {"before": round(build_before, 3), "after": round(build_after, 3)},
             "before_ms": {"median": round(statistics.median(before), 2), "p95": _p(before, 0.95),
                           "cpu_median": round(statistics.median(cpu_before), 2), "cpu_p95": _p(cpu_before, 0.95)},
             "after_ms": {"median": round(statistics.median(after), 2), "p95": _p(after, 0.95),
                          "cpu_median": round(statistics.median(cpu_after), 2), "cpu_p95": _p(cpu_after, 0.95)}}
 
 
+def _former_best_hits(fused, distances, cache, activation, limit):
+    """The engine's hit selection before it stopped on a tie from a later place (the reference)."""
+    from memory.engine.spreading import _HIT_BATCH, REVIVE, SpreadHit, activation_factors
+
+    position = dict(zip(fused, range(len(fused)), strict=True))
+    factors = activation_factors(activation, fused) if activation is not None else None
+    order = sorted(fused, key=(lambda n: fused[n] * factors[n]) if factors is not None else fused.__getitem__,
+                   reverse=True)
+    hits, bounded = [], True
+    for start in range(0, len(order), _HIT_BATCH):
+        chunk = order[start:start + _HIT_BATCH]
+        cache.load(chunk)
+        for node in chunk:
+            keep = cache.get(node)
+            if keep is None or keep < REVIVE:
+                continue
+            bounded = bounded and keep <= 1.0
+            value = fused[node] * keep
+            if factors is not None:
+                value *= factors[node]
+            hits.append(SpreadHit(node_id=node, score=value, hops=distances[node]))
+        rest = start + _HIT_BATCH
+        if bounded and len(hits) >= limit and rest < len(order):
+            kth = sorted((h.score for h in hits), reverse=True)[limit - 1]
+            nxt = order[rest]
+            if kth > (fused[nxt] * factors[nxt] if factors is not None else fused[nxt]):
+                break
+    hits.sort(key=lambda hit: (-hit.score, position[hit.node_id]))
+    return hits[:limit]
+
+
+def spread_on(store: Path, calls: int) -> dict:
+    """``selectors.spread`` (hops 2, limit 4, a fact and a knowledge seed) before / after, same seeds."""
+    import random
+
+    from bench import run
+
+    run.setup_django(store)
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memory import selectors
+    from memory.engine import spreading
+
+    counts = json.loads(store.with_suffix(".json").read_text())
+    rng = random.Random(11)
+    seeds = [[("fact", rng.randrange(1, counts["facts"]), 1.0), ("knowledge", rng.randrange(1, counts["knowledge"]), 0.8)]
+             for _ in range(calls)]
+    current = spreading._best_hits
+
+    def call(which, seed):
+        spreading._best_hits = current if which == "after" else _former_best_hits
+        try:
+            with CaptureQueriesContext(connection) as q:
+                t, c = time.perf_counter(), time.process_time()
+                got = selectors.spread(seeds=seed, now=counts["now"], hops=2, limit=4, events=False)
+                took = ((time.perf_counter() - t) * 1000, (time.process_time() - c) * 1000)
+            return got, took, len(q.captured_queries)
+        finally:
+            spreading._best_hits = current
+
+    for seed in seeds[:5]:  # resident concept graph and node texts, page cache
+        call("before", seed), call("after", seed)
+    rows = {"before": ([], [], []), "after": ([], [], [])}
+    same = 0
+    for i, seed in enumerate(seeds):
+        hits = {}
+        for which in (("before", "after") if i % 2 else ("after", "before")):  # neither always warms the other
+            got, (wall, cpu), queries = call(which, seed)
+            rows[which][0].append(wall), rows[which][1].append(cpu), rows[which][2].append(queries)
+            hits[which] = [(h.node_id, h.score, h.hops) for h in got.hits]
+        same += hits["before"] == hits["after"]
+    out = {"store": store.name, "calls": calls, "agreement": same / calls}
+    for which, (wall, cpu, queries) in rows.items():
+        out[f"{which}_ms"] = {"median": round(statistics.median(wall), 2), "p95": _p(wall, 0.95),
+                              "cpu_median": round(statistics.median(cpu), 2), "cpu_p95": _p(cpu, 0.95),
+                              "queries_mean": round(statistics.mean(queries), 1)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", default="1,3,10")
     parser.add_argument("--calls", type=int, default=60)
+    parser.add_argument("--store", type=Path, default=None, help="a bench store: spread before / after on it")
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "scale_fixes.json")
     args = parser.parse_args(argv)
     cal = {"before": calibration()}
-    out: dict = {"command": f"python -m bench.scale_fixes --scales {args.scales} --calls {args.calls}",
+    store = f" --store {shown(args.store)}" if args.store else ""
+    out: dict = {"command": f"python -m bench.scale_fixes --scales {args.scales} --calls {args.calls}{store}",
                  "knowledge_top_k": {}}
-    for scale in [float(s) for s in args.scales.split(",")]:
+    for scale in [float(s) for s in args.scales.split(",") if s.strip()]:
         row = knowledge_top_k(scale, args.calls)
         out["knowledge_top_k"][f"{scale:g}×"] = row
         b, a = row["before_ms"], row["after_ms"]
         print(f"knowledge top-{row['k']} over {row['rows']:,} int8 rows, p50 / p95 ms wall (CPU): before "
               f"{b['median']} / {b['p95']} ({b['cpu_median']} / {b['cpu_p95']}), after {a['median']} / {a['p95']} "
-              f"({a['cpu_median']} / {a['cpu_p95']}); identical lists {row['agreement']:.0%}", flush=True)
+              f"({a['cpu_median']} / {a['cpu_p95']}); identical lists {row['agreement']:.0%}; matrix built from the "
+              f"blobs in {row['build_cpu_s']['before']} s CPU before, {row['build_cpu_s']['after']} s after", flush=True)
+    if args.store:
+        row = spread_on(args.store, args.calls)
+        out["spread"] = row
+        b, a = row["before_ms"], row["after_ms"]
+        print(f"spread (hops 2) on {row['store']}, p50 / p95 ms wall (CPU), SQL statements: before {b['median']} / "
+              f"{b['p95']} ({b['cpu_median']} / {b['cpu_p95']}), {b['queries_mean']}; after {a['median']} / {a['p95']} "
+              f"({a['cpu_median']} / {a['cpu_p95']}), {a['queries_mean']}; identical hits {row['agreement']:.0%}", flush=True)
     cal["after"] = calibration()
     out["calibration"] = cal
     print(calibration_text(cal))

@@ -158,7 +158,7 @@ def filter_facts(qs: FactQuerySet, data: dict[str, Any]) -> FactQuerySet:
         qs = qs.filter(created_at__lt=_local_midnight_ms(data["until"] + dt.timedelta(days=1)))
     if data.get("stream"):
         qs = qs.filter(source=f"extract:stream{data['stream'].pk}")
-    return qs.defer("embedding", "embedding_q8", "tokens_v2")
+    return qs.defer("embedding", "embedding_q8", "tokens")
 
 
 def _local_midnight_ms(day: dt.date) -> int:

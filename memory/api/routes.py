@@ -317,7 +317,7 @@ def person_facts(
     """Every fact of a person with its decay state at `at` (default now), ascending id."""
     _require(Person, person_id, "person")
     now = _at(at)
-    rows = Fact.objects.filter(person_id=person_id).defer("embedding", "embedding_q8", "tokens_v2").order_by("id")
+    rows = Fact.objects.filter(person_id=person_id).defer("embedding", "embedding_q8", "tokens").order_by("id")
     if not include_invalid:
         rows = rows.valid()
     return {"person_id": person_id, "at": now, "facts": [fact_row(f, now) for f in rows]}

@@ -7,9 +7,9 @@ from django.db import connection
 
 #: where each lexical table's rows keep their indexed tokens: (rows' table, tokens column)
 TOKEN_COLUMNS = {
-    "facts_fts": ("facts", "tokens_v2"),
+    "facts_fts": ("facts", "tokens"),
     "cues_fts": ("episode_cues", "tokens"),
-    "knowledge_fts": ("knowledge", "tokens_v2"),
+    "knowledge_fts": ("knowledge", "tokens"),
     "messages_fts": ("messages", "tokens"),
 }
 

@@ -33,14 +33,15 @@ message deletes and token changes, with the old tokens (migration 0025,
 from __future__ import annotations
 
 import json
+import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import psycopg
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 
 from memory.backends.portable import chunks, cue_rows, ranked_fact_rows
 from memory.engine.bm25 import K1, B, fts_idf, fts_tokens
@@ -193,6 +194,14 @@ def checkpoint() -> None:
     """Nothing to do: the server checkpoints by itself."""
 
 
+def checkpoint_on_commit(pages: int) -> None:
+    """Nothing to do: the server checkpoints by itself."""
+
+
+def json_list_has(column: str, value: int) -> tuple[str, list[Any]]:
+    return f"{column} @> %s::jsonb", [f"[{int(value)}]"]
+
+
 @dataclass(frozen=True)
 class Source:
     code: int          # lexical_* .source
@@ -202,18 +211,51 @@ class Source:
 
 
 SOURCES = {
-    "facts_fts": Source(1, "facts", "tokens_v2", 1),
+    "facts_fts": Source(1, "facts", "tokens", 1),
     "cues_fts": Source(2, "episode_cues", "tokens", 1),
-    "knowledge_fts": Source(3, "knowledge", "tokens_v2", 0),
+    "knowledge_fts": Source(3, "knowledge", "tokens", 0),
     "messages_fts": Source(4, "messages", "tokens", 1),
 }
 #: lexical revision bumped when rows of a table go away or change their tokens (resident index)
 REVISION_KEYS = {"facts": "lexical_revision:facts", "episode_cues": "lexical_revision:episode_cues",
                  "knowledge": "lexical_revision:knowledge"}
 
+def resample_statistics(logger: logging.Logger) -> None:
+    """Sample every table of the schema again (``ANALYZE``), once a forgetting's deletions are committed.
+
+    The planner's statistics (``pg_statistic``, read through ``pg_stats``) keep values sampled
+    from each column at the last analyse — the most common ones and histogram bounds: a
+    message's text, a token of ``lexical_postings`` — until autovacuum analyses the table
+    again, which a forgetting of a few rows does not trigger. A new sample reads live rows only.
+    An analyse of a table left with no rows keeps the old sample: those tables' statistics are
+    deleted (a superuser's privilege; without it a warning to ``logger`` names them —
+    docs/OPERATIONS.md).
+    """
+    with connection.cursor() as cur:
+        cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")
+        tables = [row[0] for row in cur.fetchall()]
+        if not tables:
+            return
+        cur.execute("ANALYZE " + ", ".join(connection.ops.quote_name(t) for t in tables))
+        cur.execute("SELECT DISTINCT tablename FROM pg_stats WHERE schemaname = current_schema()")
+        sampled = sorted(row[0] for row in cur.fetchall())
+        empty = []
+        for table in sampled:
+            cur.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {connection.ops.quote_name(table)})")
+            if cur.fetchone()[0]:
+                empty.append(table)
+        if not empty:
+            return
+        try:
+            with transaction.atomic():
+                cur.execute("DELETE FROM pg_statistic WHERE starelid = ANY(%s::regclass[])", [empty])
+        except DatabaseError as exc:
+            logger.warning("forget_statistics_kept tables=%s reason=%s", ",".join(empty), str(exc).strip()[:200])
+
+
 # --- schema (migration 0020_postgresql) -----------------------------------------------------------
 
-SCHEMA = [
+_TABLES_AND_FUNCTIONS = [
     "CREATE TABLE lexical_docs (source smallint NOT NULL, doc_id bigint NOT NULL, scope bigint NOT NULL,"
     " length integer NOT NULL, PRIMARY KEY (source, doc_id))",
     "CREATE TABLE lexical_postings (source smallint NOT NULL, term text NOT NULL, doc_id bigint NOT NULL,"
@@ -247,26 +289,9 @@ SCHEMA = [
     "CREATE FUNCTION memory_log_inserts() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
     "INSERT INTO memory_changes(source, row_id) SELECT TG_ARGV[0], id FROM new_rows; RETURN NULL; END $$",
 ]
-for _name, _src in SOURCES.items():
-    _table = _src.table
-    _rev = REVISION_KEYS.get(_table)
-    _args = f"'{_src.code}'" + (f", '{_rev}'" if _rev else "")
-    SCHEMA += [
-        f"CREATE TRIGGER {_table}_lexical_deleted AFTER DELETE ON {_table} REFERENCING OLD TABLE AS old_rows"
-        f" FOR EACH STATEMENT EXECUTE FUNCTION lexical_rows_deleted({_args})",
-        f"CREATE TRIGGER {_table}_lexical_truncated AFTER TRUNCATE ON {_table}"
-        f" FOR EACH STATEMENT EXECUTE FUNCTION lexical_rows_truncated('{_src.code}')",
-    ]
-    if _rev:
-        SCHEMA += [
-            f"CREATE TRIGGER {_table}_lexical_update AFTER UPDATE OF {_src.tokens} ON {_table} FOR EACH ROW"
-            f" WHEN (OLD.{_src.tokens} <> '' AND NEW.{_src.tokens} IS DISTINCT FROM OLD.{_src.tokens})"
-            f" EXECUTE FUNCTION memory_bump_revision_trigger('{_rev}')",
-            f"CREATE TRIGGER {_table}_change_log AFTER INSERT ON {_table} REFERENCING NEW TABLE AS new_rows"
-            f" FOR EACH STATEMENT EXECUTE FUNCTION memory_log_inserts('{_table}')",
-        ]
-# the knowledge vector index's revision (SQLite: migrations 0002/0003)
-SCHEMA += [
+
+#: the knowledge vector index's revision (SQLite: migrations 0002/0003)
+_KNOWLEDGE_VECTOR_TRIGGERS = [
     "CREATE TRIGGER knowledge_q8_insert AFTER INSERT ON knowledge FOR EACH ROW WHEN (NEW.embedding_q8 IS NOT NULL)"
     " EXECUTE FUNCTION memory_bump_revision_trigger('knowledge_vector_revision')",
     "CREATE TRIGGER knowledge_q8_update AFTER UPDATE OF embedding_q8 ON knowledge FOR EACH ROW"
@@ -275,6 +300,34 @@ SCHEMA += [
     "CREATE TRIGGER knowledge_q8_delete AFTER DELETE ON knowledge FOR EACH ROW WHEN (OLD.embedding_q8 IS NOT NULL)"
     " EXECUTE FUNCTION memory_bump_revision_trigger('knowledge_vector_revision')",
 ]
+
+
+def schema(tokens: Mapping[str, str] | None = None) -> list[str]:
+    """The postings tables, their functions and triggers. ``tokens``: a tokens column by FTS table
+    other than today's (a migration that ran before a column was renamed passes the name it had)."""
+    statements = list(_TABLES_AND_FUNCTIONS)
+    for name, src in SOURCES.items():
+        table, column = src.table, (tokens or {}).get(name, src.tokens)
+        rev = REVISION_KEYS.get(table)
+        args = f"'{src.code}'" + (f", '{rev}'" if rev else "")
+        statements += [
+            f"CREATE TRIGGER {table}_lexical_deleted AFTER DELETE ON {table} REFERENCING OLD TABLE AS old_rows"
+            f" FOR EACH STATEMENT EXECUTE FUNCTION lexical_rows_deleted({args})",
+            f"CREATE TRIGGER {table}_lexical_truncated AFTER TRUNCATE ON {table}"
+            f" FOR EACH STATEMENT EXECUTE FUNCTION lexical_rows_truncated('{src.code}')",
+        ]
+        if rev:
+            statements += [
+                f"CREATE TRIGGER {table}_lexical_update AFTER UPDATE OF {column} ON {table} FOR EACH ROW"
+                f" WHEN (OLD.{column} <> '' AND NEW.{column} IS DISTINCT FROM OLD.{column})"
+                f" EXECUTE FUNCTION memory_bump_revision_trigger('{rev}')",
+                f"CREATE TRIGGER {table}_change_log AFTER INSERT ON {table} REFERENCING NEW TABLE AS new_rows"
+                f" FOR EACH STATEMENT EXECUTE FUNCTION memory_log_inserts('{table}')",
+            ]
+    return statements + _KNOWLEDGE_VECTOR_TRIGGERS
+
+
+SCHEMA = schema()
 
 DROP_SCHEMA = [
     *[f"DROP TRIGGER IF EXISTS {t}_{s} ON {t}" for t in ("facts", "episode_cues", "knowledge", "messages")
@@ -287,17 +340,21 @@ DROP_SCHEMA = [
 ]
 
 
-def reindex_all(cur: Any) -> int:
-    """(Re)build every postings row from the rows' stored tokens (migration; a copied store)."""
+def reindex_all(cur: Any, tokens: Mapping[str, str] | None = None) -> int:
+    """(Re)build every postings row from the rows' stored tokens (migration; a copied store).
+    ``tokens``: as :func:`schema`'s."""
+    column = {name: (tokens or {}).get(name, src.tokens) for name, src in SOURCES.items()}
     cur.execute("DELETE FROM lexical_docs")
     cur.execute("DELETE FROM lexical_postings")
     cur.execute("DELETE FROM lexical_stats")
     count = 0
     queries = {
-        "facts_fts": "SELECT id, tokens_v2, person_id FROM facts ORDER BY id",
-        "cues_fts": "SELECT c.id, c.tokens, e.stream_id FROM episode_cues c JOIN episodes e ON e.id = c.episode_id ORDER BY c.id",
-        "knowledge_fts": "SELECT id, tokens_v2, 0 FROM knowledge ORDER BY id",
-        "messages_fts": "SELECT id, tokens, stream_id FROM messages WHERE tokens <> '' ORDER BY id",
+        "facts_fts": f"SELECT id, {column['facts_fts']}, person_id FROM facts ORDER BY id",
+        "cues_fts": f"SELECT c.id, c.{column['cues_fts']}, e.stream_id FROM episode_cues c"
+                    " JOIN episodes e ON e.id = c.episode_id ORDER BY c.id",
+        "knowledge_fts": f"SELECT id, {column['knowledge_fts']}, 0 FROM knowledge ORDER BY id",
+        "messages_fts": f"SELECT id, {column['messages_fts']}, stream_id FROM messages"
+                        f" WHERE {column['messages_fts']} <> '' ORDER BY id",
     }
     for table, sql in queries.items():
         cur.execute(sql)

@@ -48,6 +48,7 @@ __all__ = [
     "cosine_q8_many",
     "cosine_q8_matrix",
     "Int8Matrix",
+    "valid_q8_rows",
 ]
 
 MAGIC: bytes = b"YQ8\x01"
@@ -242,6 +243,42 @@ def cosine_q8_many(query_q8: BytesLike, blobs: Sequence[BytesLike | None]) -> np
     return cosine_q8_matrix([query_q8], blobs)[0]
 
 
+def _row_norms(matrix: np.ndarray) -> np.ndarray:
+    """Euclidean norm of each int8 row (float32): the squares summed exactly in integers, a block of
+    rows at a time (int32 holds 127² · dim for any dim below 133,000; int64 otherwise)."""
+    out = np.empty(matrix.shape[0], dtype=np.float32)
+    wide = np.int32 if matrix.shape[1] < 133_000 else np.int64
+    step = max(1, (1 << 22) // max(1, matrix.shape[1]))
+    for start in range(0, matrix.shape[0], step):
+        block = matrix[start:start + step].astype(wide)
+        out[start:start + step] = np.sqrt(np.einsum("ij,ij->i", block, block).astype(np.float64))
+    return out
+
+
+def valid_q8_rows(blobs: Sequence[BytesLike | None], dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(mask, payloads)``: which blobs are valid SQ8 of dimension ``dim`` — :func:`decode_q8`'s checks
+    (length, magic, dimension, finite positive scale, no ``-128``) on all of them at once — and the
+    int8 payload rows of those (C-contiguous, in order)."""
+    mask = np.zeros(len(blobs), dtype=bool)
+    if dim < 1 or not len(blobs):
+        return mask, np.zeros((0, max(dim, 0)), dtype=np.int8)
+    size = HEADER_SIZE + dim
+    present = [b"" if b is None else b for b in blobs]
+    sized = np.fromiter(map(len, present), dtype=np.int64, count=len(present)) == size
+    where = np.flatnonzero(sized)
+    chosen = present if len(where) == len(present) else [present[i] for i in where]
+    raw = np.frombuffer(b"".join(chosen), dtype=np.uint8).reshape(len(where), size)
+    good = (raw[:, :4] == np.frombuffer(MAGIC, dtype=np.uint8)).all(axis=1)
+    good &= raw[:, 4:8].copy().view("<u4").ravel() == dim
+    scales = raw[:, 8:12].copy().view(_F32_LE).ravel()
+    good &= np.isfinite(scales) & (scales > 0.0)
+    payload = raw[:, HEADER_SIZE:].view(np.int8)
+    if len(payload) and payload.min() == -128:  # rare: find the rows (one pass over all of them otherwise)
+        good &= ~(payload == -128).any(axis=1)
+    mask[where[good]] = True
+    return mask, np.ascontiguousarray(payload if good.all() else payload[good])
+
+
 @dataclass
 class Int8Matrix:
     """A resident matrix of SQ8 payloads for brute-force cosine search.
@@ -274,32 +311,29 @@ class Int8Matrix:
         """Build from ``(id, sq8_blob)`` pairs.
 
         Rows whose blob is ``None``/invalid, or whose dimension differs from ``dimension``
-        (default: the first valid blob's), are skipped and listed in ``skipped``.
+        (default: the first valid blob's), are skipped and listed in ``skipped``. The blobs
+        are checked as :func:`decode_q8` checks one, all at once (:func:`valid_q8_rows`).
         """
-        ids: list[int] = []
-        rows: list[np.ndarray] = []
-        skipped: list[int] = []
+        pairs = list(pairs)
+        blobs = [b for _i, b in pairs]
         dim = dimension
-        for ident, blob in pairs:
-            if blob is None:
-                skipped.append(int(ident))
-                continue
-            try:
-                d, _scale, q = decode_q8(blob)
-            except ValueError:
-                skipped.append(int(ident))
-                continue
-            if dim is None:
-                dim = d
-            if d != dim:
-                skipped.append(int(ident))
-                continue
-            ids.append(int(ident))
-            rows.append(q)
+        if dim is None:
+            for blob in blobs:
+                if blob is None:
+                    continue
+                try:
+                    dim = decode_q8(blob)[0]
+                    break
+                except ValueError:
+                    continue
         width = dim or 0
-        matrix = np.vstack(rows) if rows else np.zeros((0, width), dtype=np.int8)
-        norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.int64).astype(np.float64)).astype(np.float32)
-        return cls(np.asarray(ids, dtype=np.int64), matrix, norms, tuple(skipped))
+        keep, payload = valid_q8_rows(blobs, width)
+        return cls.from_rows(np.fromiter((int(i) for i, _b in pairs), dtype=np.int64, count=len(pairs)), keep, payload)
+
+    @classmethod
+    def from_rows(cls, ids: np.ndarray, keep: np.ndarray, payload: np.ndarray) -> Int8Matrix:
+        """From :func:`valid_q8_rows`' answer for the blobs of ``ids``: the kept ones, the others skipped."""
+        return cls(ids[keep], payload, _row_norms(payload), tuple(ids[~keep].tolist()))
 
     def _query_vector(self, query: BytesLike | np.ndarray | Sequence[float]) -> tuple[np.ndarray, np.ndarray | None]:
         """The query as float32, and as int8 when it is an SQ8 blob (``None`` for a float vector)."""

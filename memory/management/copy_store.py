@@ -19,7 +19,7 @@ wrapper around :func:`copy_store`):
 4. **Reset the sequences** of the target so that new rows get ids above the copied ones;
    after the rebuild below, ``VACUUM (ANALYZE)`` gives the planner its statistics at once.
 5. **Rebuild the lexical index on the target** from the tokens every row keeps
-   (``tokens`` / ``tokens_v2``): SQLite's FTS5 tables are not copied, the postings
+   (``tokens``): SQLite's FTS5 tables are not copied, the postings
    tables of the PostgreSQL backend are filled from the same tokens
    (``memory.backends.postgresql.reindex_all``). The target's own triggers are off
    during the copy (the change log of resident indexes, ``memory_changes``, is not

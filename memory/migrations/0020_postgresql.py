@@ -16,10 +16,13 @@ from memory.backends import run_for, sql_for
 from memory.backends import postgresql as pg
 from memory.backends import sqlite
 
+#: the tokens columns of facts and knowledge as they were named until 0032_tokens_column
+TOKENS = {"facts_fts": "tokens_v2", "knowledge_fts": "tokens_v2"}
+
 
 def index_existing(apps, schema_editor) -> None:
     with schema_editor.connection.cursor() as cur:
-        pg.reindex_all(cur)
+        pg.reindex_all(cur, TOKENS)
 
 
 class Migration(migrations.Migration):
@@ -41,7 +44,7 @@ class Migration(migrations.Migration):
         ),
         sql_for(
             sqlite=sqlite.CHANGE_LOG_TRIGGERS, reverse_sqlite=sqlite.DROP_CHANGE_LOG_TRIGGERS,
-            postgresql=pg.SCHEMA, reverse_postgresql=pg.DROP_SCHEMA,
+            postgresql=pg.schema(TOKENS), reverse_postgresql=pg.DROP_SCHEMA,
         ),
         run_for(postgresql=index_existing),
     ]

@@ -21,11 +21,15 @@ from django.db import migrations
 from memory.backends import run_for
 
 CHUNK = 5_000
+#: the tokens columns of facts and knowledge as they were named until 0032_tokens_column
+TOKENS = {"facts_fts": "tokens_v2", "knowledge_fts": "tokens_v2"}
 #: (FTS table, SELECT of ``id, text, scope, stored tokens`` with ``r`` = the row, tokens column's table and name,
 #: FTS scope column and its token prefix)
 SOURCES = (
-    ("facts_fts", "SELECT r.id, r.content, r.person_id, r.tokens_v2 FROM facts r", "facts", "tokens_v2", "person", "p"),
-    ("knowledge_fts", "SELECT r.id, r.content, 0, r.tokens_v2 FROM knowledge r", "knowledge", "tokens_v2", "", ""),
+    ("facts_fts", f"SELECT r.id, r.content, r.person_id, r.{TOKENS['facts_fts']} FROM facts r", "facts",
+     TOKENS["facts_fts"], "person", "p"),
+    ("knowledge_fts", f"SELECT r.id, r.content, 0, r.{TOKENS['knowledge_fts']} FROM knowledge r", "knowledge",
+     TOKENS["knowledge_fts"], "", ""),
     ("cues_fts", "SELECT r.id, r.cue, e.stream_id, r.tokens FROM episode_cues r JOIN episodes e ON e.id = r.episode_id",
      "episode_cues", "tokens", "stream", "s"),
     ("messages_fts", "SELECT r.id, r.content, r.stream_id, r.tokens FROM messages r", "messages", "tokens", "stream", "s"),
@@ -83,7 +87,7 @@ def postgresql_forward(apps, schema_editor) -> None:
                 cur.executemany(f"UPDATE {table} SET {column} = %s WHERE id = %s", [(new, r) for r, new, _s, _o in chunk])
                 changed += len(chunk)
         if changed:
-            postgresql.reindex_all(cur)
+            postgresql.reindex_all(cur, TOKENS)
 
 
 class Migration(migrations.Migration):

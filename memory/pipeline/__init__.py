@@ -960,7 +960,7 @@ def delete_batch_preview(batch_id: int) -> dict[str, Any]:
 def delete_batch(batch_id: int, *, at: int | None = None) -> int:
     """Delete the knowledge rows of one import batch (one transaction); returns how many.
 
-    Each row's stored ``tokens_v2`` is fed back to the contentless FTS index as a
+    Each row's stored ``tokens`` is fed back to the contentless FTS index as a
     ``'delete'``; the rows' association-graph nodes go too (their edges cascade).
     Rows of other batches and rows without a batch are never touched; the batch
     row itself is kept as history. Rerunning deletes nothing more.
@@ -969,7 +969,7 @@ def delete_batch(batch_id: int, *, at: int | None = None) -> int:
         raise ImportBatchNotFoundError(f"import batch {batch_id} not found")
     now = _now(at)
     with transaction.atomic():
-        rows = list(Knowledge.objects.filter(import_batch_id=batch_id).values_list("id", "tokens_v2"))
+        rows = list(Knowledge.objects.filter(import_batch_id=batch_id).values_list("id", "tokens"))
         ids = [row_id for row_id, _ in rows]
         for row_id, tokens in rows:
             if tokens:

@@ -31,7 +31,7 @@ def person_export(*, person_id: int, now: int) -> dict[str, Any]:
         Episode.objects.filter(pk__in=episode_ids).order_by("id")
         .values("id", "stream_id", "kind", "summary", "started_at", "ended_at")
     )
-    facts = Fact.objects.filter(person_id=person_id).defer("embedding", "embedding_q8", "tokens_v2").order_by("id")
+    facts = Fact.objects.filter(person_id=person_id).defer("embedding", "embedding_q8", "tokens").order_by("id")
     operations = list(
         FactOperation.objects.filter(person_id=person_id).order_by("id")
         .values("id", "at", "op", "actor", "fact_id", "related_fact_id", "prev", "user", "undo_of_id", "undone_by_id")

@@ -459,8 +459,8 @@ def _count_storage(plan: ForgetPlan) -> None:
     vectors = fts = 0
     for model, ids, column in (
         (Message, plan.messages + plan.redacted_messages, "tokens"),
-        (Fact, plan.facts, "tokens_v2"),
-        (Knowledge, plan.knowledge, "tokens_v2"),
+        (Fact, plan.facts, "tokens"),
+        (Knowledge, plan.knowledge, "tokens"),
     ):
         for chunk in _chunks(ids):
             rows = model.objects.filter(pk__in=chunk)
@@ -498,44 +498,16 @@ def _refresh_statistics_after_commit() -> None:
 
 
 def refresh_statistics() -> None:
-    """PostgreSQL: sample every table of the schema again (``ANALYZE``), once the deletions are committed.
-
-    The planner's statistics (``pg_statistic``, read through ``pg_stats``) keep values sampled
-    from each column at the last analyse — the most common ones and histogram bounds: a
-    message's text, a token of ``lexical_postings`` — until autovacuum analyses the table
-    again, which a forgetting of a few rows does not trigger. A new sample reads live rows only.
-    An analyse of a table left with no rows keeps the old sample: those tables' statistics are
-    deleted (a superuser's privilege; without it a warning names them — docs/OPERATIONS.md).
-    SQLite keeps no such samples (no ``sqlite_stat4``).
-    """
-    if not backends.is_postgresql():
-        return
-    with connection.cursor() as cur:
-        cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")
-        tables = [row[0] for row in cur.fetchall()]
-        if not tables:
-            return
-        cur.execute("ANALYZE " + ", ".join(connection.ops.quote_name(t) for t in tables))
-        cur.execute("SELECT DISTINCT tablename FROM pg_stats WHERE schemaname = current_schema()")
-        sampled = sorted(row[0] for row in cur.fetchall())
-        empty = []
-        for table in sampled:
-            cur.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {connection.ops.quote_name(table)})")
-            if cur.fetchone()[0]:
-                empty.append(table)
-        if not empty:
-            return
-        try:
-            with transaction.atomic():
-                cur.execute("DELETE FROM pg_statistic WHERE starelid = ANY(%s::regclass[])", [empty])
-        except DatabaseError as exc:
-            logger.warning("forget_statistics_kept tables=%s reason=%s", ",".join(empty), str(exc).strip()[:200])
+    """Sample every table again once the deletions are committed, so that the planner's statistics
+    keep no forgotten value (:func:`memory.backends.postgresql.resample_statistics`; nothing to do
+    on SQLite, which keeps no such samples)."""
+    backends.module().resample_statistics(logger)
 
 
 def _carry_out(plan: ForgetPlan) -> None:
     tables: set[str] = set()
     # Lexical rows first, from the tokens the rows still hold.
-    fact_rows = [(r.pk, r.tokens_v2, r.person_id) for r in _ids(Fact, plan.facts)]
+    fact_rows = [(r.pk, r.tokens, r.person_id) for r in _ids(Fact, plan.facts)]
     if fact_rows:
         lexical.delete_fact_rows(fact_rows)
         tables.add("facts_fts")
@@ -547,8 +519,8 @@ def _carry_out(plan: ForgetPlan) -> None:
         lexical.delete_cue_rows(cue_rows)
         tables.add("cues_fts")
     for row in _ids(Knowledge, plan.knowledge):
-        if row.tokens_v2:
-            lexical.delete_row("knowledge_fts", row.pk, row.tokens_v2)
+        if row.tokens:
+            lexical.delete_row("knowledge_fts", row.pk, row.tokens)
         tables.add("knowledge_fts")
 
     pattern = _quote_pattern(plan.fragments)

@@ -383,7 +383,7 @@ def scoped_fact_candidates(match: str, *, scope: FactScope, limit: int) -> list[
     return [FactRow(fid, b, *scope.rows[fid][2:]) for fid, b in ranked]
 
 
-_SCOPE_SQL = f"SELECT {FACT_COLUMNS.format(bm25='0')}, f.tokens_v2 FROM facts f WHERE {{persons}}{{valid}}"
+_SCOPE_SQL = f"SELECT {FACT_COLUMNS.format(bm25='0')}, f.tokens FROM facts f WHERE {{persons}}{{valid}}"
 
 
 def scope_read(person_ids: Sequence[int], *, include_invalid: bool = False) -> Read:

@@ -22,8 +22,8 @@ rolled-back insert can never linger in it); inside one, callers fall back to
 FTS5. Terms that FTS5 would turn into multi-token phrases (``3.14``) fall back
 as well.
 
-Tokens come from the rows' stored ``index_tokens`` strings (``tokens_v2`` /
-``tokens``), split the way FTS5's ``unicode61`` tokenizer splits them.
+Tokens come from the rows' stored ``index_tokens`` strings (their
+``tokens`` column), split the way FTS5's ``unicode61`` tokenizer splits them.
 """
 from __future__ import annotations
 
@@ -65,9 +65,9 @@ class Source:
 
 
 SOURCES = {
-    "facts_fts": Source("facts_fts", "facts", "tokens_v2", 1),
+    "facts_fts": Source("facts_fts", "facts", "tokens", 1),
     "cues_fts": Source("cues_fts", "episode_cues", "tokens", 1),
-    "knowledge_fts": Source("knowledge_fts", "knowledge", "tokens_v2", 0),
+    "knowledge_fts": Source("knowledge_fts", "knowledge", "tokens", 0),
 }
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from django.db import connection
 
-from memory.engine.quantize import Int8Matrix, quantized_dimension
+from memory.engine.quantize import HEADER_SIZE, Int8Matrix, valid_q8_rows
 from memory.search import residency
 
 REVISION_KEY = "knowledge_vector_revision"
@@ -29,15 +29,26 @@ def current_revision() -> str:
     return row[0] if row else "0"
 
 
-def _majority_dimension(pairs: Sequence[tuple[int, bytes]]) -> int | None:
-    """The dimension most stored vectors have (a few stale rows of an old model must not win)."""
-    dims: Counter[int] = Counter()
-    for _id, blob in pairs:
-        try:
-            dims[quantized_dimension(blob)] += 1
-        except ValueError:
+def _majority_matrix(pairs: Sequence[tuple[int, bytes]]) -> Int8Matrix:
+    """The matrix of the rows of the dimension most stored vectors have (a few stale rows of an old
+    model must not win; equal counts: the dimension met first), the others skipped. A blob's length
+    tells the only dimension it can have: the lengths are counted, the most frequent checked first,
+    and a length with fewer blobs than the best count found is not checked at all."""
+    ids = np.fromiter((int(i) for i, _b in pairs), dtype=np.int64, count=len(pairs))
+    blobs = [b for _i, b in pairs]
+    best: tuple[int, int, np.ndarray, np.ndarray] | None = None  # (count, -first row, mask, payloads)
+    for size, total in Counter(map(len, blobs)).most_common():
+        if best is not None and total < best[0]:
+            break
+        if size <= HEADER_SIZE:
             continue
-    return dims.most_common(1)[0][0] if dims else None
+        keep, payload = valid_q8_rows(blobs, size - HEADER_SIZE)
+        count = int(keep.sum())
+        if count and (best is None or (count, -int(keep.argmax())) > best[:2]):
+            best = (count, -int(keep.argmax()), keep, payload)
+    if best is None:
+        return Int8Matrix.from_blobs(pairs)
+    return Int8Matrix.from_rows(ids, best[2], best[3])
 
 
 class KnowledgeVectorIndex:
@@ -56,7 +67,7 @@ class KnowledgeVectorIndex:
                     with connection.cursor() as cur:
                         cur.execute("SELECT id, embedding_q8 FROM knowledge WHERE embedding_q8 IS NOT NULL ORDER BY id")
                         pairs = [(i, bytes(b)) for i, b in cur.fetchall()]
-                    matrix = Int8Matrix.from_blobs(pairs, dimension=_majority_dimension(pairs))
+                    matrix = _majority_matrix(pairs)
                     self._positions = {int(i): p for p, i in enumerate(matrix.ids)}
                     self._matrix = matrix
                     self._revision = revision

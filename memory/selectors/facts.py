@@ -167,7 +167,7 @@ def fact_coverages(
         dfs[w] = df
     n_docs = len(scope) if scope is not None else lexical.document_count("facts_fts")
     if tokens is None or any(i not in tokens for i in ids):
-        tokens = dict(Fact.objects.filter(pk__in=ids).values_list("id", "tokens_v2"))
+        tokens = dict(Fact.objects.filter(pk__in=ids).values_list("id", "tokens"))
     mass = QueryMass.of(dfs, n_docs)
     out = {}
     for i in ids:
@@ -437,7 +437,7 @@ class DenseScope:
 
 _DENSE_SCOPE_SQL = (  # the turn's hottest read: plain SQL (no ORM compile per call), vectors in binary
     "SELECT id, person_id, kind, content, slot, origin_kind, strength, half_life_hours, updated_at, active,"
-    " embedding_q8, tokens_v2 FROM facts WHERE superseded_by IS NULL AND {persons}"
+    " embedding_q8, tokens FROM facts WHERE superseded_by IS NULL AND {persons}"
 )
 
 

@@ -653,8 +653,8 @@ def node_rows(
     """The rows memory nodes point at, by id: facts (with their person), episodes, knowledge
     (vectors and tokens unread); one query per kind asked for."""
     return (
-        Fact.objects.select_related("person").defer("embedding", "embedding_q8", "tokens_v2").in_bulk(facts)
+        Fact.objects.select_related("person").defer("embedding", "embedding_q8", "tokens").in_bulk(facts)
         if facts else {},
         Episode.objects.in_bulk(episodes) if episodes else {},
-        Knowledge.objects.defer("embedding", "embedding_q8", "tokens_v2").in_bulk(knowledge) if knowledge else {},
+        Knowledge.objects.defer("embedding", "embedding_q8", "tokens").in_bulk(knowledge) if knowledge else {},
     )

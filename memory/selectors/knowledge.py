@@ -87,7 +87,7 @@ def search_knowledge(*, query: str, limit: int = 5, query_embedding: Any = None)
 
 def knowledge_list() -> QuerySet[Knowledge]:
     """Every knowledge row, newest first, with its import batch (vectors and tokens left unread)."""
-    return Knowledge.objects.select_related("import_batch").order_by("-id").defer("embedding", "embedding_q8", "tokens_v2")
+    return Knowledge.objects.select_related("import_batch").order_by("-id").defer("embedding", "embedding_q8", "tokens")
 
 
 def import_batches(*, limit: int = 50) -> list[ImportBatch]:

@@ -666,7 +666,7 @@ def add_knowledge(*, content: str, source: str, at: int | None = None, batch_id:
             item = Knowledge.objects.create(
                 content=text, content_key=key, source=source, created_at=_at(at), import_batch_id=batch_id
             )
-            lexical.index_row("knowledge_fts", item.pk, text)  # also stores the row's tokens_v2
+            lexical.index_row("knowledge_fts", item.pk, text)  # also stores the row's tokens
             enqueue.vector_backfill_on_commit()
     except IntegrityError:
         return Knowledge.objects.get(content_key=key).pk

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory.engine.quantize import (
+    HEADER,
     HEADER_SIZE,
     MAGIC,
     Int8Matrix,
@@ -308,3 +309,45 @@ def test_top_k_is_the_full_rankings_head(seed, monkeypatch):
         for query in queries:
             for k in (1, 5, 15, 60, 2999, 3000, 4000):
                 assert matrix.top_k(query, k) == _full_ranking(matrix, query, k)
+
+
+def _per_row_matrix(pairs, dimension=None):
+    """Int8Matrix.from_blobs as it was: each blob decoded on its own (the reference)."""
+    ids, rows, skipped, dim = [], [], [], dimension
+    for ident, blob in pairs:
+        try:
+            d, _s, q = decode_q8(blob) if blob is not None else (None, None, None)
+        except ValueError:
+            d = None
+        if d is not None and dim is None:
+            dim = d
+        if d is None or d != dim:
+            skipped.append(ident)
+            continue
+        ids.append(ident)
+        rows.append(q)
+    matrix = np.vstack(rows) if rows else np.zeros((0, dim or 0), dtype=np.int8)
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.int64).astype(np.float64)).astype(np.float32)
+    return ids, matrix, norms, skipped
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_from_blobs_checks_all_rows_at_once_as_decode_q8_checks_each(seed) -> None:
+    rng = np.random.default_rng(seed)
+    good = [quantize_vector(v) for v in rng.standard_normal((200, 16)).astype(np.float32)]
+    bad_magic = b"XQ8\x01" + good[0][4:]
+    bad_scale = HEADER.pack(MAGIC, 16, float("nan")) + good[1][12:]
+    zero_scale = HEADER.pack(MAGIC, 16, 0.0) + good[1][12:]
+    minus = good[2][:12] + bytes([0x80]) + good[2][13:]  # a -128 payload byte
+    wrong_dim_field = good[3][:4] + (17).to_bytes(4, "little") + good[3][8:]
+    other = quantize_vector(rng.standard_normal(8))
+    odd = [bad_magic, bad_scale, zero_scale, minus, wrong_dim_field, other, None, b"", b"short"]
+    blobs = good + odd * 3
+    order = rng.permutation(len(blobs))
+    pairs = [(int(1000 + i), blobs[i]) for i in order]
+    for dimension in (None, 16, 8, 5):
+        built = Int8Matrix.from_blobs(pairs, dimension=dimension)
+        ids, matrix, norms, skipped = _per_row_matrix(pairs, dimension)
+        assert built.ids.tolist() == ids and list(built.skipped) == skipped
+        assert built.matrix.tolist() == matrix.tolist() and built.norms.tolist() == norms.tolist()
+        assert built.matrix.dtype == np.int8 and built.matrix.flags["C_CONTIGUOUS"]

@@ -121,7 +121,7 @@ def test_forgetting_a_person_leaves_none_of_their_words_or_tokens_in_any_table(d
     assert len(looked_for) > 30  # the sentences, the name and their distinctive words and character pairs
     before = _where(forget_scan.scan(looked_for))
     # the scan finds them where a deployment keeps them: the point of reading the whole schema
-    for place in ("messages.content", "messages.tokens", "facts.content", "facts.tokens_v2", "episodes.summary",
+    for place in ("messages.content", "messages.tokens", "facts.content", "facts.tokens", "episodes.summary",
                   "turns.text", "jobs.result", "django_admin_log.object_repr", "identities.external_id"):
         assert place in before, (place, sorted(before))
     lexical = [p for p in before if p.startswith(("messages_fts", "lexical_postings"))]

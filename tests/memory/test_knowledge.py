@@ -45,7 +45,7 @@ class TestAddKnowledge:
     def test_fts_row_and_tokens_written_at_once(self, db):
         kid = services.add_knowledge(content="幻影坦克可以伪装成树", source="x", at=NOW)
         assert _fts_rowids('"幻影"') == [kid]
-        assert Knowledge.objects.get(pk=kid).tokens_v2
+        assert Knowledge.objects.get(pk=kid).tokens
 
     def test_touch_knowledge(self, db):
         a = services.add_knowledge(content="光学迷彩让单位隐形", source="x", at=NOW)
@@ -271,3 +271,30 @@ def test_revision_never_repeats_after_a_rollback(db):
     services.store_knowledge_vector(knowledge_id=kid, vector=[1.0, 0.0, 0.0])
     assert current_revision() != seen_inside
     assert current_revision().split("-")[0] == seen_inside.split("-")[0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_resident_matrix_keeps_the_majority_dimension(seed):
+    """Stale rows of an old model (another dimension) and broken blobs are skipped; the dimension most
+    valid rows have wins, equal counts go to the one met first — as counting every decoded blob does."""
+    from collections import Counter
+
+    from memory.engine.quantize import Int8Matrix, decode_q8, quantize_vector
+    from memory.search.vector_index import _majority_matrix
+
+    rng = np.random.default_rng(seed)
+    counts = {8: int(rng.integers(0, 30)), 16: int(rng.integers(0, 30)), 4: int(rng.integers(0, 30))}
+    blobs = [quantize_vector(rng.standard_normal(d)) for d, n in counts.items() for _ in range(n)]
+    blobs += [b"YQ8\x01" + (16).to_bytes(4, "little") + b"\x00" * 20] * int(rng.integers(0, 40))  # 16-long, bad scale
+    order = rng.permutation(len(blobs))
+    pairs = [(int(10 + i), blobs[i]) for i in order]
+    dims: Counter[int] = Counter()
+    for _i, blob in pairs:
+        try:
+            dims[decode_q8(blob)[0]] += 1
+        except ValueError:
+            pass
+    expected = Int8Matrix.from_blobs(pairs, dimension=dims.most_common(1)[0][0] if dims else None)
+    got = _majority_matrix(pairs)
+    assert got.ids.tolist() == expected.ids.tolist() and got.skipped == expected.skipped
+    assert got.matrix.tolist() == expected.matrix.tolist() and got.norms.tolist() == expected.norms.tolist()

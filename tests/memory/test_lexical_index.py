@@ -195,7 +195,7 @@ def test_revision_moves_on_token_change_and_delete_but_not_on_insert():
     before = revision()
     kid = services.add_knowledge(content="月球是地球唯一的天然卫星", source="t", at=NOW)
     assert revision() == before  # the writer fills the tokens inside the insert's transaction
-    Knowledge.objects.filter(pk=kid).update(tokens_v2="月球 卫星")
+    Knowledge.objects.filter(pk=kid).update(tokens="月球 卫星")
     changed = revision()
     assert changed != before
     Knowledge.objects.filter(pk=kid).delete()
@@ -235,7 +235,7 @@ def _same_rows(got: list[tuple], want: list[tuple], score_at: int) -> None:
     """Rows alike, scores to the last bit; a fact row's stored tokens (read by the resident path only) aside."""
     for r in got:
         if isinstance(r, lexical.FactRow) and r.tokens is not None:
-            assert r.tokens == Fact.objects.get(pk=r.id).tokens_v2
+            assert r.tokens == Fact.objects.get(pk=r.id).tokens
     got = [r._replace(tokens=None) if isinstance(r, lexical.FactRow) else r for r in got]
     want = [r._replace(tokens=None) if isinstance(r, lexical.FactRow) else r for r in want]
     assert [r[:score_at] for r in got] == [tuple(r[:score_at]) for r in want]
@@ -292,11 +292,11 @@ def test_scoped_queries_see_new_rows_and_changed_tokens():
     assert [r[0] for r in got] == [fid] and index.rebuilds == rebuilds  # appended, not rebuilt
     _same_rows(got, _fts5(lexical.fact_candidates, match, person_ids=[a.pk], limit=5), 1)
     with connection.cursor() as cur:  # the row's indexed tokens change: the revision trigger rebuilds
-        cur.execute("SELECT tokens_v2 FROM facts WHERE id = %s", [fid])
+        cur.execute("SELECT tokens FROM facts WHERE id = %s", [fid])
         tokens = cur.fetchone()[0]
     lexical.delete_fact_rows([(fid, tokens, a.pk)])
     with connection.cursor() as cur:
-        cur.execute("UPDATE facts SET tokens_v2 = '' WHERE id = %s", [fid])
+        cur.execute("UPDATE facts SET tokens = '' WHERE id = %s", [fid])
     lexical.index_fact(fid, "阿明想去火星", a.pk)
     assert lexical.fact_candidates(match, person_ids=[a.pk], limit=5) == []
     assert [r[0] for r in lexical.fact_candidates(lexical.match_for("facts_fts", "火星"), person_ids=[a.pk], limit=5)] == [fid]
@@ -404,11 +404,14 @@ def test_fact_bm25_of_given_facts_is_fts5s():
         services.add_fact(person_id=(a, b)[i % 2].pk, content=t, kind="偏好", origin_kind="direct", at=NOW + i).fact_id
         for i, t in enumerate(KNOWLEDGE)
     ]
+    matched = 0
     for query in QUERIES:
         match = lexical.match_for("facts_fts", query)
         got = lexical.fact_bm25(match, ids[::2])
         assert got == pytest.approx(_fts5(lexical.fact_bm25, match, ids[::2]), rel=1e-12)
         assert set(got) <= set(ids[::2])
+        matched += len(got)
+    assert matched  # else both sides were empty and nothing was compared
 
 
 def test_a_streams_tokens_split_at_once_like_unicode61():

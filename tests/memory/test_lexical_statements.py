@@ -164,7 +164,7 @@ def test_document_frequencies_and_deletes(store):
     assert statements.document_frequencies("facts_fts", list(df)) == {t: n for t, n in df.items() if n}
     gone = store["facts"][2]
     with connection.cursor() as cur:
-        cur.execute("SELECT tokens_v2, person_id FROM facts WHERE id = %s", [gone])
+        cur.execute("SELECT tokens, person_id FROM facts WHERE id = %s", [gone])
         tokens, person = cur.fetchone()
     statements.delete_rows("facts_fts", [(gone, tokens, person)])
     assert gone not in dict(statements.unpruned_top("facts_fts", Q, limit=50))

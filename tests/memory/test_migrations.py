@@ -139,3 +139,53 @@ def test_tokens_from_before_scopes_keep_every_scope():
 
     token = ApiToken.objects.get(name="old-bot")
     assert token.scopes == ["admin"] and token.has_scope("undo") and token.revoked_at is None
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_the_tokens_column_rename_keeps_a_stores_index():
+    """0032 renames facts' and knowledge's ``tokens_v2`` to ``tokens``: the stored tokens, the
+    lexical index and the triggers that watch the column (SQLite 0008, PostgreSQL 0020) go on."""
+    from memory.backends import postgresql
+    from memory.engine.tokenize import index_tokens
+    from memory.models import Fact, Knowledge
+
+    def revision(table: str) -> str | None:
+        with connection.cursor() as cur:
+            cur.execute("SELECT value FROM meta WHERE key = %s", [f"lexical_revision:{table}"])
+            row = cur.fetchone()
+        return row and row[0]
+
+    call_command("migrate", "memory", "0031", verbosity=0)
+    fact, knowledge = index_tokens("玩家不喜欢吃香菜"), index_tokens("香菜是伞形科植物")
+    with connection.cursor() as cur:  # a store written before the rename: rows and their index
+        cur.execute(
+            "INSERT INTO facts(id, person_id, kind, content, content_key, strength, half_life_hours, updated_at,"
+            " created_at, hit_count, due_at, active, origin_kind, slot, tokens_v2, source)"
+            " VALUES (900, 1, '偏好', '玩家不喜欢吃香菜', 'k900', 0.8, 720, 1, 1, 0, 10, TRUE, 'legacy', '', %s, 'mig')",
+            [fact],
+        )
+        cur.execute(
+            "INSERT INTO knowledge(id, content, content_key, source, tokens_v2, created_at, hit_count)"
+            " VALUES (900, '香菜是伞形科植物', 'k900', 'mig', %s, 1, 0)", [knowledge],
+        )
+        if connection.vendor == "postgresql":
+            postgresql.reindex_all(cur, {"facts_fts": "tokens_v2", "knowledge_fts": "tokens_v2"})
+        else:
+            cur.execute("INSERT INTO facts_fts(rowid, tokens, person) VALUES (900, %s, 'p1')", [fact])
+            cur.execute("INSERT INTO knowledge_fts(rowid, tokens) VALUES (900, %s)", [knowledge])
+    call_command("migrate", verbosity=0)
+    try:
+        assert Fact.objects.get(pk=900).tokens == fact and Knowledge.objects.get(pk=900).tokens == knowledge
+        hits = selectors.recall_facts_in_scope(person_ids=[1], query="香菜", now=1, stream_kind="direct")
+        assert [h.id for h in hits] == [900]
+        match = lexical.match_for("knowledge_fts", "香菜")
+        assert [i for i, _ in lexical.knowledge_candidates(match, limit=5)] == [900]
+        for table, model in (("facts", Fact), ("knowledge", Knowledge)):  # the update triggers follow the column
+            before = revision(table)
+            model.objects.filter(pk=900).update(tokens="别的 词")
+            assert revision(table) != before, table
+    finally:
+        Fact.objects.filter(pk=900).delete()
+        Knowledge.objects.filter(pk=900).delete()
+        for table in FTS:  # flush does not empty virtual tables
+            lexical.clear(table)

@@ -49,7 +49,7 @@ def _bm25(persons, query, overrides=None):
 
 def _scope_numbers(persons, query):
     docs = {fid: fts_tokens(tokens) for fid, tokens in
-            Fact.objects.filter(person_id__in=[p.pk for p in persons]).values_list("id", "tokens_v2")}
+            Fact.objects.filter(person_id__in=[p.pk for p in persons]).values_list("id", "tokens")}
     terms = lexical.terms_of(lexical.match_for("facts_fts", query))
     return scope_bm25([fts_tokens(t) for t in terms if fts_tokens(t)], docs, extra_tokens=1)
 
