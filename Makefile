@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 export DJANGO_SETTINGS_MODULE := config.settings
 
-.PHONY: setup run web worker beat test test-postgres test-fast bench bench-scale eval lint check demo demo-cluster clean screenshots
+.PHONY: setup run web worker beat test test-postgres test-fast bench bench-scale bench-hosts eval lint check demo demo-cluster clean screenshots
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -81,6 +81,13 @@ bench-scale: $(VENV)/.installed
 # veth; gunicorn on the host; checks that the worker builds episodes, facts and vectors (root, `ip`).
 demo-cluster: $(VENV)/.installed
 	$(BIN)/python -m scripts.demo_cluster
+
+# What a second host buys (bench/hosts.py, root and `ip`): pipeline catch-up of 1,000 messages with 1 vs 2 worker
+# hosts (the second in a network namespace, as demo-cluster), with a chat model answering in 300–800 ms and without
+# one, and ingest with 1 vs 2 web processes, on PostgreSQL in interleaved rounds: bench/results/hosts.json, BENCHMARKS.md.
+BENCH_HOSTS_ROUNDS ?= 3
+bench-hosts: $(VENV)/.installed
+	$(BIN)/python -m bench.hosts --rounds $(BENCH_HOSTS_ROUNDS)
 
 eval: $(VENV)/.installed
 	$(BIN)/python -m bench.eval

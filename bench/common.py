@@ -199,14 +199,15 @@ SECTIONS = (
     Section("speed", "python -m bench.run (make bench)", 32),
     Section("services", "python -m bench.report (make bench)", 19),
     Section("scale", "python -m bench.scale_report (make bench-scale)", 22),
+    Section("hosts", "python -m bench.hosts (make bench-hosts)", 4),
     Section("eval", "python -m bench.eval (make eval)", 22),
-    Section("eval-api", "python -m bench.eval_api (make eval)", 12),
+    Section("eval-api", "python -m bench.eval_api (make eval)", 10),
     Section("eval-matrix", "python -m bench.eval_matrix (make eval)", 20),
     Section("eval-fit", "python -m bench.eval_fit", 11),
     Section("eval-context", "python -m bench.eval_context", 8),
-    Section("extraction", "python -m bench.eval_extraction", 6),
+    Section("extraction", "python -m bench.eval_extraction", 5),
     Section("agreement", "python -m bench.agreement", 3),
-    Section("live-chat", "python -m bench.live_chat", 4),
+    Section("live-chat", "python -m bench.live_chat", 3),
 )
 SECTION_BY_MARKER = {s.markers[0]: s for s in SECTIONS}
 
