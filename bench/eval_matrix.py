@@ -465,6 +465,19 @@ def score(units: Sequence[Unit], lived: dict[str, dict], base: list[dict]) -> di
     }
 
 
+def case_rows(units: Sequence[Unit], lived: dict[str, dict], base: list[dict]) -> list[dict]:
+    """Per case: where it comes from, its gold and each method's top labels in rank order."""
+    rows = []
+    for u, unit in enumerate(units):
+        for c, case in enumerate(unit.cases):
+            tops = {m: base[u][m][c] for m in ("bm25s", "dense")}
+            tops.update({m: run["answers"][u]["cases"][c] for m, run in lived.items()})
+            rows.append({"dataset": unit.dataset, "unit": unit.key, "split": unit.split, "form": case.form,
+                         "text": case.text[-300:], "gold": sorted(case.gold),
+                         "top": {m: [sorted(labels) for labels in got[:TOP]] for m, got in tops.items()}})
+    return rows
+
+
 # --- report ------------------------------------------------------------------------------------------
 
 
@@ -524,6 +537,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--redis-url", default=DEFAULT_REDIS, help="Redis database of the deployed worker (flushed)")
     p.add_argument("--idle-timeout", type=float, default=900.0)
     p.add_argument("--no-lexical", action="store_true", help="skip the lexical-only deployment")
+    p.add_argument("--cases", type=Path, default=None, metavar="JSON",
+                   help="also write every case's top labels per method there (to read the failures)")
     add_evaluation_arguments(p, output=RESULTS_DIR / "eval_matrix.json", keep_db="leave each deployment's folder behind (its store, to replay)")
     return p.parse_args(argv)
 
@@ -569,6 +584,9 @@ def main(argv: list[str] | None = None) -> int:
             lived["ours_lexical"] = _live_apart(units, args, embedder="none")
         results["datasets"] = score(units, lived, base)
         results["errors"] = {m: r["errors"] for m, r in lived.items()}
+        if args.cases is not None:
+            args.cases.write_text(json.dumps(case_rows(units, lived, base), ensure_ascii=False) + "\n", encoding="utf-8")
+            log(f"wrote {args.cases}")
 
     command = "python -m bench.eval_matrix" + (" --quick" if args.quick else "") + \
         (f" --datasets {','.join(args.datasets)}" if args.datasets else "")

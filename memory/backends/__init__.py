@@ -94,19 +94,13 @@ def fetch_binary(sql: str, params: Sequence[Any]) -> list[tuple]:
     get ``bytea`` as hex text, which costs the client twice the CPU to decode); plain SQL
     placeholders (``%s``) either way. Elsewhere the connection's own cursor.
     """
-    if not is_postgresql():
-        with connection.cursor() as cur:
-            cur.execute(sql, params)
-            return cur.fetchall()
-    return postgresql.fetch_binary(sql, params)
+    return module().fetch_binary(sql, params)
 
 
 def json_list_has(column: str, value: int) -> tuple[str, list[Any]]:
     """A condition (SQL, params) that the JSON list in ``column`` (a quoted ``table.column``) holds
     the integer ``value``: ``json_each`` on SQLite, jsonb containment on PostgreSQL."""
-    if is_postgresql():
-        return f"{column} @> %s::jsonb", [f"[{int(value)}]"]
-    return f"EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value = %s)", [int(value)]
+    return module().json_list_has(column, value)
 
 
 def bump_revision(cur: Any, key: str) -> None:
@@ -151,8 +145,7 @@ def checkpoint() -> tuple[int, int, int] | None:
 def checkpoint_on_commit(pages: int = 1000) -> None:
     """This process's new SQLite connections checkpoint the log at their commits once it holds
     ``pages`` pages (SQLite's own default; a Celery worker, config/celery.py). No-op on PostgreSQL."""
-    if not is_postgresql():
-        sqlite.checkpoint_on_commit(pages)
+    module().checkpoint_on_commit(pages)
 
 
 def log2_sql(expression: str) -> str:

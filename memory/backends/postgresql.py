@@ -33,6 +33,7 @@ message deletes and token changes, with the old tokens (migration 0025,
 from __future__ import annotations
 
 import json
+import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 
 from memory.backends.portable import chunks, cue_rows, ranked_fact_rows
 from memory.engine.bm25 import K1, B, fts_idf, fts_tokens
@@ -193,6 +194,14 @@ def checkpoint() -> None:
     """Nothing to do: the server checkpoints by itself."""
 
 
+def checkpoint_on_commit(pages: int) -> None:
+    """Nothing to do: the server checkpoints by itself."""
+
+
+def json_list_has(column: str, value: int) -> tuple[str, list[Any]]:
+    return f"{column} @> %s::jsonb", [f"[{int(value)}]"]
+
+
 @dataclass(frozen=True)
 class Source:
     code: int          # lexical_* .source
@@ -210,6 +219,39 @@ SOURCES = {
 #: lexical revision bumped when rows of a table go away or change their tokens (resident index)
 REVISION_KEYS = {"facts": "lexical_revision:facts", "episode_cues": "lexical_revision:episode_cues",
                  "knowledge": "lexical_revision:knowledge"}
+
+def resample_statistics(logger: logging.Logger) -> None:
+    """Sample every table of the schema again (``ANALYZE``), once a forgetting's deletions are committed.
+
+    The planner's statistics (``pg_statistic``, read through ``pg_stats``) keep values sampled
+    from each column at the last analyse — the most common ones and histogram bounds: a
+    message's text, a token of ``lexical_postings`` — until autovacuum analyses the table
+    again, which a forgetting of a few rows does not trigger. A new sample reads live rows only.
+    An analyse of a table left with no rows keeps the old sample: those tables' statistics are
+    deleted (a superuser's privilege; without it a warning to ``logger`` names them —
+    docs/OPERATIONS.md).
+    """
+    with connection.cursor() as cur:
+        cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")
+        tables = [row[0] for row in cur.fetchall()]
+        if not tables:
+            return
+        cur.execute("ANALYZE " + ", ".join(connection.ops.quote_name(t) for t in tables))
+        cur.execute("SELECT DISTINCT tablename FROM pg_stats WHERE schemaname = current_schema()")
+        sampled = sorted(row[0] for row in cur.fetchall())
+        empty = []
+        for table in sampled:
+            cur.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {connection.ops.quote_name(table)})")
+            if cur.fetchone()[0]:
+                empty.append(table)
+        if not empty:
+            return
+        try:
+            with transaction.atomic():
+                cur.execute("DELETE FROM pg_statistic WHERE starelid = ANY(%s::regclass[])", [empty])
+        except DatabaseError as exc:
+            logger.warning("forget_statistics_kept tables=%s reason=%s", ",".join(empty), str(exc).strip()[:200])
+
 
 # --- schema (migration 0020_postgresql) -----------------------------------------------------------
 

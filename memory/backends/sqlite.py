@@ -12,6 +12,7 @@ fts5vocab tables; tables under ``PRUNE_MIN_DOCS`` rows are never pruned).
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -29,6 +30,20 @@ BUMP_REVISION_SQL = (
 LOG2_SQL = "log2({})"
 IN_SUBQUERY_SQL = "{} IN ({})"
 JSON_IDS_SQL = "SELECT CAST(j.value AS INTEGER) FROM {table}, json_each({table}.{column}) AS j WHERE {table}.id = %s"
+
+
+def fetch_binary(sql: str, params: Sequence[Any]) -> list[tuple]:
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchall()
+
+
+def json_list_has(column: str, value: int) -> tuple[str, list[Any]]:
+    return f"EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value = %s)", [int(value)]
+
+
+def resample_statistics(logger: logging.Logger) -> None:
+    """Nothing to do: SQLite keeps no samples of column values (no ``sqlite_stat4``)."""
 
 
 def lock_key(cur: Any, space: int, key: int) -> None:

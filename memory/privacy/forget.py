@@ -498,38 +498,10 @@ def _refresh_statistics_after_commit() -> None:
 
 
 def refresh_statistics() -> None:
-    """PostgreSQL: sample every table of the schema again (``ANALYZE``), once the deletions are committed.
-
-    The planner's statistics (``pg_statistic``, read through ``pg_stats``) keep values sampled
-    from each column at the last analyse — the most common ones and histogram bounds: a
-    message's text, a token of ``lexical_postings`` — until autovacuum analyses the table
-    again, which a forgetting of a few rows does not trigger. A new sample reads live rows only.
-    An analyse of a table left with no rows keeps the old sample: those tables' statistics are
-    deleted (a superuser's privilege; without it a warning names them — docs/OPERATIONS.md).
-    SQLite keeps no such samples (no ``sqlite_stat4``).
-    """
-    if not backends.is_postgresql():
-        return
-    with connection.cursor() as cur:
-        cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")
-        tables = [row[0] for row in cur.fetchall()]
-        if not tables:
-            return
-        cur.execute("ANALYZE " + ", ".join(connection.ops.quote_name(t) for t in tables))
-        cur.execute("SELECT DISTINCT tablename FROM pg_stats WHERE schemaname = current_schema()")
-        sampled = sorted(row[0] for row in cur.fetchall())
-        empty = []
-        for table in sampled:
-            cur.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {connection.ops.quote_name(table)})")
-            if cur.fetchone()[0]:
-                empty.append(table)
-        if not empty:
-            return
-        try:
-            with transaction.atomic():
-                cur.execute("DELETE FROM pg_statistic WHERE starelid = ANY(%s::regclass[])", [empty])
-        except DatabaseError as exc:
-            logger.warning("forget_statistics_kept tables=%s reason=%s", ",".join(empty), str(exc).strip()[:200])
+    """Sample every table again once the deletions are committed, so that the planner's statistics
+    keep no forgotten value (:func:`memory.backends.postgresql.resample_statistics`; nothing to do
+    on SQLite, which keeps no such samples)."""
+    backends.module().resample_statistics(logger)
 
 
 def _carry_out(plan: ForgetPlan) -> None:

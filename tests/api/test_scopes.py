@@ -43,6 +43,8 @@ def test_a_bot_token_can_store_and_read(bot_token):
     assert r.status_code == 201
     assert client.post("facts", {"person": person(), "content": "住在杭州", "kind": "身份"}).status_code == 201
     assert client.post("actions/consult", {"query": "杭州"}).status_code == 200
+    facts = client.get(f"persons/{r.json()['person_id']}/facts")  # and reads back what it stored
+    assert facts.status_code == 200 and [f["content"] for f in facts.json()["facts"]] == ["住在杭州"]
 
 
 def test_a_curation_token_cannot_undo(db):

@@ -99,3 +99,13 @@ def test_a_partial_matrix_leaves_the_full_report_alone():
     assert args.no_markdown and args.output == RESULTS_DIR / "eval_matrix-memorybank.json"
     with pytest.raises(SystemExit):
         eval_matrix.parse_args(["--datasets", "Nope"])
+
+
+def test_case_rows_keep_each_methods_top_labels_in_rank_order():
+    units = [Unit("D", "a", "test", "zh", ["u"], [], [Case("line", "x", {"g1"}, 0)])]
+    lived = {"ours": {"answers": [{"cases": [[set(), {"g2", "g1"}] + [set()] * 4], "small_talk": []}]}}
+    base = [{"bm25s": [[{"g1"}]], "dense": [[]]}]
+    [row] = eval_matrix.case_rows(units, lived, base)
+    assert row["gold"] == ["g1"] and row["form"] == "line" and row["unit"] == "a"
+    assert row["top"]["ours"] == [[], ["g1", "g2"], [], [], []]  # the sixth fact is past R@5
+    assert row["top"]["bm25s"] == [["g1"]] and row["top"]["dense"] == []

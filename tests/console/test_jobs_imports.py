@@ -71,3 +71,4 @@ def test_the_delete_preview_says_how_many_it_does_not_list(staff):
 
 def test_operators_cannot_import(operator):
     assert operator.post(reverse("console:imports"), {"text": DOC}).status_code == 403
+    assert not (ImportBatch.objects.exists() or Job.objects.exists() or Knowledge.objects.exists())  # nothing queued

@@ -62,6 +62,7 @@ def test_a_stale_preview_is_refused_and_previewed_again(operator, alice):
 def test_only_operators_with_the_permission_forget(reviewer, alice):
     assert reviewer.get(f"/forget/person/{alice.pk}/").status_code == 403
     assert reviewer.post(f"/forget/person/{alice.pk}/", {"digest": "x"}).status_code == 403
+    assert Person.objects.filter(pk=alice.pk).exists()  # refused: nothing forgotten
 
 
 def test_token_page_creates_shows_the_secret_once_and_revokes(admin_client_):

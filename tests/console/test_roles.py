@@ -81,6 +81,9 @@ def test_fact_detail_and_stream_pages_are_open_to_every_role(make_client, memory
 
 
 def test_curation_actions_need_the_curate_permission(make_client, memory_set, frozen_now):
+    from memory.models import Fact, FactOperation
+
+    before, journal = list(Fact.objects.order_by("id").values()), FactOperation.objects.count()
     fact_id = memory_set["facts"][2]
     url = reverse("curation:fact_action", args=[fact_id, "pin"])
     for role in ["reviewer", "staff"]:
@@ -89,16 +92,23 @@ def test_curation_actions_need_the_curate_permission(make_client, memory_set, fr
     assert make_client("nobody").post(keep, {"confirmed": "1"}).status_code == 403
     bulk = reverse("curation:bulk_action")
     assert make_client("staff").post(bulk, {"action": "pin", "ids": [fact_id], "confirmed": "1"}).status_code == 403
+    assert list(Fact.objects.order_by("id").values()) == before  # nothing done, nothing journalled
+    assert FactOperation.objects.count() == journal
+    assert make_client("operator").post(url, {"confirmed": "1"}).status_code == 302  # the same post, allowed, does it
+    assert Fact.objects.get(pk=fact_id).pinned
 
 
 def test_undo_needs_the_undo_permission(make_client, memory_set, frozen_now):
     from curation import services
+    from memory.models import FactOperation
 
     op = services.pin_fact(fact_id=memory_set["facts"][2], user="t", at=NOW)
     url = reverse("curation:undo", args=[op.pk])
     assert make_client("operator").post(url, {"confirmed": "1"}).status_code == 403
     assert make_client("staff").post(url, {"confirmed": "1"}).status_code == 403
+    assert not FactOperation.objects.get(pk=op.pk).undone_by_id  # refused: nothing undone
     assert make_client("reviewer").post(url, {"confirmed": "1"}).status_code == 302
+    assert FactOperation.objects.get(pk=op.pk).undone_by_id  # the reviewer's undo was carried out
 
 
 def test_actions_are_post_only(operator, memory_set):

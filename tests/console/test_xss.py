@@ -88,8 +88,10 @@ def test_confirmation_pages_escape_memory_text(make_client, hostile):
         assert "&lt;script&gt;" in html
     html = client.post(reverse("curation:keep", args=[a])).content.decode()
     assert_escaped(html)
+    assert "&lt;script&gt;" in html or "&lt;b onmouseover" in html, "keep"
     html = client.post(reverse("curation:bulk_action"), {"action": "pin", "ids": [a]}).content.decode()
     assert_escaped(html)
+    assert "&lt;script&gt;" in html or "&lt;b onmouseover" in html, "bulk"
 
 
 def test_svg_labels_are_escaped(make_client, hostile):

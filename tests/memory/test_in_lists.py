@@ -35,7 +35,7 @@ def test_reads_and_writes_of_nothing_touch_nothing(db, person):
     services.touch_knowledge(ids=[])
     assert lexical.document_frequencies("facts_fts", []) == {}
     assert lexical.fact_bm25("爬山", []) == {}
-    assert read_ahead.read(lexical.scope_read([])) is not None
+    assert read_ahead.read(lexical.scope_read([])) == {}
     assert selectors.conflict_group_keys(person_ids=[]) == []
     assert selectors.conflict_members([]) == {}
     assert selectors.node_texts([]) == {}

@@ -404,11 +404,14 @@ def test_fact_bm25_of_given_facts_is_fts5s():
         services.add_fact(person_id=(a, b)[i % 2].pk, content=t, kind="偏好", origin_kind="direct", at=NOW + i).fact_id
         for i, t in enumerate(KNOWLEDGE)
     ]
+    matched = 0
     for query in QUERIES:
         match = lexical.match_for("facts_fts", query)
         got = lexical.fact_bm25(match, ids[::2])
         assert got == pytest.approx(_fts5(lexical.fact_bm25, match, ids[::2]), rel=1e-12)
         assert set(got) <= set(ids[::2])
+        matched += len(got)
+    assert matched  # else both sides were empty and nothing was compared
 
 
 def test_a_streams_tokens_split_at_once_like_unicode61():
