@@ -441,6 +441,8 @@ def summarise(result: dict) -> dict:
         by = {h: summary([t for t in trials if t["hosts"] == h], "seconds") for h in (1, 2)}
         out[f"catch_up_{case}"] = {**{f"{h}_host{'s' if h > 1 else ''}": by[h] for h in (1, 2)},
                                    "speedup": round(by[1]["median"] / by[2]["median"], 2),
+                                   "speedup_by_round": [round(a / b, 2)
+                                                        for a, b in zip(by[1]["rounds"], by[2]["rounds"], strict=True)],
                                    "all_completed": all(t["completed"] for t in trials)}
     if result.get("ingest"):
         by = {h: summary([t for t in result["ingest"] if t["hosts"] == h], "requests_per_s") for h in (1, 2)}
@@ -469,7 +471,7 @@ def render(result: dict) -> str:
                     f" {i['ratio']}×")
     config = (f"PostgreSQL, the second host a network namespace over a veth, medians (ranges) of {cfg['rounds']}"
               f" interleaved rounds; docs/DEPLOY.md \"What a second host buys\"")
-    return "\n".join(["### What a second host buys", measured(COMMAND, config, result), *rows])
+    return "\n".join(["## What a second host buys (`make bench-hosts`)", measured(COMMAND, config, result), *rows])
 
 
 def write_report(result: dict) -> None:

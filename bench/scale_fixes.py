@@ -11,12 +11,7 @@ former ``Int8Matrix.top_k``, kept here as the reference); *after*: ``Int8Matrix.
 on the same matrix and the same SQ8 queries, alternating; the ids, order and cosines of the
 two are compared for every query (``agreement`` = share of identical lists).
 
-``spread (hops 2)`` (with ``--store``, a store of ``bench.build_db``): ``selectors.spread`` as
-``bench.run`` calls it, alternating *before* (the former early stop of the engine's hit
-selection, kept here: it loaded every node tied with the limit-th hit's bound — the thousands of
-holders of one concept) and *after*; hits compared, SQL statements counted.
-
-    python -m bench.scale_fixes [--scales 1,3,10] [--calls 60] [--store S.sqlite3 ...]
+    python -m bench.scale_fixes [--scales 1,3,10] [--calls 60]
 """
 from __future__ import annotations
 
@@ -32,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import calibration, calibration_text, shown  # noqa: E402
+from bench.common import calibration, calibration_text  # noqa: E402
 from memory.engine.quantize import Int8Matrix, decode_q8, quantize_vector  # noqa: E402
 from memory.search.vector_index import _majority_matrix  # noqa: E402
 
@@ -116,96 +111,14 @@ def knowledge_top_k(scale: float, calls: int, k: int = 15) -> dict:
                          "cpu_median": round(statistics.median(cpu_after), 2), "cpu_p95": _p(cpu_after, 0.95)}}
 
 
-def _former_best_hits(fused, distances, cache, activation, limit):
-    """The engine's hit selection before it stopped on a tie from a later place (the reference)."""
-    from memory.engine.spreading import _HIT_BATCH, REVIVE, SpreadHit, activation_factors
-
-    position = dict(zip(fused, range(len(fused)), strict=True))
-    factors = activation_factors(activation, fused) if activation is not None else None
-    order = sorted(fused, key=(lambda n: fused[n] * factors[n]) if factors is not None else fused.__getitem__,
-                   reverse=True)
-    hits, bounded = [], True
-    for start in range(0, len(order), _HIT_BATCH):
-        chunk = order[start:start + _HIT_BATCH]
-        cache.load(chunk)
-        for node in chunk:
-            keep = cache.get(node)
-            if keep is None or keep < REVIVE:
-                continue
-            bounded = bounded and keep <= 1.0
-            value = fused[node] * keep
-            if factors is not None:
-                value *= factors[node]
-            hits.append(SpreadHit(node_id=node, score=value, hops=distances[node]))
-        rest = start + _HIT_BATCH
-        if bounded and len(hits) >= limit and rest < len(order):
-            kth = sorted((h.score for h in hits), reverse=True)[limit - 1]
-            nxt = order[rest]
-            if kth > (fused[nxt] * factors[nxt] if factors is not None else fused[nxt]):
-                break
-    hits.sort(key=lambda hit: (-hit.score, position[hit.node_id]))
-    return hits[:limit]
-
-
-def spread_on(store: Path, calls: int) -> dict:
-    """``selectors.spread`` (hops 2, limit 4, a fact and a knowledge seed) before / after, same seeds."""
-    import random
-
-    from bench import run
-
-    run.setup_django(store)
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    from memory import selectors
-    from memory.engine import spreading
-
-    counts = json.loads(store.with_suffix(".json").read_text())
-    rng = random.Random(11)
-    seeds = [[("fact", rng.randrange(1, counts["facts"]), 1.0), ("knowledge", rng.randrange(1, counts["knowledge"]), 0.8)]
-             for _ in range(calls)]
-    current = spreading._best_hits
-
-    def call(which, seed):
-        spreading._best_hits = current if which == "after" else _former_best_hits
-        try:
-            with CaptureQueriesContext(connection) as q:
-                t, c = time.perf_counter(), time.process_time()
-                got = selectors.spread(seeds=seed, now=counts["now"], hops=2, limit=4, events=False)
-                took = ((time.perf_counter() - t) * 1000, (time.process_time() - c) * 1000)
-            return got, took, len(q.captured_queries)
-        finally:
-            spreading._best_hits = current
-
-    for seed in seeds[:5]:  # resident concept graph and node texts, page cache
-        call("before", seed), call("after", seed)
-    rows = {"before": ([], [], []), "after": ([], [], [])}
-    same = 0
-    for i, seed in enumerate(seeds):
-        hits = {}
-        for which in (("before", "after") if i % 2 else ("after", "before")):  # neither always warms the other
-            got, (wall, cpu), queries = call(which, seed)
-            rows[which][0].append(wall), rows[which][1].append(cpu), rows[which][2].append(queries)
-            hits[which] = [(h.node_id, h.score, h.hops) for h in got.hits]
-        same += hits["before"] == hits["after"]
-    out = {"store": store.name, "calls": calls, "agreement": same / calls}
-    for which, (wall, cpu, queries) in rows.items():
-        out[f"{which}_ms"] = {"median": round(statistics.median(wall), 2), "p95": _p(wall, 0.95),
-                              "cpu_median": round(statistics.median(cpu), 2), "cpu_p95": _p(cpu, 0.95),
-                              "queries_mean": round(statistics.mean(queries), 1)}
-    return out
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", default="1,3,10")
     parser.add_argument("--calls", type=int, default=60)
-    parser.add_argument("--store", type=Path, default=None, help="a bench store: spread before / after on it")
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "scale_fixes.json")
     args = parser.parse_args(argv)
     cal = {"before": calibration()}
-    store = f" --store {shown(args.store)}" if args.store else ""
-    out: dict = {"command": f"python -m bench.scale_fixes --scales {args.scales} --calls {args.calls}{store}",
+    out: dict = {"command": f"python -m bench.scale_fixes --scales {args.scales} --calls {args.calls}",
                  "knowledge_top_k": {}}
     for scale in [float(s) for s in args.scales.split(",") if s.strip()]:
         row = knowledge_top_k(scale, args.calls)
@@ -215,13 +128,6 @@ def main(argv: list[str] | None = None) -> dict:
               f"{b['median']} / {b['p95']} ({b['cpu_median']} / {b['cpu_p95']}), after {a['median']} / {a['p95']} "
               f"({a['cpu_median']} / {a['cpu_p95']}); identical lists {row['agreement']:.0%}; matrix built from the "
               f"blobs in {row['build_cpu_s']['before']} s CPU before, {row['build_cpu_s']['after']} s after", flush=True)
-    if args.store:
-        row = spread_on(args.store, args.calls)
-        out["spread"] = row
-        b, a = row["before_ms"], row["after_ms"]
-        print(f"spread (hops 2) on {row['store']}, p50 / p95 ms wall (CPU), SQL statements: before {b['median']} / "
-              f"{b['p95']} ({b['cpu_median']} / {b['cpu_p95']}), {b['queries_mean']}; after {a['median']} / {a['p95']} "
-              f"({a['cpu_median']} / {a['cpu_p95']}), {a['queries_mean']}; identical hits {row['agreement']:.0%}", flush=True)
     cal["after"] = calibration()
     out["calibration"] = cal
     print(calibration_text(cal))
