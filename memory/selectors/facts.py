@@ -254,10 +254,11 @@ def any_fact_vector(ids: Sequence[int]) -> bool:
     return Fact.objects.filter(pk__in=list(ids), embedding_q8__isnull=False).exists()
 
 
-def query_window(text: str) -> tuple[int, int] | None:
+def query_window(text: str, now: int | None = None) -> tuple[int, int] | None:
     """The window (epoch ms) of the date ``text`` names, read in ``settings.TIME_ZONE``
-    (:func:`memory.engine.when.query_window`); ``None`` when it names none."""
-    return when.query_window(text, ZoneInfo(settings.TIME_ZONE))
+    (:func:`memory.engine.when.query_window`; a day without a year: the last one up to ``now``);
+    ``None`` when it names none."""
+    return when.query_window(text, ZoneInfo(settings.TIME_ZONE), now)
 
 
 def facts_dated_in(ids: Sequence[int], window: tuple[int, int] | None) -> frozenset[int]:
