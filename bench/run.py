@@ -89,12 +89,15 @@ def ensure_db(path: Path, scale: float, rebuild: bool) -> dict:
     meta = path.with_suffix(".json")
     stale = not meta.exists() or json.loads(meta.read_text()).get("schema") != schema_signature()
     if rebuild or not path.exists() or stale:
+        # the signature of the code that builds: a checkout that moves during a long build (a new
+        # migration, another builder) must not be recorded as what built the store
+        signature = schema_signature()
         out = subprocess.run(
             [sys.executable, "-m", "bench.build_db", "--out", str(path), "--scale", str(scale)],
             cwd=ROOT, check=True, capture_output=True, text=True,
         )
         counts = eval(out.stdout.strip().splitlines()[-1])  # the builder prints a dict literal
-        counts["schema"] = schema_signature()
+        counts["schema"] = signature
         meta.write_text(json.dumps(counts))
     return json.loads(meta.read_text())
 
@@ -189,12 +192,12 @@ def conversation_paths(counts: dict, n: int, streams: list, q: Callable[[], str]
     out = {"turn prepare, read-only (prepare_turn record=False, with its conversation)": timed(prepare, n)}
     prepared = [prepare() for _ in range(40)]
     lines = [len(recall.conversation_lines(c.context, c.overrides)) for c in prepared]
-    vectors = [len(recall.conversation_query(qvec(), c.context, c.overrides).weights) - 1 for c in prepared]
+    vectors = [len(recall.conversation_query(qvec(), c.context, c.overrides, text=q()).weights) - 1 for c in prepared]
     picks = iter(range(10**9))
 
     def confirm_ranking() -> object:
         ctx = prepared[next(picks) % len(prepared)]
-        query = recall.conversation_query(qvec(), ctx.context, ctx.overrides)
+        query = recall.conversation_query(qvec(), ctx.context, ctx.overrides, text=q())
         return recall.rank_pool(pool=ctx.pool, query_vector=query, person_ids=ctx.present_person_ids, text=q(),
                                 stream_kind=ctx.stream.kind, now=now, limit=6, overrides=ctx.overrides)
 

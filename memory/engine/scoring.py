@@ -240,14 +240,6 @@ class QueryMass:
         got = sum(self.idfs[t] for t in set(matched) if t in self.idfs)
         return min(1.0, got / self.total)
 
-    def share_of(self, shares: Mapping[str, float]) -> float:
-        """:meth:`coverage` with a share of each query term matched (``{term: share in [0, 1]}``): a
-        word the fact holds only part of counts that part of its IDF."""
-        if self.total <= 0:
-            return 0.0
-        got = sum(self.idfs[t] * min(1.0, max(0.0, v)) for t, v in shares.items() if t in self.idfs)
-        return min(1.0, got / self.total)
-
     def holds_rarest(self, matched: Iterable[str]) -> bool:
         """True iff ``matched`` holds a query word of the smallest positive document frequency —
         the most specific thing the query asks that memory could answer."""

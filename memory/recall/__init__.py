@@ -149,7 +149,7 @@ def replay_turn_pool(
     # its best coverage — and one line's pool is not the turn's. The confirm ranks a third time
     # (rank_pool), with what the prepare does not have: the query's vector (embedded only once
     # the bot decided to reply), the candidates' cosines and the dense channel's candidates.
-    ordered = selectors.rank_facts(list(pool.values()), overrides, window=selectors.query_window(text))
+    ordered = selectors.rank_facts(list(pool.values()), overrides, window=selectors.query_window(text, now))
     kept = apply_pool_percentile([f.score for f in ordered], float(overrides.get("pool_score_percentile", 0.0)))
     return ordered[:kept]
 
@@ -286,21 +286,67 @@ def conversation_lines(context: Sequence[ContextLine], overrides: Mapping[str, A
 
 
 def conversation_query(
-    text_vector: Any, context: Sequence[ContextLine], overrides: Mapping[str, Any]
+    text_vector: Any, context: Sequence[ContextLine], overrides: Mapping[str, Any], *, text: str = "",
 ) -> Any:
-    """The turn's query vector(s): its own vector plus the recency-weighted vectors of the newest
-    ``context_dense_messages`` messages (:func:`selectors.message_vectors`, each computed at most
-    once) as a :class:`ConversationQuery`; the plain vector when the context adds none."""
+    """The turn's query vector(s): its own vector, the window's (the user lines among the newest
+    ``context_dense_messages`` messages and the turn's ``text``, embedded as one text, weight
+    ``context_window_weight``) and the recency-weighted vectors of those messages
+    (:func:`selectors.message_vectors`, each computed at most once) as a :class:`ConversationQuery`;
+    the plain vector when the context adds none."""
     _, _, half_life = _context_knobs(overrides)
     window = _dense_window(context, overrides)
     if text_vector is None or not window:
         return text_vector
-    vectors = selectors.message_vectors([line.message_id for line in window])
+    ids = [line.message_id for line in window]
+    vectors = selectors.message_vectors(ids)
     weights = conversation.recency_weights(max(line.position for line in window), half_life)
     pairs = [(vectors.get(line.message_id), weights[line.position - 1]) for line in window]
-    if all(vector is None for vector, _ in pairs):
+    joined = _window_vector(ids, text, overrides)
+    if joined is None and all(vector is None for vector, _ in pairs):
         return text_vector
-    return conversation.ConversationQuery.build(text_vector, pairs)
+    return conversation.ConversationQuery.build(text_vector, pairs, window=joined)
+
+
+def _window_weight(overrides: Mapping[str, Any]) -> float:
+    return float(overrides.get("context_window_weight", conversation.DEFAULT_WINDOW_WEIGHT))
+
+
+def _window_text(message_ids: Sequence[int], text: str, overrides: Mapping[str, Any]) -> str | None:
+    """The window as one text (:func:`memory.engine.context.window_text`), or None: its weight is 0,
+    the context holds no user line or there is no turn text."""
+    if _window_weight(overrides) <= 0 or not text.strip():
+        return None
+    return conversation.window_text(selectors.user_lines(message_ids), text)
+
+
+def _window_vector(message_ids: Sequence[int], text: str, overrides: Mapping[str, Any]) -> tuple[Any, float] | None:
+    """``(vector, weight)`` of the window, or None (no window, or no embedder)."""
+    joined = _window_text(message_ids, text, overrides)
+    if joined is None:
+        return None
+    # once per text within a read-ahead block: a fit replays the same turn under many profiles, and
+    # a confirm embeds the window with the turn's line in one call (_turn_vector)
+    vector = read_ahead.once(("window_vector", joined), lambda: embed_query(joined))
+    return None if vector is None else (vector, _window_weight(overrides))
+
+
+def _turn_vector(text: str, context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> np.ndarray | None:
+    """The turn's vector, embedded in one call with its window's (kept for :func:`_window_vector`
+    in the read-ahead block): one call of two texts costs less than two calls."""
+    ids = [line.message_id for line in _dense_window(context, overrides)]
+    joined = _window_text(ids, text, overrides) if ids else None
+    if joined is None:
+        return embed_query(text)
+    try:
+        embedder = provider_config.get_embedder(serving=True)
+        if embedder is None:
+            return None
+        vector, window = embedder.embed([text, joined])
+    except Exception:  # the vector is a side channel: lexical order stands
+        logger.warning("query embedding failed", exc_info=True)
+        return None
+    read_ahead.once(("window_vector", joined), lambda: window)
+    return vector
 
 
 def _dense_window(context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> list[ContextLine]:
@@ -591,7 +637,7 @@ def rank_pool(
             still_valid |= valid_others
             cosines = cosines.merged(other_cosines)
     pool = [f for f in pool if f.id in still_valid]
-    ranked = selectors.rank_facts(pool, overrides, cosines=cosines, window=selectors.query_window(text))
+    ranked = selectors.rank_facts(pool, overrides, cosines=cosines, window=selectors.query_window(text, now))
     prompt, held = prompt_facts(ranked, limit), held_back_facts(ranked, limit)
     return PromptRanking(prompt=prompt, held_back=held, ranked=ranked, verdicts=fact_verdicts(ranked, prompt, held))
 
@@ -637,13 +683,13 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
             raise TurnNotFound(f"turn {turn_id} not found")
         if turn.confirmed_at is not None:
             raise TurnStateError(f"turn {turn_id} was already confirmed")
-        vector = query_embedding if query_embedding is not None else embed_query(turn.text)
         context = context_positions(turn.context_message_ids)
         if ahead:  # what was read ahead is what the dense channel reads (nothing when it was not sent)
             window = [line.message_id for line in _dense_window(context, overrides)]
             read_ahead.serve_from(ahead[0], selectors.dense_scope_read(turn.present_person_ids))
             read_ahead.serve_from(ahead[1], selectors.message_vectors_read(window), keep=lambda row: row[0] in window)
-        query = conversation_query(vector, context, overrides)
+        vector = query_embedding if query_embedding is not None else _turn_vector(turn.text, context, overrides)
+        query = conversation_query(vector, context, overrides, text=turn.text)
         # the prepare's lexical pool ranked again, now with the vector (why: replay_turn_pool)
         ranking = rank_pool(
             pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=turn.text,

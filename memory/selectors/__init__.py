@@ -108,6 +108,7 @@ from memory.selectors.messages import (
     stream_rows,
     stream_speakers,
     turn_context_vectors_read,
+    user_lines,
     working_memory,
     working_memory_read,
 )
@@ -179,6 +180,7 @@ __all__ = [
     "message_count_after",
     "message_vectors",
     "message_vectors_read",
+    "user_lines",
     "messages_after",
     "node_edges",
     "node_of",

@@ -146,10 +146,8 @@ def fact_coverages(
     words of the gate's background bank (:func:`memory.engine.background.generic_words`): the
     index's CJK bigrams would count a long word several times, and "早上好" or "哈哈" say
     nothing about what to recall. A word is matched when the fact's FTS row holds it, or all of
-    its bigrams (jieba may cut the fact differently); a word of three or more characters that
-    jieba cut otherwise in the query (部手机 for a fact's 手机) counts the share of its bigrams the
-    fact holds, as bm25 matches them. Its document frequency is the word's, else the
-    rarest-known of its bigrams that occur. Frequencies come from the
+    its bigrams (jieba may cut the fact differently); its document frequency is the word's,
+    else the rarest-known of its bigrams when all of them occur. Frequencies come from the
     ``facts_fts`` vocabulary, or from ``scope`` (the facts the query ranks: :class:`lexical.FactScope`)
     when given. ``tokens`` — the facts' stored tokens when the caller read them already.
     """
@@ -166,8 +164,6 @@ def fact_coverages(
         df = raw.get(w, 0)
         if df == 0 and grams[w] and all(raw.get(g, 0) > 0 for g in grams[w]):
             df = min(raw[g] for g in grams[w])
-        elif df == 0 and len(grams[w]) > 1 and any(raw.get(g, 0) > 0 for g in grams[w]):
-            df = min(raw[g] for g in grams[w] if raw.get(g, 0) > 0)
         dfs[w] = df
     n_docs = len(scope) if scope is not None else lexical.document_count("facts_fts")
     if tokens is None or any(i not in tokens for i in ids):
@@ -177,11 +173,7 @@ def fact_coverages(
     for i in ids:
         held = set((tokens.get(i) or "").split())
         matched = [w for w in qwords if w in held or (grams[w] and all(g in held for g in grams[w]))]
-        shares = {w: 1.0 for w in matched}
-        for w in qwords:  # a word of three or more characters jieba cut otherwise in the fact: the share of its bigrams held
-            if w not in shares and len(grams[w]) > 1:
-                shares[w] = sum(1 for g in grams[w] if g in held) / len(grams[w])
-        out[i] = (mass.share_of(shares), mass.holds_rarest(matched))
+        out[i] = (mass.coverage(matched), mass.holds_rarest(matched))
     return out
 
 
@@ -262,10 +254,11 @@ def any_fact_vector(ids: Sequence[int]) -> bool:
     return Fact.objects.filter(pk__in=list(ids), embedding_q8__isnull=False).exists()
 
 
-def query_window(text: str) -> tuple[int, int] | None:
+def query_window(text: str, now: int | None = None) -> tuple[int, int] | None:
     """The window (epoch ms) of the date ``text`` names, read in ``settings.TIME_ZONE``
-    (:func:`memory.engine.when.query_window`); ``None`` when it names none."""
-    return when.query_window(text, ZoneInfo(settings.TIME_ZONE))
+    (:func:`memory.engine.when.query_window`; a day without a year: the last one up to ``now``);
+    ``None`` when it names none."""
+    return when.query_window(text, ZoneInfo(settings.TIME_ZONE), now)
 
 
 def facts_dated_in(ids: Sequence[int], window: tuple[int, int] | None) -> frozenset[int]:

@@ -253,7 +253,7 @@ def _q8_matrix(rows: Sequence[tuple[int, Any]], dim: int) -> Int8Matrix:
     return Int8Matrix(ids=ids, matrix=payload.reshape(len(ids), dim), norms=norms)
 
 
-_VECTORS_SQL = "SELECT id, content, embedding FROM messages WHERE {ids}"  # plain SQL, vectors in binary
+_VECTORS_SQL = "SELECT id, content, embedding, role FROM messages WHERE {ids}"  # plain SQL, vectors in binary
 
 
 def message_vectors_read(message_ids: Iterable[int]) -> read_ahead.Read:
@@ -269,6 +269,14 @@ def turn_context_vectors_read(turn_id: int) -> read_ahead.Read:
     ids = backends.in_subquery_sql("id", backends.json_ids_sql("turns", "context_message_ids"))
     return read_ahead.Read(("turn_context_vectors", int(turn_id)), _VECTORS_SQL.format(ids=ids), [int(turn_id)],
                         binary=True)
+
+
+def user_lines(message_ids: Sequence[int]) -> list[str]:
+    """The texts of the user messages among ``message_ids``, in that order (unknown ids and other
+    roles left out) — from :func:`message_vectors_read`, so a confirm that read the vectors
+    ahead reads nothing more."""
+    rows = {int(mid): (content, role) for mid, content, _raw, role in read_ahead.read(message_vectors_read(message_ids))}
+    return [rows[mid][0] for mid in map(int, message_ids) if mid in rows and rows[mid][1] == "user"]
 
 
 def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = None) -> dict[int, np.ndarray]:
@@ -290,7 +298,7 @@ def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = N
     out: dict[int, np.ndarray] = {}
     todo: list[tuple[int, str]] = []
     stored = read_ahead.read(message_vectors_read(ids))
-    for mid, content, raw in stored:
+    for mid, content, raw, _role in stored:
         vec = unpack_float32(bytes(raw)) if raw is not None else None
         if vec is not None and (not dim or vec.shape[0] == dim):
             out[mid] = vec

@@ -142,3 +142,22 @@ def test_merge_keeps_the_scales_a_run_did_not_measure_and_says_which_run_measure
                                  "scales": [_fake_scale(10, ("sqlite",))]})
     assert [r["scales"] for r in again["runs"]] == [[1], [3], [10]]
     assert scale.merge(None, later) is later and scale.merge(earlier, earlier) is earlier
+
+
+def test_a_store_records_the_code_that_built_it_not_the_code_after(tmp_path, monkeypatch):
+    """A checkout that moves during a long build (a merge brings a migration) must not be recorded as
+    the store's: the store would claim a migration it never had, and no migrate would run."""
+    import subprocess as sp
+
+    from bench import run
+
+    checkout = {"signature": "0001.py;build_db=old"}
+
+    def build(*args, **kwargs):  # the merge lands while the builder runs
+        checkout["signature"] = "0001.py,0002.py;build_db=new"
+        return sp.CompletedProcess(args, 0, stdout="{'persons': 20}\n")
+
+    monkeypatch.setattr(run, "schema_signature", lambda: checkout["signature"])
+    monkeypatch.setattr(run.subprocess, "run", build)
+    counts = run.ensure_db(tmp_path / "s.sqlite3", 0.01, rebuild=True)
+    assert counts["schema"] == "0001.py;build_db=old"

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from memory.engine.context import ConversationQuery, recency_weights, weighted_max
+from memory.engine.context import ConversationQuery, recency_weights, weighted_max, window_text
 
 
 def test_recency_weights_halve_every_half_life():
@@ -35,3 +35,19 @@ def test_a_conversation_query_puts_the_turn_first_and_drops_what_cannot_be_compa
     assert ConversationQuery.build(None, [(None, 0.5)]) is None
     alone = ConversationQuery.build(None, [([0.0, 1.0, 0.0], 0.5)])
     assert alone.weights == (0.5,)
+
+
+def test_window_text_joins_the_user_lines_oldest_first_and_the_turn_last():
+    assert window_text(["几点", " 下午一起去\n打篮球吗 "], "三点吧") == "下午一起去 打篮球吗\n几点\n三点吧"
+    assert window_text([], "三点吧") is None
+    assert window_text(["  ", ""], "三点吧") is None
+
+
+def test_the_window_row_follows_the_turns_vector_with_its_weight():
+    turn, window, line = [1.0, 0.0], [0.0, 1.0], [0.6, 0.8]
+    query = ConversationQuery.build(turn, [(line, 0.5)], window=(window, 0.7))
+    assert query.weights == (1.0, 0.7, 0.5)
+    assert np.allclose(query.vectors, [turn, window, line])
+    assert ConversationQuery.build(turn, [(line, 0.5)], window=([0.0, 1.0, 0.0], 1.0)).weights == (1.0, 0.5)  # other space
+    only = ConversationQuery.build(None, [], window=(window, 0.7))
+    assert only.weights == (0.7,)

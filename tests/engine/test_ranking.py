@@ -18,7 +18,6 @@ from memory.engine.scoring import (
     gate,
     held_back,
     idf,
-    QueryMass,
     idf_coverage,
     lexical_strength,
     lexical_term,
@@ -175,15 +174,6 @@ def test_idf_coverage_counts_only_achievable_terms() -> None:
     assert idf_coverage(["最近", "杭州"], dfs, 48) == 1.0
     assert idf_coverage(["想"], dfs, 48) == 0.0
     assert idf_coverage([], {"想": 0}, 48) == 0.0
-
-
-def test_a_word_held_in_part_counts_that_part_of_its_idf() -> None:
-    mass = QueryMass.of({"部手机": 3, "型号": 1}, 48)
-    whole = idf(3, 48) / (idf(3, 48) + idf(1, 48))
-    assert mass.share_of({"部手机": 1.0}) == mass.coverage(["部手机"]) == whole
-    assert mass.share_of({"部手机": 0.5}) == pytest.approx(whole / 2)
-    assert mass.share_of({"部手机": 0.5, "型号": 1.0}) == pytest.approx(1 - whole / 2)
-    assert mass.share_of({"部手机": 0.0, "想": 1.0}) == 0.0
 
 
 def test_a_pool_matching_only_generic_words_brings_nothing() -> None:

@@ -46,6 +46,33 @@ def test_no_year_no_window(text: str) -> None:
     assert query_window(text, SHANGHAI) is None
 
 
+NOW = _ms(2023, 5, 7, 9)  # a turn on 7 May 2023, 09:00 in Shanghai
+
+
+@pytest.mark.parametrize(
+    ("text", "day"),
+    [
+        ("我在4月30号为什么会心情不好", (2023, 4, 30)),
+        ("在5月2日我们聊了哪些话题", (2023, 5, 2)),
+        ("5 月 7 日早上吃了什么", (2023, 5, 7)),  # today
+        ("12月24日那天去了哪", (2022, 12, 24)),  # not yet this year: last year's
+        ("What did we talk about on May 2?", (2023, 5, 2)),
+        ("the party on the 3rd of May", (2023, 5, 3)),
+        ("on 29 February", (2020, 2, 29)),  # the last leap day
+        ("我2021年5月2日和5月3日去了哪", (2021, 5, 2)),  # a year named: that date first
+    ],
+)
+def test_a_day_without_a_year_is_the_last_one_up_to_now(text: str, day: tuple) -> None:
+    start = _ms(*day)
+    assert query_window(text, SHANGHAI, NOW) == (start - SLACK_MS, start + 86_400_000 + SLACK_MS)
+
+
+@pytest.mark.parametrize("text", ["I may 2 times go", "13月2日", "2月30号", "版本 2.5月3", "我想去杭州玩",
+                                  "那个生日是05月18日的人叫什么", "截止日期为6月1日"])
+def test_not_a_day_without_a_year(text: str) -> None:
+    assert query_window(text, SHANGHAI, NOW) is None
+
+
 def test_the_window_is_read_in_the_given_zone() -> None:
     assert query_window("on 1 March 2024", UTC) == (_ms(2024, 3, 1, tz=UTC) - SLACK_MS, _ms(2024, 3, 2, tz=UTC) + SLACK_MS)
 

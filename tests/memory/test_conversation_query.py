@@ -119,13 +119,14 @@ def test_the_dense_channel_reads_the_recent_messages_vectors_once(person, direct
     first = _say(direct_stream, person, "下午一起去打篮球吗", NOW)
     _say(direct_stream, person, "几点", NOW + 1000)
     turn_vector = np.array([0.0, 1.0, 0.0, 0.0], dtype=np.float32)  # the turn's line says nothing of sport
-    ctx, result = _turn(direct_stream, person, "几点", NOW + 2000, vector=turn_vector)
-    assert [p.fact.id for p in result.facts] == [sport]
-    assert result.facts[0].fact.cosine == pytest.approx(2 ** -0.25, abs=0.02)  # the weight of the line before
-    assert [t for t in embedder.texts if t not in BANK] == ["下午一起去打篮球吗"]  # and the gate's bank, once
-    # the next turn reuses the stored vector: nothing is embedded twice
-    _say(direct_stream, person, "三点吧", NOW + 3000)
-    _turn(direct_stream, person, "三点吧", NOW + 4000, vector=turn_vector)
+    with overrides_scope({"context_window_weight": 0}):  # the messages' own vectors only
+        ctx, result = _turn(direct_stream, person, "几点", NOW + 2000, vector=turn_vector)
+        assert [p.fact.id for p in result.facts] == [sport]
+        assert result.facts[0].fact.cosine == pytest.approx(2 ** -0.25, abs=0.02)  # the weight of the line before
+        assert [t for t in embedder.texts if t not in BANK] == ["下午一起去打篮球吗"]  # and the gate's bank, once
+        # the next turn reuses the stored vector: nothing is embedded twice
+        _say(direct_stream, person, "三点吧", NOW + 3000)
+        _turn(direct_stream, person, "三点吧", NOW + 4000, vector=turn_vector)
     assert embedder.texts.count("下午一起去打篮球吗") == 1
     assert Message.objects.get(pk=first.pk).embedding_q8 is not None
     with overrides_scope(REFERENCE("reference")):
@@ -227,3 +228,69 @@ def test_the_reads_a_turn_sends_ahead_read_nothing_for_no_ids(db):
     assert read_ahead.read(selectors.message_vectors_read([])) == []
     assert read_ahead.read(selectors.dense_scope_read([])) == []
     assert read_ahead.read(selectors.episodes_read([])) == {}
+
+
+class TopicEmbedder:
+    """A vector per topic a text names (sport, pets; else "other"), normalised: a text naming two
+    topics lies between them, as one embedding of several lines does."""
+
+    name = "topics"
+    label = "test:topics"
+    dim = 4
+
+    def __init__(self):
+        self.texts: list[str] = []
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts):
+        self.texts.extend(texts)
+        self.calls.append(list(texts))
+        out = []
+        for text in texts:
+            v = np.array([float("篮球" in text), float("狗" in text), 0.0, 0.0], dtype=np.float32)
+            v = v if v.any() else np.array([0.0, 0.0, 1.0, 0.0], dtype=np.float32)
+            out.append(v / np.linalg.norm(v))
+        return out
+
+
+def test_the_window_is_the_recent_user_lines_and_the_turn_as_one_text(person, direct_stream, monkeypatch):
+    """The window's vector joins the turn's query with weight ``context_window_weight``: it embeds the
+    user lines of the dense window and the turn's line, oldest first; the bot's lines stay out."""
+    from memory.providers import config
+
+    embedder = TopicEmbedder()
+    monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
+    background.reset()
+    both = services.add_fact(person_id=person.pk, content="玩家常带狗去打篮球", kind="偏好", at=NOW - 30 * DAY).fact_id
+    services.store_fact_vector(fact_id=both, vector=[0.7071, 0.7071, 0.0, 0.0])
+    _say(direct_stream, person, "我家的狗今天很乖", NOW)
+    _say(direct_stream, person, "你说的是哪只", NOW + 500, role="assistant")
+    _say(direct_stream, person, "下午一起去打篮球吗", NOW + 1000)
+    _say(direct_stream, person, "几点", NOW + 1500)
+    _ctx, result = _turn(direct_stream, person, "几点", NOW + 2000)
+    # oldest first, no bot line; embedded with the turn's line in one call
+    assert ["几点", "我家的狗今天很乖\n下午一起去打篮球吗\n几点"] in embedder.calls
+    [fact] = [p.fact for p in result.facts if p.fact.id == both]
+    # the window names both topics: cosine 1 with the fact, where each line alone gives 0.71 at most
+    assert fact.cosine == pytest.approx(1.0, abs=0.02)
+    with overrides_scope({"context_window_weight": 0.4}):
+        _say(direct_stream, person, "三点吧", NOW + 2500)
+        _ctx, half = _turn(direct_stream, person, "三点吧", NOW + 3000)
+    [fact] = [p.fact for p in half.facts if p.fact.id == both]
+    assert fact.cosine == pytest.approx(0.7071 * 2 ** -0.5, abs=0.02)  # the lines' own vectors lead again
+
+
+def test_no_window_without_earlier_user_lines_or_in_the_reference_profile(person, direct_stream, monkeypatch):
+    from memory.providers import config
+
+    embedder = TopicEmbedder()
+    monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
+    background.reset()
+    _say(direct_stream, person, "你好呀", NOW, role="assistant")
+    _say(direct_stream, person, "下午一起去打篮球吗", NOW + 1000)
+    _turn(direct_stream, person, "下午一起去打篮球吗", NOW + 2000)
+    assert not [t for t in embedder.texts if "\n" in t]  # a bot line alone makes no window
+    _say(direct_stream, person, "几点", NOW + 3000)
+    with overrides_scope(REFERENCE("reference")):
+        _turn(direct_stream, person, "几点", NOW + 4000)
+    assert not [t for t in embedder.texts if "\n" in t]
