@@ -40,11 +40,9 @@ import random
 import re
 import secrets
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -62,7 +60,15 @@ from bench.common import (
     tree_cpu_seconds,
 )
 from bench.worker_bench import message_texts
-from scripts.demo_cluster import Cleanup, Forwarder, Namespace, free_slot, with_host
+from scripts.demo_cluster import (
+    Cleanup,
+    Forwarder,
+    Namespace,
+    can_make_namespaces,
+    cleanup_on_signals,
+    free_slot,
+    with_host,
+)
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -510,21 +516,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         write_report(json.loads(Path(args.out).read_text()))
         return 0
-    if os.geteuid() != 0 or not shutil.which("ip"):
-        print("bench-hosts needs root and iproute2's `ip` (network namespaces)", file=sys.stderr)
+    if not can_make_namespaces("bench-hosts"):
         return 2
     if not backends.postgres_available():
         print(f"bench-hosts needs PostgreSQL at {backends.server()} (BENCH_PG_SERVER)", file=sys.stderr)
         return 2
-
-    def interrupted(signum, _frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, interrupted)
-    signal.signal(signal.SIGHUP, interrupted)
-    cleanup = Cleanup()
-    tmp = Path(tempfile.mkdtemp(prefix="bench-hosts-"))
-    cleanup.push("temporary directory", lambda: shutil.rmtree(tmp, ignore_errors=True))
+    cleanup, tmp = cleanup_on_signals("bench-hosts-")
     started = time.monotonic()
     try:
         before = calibration()

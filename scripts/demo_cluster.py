@@ -285,6 +285,29 @@ def database_counts(env: dict[str, str]) -> dict[str, int]:
 # --- the demo ----------------------------------------------------------------------------------
 
 
+def can_make_namespaces(command: str) -> bool:
+    """Whether this process may make network namespaces (root and iproute2's ``ip``); says why not on stderr."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        print(f"{command} needs root and iproute2's `ip` (network namespaces)", file=sys.stderr)
+        return False
+    return True
+
+
+def cleanup_on_signals(prefix: str) -> tuple[Cleanup, Path]:
+    """A :class:`Cleanup` holding a fresh temporary directory; SIGTERM and SIGHUP end the process through
+    its ``finally`` blocks (so the cleanup runs, as on Ctrl-C)."""
+
+    def interrupted(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGHUP, interrupted)
+    cleanup = Cleanup()
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    cleanup.push("temporary directory", lambda: shutil.rmtree(tmp, ignore_errors=True))
+    return cleanup, tmp
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database-url", default="", help="an existing, empty database (default: a throwaway one)")
@@ -299,18 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-logs", default="", help="copy the worker and gunicorn logs here")
     args = parser.parse_args(argv)
 
-    if os.geteuid() != 0 or not shutil.which("ip"):
-        print("demo-cluster needs root and iproute2's `ip` (network namespaces)", file=sys.stderr)
+    if not can_make_namespaces("demo-cluster"):
         return 2
-
-    def interrupted(signum, _frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, interrupted)
-    signal.signal(signal.SIGHUP, interrupted)
-    cleanup = Cleanup()
-    tmp = Path(tempfile.mkdtemp(prefix="demo-cluster-"))
-    cleanup.push("temporary directory", lambda: shutil.rmtree(tmp, ignore_errors=True))
+    cleanup, tmp = cleanup_on_signals("demo-cluster-")
     try:
         return _demo(args, cleanup, tmp)
     finally:
