@@ -568,7 +568,7 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
     limit = recall.fact_recall_limit(ctx.overrides)
     vector = recall.embed_query(data["text"])
     ranking = recall.rank_pool(
-        pool=ctx.pool, query_vector=recall.conversation_query(vector, ctx.context, ctx.overrides, text=data["text"]), person_ids=ctx.present_person_ids, text=data["text"],
+        pool=ctx.pool, query_vector=recall.conversation_query(vector, ctx.context, ctx.overrides), person_ids=ctx.present_person_ids, text=data["text"],
         stream_kind=ctx.stream.kind, now=ctx.now, limit=limit, overrides=ctx.overrides,
     )
     prompt = recall.complete_conflicts(ranking.prompt, now=ctx.now)

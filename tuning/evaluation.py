@@ -345,7 +345,7 @@ class Evaluator:
                 )
             )
             text_vector = self.vectors(sample.text)
-            vector = recall.conversation_query(text_vector, context, params, text=sample.text) if text_vector is not None else None
+            vector = recall.conversation_query(text_vector, context, params) if text_vector is not None else None
             ranked = self.rank(sample, replayed, vector, self.limit, params)
         return replayed, ranked, vector
 

@@ -221,9 +221,7 @@ def inspect_turn(turn: Turn, *, query_vector: Any = None, embed: bool = True) ->
     vector = query_vector
     if vector is None and embed:
         vector = recall.embed_query(turn.text)
-    query = recall.conversation_query(
-        vector, recall.context_positions([line.message_id for line in context]), params, text=turn.text,
-    )
+    query = recall.conversation_query(vector, recall.context_positions([line.message_id for line in context]), params)
     ranking = recall.rank_pool(pool=pool, query_vector=query, person_ids=person_ids, text=turn.text,
                                stream_kind=turn.stream_kind, now=int(turn.at), limit=limit, overrides=params)
     confirmed = turn.confirmed_at is not None

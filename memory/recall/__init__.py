@@ -285,11 +285,9 @@ def conversation_lines(context: Sequence[ContextLine], overrides: Mapping[str, A
     ]
 
 
-def conversation_query(
-    text_vector: Any, context: Sequence[ContextLine], overrides: Mapping[str, Any], *, text: str = "",
-) -> Any:
-    """The turn's query vector(s): its own vector, the window's (the user lines among the newest
-    ``context_dense_messages`` messages and the turn's ``text``, embedded as one text, weight
+def conversation_query(text_vector: Any, context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> Any:
+    """The turn's query vector(s): its own vector, the window's (the centroid of the turn's vector
+    and the user lines among the newest ``context_dense_messages`` messages, weight
     ``context_window_weight``) and the recency-weighted vectors of those messages
     (:func:`selectors.message_vectors`, each computed at most once) as a :class:`ConversationQuery`;
     the plain vector when the context adds none."""
@@ -301,7 +299,7 @@ def conversation_query(
     vectors = selectors.message_vectors(ids)
     weights = conversation.recency_weights(max(line.position for line in window), half_life)
     pairs = [(vectors.get(line.message_id), weights[line.position - 1]) for line in window]
-    joined = _window_vector(ids, text, overrides)
+    joined = _window_vector(text_vector, ids, vectors, overrides)
     if joined is None and all(vector is None for vector, _ in pairs):
         return text_vector
     return conversation.ConversationQuery.build(text_vector, pairs, window=joined)
@@ -311,42 +309,18 @@ def _window_weight(overrides: Mapping[str, Any]) -> float:
     return float(overrides.get("context_window_weight", conversation.DEFAULT_WINDOW_WEIGHT))
 
 
-def _window_text(message_ids: Sequence[int], text: str, overrides: Mapping[str, Any]) -> str | None:
-    """The window as one text (:func:`memory.engine.context.window_text`), or None: its weight is 0,
-    the context holds no user line or there is no turn text."""
-    if _window_weight(overrides) <= 0 or not text.strip():
+def _window_vector(
+    text_vector: Any, message_ids: Sequence[int], vectors: Mapping[int, Any], overrides: Mapping[str, Any],
+) -> tuple[Any, float] | None:
+    """``(vector, weight)`` of the window (:func:`memory.engine.context.window_vector` of the turn's
+    vector and the user messages among ``message_ids``), or None: its weight is 0 or no user line
+    has a vector."""
+    weight = _window_weight(overrides)
+    if weight <= 0:
         return None
-    return conversation.window_text(selectors.user_lines(message_ids), text)
-
-
-def _window_vector(message_ids: Sequence[int], text: str, overrides: Mapping[str, Any]) -> tuple[Any, float] | None:
-    """``(vector, weight)`` of the window, or None (no window, or no embedder)."""
-    joined = _window_text(message_ids, text, overrides)
-    if joined is None:
-        return None
-    # once per text within a read-ahead block: a fit replays the same turn under many profiles, and
-    # a confirm embeds the window with the turn's line in one call (_turn_vector)
-    vector = read_ahead.once(("window_vector", joined), lambda: embed_query(joined))
-    return None if vector is None else (vector, _window_weight(overrides))
-
-
-def _turn_vector(text: str, context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> np.ndarray | None:
-    """The turn's vector, embedded in one call with its window's (kept for :func:`_window_vector`
-    in the read-ahead block): one call of two texts costs less than two calls."""
-    ids = [line.message_id for line in _dense_window(context, overrides)]
-    joined = _window_text(ids, text, overrides) if ids else None
-    if joined is None:
-        return embed_query(text)
-    try:
-        embedder = provider_config.get_embedder(serving=True)
-        if embedder is None:
-            return None
-        vector, window = embedder.embed([text, joined])
-    except Exception:  # the vector is a side channel: lexical order stands
-        logger.warning("query embedding failed", exc_info=True)
-        return None
-    read_ahead.once(("window_vector", joined), lambda: window)
-    return vector
+    users = selectors.user_message_ids(message_ids)
+    joined = conversation.window_vector(text_vector, [vectors.get(mid) for mid in users])
+    return None if joined is None else (joined, weight)
 
 
 def _dense_window(context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> list[ContextLine]:
@@ -688,8 +662,8 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
             window = [line.message_id for line in _dense_window(context, overrides)]
             read_ahead.serve_from(ahead[0], selectors.dense_scope_read(turn.present_person_ids))
             read_ahead.serve_from(ahead[1], selectors.message_vectors_read(window), keep=lambda row: row[0] in window)
-        vector = query_embedding if query_embedding is not None else _turn_vector(turn.text, context, overrides)
-        query = conversation_query(vector, context, overrides, text=turn.text)
+        vector = query_embedding if query_embedding is not None else embed_query(turn.text)
+        query = conversation_query(vector, context, overrides)
         # the prepare's lexical pool ranked again, now with the vector (why: replay_turn_pool)
         ranking = rank_pool(
             pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=turn.text,
