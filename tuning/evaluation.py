@@ -287,7 +287,8 @@ def production_rank(
     with a query vector the dense candidates join the pool, facts no longer valid leave it,
     then the fused re-rank cuts at ``limit`` (``.prompt``). Read-only (nothing is reinforced)."""
     return recall.rank_pool(
-        pool=replayed, query_vector=vector, person_ids=list(sample.person_ids), text=sample.text,
+        pool=replayed, query_vector=vector, person_ids=list(sample.person_ids),
+        text=recall.read_turn(sample.text, (), overrides)[0],
         stream_kind=sample.stream_kind, now=sample.at, limit=limit, overrides=overrides,
     )
 
@@ -332,11 +333,11 @@ class Evaluator:
         kept = read_ahead.kept_state(self.reads) if self.reads is not None else contextlib.nullcontext()
         with overrides_scope(self.overrides), kept:
             # the turn's conversation as it recorded it, weighed by the evaluated profile
-            context = recall.context_from_ids(sample.context_message_ids)
+            line, context = recall.read_turn(sample.text, recall.context_from_ids(sample.context_message_ids), params)
             replayed = list(
                 self.replay(
                     person_ids=list(sample.person_ids),
-                    text=sample.text,
+                    text=line,
                     impression=sample.impression,
                     now=sample.at,
                     stream_kind=sample.stream_kind,
@@ -344,7 +345,7 @@ class Evaluator:
                     context=recall.conversation_lines(context, params),
                 )
             )
-            text_vector = self.vectors(sample.text)
+            text_vector = self.vectors(line)
             vector = recall.conversation_query(text_vector, context, params) if text_vector is not None else None
             ranked = self.rank(sample, replayed, vector, self.limit, params)
         return replayed, ranked, vector

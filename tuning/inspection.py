@@ -211,18 +211,19 @@ def inspect_turn(turn: Turn, *, query_vector: Any = None, embed: bool = True) ->
     person_ids = [int(p) for p in turn.present_person_ids or []]
 
     # the conversation, with each context message's weight as a query
-    context = recall.context_from_ids([int(m) for m in turn.context_message_ids or []])
+    stored = [int(m) for m in turn.context_message_ids or []]
+    line, context = recall.read_turn(turn.text, recall.context_from_ids(stored), params)
     weights = recall.query_weights(context, params)
-    positions = {line.message_id: line.position for line in context}
+    positions = {c.message_id: c.position for c in context if c.message_id}
     messages = selectors.conversation_before(turn, limit=max(12, len(context) + 4))
 
     # the confirm step again, on the recorded pool, at the turn's time, under the recorded profile
     pool = recall.recorded_pool(turn.pool or [])
     vector = query_vector
     if vector is None and embed:
-        vector = recall.embed_query(turn.text)
-    query = recall.conversation_query(vector, recall.context_positions([line.message_id for line in context]), params)
-    ranking = recall.rank_pool(pool=pool, query_vector=query, person_ids=person_ids, text=turn.text,
+        vector = recall.embed_query(line)
+    query = recall.conversation_query(vector, recall.read_turn(turn.text, recall.context_positions(stored), params)[1], params)
+    ranking = recall.rank_pool(pool=pool, query_vector=query, person_ids=person_ids, text=line,
                                stream_kind=turn.stream_kind, now=int(turn.at), limit=limit, overrides=params)
     confirmed = turn.confirmed_at is not None
     in_prompt = set(turn.prompt_fact_ids or []) if confirmed else {f.id for f in ranking.prompt}

@@ -16,10 +16,16 @@ only decide what is recalled when it matches clearly better than the lines after
   it where the best of the lines' separate vectors does not. It is made of vectors the turn has
   already (the messages' stored ones), so it costs no embedding call; embedding the lines joined
   as one text ranked no better on the dev split (BENCHMARKS.md, the conversation as the query).
+
+A turn whose text is itself several lines (a pasted history, a paragraph of small talk ending
+in the question) is read as the chat it would have been: :func:`split_turn` takes its last line
+with a word in it as the turn's line and the lines before it as the newest lines of the
+conversation, in the positions they would hold had they been sent one by one.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,9 +36,12 @@ __all__ = [
     "DEFAULT_GAP_MINUTES",
     "DEFAULT_HALF_LIFE",
     "DEFAULT_LEXICAL_LINES",
+    "DEFAULT_TEXT_LINES",
     "DEFAULT_WINDOW_WEIGHT",
     "ConversationQuery",
     "recency_weights",
+    "split_turn",
+    "text_lines",
     "weighted_max",
     "weighted_max_at",
     "window_vector",
@@ -52,8 +61,81 @@ DEFAULT_DENSE_MESSAGES: int = 12
 #: weight of the window's vector (the centroid of the recent user lines and the turn's line); 0 = off.
 #: It counts as the turn's own line does: the window is the turn, read with what led to it.
 DEFAULT_WINDOW_WEIGHT: float = 1.0
+#: 1 = a turn's text of several lines is read as a chat (:func:`split_turn`); 0 = as one query.
+DEFAULT_TEXT_LINES: int = 1
 #: minutes of silence that end a conversation: older messages do not join the turn's query.
 DEFAULT_GAP_MINUTES: float = 60.0
+
+
+#: a line of this many sentences or more is read as lines, one per sentence: a message of one
+#: or two (a question and its aside, two questions) is one line as a chat's message is
+PARAGRAPH_SENTENCES: int = 3
+#: a sentence ends at Chinese or English end punctuation (a run of it, and the closing quotes or
+#: brackets after it); a Latin "!" or "?" ends one before a space, a Chinese character or the end,
+#: a full stop only before a space or the end ("3.5", "a.com" go on)
+_SENTENCE_END = re.compile(
+    r"(?:[。！？][。！？…]*|[!?][!?.…]*(?=[^\x00-\x7f]|[\s\"')\]]|$)|\.+(?=[\s\"'”’」』）)\]]|$))[\"'”’」』）)\]]*"
+)
+#: a line says something when it holds a letter, a digit or a CJK character (not only punctuation,
+#: emoji or spaces)
+_WORD = re.compile(r"[^\W_]")
+
+
+_CLOSING = "\"'”’」』）)]"
+#: English words a full stop follows without ending the sentence (besides initials and dotted
+#: acronyms: "C. S.", "J.K.", "U.S.")
+_ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "e.g", "i.e", "no", "approx"})
+_LAST_WORD = re.compile(r"([A-Za-z](?:[A-Za-z.]*[A-Za-z])?)$")
+
+
+def _abbreviation(before: str) -> bool:
+    """True when the full stop after ``before`` closes an abbreviation or an initial, not a sentence."""
+    word = _LAST_WORD.search(before)
+    return bool(word) and (len(word.group(1)) == 1 or "." in word.group(1) or word.group(1).lower() in _ABBREVIATIONS)
+
+
+def _says_something(line: str) -> bool:
+    return bool(_WORD.search(line))
+
+
+def _sentences(paragraph: str) -> list[str]:
+    """``paragraph`` cut after each sentence's end; a piece without a word joins the one before."""
+    parts, start = [], 0
+    for end in _SENTENCE_END.finditer(paragraph):
+        if end.group()[-1] in _CLOSING or (end.group().startswith(".") and _abbreviation(paragraph[start:end.start()])):
+            continue  # a quotation's own end, an abbreviation: the sentence goes on
+        parts.append(paragraph[start:end.end()])
+        start = end.end()
+    parts.append(paragraph[start:])
+    out: list[str] = []
+    for part in (p.strip() for p in parts):
+        if not part:
+            continue
+        if out and not _says_something(part):
+            out[-1] += part
+        else:
+            out.append(part)
+    return out
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of a turn's text, oldest first: its non-blank lines, or — a text of one line of at
+    least :data:`PARAGRAPH_SENTENCES` sentences (Chinese 。！？, English . ! ? before a space) — its
+    sentences; lines without a word (punctuation, emoji) are left out. Spaces inside a line are kept."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) == 1 and len(sentences := _sentences(lines[0])) >= PARAGRAPH_SENTENCES:
+        lines = sentences
+    return [line for line in lines if _says_something(line)]
+
+
+def split_turn(text: str) -> tuple[str, list[str]]:
+    """``(the turn's line, the lines before it, newest first)``: the last line of ``text`` with a
+    word in it, and the others as the conversation that led to it (:func:`text_lines`). A text of
+    one line (or none with a word) is its own line, unchanged: ``(text, [])``."""
+    lines = text_lines(text)
+    if len(lines) < 2:
+        return text, []
+    return lines[-1], lines[-2::-1]
 
 
 def window_vector(turn_vector, line_vectors: Sequence[object]) -> np.ndarray | None:

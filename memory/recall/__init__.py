@@ -22,7 +22,7 @@ from memory import overrides, selectors, services
 from memory.engine import context as conversation
 from memory.engine import spreading
 from memory.engine.scope import fact_visible_in_stream
-from memory.engine.scoring import RankedCandidate, Verdict, apply_pool_percentile, held_back
+from memory.engine.scoring import RankedCandidate, Verdict, apply_pool_percentile, held_back, is_reference_profile
 from memory.models import Episode, Fact, Identity, Message, Person, Stream
 from memory.providers import config as provider_config
 from memory.recall.turn_store import turn_store
@@ -218,6 +218,24 @@ class ContextLine:
     position: int
 
 
+def read_turn(text: str, context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> tuple[str, list[ContextLine]]:
+    """``(the turn's line, its context)``: a text of several lines (:func:`memory.engine.context.split_turn`)
+    is read as the chat it would have been — its last line is the turn's line, the lines before it
+    the newest user lines of the conversation (message id 0: no stored message), ahead of the
+    stream's recent messages (their positions move back by as many). A text of one line, or
+    ``context_text_lines`` 0, or the reference ranking (its query is the turn's text, whatever its
+    recorded profile says of this knob), is read as it is: ``(text, context)``."""
+    if int(overrides.get("context_text_lines", conversation.DEFAULT_TEXT_LINES)) <= 0 or is_reference_profile(overrides):
+        return text, list(context)
+    line, earlier = conversation.split_turn(text)
+    if not earlier:
+        return text, list(context)
+    shift = len(earlier)
+    lines = [ContextLine(0, "user", content, k) for k, content in enumerate(earlier, start=1)]
+    lines += [ContextLine(c.message_id, c.role, c.content, c.position + shift) for c in context]
+    return line, lines
+
+
 def _context_gap_ms(overrides: Mapping[str, Any]) -> int:
     """The silence that ends a conversation (``context_gap_minutes``), in ms."""
     return int(float(overrides.get("context_gap_minutes", conversation.DEFAULT_GAP_MINUTES)) * 60_000)
@@ -295,11 +313,14 @@ def conversation_query(text_vector: Any, context: Sequence[ContextLine], overrid
     window = _dense_window(context, overrides)
     if text_vector is None or not window:
         return text_vector
-    ids = [line.message_id for line in window]
-    vectors = selectors.message_vectors(ids)
+    stored = [line.message_id for line in window if line.message_id]
+    vectors = selectors.message_vectors(stored) if stored else {}
     weights = conversation.recency_weights(max(line.position for line in window), half_life)
-    pairs = [(vectors.get(line.message_id), weights[line.position - 1]) for line in window]
-    joined = _window_vector(text_vector, ids, vectors, overrides)
+    pairs = [
+        (vectors.get(line.message_id) if line.message_id else _line_vector(line.content), weights[line.position - 1])
+        for line in window
+    ]
+    joined = _window_vector(text_vector, window, [vector for vector, _ in pairs], stored, overrides)
     if joined is None and all(vector is None for vector, _ in pairs):
         return text_vector
     return conversation.ConversationQuery.build(text_vector, pairs, window=joined)
@@ -310,17 +331,44 @@ def _window_weight(overrides: Mapping[str, Any]) -> float:
 
 
 def _window_vector(
-    text_vector: Any, message_ids: Sequence[int], vectors: Mapping[int, Any], overrides: Mapping[str, Any],
+    text_vector: Any, window: Sequence[ContextLine], vectors: Sequence[Any], stored: Sequence[int],
+    overrides: Mapping[str, Any],
 ) -> tuple[Any, float] | None:
     """``(vector, weight)`` of the window (:func:`memory.engine.context.window_vector` of the turn's
-    vector and the user messages among ``message_ids``), or None: its weight is 0 or no user line
-    has a vector."""
+    vector and its user lines' ``vectors``: a multi-line text's own lines, :func:`read_turn`, and the
+    user messages among the ``stored`` ids), or None: its weight is 0 or no user line has a vector."""
     weight = _window_weight(overrides)
     if weight <= 0:
         return None
-    users = selectors.user_message_ids(message_ids)
-    joined = conversation.window_vector(text_vector, [vectors.get(mid) for mid in users])
+    users = set(selectors.user_message_ids(stored)) if stored else set()
+    lines = [vector for line, vector in zip(window, vectors, strict=True) if not line.message_id or line.message_id in users]
+    joined = conversation.window_vector(text_vector, lines)
     return None if joined is None else (joined, weight)
+
+
+def _line_vector(content: str) -> np.ndarray | None:
+    """The vector of a multi-line text's own line (:func:`read_turn`), as a stored message has one."""
+    return read_ahead.once(("line_vector", content), lambda: embed_query(content))
+
+
+def _turn_vector(text: str, context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> np.ndarray | None:
+    """The turn's vector, embedded in one call with, for a text of several lines, its other lines'
+    (kept for :func:`_line_vector` in the read-ahead block): one call of several texts costs less
+    than several calls."""
+    own = list(dict.fromkeys(line.content for line in _dense_window(context, overrides) if not line.message_id))
+    if not own:
+        return embed_query(text)
+    try:
+        embedder = provider_config.get_embedder(serving=True)
+        if embedder is None:
+            return None
+        vector, *rest = embedder.embed([text, *own])
+    except Exception:  # the vector is a side channel: lexical order stands
+        logger.warning("query embedding failed", exc_info=True)
+        return None
+    for content, line_vector in zip(own, rest, strict=True):
+        read_ahead.once(("line_vector", content), lambda v=line_vector: v)
+    return vector
 
 
 def _dense_window(context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> list[ContextLine]:
@@ -371,6 +419,7 @@ class TurnContext:
     blocked: int = 0
     overrides: Mapping[str, Any] = field(default_factory=dict)
     context: list[ContextLine] = field(default_factory=list)
+    line: str = ""  # the turn's line (read_turn): its text, or the last line of a text of several
 
 
 def _record_turn(
@@ -435,15 +484,16 @@ def prepare_turn(
         persons = present_persons(stream_id=stream_id, speaker_id=speaker_id, before_id=before)
         lexical.scope_of(persons, scope)
         context = recent_context(stream_id=stream_id, upto_id=before, text=text, overrides=overrides, at=now)
+        line, context = read_turn(text, context, overrides)
         blocked: list[int] = []  # what visibility held back, recorded with the turn (_record_turn)
         pool = replay_turn_pool(
-            person_ids=persons, text=text, impression=impression, now=now, stream_kind=stream.kind,
+            person_ids=persons, text=line, impression=impression, now=now, stream_kind=stream.kind,
             overrides=overrides, blocked_counts=blocked, context=conversation_lines(context, overrides),
         )
         limit = fact_recall_limit(overrides)
         prompt = prompt_facts(pool, limit)
         facts = complete_conflicts(prompt, now=now)
-        hits = selectors.episode_hits(stream_id=stream_id, query=text, limit=_recalled_episode_limit(overrides))
+        hits = selectors.episode_hits(stream_id=stream_id, query=line, limit=_recalled_episode_limit(overrides))
         recent = selectors.recent_episodes(stream_id=stream_id, limit=_recent_episode_limit(overrides))
         working = selectors.working_memory(stream_id=stream_id, limit=settings.WORKING_MEMORY_MESSAGES, watermark=watermark)
     # the recalled episodes' rows are read with the turn's write (PostgreSQL: in its round trip)
@@ -456,7 +506,7 @@ def prepare_turn(
                 "stream_id": stream_id, "speaker_id": speaker_id, "at": now, "text": text, "impression": impression,
                 "watermark_message_id": watermark, "stream_kind": stream.kind, "present_person_ids": persons,
                 "pool": [f.as_dict() for f in pool], "prompt_fact_ids": [],
-                "context_message_ids": [line.message_id for line in context],
+                "context_message_ids": [c.message_id for c in context if c.message_id],
                 "episode_ids": episode_ids, "profile": {"name": profile, "params": dict(overrides)},
                 "visibility_blocked": sum(blocked),
             },
@@ -467,7 +517,7 @@ def prepare_turn(
                 "candidatePool": [{"factId": f.id, "score": f.score} for f in pool],
                 "promptFactIds": [f.id for f in prompt], "presentPersonIds": persons,
                 "streamKind": stream.kind, "heldBackFactIds": [f.id for f in held_back_facts(pool, limit)],
-                "contextMessageIds": [line.message_id for line in context],
+                "contextMessageIds": [c.message_id for c in context if c.message_id],
             },
             blocked,
             also=recalled,
@@ -478,7 +528,7 @@ def prepare_turn(
     return TurnContext(
         turn_id=turn_id, stream=stream, speaker_id=speaker_id, now=now, working_memory=working,
         present_person_ids=persons, pool=pool, facts=facts, episodes=episodes, blocked=sum(blocked),
-        overrides=overrides, context=context,
+        overrides=overrides, context=context, line=line,
     )
 
 
@@ -657,16 +707,16 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
             raise TurnNotFound(f"turn {turn_id} not found")
         if turn.confirmed_at is not None:
             raise TurnStateError(f"turn {turn_id} was already confirmed")
-        context = context_positions(turn.context_message_ids)
+        line, context = read_turn(turn.text, context_positions(turn.context_message_ids), overrides)
         if ahead:  # what was read ahead is what the dense channel reads (nothing when it was not sent)
-            window = [line.message_id for line in _dense_window(context, overrides)]
+            window = [c.message_id for c in _dense_window(context, overrides) if c.message_id]
             read_ahead.serve_from(ahead[0], selectors.dense_scope_read(turn.present_person_ids))
             read_ahead.serve_from(ahead[1], selectors.message_vectors_read(window), keep=lambda row: row[0] in window)
-        vector = query_embedding if query_embedding is not None else embed_query(turn.text)
+        vector = query_embedding if query_embedding is not None else _turn_vector(line, context, overrides)
         query = conversation_query(vector, context, overrides)
         # the prepare's lexical pool ranked again, now with the vector (why: replay_turn_pool)
         ranking = rank_pool(
-            pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=turn.text,
+            pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=line,
             stream_kind=turn.stream_kind, now=turn.at, limit=limit, overrides=overrides,
         )
     ranked = ranking.prompt

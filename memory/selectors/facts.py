@@ -1,14 +1,14 @@
 """L3 reads: fact recall in scope, the dense channel, the fused ranking; the fact pages' search and history."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import numpy as np
 from django.conf import settings
-from django.db.models import Case, Q, QuerySet, Value, When
+from django.db.models import Q, QuerySet
 
 from memory import backends
 from memory.engine import decay, tokenize, when
@@ -582,32 +582,75 @@ def fact_kinds() -> list[str]:
 # --- the console's fact pages ----------------------------------------------------------------------
 
 
-def match_facts(qs: QuerySet[Fact], query: str, *, ranked: Sequence[int] = (), limit: int = 200) -> list[Fact]:
+class FactRows:
+    """Facts in a known order, read a slice at a time: each slice is one query for its own rows (a
+    :class:`~django.core.paginator.Paginator` reads one page).
+
+    The order may end in ``more`` rows that ``rest()`` settles (their ids, in order) only when a
+    slice first reaches them; ``len()`` counts them without settling them.
+    """
+
+    def __init__(self, qs: QuerySet[Fact], ids: Sequence[int], *, more: int = 0,
+                 rest: Callable[[], list[int]] | None = None) -> None:
+        self.qs = qs
+        self._ids = list(ids)
+        self._more = more if rest is not None else 0
+        self._rest = rest
+
+    def __len__(self) -> int:
+        return len(self._ids) + self._more
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if not isinstance(index, slice):
+            position = range(len(self))[index]  # IndexError past either end, as a list's
+            return self[position: position + 1][0]
+        positions = range(len(self))[index]
+        if self._rest is not None and positions and max(positions) >= len(self._ids):
+            self._ids += self._rest()[: self._more]
+            self._rest, self._more = None, 0
+        ids = [self._ids[p] for p in positions if p < len(self._ids)]
+        found = {f.pk: f for f in self.qs.filter(pk__in=ids)} if ids else {}
+        return [found[i] for i in ids if i in found]  # a row gone since the ids were read is left out
+
+    def __iter__(self) -> Iterator[Fact]:
+        return iter(self[:])
+
+
+def match_facts(qs: QuerySet[Fact], query: str, *, ranked: Sequence[int] = (), limit: int = 200) -> FactRows:
     """The rows of a fact search: the ``ranked`` hits (the console's ``search_facts``, in their order)
     that pass ``qs``, then the other facts of ``qs`` whose text contains query terms (most
-    terms first, newest on ties) — one query.
+    terms first, newest on ties) — up to ``limit`` of them, chosen among the newest matches.
 
     Recall ranks only valid facts; this text match makes the frozen, invalidated and
     superseded ones findable too, so the search honours the state filter.
+
+    Work follows the page shown (:class:`FactRows`): the hits that pass ``qs`` and how many
+    others there are (a count that stops at ``limit``) are two small queries; the others' order
+    is settled only for a page that shows them, and whole rows are read for the page alone.
     """
+    ranked = list(dict.fromkeys(ranked))
     terms = [t for t in tokenize.query_terms(query) if t][:16]
-    wanted = Q(pk__in=list(ranked))
+    passing = set(qs.filter(pk__in=ranked).values_list("pk", flat=True)) if ranked else set()
+    hits = [fact_id for fact_id in ranked if fact_id in passing]
+    if not terms or limit <= 0:
+        return FactRows(qs, hits)
+    wanted = Q()
     for term in terms:
         wanted |= Q(content__icontains=term)
-    rows = list(
-        qs.filter(wanted)
-        .annotate(_ranked=Case(When(pk__in=list(ranked), then=Value(0)), default=Value(1)))
-        .order_by("_ranked", "-updated_at", "-id")[: len(ranked) + limit * 5]
-    )
-    order = {fact_id: i for i, fact_id in enumerate(ranked)}
-    hits = sorted((f for f in rows if f.pk in order), key=lambda f: order[f.pk])
+    matches = qs.filter(wanted).exclude(pk__in=ranked)
+    # Chosen among the newest text matches, as many as the ranked hits and five times ``limit`` leave room for.
+    room = len(ranked) + limit * 5 - len(hits)
 
-    def matched(fact: Fact) -> int:
-        text = fact.content.lower()
+    def matched(row: tuple[int, str]) -> int:
+        text = row[1].lower()
         return sum(len(t) for t in terms if t in text)
 
-    others = sorted((f for f in rows if f.pk not in order), key=matched, reverse=True)  # stable: newest first
-    return hits + others[:limit]
+    def others() -> list[int]:
+        newest = list(matches.order_by("-updated_at", "-id").values_list("pk", "content")[:room])
+        newest.sort(key=matched, reverse=True)  # stable: newest first
+        return [fact_id for fact_id, _ in newest[:limit]]
+
+    return FactRows(qs, hits, more=matches.order_by()[:limit].count(), rest=others)
 
 
 def supersede_chain(fact: Fact, max_steps: int = 20) -> dict[str, list[Fact]]:

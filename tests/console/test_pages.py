@@ -7,6 +7,7 @@ cached on the user for the rest of the request, templates included).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 import pytest
 from django.db import connection
@@ -15,6 +16,8 @@ from django.utils import timezone
 
 from curation import services as curation
 from memory import meta, services
+from memory.fields import PAGE_SIZE
+from memory.models import Fact
 from tests.console.conftest import HOUR, NOW
 
 pytestmark = pytest.mark.django_db
@@ -183,17 +186,78 @@ def test_fact_list_paginates(operator, memory_set):
 def test_fact_search_shows_every_score_term(operator, memory_set, frozen_now, django_assert_num_queries):
     operator.get(reverse("console:facts"), {"q": "住在哪里"})  # warms the lexical layer's cached row count
     # AUTH + FTS match + the query terms' document frequencies + the hits' tokens (IDF coverage,
-    # the ranking's relevance floor) + "any vectors?" + rows of the hits + conflicted slots +
-    # person options + kinds + stream options.
+    # the ranking's relevance floor) + "any vectors?" + the hits the filters let through + how many
+    # other facts match the text + rows of the page + conflicted slots + person options + kinds + stream options.
     # PostgreSQL ranks a person's facts in three reads (statistics, document frequencies, postings; FTS5: one)
     extra = 3 if connection.vendor == "postgresql" else 0
-    with django_assert_num_queries(AUTH + 9 + extra):
+    with django_assert_num_queries(AUTH + 11 + extra):
         response = operator.get(reverse("console:facts"), {"q": "住在哪里"})
     html = response.content.decode()
     assert "小林住在杭州" in html and "小林喜欢猫" not in html
     for term in ("BM25", "相关度", "词面覆盖", "校准相关度", "留存项", "得分"):  # the ranking's own terms
         assert term in html
     assert "余弦" not in html  # no vectors yet
+
+
+def _facts_built() -> Callable[[], int]:
+    """A counter of the Fact instances built from here on (every row read as a model)."""
+    from django.db.models.signals import post_init
+
+    built = []
+
+    def count(sender, instance, **kwargs):
+        built.append(instance.pk)
+
+    post_init.connect(count, sender=Fact, weak=False)
+    return lambda: (post_init.disconnect(count, sender=Fact), len(built))[1]
+
+
+def test_fact_search_reads_whole_rows_for_its_page_alone(operator, memory_set, frozen_now,
+                                                       django_assert_max_num_queries):
+    """A search matching many facts reads the rows of the page it shows, and its queries do not grow
+    with the matches: ranked hits fill the first page, the text matches behind them are counted, and
+    their order is settled only for a page that shows them."""
+    for who, name in (("alice", "小林"), ("bob", "阿杰")):
+        for i in range(70):  # 140 facts holding a query term, distinct enough not to be merged
+            services.add_fact(person_id=memory_set[who].pk, content=f"{name}在{CITIES[i % 10]}住过，买了{ITEMS[i // 10]}",
+                              kind="事件", origin_kind="direct", at=NOW - (i + 1) * HOUR)
+    url = reverse("console:facts")
+    operator.get(url, {"q": "住在哪里"})  # warms the lexical layer's cached row count
+    extra = 3 if connection.vendor == "postgresql" else 0
+    built = _facts_built()
+    with django_assert_max_num_queries(AUTH + 11 + extra):  # as many as for a handful of matches
+        response = operator.get(url, {"q": "住在哪里"})
+    assert built() <= PAGE_SIZE
+    page = response.context["page"]
+    hits = [f.pk for f in page.object_list if f.breakdown]
+    assert hits and len(page.object_list) == PAGE_SIZE and page.paginator.count > 2 * PAGE_SIZE
+
+
+def test_fact_search_pages_through_text_matches_most_terms_first(operator, memory_set, frozen_now):
+    """Behind the ranked hits (none here: recall never sees invalidated facts), the facts whose text
+    holds the query's terms: most terms first, newest on ties, page after page."""
+    bob = memory_set["bob"]
+    both, one = [], []
+    for i in range(35):  # older facts holding both terms, newer ones holding one (distinct enough not to be merged)
+        city, item = CITIES[i % 10], ITEMS[i // 10]
+        both.append(services.add_fact(person_id=bob.pk, content=f"阿杰在{city}买了{item}和猫粮", kind="事件",
+                                      origin_kind="group", at=NOW - (200 - i) * HOUR).fact_id)
+        one.append(services.add_fact(person_id=bob.pk, content=f"阿杰在{city}的{item}店看见猫", kind="事件",
+                                     origin_kind="group", at=NOW - (100 - i) * HOUR).fact_id)
+    for fact_id in both + one:
+        curation.invalidate_fact(fact_id=fact_id, at=NOW)
+
+    def newest(ids):
+        return list(Fact.objects.filter(pk__in=ids).order_by("-updated_at", "-id").values_list("pk", flat=True))
+
+    expected = newest(both) + newest(one)
+    url = reverse("console:facts")
+    pages = {}
+    for number in (2, 1):  # the later page first: each page settles what it shows on its own
+        page = operator.get(url, {"q": "猫粮", "state": "invalid", "page": number}).context["page"]
+        assert page.paginator.count == 70 and page.paginator.num_pages == 2
+        pages[number] = [f.pk for f in page.object_list]
+    assert len(set(both + one)) == 70 and pages[1] + pages[2] == expected
 
 
 def test_fact_search_adds_cosine_and_fused_when_vectors_exist(operator, memory_set, frozen_now, monkeypatch):

@@ -6,7 +6,14 @@ import math
 import numpy as np
 import pytest
 
-from memory.engine.context import ConversationQuery, recency_weights, weighted_max, window_vector
+from memory.engine.context import (
+    ConversationQuery,
+    recency_weights,
+    split_turn,
+    text_lines,
+    weighted_max,
+    window_vector,
+)
 
 
 def test_recency_weights_halve_every_half_life():
@@ -56,3 +63,40 @@ def test_the_window_row_follows_the_turns_vector_with_its_weight():
     assert ConversationQuery.build(turn, [(line, 0.5)], window=([0.0, 1.0, 0.0], 1.0)).weights == (1.0, 0.5)  # other space
     only = ConversationQuery.build(None, [], window=(window, 0.7))
     assert only.weights == (0.7,)
+
+
+def test_a_text_of_several_lines_is_its_last_line_and_the_lines_before_it_newest_first():
+    assert split_turn("我家的狗今天很乖\n\n  下午一起去打篮球吗 \n几点") == ("几点", ["下午一起去打篮球吗", "我家的狗今天很乖"])
+    # a line is not cut into sentences when the text has several: a chat's message is one line
+    assert split_turn("哈哈。真的吗？\n我上周去哪了") == ("我上周去哪了", ["哈哈。真的吗？"])
+
+
+def test_a_line_says_something_only_with_a_word_in_it():
+    # a trailing line of punctuation or emoji is no line; a short word ("嗯") is the turn's line, as in a chat
+    assert split_turn("我上周去哪了\n？？\n😂") == ("我上周去哪了\n？？\n😂", [])
+    assert split_turn("我上周去哪了\n嗯") == ("嗯", ["我上周去哪了"])
+
+
+def test_one_paragraph_of_three_sentences_or_more_is_read_as_its_sentences():
+    text = "哈哈，今天好累啊。刚下班！对了，我上周去哪儿吃的饭？"
+    assert text_lines(text) == ["哈哈，今天好累啊。", "刚下班！", "对了，我上周去哪儿吃的饭？"]
+    assert split_turn(text) == ("对了，我上周去哪儿吃的饭？", ["刚下班！", "哈哈，今天好累啊。"])
+    english = "I am so tired. Work was long! Where did I eat last week?"
+    assert split_turn(english) == ("Where did I eat last week?", ["Work was long!", "I am so tired."])
+
+
+def test_a_line_of_one_or_two_sentences_is_itself_unchanged():
+    for text in ["我最近想去杭州玩", "妈妈电话是多少来着？另外，高尔夫电影之旅的主要内容是什么？", "  hello ", "",
+                 "Was it good? Answer yes or no.", "嗯"]:
+        assert split_turn(text) == (text, [])
+
+
+def test_abbreviations_quotations_and_runs_of_punctuation_do_not_end_a_sentence():
+    assert text_lines("Would Tim like Dr. Seuss and C. S. Lewis? He was in the U.S. last year. Ok then.") == [
+        "Would Tim like Dr. Seuss and C. S. Lewis?", "He was in the U.S. last year.", "Ok then."]
+    assert text_lines("他说：“好。”然后走了。真的吗？！……你确定？") == ["他说：“好。”然后走了。", "真的吗？！……", "你确定？"]
+    assert text_lines("版本 3.5 发布了。我看过了。你呢？") == ["版本 3.5 发布了。", "我看过了。", "你呢？"]
+
+
+def test_latin_marks_end_a_chinese_sentence_without_a_space():
+    assert text_lines("太好了!我们去吧?你定时间.好") == ["太好了!", "我们去吧?", "你定时间.好"]

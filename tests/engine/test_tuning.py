@@ -49,6 +49,7 @@ def test_whitelist_table() -> None:
         "context_half_life": ParamSpec("float", 0.5, 20.0, 4.0, "对话上下文：权重半衰（条）"),
         "context_window_weight": ParamSpec("float", 0.0, 1.0, 1.0, "对话上下文：近期用户发言与这一句的平均向量的权重"),
         "context_gap_minutes": ParamSpec("float", 1.0, 10080.0, 60.0, "对话上下文：沉默多久算新对话（分钟）"),
+        "context_text_lines": ParamSpec("int", 0, 1, 1, "对话上下文：多行的发言按对话读（1 = 是）"),
     }
 
 

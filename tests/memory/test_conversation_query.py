@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pytest
+from django.db import transaction
 
 from memory import recall, services
 from memory.engine.background import BANK
@@ -301,3 +302,60 @@ def test_no_window_without_earlier_user_lines_or_in_the_reference_profile(person
     assert with_user.vectors[1] == pytest.approx(np.array([1.0, 0.0, 1.0, 0.0]) / 2 ** 0.5, abs=1e-4)
     reference = recall.conversation_query(turn, recall.context_positions([ball.pk, hello.pk]), REFERENCE("reference"))
     assert reference is turn  # the reference profile hears only the turn's own line
+
+
+def _ranking(result):
+    return [(p.fact.id, round(p.fact.score, 6)) for p in result.facts]
+
+
+def test_a_whole_text_ranks_as_the_same_lines_sent_as_a_chat(person, direct_stream, monkeypatch):
+    """A turn whose text is several lines is read as the chat it would have been: its last line is
+    the turn's line and the lines before it the conversation's newest user lines (lexical queries with
+    their recency weights, and in the window), so it brings what the chat brings, ranked alike."""
+    from memory.providers import config
+
+    embedder = TopicEmbedder()
+    monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
+    background.reset()
+    basketball = services.add_fact(person_id=person.pk, content="玩家周末喜欢打篮球", kind="偏好", at=NOW - 30 * DAY).fact_id
+    dog = services.add_fact(person_id=person.pk, content="玩家家里养了一只狗", kind="身份", at=NOW - 30 * DAY).fact_id
+    services.store_fact_vector(fact_id=basketball, vector=[1.0, 0.0, 0.0, 0.0])
+    services.store_fact_vector(fact_id=dog, vector=[0.0, 1.0, 0.0, 0.0])
+    lines = ["我家的狗今天很乖", "下午一起去打篮球吗", "几点"]
+    for k, line in enumerate(lines):
+        _say(direct_stream, person, line, NOW + k * 1000)
+    with transaction.atomic():  # a confirm reinforces its prompt facts: the other form must see them as they were
+        _chat_ctx, chat = _turn(direct_stream, person, "几点", NOW + 3000)
+        transaction.set_rollback(True)
+    pasted = services.resolve_stream(platform="qq", kind="direct", external_id="pasted", name="粘贴")
+    ctx, whole = _turn(pasted, person, "\n".join(lines), NOW + 3000)
+    assert ctx.line == "几点" and [(c.message_id, c.content, c.position) for c in ctx.context] == [
+        (0, "下午一起去打篮球吗", 1), (0, "我家的狗今天很乖", 2)]
+    assert {basketball, dog} <= {p.fact.id for p in chat.facts}
+
+    assert _ranking(whole) == _ranking(chat)
+    # the text's other lines embedded with the turn's line in one call (the window is their centroid)
+    assert ["几点", "下午一起去打篮球吗", "我家的狗今天很乖"] in embedder.calls
+    # read as one query (the reference profile's reading), the same text ranks otherwise
+    with overrides_scope({"context_text_lines": 0}):
+        ctx, _ = _turn(pasted, person, "\n".join(lines), NOW + 4000)
+    assert ctx.line == "\n".join(lines) and ctx.context == []
+
+
+def test_the_text_lines_come_before_the_streams_own_messages(person, direct_stream):
+    """A multi-line text in a chat: its lines are the newest, the stream's messages move back by as many."""
+    _say(direct_stream, person, "我昨天去爬山了", NOW)
+    text = "今天好累。刚下班！对了，我周末去哪了？"
+    _say(direct_stream, person, text, NOW + 1000)
+    ctx, _ = _turn(direct_stream, person, text, NOW + 2000)
+    assert ctx.line == "对了，我周末去哪了？"
+    assert [(c.content, c.position) for c in ctx.context] == [("刚下班！", 1), ("今天好累。", 2), ("我昨天去爬山了", 3)]
+    turn = Turn.objects.get(pk=ctx.turn_id)
+    assert turn.text == text and len(turn.context_message_ids) == 1  # only stored messages are recorded
+
+
+def test_the_reference_profile_reads_a_text_of_several_lines_as_one_query(person, direct_stream):
+    text = "今天好累。刚下班！对了，我周末去哪了？"
+    with overrides_scope(REFERENCE("reference")):
+        ctx, _ = _turn(direct_stream, person, text, NOW)
+    assert ctx.line == text and ctx.context == []
