@@ -61,13 +61,19 @@ screenshots: $(VENV)/.installed
 BENCH_API_ROUNDS ?= 3
 BENCH_BACKENDS ?= $(shell $(BIN)/python -c "from bench.backends import requested; print(','.join(requested()))" 2>/dev/null || echo sqlite)
 
+# `make bench SCALE=10` (or 3): the store at that scale instead, measured as `make bench-scale` measures it and
+# merged beside the scales measured before (bench/results/scale.md).
 bench: $(VENV)/.installed
+ifdef SCALE
+	$(BIN)/python -m bench.scale --scales $(SCALE) --backends $(BENCH_BACKENDS) --dir $(BENCH_SCALE_DIR) --merge
+else
 	$(BIN)/python -m bench.run --backends $(BENCH_BACKENDS)
 	$(BIN)/python -m bench.api_bench
 	$(BIN)/python -m bench.api_rounds --backends $(BENCH_BACKENDS) --rounds $(BENCH_API_ROUNDS)
 	$(BIN)/python -m bench.console_bench
 	$(BIN)/python -m bench.worker_bench --worker --backends $(BENCH_BACKENDS)
 	$(BIN)/python -m bench.report
+endif
 
 # How the cost grows (bench/scale.py): the bench store at each of SCALES (1× = 200,000 messages; 10× needs ~25 GB
 # free in BENCH_SCALE_DIR while it is built), read paths, writes and the API as deployed on each backend, side by

@@ -192,12 +192,12 @@ def conversation_paths(counts: dict, n: int, streams: list, q: Callable[[], str]
     out = {"turn prepare, read-only (prepare_turn record=False, with its conversation)": timed(prepare, n)}
     prepared = [prepare() for _ in range(40)]
     lines = [len(recall.conversation_lines(c.context, c.overrides)) for c in prepared]
-    vectors = [len(recall.conversation_query(qvec(), c.context, c.overrides, text=q()).weights) - 1 for c in prepared]
+    vectors = [len(recall.conversation_query(qvec(), c.context, c.overrides).weights) - 1 for c in prepared]
     picks = iter(range(10**9))
 
     def confirm_ranking() -> object:
         ctx = prepared[next(picks) % len(prepared)]
-        query = recall.conversation_query(qvec(), ctx.context, ctx.overrides, text=q())
+        query = recall.conversation_query(qvec(), ctx.context, ctx.overrides)
         return recall.rank_pool(pool=ctx.pool, query_vector=query, person_ids=ctx.present_person_ids, text=q(),
                                 stream_kind=ctx.stream.kind, now=now, limit=6, overrides=ctx.overrides)
 

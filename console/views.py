@@ -80,7 +80,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     now = services.now_ms()
     queues = selectors.stream_queues()
     context = {
-        "glance": selectors.at_a_glance(now=now),
+        "glance": selectors.at_a_glance(now=now, pending=sum(q["pending"] for q in queues)),
         "today": timezone.localtime(dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC)).date(),
         "layers": selectors.layer_counts(),
         "queues": queues,

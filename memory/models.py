@@ -242,6 +242,8 @@ class Fact(models.Model):
             models.Index(fields=["kind"], name="idx_facts_kind"),
             # dashboard counts read these instead of scanning rows that carry 2 KB vectors
             models.Index(fields=["active", "superseded_by", "half_life_hours"], name="idx_facts_state"),
+            # facts learnt since a moment: the dashboard's "learnt today", the fact table's date filters
+            models.Index(fields=["created_at"], name="idx_facts_created"),
             *vector_indexes("facts"),
         ]
 

@@ -346,7 +346,7 @@ class Evaluator:
                 )
             )
             text_vector = self.vectors(line)
-            vector = recall.conversation_query(text_vector, context, params, text=line) if text_vector is not None else None
+            vector = recall.conversation_query(text_vector, context, params) if text_vector is not None else None
             ranked = self.rank(sample, replayed, vector, self.limit, params)
         return replayed, ranked, vector
 

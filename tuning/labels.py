@@ -29,7 +29,7 @@ PARAM_LABELS = {
     "context_lexical_lines": gettext_lazy("对话上下文：词面查询的用户行数"),
     "context_dense_messages": gettext_lazy("对话上下文：向量查询的消息条数"),
     "context_half_life": gettext_lazy("对话上下文：权重半衰（条）"),
-    "context_window_weight": gettext_lazy("对话上下文：近期用户发言连成一段的向量权重"),
+    "context_window_weight": gettext_lazy("对话上下文：近期用户发言与这一句的平均向量的权重"),
     "context_gap_minutes": gettext_lazy("对话上下文：沉默多久算新对话（分钟）"),
     "context_text_lines": gettext_lazy("对话上下文：多行的发言按对话读（1 = 是）"),
 }
@@ -60,7 +60,7 @@ PARAM_HELP = {
     "context_lexical_lines": gettext_lazy("最近几条用户发言也用来检索（0 = 只看这一句）"),
     "context_dense_messages": gettext_lazy("最近几条消息的向量也参与比较（0 = 只看这一句）"),
     "context_half_life": gettext_lazy("越早的发言权重越低：每隔这么多条减半"),
-    "context_window_weight": gettext_lazy("把最近几句用户发言和这一句连成一段再算一个向量；0 = 不用"),
+    "context_window_weight": gettext_lazy("把最近几句用户发言和这一句的向量取平均，当作一个向量；0 = 不用"),
     "context_gap_minutes": gettext_lazy("两条消息之间（或最后一条消息到这一轮）沉默超过这么久，更早的对话不再参与检索"),
     "context_text_lines": gettext_lazy("一轮的文字有好几行（或一段里三句以上）时，最后一行当这一句，前面几行当刚说过的对话（0 = 整段当一句）"),
 }

@@ -10,11 +10,12 @@ only decide what is recalled when it matches clearly better than the lines after
 * Dense: a fact's cosine with the conversation is the weighted maximum
   ``max_i(w_i * cos(q_i, fact))`` over the turn's vector (``w = 1``), the vector of the
   *window* and the recent messages' vectors.
-* The window: the recent user lines and the turn's line joined, oldest first, and embedded as
-  one text (weight ``window_weight``). A line of a chat often says little by itself ("是啊，
-  那次真难忘"); what the conversation is about is spread over its lines, and one vector of them
-  together finds it where the best of the lines' separate vectors does not (MemDaily's noisy
-  questions, dev split: R@5 0.552 → 0.582; BENCHMARKS.md, the recall matrix).
+* The window: the turn's vector and the vectors of the recent user lines, summed and scaled to
+  unit length (weight ``window_weight``). A line of a chat often says little by itself ("是啊，
+  那次真难忘"); what the conversation is about is spread over its lines, and their centroid finds
+  it where the best of the lines' separate vectors does not. It is made of vectors the turn has
+  already (the messages' stored ones), so it costs no embedding call; embedding the lines joined
+  as one text ranked no better on the dev split (BENCHMARKS.md, the conversation as the query).
 
 A turn whose text is itself several lines (a pasted history, a paragraph of small talk ending
 in the question) is read as the chat it would have been: :func:`split_turn` takes its last line
@@ -43,7 +44,7 @@ __all__ = [
     "text_lines",
     "weighted_max",
     "weighted_max_at",
-    "window_text",
+    "window_vector",
 ]
 
 #: messages; four lines back a message counts half. Chosen on the dev split (BENCHMARKS.md, the
@@ -57,7 +58,7 @@ DEFAULT_LEXICAL_LINES: int = 3
 #: the newest messages (the assistant's too: a bot line often names what the user's memory is
 #: about) whose vectors join the dense query.
 DEFAULT_DENSE_MESSAGES: int = 12
-#: weight of the window's vector (the recent user lines and the turn's line as one text); 0 = off.
+#: weight of the window's vector (the centroid of the recent user lines and the turn's line); 0 = off.
 #: It counts as the turn's own line does: the window is the turn, read with what led to it.
 DEFAULT_WINDOW_WEIGHT: float = 1.0
 #: 1 = a turn's text of several lines is read as a chat (:func:`split_turn`); 0 = as one query.
@@ -137,14 +138,21 @@ def split_turn(text: str) -> tuple[str, list[str]]:
     return lines[-1], lines[-2::-1]
 
 
-def window_text(lines: Sequence[str], text: str) -> str | None:
-    """The window as one text: the recent user ``lines`` (newest first, as the context lists
-    them) and the turn's ``text`` after them, oldest first, one per line; None when the
-    context adds no line (the window would be the turn's line itself)."""
-    earlier = [" ".join(line.split()) for line in reversed(lines) if line and line.strip()]
-    if not earlier:
+def window_vector(turn_vector, line_vectors: Sequence[object]) -> np.ndarray | None:
+    """The window's vector: the turn's vector and the recent user lines' vectors (each once,
+    whatever its recency), summed and scaled to unit length. A line vector of another dimension
+    than the turn's is left out; None when no line is left (the window would be the turn's line
+    itself) or the sum is zero."""
+    turn = np.asarray(turn_vector, dtype=np.float64).ravel()
+    lines = [np.asarray(v, dtype=np.float64).ravel() for v in line_vectors if v is not None]
+    lines = [v for v in lines if v.shape == turn.shape]
+    if not lines:
         return None
-    return "\n".join([*earlier, " ".join(text.split())])
+    total = turn / (np.linalg.norm(turn) or 1.0) + sum(v / (np.linalg.norm(v) or 1.0) for v in lines)
+    norm = float(np.linalg.norm(total))
+    if not np.isfinite(norm) or norm == 0.0:
+        return None
+    return (total / norm).astype(np.float32)
 
 
 def recency_weights(n: int, half_life: float = DEFAULT_HALF_LIFE) -> list[float]:

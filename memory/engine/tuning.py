@@ -93,7 +93,7 @@ WHITELIST: dict[str, ParamSpec] = {
     "context_lexical_lines": ParamSpec("int", 0, 10, DEFAULT_LEXICAL_LINES, "对话上下文：词面查询的用户行数"),
     "context_dense_messages": ParamSpec("int", 0, 20, DEFAULT_DENSE_MESSAGES, "对话上下文：向量查询的消息条数"),
     "context_half_life": ParamSpec("float", 0.5, 20.0, DEFAULT_HALF_LIFE, "对话上下文：权重半衰（条）"),
-    "context_window_weight": ParamSpec("float", 0.0, 1.0, DEFAULT_WINDOW_WEIGHT, "对话上下文：近期用户发言连成一段的向量权重"),
+    "context_window_weight": ParamSpec("float", 0.0, 1.0, DEFAULT_WINDOW_WEIGHT, "对话上下文：近期用户发言与这一句的平均向量的权重"),
     "context_gap_minutes": ParamSpec("float", 1.0, 10080.0, DEFAULT_GAP_MINUTES, "对话上下文：沉默多久算新对话（分钟）"),
     "context_text_lines": ParamSpec("int", 0, 1, DEFAULT_TEXT_LINES, "对话上下文：多行的发言按对话读（1 = 是）"),
 }

@@ -303,11 +303,9 @@ def conversation_lines(context: Sequence[ContextLine], overrides: Mapping[str, A
     ]
 
 
-def conversation_query(
-    text_vector: Any, context: Sequence[ContextLine], overrides: Mapping[str, Any], *, text: str = "",
-) -> Any:
-    """The turn's query vector(s): its own vector, the window's (the user lines among the newest
-    ``context_dense_messages`` messages and the turn's ``text``, embedded as one text, weight
+def conversation_query(text_vector: Any, context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> Any:
+    """The turn's query vector(s): its own vector, the window's (the centroid of the turn's vector
+    and the user lines among the newest ``context_dense_messages`` messages, weight
     ``context_window_weight``) and the recency-weighted vectors of those messages
     (:func:`selectors.message_vectors`, each computed at most once) as a :class:`ConversationQuery`;
     the plain vector when the context adds none."""
@@ -322,7 +320,7 @@ def conversation_query(
         (vectors.get(line.message_id) if line.message_id else _line_vector(line.content), weights[line.position - 1])
         for line in window
     ]
-    joined = _window_vector(window, text, overrides)
+    joined = _window_vector(text_vector, window, [vector for vector, _ in pairs], stored, overrides)
     if joined is None and all(vector is None for vector, _ in pairs):
         return text_vector
     return conversation.ConversationQuery.build(text_vector, pairs, window=joined)
@@ -332,27 +330,20 @@ def _window_weight(overrides: Mapping[str, Any]) -> float:
     return float(overrides.get("context_window_weight", conversation.DEFAULT_WINDOW_WEIGHT))
 
 
-def _window_text(window: Sequence[ContextLine], text: str, overrides: Mapping[str, Any]) -> str | None:
-    """The window as one text (:func:`memory.engine.context.window_text`), or None: its weight is 0,
-    the context holds no user line or there is no turn text. ``window`` — the dense window's lines,
-    newest first: a multi-line text's own lines (:func:`read_turn`) with their content, the stored
-    messages by id (their user lines read)."""
-    if _window_weight(overrides) <= 0 or not text.strip():
+def _window_vector(
+    text_vector: Any, window: Sequence[ContextLine], vectors: Sequence[Any], stored: Sequence[int],
+    overrides: Mapping[str, Any],
+) -> tuple[Any, float] | None:
+    """``(vector, weight)`` of the window (:func:`memory.engine.context.window_vector` of the turn's
+    vector and its user lines' ``vectors``: a multi-line text's own lines, :func:`read_turn`, and the
+    user messages among the ``stored`` ids), or None: its weight is 0 or no user line has a vector."""
+    weight = _window_weight(overrides)
+    if weight <= 0:
         return None
-    own = [line.content for line in window if not line.message_id]
-    stored = [line.message_id for line in window if line.message_id]
-    return conversation.window_text(own + (selectors.user_lines(stored) if stored else []), text)
-
-
-def _window_vector(window: Sequence[ContextLine], text: str, overrides: Mapping[str, Any]) -> tuple[Any, float] | None:
-    """``(vector, weight)`` of the window, or None (no window, or no embedder)."""
-    joined = _window_text(window, text, overrides)
-    if joined is None:
-        return None
-    # once per text within a read-ahead block: a fit replays the same turn under many profiles, and
-    # a confirm embeds the window with the turn's line in one call (_turn_vector)
-    vector = read_ahead.once(("window_vector", joined), lambda: embed_query(joined))
-    return None if vector is None else (vector, _window_weight(overrides))
+    users = set(selectors.user_message_ids(stored)) if stored else set()
+    lines = [vector for line, vector in zip(window, vectors, strict=True) if not line.message_id or line.message_id in users]
+    joined = conversation.window_vector(text_vector, lines)
+    return None if joined is None else (joined, weight)
 
 
 def _line_vector(content: str) -> np.ndarray | None:
@@ -361,25 +352,20 @@ def _line_vector(content: str) -> np.ndarray | None:
 
 
 def _turn_vector(text: str, context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> np.ndarray | None:
-    """The turn's vector, embedded in one call with its window's and, for a text of several lines,
-    its other lines' (kept for :func:`_window_vector` and :func:`_line_vector` in the read-ahead
-    block): one call of several texts costs less than several calls."""
-    window = _dense_window(context, overrides)
-    joined = _window_text(window, text, overrides) if window else None
-    own = list(dict.fromkeys(line.content for line in window if not line.message_id))
-    if joined is None and not own:
+    """The turn's vector, embedded in one call with, for a text of several lines, its other lines'
+    (kept for :func:`_line_vector` in the read-ahead block): one call of several texts costs less
+    than several calls."""
+    own = list(dict.fromkeys(line.content for line in _dense_window(context, overrides) if not line.message_id))
+    if not own:
         return embed_query(text)
     try:
         embedder = provider_config.get_embedder(serving=True)
         if embedder is None:
             return None
-        vector, *rest = embedder.embed([text, *([joined] if joined is not None else []), *own])
+        vector, *rest = embedder.embed([text, *own])
     except Exception:  # the vector is a side channel: lexical order stands
         logger.warning("query embedding failed", exc_info=True)
         return None
-    if joined is not None:
-        joined_vector, *rest = rest
-        read_ahead.once(("window_vector", joined), lambda: joined_vector)
     for content, line_vector in zip(own, rest, strict=True):
         read_ahead.once(("line_vector", content), lambda v=line_vector: v)
     return vector
@@ -727,7 +713,7 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
             read_ahead.serve_from(ahead[0], selectors.dense_scope_read(turn.present_person_ids))
             read_ahead.serve_from(ahead[1], selectors.message_vectors_read(window), keep=lambda row: row[0] in window)
         vector = query_embedding if query_embedding is not None else _turn_vector(line, context, overrides)
-        query = conversation_query(vector, context, overrides, text=line)
+        query = conversation_query(vector, context, overrides)
         # the prepare's lexical pool ranked again, now with the vector (why: replay_turn_pool)
         ranking = rank_pool(
             pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=line,

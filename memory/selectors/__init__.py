@@ -108,7 +108,7 @@ from memory.selectors.messages import (
     stream_rows,
     stream_speakers,
     turn_context_vectors_read,
-    user_lines,
+    user_message_ids,
     working_memory,
     working_memory_read,
 )
@@ -180,7 +180,7 @@ __all__ = [
     "message_count_after",
     "message_vectors",
     "message_vectors_read",
-    "user_lines",
+    "user_message_ids",
     "messages_after",
     "node_edges",
     "node_of",

@@ -271,12 +271,12 @@ def turn_context_vectors_read(turn_id: int) -> read_ahead.Read:
                         binary=True)
 
 
-def user_lines(message_ids: Sequence[int]) -> list[str]:
-    """The texts of the user messages among ``message_ids``, in that order (unknown ids and other
-    roles left out) — from :func:`message_vectors_read`, so a confirm that read the vectors
-    ahead reads nothing more."""
-    rows = {int(mid): (content, role) for mid, content, _raw, role in read_ahead.read(message_vectors_read(message_ids))}
-    return [rows[mid][0] for mid in map(int, message_ids) if mid in rows and rows[mid][1] == "user"]
+def user_message_ids(message_ids: Sequence[int]) -> list[int]:
+    """The user messages among ``message_ids``, in that order (unknown ids and other roles left
+    out) — from :func:`message_vectors_read`, so a confirm that read the vectors ahead reads
+    nothing more."""
+    roles = {int(mid): role for mid, _content, _raw, role in read_ahead.read(message_vectors_read(message_ids))}
+    return [mid for mid in map(int, message_ids) if roles.get(mid) == "user"]
 
 
 def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = None) -> dict[int, np.ndarray]:

@@ -131,9 +131,10 @@ def edge_stats() -> dict[str, Any]:
     return counts
 
 
-def at_a_glance(*, now: int) -> dict[str, Any]:
+def at_a_glance(*, now: int, pending: int | None = None) -> dict[str, Any]:
     """What an operator checks first: facts learnt today (local midnight), conflict groups
-    waiting, jobs running and failed in the last 24 h, messages waiting to be summarised."""
+    waiting, jobs running and failed in the last 24 h, messages waiting to be summarised
+    (``pending`` when the caller has counted them already, as the dashboard's stream queues do)."""
     midnight = timezone.localtime(dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC)).replace(
         hour=0, minute=0, second=0, microsecond=0)
     day_ago = dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC) - dt.timedelta(hours=24)
@@ -144,7 +145,7 @@ def at_a_glance(*, now: int) -> dict[str, Any]:
         "conflicts": len(conflict_group_keys()),
         "jobs_running": sum(1 for s in jobs if s != Job.Status.FAILED),
         "jobs_failed": sum(1 for s in jobs if s == Job.Status.FAILED),
-        "pending": sum(pending_counts().values()),
+        "pending": sum(pending_counts().values()) if pending is None else pending,
     }
 
 

@@ -51,9 +51,9 @@ def test_dashboard_shows_layers_queues_vectors_edges_and_events(operator, memory
     # knowledge, nodes) + streams + pending counts + the cursor meta row + lag counts
     # (one statement, a range count per stream) + 2 × 3 vector coverage counts (total, without a vector, SQ8
     # pending: each answered by an index) + edge aggregate + last decay event + recent
-    # events = AUTH + 20; the at-a-glance row: facts learnt today, conflict groups, jobs,
-    # pending counts = 4 more.
-    with django_assert_num_queries(AUTH + 24):
+    # events = AUTH + 20; the at-a-glance row: facts learnt today, conflict groups, jobs = 3 more
+    # (its messages waiting are the queues' pending counts, added up).
+    with django_assert_num_queries(AUTH + 23):
         response = operator.get(reverse("console:dashboard"))
     html = response.content.decode()
     assert response.status_code == 200
@@ -377,7 +377,8 @@ def test_the_dashboard_says_why_messages_wait_and_links_todays_facts(operator, m
     today = "?since=" + str(timezone.localtime(dt.datetime.fromtimestamp(NOW / 1000, tz=dt.UTC)).date())
     assert f'href="{reverse("console:facts")}{today}"' in html
     learnt = operator.get(reverse("console:facts") + today).context["page"].paginator.count
-    assert learnt == operator.get(reverse("console:dashboard")).context["glance"]["learnt_today"]
+    glance = operator.get(reverse("console:dashboard")).context["glance"]
+    assert learnt == glance["learnt_today"] and glance["pending"] == 3
     settings.SUMMARIZE_TRIGGER_MESSAGES = 2
     assert "个会话流已攒够一批" in operator.get(reverse("console:dashboard")).content.decode()
 

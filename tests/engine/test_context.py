@@ -12,7 +12,7 @@ from memory.engine.context import (
     split_turn,
     text_lines,
     weighted_max,
-    window_text,
+    window_vector,
 )
 
 
@@ -44,10 +44,15 @@ def test_a_conversation_query_puts_the_turn_first_and_drops_what_cannot_be_compa
     assert alone.weights == (0.5,)
 
 
-def test_window_text_joins_the_user_lines_oldest_first_and_the_turn_last():
-    assert window_text(["几点", " 下午一起去\n打篮球吗 "], "三点吧") == "下午一起去 打篮球吗\n几点\n三点吧"
-    assert window_text([], "三点吧") is None
-    assert window_text(["  ", ""], "三点吧") is None
+def test_the_window_is_the_centroid_of_the_turn_and_its_lines():
+    turn = np.array([0.0, 0.0, 2.0, 0.0])  # not unit: each vector counts as its direction, once
+    dog, ball = np.array([0.0, 1.0, 0.0, 0.0]), np.array([1.0, 0.0, 0.0, 0.0])
+    assert window_vector(turn, [dog, ball]) == pytest.approx(np.array([1.0, 1.0, 1.0, 0.0]) / 3 ** 0.5)
+    assert window_vector(turn, [dog, None]) == pytest.approx(np.array([0.0, 1.0, 1.0, 0.0]) / 2 ** 0.5)
+    assert window_vector(turn, []) is None
+    assert window_vector(turn, [None, np.ones(3)]) is None  # another embedding space: left out
+    assert window_vector(turn, [-turn]) is None  # nothing left to point at
+    assert window_vector(turn, [dog]).dtype == np.float32
 
 
 def test_the_window_row_follows_the_turns_vector_with_its_weight():

@@ -254,9 +254,10 @@ class TopicEmbedder:
         return out
 
 
-def test_the_window_is_the_recent_user_lines_and_the_turn_as_one_text(person, direct_stream, monkeypatch):
-    """The window's vector joins the turn's query with weight ``context_window_weight``: it embeds the
-    user lines of the dense window and the turn's line, oldest first; the bot's lines stay out."""
+def test_the_window_is_the_centroid_of_the_turn_and_the_recent_user_lines(person, direct_stream, monkeypatch):
+    """The window's vector joins the turn's query with weight ``context_window_weight``: the centroid
+    of the turn's vector and the vectors of the user lines of the dense window; the bot's lines stay
+    out, and no text is embedded for it."""
     from memory.providers import config
 
     embedder = TopicEmbedder()
@@ -265,20 +266,23 @@ def test_the_window_is_the_recent_user_lines_and_the_turn_as_one_text(person, di
     both = services.add_fact(person_id=person.pk, content="玩家常带狗去打篮球", kind="偏好", at=NOW - 30 * DAY).fact_id
     services.store_fact_vector(fact_id=both, vector=[0.7071, 0.7071, 0.0, 0.0])
     _say(direct_stream, person, "我家的狗今天很乖", NOW)
-    _say(direct_stream, person, "你说的是哪只", NOW + 500, role="assistant")
+    _say(direct_stream, person, "你说的是哪只狗和篮球", NOW + 500, role="assistant")
     _say(direct_stream, person, "下午一起去打篮球吗", NOW + 1000)
     _say(direct_stream, person, "几点", NOW + 1500)
     _ctx, result = _turn(direct_stream, person, "几点", NOW + 2000)
-    # oldest first, no bot line; embedded with the turn's line in one call
-    assert ["几点", "我家的狗今天很乖\n下午一起去打篮球吗\n几点"] in embedder.calls
+    # each message and the turn's line embedded alone: the window is made of their vectors
+    assert not [t for t in embedder.texts if "\n" in t] and embedder.texts.count("几点") == 1
+    assert ("我家的狗今天很乖", "你说的是哪只狗和篮球", "下午一起去打篮球吗") in map(tuple, embedder.calls)
     [fact] = [p.fact for p in result.facts if p.fact.id == both]
-    # the window names both topics: cosine 1 with the fact, where each line alone gives 0.71 at most
-    assert fact.cosine == pytest.approx(1.0, abs=0.02)
+    # the window (狗 + 篮球 + the turn's 几点, the bot's line left out) names both topics: cosine
+    # 2 × 0.7071 / √3 with the fact, where each line alone gives 0.71 at most (and less by recency)
+    assert fact.cosine == pytest.approx(2 * 0.7071 / 3 ** 0.5, abs=0.01)
     with overrides_scope({"context_window_weight": 0.4}):
         _say(direct_stream, person, "三点吧", NOW + 2500)
         _ctx, half = _turn(direct_stream, person, "三点吧", NOW + 3000)
     [fact] = [p.fact for p in half.facts if p.fact.id == both]
-    assert fact.cosine == pytest.approx(0.7071 * 2 ** -0.5, abs=0.02)  # the lines' own vectors lead again
+    # the lines' own vectors lead again: the bot's line names both, three messages back
+    assert fact.cosine == pytest.approx(2 ** -0.75, abs=0.02)
 
 
 def test_no_window_without_earlier_user_lines_or_in_the_reference_profile(person, direct_stream, monkeypatch):
@@ -287,14 +291,17 @@ def test_no_window_without_earlier_user_lines_or_in_the_reference_profile(person
     embedder = TopicEmbedder()
     monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
     background.reset()
-    _say(direct_stream, person, "你好呀", NOW, role="assistant")
-    _say(direct_stream, person, "下午一起去打篮球吗", NOW + 1000)
-    _turn(direct_stream, person, "下午一起去打篮球吗", NOW + 2000)
-    assert not [t for t in embedder.texts if "\n" in t]  # a bot line alone makes no window
-    _say(direct_stream, person, "几点", NOW + 3000)
-    with overrides_scope(REFERENCE("reference")):
-        _turn(direct_stream, person, "几点", NOW + 4000)
-    assert not [t for t in embedder.texts if "\n" in t]
+    hello = _say(direct_stream, person, "你好呀，打篮球吗", NOW, role="assistant")
+    ball = _say(direct_stream, person, "下午一起去打篮球吗", NOW + 1000)
+    turn = np.array([0.0, 0.0, 1.0, 0.0], dtype=np.float32)
+    defaults = dict(recall.live_profile()[1])
+    bot_only = recall.conversation_query(turn, recall.context_positions([hello.pk]), defaults)
+    assert bot_only.weights == (1.0, pytest.approx(2 ** -0.25))  # the turn and the bot's line: no window
+    with_user = recall.conversation_query(turn, recall.context_positions([ball.pk, hello.pk]), defaults)
+    assert len(with_user.weights) == 4 and with_user.weights[1] == 1.0  # the window, then the two lines
+    assert with_user.vectors[1] == pytest.approx(np.array([1.0, 0.0, 1.0, 0.0]) / 2 ** 0.5, abs=1e-4)
+    reference = recall.conversation_query(turn, recall.context_positions([ball.pk, hello.pk]), REFERENCE("reference"))
+    assert reference is turn  # the reference profile hears only the turn's own line
 
 
 def _ranking(result):
@@ -327,8 +334,8 @@ def test_a_whole_text_ranks_as_the_same_lines_sent_as_a_chat(person, direct_stre
     assert {basketball, dog} <= {p.fact.id for p in chat.facts}
 
     assert _ranking(whole) == _ranking(chat)
-    # the window and the lines embedded with the turn's line in one call
-    assert ["几点", "我家的狗今天很乖\n下午一起去打篮球吗\n几点", "下午一起去打篮球吗", "我家的狗今天很乖"] in embedder.calls
+    # the text's other lines embedded with the turn's line in one call (the window is their centroid)
+    assert ["几点", "下午一起去打篮球吗", "我家的狗今天很乖"] in embedder.calls
     # read as one query (the reference profile's reading), the same text ranks otherwise
     with overrides_scope({"context_text_lines": 0}):
         ctx, _ = _turn(pasted, person, "\n".join(lines), NOW + 4000)
