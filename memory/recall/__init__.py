@@ -314,13 +314,14 @@ def conversation_query(text_vector: Any, context: Sequence[ContextLine], overrid
     if text_vector is None or not window:
         return text_vector
     stored = [line.message_id for line in window if line.message_id]
-    vectors = selectors.message_vectors(stored) if stored else {}
     weights = conversation.recency_weights(max(line.position for line in window), half_life)
-    pairs = [
-        (vectors.get(line.message_id) if line.message_id else _line_vector(line.content), weights[line.position - 1])
-        for line in window
-    ]
-    joined = _window_vector(text_vector, window, [vector for vector, _ in pairs], stored, overrides)
+    with read_ahead.within():  # the messages' vectors and their roles: one read
+        vectors = selectors.message_vectors(stored) if stored else {}
+        pairs = [
+            (vectors.get(line.message_id) if line.message_id else _line_vector(line.content), weights[line.position - 1])
+            for line in window
+        ]
+        joined = _window_vector(text_vector, window, [vector for vector, _ in pairs], stored, overrides)
     if joined is None and all(vector is None for vector, _ in pairs):
         return text_vector
     return conversation.ConversationQuery.build(text_vector, pairs, window=joined)

@@ -48,7 +48,7 @@ from django.db import connection
 from memory import backends
 
 __all__ = [
-    "Read", "drop", "has", "kept_state", "once", "one_state", "read", "register_tables_ahead", "serve_from",
+    "Read", "drop", "has", "kept_state", "once", "one_state", "read", "register_tables_ahead", "serve_from", "within",
 ]
 
 _state: ContextVar[dict | None] = ContextVar("read_ahead_state", default=None)
@@ -98,6 +98,20 @@ def kept_state(state: dict) -> Iterator[None]:
     blocks read is read once for all of them, and nothing kept is refreshed while the caller keeps
     ``state``."""
     token = _state.set(state)
+    try:
+        yield
+    finally:
+        _state.reset(token)
+
+
+@contextmanager
+def within() -> Iterator[None]:
+    """The block around, or a new one with nothing read ahead when there is none: what the code
+    inside reads, it reads once (a caller outside a turn — the inspector, the playground — too)."""
+    if _state.get() is not None:
+        yield
+        return
+    token = _state.set({})
     try:
         yield
     finally:

@@ -26,6 +26,18 @@ def test_once_computes_once_inside_a_block_and_every_time_outside():
         assert read_ahead.once(("k",), compute) == 4
 
 
+def test_within_opens_a_block_only_where_there_is_none():
+    calls = []
+    compute = lambda: calls.append(1) or len(calls)  # noqa: E731
+    with read_ahead.within():  # none around: a block of its own
+        assert (read_ahead.once(("k",), compute), read_ahead.once(("k",), compute)) == (1, 1)
+    with read_ahead.one_state():
+        assert read_ahead.once(("k",), compute) == 2
+        with read_ahead.within():  # inside a block: that block's state
+            assert read_ahead.once(("k",), compute) == 2
+            read_ahead.once(("inner",), compute)
+        assert read_ahead.once(("inner",), compute) == 3
+
 def test_a_block_reads_once_and_sees_its_state_until_it_drops_a_read(person):
     first = services.add_fact(person_id=person.pk, content="他喜欢打篮球", at=1).fact_id
     facts = _facts_of(person.pk)
