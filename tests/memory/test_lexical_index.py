@@ -9,7 +9,7 @@ import pytest
 from django.db import connection, transaction
 
 from memory import selectors, services
-from memory.models import Fact, ImportBatch, Message
+from memory.models import Fact, ImportBatch, Knowledge, Message
 from memory.search import lexical, lexical_index
 from memory.search.lexical_index import fts_tokens, resident
 from tests.memory.conftest import NOW
@@ -95,6 +95,21 @@ def test_appended_rows_are_found_and_merged_in_batches(monkeypatch):
             _assert_same_ranking("knowledge_fts", got, query)
         assert len(index) == i + 1
     assert index.rebuilds == rebuilds  # appends never rebuild
+
+
+def test_a_row_logged_again_is_not_appended_twice_before_or_after_its_ids_are_merged(monkeypatch):
+    monkeypatch.setattr(lexical_index, "TAIL_MERGE_ROWS", 3)
+    for text in KNOWLEDGE[:4]:
+        services.add_knowledge(content=text, source="t", at=NOW)
+    index = resident("knowledge_fts")
+    ids = [services.add_knowledge(content=text, source="t", at=NOW) for text in KNOWLEDGE[4:]]
+    resident("knowledge_fts")
+    assert len(index) == len(KNOWLEDGE) and not index._loaded_tail  # the appended ids merged into the sorted ones
+    loaded = sorted(Knowledge.objects.values_list("id", flat=True))
+    assert index._not_loaded([*loaded, *ids]) == [] and index._not_loaded([loaded[-1] + 7, ids[0]]) == [loaded[-1] + 7]
+    extra = services.add_knowledge(content="火星 月球", source="t", at=NOW)
+    resident("knowledge_fts")
+    assert index._loaded_tail == {extra} and index._not_loaded([extra, *ids]) == []  # appended, not merged yet
 
 
 def test_deleted_rows_leave_the_index():
