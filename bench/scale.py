@@ -301,8 +301,24 @@ SUMMARY = ["search_knowledge (lexical + vector)", "spread (hops 2)", "turn prepa
            "warm-up: web worker fork → first turn", "web worker RSS (warmed, largest)", "Celery pool process RSS (largest)"]
 
 
-def render_section(results: dict) -> str:
-    """BENCHMARKS.md's scale section: the main figures, backends and scales side by side."""
+def warm_up_line(warm: dict) -> str:
+    """One line of the section from ``bench.warm_up``'s results: a web worker's warm-up and RSS, with
+    the first turn building the resident structures → with them built in a thread beside it."""
+    cells = []
+    for s in warm["scales"]:
+        for backend, one in s["backends"].items():
+            b, a = one["before"], one["after"]
+            cells.append(f"{backends.LABELS[backend]} {label(s['scale'])} {b['warm_up_s']:g} → **{a['warm_up_s']:g} s** "
+                         f"(RSS {b['web_worker_rss_mb']:g} → {a['web_worker_rss_mb']:g} MB)")
+    loads = [c["load_average"][0] for c in warm["calibration"].values()]
+    return (f"- Warm-up, the first turn building the resident structures → a thread building them beside it "
+            f"(`{warm['command']}`, medians of {warm['rounds']} alternating rounds, busy machine: 1-minute load up to "
+            f"{max(loads):g}): " + "; ".join(cells) + ".")
+
+
+def render_section(results: dict, warm_up: dict | None = None) -> str:
+    """BENCHMARKS.md's scale section: the main figures, backends and scales side by side (and, given
+    ``bench.warm_up``'s results, their line)."""
     columns = [(b, s) for b in results["backends"] for s in results["scales"] if b in s["backends"]]
     head = "| figure | " + " | ".join(f"{backends.LABELS[b]} {label(s['scale'])}" for b, s in columns) + " |"
     lines = [
@@ -310,7 +326,7 @@ def render_section(results: dict) -> str:
         f"{runs_text(results)}; the bench store at each scale "
         "(1× = 2,000 persons, 200,000 messages), read paths in one fresh process, the API as deployed with a "
         "real worker; all figures and the plot: `bench/results/scale.md`, `scale.png`.",
-        *calibration_lines(results), *loaded_note(results), "",
+        *calibration_lines(results), *loaded_note(results), *([warm_up_line(warm_up)] if warm_up else []), "",
         head, "|---|" + "---:|" * len(columns),
     ]
     for name in SUMMARY:
@@ -369,7 +385,9 @@ def write_reports(results: dict, output: Path, markdown: bool) -> None:
     output.with_suffix(".md").write_text(render_full(results) + "\n", encoding="utf-8")
     plot(results, output.with_suffix(".png"))
     if markdown:
-        replace_section(BENCHMARKS_MD, "<!-- scale:start -->", "<!-- scale:end -->", render_section(results))
+        warm = RESULTS / "warm_up.json"
+        replace_section(BENCHMARKS_MD, "<!-- scale:start -->", "<!-- scale:end -->",
+                        render_section(results, json.loads(warm.read_text()) if warm.exists() else None))
 
 
 def main(argv: list[str] | None = None) -> dict:

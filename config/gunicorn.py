@@ -40,10 +40,13 @@ def post_worker_init(worker) -> None:
 
     from memory.engine import tokenize
     from memory.providers.config import preload_embedder
-    from memory.search import background, residency
+    from memory.search import background, lexical_index, residency
 
     get_resolver().url_patterns  # noqa: B018 — imports every view and builds the API schemas (~2 s)
     tokenize.warm_up()  # jieba's dictionary: 1–3 s
     preload_embedder()
     background.bank_vectors()  # the relevance gate's background: the bank of chat lines, embedded once
     residency.settle_process()  # out of the collector's full passes (memory/search/residency.py)
+    # the resident structures a turn reads (message statistics, facts' and cues' postings) load in a thread
+    # of their own: the first turns take the statements, which give the same numbers (lexical_index.py)
+    lexical_index.warm_up_in_background()

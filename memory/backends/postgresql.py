@@ -150,6 +150,7 @@ def record_turn(
 def confirm_turn(
     turn_id: int, *, at: int, prompt_ids: Sequence[int], held_back_ids: Sequence[int],
     reinforce: Sequence[tuple[int, int, float, int]], event: dict[str, Any],
+    line: tuple[int, str, bytes, bytes] | None = None,
 ) -> list[int] | None:
     """Claim an unconfirmed turn, reinforce its prompt facts and record both, in one statement
     (:func:`run_unflushed`).
@@ -160,8 +161,14 @@ def confirm_turn(
     first, then finds the turn confirmed and writes nothing. The turn records the facts
     actually reinforced; ``event`` (``stream_id``, ``stage``, ``kind``, ``payload``) is the
     confirmation's event. Returns the ids reinforced in prompt order, or ``None`` when the
-    turn was not there to claim (missing or already confirmed).
+    turn was not there to claim (missing or already confirmed). ``line`` (``(message id, text, raw,
+    q8)``): the turn's vector, stored on that message with the claim while it has none and says
+    ``text``.
     """
+    keep_line = ""
+    if line is not None:
+        keep_line = (", m AS (UPDATE messages SET embedding = %s, embedding_q8 = %s FROM claim"
+                     "  WHERE messages.id = %s AND messages.embedding IS NULL AND messages.content = %s)")
     sql = (
         f"WITH {UNFLUSHED}, claim AS (SELECT id FROM turns WHERE id = %s AND confirmed_at IS NULL FOR UPDATE),"
         " v AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::float8[], %s::bigint[])"
@@ -176,6 +183,7 @@ def confirm_turn(
         "  FROM claim WHERE turns.id = claim.id RETURNING turns.reinforced_fact_ids),"
         " e AS (INSERT INTO pipeline_events (at, stream_id, turn_id, stage, kind, payload)"
         "  SELECT %s, %s, claim.id, %s, %s, %s::jsonb FROM claim)"
+        f"{keep_line}"
         " SELECT reinforced_fact_ids FROM t, unflushed"
     )
     params = [
@@ -183,6 +191,9 @@ def confirm_turn(
         [r[3] for r in reinforce], at, at, at, json.dumps(list(prompt_ids)), json.dumps(list(held_back_ids)),
         at, event["stream_id"], event["stage"], event["kind"], json.dumps(event["payload"], ensure_ascii=False),
     ]
+    if line is not None:
+        message_id, text, raw, q8 = line
+        params += [raw, q8, message_id, text]
     rows = run_unflushed(sql, params)
     if not rows:
         return None

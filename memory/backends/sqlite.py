@@ -322,7 +322,7 @@ def fact_candidates(match: str, *, person_ids: Sequence[int] | None, limit: int,
         cur.execute(
             f"SELECT {FACT_COLUMNS.format(bm25='bm25(facts_fts, 1.0, 0.0) AS b')}"
             " FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid"
-            f" WHERE {' AND '.join(where)} ORDER BY b LIMIT %s",
+            f" WHERE {' AND '.join(where)} ORDER BY b, f.id LIMIT %s",  # ties: lower id first, as the resident index
             params,
         )
         return cur.fetchall()
@@ -364,7 +364,7 @@ def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tup
         cur.execute(
             "SELECT c.episode_id, c.id, bm25(cues_fts, 1.0, 0.0) AS b FROM cues_fts"
             " JOIN episode_cues c ON c.id = cues_fts.rowid JOIN episodes e ON e.id = c.episode_id"
-            f" WHERE {where} ORDER BY b LIMIT %s",
+            f" WHERE {where} ORDER BY b, c.id LIMIT %s",  # ties: lower id first, as the resident index
             [expression, *params, limit],
         )
         return cur.fetchall()

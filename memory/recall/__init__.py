@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from django.conf import settings
 
 from memory import overrides, selectors, services
@@ -25,7 +26,7 @@ from memory.engine.scope import fact_visible_in_stream
 from memory.engine.scoring import RankedCandidate, Verdict, apply_pool_percentile, held_back, is_reference_profile
 from memory.models import Episode, Fact, Identity, Message, Person, Stream
 from memory.providers import config as provider_config
-from memory.recall.turn_store import turn_store
+from memory.recall.turn_store import LineVector, turn_store
 from memory.search import lexical, read_ahead
 from memory.selectors import RecalledEpisode, ScopedFact
 from memory.selectors._common import private_facts_in_group
@@ -610,9 +611,30 @@ class _TurnToConfirm:
     text: str
     stream_kind: str
     confirmed_at: int | None
+    watermark_message_id: int | None
     present_person_ids: list[int]
     pool: list[dict]
     context_message_ids: list[int]
+
+
+def _keep_as_line_vector(turn: _TurnToConfirm, line: str, vector: Any, *, given: bool) -> LineVector | None:
+    """The turn's vector as the vector of the turn's line (the message it was asked at), which the
+    next turns of the conversation read (:func:`selectors.message_vectors`) — so no one embeds that
+    line again, neither they nor the worker. The bot's vector is of the turn's text; one computed here
+    is of its line: either is the message's when the message says the same. ``None`` without a server
+    embedder or with a vector of another dimension than its (it would not be the stored vectors' space).
+    """
+    if vector is None or not turn.watermark_message_id or (not given and line != turn.text):
+        return None
+    embedder = provider_config.get_embedder(serving=True)
+    dim = int(getattr(embedder, "dim", 0) or 0) if embedder is not None else 0
+    if not dim or np.asarray(vector).size != dim:
+        return None
+    try:
+        raw, q8 = services.vector_pair(vector)
+    except ValueError:
+        return None
+    return LineVector(int(turn.watermark_message_id), turn.text, raw, q8)
 
 
 def _turn_read(turn_id: int) -> read_ahead.Read:
@@ -621,8 +643,8 @@ def _turn_read(turn_id: int) -> read_ahead.Read:
     JSONField does."""
     return read_ahead.Read(
         ("turn_to_confirm", int(turn_id)),
-        "SELECT id, stream_id, at, text, stream_kind, confirmed_at, present_person_ids, pool, context_message_ids"
-        " FROM turns WHERE id = %s",
+        "SELECT id, stream_id, at, text, stream_kind, confirmed_at, watermark_message_id, present_person_ids, pool,"
+        " context_message_ids FROM turns WHERE id = %s",
         [int(turn_id)],
         _turn_to_confirm,
     )
@@ -632,7 +654,7 @@ def _turn_to_confirm(rows: list[tuple]) -> _TurnToConfirm | None:
     if not rows:
         return None
     row = rows[0]
-    return _TurnToConfirm(*row[:6], *(json.loads(v) if isinstance(v, str | bytes) else v for v in row[6:]))
+    return _TurnToConfirm(*row[:7], *(json.loads(v) if isinstance(v, str | bytes) else v for v in row[7:]))
 
 
 def _pool_facts(turn: _TurnToConfirm) -> list[ScopedFact]:
@@ -767,7 +789,8 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
             "gatedFactIds": [fid for fid, v in ranking.verdicts.items() if v == Verdict.GATE],
         },
     }
-    reinforced = turn_store().confirm(turn_id, at=now, ranked=ranked, held_back_ids=held, event=event)
+    reinforced = turn_store().confirm(turn_id, at=now, ranked=ranked, held_back_ids=held, event=event,
+                                      line=_keep_as_line_vector(turn, line, vector, given=query_embedding is not None))
     if reinforced is None:
         raise TurnStateError(f"turn {turn_id} was already confirmed")
     completed = complete_conflicts(ranked, now=turn.at)

@@ -31,11 +31,14 @@ while it still belongs to the person it was recalled for; the ids actually reinf
 as ``reinforced_fact_ids``; ``event`` written with the turn's id. Returns the reinforced ids in
 prompt order, or ``None`` — nothing written — when the turn is missing or was confirmed already
 (a second confirm waits for the first, then finds it confirmed). Committed like ``record``.
+With ``line`` (a :class:`LineVector`) the claim also stores the turn's vector on the turn's line —
+the message ``line.message_id`` — when that message still has no vector and says exactly
+``line.text``: the next turns of the conversation read it instead of embedding the line again.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from django.db import connection, transaction
 
@@ -43,9 +46,18 @@ from memory import backends, services
 from memory.models import Turn
 from memory.search import read_ahead
 
-__all__ = ["OrmTurnStore", "PostgreSQLTurnStore", "TurnStore", "turn_store"]
+__all__ = ["LineVector", "OrmTurnStore", "PostgreSQLTurnStore", "TurnStore", "turn_store"]
 
 _TURN_FIELDS = [f for f in Turn._meta.concrete_fields if not f.primary_key]
+
+
+class LineVector(NamedTuple):
+    """A confirmed turn's vector as its line's message vector (``confirm``'s ``line``)."""
+
+    message_id: int
+    text: str   # stored only while the message says exactly this
+    raw: bytes  # float32, as services.store_message_vector writes it
+    q8: bytes   # its SQ8 form
 
 
 class TurnStore(Protocol):
@@ -53,7 +65,7 @@ class TurnStore(Protocol):
                also: read_ahead.Read | None = None) -> tuple[int, Any]: ...
 
     def confirm(self, turn_id: int, *, at: int, ranked: Sequence[Any], held_back_ids: Sequence[int],
-                event: Mapping[str, Any]) -> list[int] | None: ...
+                event: Mapping[str, Any], line: LineVector | None = None) -> list[int] | None: ...
 
 
 def _unflushed() -> None:
@@ -77,7 +89,7 @@ class OrmTurnStore:
         return turn.pk, None if also is None else read_ahead.read(also)
 
     def confirm(self, turn_id: int, *, at: int, ranked: Sequence[Any], held_back_ids: Sequence[int],
-                event: Mapping[str, Any]) -> list[int] | None:
+                event: Mapping[str, Any], line: LineVector | None = None) -> list[int] | None:
         prompt_ids = [f.id for f in ranked]
         with transaction.atomic():
             _unflushed()
@@ -94,6 +106,11 @@ class OrmTurnStore:
                 Turn.objects.filter(pk=turn_id).update(reinforced_fact_ids=reinforced)
             services.emit_event(event["kind"], event["payload"], at=at, stream_id=event["stream_id"], turn_id=turn_id,
                                 stage=event["stage"])
+            if line is not None:
+                with connection.cursor() as cur:
+                    cur.execute("UPDATE messages SET embedding = %s, embedding_q8 = %s"
+                                " WHERE id = %s AND embedding IS NULL AND content = %s",
+                                [line.raw, line.q8, line.message_id, line.text])
         return reinforced
 
 
@@ -114,10 +131,10 @@ class PostgreSQLTurnStore:
         return turn_id, None if also is None else also.convert(rows[0])
 
     def confirm(self, turn_id: int, *, at: int, ranked: Sequence[Any], held_back_ids: Sequence[int],
-                event: Mapping[str, Any]) -> list[int] | None:
+                event: Mapping[str, Any], line: LineVector | None = None) -> list[int] | None:
         return backends.postgresql.confirm_turn(
             turn_id, at=at, prompt_ids=[f.id for f in ranked], held_back_ids=list(held_back_ids),
-            reinforce=services.reinforcement(ranked, at), event=event,
+            reinforce=services.reinforcement(ranked, at), event=event, line=line,
         )
 
 

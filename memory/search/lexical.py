@@ -22,7 +22,10 @@ at a fraction of the cost; when it cannot (inside a transaction, a phrase term,
 ``LEXICAL_RESIDENT_INDEX`` off) FTS5 does, after dropping the terms whose
 document frequency is above ``FTS_PRUNE_DF_RATIO`` of the rows (read from the
 ``*_vocab`` fts5vocab tables; tables under 2,000 rows are never pruned).
-``bench/`` reports the top-10 agreement of both with unpruned bm25.
+``bench/`` reports the top-10 agreement of both with unpruned bm25. While a web worker's warm-up
+builds the resident index, the scoped readers here (a scope's facts, a stream's cues and messages)
+take the statements, which give the same numbers, instead of waiting
+(:func:`memory.search.lexical_index.warm_up_in_background`).
 
 The statements themselves live with their backend, behind one seam chosen once per process
 (:func:`memory.backends.lexical`): FTS5's in :mod:`memory.backends.sqlite` (with the vocab
@@ -300,7 +303,7 @@ def _resident_scoped_facts(
     :func:`~memory.search.read_ahead.one_state` (a turn) the scope's rows, stored tokens included, are read once for
     all the turn's query lines.
     """
-    index = resident("facts_fts")
+    index = resident("facts_fts", wait=False)
     if index is None:
         return None
     scope = read(scope_read(person_ids, include_invalid=include_invalid))
@@ -339,7 +342,7 @@ class FactScope:
         terms = terms_of(match)
         if not terms or not self.tokens:
             return {}
-        index = resident("facts_fts")
+        index = resident("facts_fts", wait=False)
         scored = index.scope_scores(terms, list(self.tokens)) if index is not None else None
         if scored is not None:
             return {int(i): float(b) for i, b in zip(*scored, strict=True)}
@@ -350,7 +353,7 @@ class FactScope:
         """Facts of the scope holding each single-token term (absent: none)."""
         if not terms or not self.tokens:
             return {}
-        index = resident("facts_fts")
+        index = resident("facts_fts", wait=False)
         found = index.scope_frequencies(terms, list(self.tokens)) if index is not None else None
         if found is not None:
             return found
@@ -461,7 +464,7 @@ def fact_bm25(match: str, fact_ids: Sequence[int]) -> dict[int, float]:
     """
     if not match or not fact_ids:
         return {}
-    index = resident("facts_fts")
+    index = resident("facts_fts", wait=False)
     scored = index.scores_for(terms_of(match), fact_ids) if index is not None else None
     if scored is not None:
         return {int(i): float(b) for i, b in zip(*scored, strict=True)}
@@ -499,7 +502,7 @@ def _resident_stream_cues(match: str, stream_id: int, limit: int) -> list[tuple[
     """The resident-index form of a stream-scoped :func:`cue_candidates` (``None``: ask FTS5):
     the stream's cues (summarised episodes) scored with the whole table's statistics. Ties:
     lower cue id first."""
-    index = resident("cues_fts")
+    index = resident("cues_fts", wait=False)
     if index is None:
         return None
     episode_of = read(stream_cues_read(stream_id))

@@ -27,6 +27,7 @@ Tokens come from the rows' stored ``index_tokens`` strings (their
 """
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -43,6 +44,8 @@ from memory.engine.bm25 import FOLDABLE as _FOLDABLE
 from memory.engine.bm25 import IDF_FLOOR, K1, B, fts_idf, fts_tokens, scope_idf
 from memory.search import read_ahead, residency
 from memory.search.changes import ChangeFeed
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["B", "IDF_FLOOR", "K1", "SOURCES", "ResidentBM25", "Source", "fts_tokens", "reset_all", "resident"]
 
@@ -138,6 +141,11 @@ class ResidentBM25:
     def reset(self) -> None:
         with self._lock:
             self._clear()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the arrays hold the table (a first load, or a rebuild, has finished)."""
+        return self._revision is not None
 
     def _row_chunks(self) -> Iterator[list[tuple[int, str]]]:
         """Every row ``(id, tokens)`` in id order, :data:`LOAD_CHUNK_ROWS` at a time (one statement)."""
@@ -453,7 +461,11 @@ def _changes_ahead(tables: Sequence[str]) -> tuple[list[read_ahead.Statement], C
     reads (:func:`memory.search.read_ahead.one_state`, PostgreSQL), and how their rows refresh the indexes."""
     if not resident_enabled():
         return [], lambda results: None
-    indexes = [_index(table) for table in dict.fromkeys(tables)]
+    # an index the process's warm-up is still building is not polled: the block's readers that can
+    # take the exact statements do (``resident(…, wait=False)``), the others wait for the build
+    indexes = [index for index in (_index(table) for table in dict.fromkeys(tables)) if not _building(index)]
+    if not indexes:
+        return [], lambda results: None
     positions = [index._feed.position for index in indexes]
     statement = (*backends.postgresql.changes_statement(
         [(index._feed.source, index._feed.revision_key, horizon) for index, (horizon, _) in zip(indexes, positions, strict=True)]
@@ -482,15 +494,19 @@ def resident_enabled() -> bool:
     return settings.LEXICAL_RESIDENT_INDEX and not connection.in_atomic_block
 
 
-def resident(fts_table: str) -> ResidentBM25 | None:
+def resident(fts_table: str, *, wait: bool = True) -> ResidentBM25 | None:
     """The fresh resident index of ``fts_table``, or ``None`` when FTS5 must answer.
 
     ``None`` inside a transaction (see the module docstring) and when
-    ``settings.LEXICAL_RESIDENT_INDEX`` is off.
+    ``settings.LEXICAL_RESIDENT_INDEX`` is off. ``wait=False``: also ``None`` while the process's
+    warm-up (:func:`warm_up_in_background`) has not built it yet — for a caller whose statements give
+    the same numbers (a scoped query), which then need not wait for a whole table to load.
     """
     if not resident_enabled():
         return None
     index = _index(fts_table)
+    if not wait and _building(index):
+        return None
     _refresh_once(fts_table, index.refresh)
     return index
 
@@ -798,6 +814,11 @@ class ResidentMessages:
         with self._lock:
             self._clear()
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the statistics are loaded."""
+        return self._revision is not None
+
     def _load_postgresql(self) -> None:
         """The statistics and the change log's position in one snapshot (see the class docstring)."""
         with transaction.atomic():
@@ -1035,9 +1056,57 @@ _messages = ResidentMessages()
 
 
 def resident_messages() -> ResidentMessages | None:
-    """The fresh resident message statistics, or ``None`` when FTS5 must answer (see :func:`resident`)."""
+    """The fresh resident message statistics, or ``None`` when FTS5 must answer (see :func:`resident`;
+    every reader of them has statements that give the same numbers, so none waits for the warm-up)."""
 
-    if not resident_enabled():
+    if not resident_enabled() or _building(_messages):
         return None
     _refresh_once("messages", _messages.refresh)
     return _messages
+
+
+# --- warm-up: the resident structures a turn reads, built beside the first requests ----------------------
+
+#: set while a process's warm-up thread builds them (:func:`warm_up_in_background`)
+_warming = threading.Event()
+#: what a turn reads through a resident structure, in the order they are built (the cheapest first)
+WARM_UP = ("messages", "facts_fts", "cues_fts")
+
+
+def _building(index: ResidentBM25 | ResidentMessages) -> bool:
+    """Whether the warm-up has yet to build ``index`` (a reader that need not wait takes the statements)."""
+    return _warming.is_set() and not index.loaded
+
+
+def warm_up(structures: Sequence[str] = WARM_UP) -> None:
+    """Load ``structures`` (``"messages"`` or an FTS table of :data:`SOURCES`) now, in this thread."""
+    for name in structures:
+        if name == "messages":
+            _messages.refresh()
+        else:
+            _index(name).refresh()
+
+
+def warm_up_in_background(structures: Sequence[str] = WARM_UP) -> threading.Thread | None:
+    """Build ``structures`` in a thread of their own, so that a process's first turn does not wait
+    for whole tables to load (at 10× the bench store, ~30 s): until each is built, the turn's
+    scoped readers — present persons' facts, a stream's cues and messages — take the statements,
+    which give the same numbers (:func:`resident` with ``wait=False``); a whole-table query waits for
+    the build. A web worker starts it once it has loaded the app (``config/gunicorn.py``).
+    ``None`` when the resident indexes are off."""
+    if not settings.LEXICAL_RESIDENT_INDEX:
+        return None
+    _warming.set()
+
+    def run() -> None:
+        try:
+            warm_up(structures)
+        except Exception:  # the readers build what is missing themselves, as without a warm-up
+            logger.exception("resident warm-up failed")
+        finally:
+            _warming.clear()
+            connection.close()  # this thread's own connection
+
+    thread = threading.Thread(target=run, name="resident-warm-up", daemon=True)
+    thread.start()
+    return thread

@@ -11,7 +11,7 @@ from operator import itemgetter
 from typing import Any
 
 import numpy as np
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -323,7 +323,8 @@ def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = N
                 if arr.size and np.isfinite(arr).all():
                     fresh[mid] = arr
         if fresh:
-            with transaction.atomic():
+            with transaction.atomic(), connection.cursor() as cur:
+                backends.commit_without_flush(cur)  # a cache of the text: a crash loses nothing that can't be redone
                 for mid, arr in fresh.items():
                     services.store_message_vector(message_id=mid, vector=arr)
             out.update(fresh)

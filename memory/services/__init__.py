@@ -725,7 +725,8 @@ def touch_knowledge(*, ids: Iterable[int], at: int | None = None) -> None:
 # --- vectors ---------------------------------------------------------------------------
 
 
-def _vector_pair(vector: Any) -> tuple[bytes, bytes]:
+def vector_pair(vector: Any) -> tuple[bytes, bytes]:
+    """A vector as stored: its raw float32 bytes and its SQ8 form (validated: finite, non-empty)."""
     vec = np.asarray(vector, dtype=np.float32).ravel()
     q8 = quantize_vector(vec)  # validates (finite, non-empty) before anything is written
     return pack_float32(vec), q8
@@ -733,21 +734,21 @@ def _vector_pair(vector: Any) -> tuple[bytes, bytes]:
 
 def store_fact_vector(*, fact_id: int, vector: Any) -> None:
     """Write the raw float32 vector and its SQ8 form in one UPDATE."""
-    raw, q8 = _vector_pair(vector)
+    raw, q8 = vector_pair(vector)
     with connection.cursor() as cur:
         cur.execute("UPDATE facts SET embedding = %s, embedding_q8 = %s WHERE id = %s", [raw, q8, fact_id])
 
 
 def store_knowledge_vector(*, knowledge_id: int, vector: Any) -> None:
     """Write the raw float32 vector and its SQ8 form in one UPDATE (bumps the index revision)."""
-    raw, q8 = _vector_pair(vector)
+    raw, q8 = vector_pair(vector)
     with connection.cursor() as cur:
         cur.execute("UPDATE knowledge SET embedding = %s, embedding_q8 = %s WHERE id = %s", [raw, q8, knowledge_id])
 
 
 def store_message_vector(*, message_id: int, vector: Any) -> None:
     """Write a message's raw float32 vector and its SQ8 form in one UPDATE."""
-    raw, q8 = _vector_pair(vector)
+    raw, q8 = vector_pair(vector)
     with connection.cursor() as cur:
         cur.execute("UPDATE messages SET embedding = %s, embedding_q8 = %s WHERE id = %s", [raw, q8, message_id])
 

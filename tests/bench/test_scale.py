@@ -161,3 +161,17 @@ def test_a_store_records_the_code_that_built_it_not_the_code_after(tmp_path, mon
     monkeypatch.setattr(run.subprocess, "run", build)
     counts = run.ensure_db(tmp_path / "s.sqlite3", 0.01, rebuild=True)
     assert counts["schema"] == "0001.py;build_db=old"
+
+
+def test_the_warm_up_before_and_after_is_one_line_of_the_section_within_its_budget():
+    results = {"command": "python -m bench.scale --scales 1,3,10", "backends": ["sqlite", "postgresql"], "seconds": 4000.0,
+               "scales": [_fake_scale(1, ("sqlite", "postgresql")), _fake_scale(3, ("sqlite", "postgresql")),
+                          _fake_scale(10, ("sqlite",))]}
+    one = {"before": {"warm_up_s": 16.03, "web_worker_rss_mb": 378.9}, "after": {"warm_up_s": 6.91, "web_worker_rss_mb": 379.0}}
+    warm = {"command": "python -m bench.warm_up --before DIR --scales 3", "rounds": 2, "scales": [{"scale": 3.0, "backends": {"sqlite": one}}],
+            "calibration": {"before": {"load_average": [2.5]}, "after": {"load_average": [5.22]}}}
+    section = scale.render_section(results, warm)
+    check_section(SECTION_BY_MARKER["<!-- scale:start -->"], section)
+    assert len(section.splitlines()) == len(scale.render_section(results).splitlines()) + 1
+    assert ("SQLite 3× 16.03 → **6.91 s** (RSS 378.9 → 379 MB)" in section
+            and "medians of 2 alternating rounds, busy machine: 1-minute load up to 5.22" in section)

@@ -136,6 +136,31 @@ def test_the_dense_channel_reads_the_recent_messages_vectors_once(person, direct
     assert seen.cosine == pytest.approx(0.0, abs=0.02)  # the reference profile compares with the turn's line only
 
 
+def test_a_confirmed_turns_vector_is_its_lines_and_no_one_embeds_the_line_again(person, direct_stream, monkeypatch):
+    from memory.engine.quantize import unpack_float32
+    from memory.providers import config
+
+    embedder = CountingEmbedder()
+    monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
+    background.reset()
+
+    def turn_at(text, at, vector):
+        line = _say(direct_stream, person, text, at)
+        ctx = recall.prepare_turn(stream_id=direct_stream.pk, speaker_id=person.pk, text=text,
+                                  watermark_message_id=line.pk, at=at + 1)
+        recall.confirm_turn(turn_id=ctx.turn_id, query_embedding=vector, at=at + 2)
+        stored = Message.objects.get(pk=line.pk).embedding
+        return None if stored is None else unpack_float32(bytes(stored)).tolist()
+
+    assert turn_at("下午一起去打篮球吗", NOW, [0.0, 0.0, 0.5, 0.5]) == [0.0, 0.0, 0.5, 0.5]  # the bot's vector
+    assert turn_at("几点", NOW + 1000, [0.0, 0.0, 1.0, 0.0]) == [0.0, 0.0, 1.0, 0.0]
+    assert [t for t in embedder.texts if t not in BANK] == []  # the earlier line's vector was read, not embedded
+    assert turn_at("三点吧", NOW + 2000, None) == [0.0, 1.0, 0.0, 0.0]  # the server's own vector of the line
+    assert turn_at("好的", NOW + 3000, [1.0, 0.0, 0.0]) is None  # another dimension: not the stored vectors' space
+    # a text of several lines: the server's vector is its last line's, not the message's
+    assert turn_at("我去过杭州\n你呢", NOW + 4000, None) is None
+
+
 def test_trace_replay_of_a_turn_with_its_conversation_reproduces_the_pool(person, direct_stream):
     """The turn records which messages joined its query; the tuning replay reads them back."""
     from tuning import evaluation

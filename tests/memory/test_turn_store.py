@@ -8,8 +8,8 @@ from django.db import connection, transaction
 
 from memory import selectors, services
 from memory.engine import decay
-from memory.models import Fact, PipelineEvent, Turn
-from memory.recall.turn_store import OrmTurnStore, PostgreSQLTurnStore, turn_store
+from memory.models import Fact, Message, PipelineEvent, Turn
+from memory.recall.turn_store import LineVector, OrmTurnStore, PostgreSQLTurnStore, turn_store
 from memory.search import read_ahead
 
 from .conftest import NOW, make_person
@@ -59,6 +59,12 @@ def _write(store, world) -> dict:
                "payload": {"streamKind": "direct", "blocked": 2}}]
     also = read_ahead.Read(("facts_of", person.pk), "SELECT id FROM facts WHERE person_id = %s ORDER BY id",
                            [person.pk], lambda rows: [r[0] for r in rows])
+    # the turn's line (no vector yet), a line that says something else, a line embedded already
+    line, other, embedded = (services.append_message(stream_id=stream.pk, role="user", content=text,
+                                                     sender_person_id=person.pk, at=NOW - 3)[0].pk
+                             for text in ("他周末打球吗", "他周末打球吗？", "他周末打球吗"))
+    services.store_message_vector(message_id=embedded, vector=[0.0, 1.0, 0.0])
+    given, later = services.vector_pair([1.0, 2.0, 3.0]), services.vector_pair([3.0, 2.0, 1.0])
     first_event = PipelineEvent.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
 
     turn_id, also_rows = store.record(values, event, others, also)
@@ -66,8 +72,11 @@ def _write(store, world) -> dict:
     ranked = _ranked(world, at)
     confirmed = {"stream_id": stream.pk, "stage": "turn", "kind": "memory_retrieval_confirmed",
                  "payload": {"turnId": turn_id, "promptFactIds": [f.id for f in ranked]}}
-    reinforced = store.confirm(turn_id, at=at, ranked=ranked, held_back_ids=[world["facts"][1]], event=confirmed)
-    again = store.confirm(turn_id, at=at + 1, ranked=ranked, held_back_ids=[], event=confirmed)
+    reinforced = store.confirm(turn_id, at=at, ranked=ranked, held_back_ids=[world["facts"][1]], event=confirmed,
+                               line=LineVector(line, "他周末打球吗", *given))
+    again = store.confirm(turn_id, at=at + 1, ranked=ranked, held_back_ids=[], event=confirmed,
+                          line=LineVector(line, "他周末打球吗", *later))
+    line_vector = Message.objects.filter(pk=line).values_list("embedding", "embedding_q8").get()
 
     turn = Turn.objects.filter(pk=turn_id).values().get()
     turn.pop("id")
@@ -80,8 +89,14 @@ def _write(store, world) -> dict:
     events.sort(key=lambda e: (e["at"], e["kind"]))  # the order within one write is not the contract's
     facts = list(Fact.objects.filter(pk__in=[*world["facts"], world["moved"]]).order_by("id").values(
         "id", "strength", "updated_at", "due_at", "active", "hit_count", "last_hit_at"))
+    others_kept = []
+    for message_id in (other, embedded):  # another turn's claim: the message says something else / has one
+        tid, _ = store.record({**values, "pool": []}, event)
+        store.confirm(tid, at=at, ranked=[], held_back_ids=[], event=confirmed, line=LineVector(message_id, "他周末打球吗", *later))
+        others_kept.append(Message.objects.filter(pk=message_id).values_list("embedding", "embedding_q8").get())
     return {"also": also_rows, "reinforced": reinforced, "again": again, "turn": turn, "events": events,
-            "facts": facts}
+            "facts": facts, "line_vector": tuple(bytes(v) for v in line_vector), "given": given,
+            "others_kept": [tuple(None if v is None else bytes(v) for v in kept) for kept in others_kept]}
 
 
 def _in_savepoint(write):
@@ -124,6 +139,9 @@ def test_a_store_keeps_the_contract(name, world):
         assert (facts[fid]["updated_at"], facts[fid]["last_hit_at"], facts[fid]["active"]) == (NOW + H, NOW + H, True)
         assert facts[fid]["hit_count"] == 1
     assert facts[world["moved"]]["hit_count"] == 0
+    # the turn's vector went onto its line with the claim; the second confirm's did not
+    assert out["line_vector"] == out["given"]
+    assert out["others_kept"] == [(None, None), services.vector_pair([0.0, 1.0, 0.0])]
 
 
 @pytest.mark.postgresql_only("both stores run only on PostgreSQL")
