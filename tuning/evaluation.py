@@ -342,11 +342,12 @@ class Evaluator:
                     now=sample.at,
                     stream_kind=sample.stream_kind,
                     overrides=params,
-                    context=recall.conversation_lines(context, params),
+                    context=recall.conversation_lines(context, params, whole=recall.whole_text(sample.text, line)),
                 )
             )
             text_vector = self.vectors(line)
-            vector = recall.conversation_query(text_vector, context, params) if text_vector is not None else None
+            whole = recall.whole_text(sample.text, line)
+            vector = recall.conversation_query(text_vector, context, params, whole=whole) if text_vector is not None else None
             ranked = self.rank(sample, replayed, vector, self.limit, params)
         return replayed, ranked, vector
 

@@ -222,7 +222,8 @@ def inspect_turn(turn: Turn, *, query_vector: Any = None, embed: bool = True) ->
     vector = query_vector
     if vector is None and embed:
         vector = recall.embed_query(line)
-    query = recall.conversation_query(vector, context, params)  # the positions the confirm gave them
+    # the positions the confirm gave them, and the text whole when it was read as a chat
+    query = recall.conversation_query(vector, context, params, whole=recall.whole_text(turn.text, line))
     ranking = recall.rank_pool(pool=pool, query_vector=query, person_ids=person_ids, text=line,
                                stream_kind=turn.stream_kind, now=int(turn.at), limit=limit, overrides=params)
     confirmed = turn.confirmed_at is not None

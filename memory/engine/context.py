@@ -20,7 +20,9 @@ only decide what is recalled when it matches clearly better than the lines after
 A turn whose text is itself several lines (a pasted history, a paragraph of small talk ending
 in the question) is read as the chat it would have been: :func:`split_turn` takes its last line
 with a word in it as the turn's line and the lines before it as the newest lines of the
-conversation, in the positions they would hold had they been sent one by one.
+conversation, in the positions they would hold had they been sent one by one. Its own vector
+whole is one more row of the dense query (:attr:`ConversationQuery.wholes`), its margin read against
+the chattiest row's background.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ __all__ = [
     "DEFAULT_HALF_LIFE",
     "DEFAULT_LEXICAL_LINES",
     "DEFAULT_TEXT_LINES",
+    "DEFAULT_WHOLE_LEXICAL",
+    "DEFAULT_WHOLE_WEIGHT",
     "DEFAULT_WINDOW_WEIGHT",
     "ConversationQuery",
     "recency_weights",
@@ -63,6 +67,13 @@ DEFAULT_DENSE_MESSAGES: int = 12
 DEFAULT_WINDOW_WEIGHT: float = 1.0
 #: 1 = a turn's text of several lines is read as a chat (:func:`split_turn`); 0 = as one query.
 DEFAULT_TEXT_LINES: int = 1
+#: a text read as a chat (:func:`split_turn`) keeps its own vector too: one more row of the dense
+#: query, of this weight (0 = off); it counts as the turn's line does. Chosen on the dev split
+#: (docs/ARCHITECTURE.md, "Ranking", gives the numbers): a tie or a win on every set
+DEFAULT_WHOLE_WEIGHT: float = 1.0
+#: the whole text as one more lexical query line, of this weight (0 = off: a win on MemDaily's dev
+#: split, a tie on DuLeMon's, and a loss where the pasted lines are memories themselves)
+DEFAULT_WHOLE_LEXICAL: float = 0.0
 #: minutes of silence that end a conversation: older messages do not join the turn's query.
 DEFAULT_GAP_MINUTES: float = 60.0
 
@@ -171,13 +182,18 @@ class ConversationQuery:
 
     vectors: np.ndarray  # (m, d) float32, row 0 = the turn's line
     weights: tuple[float, ...]
+    #: rows of a whole text read as a chat (its own vector): its background is the highest of any
+    #: row's — a text made of small-talk lines is small talk, however far its vector is from each line
+    wholes: tuple[int, ...] = ()
 
     @classmethod
     def build(
         cls, text_vector, context: Sequence[tuple[object, float]], window: tuple[object, float] | None = None,
+        whole: tuple[object, float] | None = None,
     ) -> ConversationQuery | None:
-        """From the turn's vector (may be None), the window's ``(vector, weight)`` (optional) and
-        the recent messages' ``(vector, weight)`` pairs (vectors may be None).
+        """From the turn's vector (may be None), the window's ``(vector, weight)`` (optional),
+        the recent messages' ``(vector, weight)`` pairs (vectors may be None) and the whole text's
+        ``(vector, weight)`` (optional, the last row: :attr:`wholes`).
 
         None when there is no vector at all. Without the turn's vector the others alone form
         the query (their weights unchanged).
@@ -186,17 +202,21 @@ class ConversationQuery:
         if text_vector is not None:
             rows.append(np.asarray(text_vector, dtype=np.float32).ravel())
             weights.append(1.0)
-        for vector, weight in ([window] if window is not None else []) + list(context):
+        wholes = []
+        pairs = [(pair, False) for pair in ([window] if window is not None else []) + list(context)]
+        for (vector, weight), is_whole in pairs + ([(whole, True)] if whole is not None else []):
             if vector is None or weight <= 0:
                 continue
             row = np.asarray(vector, dtype=np.float32).ravel()
             if rows and row.shape != rows[0].shape:
                 continue  # a vector of another embedding space: not comparable
+            if is_whole:
+                wholes.append(len(rows))
             rows.append(row)
             weights.append(float(weight))
         if not rows:
             return None
-        return cls(np.vstack(rows), tuple(weights))
+        return cls(np.vstack(rows), tuple(weights), tuple(wholes))
 
     @property
     def primary(self) -> np.ndarray:

@@ -19,6 +19,8 @@ from .context import (
     DEFAULT_HALF_LIFE,
     DEFAULT_LEXICAL_LINES,
     DEFAULT_TEXT_LINES,
+    DEFAULT_WHOLE_LEXICAL,
+    DEFAULT_WHOLE_WEIGHT,
     DEFAULT_WINDOW_WEIGHT,
 )
 from .metrics import ndcg_at_k, recall_at_k
@@ -96,6 +98,8 @@ WHITELIST: dict[str, ParamSpec] = {
     "context_window_weight": ParamSpec("float", 0.0, 1.0, DEFAULT_WINDOW_WEIGHT, "对话上下文：近期用户发言与这一句的平均向量的权重"),
     "context_gap_minutes": ParamSpec("float", 1.0, 10080.0, DEFAULT_GAP_MINUTES, "对话上下文：沉默多久算新对话（分钟）"),
     "context_text_lines": ParamSpec("int", 0, 1, DEFAULT_TEXT_LINES, "对话上下文：多行的发言按对话读（1 = 是）"),
+    "context_whole_weight": ParamSpec("float", 0.0, 1.0, DEFAULT_WHOLE_WEIGHT, "对话上下文：多行发言整段的向量的权重"),
+    "context_whole_lexical": ParamSpec("float", 0.0, 1.0, DEFAULT_WHOLE_LEXICAL, "对话上下文：多行发言整段作词面查询的权重"),
 }
 
 #: Whitelisted parameters a fit to relevance labels (``tuning.fit``) leaves alone: they set how many

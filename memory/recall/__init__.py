@@ -294,26 +294,56 @@ def _context_read(stream_id: int, upto_id: int, size: int) -> read_ahead.Read:
     )
 
 
-def conversation_lines(context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> list[tuple[str, float]]:
-    """``(text, weight)`` of the user lines among the newest ``context_lexical_lines`` messages."""
+def conversation_lines(
+    context: Sequence[ContextLine], overrides: Mapping[str, Any], whole: str | None = None,
+) -> list[tuple[str, float]]:
+    """``(text, weight)`` of the user lines among the newest ``context_lexical_lines`` messages, and —
+    ``whole``: a text of several lines read as a chat (:func:`whole_text`) — that text whole, one more
+    query line of weight ``context_whole_lexical`` (when it is above 0)."""
     lexical, _, half_life = _context_knobs(overrides)
-    return [
+    lines = [
         (line.content, 2.0 ** (-line.position / half_life))
         for line in context
         if line.position <= lexical and line.role == "user" and line.content.strip()
     ]
+    weight = _whole_weights(overrides)[1]
+    if whole and weight > 0:
+        lines.append((whole, weight))
+    return lines
 
 
-def conversation_query(text_vector: Any, context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> Any:
+def whole_text(text: str, line: str) -> str | None:
+    """The turn's text when :func:`read_turn` read it as a chat (its line is not the text), else None:
+    a text of several lines keeps its reading whole beside its lines (``context_whole_weight``,
+    ``context_whole_lexical``)."""
+    return text if line != text else None
+
+
+def _whole_weights(overrides: Mapping[str, Any]) -> tuple[float, float]:
+    """``(context_whole_weight, context_whole_lexical)``: the whole text's vector and lexical query."""
+    return (
+        float(overrides.get("context_whole_weight", conversation.DEFAULT_WHOLE_WEIGHT)),
+        float(overrides.get("context_whole_lexical", conversation.DEFAULT_WHOLE_LEXICAL)),
+    )
+
+
+def conversation_query(
+    text_vector: Any, context: Sequence[ContextLine], overrides: Mapping[str, Any], whole: str | None = None,
+) -> Any:
     """The turn's query vector(s): its own vector, the window's (the centroid of the turn's vector
     and the user lines among the newest ``context_dense_messages`` messages, weight
     ``context_window_weight``) and the recency-weighted vectors of those messages
     (:func:`selectors.message_vectors`, each computed at most once) as a :class:`ConversationQuery`;
-    the plain vector when the context adds none."""
+    the plain vector when the context adds none. ``whole`` — a text of several lines read as a chat
+    (:func:`whole_text`): its own vector is one more row, weight ``context_whole_weight`` (when above 0)."""
     _, _, half_life = _context_knobs(overrides)
     window = _dense_window(context, overrides)
+    whole_weight = _whole_weights(overrides)[0]
+    extra = (_line_vector(whole), whole_weight) if text_vector is not None and whole and whole_weight > 0 else None
+    if extra is not None and extra[0] is None:
+        extra = None
     if text_vector is None or not window:
-        return text_vector
+        return conversation.ConversationQuery.build(text_vector, [], whole=extra) if extra else text_vector
     stored = [line.message_id for line in window if line.message_id]
     weights = conversation.recency_weights(max(line.position for line in window), half_life)
     with read_ahead.within():  # the messages' vectors and their roles: one read
@@ -323,9 +353,9 @@ def conversation_query(text_vector: Any, context: Sequence[ContextLine], overrid
             for line in window
         ]
         joined = _window_vector(text_vector, window, [vector for vector, _ in pairs], stored, overrides)
-    if joined is None and all(vector is None for vector, _ in pairs):
+    if joined is None and extra is None and all(vector is None for vector, _ in pairs):
         return text_vector
-    return conversation.ConversationQuery.build(text_vector, pairs, window=joined)
+    return conversation.ConversationQuery.build(text_vector, pairs, window=joined, whole=extra)
 
 
 def _window_weight(overrides: Mapping[str, Any]) -> float:
@@ -353,11 +383,15 @@ def _line_vector(content: str) -> np.ndarray | None:
     return read_ahead.once(("line_vector", content), lambda: embed_query(content))
 
 
-def _turn_vector(text: str, context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> np.ndarray | None:
+def _turn_vector(
+    text: str, context: Sequence[ContextLine], overrides: Mapping[str, Any], whole: str | None = None,
+) -> np.ndarray | None:
     """The turn's vector, embedded in one call with, for a text of several lines, its other lines'
-    (kept for :func:`_line_vector` in the read-ahead block): one call of several texts costs less
-    than several calls."""
+    and — ``context_whole_weight`` above 0 — the whole text's (kept for :func:`_line_vector` in the
+    read-ahead block): one call of several texts costs less than several calls."""
     own = list(dict.fromkeys(line.content for line in _dense_window(context, overrides) if not line.message_id))
+    if whole and _whole_weights(overrides)[0] > 0 and whole not in own:
+        own.append(whole)
     if not own:
         return embed_query(text)
     try:
@@ -490,7 +524,8 @@ def prepare_turn(
         blocked: list[int] = []  # what visibility held back, recorded with the turn (_record_turn)
         pool = replay_turn_pool(
             person_ids=persons, text=line, impression=impression, now=now, stream_kind=stream.kind,
-            overrides=overrides, blocked_counts=blocked, context=conversation_lines(context, overrides),
+            overrides=overrides, blocked_counts=blocked,
+            context=conversation_lines(context, overrides, whole=whole_text(text, line)),
         )
         limit = fact_recall_limit(overrides)
         prompt = prompt_facts(pool, limit)
@@ -735,8 +770,9 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
             window = [c.message_id for c in _dense_window(context, overrides) if c.message_id]
             read_ahead.serve_from(ahead[0], selectors.dense_scope_read(turn.present_person_ids))
             read_ahead.serve_from(ahead[1], selectors.message_vectors_read(window), keep=lambda row: row[0] in window)
-        vector = query_embedding if query_embedding is not None else _turn_vector(line, context, overrides)
-        query = conversation_query(vector, context, overrides)
+        whole = whole_text(turn.text, line)
+        vector = query_embedding if query_embedding is not None else _turn_vector(line, context, overrides, whole)
+        query = conversation_query(vector, context, overrides, whole=whole)
         # the prepare's lexical pool ranked again, now with the vector (why: replay_turn_pool)
         ranking = rank_pool(
             pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=line,

@@ -238,6 +238,8 @@ def _cosines(blobs: Mapping[int, bytes], query_vector: Any) -> Cosines:
         matrix, row_of = np.asarray(values)[None, :], np.zeros(len(found), dtype=np.int64)
         queries = np.asarray(query_vector, dtype=np.float32).ravel()
     backgrounds = background_of(queries, background.bank_vectors())
+    if backgrounds is not None and getattr(query_vector, "wholes", ()):
+        backgrounds[list(query_vector.wholes)] = backgrounds.max()  # a whole text: the background of its chattiest row
     out = Cosines()
     for k, (i, v) in enumerate(zip(found, values, strict=True)):
         if np.isnan(v):

@@ -65,6 +65,17 @@ def test_the_window_row_follows_the_turns_vector_with_its_weight():
     assert only.weights == (0.7,)
 
 
+def test_the_whole_texts_row_comes_last_and_is_marked():
+    turn, window, line, whole = [1.0, 0.0], [0.0, 1.0], [0.6, 0.8], [0.8, 0.6]
+    query = ConversationQuery.build(turn, [(line, 0.5)], window=(window, 0.7), whole=(whole, 1.0))
+    assert query.weights == (1.0, 0.7, 0.5, 1.0) and query.wholes == (3,)
+    assert np.allclose(query.vectors[3], whole)
+    assert ConversationQuery.build(turn, [(line, 0.5)]).wholes == ()
+    assert ConversationQuery.build(turn, [(None, 0.5)], whole=(whole, 1.0)).wholes == (1,)  # a missing line: no row
+    assert ConversationQuery.build(turn, [], whole=(None, 1.0)).wholes == ()
+    assert ConversationQuery.build(turn, [], whole=(whole, 0.0)).wholes == ()  # weight 0: off
+
+
 def test_a_text_of_several_lines_is_its_last_line_and_the_lines_before_it_newest_first():
     assert split_turn("我家的狗今天很乖\n\n  下午一起去打篮球吗 \n几点") == ("几点", ["下午一起去打篮球吗", "我家的狗今天很乖"])
     # a line is not cut into sentences when the text has several: a chat's message is one line

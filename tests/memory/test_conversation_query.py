@@ -353,7 +353,8 @@ def test_a_whole_text_ranks_as_the_same_lines_sent_as_a_chat(person, direct_stre
         _chat_ctx, chat = _turn(direct_stream, person, "几点", NOW + 3000)
         transaction.set_rollback(True)
     pasted = services.resolve_stream(platform="qq", kind="direct", external_id="pasted", name="粘贴")
-    ctx, whole = _turn(pasted, person, "\n".join(lines), NOW + 3000)
+    with overrides_scope({"context_whole_weight": 0.0}):  # the whole text's own vector: the next test
+        ctx, whole = _turn(pasted, person, "\n".join(lines), NOW + 3000)
     assert ctx.line == "几点" and [(c.message_id, c.content, c.position) for c in ctx.context] == [
         (0, "下午一起去打篮球吗", 1), (0, "我家的狗今天很乖", 2)]
     assert {basketball, dog} <= {p.fact.id for p in chat.facts}
@@ -365,6 +366,45 @@ def test_a_whole_text_ranks_as_the_same_lines_sent_as_a_chat(person, direct_stre
     with overrides_scope({"context_text_lines": 0}):
         ctx, _ = _turn(pasted, person, "\n".join(lines), NOW + 4000)
     assert ctx.line == "\n".join(lines) and ctx.context == []
+
+
+def test_a_whole_text_keeps_its_own_vector_as_one_more_row(person, direct_stream, monkeypatch):
+    """A text read as a chat keeps its own vector (``context_whole_weight``, 1): embedded in the one
+    call with its lines, one more row of the dense query. Its background is the chattiest row's, so a
+    text of small-talk lines stays small talk however far its vector lies from each line."""
+    from memory.providers import config
+
+    embedder = TopicEmbedder()
+    monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
+    background.reset()
+    both = services.add_fact(person_id=person.pk, content="玩家常带狗去打篮球", kind="偏好", at=NOW - 30 * DAY).fact_id
+    services.store_fact_vector(fact_id=both, vector=[0.7071, 0.7071, 0.0, 0.0])
+    text = "我家的狗今天很乖\n下午一起去打篮球吗\n几点"
+    ctx, result = _turn(direct_stream, person, text, NOW)
+    assert ctx.line == "几点" and recall.whole_text(text, ctx.line) == text
+    assert ["几点", "下午一起去打篮球吗", "我家的狗今天很乖", text] in embedder.calls  # one call
+    [fact] = [p.fact for p in result.facts if p.fact.id == both]
+    # the whole text names both topics as the fact does: cosine 1, where the window (狗 + 篮球 + 几点)
+    # gives 2 × 0.7071 / √3; its background is the turn's line's (几点 sits on the bank: 1), not its own 0
+    assert fact.cosine == pytest.approx(1.0, abs=0.01)
+    assert fact.margin == pytest.approx(0.0, abs=0.01)
+    with overrides_scope({"context_whole_weight": 0.0}):
+        _ctx, without = _turn(direct_stream, person, text, NOW + 1000)
+    [fact] = [p.fact for p in without.facts if p.fact.id == both]
+    assert fact.cosine == pytest.approx(2 * 0.7071 / 3 ** 0.5, abs=0.01)
+    # a turn of one line has no whole text: its query is unchanged
+    assert recall.whole_text("几点", "几点") is None
+
+
+def test_a_whole_text_may_be_one_more_lexical_query(person, direct_stream):
+    """``context_whole_lexical`` (0 by default): the whole text of a text read as a chat is one more
+    lexical query line of that weight; a turn of one line has none."""
+    text = "我家的狗今天很乖\n下午一起去打篮球吗\n几点"
+    line, context = recall.read_turn(text, [], {})
+    assert recall.conversation_lines(context, {}, whole=recall.whole_text(text, line)) == recall.conversation_lines(context, {})
+    lines = recall.conversation_lines(context, {"context_whole_lexical": 0.5}, whole=recall.whole_text(text, line))
+    assert lines[-1] == (text, 0.5) and len(lines) == 3
+    assert recall.conversation_lines([], {"context_whole_lexical": 0.5}, whole=None) == []
 
 
 def test_the_text_lines_come_before_the_streams_own_messages(person, direct_stream):
