@@ -844,6 +844,7 @@ class ResidentMessages:
             frequencies, ids, total_tokens = backends.postgresql.message_statistics()
         for term, doc in frequencies:
             self._df[term] = int(doc)
+        del frequencies  # gone before settle() hands the free memory back
         self._known = ids
         self._rows, self._total_tokens = len(ids), float(total_tokens)
         self._max_id = int(ids[-1]) if len(ids) else 0
@@ -942,6 +943,7 @@ class ResidentMessages:
             else:
                 self._df[term] = int(doc)
                 self._total_tokens += int(cnt)
+        del rows  # gone before settle() hands the free memory back
         self.rebuilds += 1
         residency.settle()
 

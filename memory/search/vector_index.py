@@ -51,6 +51,14 @@ def _majority_matrix(pairs: Sequence[tuple[int, bytes]]) -> Int8Matrix:
     return Int8Matrix.from_rows(ids, best[2], best[3])
 
 
+def _stored_matrix() -> Int8Matrix:
+    """The matrix of every stored knowledge SQ8 vector (:func:`_majority_matrix`)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT id, embedding_q8 FROM knowledge WHERE embedding_q8 IS NOT NULL ORDER BY id")
+        pairs = [(i, bytes(b)) for i, b in cur.fetchall()]
+    return _majority_matrix(pairs)
+
+
 class KnowledgeVectorIndex:
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -64,10 +72,7 @@ class KnowledgeVectorIndex:
         if revision != self._revision:
             with self._lock:
                 if revision != self._revision:
-                    with connection.cursor() as cur:
-                        cur.execute("SELECT id, embedding_q8 FROM knowledge WHERE embedding_q8 IS NOT NULL ORDER BY id")
-                        pairs = [(i, bytes(b)) for i, b in cur.fetchall()]
-                    matrix = _majority_matrix(pairs)
+                    matrix = _stored_matrix()  # its rows read and dropped before settle() hands memory back
                     self._positions = {int(i): p for p, i in enumerate(matrix.ids)}
                     self._matrix = matrix
                     self._revision = revision
