@@ -310,9 +310,10 @@ def warm_up_line(warm: dict) -> str:
             b, a = one["before"], one["after"]
             cells.append(f"{backends.LABELS[backend]} {label(s['scale'])} {b['warm_up_s']:g} → **{a['warm_up_s']:g} s** "
                          f"(RSS {b['web_worker_rss_mb']:g} → {a['web_worker_rss_mb']:g} MB)")
-    loads = [c["load_average"][0] for c in warm["calibration"].values()]
+    loads = [c["load_average"][0] for cal in warm.get("calibrations") or [warm["calibration"]] for c in cal.values()]
+    commands = "; ".join(f"`{c}`" for c in warm.get("runs") or [warm["command"]])
     return (f"- Warm-up, the first turn building the resident structures → a thread building them beside it "
-            f"(`{warm['command']}`, medians of {warm['rounds']} alternating rounds, busy machine: 1-minute load up to "
+            f"({commands}, medians of {warm['rounds']} alternating rounds, busy machine: 1-minute load up to "
             f"{max(loads):g}): " + "; ".join(cells) + ".")
 
 

@@ -112,6 +112,18 @@ def measure(store: Path, backend: str, codes: dict[str, Path], rounds: int, turn
             for name, runs in out.items()}
 
 
+def merge(previous: dict, results: dict) -> dict:
+    """``results`` with the (scale, backend) figures of ``previous`` it did not measure; ``runs``: every
+    command that measured some, the calibrations of all of them."""
+    scales = {s["scale"]: {**s, "backends": dict(s["backends"])} for s in previous["scales"]}
+    for s in results["scales"]:
+        scales.setdefault(s["scale"], {**s, "backends": {}})["backends"].update(s["backends"])
+    runs = [r for r in previous.get("runs") or [previous["command"]] if r != results["command"]]
+    loads = [c for c in (previous.get("calibrations") or [previous["calibration"]])]
+    return {**results, "runs": [*runs, results["command"]], "calibrations": [*loads, results["calibration"]],
+            "scales": [scales[k] for k in sorted(scales)]}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, required=True, help="the checkout without the background warm-up")
@@ -124,6 +136,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="where the deployed settings enqueue the turns' tasks (flushed before and after)")
     parser.add_argument("--output", type=Path, default=OUTPUT)
     parser.add_argument("--no-markdown", action="store_true", help="do not touch BENCHMARKS.md")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the scales and backends of the existing --output that this run does not measure")
     args = parser.parse_args(argv)
     import redis
 
@@ -131,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
     codes = {"before": args.before.resolve(), "after": ROOT}
     scales = [float(x) for x in args.scales.split(",")]
     results: dict = {"command": f"python -m bench.warm_up --before DIR --scales {args.scales} --backends {args.backends} "
-                                f"--rounds {args.rounds} --turns {args.turns}",
+                                f"--rounds {args.rounds} --turns {args.turns}{' --merge' if args.merge else ''}",
                      "before": "the checkout given as --before", "rounds": args.rounds, "scales": [],
                      "calibration": {"before": calibration()}}
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -148,6 +162,8 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         redis.Redis.from_url(args.redis_url).flushdb()
     results["calibration"]["after"] = calibration()
+    if args.merge and args.output.exists():
+        results = merge(json.loads(args.output.read_text()), results)
     args.output.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
     if not args.no_markdown and SCALE_RESULTS.exists():  # the line in the scale section, the rest as bench.scale wrote it
         replace_section(BENCHMARKS_MD, "<!-- scale:start -->", "<!-- scale:end -->",

@@ -175,3 +175,18 @@ def test_the_warm_up_before_and_after_is_one_line_of_the_section_within_its_budg
     assert len(section.splitlines()) == len(scale.render_section(results).splitlines()) + 1
     assert ("SQLite 3× 16.03 → **6.91 s** (RSS 378.9 → 379 MB)" in section
             and "medians of 2 alternating rounds, busy machine: 1-minute load up to 5.22" in section)
+
+
+def test_warm_up_runs_merge_by_scale_and_backend_and_the_line_names_every_command():
+    from bench import warm_up
+
+    one = {"before": {"warm_up_s": 9.0, "web_worker_rss_mb": 340.0}, "after": {"warm_up_s": 7.0, "web_worker_rss_mb": 341.0}}
+    cal = {"before": {"load_average": [2.0]}, "after": {"load_average": [3.0]}}
+    first = {"command": "a", "rounds": 2, "calibration": cal,
+             "scales": [{"scale": 1.0, "backends": {"sqlite": one}}, {"scale": 3.0, "backends": {"sqlite": one}}]}
+    second = {"command": "b --merge", "rounds": 2, "calibration": {**cal, "after": {"load_average": [6.5]}},
+              "scales": [{"scale": 3.0, "backends": {"postgresql": one}}]}
+    merged = warm_up.merge(first, second)
+    assert [sorted(s["backends"]) for s in merged["scales"]] == [["sqlite"], ["postgresql", "sqlite"]]
+    line = scale.warm_up_line(merged)
+    assert "(`a`; `b --merge`," in line and "load up to 6.5" in line and "PostgreSQL 3× 9 → **7 s**" in line
