@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> dict:
             db = backends.clone(backends.scale_copy(src)["url"], "ab")
         else:
             api_bench.copy_db(src, db)
-        streams, persons, now = api_bench.refs(db, json.loads(src.with_suffix(".json").read_text()))
+        meta = src.with_suffix(".json")  # bench.run writes it; a store built by bench.build_db alone has none
+        streams, persons, now = api_bench.refs(db, json.loads(meta.read_text()) if meta.exists() else {})
         api_bench.setup_django(db)
         from django.db import connection
 

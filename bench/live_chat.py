@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> dict:
     if not src.exists():
         raise SystemExit(f"needs the scale database {src} (python -m bench.run builds it)")
     api_bench.WORKER["redis_url"] = args.redis_url
-    counts = json.loads(src.with_suffix(".json").read_text())
+    meta = src.with_suffix(".json")  # bench.run writes it; a store built by bench.build_db alone has none
+    counts = json.loads(meta.read_text()) if meta.exists() else {}
     tmp = Path(tempfile.mkdtemp(prefix="memory-live-chat-"))
     from bench import backends
 

@@ -150,8 +150,8 @@ def record_turn(
 def confirm_turn(
     turn_id: int, *, at: int, prompt_ids: Sequence[int], held_back_ids: Sequence[int],
     reinforce: Sequence[tuple[int, int, float, int]], event: dict[str, Any],
-    line: tuple[int, str, bytes, bytes] | None = None,
-) -> list[int] | None:
+    line: tuple[int, str, bytes, bytes] | None = None, reads: Sequence[tuple[str, Sequence[Any], bool]] = (),
+) -> tuple[list[int] | None, list[list[tuple]]]:
     """Claim an unconfirmed turn, reinforce its prompt facts and record both, in one statement
     (:func:`run_unflushed`).
 
@@ -163,7 +163,8 @@ def confirm_turn(
     confirmation's event. Returns the ids reinforced in prompt order, or ``None`` when the
     turn was not there to claim (missing or already confirmed). ``line`` (``(message id, text, raw,
     q8)``): the turn's vector, stored on that message with the claim while it has none and says
-    ``text``.
+    ``text``. ``reads`` are sent with it (:func:`read_together`: one round trip); their rows come back
+    beside the ids.
     """
     keep_line = ""
     if line is not None:
@@ -194,11 +195,14 @@ def confirm_turn(
     if line is not None:
         message_id, text, raw, q8 = line
         params += [raw, q8, message_id, text]
-    rows = run_unflushed(sql, params)
+    if reads:
+        rows, *others = read_together([(sql, params, False), *reads])
+    else:
+        rows, others = run_unflushed(sql, params), []
     if not rows:
-        return None
+        return None, others
     reinforced = rows[0][0]
-    return [int(i) for i in (json.loads(reinforced) if isinstance(reinforced, str) else reinforced)]
+    return [int(i) for i in (json.loads(reinforced) if isinstance(reinforced, str) else reinforced)], others
 
 
 def checkpoint() -> None:

@@ -21,7 +21,7 @@ from django.conf import settings
 
 from memory import overrides, selectors, services
 from memory.engine import context as conversation
-from memory.engine import spreading
+from memory.engine import decay, spreading
 from memory.engine.scope import fact_visible_in_stream
 from memory.engine.scoring import RankedCandidate, Verdict, apply_pool_percentile, held_back, is_reference_profile
 from memory.models import Episode, Fact, Identity, Message, Person, Stream
@@ -179,33 +179,39 @@ class PromptFact:
     completed: bool = False  # added only to show a conflict group whole; not recalled
 
 
-def complete_conflicts(facts: Sequence[ScopedFact], *, now: int) -> list[PromptFact]:
+def conflict_keys(facts: Sequence[ScopedFact]) -> list[tuple[int, str]]:
+    """The ``(person, slot)`` groups :func:`complete_conflicts` looks up for ``facts``."""
+    return [(f.person_id, f.slot) for f in facts if f.active]
+
+
+def complete_conflicts(
+    facts: Sequence[ScopedFact], *, now: int, groups: Mapping[tuple[int, str], list[tuple]] | None = None
+) -> list[PromptFact]:
     """Annotate slot conflicts and append every missing member of their groups.
 
     Conflicting values are always shown side by side: the model must never see
-    only one side and take it as settled.
+    only one side and take it as settled. ``groups`` — the result of
+    :func:`selectors.conflict_members_read` of :func:`conflict_keys`, when the caller read it already
+    (a confirm reads it with its write).
     """
-    groups = selectors.conflict_members((f.person_id, f.slot) for f in facts if f.active)
+    if groups is None:
+        members = selectors.conflict_members_read(conflict_keys(facts))
+        groups = read_ahead.read(members) if members is not None else {}
     out = [
         PromptFact(f, conflict_slot=f.slot if (f.person_id, f.slot) in groups else "") for f in facts
     ]
     present = {f.id for f in facts}
     # Groups are per (person, slot): two persons may both have a 居住地 conflict.
-    missing = [m for members in groups.values() for m, _c in members if m not in present]
-    if missing:
-        rows = Fact.objects.only(
-            "id", "person_id", "kind", "content", "slot", "origin_kind", "strength", "updated_at",
-            "half_life_hours", "active",
-        ).in_bulk(missing)
-        for fid in missing:
-            row = rows[fid]
-            ret = row.retention_at(now)
+    for rows in groups.values():
+        for fid, person_id, slot, content, kind, origin, strength, updated_at, half_life, active in rows:
+            if fid in present:
+                continue
             extra = ScopedFact(
-                id=row.id, person_id=row.person_id, kind=row.kind, content=row.content, slot=row.slot,
-                origin_kind=row.origin_kind, retention=ret, score=0.0, lexical_relevance=0.0, bm25=None,
-                half_life_hours=row.half_life_hours, active=row.active,
+                id=fid, person_id=person_id, kind=kind, content=content, slot=slot, origin_kind=origin,
+                retention=decay.retention(strength, updated_at, half_life, now), score=0.0, lexical_relevance=0.0,
+                bm25=None, half_life_hours=half_life, active=bool(active),
             )
-            out.append(PromptFact(extra, conflict_slot=row.slot, completed=True))
+            out.append(PromptFact(extra, conflict_slot=slot, completed=True))
     return out
 
 
@@ -789,11 +795,15 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
             "gatedFactIds": [fid for fid, v in ranking.verdicts.items() if v == Verdict.GATE],
         },
     }
-    reinforced = turn_store().confirm(turn_id, at=now, ranked=ranked, held_back_ids=held, event=event,
-                                      line=_keep_as_line_vector(turn, line, vector, given=query_embedding is not None))
+    # the slot-conflict groups of the prompt are read with the write (PostgreSQL: in its round trip)
+    members = selectors.conflict_members_read(conflict_keys(ranked))
+    reinforced, groups = turn_store().confirm(
+        turn_id, at=now, ranked=ranked, held_back_ids=held, event=event, also=members,
+        line=_keep_as_line_vector(turn, line, vector, given=query_embedding is not None),
+    )
     if reinforced is None:
         raise TurnStateError(f"turn {turn_id} was already confirmed")
-    completed = complete_conflicts(ranked, now=turn.at)
+    completed = complete_conflicts(ranked, now=turn.at, groups=groups if members is not None else {})
     return ConfirmResult(
         turn_id=turn_id,
         facts=[p for p in completed if not p.completed],

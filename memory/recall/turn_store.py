@@ -30,8 +30,9 @@ strength from the retention it was ranked with, due again accordingly, active, o
 while it still belongs to the person it was recalled for; the ids actually reinforced recorded
 as ``reinforced_fact_ids``; ``event`` written with the turn's id. Returns the reinforced ids in
 prompt order, or ``None`` — nothing written — when the turn is missing or was confirmed already
-(a second confirm waits for the first, then finds it confirmed). Committed like ``record``.
-With ``line`` (a :class:`LineVector`) the claim also stores the turn's vector on the turn's line —
+(a second confirm waits for the first, then finds it confirmed). Committed like ``record``;
+``also`` is read with the write as ``record``'s is, and ``confirm`` returns ``(the reinforced ids or
+None, the result of also)``. With ``line`` (a :class:`LineVector`) the claim also stores the turn's vector on the turn's line —
 the message ``line.message_id`` — when that message still has no vector and says exactly
 ``line.text``: the next turns of the conversation read it instead of embedding the line again.
 """
@@ -65,7 +66,8 @@ class TurnStore(Protocol):
                also: read_ahead.Read | None = None) -> tuple[int, Any]: ...
 
     def confirm(self, turn_id: int, *, at: int, ranked: Sequence[Any], held_back_ids: Sequence[int],
-                event: Mapping[str, Any], line: LineVector | None = None) -> list[int] | None: ...
+                event: Mapping[str, Any], line: LineVector | None = None,
+                also: read_ahead.Read | None = None) -> tuple[list[int] | None, Any]: ...
 
 
 def _unflushed() -> None:
@@ -89,7 +91,13 @@ class OrmTurnStore:
         return turn.pk, None if also is None else read_ahead.read(also)
 
     def confirm(self, turn_id: int, *, at: int, ranked: Sequence[Any], held_back_ids: Sequence[int],
-                event: Mapping[str, Any], line: LineVector | None = None) -> list[int] | None:
+                event: Mapping[str, Any], line: LineVector | None = None,
+                also: read_ahead.Read | None = None) -> tuple[list[int] | None, Any]:
+        reinforced = self._confirm(turn_id, at, ranked, held_back_ids, event, line)
+        return reinforced, None if also is None else read_ahead.read(also)
+
+    def _confirm(self, turn_id: int, at: int, ranked: Sequence[Any], held_back_ids: Sequence[int],
+                 event: Mapping[str, Any], line: LineVector | None) -> list[int] | None:
         prompt_ids = [f.id for f in ranked]
         with transaction.atomic():
             _unflushed()
@@ -131,11 +139,14 @@ class PostgreSQLTurnStore:
         return turn_id, None if also is None else also.convert(rows[0])
 
     def confirm(self, turn_id: int, *, at: int, ranked: Sequence[Any], held_back_ids: Sequence[int],
-                event: Mapping[str, Any], line: LineVector | None = None) -> list[int] | None:
-        return backends.postgresql.confirm_turn(
+                event: Mapping[str, Any], line: LineVector | None = None,
+                also: read_ahead.Read | None = None) -> tuple[list[int] | None, Any]:
+        reads = [] if also is None else [(also.sql, also.params, also.binary)]
+        reinforced, rows = backends.postgresql.confirm_turn(
             turn_id, at=at, prompt_ids=[f.id for f in ranked], held_back_ids=list(held_back_ids),
-            reinforce=services.reinforcement(ranked, at), event=event, line=line,
+            reinforce=services.reinforcement(ranked, at), event=event, line=line, reads=reads,
         )
+        return reinforced, None if also is None else also.convert(rows[0])
 
 
 def turn_store() -> TurnStore:

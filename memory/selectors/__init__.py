@@ -26,6 +26,7 @@ from memory.selectors.conflicts import (
     conflict_group_keys,
     conflict_groups,
     conflict_members,
+    conflict_members_read,
 )
 from memory.selectors.episodes import (
     RecalledEpisode,
@@ -153,6 +154,7 @@ __all__ = [
     "conflict_group_keys",
     "conflict_groups",
     "conflict_members",
+    "conflict_members_read",
     "dense_fact_candidates",
     "dense_scope",
     "dense_scope_read",

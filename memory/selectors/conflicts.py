@@ -11,6 +11,7 @@ from django.db import connection
 from memory import backends
 from memory.engine import decay
 from memory.models import Identity, Person
+from memory.search import read_ahead
 
 #: A fact that can be in a slot-conflict group: active, valid (not superseded), with a slot.
 _MEMBER = "active AND superseded_by IS NULL AND slot <> ''"
@@ -58,15 +59,46 @@ def conflict_group_keys(*, person_ids: Iterable[int] | None = None) -> list[tupl
     return [(p, slot) for p, slot in _rows(sql + " ORDER BY person_id, slot", params)]
 
 
+#: The columns of a member row (:func:`conflict_members_read`): enough to put a member in a prompt.
+MEMBER_COLUMNS = ("id", "person_id", "slot", "content", "kind", "origin_kind", "strength", "updated_at",
+                  "half_life_hours", "active")
+
+
+def conflict_members_read(keys: Iterable[tuple[int, str]]) -> read_ahead.Read | None:
+    """The read of :func:`conflict_members`' groups among the ``(person, slot)`` keys: ``{key: member
+    rows}`` (:data:`MEMBER_COLUMNS`, by id), groups of two or more only — a value, so a confirm can send
+    it with its write (PostgreSQL: one round trip). ``None`` when no key has a slot (nothing to read).
+    """
+    wanted = frozenset((int(p), slot) for p, slot in keys if slot)
+    if not wanted:
+        return None
+    persons, slots = sorted({p for p, _ in wanted}), sorted({slot for _, slot in wanted})
+
+    def groups(rows: list[tuple]) -> dict[tuple[int, str], list[tuple]]:
+        out: dict[tuple[int, str], list[tuple]] = defaultdict(list)
+        for row in rows:
+            if (row[1], row[2]) in wanted:
+                out[(row[1], row[2])].append(row)
+        return {key: members for key, members in out.items() if len(members) >= 2}
+
+    return read_ahead.Read(
+        ("conflict_members", tuple(sorted(wanted))),
+        f"SELECT {', '.join(MEMBER_COLUMNS)} FROM facts WHERE {_MEMBER}"
+        f" AND person_id IN ({backends.in_placeholders(persons)}) AND slot IN ({backends.in_placeholders(slots)})"
+        " ORDER BY id",
+        [*persons, *slots],
+        groups,
+    )
+
+
 def conflict_members(keys: Iterable[tuple[int, str]]) -> dict[tuple[int, str], list[tuple[int, str]]]:
     """Members ``(id, content)`` by id of the slot-conflict groups among the given ``(person, slot)`` keys.
 
     One query; only groups with two or more members are returned.
     """
-    groups: dict[tuple[int, str], list[tuple[int, str]]] = defaultdict(list)
-    for fid, pid, slot, content in _group_rows(keys, "content"):
-        groups[(pid, slot)].append((fid, content))
-    return {key: members for key, members in groups.items() if len(members) >= 2}
+    read = conflict_members_read(keys)
+    groups = read_ahead.read(read) if read is not None else {}
+    return {key: [(row[0], row[3]) for row in rows] for key, rows in groups.items()}
 
 
 @dataclass(frozen=True)

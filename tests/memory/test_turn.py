@@ -77,6 +77,11 @@ def test_conflict_completion_appends_missing_members(person, other_person, group
     # both persons' groups are shown whole, even though they share the slot name
     assert {p.fact.id for p in completed} == {hangzhou, shanghai}
     assert all(p.conflict_slot == "居住地" for p in ctx.facts)
+    # the confirm completes them too, from the groups it read with its write
+    confirmed = recall.confirm_turn(turn_id=ctx.turn_id, at=ctx.now + 1)
+    assert {p.fact.id for p in confirmed.facts} == {chengdu, beijing}
+    assert [(p.fact.id, p.fact.retention, p.conflict_slot) for p in confirmed.conflict_members] == [
+        (p.fact.id, p.fact.retention, "居住地") for p in completed]
 
 
 def test_record_false_writes_nothing_at_all(person, direct_stream):

@@ -72,10 +72,12 @@ def _write(store, world) -> dict:
     ranked = _ranked(world, at)
     confirmed = {"stream_id": stream.pk, "stage": "turn", "kind": "memory_retrieval_confirmed",
                  "payload": {"turnId": turn_id, "promptFactIds": [f.id for f in ranked]}}
-    reinforced = store.confirm(turn_id, at=at, ranked=ranked, held_back_ids=[world["facts"][1]], event=confirmed,
-                               line=LineVector(line, "他周末打球吗", *given))
-    again = store.confirm(turn_id, at=at + 1, ranked=ranked, held_back_ids=[], event=confirmed,
-                          line=LineVector(line, "他周末打球吗", *later))
+    counted = read_ahead.Read(("hits_of", person.pk), "SELECT id, hit_count FROM facts WHERE person_id = %s ORDER BY id",
+                              [person.pk], lambda rows: [tuple(r) for r in rows])
+    reinforced, confirm_also = store.confirm(turn_id, at=at, ranked=ranked, held_back_ids=[world["facts"][1]],
+                                             event=confirmed, line=LineVector(line, "他周末打球吗", *given), also=counted)
+    again, _ = store.confirm(turn_id, at=at + 1, ranked=ranked, held_back_ids=[], event=confirmed,
+                             line=LineVector(line, "他周末打球吗", *later))
     line_vector = Message.objects.filter(pk=line).values_list("embedding", "embedding_q8").get()
 
     turn = Turn.objects.filter(pk=turn_id).values().get()
@@ -94,7 +96,7 @@ def _write(store, world) -> dict:
         tid, _ = store.record({**values, "pool": []}, event)
         store.confirm(tid, at=at, ranked=[], held_back_ids=[], event=confirmed, line=LineVector(message_id, "他周末打球吗", *later))
         others_kept.append(Message.objects.filter(pk=message_id).values_list("embedding", "embedding_q8").get())
-    return {"also": also_rows, "reinforced": reinforced, "again": again, "turn": turn, "events": events,
+    return {"also": also_rows, "confirm_also": confirm_also, "reinforced": reinforced, "again": again, "turn": turn, "events": events,
             "facts": facts, "line_vector": tuple(bytes(v) for v in line_vector), "given": given,
             "others_kept": [tuple(None if v is None else bytes(v) for v in kept) for kept in others_kept]}
 
@@ -117,6 +119,7 @@ def test_a_store_keeps_the_contract(name, world):
     a, b = world["facts"]
     stream = world["stream"]
     assert out["also"] == sorted([a, b])  # the read made with the write
+    assert out["confirm_also"] == [(a, 1), (b, 1)]  # read with the confirm's write, after it
     assert out["reinforced"] == [a, b]  # the moved fact is not the person's any more: not reinforced
     assert out["again"] is None  # confirmed already: nothing written
     turn = out["turn"]
