@@ -52,11 +52,16 @@ def _majority_matrix(pairs: Sequence[tuple[int, bytes]]) -> Int8Matrix:
 
 
 def _stored_matrix() -> Int8Matrix:
-    """The matrix of every stored knowledge SQ8 vector (:func:`_majority_matrix`)."""
+    """The matrix of every stored knowledge SQ8 vector (:func:`_majority_matrix`), rows by ascending id
+    (a row's place is found by bisection: a dict of the ids cost ~100 bytes a row, 24 MB at 10×)."""
     with connection.cursor() as cur:
         cur.execute("SELECT id, embedding_q8 FROM knowledge WHERE embedding_q8 IS NOT NULL ORDER BY id")
         pairs = [(i, bytes(b)) for i, b in cur.fetchall()]
-    return _majority_matrix(pairs)
+    matrix = _majority_matrix(pairs)
+    if len(matrix.ids) > 1 and not bool(np.all(np.diff(matrix.ids) > 0)):  # rows by ascending id: cosines_for bisects
+        order = np.argsort(matrix.ids, kind="stable")
+        matrix = Int8Matrix(matrix.ids[order], matrix.matrix[order], matrix.norms[order], matrix.skipped)
+    return matrix
 
 
 class KnowledgeVectorIndex:
@@ -64,7 +69,6 @@ class KnowledgeVectorIndex:
         self._lock = threading.Lock()
         self._revision: str | None = None
         self._matrix = Int8Matrix.from_blobs([])
-        self._positions: dict[int, int] = {}
         self.rebuilds = 0
 
     def _fresh(self) -> Int8Matrix:
@@ -73,7 +77,6 @@ class KnowledgeVectorIndex:
             with self._lock:
                 if revision != self._revision:
                     matrix = _stored_matrix()  # its rows read and dropped before settle() hands memory back
-                    self._positions = {int(i): p for p, i in enumerate(matrix.ids)}
                     self._matrix = matrix
                     self._revision = revision
                     self.rebuilds += 1
@@ -90,7 +93,6 @@ class KnowledgeVectorIndex:
         with self._lock:
             self._revision = None
             self._matrix = Int8Matrix.from_blobs([])
-            self._positions = {}
 
     def __len__(self) -> int:
         return len(self._fresh())
@@ -104,8 +106,11 @@ class KnowledgeVectorIndex:
     def cosines_for(self, query: bytes | np.ndarray, ids: Sequence[int]) -> dict[int, float]:
         """Cosines of specific knowledge ids (ids without a vector are absent)."""
         matrix = self._fresh()
-        rows = [self._positions[i] for i in ids if i in self._positions]
-        if not rows:
+        wanted = np.fromiter((int(i) for i in ids), dtype=np.int64)
+        at = np.minimum(np.searchsorted(matrix.ids, wanted), max(len(matrix.ids) - 1, 0))  # ids ascending (_stored_matrix)
+        found = matrix.ids[at] == wanted if len(matrix.ids) else np.zeros(len(wanted), dtype=bool)
+        rows = at[found]
+        if not len(rows):
             return {}
         sub = Int8Matrix(matrix.ids[rows], matrix.matrix[rows], matrix.norms[rows], ())
         return {int(i): float(c) for i, c in zip(sub.ids, sub.cosines(query), strict=True)}

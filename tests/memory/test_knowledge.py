@@ -174,6 +174,20 @@ class TestVectorIndexRevision:
         assert [i for i, _ in index.top_k(np.array([0, 1, 0, 0], dtype=np.float32), 1)] == [other]
         assert index.rebuilds == rebuilds + 1
 
+    def test_cosines_of_given_ids_are_the_matrix_rows_ones(self, db):
+        rng = np.random.default_rng(3)
+        ids = [services.add_knowledge(content=f"知识{i}", source="x", at=NOW) for i in range(12)]
+        for kid in ids[::-1]:
+            if kid != ids[4]:  # one row without a vector
+                services.store_knowledge_vector(knowledge_id=kid, vector=rng.standard_normal(8).tolist())
+        query = rng.standard_normal(8).astype(np.float32)
+        everyone = dict(knowledge_index().top_k(query, 20))
+        asked = [ids[7], ids[4], ids[0], max(ids) + 5, ids[11], ids[7]]
+        got = knowledge_index().cosines_for(query, asked)
+        assert list(got) == [ids[7], ids[0], ids[11]]  # in the asked order, missing and unknown ids absent
+        assert got == {kid: pytest.approx(everyone[kid], rel=1e-6) for kid in got}
+        assert knowledge_index().cosines_for(query, []) == {}
+
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 @pytest.mark.sqlite_only("writes through a second sqlite3 connection (PostgreSQL: tests/memory/test_changes.py)")
