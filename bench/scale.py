@@ -225,7 +225,13 @@ def backend_table(results: dict, backend: str) -> list[str]:
 
 
 def calibration_lines(results: dict) -> list[str]:
-    return [f"- {label(s['scale'])}: {calibration_text(s.get('calibration'))}" for s in results["scales"]]
+    """The machine's speed around each scale's run (and around an earlier run a merged backend comes from)."""
+    lines = []
+    for s in results["scales"]:
+        lines.append(f"- {label(s['scale'])}: {calibration_text(s.get('calibration'))}")
+        lines += [f"- {label(s['scale'])} {backends.LABELS[name]}: {calibration_text(one['calibration'])}"
+                  for name, one in s["backends"].items() if one.get("calibration")]
+    return lines
 
 
 def loaded_note(results: dict) -> list[str]:
@@ -251,28 +257,63 @@ def runs_text(results: dict) -> str:
         took = f" in {run['seconds']:,.0f} s" if run.get("seconds") is not None else ""
         return f"`{run['command']}`{took}"
 
+    def which(run: dict) -> str:
+        names = run.get("backends")
+        partial = names and set(names) != set(results.get("backends", []))
+        shown_names = f" ({', '.join(backends.LABELS[b] for b in names)})" if partial else ""
+        return f"{', '.join(label(x) for x in run['scales'])}{shown_names}"
+
     if len(runs) == 1:
         return one(runs[0])
-    return "; ".join(f"{', '.join(label(x) for x in run['scales'])} from {one(run)}" for run in runs)
+    return "; ".join(f"{which(run)} from {one(run)}" for run in runs)
 
 
 def merge(previous: dict | None, results: dict) -> dict:
-    """``results`` with the scales of ``previous`` it did not measure (and their runs) kept beside it."""
+    """``results`` with what ``previous`` measured and it did not kept beside it: whole scales, and at a
+    scale both measured, the backends only ``previous`` did (``--scales 10 --backends postgresql --merge``
+    adds PostgreSQL 10× beside an earlier SQLite 10×); each kept backend keeps its run's calibration."""
     if not previous:
         return results
-    mine = {s["scale"] for s in results["scales"]}
-    kept = [s for s in previous["scales"] if s["scale"] not in mine]
-    if not kept:
+    mine = {s["scale"]: s for s in results["scales"]}
+    measured = set(mine)
+    scales, kept_any = [], False
+    kept_names: dict[float, set[str]] = {}  # at a scale measured again: the backends kept from previous
+    for old in previous["scales"]:
+        new = mine.get(old["scale"])
+        if new is None:
+            scales.append(old)
+            kept_any = True
+            continue
+        kept = {name: {**one, "calibration": one.get("calibration") or old.get("calibration")}
+                for name, one in old["backends"].items() if name not in new["backends"]}
+        if kept:
+            kept_any = True
+            kept_names[old["scale"]] = set(kept)
+            new = {**new, "backends": {**kept, **new["backends"]}}
+        mine[old["scale"]] = new
+    if not kept_any:
         return results
+    scales += [s for s in mine.values()]
+    now = set(results["backends"])
     runs = []
-    for run in runs_of(previous):
-        left = [x for x in run["scales"] if x not in mine]
-        if left:
-            runs.append({**run, "scales": left})
-    runs.append({"command": results["command"], "seconds": results.get("seconds"), "scales": sorted(mine)})
+    for run in runs_of(previous):  # what each earlier run still contributes: its scales not measured again,
+        names = run_backends(run, previous)  # and at those measured again, its backends not measured again
+        others = [b for b in names if b not in now]
+        untouched = [x for x in run["scales"] if x not in measured]
+        partly = [x for x in run["scales"] if set(others) & kept_names.get(x, set())]
+        if untouched:
+            runs.append({**run, "scales": untouched, "backends": names})
+        if partly:
+            runs.append({**run, "scales": partly, "backends": others})
+    runs.append({"command": results["command"], "seconds": results.get("seconds"), "scales": sorted(measured),
+                 "backends": list(results["backends"])})
     backend_names = list(dict.fromkeys([*previous.get("backends", []), *results["backends"]]))
-    return {**results, "backends": backend_names, "runs": runs,
-            "scales": sorted([*kept, *results["scales"]], key=lambda s: s["scale"])}
+    return {**results, "backends": backend_names, "runs": runs, "scales": sorted(scales, key=lambda s: s["scale"])}
+
+
+def run_backends(run: dict, results: dict) -> list[str]:
+    """The backends a run measured (runs recorded before backends were noted: every backend of the results)."""
+    return run.get("backends") or list(results.get("backends", []))
 
 
 def render_full(results: dict) -> str:

@@ -117,30 +117,50 @@ def test_one_table_per_backend_with_the_scales_side_by_side(tmp_path):
     assert out.with_suffix(".png").stat().st_size > 10_000 and out.with_suffix(".md").read_text().startswith("# How")
 
 
-def test_merge_keeps_the_scales_a_run_did_not_measure_and_says_which_run_measured_which():
+def test_merge_keeps_what_a_run_did_not_measure_and_says_which_run_measured_which():
     earlier = {"command": "python -m bench.scale --scales 1,3", "backends": ["sqlite", "postgresql"], "seconds": 900.0,
                "scales": [_fake_scale(1, ("sqlite", "postgresql")), _fake_scale(3, ("sqlite", "postgresql"))]}
     later = {"command": "python -m bench.scale --scales 3,10 --backends sqlite --merge", "backends": ["sqlite"],
              "seconds": 2000.0, "scales": [_fake_scale(3, ("sqlite",)), _fake_scale(10, ("sqlite",))]}
     merged = scale.merge(earlier, later)
     assert [s["scale"] for s in merged["scales"]] == [1, 3, 10]
-    assert merged["scales"][1] is later["scales"][0]  # a scale measured again is the new run's
+    three = merged["scales"][1]
+    assert three["backends"]["sqlite"] is later["scales"][0]["backends"]["sqlite"]  # measured again: the new run's
+    assert three["backends"]["postgresql"]["read"] == earlier["scales"][1]["backends"]["postgresql"]["read"]  # kept
+    assert three["backends"]["postgresql"]["calibration"] == earlier["scales"][1]["calibration"]
     assert merged["backends"] == ["sqlite", "postgresql"]
-    assert [(r["command"], r["scales"]) for r in merged["runs"]] == [
-        ("python -m bench.scale --scales 1,3", [1]), ("python -m bench.scale --scales 3,10 --backends sqlite --merge", [3, 10])]
+    assert [(r["command"], r["scales"], r["backends"]) for r in merged["runs"]] == [
+        ("python -m bench.scale --scales 1,3", [1], ["sqlite", "postgresql"]),
+        ("python -m bench.scale --scales 1,3", [3], ["postgresql"]),
+        ("python -m bench.scale --scales 3,10 --backends sqlite --merge", [3, 10], ["sqlite"])]
     text = scale.runs_text(merged)
-    assert text == ("1× from `python -m bench.scale --scales 1,3` in 900 s; 3×, 10× from "
+    assert text == ("1× from `python -m bench.scale --scales 1,3` in 900 s; 3× (PostgreSQL) from "
+                    "`python -m bench.scale --scales 1,3` in 900 s; 3×, 10× (SQLite) from "
                     "`python -m bench.scale --scales 3,10 --backends sqlite --merge` in 2,000 s")
     full = scale.render_full(merged)
-    assert "| figure | unit | 1× | 3× | 10× | 10× / 1× |" in full and "| figure | unit | 1× | 1× |" not in full
-    assert "Merged runs: 1× from" in full
+    assert "| figure | unit | 1× | 3× | 10× | 10× / 1× |" in full and "| figure | unit | 1× | 3× | 3× / 1× |" in full
+    assert "Merged runs: 1× from" in full and "- 3× PostgreSQL: " in full
     section = scale.render_section(merged)
     check_section(SECTION_BY_MARKER["<!-- scale:start -->"], section)
-    assert text in section and "| figure | SQLite 1× | SQLite 3× | SQLite 10× | PostgreSQL 1× |" in section
-    # merged again: the runs are carried over, not lost
-    again = scale.merge(merged, {**later, "command": "python -m bench.scale --scales 10 --merge",
-                                 "scales": [_fake_scale(10, ("sqlite",))]})
-    assert [r["scales"] for r in again["runs"]] == [[1], [3], [10]]
+    assert "| figure | SQLite 1× | SQLite 3× | SQLite 10× | PostgreSQL 1× | PostgreSQL 3× |" in section
+    # PostgreSQL at 10× later, alone: SQLite's 10× stays beside it
+    pg10 = {"command": "python -m bench.scale --scales 10 --backends postgresql --merge", "backends": ["postgresql"],
+            "seconds": 5000.0, "scales": [_fake_scale(10, ("postgresql",))]}
+    again = scale.merge(merged, pg10)
+    assert sorted(again["scales"][2]["backends"]) == ["postgresql", "sqlite"]
+    assert [(r["scales"], r["backends"]) for r in again["runs"]] == [
+        ([1], ["sqlite", "postgresql"]), ([3], ["postgresql"]), ([3], ["sqlite"]), ([10], ["sqlite"]),
+        ([10], ["postgresql"])]
+    section = scale.render_section(again)
+    check_section(SECTION_BY_MARKER["<!-- scale:start -->"], section)
+    assert "| figure | SQLite 1× | SQLite 3× | SQLite 10× | PostgreSQL 1× | PostgreSQL 3× | PostgreSQL 10× |" in section
+    # a run recorded before runs named their backends, measured again on its backend: nothing is invented
+    old_style = {"command": "a", "backends": ["sqlite", "postgresql"], "seconds": 1.0,
+                 "scales": [_fake_scale(1, ("sqlite", "postgresql")), _fake_scale(10, ("sqlite",))]}
+    redo = scale.merge(old_style, {"command": "b", "backends": ["sqlite"], "seconds": 2.0,
+                                   "scales": [_fake_scale(10, ("sqlite",))]})
+    assert list(redo["scales"][1]["backends"]) == ["sqlite"]
+    assert [(r["command"], r["scales"]) for r in redo["runs"]] == [("a", [1]), ("b", [10])]
     assert scale.merge(None, later) is later and scale.merge(earlier, earlier) is earlier
 
 
