@@ -458,13 +458,18 @@ class ResidentBM25:
         return [(int(i), float(b)) for i, b in zip(ids[order], bm25[order], strict=True)]
 
     def bm25_for(self, terms: Sequence[str], rowids: Sequence[int]) -> dict[int, float] | None:
-        """bm25 of specific rows (rows matching no term are absent)."""
-        scored = self.scores(terms)
+        """bm25 of specific rows (rows matching no term are absent): :meth:`scores_for`'s numbers, at the
+        cost of those rows; when one of them is not loaded yet, the whole table's scores of the others."""
+        scored = self.scores_for(terms, rowids)
         if scored is None:
-            return None
+            scored = self.scores(terms)
+            if scored is None:
+                return None
+            ids, bm25 = scored
+            keep = np.isin(ids, np.fromiter((int(r) for r in rowids), dtype=np.int64))
+            scored = ids[keep], bm25[keep]
         ids, bm25 = scored
-        keep = np.isin(ids, np.fromiter((int(r) for r in rowids), dtype=np.int64))
-        return {int(i): float(b) for i, b in zip(ids[keep], bm25[keep], strict=True)}
+        return {int(i): float(b) for i, b in zip(ids, bm25, strict=True)}
 
 
 _indexes: dict[str, ResidentBM25] = {}

@@ -518,6 +518,10 @@ def test_scoped_scores_are_the_whole_tables_bit_for_bit_with_appended_rows(loade
         keep = np.isin(all_ids, wanted)
         assert ids.tolist() == all_ids[keep].tolist()
         assert bm25.tolist() == all_bm25[keep].tolist()  # equal floats, not approximately
+        # bm25_for: the same numbers by the rows' own cost, and by the whole table's when a row is not loaded
+        expected = dict(zip(all_ids[keep].tolist(), all_bm25[keep].tolist(), strict=True))
+        assert index.bm25_for(terms, wanted) == expected
+        assert index.bm25_for(terms, [*wanted, 10**9]) == expected
 
 
 @pytest.mark.parametrize("loaded", [400, 0])
