@@ -301,3 +301,38 @@ def test_many_concept_holders_load_few_retentions_and_rank_exactly() -> None:
     assert len(full.hits) == sum(1 for v in retention.values() if v is not None and v >= 0.15)
     assert result.hits == full.hits[:6]
     assert {h.node_id for h in result.hits} >= {5004}
+
+
+@pytest.mark.parametrize("activated", [False, True])
+def test_best_hits_are_the_full_ranking_of_every_node(activated: bool) -> None:
+    """Step 5 with early stopping gives what scoring every fused node gives: the first ``limit`` by
+    score, ties in ``fused`` order — on masses with many ties, some retentions missing or below REVIVE."""
+    import random
+
+    from memory.engine.spreading import REVIVE, _best_hits, _RetentionCache
+
+    for trial in range(200):
+        rng = random.Random(trial)
+        nodes = rng.sample(range(1, 10_000), rng.randint(1, 400))
+        fused = {n: rng.choice([0.5, 0.25, 0.125, rng.random()]) for n in nodes}
+        distances = {n: rng.randint(1, 3) for n in nodes}
+        retention = {n: rng.choice([None, 0.1, 0.3, 0.6, 1.0, 1.0]) for n in nodes}
+        factor = {n: rng.choice([1.0, 1.0, 1.5, 2.0]) for n in nodes}
+        limit = rng.choice([1, 4, 10, 500])
+        loaded: list[set[int]] = []
+
+        def retention_of(ns: set[int], loaded=loaded, retention=retention) -> dict[int, float | None]:
+            loaded.append(set(ns))
+            return {n: retention[n] for n in ns}
+
+        got = _best_hits(fused, distances, _RetentionCache(retention_of), factor.__getitem__ if activated else None, limit)
+        full = []
+        for place, n in enumerate(fused):
+            keep = retention[n]
+            if keep is None or keep < REVIVE:
+                continue
+            value = fused[n] * keep * (factor[n] if activated else 1.0)
+            full.append((-value, place, n))
+        full.sort()
+        assert [(h.node_id, h.score, h.hops) for h in got] == [(n, -v, distances[n]) for v, _p, n in full[:limit]]
+        assert sum(map(len, loaded)) <= len(nodes)
