@@ -48,6 +48,7 @@ __all__ = [
     "RECALL_HOPS",
     "EDGE_BOOST",
     "EDGE_HALF_LIFE_HOURS",
+    "ACTIVATION_MOST",
     "ACTIVATION_TAU_MS",
     "PPR_ALPHA",
     "PPR_MAX_ITERATIONS",
@@ -94,6 +95,10 @@ _FORGET_AFTER_MS = 40 * ACTIVATION_TAU_MS
 # Candidate hits whose retention is loaded at a time (see ``_best_hits``).
 _HIT_BATCH = 64
 _PRUNE_EVERY = 4096
+
+
+#: The largest :func:`activation_factor` (a node touched now): ``1 + exp(0)``.
+ACTIVATION_MOST = 2.0
 
 
 def activation_factor(last_touch: int | None, now: int) -> float:
@@ -464,7 +469,9 @@ def spread(
     :param timeout_seconds: wall-clock budget of *each* PPR run.
     :param activation: ``node → factor`` (e.g. ``lambda n: sta.factor(n, now)``); ``None`` = 1. When it
         also has ``many(nodes) → {node: factor}``, factors are asked for in batches (one per hop
-        or one for all candidate hits) — what a shared activation in Redis needs.
+        or one for all candidate hits) — what a shared activation in Redis needs; when it also
+        states ``most`` (its largest factor, :data:`ACTIVATION_MOST`), the candidate hits' factors
+        are asked for only as their retentions are loaded.
     :param on_timeout: called with ``'memory'`` or ``'knowledge'`` when a PPR times out.
     :param clock: monotonic clock in seconds (``None`` = ``time.monotonic`` at call time),
         used for both PPR deadlines and ``elapsed_ms``.
@@ -542,10 +549,17 @@ def _best_hits(
     ``fused`` order); a retention above 1 switches the early stop off.
     """
     nodes = list(fused)
-    factors = activation_factors(activation, fused) if activation is not None else None
+    # An activation that states its largest factor (``most``, which must bound every factor it gives) is
+    # asked batch by batch for the nodes loaded, their bound being ``mass * most``: a shared activation
+    # then answers 64 nodes at a time, not every node a concept reached. Any other is asked for every
+    # node first, as the order needs it.
+    most = getattr(activation, "most", None) if activation is not None else None
+    factors = activation_factors(activation, fused) if activation is not None and most is None else None
     bounds = np.fromiter(fused.values(), dtype=np.float64, count=len(nodes))
     if factors is not None:
         bounds = bounds * np.fromiter((factors[n] for n in nodes), dtype=np.float64, count=len(nodes))
+    elif most is not None:
+        factors = {}
     # best bound first, ties in ``fused`` order (a stable sort of the negated bounds: what a reversed
     # stable sort gives, without a Python comparison per node — concepts can reach tens of thousands)
     order = np.argsort(-bounds, kind="stable").tolist()
@@ -554,6 +568,10 @@ def _best_hits(
     for start in range(0, len(order), _HIT_BATCH):
         chunk = order[start:start + _HIT_BATCH]
         cache.load(nodes[i] for i in chunk)
+        if most is not None:
+            asked = activation_factors(activation, [nodes[i] for i in chunk])  # type: ignore[arg-type]
+            bounded = bounded and max(asked.values()) <= most
+            factors.update(asked)  # type: ignore[union-attr]
         for i in chunk:
             node = nodes[i]
             keep = cache.get(node)
@@ -567,7 +585,8 @@ def _best_hits(
         rest = start + _HIT_BATCH
         if bounded and len(hits) >= limit and rest < len(order):
             kth = sorted((h.score for h, _i in hits), reverse=True)[limit - 1]
-            if kth > float(bounds[order[rest]]):
+            nxt = float(bounds[order[rest]])
+            if kth > (nxt * most if most is not None else nxt):
                 break
     hits.sort(key=lambda pair: (-pair[0].score, pair[1]))
     return [hit for hit, _i in hits[:limit]]

@@ -31,7 +31,10 @@ def short_term_activation():
 
 
 class _FactorsAt:
-    """``node → factor`` at ``now`` for the engine, with the batched ``many`` it prefers."""
+    """``node → factor`` at ``now`` for the engine, with the batched ``many`` it prefers and the largest
+    factor (``most``), so a spread asks only for the factors of the hits it loads."""
+
+    most = sp.ACTIVATION_MOST
 
     def __init__(self, activation, now: int) -> None:
         self.activation, self.now = activation, now

@@ -303,10 +303,26 @@ def test_many_concept_holders_load_few_retentions_and_rank_exactly() -> None:
     assert {h.node_id for h in result.hits} >= {5004}
 
 
-@pytest.mark.parametrize("activated", [False, True])
-def test_best_hits_are_the_full_ranking_of_every_node(activated: bool) -> None:
+class _Stated:
+    """An activation that states its largest factor (as the shared one does) and counts what it is asked."""
+
+    def __init__(self, factor: Mapping[int, float], most: float) -> None:
+        self.factor, self.most, self.asked = factor, most, 0
+
+    def __call__(self, node: int) -> float:
+        return self.many([node])[node]
+
+    def many(self, nodes: Iterable[int]) -> dict[int, float]:
+        nodes = list(nodes)
+        self.asked += len(nodes)
+        return {n: self.factor[n] for n in nodes}
+
+
+@pytest.mark.parametrize("activated", [False, True, "stated"])
+def test_best_hits_are_the_full_ranking_of_every_node(activated: bool | str) -> None:
     """Step 5 with early stopping gives what scoring every fused node gives: the first ``limit`` by
-    score, ties in ``fused`` order — on masses with many ties, some retentions missing or below REVIVE."""
+    score, ties in ``fused`` order — on masses with many ties, some retentions missing or below REVIVE;
+    an activation stating its largest factor is asked only for the nodes loaded."""
     import random
 
     from memory.engine.spreading import REVIVE, _best_hits, _RetentionCache
@@ -325,13 +341,17 @@ def test_best_hits_are_the_full_ranking_of_every_node(activated: bool) -> None:
             loaded.append(set(ns))
             return {n: retention[n] for n in ns}
 
-        got = _best_hits(fused, distances, _RetentionCache(retention_of), factor.__getitem__ if activated else None, limit)
+        activation = (None if activated is False else factor.__getitem__ if activated is True
+                      else _Stated(factor, 2.0))
+        got = _best_hits(fused, distances, _RetentionCache(retention_of), activation, limit)
+        if activated == "stated":
+            assert activation.asked == sum(map(len, loaded))  # the loaded nodes only, each once
         full = []
         for place, n in enumerate(fused):
             keep = retention[n]
             if keep is None or keep < REVIVE:
                 continue
-            value = fused[n] * keep * (factor[n] if activated else 1.0)
+            value = fused[n] * keep * (factor[n] if activated is not False else 1.0)
             full.append((-value, place, n))
         full.sort()
         assert [(h.node_id, h.score, h.hops) for h in got] == [(n, -v, distances[n]) for v, _p, n in full[:limit]]
