@@ -221,6 +221,35 @@ class ConceptGraph:
     max_mapped: int | None = None  # map back only the best-ranked concepts (None = all)
 
 
+@dataclass(frozen=True)
+class _ConceptMass:
+    """What the concept graph gives memory nodes (step 3): every node holding a reached concept, in the
+    order they are first met (concept by concept, each's holders in order), the sum of the shares of the
+    concepts it holds (added concept by concept) and the nearest of their distances."""
+
+    nodes: np.ndarray  # int64
+    mass: np.ndarray  # float64
+    hops: np.ndarray  # int64
+
+    @classmethod
+    def of(cls, held: Sequence[tuple[np.ndarray, float, int]]) -> _ConceptMass:
+        """From ``(holders, share, hop)`` of each concept in order (no node twice within one)."""
+        if not held:
+            return cls(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64))
+        nodes, first, inverse = np.unique(np.concatenate([h for h, _s, _d in held]), return_index=True,
+                                          return_inverse=True)
+        mass = np.zeros(len(nodes))
+        hops = np.full(len(nodes), np.iinfo(np.int64).max, dtype=np.int64)
+        at = 0
+        for holders, share, hop in held:
+            where = inverse[at:at + len(holders)]
+            at += len(holders)
+            mass[where] += share  # 0.0 + the first share, then each next one: the order of adding node by node
+            hops[where] = np.minimum(hops[where], hop)
+        met = np.argsort(first)
+        return cls(nodes[met], mass[met], hops[met])
+
+
 class _RetentionCache:
     def __init__(self, retention_of: RetentionFn) -> None:
         self._fn = retention_of
@@ -311,7 +340,7 @@ def _concept_spread(
     alpha: float,
     timeout_seconds: float,
     clock: Callable[[], float],
-) -> tuple[dict[int, float], dict[int, int]]:
+) -> _ConceptMass:
     concepts = concept.concepts
     raw: dict[int, dict[int, float]] = {cid: {} for cid in concepts}
     for source, target, strength in concept.edges:
@@ -343,7 +372,7 @@ def _concept_spread(
         for cid in matched:
             weights[cid] = weights.get(cid, 0.0) + share
     if not weights or sum(weights.values()) <= 0.0:
-        return {}, {}
+        return _ConceptMass.of([])
 
     distances = _within_hops(weights, hops, lambda frontier: (o for node in frontier for o in graph.get(node, {})))
     if len(distances) == len(graph):  # every concept reached: nothing to cut
@@ -364,30 +393,20 @@ def _concept_spread(
     if concept.max_mapped is not None:
         reached = sorted(reached, key=lambda cid: -ranks[cid])[: concept.max_mapped]
     if not reached:
-        return {}, {}
+        return _ConceptMass.of([])
     holders = concept.nodes_containing({concepts[cid] for cid in reached})
-    seed_set = set(seeds)
-    scores: dict[int, float] = {}
-    node_distances: dict[int, int] = {}
+    seed_ids = np.fromiter(seeds, dtype=np.int64, count=len(seeds))
+    held: list[tuple[np.ndarray, float, int]] = []  # per concept: its holders, each's share, the hop
     for cid in reached:
-        matched = dict.fromkeys(holders.get(concepts[cid], ()))  # each holder once, in order
-        for node in seed_set:
-            matched.pop(node, None)
-        if not matched:
-            continue
-        share = ranks[cid] / len(matched)
-        hop = distances[cid]
-        # a concept can be held by thousands of nodes, most of them reached by this concept only:
-        # nodes already scored add the share, new ones are inserted in bulk (same values, same order)
-        scored = matched.keys() & scores.keys()
-        for node in scored:
-            scores[node] += share
-            if hop < node_distances[node]:
-                node_distances[node] = hop
-        fresh = [node for node in matched if node not in scored] if scored else matched
-        scores.update(dict.fromkeys(fresh, 0.0 + share))
-        node_distances.update(dict.fromkeys(fresh, hop))
-    return scores, node_distances
+        nodes = np.asarray(holders.get(concepts[cid], ()), dtype=np.int64).reshape(-1)
+        if len(nodes) > 1 and not bool(np.all(nodes[1:] > nodes[:-1])):  # each holder once, in order
+            _u, first = np.unique(nodes, return_index=True)
+            nodes = nodes[np.sort(first)]
+        if len(seed_ids):
+            nodes = nodes[~np.isin(nodes, seed_ids)]
+        if len(nodes):
+            held.append((nodes, ranks[cid] / len(nodes), distances[cid]))
+    return _ConceptMass.of(held)
 
 
 def legacy_spread(
@@ -512,24 +531,34 @@ def spread(
         memory_scores = {node: value for node, value in ranks.items() if node not in seeds}
         distances = {node: memory_distances[node] for node in memory_scores}
 
-    fused = dict(memory_scores)
+    # step 4 over arrays: the memory graph's nodes in their order, then those only concepts reached in
+    # theirs; a node reached by both keeps its place, with the sum and the nearer distance (the values and
+    # the order of merging the two as dicts node by node; a concept can reach tens of thousands of nodes)
+    order = list(memory_scores)
+    masses = [memory_scores[node] for node in order]
+    nearest = [distances[node] for node in order]
+    nodes = np.fromiter(order, dtype=np.int64, count=len(order))
+    extra = _ConceptMass.of([])
     if concept is not None and concept.concepts:
         try:
-            concept_scores, concept_distances = _concept_spread(seeds, concept, hops, alpha, timeout_seconds, clock)
+            mass = _concept_spread(seeds, concept, hops, alpha, timeout_seconds, clock)
         except PageRankTimeoutError:
             return fallback(GRAPH_KNOWLEDGE)
-        # most concept-reached nodes are new: all are merged in one go (a node already in ``fused`` keeps
-        # its place), then the few reached by both graphs get the sum and the nearer distance
-        # (same values, same order as adding node by node; concept scores are never -0.0)
-        both = [(node, fused[node] + concept_scores[node], min(distances[node], concept_distances[node]))
-                for node in memory_scores if node in concept_scores]
-        fused.update(concept_scores)
-        distances.update(concept_distances)
-        for node, value, hop in both:
-            fused[node] = value
-            distances[node] = hop
-
-    hits = _best_hits(fused, distances, cache, activation, limit)
+        shared = np.isin(mass.nodes, nodes)
+        if shared.any():
+            place = {node: i for i, node in enumerate(order)}
+            for j in np.flatnonzero(shared).tolist():
+                i = place[int(mass.nodes[j])]
+                masses[i] = masses[i] + float(mass.mass[j])
+                nearest[i] = min(nearest[i], int(mass.hops[j]))
+            mass = _ConceptMass(mass.nodes[~shared], mass.mass[~shared], mass.hops[~shared])
+        extra = mass
+    hits = _best_of(
+        np.concatenate([nodes, extra.nodes]),
+        np.concatenate([np.asarray(masses, dtype=np.float64), extra.mass]),
+        np.concatenate([np.asarray(nearest, dtype=np.int64), extra.hops]),
+        cache, activation, limit,
+    )
     return SpreadResult(hits=hits, elapsed_ms=(clock() - started) * 1000.0)
 
 
@@ -540,48 +569,64 @@ def _best_hits(
     activation: Callable[[int], float] | None,
     limit: int,
 ) -> list[SpreadHit]:
-    """The first ``limit`` hits of ``fused`` (step 5) without loading every node's retention.
+    """:func:`_best_of` of the nodes of ``fused`` in its order, with their masses and ``distances``."""
+    n = len(fused)
+    return _best_of(np.fromiter(fused, dtype=np.int64, count=n), np.fromiter(fused.values(), dtype=np.float64, count=n),
+                    np.fromiter((distances[node] for node in fused), dtype=np.int64, count=n), cache, activation, limit)
+
+
+def _best_of(
+    nodes: np.ndarray,
+    masses: np.ndarray,
+    hops: np.ndarray,
+    cache: _RetentionCache,
+    activation: Callable[[int], float] | None,
+    limit: int,
+) -> list[SpreadHit]:
+    """The first ``limit`` hits among ``nodes`` (step 5) without loading every node's retention.
 
     A concept shared by thousands of nodes gives each of them a little mass. Retention is
     at most 1, so ``mass * activation`` bounds a node's score from above: nodes are loaded
     best bound first, ``_HIT_BATCH`` at a time, until the ``limit``-th score found beats
     every bound left. The hits and their order are those of scoring every node (ties keep
-    ``fused`` order); a retention above 1 switches the early stop off.
+    the order of ``nodes``); a retention above 1 switches the early stop off.
     """
-    nodes = list(fused)
     # An activation that states its largest factor (``most``, which must bound every factor it gives) is
     # asked batch by batch for the nodes loaded, their bound being ``mass * most``: a shared activation
     # then answers 64 nodes at a time, not every node a concept reached. Any other is asked for every
     # node first, as the order needs it.
     most = getattr(activation, "most", None) if activation is not None else None
-    factors = activation_factors(activation, fused) if activation is not None and most is None else None
-    bounds = np.fromiter(fused.values(), dtype=np.float64, count=len(nodes))
-    if factors is not None:
-        bounds = bounds * np.fromiter((factors[n] for n in nodes), dtype=np.float64, count=len(nodes))
+    factors: dict[int, float] | None = None
+    bounds = masses
+    if activation is not None and most is None:
+        every = nodes.tolist()
+        factors = activation_factors(activation, every)
+        bounds = masses * np.fromiter((factors[n] for n in every), dtype=np.float64, count=len(every))
     elif most is not None:
         factors = {}
-    # best bound first, ties in ``fused`` order (a stable sort of the negated bounds: what a reversed
-    # stable sort gives, without a Python comparison per node — concepts can reach tens of thousands)
-    order = np.argsort(-bounds, kind="stable").tolist()
-    hits: list[tuple[SpreadHit, int]] = []  # with the node's place in ``fused``
+    # best bound first, ties in the nodes' order (a stable sort of the negated bounds: what a reversed
+    # stable sort gives, without a Python comparison per node)
+    order = np.argsort(-bounds, kind="stable")
+    hits: list[tuple[SpreadHit, int]] = []  # with the node's place in ``nodes``
     bounded = True
     for start in range(0, len(order), _HIT_BATCH):
         chunk = order[start:start + _HIT_BATCH]
-        cache.load(nodes[i] for i in chunk)
+        chunk_nodes = nodes[chunk].tolist()
+        cache.load(chunk_nodes)
         if most is not None:
-            asked = activation_factors(activation, [nodes[i] for i in chunk])  # type: ignore[arg-type]
+            asked = activation_factors(activation, chunk_nodes)  # type: ignore[arg-type]
             bounded = bounded and max(asked.values()) <= most
             factors.update(asked)  # type: ignore[union-attr]
-        for i in chunk:
-            node = nodes[i]
+        for i, node, mass, hop in zip(chunk.tolist(), chunk_nodes, masses[chunk].tolist(), hops[chunk].tolist(),
+                                      strict=True):
             keep = cache.get(node)
             if keep is None or keep < REVIVE:
                 continue
             bounded = bounded and keep <= 1.0
-            value = fused[node] * keep
+            value = mass * keep
             if factors is not None:
                 value *= factors[node]
-            hits.append((SpreadHit(node_id=node, score=value, hops=distances[node]), i))
+            hits.append((SpreadHit(node_id=node, score=value, hops=hop), i))
         rest = start + _HIT_BATCH
         if bounded and len(hits) >= limit and rest < len(order):
             kth = sorted((h.score for h, _i in hits), reverse=True)[limit - 1]

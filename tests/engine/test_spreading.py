@@ -356,3 +356,37 @@ def test_best_hits_are_the_full_ranking_of_every_node(activated: bool | str) -> 
         full.sort()
         assert [(h.node_id, h.score, h.hops) for h in got] == [(n, -v, distances[n]) for v, _p, n in full[:limit]]
         assert sum(map(len, loaded)) <= len(nodes)
+
+
+def test_concept_mass_is_adding_node_by_node() -> None:
+    """Step 3's mapping over arrays: the nodes in the order first met, each share added concept by concept
+    (the same doubles as adding to a dict node by node) and the nearest hop."""
+    import random
+
+    import numpy as np
+
+    from memory.engine.spreading import _ConceptMass
+
+    for trial in range(200):
+        rng = random.Random(trial)
+        held = []
+        for _ in range(rng.randint(1, 5)):
+            nodes = rng.sample(range(1, 300), rng.randint(1, 120))
+            if trial % 2:
+                nodes.sort()
+            held.append((np.asarray(nodes, dtype=np.int64), rng.random() / len(nodes), rng.randint(1, 3)))
+        scores: dict[int, float] = {}
+        nearest: dict[int, int] = {}
+        for nodes, share, hop in held:
+            for node in nodes.tolist():
+                if node in scores:
+                    scores[node] += share
+                    nearest[node] = min(nearest[node], hop)
+                else:
+                    scores[node], nearest[node] = 0.0 + share, hop
+        got = _ConceptMass.of(held)
+        assert got.nodes.tolist() == list(scores)
+        assert got.mass.tolist() == list(scores.values())  # equal doubles, not approximately
+        assert got.hops.tolist() == list(nearest.values())
+    empty = _ConceptMass.of([])
+    assert len(empty.nodes) == len(empty.mass) == len(empty.hops) == 0
