@@ -345,20 +345,30 @@ def conversation_query(
     _, _, half_life = _context_knobs(overrides)
     window = _dense_window(context, overrides)
     whole_weight = _whole_weights(overrides)[0]
-    extra = (_line_vector(whole), whole_weight) if text_vector is not None and whole and whole_weight > 0 else None
+    with read_ahead.within():
+        return _conversation_query(text_vector, window, overrides, whole if whole_weight > 0 else None, whole_weight,
+                                   half_life)
+
+
+def _conversation_query(
+    text_vector: Any, window: Sequence[ContextLine], overrides: Mapping[str, Any], whole: str | None,
+    whole_weight: float, half_life: float,
+) -> Any:
+    if text_vector is not None:  # a text's own lines (and the whole text) not embedded yet: in one call
+        _embed_lines([*(line.content for line in window if not line.message_id), *([whole] if whole else [])])
+    extra = (_line_vector(whole), whole_weight) if text_vector is not None and whole else None
     if extra is not None and extra[0] is None:
         extra = None
     if text_vector is None or not window:
         return conversation.ConversationQuery.build(text_vector, [], whole=extra) if extra else text_vector
     stored = [line.message_id for line in window if line.message_id]
     weights = conversation.recency_weights(max(line.position for line in window), half_life)
-    with read_ahead.within():  # the messages' vectors and their roles: one read
-        vectors = selectors.message_vectors(stored) if stored else {}
-        pairs = [
-            (vectors.get(line.message_id) if line.message_id else _line_vector(line.content), weights[line.position - 1])
-            for line in window
-        ]
-        joined = _window_vector(text_vector, window, [vector for vector, _ in pairs], stored, overrides)
+    vectors = selectors.message_vectors(stored) if stored else {}  # with their roles: one read (the block's)
+    pairs = [
+        (vectors.get(line.message_id) if line.message_id else _line_vector(line.content), weights[line.position - 1])
+        for line in window
+    ]
+    joined = _window_vector(text_vector, window, [vector for vector, _ in pairs], stored, overrides)
     if joined is None and extra is None and all(vector is None for vector, _ in pairs):
         return text_vector
     return conversation.ConversationQuery.build(text_vector, pairs, window=joined, whole=extra)
@@ -387,6 +397,25 @@ def _window_vector(
 def _line_vector(content: str) -> np.ndarray | None:
     """The vector of a multi-line text's own line (:func:`read_turn`), as a stored message has one."""
     return read_ahead.once(("line_vector", content), lambda: embed_query(content))
+
+
+def _embed_lines(contents: Sequence[str]) -> None:
+    """Inside a read-ahead block: the vectors of ``contents`` not in it yet, embedded in one call and kept
+    for :func:`_line_vector` (a bot that sends its line's vector leaves its text's other lines to us:
+    one call for them all, not one each). A failed call keeps nothing: each line is asked again alone."""
+    pending = [content for content in dict.fromkeys(contents) if not read_ahead.holds(("line_vector", content))]
+    if len(pending) < 2:
+        return
+    try:
+        embedder = provider_config.get_embedder(serving=True)
+        if embedder is None:
+            return
+        found = embedder.embed(pending)
+    except Exception:  # the vector is a side channel: lexical order stands
+        logger.warning("query embedding failed", exc_info=True)
+        return
+    for content, vector in zip(pending, found, strict=True):
+        read_ahead.once(("line_vector", content), lambda v=vector: v)
 
 
 def _turn_vector(

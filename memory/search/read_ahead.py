@@ -141,6 +141,12 @@ def once(key: tuple, compute: Callable[[], Any]) -> Any:
     return state[key]
 
 
+def holds(key: tuple) -> bool:
+    """Whether the block around has a value for ``key`` (:func:`once`'s) already."""
+    state = _state.get()
+    return state is not None and key in state
+
+
 def has(r: Read) -> bool:
     """Whether the block around has the result of ``r`` already (read ahead, or read before)."""
     state = _state.get()

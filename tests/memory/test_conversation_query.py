@@ -396,6 +396,26 @@ def test_a_whole_text_keeps_its_own_vector_as_one_more_row(person, direct_stream
     assert recall.whole_text("几点", "几点") is None
 
 
+def test_a_bots_vector_leaves_the_texts_other_lines_to_one_call(person, direct_stream, monkeypatch):
+    """A bot that sends its line's vector with a text of several lines: the other lines and the whole
+    text are embedded together, in one call, not one call each — and rank as they would one by one."""
+    from memory.providers import config
+
+    embedder = TopicEmbedder()
+    monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
+    background.reset()
+    both = services.add_fact(person_id=person.pk, content="玩家常带狗去打篮球", kind="偏好", at=NOW - 30 * DAY).fact_id
+    services.store_fact_vector(fact_id=both, vector=[0.7071, 0.7071, 0.0, 0.0])
+    text = "我家的狗今天很乖\n下午一起去打篮球吗\n几点"
+    own = embedder.embed(["几点"])[0]
+    embedder.calls.clear()
+    _ctx, result = _turn(direct_stream, person, text, NOW, vector=list(own))
+    asked = [call for call in embedder.calls if set(call) & {"下午一起去打篮球吗", "我家的狗今天很乖", text}]
+    assert asked == [["下午一起去打篮球吗", "我家的狗今天很乖", text]]  # one call, the turn's line not in it
+    [fact] = [p.fact for p in result.facts if p.fact.id == both]
+    assert fact.cosine == pytest.approx(1.0, abs=0.01)  # the whole text's row, as without the bot's vector
+
+
 def test_a_whole_text_may_be_one_more_lexical_query(person, direct_stream):
     """``context_whole_lexical`` (0 by default): the whole text of a text read as a chat is one more
     lexical query line of that weight; a turn of one line has none."""
