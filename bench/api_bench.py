@@ -275,6 +275,23 @@ def first_answered_turn(server: Server, token: str, item: dict, timeout: float =
     raise RuntimeError("gunicorn answered no turn")
 
 
+def wait_settled(server: Server, *, quiet: float = 1.0, share: float = 0.05, timeout: float = 300.0) -> dict:
+    """Until the web workers have built their resident indexes beside the first turns (the warm-up thread,
+    docs/ARCHITECTURE.md "Warm-up"): their CPU time grows by less than ``share`` of the wall clock over
+    ``quiet`` seconds. ``seconds`` from now to then, ``cpu_s`` what they spent meanwhile. The figures after
+    it are a warmed server's; a server taking traffic while it warms (a restart under a live bot) pays
+    ``cpu_s`` on its first requests' cores."""
+    t0, c0 = time.monotonic(), server.cpu_seconds()
+    last_t, last_c = t0, c0
+    while time.monotonic() - t0 < timeout:
+        time.sleep(quiet)
+        t, c = time.monotonic(), server.cpu_seconds()
+        if c - last_c < share * (t - last_t):
+            return {"seconds": round(last_t - t0, 2), "cpu_s": round(last_c - c0, 2)}
+        last_t, last_c = t, c
+    return {"seconds": round(time.monotonic() - t0, 2), "cpu_s": round(server.cpu_seconds() - c0, 2), "timed_out": True}
+
+
 def turn_inputs(streams, persons, n: int, now: int) -> list[dict]:
     import numpy as np
 
@@ -537,6 +554,7 @@ def main(argv: list[str] | None = None) -> dict:
         server = Server(env_for(db, deployed=True), workers=args.workers)
         try:
             warm_up = first_answered_turn(server, token, inputs[0])
+            warm_up["settled"] = wait_settled(server)  # what follows measures a warmed server
             ingest = http_ingest(server, token, streams, persons, args.messages, args.threads, now, "http")
             if worker is not None:  # as deployed: the worker embeds the stored lines (MESSAGE_VECTOR_DELAY)
                 backfilled = {"by": "worker", **wait_for_worker_vectors()}
@@ -635,7 +653,9 @@ def print_table(r: dict) -> None:
           f"client {i['http']['client_cpu_ms_per_request']} ms; direct {i['direct']['median_ms']} ms")
     res = r.get("residency") or {}
     if res:
-        print(f"warm-up (web worker fork → first answered turn) {res['warm_up']['seconds']} s; RSS MB of the web workers "
+        settled = res["warm_up"].get("settled") or {}
+        print(f"warm-up (web worker fork → first answered turn) {res['warm_up']['seconds']} s, its resident indexes "
+              f"built {settled.get('seconds')} s after that ({settled.get('cpu_s')} s CPU); RSS MB of the web workers "
               f"{res['web_workers_rss_mb']}, of the Celery worker {res['celery_rss_mb']}")
     c = r["context"]["http"]
     print(f"conversation per turn (HTTP): {c['mean_context_messages']} context messages, "

@@ -180,6 +180,8 @@ def figures(one: dict) -> list[tuple[str, str, float | None]]:
             ("POST /turns", "p95 ms", api["turns"]["http"].get("p95_ms")),
             ("worker catch-up: ingested messages embedded", "s", vectors.get("seconds")),
             ("warm-up: web worker fork → first turn", "s", (res.get("warm_up") or {}).get("seconds")),
+            ("warm-up: its resident indexes built after that", "s",
+             ((res.get("warm_up") or {}).get("settled") or {}).get("seconds")),
             ("web worker RSS (warmed, largest)", "MB", max(res.get("web_workers_rss_mb") or [0]) or None),
             ("Celery pool process RSS (largest)", "MB", max(celery.get("pool") or [0]) or None),
         ]

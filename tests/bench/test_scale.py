@@ -70,6 +70,9 @@ def test_the_api_part_reports_warm_up_and_resident_memory(tmp_path):
     assert 0 < figures["POST /turns + confirm"][1] < 5_000
     warm = figures["warm-up: web worker fork → first turn"][1]
     assert 0 < warm < 120  # a worker loads the URLconf, jieba and the embedder before its first turn
+    settled = results["scales"][0]["backends"]["sqlite"]["api"]["residency"]["warm_up"]["settled"]
+    assert figures["warm-up: its resident indexes built after that"][1] == settled["seconds"] >= 0
+    assert "timed_out" not in settled and settled["cpu_s"] >= 0  # the warm-up thread ends: ingest meets a warmed server
     assert 150 < figures["web worker RSS (warmed, largest)"][1] < 4000
     assert 100 < figures["Celery pool process RSS (largest)"][1] < 4000
     assert figures["worker catch-up: ingested messages embedded"][1] is not None
