@@ -226,6 +226,30 @@ def backend_table(results: dict, backend: str) -> list[str]:
     return lines
 
 
+def calibration_line(results: dict) -> str:
+    """The machine's speed around every run of the scales, in one line (BENCHMARKS.md's section)."""
+    parts = []
+    for s in results["scales"]:
+        runs = [(label(s["scale"]), s.get("calibration"))]
+        runs += [(f"{label(s['scale'])} {backends.LABELS[name]}", one["calibration"])
+                 for name, one in s["backends"].items() if one.get("calibration")]
+        for name, cal in runs:
+            cal = cal or {}
+            got = [cal[w] for w in ("before", "after") if cal.get(w)]
+            if got:
+                parts.append(f"{name} {' / '.join(str(c['loop_1e7_s']) for c in got)} s, load "
+                             f"{' / '.join(str(c['load_average'][0]) for c in got)}")
+    return ("- Machine calibration before / after each run (a Python loop of 10⁷ additions; 1-minute load on "
+            f"{_cpus(results)} cores): " + "; ".join(parts) + ".")
+
+
+def _cpus(results: dict) -> int | str:
+    for s in results["scales"]:
+        for cal in (s.get("calibration") or {}).values():
+            return cal.get("cpus", "?")
+    return "?"
+
+
 def calibration_lines(results: dict) -> list[str]:
     """The machine's speed around each scale's run (and around an earlier run a merged backend comes from)."""
     lines = []
@@ -341,7 +365,8 @@ def render_full(results: dict) -> str:
 #: the figures BENCHMARKS.md's section keeps (the full tables are in bench/results/scale.md)
 SUMMARY = ["search_knowledge (lexical + vector)", "spread (hops 2)", "turn prepare (read-only)", "message statistics load",
            "reading process RSS", "sweep (1 % due)", "ingest as deployed (4 threads)", "POST /turns + confirm",
-           "warm-up: web worker fork → first turn", "web worker RSS (warmed, largest)", "Celery pool process RSS (largest)"]
+           "warm-up: web worker fork → first turn", "warm-up: its resident indexes built after that",
+           "web worker RSS (warmed, largest)", "Celery pool process RSS (largest)"]
 
 
 def warm_up_line(warm: dict) -> str:
@@ -370,7 +395,7 @@ def render_section(results: dict, warm_up: dict | None = None) -> str:
         f"{runs_text(results)}; the bench store at each scale "
         "(1× = 2,000 persons, 200,000 messages), read paths in one fresh process, the API as deployed with a "
         "real worker; all figures and the plot: `bench/results/scale.md`, `scale.png`.",
-        *calibration_lines(results), *loaded_note(results), *([warm_up_line(warm_up)] if warm_up else []), "",
+        calibration_line(results), *loaded_note(results), *([warm_up_line(warm_up)] if warm_up else []), "",
         head, "|---|" + "---:|" * len(columns),
     ]
     for name in SUMMARY:
