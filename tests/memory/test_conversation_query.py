@@ -368,10 +368,9 @@ def test_a_whole_text_ranks_as_the_same_lines_sent_as_a_chat(person, direct_stre
     assert ctx.line == "\n".join(lines) and ctx.context == []
 
 
-def test_a_whole_text_keeps_its_own_vector_as_one_more_row(person, direct_stream, monkeypatch):
-    """A text read as a chat keeps its own vector (``context_whole_weight``, 1): embedded in the one
-    call with its lines, one more row of the dense query. Its background is the chattiest row's, so a
-    text of small-talk lines stays small talk however far its vector lies from each line."""
+def _dog_and_basketball(person, monkeypatch):
+    """A topic embedder, a fact naming both topics and a text of three lines naming one each (the last
+    line, 几点, neither): ``(embedder, fact id, text)``."""
     from memory.providers import config
 
     embedder = TopicEmbedder()
@@ -379,7 +378,14 @@ def test_a_whole_text_keeps_its_own_vector_as_one_more_row(person, direct_stream
     background.reset()
     both = services.add_fact(person_id=person.pk, content="玩家常带狗去打篮球", kind="偏好", at=NOW - 30 * DAY).fact_id
     services.store_fact_vector(fact_id=both, vector=[0.7071, 0.7071, 0.0, 0.0])
-    text = "我家的狗今天很乖\n下午一起去打篮球吗\n几点"
+    return embedder, both, "我家的狗今天很乖\n下午一起去打篮球吗\n几点"
+
+
+def test_a_whole_text_keeps_its_own_vector_as_one_more_row(person, direct_stream, monkeypatch):
+    """A text read as a chat keeps its own vector (``context_whole_weight``, 1): embedded in the one
+    call with its lines, one more row of the dense query. Its background is the chattiest row's, so a
+    text of small-talk lines stays small talk however far its vector lies from each line."""
+    embedder, both, text = _dog_and_basketball(person, monkeypatch)
     ctx, result = _turn(direct_stream, person, text, NOW)
     assert ctx.line == "几点" and recall.whole_text(text, ctx.line) == text
     assert ["几点", "下午一起去打篮球吗", "我家的狗今天很乖", text] in embedder.calls  # one call
@@ -399,14 +405,7 @@ def test_a_whole_text_keeps_its_own_vector_as_one_more_row(person, direct_stream
 def test_a_bots_vector_leaves_the_texts_other_lines_to_one_call(person, direct_stream, monkeypatch):
     """A bot that sends its line's vector with a text of several lines: the other lines and the whole
     text are embedded together, in one call, not one call each — and rank as they would one by one."""
-    from memory.providers import config
-
-    embedder = TopicEmbedder()
-    monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
-    background.reset()
-    both = services.add_fact(person_id=person.pk, content="玩家常带狗去打篮球", kind="偏好", at=NOW - 30 * DAY).fact_id
-    services.store_fact_vector(fact_id=both, vector=[0.7071, 0.7071, 0.0, 0.0])
-    text = "我家的狗今天很乖\n下午一起去打篮球吗\n几点"
+    embedder, both, text = _dog_and_basketball(person, monkeypatch)
     own = embedder.embed(["几点"])[0]
     embedder.calls.clear()
     _ctx, result = _turn(direct_stream, person, text, NOW, vector=list(own))
