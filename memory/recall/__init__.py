@@ -410,9 +410,12 @@ def _embed_lines(contents: Sequence[str]) -> None:
         embedder = provider_config.get_embedder(serving=True)
         if embedder is None:
             return
-        found = embedder.embed(pending)
+        found = list(embedder.embed(pending))
     except Exception:  # the vector is a side channel: lexical order stands
         logger.warning("query embedding failed", exc_info=True)
+        return
+    if len(found) != len(pending):  # a provider answering otherwise: each line is asked alone
+        logger.warning("query embedding returned %d vectors for %d texts", len(found), len(pending))
         return
     for content, vector in zip(pending, found, strict=True):
         read_ahead.once(("line_vector", content), lambda v=vector: v)

@@ -415,6 +415,25 @@ def test_a_bots_vector_leaves_the_texts_other_lines_to_one_call(person, direct_s
     assert fact.cosine == pytest.approx(1.0, abs=0.01)  # the whole text's row, as without the bot's vector
 
 
+def test_a_provider_answering_fewer_vectors_leaves_each_line_asked_alone(person, direct_stream, monkeypatch):
+    """A provider that answers a batch with fewer vectors than texts: the turn is not lost, each line is
+    embedded alone, and the text ranks as with a provider that answers right."""
+    embedder, both, text = _dog_and_basketball(person, monkeypatch)
+    answer = embedder.embed
+
+    def short(texts):
+        found = answer(texts)
+        return found[:-1] if len(texts) > 1 else found
+
+    monkeypatch.setattr(embedder, "embed", short)
+    own = answer(["几点"])[0]
+    embedder.calls.clear()
+    _ctx, result = _turn(direct_stream, person, text, NOW, vector=list(own))
+    assert ["下午一起去打篮球吗"] in embedder.calls and ["我家的狗今天很乖"] in embedder.calls and [text] in embedder.calls
+    [fact] = [p.fact for p in result.facts if p.fact.id == both]
+    assert fact.cosine == pytest.approx(1.0, abs=0.01)
+
+
 def test_a_whole_text_may_be_one_more_lexical_query(person, direct_stream):
     """``context_whole_lexical`` (0 by default): the whole text of a text read as a chat is one more
     lexical query line of that weight; a turn of one line has none."""
