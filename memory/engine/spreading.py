@@ -92,7 +92,7 @@ RetentionFn = Callable[[set[int]], Mapping[int, "float | None"]]
 
 # Beyond this age exp(-Δ/τ) is below half an ulp of 1.0, so the factor is exactly 1.0.
 _FORGET_AFTER_MS = 40 * ACTIVATION_TAU_MS
-# Candidate hits whose retention is loaded at a time (see ``_best_hits``).
+# Candidate hits whose retention is loaded at a time (see ``_best_of``).
 _HIT_BATCH = 64
 _PRUNE_EVERY = 4096
 
@@ -560,19 +560,6 @@ def spread(
         cache, activation, limit,
     )
     return SpreadResult(hits=hits, elapsed_ms=(clock() - started) * 1000.0)
-
-
-def _best_hits(
-    fused: Mapping[int, float],
-    distances: Mapping[int, int],
-    cache: _RetentionCache,
-    activation: Callable[[int], float] | None,
-    limit: int,
-) -> list[SpreadHit]:
-    """:func:`_best_of` of the nodes of ``fused`` in its order, with their masses and ``distances``."""
-    n = len(fused)
-    return _best_of(np.fromiter(fused, dtype=np.int64, count=n), np.fromiter(fused.values(), dtype=np.float64, count=n),
-                    np.fromiter((distances[node] for node in fused), dtype=np.int64, count=n), cache, activation, limit)
 
 
 def _best_of(

@@ -406,18 +406,32 @@ def _embed_lines(contents: Sequence[str]) -> None:
     pending = [content for content in dict.fromkeys(contents) if not read_ahead.holds(("line_vector", content))]
     if len(pending) < 2:
         return
+    found = _embed_together(pending)
+    if found is not None:
+        _keep_line_vectors(pending, found)
+
+
+def _embed_together(texts: Sequence[str]) -> list[Any] | None:
+    """``texts`` embedded in one call of the serving embedder, or None: none configured, the call failed
+    (or a remote provider did not answer within ``EMBEDDING_QUERY_TIMEOUT``), or it answered with another
+    number of vectors. The vector is a side channel: without it the lexical order stands."""
     try:
         embedder = provider_config.get_embedder(serving=True)
         if embedder is None:
-            return
-        found = list(embedder.embed(pending))
-    except Exception:  # the vector is a side channel: lexical order stands
+            return None
+        found = list(embedder.embed(list(texts)))
+    except Exception:
         logger.warning("query embedding failed", exc_info=True)
-        return
-    if len(found) != len(pending):  # a provider answering otherwise: each line is asked alone
-        logger.warning("query embedding returned %d vectors for %d texts", len(found), len(pending))
-        return
-    for content, vector in zip(pending, found, strict=True):
+        return None
+    if len(found) != len(texts):
+        logger.warning("query embedding returned %d vectors for %d texts", len(found), len(texts))
+        return None
+    return found
+
+
+def _keep_line_vectors(contents: Sequence[str], vectors: Sequence[Any]) -> None:
+    """The vectors of a text's own lines, kept in the read-ahead block for :func:`_line_vector`."""
+    for content, vector in zip(contents, vectors, strict=True):
         read_ahead.once(("line_vector", content), lambda v=vector: v)
 
 
@@ -430,19 +444,11 @@ def _turn_vector(
     own = list(dict.fromkeys(line.content for line in _dense_window(context, overrides) if not line.message_id))
     if whole and _whole_weights(overrides)[0] > 0 and whole not in own:
         own.append(whole)
-    if not own:
-        return embed_query(text)
-    try:
-        embedder = provider_config.get_embedder(serving=True)
-        if embedder is None:
-            return None
-        vector, *rest = embedder.embed([text, *own])
-    except Exception:  # the vector is a side channel: lexical order stands
-        logger.warning("query embedding failed", exc_info=True)
+    found = _embed_together([text, *own])
+    if found is None:
         return None
-    for content, line_vector in zip(own, rest, strict=True):
-        read_ahead.once(("line_vector", content), lambda v=line_vector: v)
-    return vector
+    _keep_line_vectors(own, found[1:])
+    return found[0]
 
 
 def _dense_window(context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> list[ContextLine]:
@@ -610,14 +616,8 @@ def prepare_turn(
 def embed_query(text: str) -> np.ndarray | None:
     """Query vector from the configured embedding provider, or None (disabled, failed, or a remote
     provider that does not answer within ``EMBEDDING_QUERY_TIMEOUT``: the request does not wait)."""
-    try:
-        embedder = provider_config.get_embedder(serving=True)
-        if embedder is None:
-            return None
-        return embedder.embed([text])[0]
-    except Exception:  # the vector is a side channel: lexical order stands
-        logger.warning("query embedding failed", exc_info=True)
-        return None
+    found = _embed_together([text])
+    return found[0] if found is not None else None
 
 
 def prompt_facts(ranked: Sequence[ScopedFact], limit: int) -> list[ScopedFact]:

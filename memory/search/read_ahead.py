@@ -149,8 +149,7 @@ def holds(key: tuple) -> bool:
 
 def has(r: Read) -> bool:
     """Whether the block around has the result of ``r`` already (read ahead, or read before)."""
-    state = _state.get()
-    return state is not None and r.key in state
+    return holds(r.key)
 
 
 def drop(r: Read) -> None:

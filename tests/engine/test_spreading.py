@@ -325,7 +325,9 @@ def test_best_hits_are_the_full_ranking_of_every_node(activated: bool | str) -> 
     an activation stating its largest factor is asked only for the nodes loaded."""
     import random
 
-    from memory.engine.spreading import REVIVE, _best_hits, _RetentionCache
+    import numpy as np
+
+    from memory.engine.spreading import REVIVE, _best_of, _RetentionCache
 
     for trial in range(200):
         rng = random.Random(trial)
@@ -343,7 +345,9 @@ def test_best_hits_are_the_full_ranking_of_every_node(activated: bool | str) -> 
 
         activation = (None if activated is False else factor.__getitem__ if activated is True
                       else _Stated(factor, 2.0))
-        got = _best_hits(fused, distances, _RetentionCache(retention_of), activation, limit)
+        got = _best_of(np.asarray(list(fused), dtype=np.int64), np.asarray(list(fused.values())),
+                       np.asarray([distances[n] for n in fused], dtype=np.int64), _RetentionCache(retention_of),
+                       activation, limit)
         if activated == "stated":
             assert activation.asked == sum(map(len, loaded))  # the loaded nodes only, each once
         full = []
