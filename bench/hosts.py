@@ -351,7 +351,9 @@ class Run:
         try:
             workers = [procs.start(celery_cmd("hosts-a@%h"), env, f"worker-a-{tag}")]
             names = [f"worker-a-{tag}"]
-            if hosts == 2:
+            if hosts == 2 and self.args.second_on_host:  # a diagnostic: the second worker here, no relay
+                workers.append(procs.start(celery_cmd("hosts-b@%h"), env, f"worker-b-{tag}"))
+            elif hosts == 2:
                 workers.append(procs.start([*self.cluster.ns.prefix(), *celery_cmd(f"hosts-b@{self.cluster.ns.name}")],
                                            self.cluster.remote_env(env), f"worker-b-{tag}"))
                 names.append(f"worker-b-{tag}")
@@ -496,6 +498,8 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--threads", type=int, default=4, help="client threads posting messages")
     p.add_argument("--llm-latency", default="0.3,0.8", help="seconds per model call: uniform between these")
     p.add_argument("--skip-ingest", action="store_true")
+    p.add_argument("--second-on-host", action="store_true",
+                   help="a diagnostic: start the second catch-up worker on this host (no namespace, no relay)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds a catch-up may take")
     p.add_argument("--redis-url", default=os.environ.get("MEMORY_BENCH_REDIS_URL") or "redis://127.0.0.1:6379/13",
                    help="a Redis database of this run's own (flushed before each trial and at the end)")
