@@ -351,11 +351,12 @@ class Run:
         try:
             workers = [procs.start(celery_cmd("hosts-a@%h"), env, f"worker-a-{tag}")]
             names = [f"worker-a-{tag}"]
-            if hosts == 2 and self.args.second_on_host:  # a diagnostic: the second worker here, no relay
-                workers.append(procs.start(celery_cmd("hosts-b@%h"), env, f"worker-b-{tag}"))
-            elif hosts == 2:
-                workers.append(procs.start([*self.cluster.ns.prefix(), *celery_cmd(f"hosts-b@{self.cluster.ns.name}")],
-                                           self.cluster.remote_env(env), f"worker-b-{tag}"))
+            if hosts == 2:
+                if self.args.second_on_host:  # a diagnostic: the second worker here, no relay
+                    workers.append(procs.start(celery_cmd("hosts-b@%h"), env, f"worker-b-{tag}"))
+                else:
+                    workers.append(procs.start([*self.cluster.ns.prefix(), *celery_cmd(f"hosts-b@{self.cluster.ns.name}")],
+                                               self.cluster.remote_env(env), f"worker-b-{tag}"))
                 names.append(f"worker-b-{tag}")
             wait_until(lambda: all(" ready." in procs.log_text(n) for n in names), 300, "workers start", workers)
             time.sleep(2)  # the pool's children forked
