@@ -43,7 +43,16 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import Server, child_pids, latency_stats, rss_mb, shown, started_at, stop_process_group
+from bench.common import (
+    Server,
+    child_pids,
+    latency_stats,
+    rss_mb,
+    shown,
+    started_at,
+    stop_process_group,
+    tree_cpu_seconds,
+)
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -123,6 +132,10 @@ class Worker:
         if self.proc.poll() is not None:
             raise RuntimeError(f"celery worker exited: {log.read_text()[-2000:]}")
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the worker's main process and its pool so far."""
+        return tree_cpu_seconds(self.proc.pid)
+
     def rss(self) -> dict:
         """Resident memory (MB) of the worker's main process and of each pool process (they run the tasks)."""
         return {"main": rss_mb(self.proc.pid), "pool": [rss_mb(p) for p in child_pids(self.proc.pid)]}
@@ -196,7 +209,8 @@ def refs(db: Path | str, counts: dict) -> tuple[list[tuple[str, str]], list[str]
 # --- HTTP workload ---------------------------------------------------------------------------
 
 
-def http_ingest(server: Server, token: str, streams, persons, n: int, threads: int, now: int, run: str) -> dict:
+def http_ingest(server: Server, token: str, streams, persons, n: int, threads: int, now: int, run: str,
+                worker: Worker | None = None) -> dict:
     import httpx
 
     base = server.base
@@ -233,6 +247,7 @@ def http_ingest(server: Server, token: str, streams, persons, n: int, threads: i
                                                   "role": "assistant", "content": "warm-up", "at": now})
     pool = [threading.Thread(target=work, args=(i, c)) for i, c in enumerate(per)]
     server_cpu0, client_cpu0 = server.cpu_seconds(), time.process_time()
+    worker_cpu0, busy0 = (worker.cpu_seconds() if worker else 0.0), _machine_busy()
     t0 = time.perf_counter()
     for th in pool:
         th.start()
@@ -240,11 +255,18 @@ def http_ingest(server: Server, token: str, streams, persons, n: int, threads: i
         th.join()
     wall = time.perf_counter() - t0
     server_cpu, client_cpu = server.cpu_seconds() - server_cpu0, time.process_time() - client_cpu0
+    worker_cpu, busy = (worker.cpu_seconds() if worker else 0.0) - worker_cpu0, _machine_busy()
+    # where the machine's CPU went while the messages came in (ms a request): the web, this client, the
+    # Celery worker and everything else (PostgreSQL's backends, Redis, the kernel)
+    machine_cpu = (busy[0] - busy0[0]) / os.sysconf("SC_CLK_TCK")
+    shares = {"web": server_cpu, "client": client_cpu, "worker": worker_cpu,
+              "other": max(0.0, machine_cpu - server_cpu - client_cpu - worker_cpu)}
     return {"requests": n, "threads": threads, "seconds": round(wall, 3), "requests_per_s": round(n / wall, 1),
             "latency": latency_stats(latencies), "errors": len(errors), "first_errors": errors[:3],
             "server_cpu_ms_per_request": round(server_cpu / n * 1000, 3),
             "client_cpu_ms_per_request": round(client_cpu / n * 1000, 3),
-            "server_cpu_bound_requests_per_s_per_core": round(n / server_cpu, 1) if server_cpu else None}
+            "server_cpu_bound_requests_per_s_per_core": round(n / server_cpu, 1) if server_cpu else None,
+            "cpu_ms_per_request": {key: round(value / n * 1000, 3) for key, value in shares.items()}}
 
 
 def first_answered_turn(server: Server, token: str, item: dict, timeout: float = 180.0) -> dict:
@@ -567,7 +589,7 @@ def main(argv: list[str] | None = None) -> dict:
         try:
             warm_up = first_answered_turn(server, token, inputs[0])
             warm_up["settled"] = wait_settled(server)  # what follows measures a warmed server
-            ingest = http_ingest(server, token, streams, persons, args.messages, args.threads, now, "http")
+            ingest = http_ingest(server, token, streams, persons, args.messages, args.threads, now, "http", worker)
             if worker is not None:  # as deployed: the worker embeds the stored lines (MESSAGE_VECTOR_DELAY)
                 backfilled = {"by": "worker", **wait_for_worker_vectors()}
             else:  # no worker: the bench gives them the vectors a worker would have

@@ -327,6 +327,12 @@ MESSAGE_MAX_CHARS = envint("MESSAGE_MAX_CHARS", 20000)
 # lower is faster, higher stays closer to unpruned bm25 — BENCHMARKS.md measures both).
 LEXICAL_RESIDENT_INDEX = envbool("LEXICAL_RESIDENT_INDEX", "True")
 FTS_PRUNE_DF_RATIO = envfloat("FTS_PRUNE_DF_RATIO", 0.1)
+# Knowledge vector search scores every stored vector (int8, exact) up to KNOWLEDGE_EXACT_ROWS
+# rows; above that it ranks exactly only the KNOWLEDGE_SKETCH_CANDIDATES rows whose sign codes
+# are nearest the query's (approximate; measured recall in docs/ARCHITECTURE.md, "The knowledge
+# vector index"). 0 keeps every size exact.
+KNOWLEDGE_EXACT_ROWS = envint("KNOWLEDGE_EXACT_ROWS", 100_000)
+KNOWLEDGE_SKETCH_CANDIDATES = envint("KNOWLEDGE_SKETCH_CANDIDATES", 2048)
 # Long-lived structures (the resident indexes, jieba's dictionary) are frozen out of the
 # cyclic garbage collector's full passes once loaded, which otherwise stall a turn for
 # 150+ ms now and then (memory/search/residency.py).

@@ -48,6 +48,7 @@ __all__ = [
     "cosine_q8_many",
     "cosine_q8_matrix",
     "Int8Matrix",
+    "SignSketch",
     "valid_q8_rows",
 ]
 
@@ -300,6 +301,62 @@ def _kth_largest(values: np.ndarray, k: int) -> float:
     return float(np.partition(values, values.shape[0] - k)[values.shape[0] - k])
 
 
+_SKETCH_ROWS = 16384  # rows turned into sign codes at a time (a float32 chunk of 32 MB at d = 512)
+
+
+@dataclass(frozen=True)
+class SignSketch:
+    """One bit per dimension of each row: which side of the rows' mean direction it lies on.
+
+    The bits of two unit vectors differ in a share of the dimensions that grows with the angle
+    between them (the sign-random-projection argument, here with the coordinate axes after the
+    rows' mean is taken away, which spreads the bits of embeddings that all lean one way). The
+    Hamming distance of 64 bytes is a cheap first guess of which rows are nearest; the exact int8
+    cosine then ranks the ``candidates`` closest guesses (:meth:`Int8Matrix.top_k`). The answer is
+    approximate: a row can be missed when its bits disagree with the query's more than those of
+    ``candidates`` others. docs/ARCHITECTURE.md ("The knowledge vector index") gives the measured recall.
+    """
+
+    centre: np.ndarray  # float32, d: mean of the rows as unit vectors
+    codes: np.ndarray  # uint8, n × ceil(d / 8)
+    candidates: int
+
+    @classmethod
+    def of(cls, matrix: np.ndarray, norms: np.ndarray, candidates: int) -> SignSketch:
+        """The sketch of int8 ``matrix`` rows (their Euclidean ``norms`` given), a chunk of rows at a time."""
+        n, d = matrix.shape
+        inverse = np.zeros(n, dtype=np.float32)
+        np.divide(1.0, norms, out=inverse, where=norms > 0.0)
+        total = np.zeros(d, dtype=np.float64)
+        for start in range(0, n, _SKETCH_ROWS):
+            unit = matrix[start : start + _SKETCH_ROWS].astype(np.float32) * inverse[start : start + _SKETCH_ROWS, None]
+            total += unit.sum(axis=0, dtype=np.float64)
+        centre = (total / max(n, 1)).astype(np.float32)
+        codes = np.empty((n, (d + 7) // 8), dtype=np.uint8)
+        for start in range(0, n, _SKETCH_ROWS):
+            unit = matrix[start : start + _SKETCH_ROWS].astype(np.float32) * inverse[start : start + _SKETCH_ROWS, None]
+            codes[start : start + unit.shape[0]] = np.packbits(unit > centre, axis=1)
+        return cls(centre, codes, max(1, int(candidates)))
+
+    def nearest_rows(self, vec: np.ndarray, count: int) -> np.ndarray:
+        """Positions (ascending) of the ``count`` rows whose bits differ least from those of ``vec``;
+        rows at the cut-off distance are taken in position order, so the answer is deterministic."""
+        n = self.codes.shape[0]
+        if count >= n:
+            return np.arange(n)
+        norm = float(np.sqrt(np.dot(vec.astype(np.float64), vec.astype(np.float64))))
+        unit = vec.astype(np.float32) / np.float32(norm) if norm > 0.0 else vec.astype(np.float32)
+        code = np.packbits(unit > self.centre)[None, :]
+        if simsimd is not None:
+            distances = np.asarray(simsimd.cdist(self.codes, code, metric="hamming", dtype="bin8")).reshape(-1)
+        else:  # pragma: no cover - platforms without a simsimd wheel
+            distances = np.bitwise_count(self.codes ^ code).sum(axis=1)
+        cut = np.partition(distances, count - 1)[count - 1]
+        closer = np.flatnonzero(distances < cut)
+        at_cut = np.flatnonzero(distances == cut)[: count - closer.shape[0]]
+        return np.sort(np.concatenate([closer, at_cut]))
+
+
 @dataclass
 class Int8Matrix:
     """A resident matrix of SQ8 payloads for brute-force cosine search.
@@ -311,12 +368,15 @@ class Int8Matrix:
     (``simsimd``), and with a float query by converting chunks of ``~2048`` rows to
     float32 (the int8 products and their sums stay exact in float32 for d ≤ 1024).
     ``skipped`` lists ids whose blob was invalid or of another dimension at build time.
+    A matrix given a :class:`SignSketch` (:meth:`with_sketch`) answers :meth:`top_k` from the
+    sketch's candidates only (approximate); without one every row is scored (exact).
     """
 
     ids: np.ndarray
     matrix: np.ndarray
     norms: np.ndarray
     skipped: tuple[int, ...] = field(default=())
+    sketch: SignSketch | None = field(default=None, repr=False, compare=False)
     _inverse_norms: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -355,6 +415,12 @@ class Int8Matrix:
     def from_rows(cls, ids: np.ndarray, keep: np.ndarray, payload: np.ndarray) -> Int8Matrix:
         """From :func:`valid_q8_rows`' answer for the blobs of ``ids``: the kept ones, the others skipped."""
         return cls(ids[keep], payload, _row_norms(payload), tuple(ids[~keep].tolist()))
+
+    def with_sketch(self, candidates: int) -> Int8Matrix:
+        """This matrix with a :class:`SignSketch` of its rows: :meth:`top_k` then ranks exactly only the
+        ``candidates`` rows (or 16 × k, if more) whose sign codes are nearest the query's."""
+        return Int8Matrix(self.ids, self.matrix, self.norms, self.skipped,
+                          SignSketch.of(self.matrix, self.norms, candidates))
 
     def _query_vector(self, query: BytesLike | np.ndarray | Sequence[float]) -> tuple[np.ndarray, np.ndarray | None]:
         """The query as float32, and as int8 when it is an SQ8 blob (``None`` for a float vector)."""
@@ -420,10 +486,14 @@ class Int8Matrix:
         """The ``k`` rows most similar to ``query``: ``[(id, cosine), ...]`` best first.
 
         Ties are broken by row position (insertion order). ``k < 1`` or an empty matrix → ``[]``.
+        With a sketch, the exact ranking of the sketch's nearest candidates (see :class:`SignSketch`).
         """
         if k < 1 or len(self) == 0:
             return []
         vec, q8 = self._query_vector(query)
+        if self.sketch is not None and max(self.sketch.candidates, 16 * k) < len(self):
+            rows = self.sketch.nearest_rows(vec, max(self.sketch.candidates, 16 * k))
+            return Int8Matrix(self.ids[rows], self.matrix[rows], self.norms[rows]).top_k(query, k)
         dots = self._dots(vec, q8)
         n = dots.shape[0]
         if k < n:

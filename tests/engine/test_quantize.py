@@ -15,6 +15,7 @@ from memory.engine.quantize import (
     HEADER_SIZE,
     MAGIC,
     Int8Matrix,
+    SignSketch,
     cosine_q8,
     cosine_q8_many,
     cosine_q8_matrix,
@@ -209,6 +210,54 @@ def test_int8_matrix_large_top_k_is_exact():
     for query in (quantize_vector(mat[17].astype(np.float32)), quantize_vector(rng.standard_normal(d))):
         for k in (1, 15, 150):
             assert m.top_k(query, k) == _full_ranking(m, query, k)
+
+
+def _clustered(rng, n: int, d: int, clusters: int) -> np.ndarray:
+    """Rows around a few directions that all lean one way, as sentence embeddings do."""
+    lean = rng.standard_normal(d)
+    centres = rng.standard_normal((clusters, d)) + 2.0 * lean
+    rows = centres[rng.integers(0, clusters, n)] + 0.6 * rng.standard_normal((n, d))
+    return rows.astype(np.float32)
+
+
+def test_sign_sketch_ranks_its_candidates_exactly_and_finds_the_neighbours():
+    """With a sketch, top_k is the exact ranking of the sketch's candidates: every cosine is the
+    exact one, the order is the exact order, and on clustered rows the head is the exact head."""
+    rng = np.random.default_rng(5)
+    vectors = _clustered(rng, 6050, 64, 40)
+    m = Int8Matrix.from_blobs([(i, quantize_vector(v)) for i, v in enumerate(vectors[:6000])])
+    sketched = m.with_sketch(400)
+    assert sketched.sketch.codes.shape == (6000, 8) and sketched.sketch.codes.dtype == np.uint8
+    found = total = 0
+    for v in vectors[6000:]:  # queries from the same clusters, not among the rows
+        for query in (quantize_vector(v), v):
+            exact, approx = m.top_k(query, 15), sketched.top_k(query, 15)
+            cos = dict(zip(m.ids.tolist(), m.cosines(query).tolist(), strict=True))
+            assert all(c == pytest.approx(cos[i], abs=1e-12) for i, c in approx)
+            assert [c for _i, c in approx] == sorted((c for _i, c in approx), reverse=True)
+            found += len({i for i, _ in exact} & {i for i, _ in approx})
+            total += 15
+    assert found / total >= 0.95  # iid noise rows would give far less: the sketch is for embeddings
+
+
+def test_sign_sketch_is_exact_when_it_would_keep_every_row():
+    rng = np.random.default_rng(6)
+    vectors = rng.standard_normal((300, 16)).astype(np.float32)
+    m = Int8Matrix.from_blobs([(i, quantize_vector(v)) for i, v in enumerate(vectors)])
+    query = quantize_vector(rng.standard_normal(16))
+    assert m.with_sketch(300).top_k(query, 10) == m.top_k(query, 10)
+    assert m.with_sketch(100).top_k(query, 20) == m.top_k(query, 20)  # 16 × k ≥ n: every row
+
+
+def test_sign_sketch_candidates_are_the_nearest_codes_ties_by_position():
+    matrix = np.array([[1, 1], [1, -1], [-1, -1], [1, 1], [-1, 1], [1, 1]], dtype=np.int8)
+    norms = np.sqrt((matrix.astype(np.float32) ** 2).sum(axis=1))
+    sketch = SignSketch.of(matrix, norms, 2)
+    assert sketch.centre == pytest.approx(np.array([1 / 3, 1 / 3]) / np.sqrt(2), abs=1e-6)
+    query = np.array([1.0, 1.0], dtype=np.float32)
+    assert sketch.nearest_rows(query, 2).tolist() == [0, 3]  # three rows at distance 0: the first two
+    assert sketch.nearest_rows(query, 4).tolist() == [0, 1, 3, 5]  # then row 1 before row 4
+    assert sketch.nearest_rows(query, 9).tolist() == list(range(6))
 
 
 def test_underflowing_scale_is_stored_as_zero_vector() -> None:

@@ -174,6 +174,28 @@ class TestVectorIndexRevision:
         assert [i for i, _ in index.top_k(np.array([0, 1, 0, 0], dtype=np.float32), 1)] == [other]
         assert index.rebuilds == rebuilds + 1
 
+    def test_a_large_index_is_searched_through_its_sketch(self, db, settings):
+        rng = np.random.default_rng(4)
+        ids = [services.add_knowledge(content=f"知识{i}", source="x", at=NOW) for i in range(40)]
+        for kid in ids:
+            services.store_knowledge_vector(knowledge_id=kid, vector=rng.standard_normal(8).tolist())
+        query = rng.standard_normal(8).astype(np.float32)
+        knowledge_index().reset()
+        exact = knowledge_index().top_k(query, 3)
+        assert knowledge_index()._fresh().sketch is None
+        settings.KNOWLEDGE_EXACT_ROWS, settings.KNOWLEDGE_SKETCH_CANDIDATES = 40, 48
+        knowledge_index().reset()
+        assert knowledge_index()._fresh().sketch is None  # 48 candidates of 40 rows: nothing to skip
+        settings.KNOWLEDGE_SKETCH_CANDIDATES = 10
+        knowledge_index().reset()
+        matrix = knowledge_index()._fresh()
+        assert matrix.sketch is not None and matrix.sketch.candidates == 10
+        approx = knowledge_index().top_k(query, 1)  # 16 candidates of 40 rows
+        assert approx[0][0] in set(matrix.ids[matrix.sketch.nearest_rows(query, 16)].tolist())
+        settings.KNOWLEDGE_EXACT_ROWS = 0
+        knowledge_index().reset()
+        assert knowledge_index().top_k(query, 3) == exact
+
     def test_cosines_of_given_ids_are_the_matrix_rows_ones(self, db):
         rng = np.random.default_rng(3)
         ids = [services.add_knowledge(content=f"知识{i}", source="x", at=NOW) for i in range(12)]
