@@ -206,6 +206,13 @@ def refs(db: Path | str, counts: dict) -> tuple[list[tuple[str, str]], list[str]
     return streams, persons, int(counts.get("now") or 1_800_000_000_000)
 
 
+def spread(items: list, count: int) -> list:
+    """``count`` of ``items`` evenly spaced from the first (all of them for 0 or more than there are)."""
+    if count <= 0 or count >= len(items):
+        return list(items)
+    return [items[i * len(items) // count] for i in range(count)]
+
+
 # --- HTTP workload ---------------------------------------------------------------------------
 
 
@@ -521,6 +528,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--db", default=str(DEFAULT_DB), help="scale database of bench.build_db (copied, not modified)")
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--ingest-streams", type=int, default=0,
+                        help="post the ingest into this many of the store's streams, evenly spread (0: every "
+                             "stream): the same traffic whatever the store's size")
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default=str(RESULTS / "api.json"))
@@ -569,6 +579,7 @@ def main(argv: list[str] | None = None) -> dict:
         if not streams or not persons:
             raise SystemExit(f"{src} has no 'bench' streams/identities (build it with python -m bench.build_db)")
         now = now + 3_600_000  # later than anything in the store
+        ingest_streams = spread(streams, args.ingest_streams)
 
         setup_django(db)
         from django.conf import settings as dj_settings
@@ -589,7 +600,8 @@ def main(argv: list[str] | None = None) -> dict:
         try:
             warm_up = first_answered_turn(server, token, inputs[0])
             warm_up["settled"] = wait_settled(server)  # what follows measures a warmed server
-            ingest = http_ingest(server, token, streams, persons, args.messages, args.threads, now, "http", worker)
+            ingest = http_ingest(server, token, ingest_streams, persons, args.messages, args.threads, now, "http", worker)
+            ingest["streams"] = len(ingest_streams)
             if worker is not None:  # as deployed: the worker embeds the stored lines (MESSAGE_VECTOR_DELAY)
                 backfilled = {"by": "worker", **wait_for_worker_vectors()}
             else:  # no worker: the bench gives them the vectors a worker would have

@@ -78,7 +78,19 @@ def test_the_api_part_reports_warm_up_and_resident_memory(tmp_path):
     assert figures["worker catch-up: ingested messages embedded"][1] is not None
     api = results["scales"][0]["backends"]["sqlite"]["api"]
     assert api["errors"] == {"ingest": [], "turns": []}
+    ingest = api["ingest"]["http"]
+    assert ingest["streams"] == min(scale.INGEST_STREAMS, results["scales"][0]["counts"]["streams"])
+    shares = ingest["cpu_ms_per_request"]
+    assert set(shares) == {"web", "client", "worker", "other"} and shares["web"] > 0 and shares["client"] > 0
     assert len(api["residency"]["web_workers_rss_mb"]) == 2  # gunicorn's 2 workers, as deployed
+
+
+def test_the_ingest_streams_are_spread_evenly_over_the_store():
+    from bench.api_bench import spread
+
+    assert spread(list(range(2000)), 200) == list(range(0, 2000, 10))
+    assert spread(list(range(150)), 200) == list(range(150)) and spread([1, 2], 0) == [1, 2]
+    assert spread(list(range(10)), 3) == [0, 3, 6]
 
 
 def _fake_scale(s: float, backend_names: tuple[str, ...]) -> dict:

@@ -32,6 +32,20 @@ def test_cursors_are_per_stream():
     assert triggers.read_cursor(2) == 0
 
 
+def test_the_cursor_map_is_parsed_once_per_stored_text(monkeypatch):
+    pipeline.advance_cursor(1, 42)
+    parsed = []
+    real_loads = triggers.json.loads
+    monkeypatch.setattr(triggers.json, "loads", lambda text: parsed.append(text) or real_loads(text))
+    assert [triggers.read_cursor(1) for _ in range(3)] == [42, 42, 42] and triggers.due_queues(1) == []
+    assert len(parsed) <= 1  # a process that parsed this text before parses it no more
+    mine = triggers.cursor_map()
+    mine["1"] = 7  # a copy: the shared map is not changed behind the stored text
+    assert triggers.read_cursor(1) == 42
+    pipeline.advance_cursor(1, 50)
+    assert triggers.read_cursor(1) == 50 and parsed[-1] == '{"1": 50}'
+
+
 def test_a_non_integer_cursor_reads_as_zero():
     meta.meta_set("fact_extract_cursor", {"1": "42", "2": True})
     assert triggers.read_cursor(1) == 0 and triggers.read_cursor(2) == 0
