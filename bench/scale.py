@@ -183,6 +183,7 @@ def figures(one: dict) -> list[tuple[str, str, float | None]]:
         rows += [
             ("ingest as deployed (4 threads)", "req/s", api["ingest"]["http"]["requests_per_s"]),
             ("ingest: web CPU per message", "ms", api["ingest"]["http"].get("server_cpu_ms_per_request")),
+            ("ingest: worker CPU per message", "ms", (api["ingest"]["http"].get("cpu_ms_per_request") or {}).get("worker")),
             ("POST /turns + confirm", "p95 ms", api["turn_total"]["http"].get("p95_ms")),
             ("POST /turns", "p95 ms", api["turns"]["http"].get("p95_ms")),
             ("worker catch-up: ingested messages embedded", "s", vectors.get("seconds")),
@@ -371,7 +372,8 @@ def render_full(results: dict) -> str:
 
 #: the figures BENCHMARKS.md's section keeps (the full tables are in bench/results/scale.md)
 SUMMARY = ["search_knowledge (lexical + vector)", "spread (hops 2)", "turn prepare (read-only)", "message statistics load",
-           "reading process RSS", "sweep (1 % due)", "ingest as deployed (4 threads)", "POST /turns + confirm",
+           "reading process RSS", "sweep (1 % due)", "ingest as deployed (4 threads)", "ingest: web CPU per message",
+           "POST /turns + confirm",
            "warm-up: web worker fork → first turn", "warm-up: its resident indexes built after that",
            "web worker RSS (warmed, largest)", "Celery pool process RSS (largest)"]
 
@@ -392,6 +394,16 @@ def warm_up_line(warm: dict) -> str:
             f"{max(loads):g}): " + "; ".join(cells) + ".")
 
 
+def ingest_text(results: dict) -> str:
+    """How the ingest was posted (``""`` for results from before it was held the same at every scale)."""
+    for s in results["scales"]:
+        for one in s["backends"].values():
+            http = ((one.get("api") or {}).get("ingest") or {}).get("http") or {}
+            if http.get("streams"):
+                return f" (ingest: {http['requests']:,} messages into {http['streams']} streams at every scale)"
+    return ""
+
+
 def render_section(results: dict, warm_up: dict | None = None) -> str:
     """BENCHMARKS.md's scale section: the main figures, backends and scales side by side (and, given
     ``bench.warm_up``'s results, their line)."""
@@ -401,7 +413,7 @@ def render_section(results: dict, warm_up: dict | None = None) -> str:
         "## How the cost grows with the store (`make bench-scale`)", "",
         f"{runs_text(results)}; the bench store at each scale "
         "(1× = 2,000 persons, 200,000 messages), read paths in one fresh process, the API as deployed with a "
-        "real worker; all figures and the plot: `bench/results/scale.md`, `scale.png`.",
+        f"real worker{ingest_text(results)}; all figures and the plot: `bench/results/scale.md`, `scale.png`.",
         calibration_line(results), *loaded_note(results), *([warm_up_line(warm_up)] if warm_up else []), "",
         head, "|---|" + "---:|" * len(columns),
     ]
