@@ -351,6 +351,9 @@ class SignSketch:
             distances = np.asarray(simsimd.cdist(self.codes, code, metric="hamming", dtype="bin8")).reshape(-1)
         else:  # pragma: no cover - platforms without a simsimd wheel
             distances = np.bitwise_count(self.codes ^ code).sum(axis=1)
+        # whole numbers of at most d bits: partitioned as int16 (int32 past 32,767 bits) they cost a third
+        # of the float64 that simsimd returns
+        distances = distances.astype(np.int16 if self.codes.shape[1] * 8 < 2**15 else np.int32)
         cut = np.partition(distances, count - 1)[count - 1]
         closer = np.flatnonzero(distances < cut)
         at_cut = np.flatnonzero(distances == cut)[: count - closer.shape[0]]
