@@ -13,18 +13,24 @@ from django.db import connection
 
 from memory.models import Meta
 
-__all__ = ["meta_get", "meta_set"]
+__all__ = ["meta_get", "meta_set", "meta_text"]
+
+
+def meta_text(key: str) -> str | None:
+    """The stored text of a meta key, unparsed (``None`` when missing)."""
+    with connection.cursor() as cur:  # a plain read: triggers ask once per stored message
+        cur.execute("SELECT value FROM meta WHERE key = %s", [key])
+        row = cur.fetchone()
+    return None if row is None else row[0]
 
 
 def meta_get(key: str, default: Any = None) -> Any:
     """JSON value of a meta key; ``default`` when missing or not valid JSON."""
-    with connection.cursor() as cur:  # a plain read: triggers ask once per stored message
-        cur.execute("SELECT value FROM meta WHERE key = %s", [key])
-        row = cur.fetchone()
-    if row is None:
+    text = meta_text(key)
+    if text is None:
         return default
     try:
-        return json.loads(row[0])
+        return json.loads(text)
     except ValueError:
         return default
 

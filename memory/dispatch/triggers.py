@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Count
 
+from memory.meta import meta_text
 from memory.models import EXTRACT_CURSOR_KEY, Message, QueueFailure, Stream
 
 __all__ = ["EXTRACT", "SUMMARIZE", "due_queues", "extract_due", "read_cursor", "streams_due", "summarize_due"]
@@ -56,21 +57,14 @@ def _cursors_stored(raw: str | None) -> dict[str, Any]:
     return cursors
 
 
-def _stored_text() -> str | None:
-    with connection.cursor() as cur:
-        cur.execute("SELECT value FROM meta WHERE key = %s", [EXTRACT_CURSOR_KEY])
-        row = cur.fetchone()
-    return row[0] if row else None
-
-
 def cursor_map() -> dict[str, Any]:
     """Every stream's extraction cursor (``{"<stream id>": message id}``), as stored (a copy to change)."""
-    return dict(_cursors_stored(_stored_text()))
+    return dict(_cursors_stored(meta_text(EXTRACT_CURSOR_KEY)))
 
 
 def read_cursor(stream_id: int) -> int:
     """Id of the last message already given to the extractor (0 = none)."""
-    return _cursor(_cursors_stored(_stored_text()), stream_id)
+    return _cursor(_cursors_stored(meta_text(EXTRACT_CURSOR_KEY)), stream_id)
 
 
 #: What decides each trigger, as subqueries: the stream's messages in no episode, counted up to the

@@ -327,14 +327,17 @@ class SignSketch:
         n, d = matrix.shape
         inverse = np.zeros(n, dtype=np.float32)
         np.divide(1.0, norms, out=inverse, where=norms > 0.0)
+
+        def unit_chunks():  # (first row, those rows as unit float32 vectors), _SKETCH_ROWS at a time
+            for start in range(0, n, _SKETCH_ROWS):
+                yield start, matrix[start : start + _SKETCH_ROWS].astype(np.float32) * inverse[start : start + _SKETCH_ROWS, None]
+
         total = np.zeros(d, dtype=np.float64)
-        for start in range(0, n, _SKETCH_ROWS):
-            unit = matrix[start : start + _SKETCH_ROWS].astype(np.float32) * inverse[start : start + _SKETCH_ROWS, None]
+        for _start, unit in unit_chunks():
             total += unit.sum(axis=0, dtype=np.float64)
         centre = (total / max(n, 1)).astype(np.float32)
         codes = np.empty((n, (d + 7) // 8), dtype=np.uint8)
-        for start in range(0, n, _SKETCH_ROWS):
-            unit = matrix[start : start + _SKETCH_ROWS].astype(np.float32) * inverse[start : start + _SKETCH_ROWS, None]
+        for start, unit in unit_chunks():
             codes[start : start + unit.shape[0]] = np.packbits(unit > centre, axis=1)
         return cls(centre, codes, max(1, int(candidates)))
 
@@ -419,6 +422,10 @@ class Int8Matrix:
         """From :func:`valid_q8_rows`' answer for the blobs of ``ids``: the kept ones, the others skipped."""
         return cls(ids[keep], payload, _row_norms(payload), tuple(ids[~keep].tolist()))
 
+    def subset(self, rows: np.ndarray) -> Int8Matrix:
+        """The matrix of the rows at positions ``rows`` (in that order; no sketch)."""
+        return Int8Matrix(self.ids[rows], self.matrix[rows], self.norms[rows])
+
     def with_sketch(self, candidates: int) -> Int8Matrix:
         """This matrix with a :class:`SignSketch` of its rows: :meth:`top_k` then ranks exactly only the
         ``candidates`` rows (or 16 × k, if more) whose sign codes are nearest the query's."""
@@ -496,7 +503,11 @@ class Int8Matrix:
         vec, q8 = self._query_vector(query)
         if self.sketch is not None and max(self.sketch.candidates, 16 * k) < len(self):
             rows = self.sketch.nearest_rows(vec, max(self.sketch.candidates, 16 * k))
-            return Int8Matrix(self.ids[rows], self.matrix[rows], self.norms[rows]).top_k(query, k)
+            return self.subset(rows)._top_k(vec, q8, k)
+        return self._top_k(vec, q8, k)
+
+    def _top_k(self, vec: np.ndarray, q8: np.ndarray | None, k: int) -> list[tuple[int, float]]:
+        """:meth:`top_k` of every row, for the decoded query."""
         dots = self._dots(vec, q8)
         n = dots.shape[0]
         if k < n:

@@ -116,7 +116,7 @@ class KnowledgeVectorIndex:
         rows = at[found]
         if not len(rows):
             return {}
-        sub = Int8Matrix(matrix.ids[rows], matrix.matrix[rows], matrix.norms[rows], ())
+        sub = matrix.subset(rows)
         return {int(i): float(c) for i, c in zip(sub.ids, sub.cosines(query), strict=True)}
 
 

@@ -1,4 +1,6 @@
 """bench.sketch_recall: its corpus (dialogue lines and clauses, never the questions) and its report."""
+from __future__ import annotations
+
 import json
 
 import numpy as np
