@@ -240,6 +240,15 @@ class QueryMass:
         got = sum(self.idfs[t] for t in set(matched) if t in self.idfs)
         return min(1.0, got / self.total)
 
+    def credited(self, credit: Mapping[str, float]) -> float:
+        """:meth:`coverage` with partial matches: ``credit`` maps a query term to the share of it a
+        candidate holds (1 = the whole term; a long word jieba cut otherwise in the candidate may be
+        held in part, :func:`memory.selectors.fact_coverages`), each share clipped to ``[0, 1]``."""
+        if self.total <= 0:
+            return 0.0
+        got = sum(self.idfs[t] * min(1.0, max(0.0, share)) for t, share in credit.items() if t in self.idfs)
+        return min(1.0, got / self.total)
+
     def holds_rarest(self, matched: Iterable[str]) -> bool:
         """True iff ``matched`` holds a query word of the smallest positive document frequency —
         the most specific thing the query asks that memory could answer."""

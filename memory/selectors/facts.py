@@ -145,9 +145,11 @@ def fact_coverages(
     The query's information is its words (jieba, English analysed) less the generic chat
     words of the gate's background bank (:func:`memory.engine.background.generic_words`): the
     index's CJK bigrams would count a long word several times, and "早上好" or "哈哈" say
-    nothing about what to recall. A word is matched when the fact's FTS row holds it, or all of
-    its bigrams (jieba may cut the fact differently); its document frequency is the word's,
-    else the rarest-known of its bigrams when all of them occur. Frequencies come from the
+    nothing about what to recall. A word is matched whole when the fact's FTS row holds it, and
+    in part by the share of its bigrams that memory holds at all (jieba cuts a query's "这部手机"
+    as 部手机 and the fact's "我的手机" as 手机: the fact holds the only part of 部手机 any memory
+    does); its document frequency is the word's, else the rarest of its bigrams that occur. The
+    most specific word counts only when held whole. Frequencies come from the
     ``facts_fts`` vocabulary, or from ``scope`` (the facts the query ranks: :class:`lexical.FactScope`)
     when given. ``tokens`` — the facts' stored tokens when the caller read them already.
     """
@@ -160,10 +162,12 @@ def fact_coverages(
     terms = list({*qwords, *(g for gs in grams.values() for g in gs)})
     raw = scope.document_frequencies(terms) if scope is not None else lexical.document_frequencies("facts_fts", terms)
     dfs: dict[str, int] = {}
+    known: dict[str, list[str]] = {}  # a word's bigrams that some memory holds
     for w in qwords:
+        known[w] = [g for g in grams[w] if raw.get(g, 0) > 0]
         df = raw.get(w, 0)
-        if df == 0 and grams[w] and all(raw.get(g, 0) > 0 for g in grams[w]):
-            df = min(raw[g] for g in grams[w])
+        if df == 0 and known[w]:
+            df = min(raw[g] for g in known[w])
         dfs[w] = df
     n_docs = len(scope) if scope is not None else lexical.document_count("facts_fts")
     if tokens is None or any(i not in tokens for i in ids):
@@ -172,8 +176,9 @@ def fact_coverages(
     out = {}
     for i in ids:
         held = set((tokens.get(i) or "").split())
-        matched = [w for w in qwords if w in held or (grams[w] and all(g in held for g in grams[w]))]
-        out[i] = (mass.coverage(matched), mass.holds_rarest(matched))
+        credit = {w: 1.0 if w in held else sum(g in held for g in known[w]) / len(known[w]) if known[w] else 0.0
+                  for w in qwords}
+        out[i] = (mass.credited(credit), mass.holds_rarest([w for w, c in credit.items() if c >= 1.0]))
     return out
 
 

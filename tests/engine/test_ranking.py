@@ -11,6 +11,7 @@ import pytest
 from memory.engine import decay
 from memory.engine.scoring import (
     Gate,
+    QueryMass,
     RankCandidate,
     blend_score,
     dense_term,
@@ -174,6 +175,15 @@ def test_idf_coverage_counts_only_achievable_terms() -> None:
     assert idf_coverage(["最近", "杭州"], dfs, 48) == 1.0
     assert idf_coverage(["想"], dfs, 48) == 0.0
     assert idf_coverage([], {"想": 0}, 48) == 0.0
+
+
+def test_a_term_held_in_part_counts_its_share_of_the_mass() -> None:
+    mass = QueryMass.of({"部手机": 3, "型号": 1}, 40)
+    whole, rare = idf(3, 40), idf(1, 40)
+    assert mass.credited({"部手机": 1.0}) == mass.coverage(["部手机"]) == whole / (whole + rare)
+    assert mass.credited({"部手机": 0.5}) == 0.5 * whole / (whole + rare)
+    assert mass.credited({"部手机": 2.0, "型号": -1.0, "别的": 1.0}) == mass.coverage(["部手机"])  # clipped, unknown ignored
+    assert QueryMass.of({}, 40).credited({"型号": 1.0}) == 0.0
 
 
 def test_a_pool_matching_only_generic_words_brings_nothing() -> None:

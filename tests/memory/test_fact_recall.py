@@ -60,6 +60,15 @@ class TestFts5Recall:
     def test_natural_question(self, person, six):
         assert _contents(person, "我上次说的那个香菜是什么")[0] == "玩家不喜欢吃香菜"
 
+    def test_a_word_jieba_cuts_otherwise_still_covers_the_query(self, person):
+        # jieba reads "这部手机" as 部手机 and the fact's "我的手机" as 手机: without credit for the part that
+        # memory holds, the phone fact covered nothing of the question and the gate held it back
+        phone = services.add_fact(person_id=person.pk, content="我的手机是苹果的iPhone14", kind="偏好", at=NOW).fact_id
+        services.add_fact(person_id=person.pk, content="我家在龙湖小区，绿化很好", kind="偏好", at=NOW)
+        found = {f.id: f for f in _recall([person.pk], "我手上拿的这部手机是什么型号来着？", return_candidates=True)}
+        # no memory holds 部手 (nor 手上, 型号): 手机 is all of the question that memory could match
+        assert found[phone].coverage == 1.0 and found[phone].eligible
+
     def test_unrelated_query_is_empty(self, person, six):
         assert _contents(person, "量子力学薛定谔") == []
 
