@@ -148,8 +148,9 @@ def fact_coverages(
     nothing about what to recall. A word is matched whole when the fact's FTS row holds it, and
     in part by the share of its bigrams that memory holds at all (jieba cuts a query's "这部手机"
     as 部手机 and the fact's "我的手机" as 手机: the fact holds the only part of 部手机 any memory
-    does); its document frequency is the word's, else the rarest of its bigrams that occur. The
-    most specific word counts only when held whole. Frequencies come from the
+    does); its document frequency is the word's, else the rarest of its bigrams that occur. A word
+    held in part counts only beside a word that memory holds whole: a line whose one link to memory
+    is a fragment of a word (早上好 → 早上) asks for nothing. Frequencies come from the
     ``facts_fts`` vocabulary, or from ``scope`` (the facts the query ranks: :class:`lexical.FactScope`)
     when given. ``tokens`` — the facts' stored tokens when the caller read them already.
     """
@@ -165,10 +166,14 @@ def fact_coverages(
     known: dict[str, list[str]] = {}  # a word's bigrams that some memory holds
     for w in qwords:
         known[w] = [g for g in grams[w] if raw.get(g, 0) > 0]
-        df = raw.get(w, 0)
-        if df == 0 and known[w]:
-            df = min(raw[g] for g in known[w])
-        dfs[w] = df
+        whole = raw.get(w, 0) or (min(raw[g] for g in grams[w]) if grams[w] and len(known[w]) == len(grams[w]) else 0)
+        dfs[w] = whole
+    if any(dfs.values()):  # beside a word memory holds whole, a word held in part counts (not alone: 早上好 → 早上)
+        for w in qwords:
+            if dfs[w] == 0 and known[w]:
+                dfs[w] = min(raw[g] for g in known[w])
+    else:
+        known = {w: [] for w in qwords}
     n_docs = len(scope) if scope is not None else lexical.document_count("facts_fts")
     if tokens is None or any(i not in tokens for i in ids):
         tokens = dict(Fact.objects.filter(pk__in=ids).values_list("id", "tokens"))

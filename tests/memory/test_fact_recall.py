@@ -64,10 +64,17 @@ class TestFts5Recall:
         # jieba reads "这部手机" as 部手机 and the fact's "我的手机" as 手机: without credit for the part that
         # memory holds, the phone fact covered nothing of the question and the gate held it back
         phone = services.add_fact(person_id=person.pk, content="我的手机是苹果的iPhone14", kind="偏好", at=NOW).fact_id
+        laptop = services.add_fact(person_id=person.pk, content="我的电脑型号是ThinkPad", kind="偏好", at=NOW).fact_id
         services.add_fact(person_id=person.pk, content="我家在龙湖小区，绿化很好", kind="偏好", at=NOW)
         found = {f.id: f for f in _recall([person.pk], "我手上拿的这部手机是什么型号来着？", return_candidates=True)}
-        # no memory holds 部手 (nor 手上, 型号): 手机 is all of the question that memory could match
-        assert found[phone].coverage == 1.0 and found[phone].eligible
+        # 型号 and 部手机 (by 手机, all of it that memory holds) weigh alike: each fact covers half the question
+        assert found[phone].coverage == found[laptop].coverage == 0.5 and found[phone].eligible
+
+    def test_a_fragment_of_a_word_alone_does_not_open_the_gate(self, person):
+        services.add_fact(person_id=person.pk, content="主人每天早上跑步", kind="习惯", at=NOW)
+        services.add_fact(person_id=person.pk, content="主人最近在学做菜", kind="习惯", at=NOW)
+        found = _recall([person.pk], "早上好", return_candidates=True)  # 早上好: one word; 早上 is all memory holds
+        assert [f.coverage for f in found] == [0.0] and not found[0].eligible
 
     def test_unrelated_query_is_empty(self, person, six):
         assert _contents(person, "量子力学薛定谔") == []
