@@ -569,7 +569,8 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
     vector = recall.embed_query(ctx.line)  # the turn's line: its text, or a multi-line text's last line
     ranking = recall.rank_pool(
         pool=ctx.pool, query_vector=recall.conversation_query(
-            vector, ctx.context, ctx.overrides, whole=recall.whole_text(data["text"], ctx.line)), person_ids=ctx.present_person_ids, text=ctx.line,
+            vector, ctx.context, ctx.overrides, whole=recall.read_whole(data["text"], ctx.line, ctx.context, ctx.overrides)),
+        person_ids=ctx.present_person_ids, text=ctx.line,
         stream_kind=ctx.stream.kind, now=ctx.now, limit=limit, overrides=ctx.overrides,
     )
     prompt = recall.complete_conflicts(ranking.prompt, now=ctx.now)

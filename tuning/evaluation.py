@@ -346,7 +346,7 @@ class Evaluator:
                 )
             )
             text_vector = self.vectors(line)
-            whole = recall.whole_text(sample.text, line)
+            whole = recall.read_whole(sample.text, line, context, params)
             vector = recall.conversation_query(text_vector, context, params, whole=whole) if text_vector is not None else None
             ranked = self.rank(sample, replayed, vector, self.limit, params)
         return replayed, ranked, vector

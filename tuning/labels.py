@@ -32,7 +32,7 @@ PARAM_LABELS = {
     "context_window_weight": gettext_lazy("对话上下文：近期用户发言与这一句的平均向量的权重"),
     "context_gap_minutes": gettext_lazy("对话上下文：沉默多久算新对话（分钟）"),
     "context_text_lines": gettext_lazy("对话上下文：多行的发言按对话读（1 = 是）"),
-    "context_whole_weight": gettext_lazy("对话上下文：多行发言整段的向量的权重"),
+    "context_whole_weight": gettext_lazy("对话上下文：整段对话的向量的权重"),
     "context_whole_lexical": gettext_lazy("对话上下文：多行发言整段作词面查询的权重"),
 }
 #: What turning each parameter changes (the "meaning" column of the parameter table).
@@ -65,7 +65,7 @@ PARAM_HELP = {
     "context_window_weight": gettext_lazy("把最近几句用户发言和这一句的向量取平均，当作一个向量；0 = 不用"),
     "context_gap_minutes": gettext_lazy("两条消息之间（或最后一条消息到这一轮）沉默超过这么久，更早的对话不再参与检索"),
     "context_text_lines": gettext_lazy("一轮的文字有好几行（或一段里三句以上）时，最后一行当这一句，前面几行当刚说过的对话（0 = 整段当一句）"),
-    "context_whole_weight": gettext_lazy("多行的发言按对话读时，整段文字自己的向量也参与比较，权重为此（0 = 不用）"),
+    "context_whole_weight": gettext_lazy("多行的发言，或对话里用户最近的几句连同这一句，整段读成一个向量也参与比较，权重为此（0 = 不用）"),
     "context_whole_lexical": gettext_lazy("多行的发言按对话读时，整段文字也作一条词面查询，权重为此（0 = 不用）"),
 }
 PARAM_KINDS = {"float": gettext_lazy("小数"), "int": gettext_lazy("整数")}

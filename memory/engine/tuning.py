@@ -98,7 +98,7 @@ WHITELIST: dict[str, ParamSpec] = {
     "context_window_weight": ParamSpec("float", 0.0, 1.0, DEFAULT_WINDOW_WEIGHT, "对话上下文：近期用户发言与这一句的平均向量的权重"),
     "context_gap_minutes": ParamSpec("float", 1.0, 10080.0, DEFAULT_GAP_MINUTES, "对话上下文：沉默多久算新对话（分钟）"),
     "context_text_lines": ParamSpec("int", 0, 1, DEFAULT_TEXT_LINES, "对话上下文：多行的发言按对话读（1 = 是）"),
-    "context_whole_weight": ParamSpec("float", 0.0, 1.0, DEFAULT_WHOLE_WEIGHT, "对话上下文：多行发言整段的向量的权重"),
+    "context_whole_weight": ParamSpec("float", 0.0, 1.0, DEFAULT_WHOLE_WEIGHT, "对话上下文：整段对话的向量的权重"),
     "context_whole_lexical": ParamSpec("float", 0.0, 1.0, DEFAULT_WHOLE_LEXICAL, "对话上下文：多行发言整段作词面查询的权重"),
 }
 

@@ -325,6 +325,28 @@ def whole_text(text: str, line: str) -> str | None:
     return text if line != text else None
 
 
+def read_whole(text: str, line: str, context: Sequence[ContextLine], overrides: Mapping[str, Any]) -> str | None:
+    """What the turn's dense query reads whole (one more row, weight ``context_whole_weight``): a text
+    of several lines itself (:func:`whole_text`); for a turn of one line in a conversation, that
+    conversation as the user would have pasted it — the user lines among the dense window's stored
+    messages, oldest first, then the turn's line, one per line. None when there is neither, or the
+    weight is 0.
+
+    Why: per-message vectors and the window's centroid read a chat one line at a time, and a
+    question asked after a few lines of chit-chat ("…的活动，地点是什么？") lost what the earlier
+    lines named where the same lines pasted as one text were found (docs/ARCHITECTURE.md gives the
+    figures). The contents come from the read of the window's vectors (a confirm sent it ahead)."""
+    whole = whole_text(text, line)
+    if whole is not None or _whole_weights(overrides)[0] <= 0:
+        return whole
+    stored = [c for c in _dense_window(context, overrides) if c.message_id]
+    if not stored:
+        return None
+    texts = selectors.user_message_texts([c.message_id for c in stored])
+    users = [texts[c.message_id] for c in sorted(stored, key=lambda c: -c.position) if texts.get(c.message_id, "").strip()]
+    return "\n".join([*users, line]) if users else None
+
+
 def _whole_weights(overrides: Mapping[str, Any]) -> tuple[float, float]:
     """``(context_whole_weight, context_whole_lexical)``: the whole text's vector and lexical query."""
     return (
@@ -808,7 +830,7 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
             window = [c.message_id for c in _dense_window(context, overrides) if c.message_id]
             read_ahead.serve_from(ahead[0], selectors.dense_scope_read(turn.present_person_ids))
             read_ahead.serve_from(ahead[1], selectors.message_vectors_read(window), keep=lambda row: row[0] in window)
-        whole = whole_text(turn.text, line)
+        whole = read_whole(turn.text, line, context, overrides)
         vector = query_embedding if query_embedding is not None else _turn_vector(line, context, overrides, whole)
         query = conversation_query(vector, context, overrides, whole=whole)
         # the prepare's lexical pool ranked again, now with the vector (why: replay_turn_pool)

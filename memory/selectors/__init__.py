@@ -110,6 +110,7 @@ from memory.selectors.messages import (
     stream_speakers,
     turn_context_vectors_read,
     user_message_ids,
+    user_message_texts,
     working_memory,
     working_memory_read,
 )
@@ -183,6 +184,7 @@ __all__ = [
     "message_vectors",
     "message_vectors_read",
     "user_message_ids",
+    "user_message_texts",
     "messages_after",
     "node_edges",
     "node_of",

@@ -279,6 +279,13 @@ def user_message_ids(message_ids: Sequence[int]) -> list[int]:
     return [mid for mid in map(int, message_ids) if roles.get(mid) == "user"]
 
 
+def user_message_texts(message_ids: Sequence[int]) -> dict[int, str]:
+    """``{message id: text}`` of the user messages among ``message_ids`` — from the same read as
+    :func:`user_message_ids` (a confirm that read the vectors ahead reads nothing more)."""
+    rows = read_ahead.read(message_vectors_read(message_ids))
+    return {int(mid): content for mid, content, _raw, role in rows if role == "user"}
+
+
 def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = None) -> dict[int, np.ndarray]:
     """float32 vectors of messages, each computed at most once.
 

@@ -50,7 +50,7 @@ def test_whitelist_table() -> None:
         "context_window_weight": ParamSpec("float", 0.0, 1.0, 1.0, "对话上下文：近期用户发言与这一句的平均向量的权重"),
         "context_gap_minutes": ParamSpec("float", 1.0, 10080.0, 60.0, "对话上下文：沉默多久算新对话（分钟）"),
         "context_text_lines": ParamSpec("int", 0, 1, 1, "对话上下文：多行的发言按对话读（1 = 是）"),
-        "context_whole_weight": ParamSpec("float", 0.0, 1.0, 1.0, "对话上下文：多行发言整段的向量的权重"),
+        "context_whole_weight": ParamSpec("float", 0.0, 1.0, 1.0, "对话上下文：整段对话的向量的权重"),
         "context_whole_lexical": ParamSpec("float", 0.0, 1.0, 0.0, "对话上下文：多行发言整段作词面查询的权重"),
     }
 

@@ -97,9 +97,11 @@ class CountingEmbedder:
 
     def __init__(self):
         self.texts: list[str] = []
+        self.calls: list[list[str]] = []
 
     def embed(self, texts):
         self.texts.extend(texts)
+        self.calls.append(list(texts))
         out = []
         for text in texts:
             v = np.array([1.0, 0.0, 0.0, 0.0]) if "篮球" in text or "运动" in text else np.array([0.0, 1.0, 0.0, 0.0])
@@ -120,7 +122,7 @@ def test_the_dense_channel_reads_the_recent_messages_vectors_once(person, direct
     first = _say(direct_stream, person, "下午一起去打篮球吗", NOW)
     _say(direct_stream, person, "几点", NOW + 1000)
     turn_vector = np.array([0.0, 1.0, 0.0, 0.0], dtype=np.float32)  # the turn's line says nothing of sport
-    with overrides_scope({"context_window_weight": 0}):  # the messages' own vectors only
+    with overrides_scope({"context_window_weight": 0, "context_whole_weight": 0}):  # the messages' own vectors only
         ctx, result = _turn(direct_stream, person, "几点", NOW + 2000, vector=turn_vector)
         assert [p.fact.id for p in result.facts] == [sport]
         assert result.facts[0].fact.cosine == pytest.approx(2 ** -0.25, abs=0.02)  # the weight of the line before
@@ -134,6 +136,31 @@ def test_the_dense_channel_reads_the_recent_messages_vectors_once(person, direct
         _ctx, reference = _turn(direct_stream, person, "三点吧", NOW + 5000, vector=turn_vector)
     [seen] = [p.fact for p in reference.facts if p.fact.id == sport]
     assert seen.cosine == pytest.approx(0.0, abs=0.02)  # the reference profile compares with the turn's line only
+
+
+def test_a_chat_is_also_read_whole_as_if_its_user_lines_were_pasted(person, direct_stream, monkeypatch):
+    """The user lines of the window and the turn's line, one text, one more row of the dense query
+    (weight ``context_whole_weight``): embedded in the call that embeds the turn's line."""
+    from memory.providers import config
+
+    embedder = CountingEmbedder()
+    monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
+    background.reset()
+    sport = services.add_fact(person_id=person.pk, content="玩家热爱运动", kind="偏好", at=NOW - 30 * DAY).fact_id
+    services.store_fact_vector(fact_id=sport, vector=[1.0, 0.0, 0.0, 0.0])
+    first = _say(direct_stream, person, "下午一起去打篮球吗", NOW)
+    services.store_message_vector(message_id=first.pk, vector=[0.0, 0.0, 0.0, 1.0])  # its own vector says nothing
+    _say(direct_stream, person, "好啊", NOW + 500, role="assistant")  # the bot's lines are not the user's words
+    _say(direct_stream, person, "几点", NOW + 1000)
+    with overrides_scope({"context_window_weight": 0}):
+        ctx = recall.prepare_turn(stream_id=direct_stream.pk, speaker_id=person.pk, text="几点", at=NOW + 2000)
+        result = recall.confirm_turn(turn_id=ctx.turn_id, at=NOW + 2001)
+        assert ["几点", "下午一起去打篮球吗\n几点"] in embedder.calls  # one call: the line, then the chat read whole
+        assert [p.fact.id for p in result.facts] == [sport] and result.facts[0].fact.cosine == pytest.approx(1.0, abs=0.02)
+        with overrides_scope({"context_window_weight": 0, "context_whole_weight": 0}):
+            ctx = recall.prepare_turn(stream_id=direct_stream.pk, speaker_id=person.pk, text="几点", at=NOW + 3000)
+            result = recall.confirm_turn(turn_id=ctx.turn_id, at=NOW + 3001)
+        assert sport not in [p.fact.id for p in result.facts]  # without it, no vector of the window names sport
 
 
 def test_a_confirmed_turns_vector_is_its_lines_and_no_one_embeds_the_line_again(person, direct_stream, monkeypatch):
@@ -154,7 +181,8 @@ def test_a_confirmed_turns_vector_is_its_lines_and_no_one_embeds_the_line_again(
 
     assert turn_at("下午一起去打篮球吗", NOW, [0.0, 0.0, 0.5, 0.5]) == [0.0, 0.0, 0.5, 0.5]  # the bot's vector
     assert turn_at("几点", NOW + 1000, [0.0, 0.0, 1.0, 0.0]) == [0.0, 0.0, 1.0, 0.0]
-    assert [t for t in embedder.texts if t not in BANK] == []  # the earlier line's vector was read, not embedded
+    # the earlier line's vector was read, not embedded; what is new is the chat read whole (recall.read_whole)
+    assert [t for t in embedder.texts if t not in BANK] == ["下午一起去打篮球吗\n几点"]
     assert turn_at("三点吧", NOW + 2000, None) == [0.0, 1.0, 0.0, 0.0]  # the server's own vector of the line
     assert turn_at("好的", NOW + 3000, [1.0, 0.0, 0.0]) is None  # another dimension: not the stored vectors' space
     # a text of several lines: the server's vector is its last line's, not the message's
@@ -282,9 +310,10 @@ class TopicEmbedder:
 def test_the_window_is_the_centroid_of_the_turn_and_the_recent_user_lines(person, direct_stream, monkeypatch):
     """The window's vector joins the turn's query with weight ``context_window_weight``: the centroid
     of the turn's vector and the vectors of the user lines of the dense window; the bot's lines stay
-    out, and no text is embedded for it."""
+    out, and no text is embedded for it (the chat read whole, another row, is off here: recall.read_whole)."""
     from memory.providers import config
 
+    monkeypatch.setattr(recall, "_whole_weights", lambda overrides: (0.0, 0.0))
     embedder = TopicEmbedder()
     monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
     background.reset()
