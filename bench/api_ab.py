@@ -8,7 +8,7 @@ on one copy of the scale database — and the turns alternate between them (A th
 and p95 of ``POST /turns`` + confirm, and the median of the paired differences (A − B; > 0:
 B is faster), which the machine's drift cancels out of.
 
-    python -m bench.api_ab BASE [OTHER] [--turns 400] [--backend postgresql|sqlite]
+    python -m bench.api_ab BASE [OTHER] [--turns 400] [--backend postgresql|sqlite] [--embedder]
 
 ``BASE`` and ``OTHER`` are git revisions; without ``OTHER``, the working tree as it is. They
 must share their migrations (one database serves both). Task enqueueing is off, as in
@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--turns", type=int, default=400)
     parser.add_argument("--backend", choices=("postgresql", "sqlite"), default="postgresql")
     parser.add_argument("--db", default=str(api_bench.DEFAULT_DB))
+    parser.add_argument("--embedder", action="store_true",
+                        help="the servers embed with the local model (as deployed) besides the bot's vectors")
     args = parser.parse_args(argv)
     import httpx
 
@@ -104,6 +106,8 @@ def main(argv: list[str] | None = None) -> dict:
                 trees.append(tree)
             env = api_bench.env_for(db)
             env["PYTHONPATH"] = str(tree)
+            if args.embedder:
+                env["EMBEDDING_PROVIDER"] = "local"
             servers.append(Server(env, cwd=tree))
             servers[-1].wait_ready()  # bound before the next one looks for a free port (BENCH_PORTS: the first free)
         inputs = api_bench.turn_inputs(streams, persons, args.turns + 10, now + 3_600_000)
