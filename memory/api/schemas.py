@@ -16,6 +16,7 @@ from django.conf import settings
 from ninja import Field
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, StringConstraints
 
+from memory.engine.context import TURN_TEXT_MAX_CHARS
 from memory.models import Fact, FactState
 
 # --- scalar types ---------------------------------------------------------------
@@ -204,8 +205,8 @@ class MessageOut(Out):
 class TurnIn(In):
     stream: StreamRef
     speaker: PersonRef
-    text: Annotated[str, StringConstraints(max_length=20_000)]
-    impression: Annotated[str, StringConstraints(max_length=20_000)] = ""
+    text: Annotated[str, StringConstraints(max_length=TURN_TEXT_MAX_CHARS)]
+    impression: Annotated[str, StringConstraints(max_length=TURN_TEXT_MAX_CHARS)] = ""
     watermark_message_id: Id | None = None
     at: EpochMs | None = None
 

@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_WHOLE_LEXICAL",
     "DEFAULT_WHOLE_WEIGHT",
     "DEFAULT_WINDOW_WEIGHT",
+    "TURN_TEXT_MAX_CHARS",
     "ConversationQuery",
     "recency_weights",
     "split_turn",
@@ -77,6 +78,10 @@ DEFAULT_WHOLE_LEXICAL: float = 0.0
 #: minutes of silence that end a conversation: older messages do not join the turn's query.
 DEFAULT_GAP_MINUTES: float = 60.0
 
+
+#: the longest text a turn may carry (the API's bound) — and so the longest conversation a turn's
+#: dense query reads whole (``memory.recall.read_whole``): never longer than it could have been pasted
+TURN_TEXT_MAX_CHARS: int = 20_000
 
 #: a line of this many sentences or more is read as lines, one per sentence: a message of one
 #: or two (a question and its aside, two questions) is one line as a chat's message is

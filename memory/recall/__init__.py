@@ -329,8 +329,8 @@ def read_whole(text: str, line: str, context: Sequence[ContextLine], overrides: 
     """What the turn's dense query reads whole (one more row, weight ``context_whole_weight``): a text
     of several lines itself (:func:`whole_text`); for a turn of one line in a conversation, that
     conversation as the user would have pasted it — the user lines among the dense window's stored
-    messages, oldest first, then the turn's line, one per line. None when there is neither, or the
-    weight is 0.
+    messages, oldest first, then the turn's line, one per line — the newest ones that fit in
+    :data:`memory.engine.context.TURN_TEXT_MAX_CHARS`, as a pasted text must. None when there is neither, or the weight is 0.
 
     Why: per-message vectors and the window's centroid read a chat one line at a time, and a
     question asked after a few lines of chit-chat ("…的活动，地点是什么？") lost what the earlier
@@ -343,8 +343,16 @@ def read_whole(text: str, line: str, context: Sequence[ContextLine], overrides: 
     if not stored:
         return None
     texts = selectors.user_message_texts([c.message_id for c in stored])
-    users = [texts[c.message_id] for c in sorted(stored, key=lambda c: -c.position) if texts.get(c.message_id, "").strip()]
-    return "\n".join([*users, line]) if users else None
+    users, room = [], conversation.TURN_TEXT_MAX_CHARS - len(line)
+    for c in sorted(stored, key=lambda c: c.position):  # newest first, while the text stays within a turn's bound
+        content = texts.get(c.message_id, "")
+        if not content.strip():
+            continue
+        room -= len(content) + 1
+        if room < 0:
+            break
+        users.append(content)
+    return "\n".join([*reversed(users), line]) if users else None
 
 
 def _whole_weights(overrides: Mapping[str, Any]) -> tuple[float, float]:

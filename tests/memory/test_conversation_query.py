@@ -163,6 +163,19 @@ def test_a_chat_is_also_read_whole_as_if_its_user_lines_were_pasted(person, dire
         assert sport not in [p.fact.id for p in result.facts]  # without it, no vector of the window names sport
 
 
+def test_a_chat_read_whole_is_never_longer_than_a_turns_text(person, direct_stream, monkeypatch):
+    """The newest user lines that fit in the turn's bound: a chat of long messages is not embedded whole."""
+    from memory.engine import context
+
+    monkeypatch.setattr(context, "TURN_TEXT_MAX_CHARS", 30)
+    for k, text in enumerate(["很早的一句话" * 3, "中间那句", "刚才那句"]):
+        _say(direct_stream, person, text, NOW + k * 1000)
+    _say(direct_stream, person, "几点", NOW + 5000)
+    ctx = recall.prepare_turn(stream_id=direct_stream.pk, speaker_id=person.pk, text="几点", at=NOW + 6000, record=False)
+    whole = recall.read_whole("几点", ctx.line, ctx.context, ctx.overrides)
+    assert whole == "中间那句\n刚才那句\n几点" and len(whole) <= 30  # the oldest line (18 characters) did not fit
+
+
 def test_a_confirmed_turns_vector_is_its_lines_and_no_one_embeds_the_line_again(person, direct_stream, monkeypatch):
     from memory.engine.quantize import unpack_float32
     from memory.providers import config
