@@ -330,19 +330,24 @@ def read_whole(text: str, line: str, context: Sequence[ContextLine], overrides: 
     of several lines itself (:func:`whole_text`); for a turn of one line in a conversation, that
     conversation as the user would have pasted it — the user lines among the dense window's stored
     messages, oldest first, then the turn's line, one per line — the newest ones that fit in
-    :data:`memory.engine.context.TURN_TEXT_MAX_CHARS`, as a pasted text must. None when there is neither, or the weight is 0.
+    :data:`memory.engine.context.TURN_TEXT_MAX_CHARS`, as a pasted text must. None when there is
+    neither, or the weight is 0.
 
     Why: per-message vectors and the window's centroid read a chat one line at a time, and a
     question asked after a few lines of chit-chat ("…的活动，地点是什么？") lost what the earlier
     lines named where the same lines pasted as one text were found (docs/ARCHITECTURE.md gives the
-    figures). The contents come from the read of the window's vectors (a confirm sent it ahead)."""
+    figures). A context read with its messages (prepare, replay) has their texts; a confirm's
+    (message ids only) reads them with the window's vectors, which it sent ahead."""
     whole = whole_text(text, line)
     if whole is not None or _whole_weights(overrides)[0] <= 0:
         return whole
     stored = [c for c in _dense_window(context, overrides) if c.message_id]
     if not stored:
         return None
-    texts = selectors.user_message_texts([c.message_id for c in stored])
+    if all(c.role for c in stored):
+        texts = {c.message_id: c.content for c in stored if c.role == "user"}
+    else:
+        texts = selectors.user_message_texts([c.message_id for c in stored])
     users, room = [], conversation.TURN_TEXT_MAX_CHARS - len(line)
     for c in sorted(stored, key=lambda c: c.position):  # newest first, while the text stays within a turn's bound
         content = texts.get(c.message_id, "")

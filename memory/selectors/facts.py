@@ -162,18 +162,11 @@ def fact_coverages(
     grams = {w: list(dict.fromkeys(bigrams(w))) for w in qwords}
     terms = list({*qwords, *(g for gs in grams.values() for g in gs)})
     raw = scope.document_frequencies(terms) if scope is not None else lexical.document_frequencies("facts_fts", terms)
-    dfs: dict[str, int] = {}
-    known: dict[str, list[str]] = {}  # a word's bigrams that some memory holds
-    for w in qwords:
-        known[w] = [g for g in grams[w] if raw.get(g, 0) > 0]
-        whole = raw.get(w, 0) or (min(raw[g] for g in grams[w]) if grams[w] and len(known[w]) == len(grams[w]) else 0)
-        dfs[w] = whole
-    if any(dfs.values()):  # beside a word memory holds whole, a word held in part counts (not alone: 早上好 → 早上)
-        for w in qwords:
-            if dfs[w] == 0 and known[w]:
-                dfs[w] = min(raw[g] for g in known[w])
-    else:
-        known = {w: [] for w in qwords}
+    whole = {w: raw.get(w, 0) or (min(raw[g] for g in grams[w]) if grams[w] and all(raw.get(g, 0) > 0 for g in grams[w])
+                                  else 0) for w in qwords}
+    # a word's bigrams that some memory holds — counted only beside a word memory holds whole (早上好 → 早上 alone: none)
+    known = {w: [g for g in grams[w] if raw.get(g, 0) > 0] if any(whole.values()) else [] for w in qwords}
+    dfs = {w: whole[w] or (min(raw[g] for g in known[w]) if known[w] else 0) for w in qwords}
     n_docs = len(scope) if scope is not None else lexical.document_count("facts_fts")
     if tokens is None or any(i not in tokens for i in ids):
         tokens = dict(Fact.objects.filter(pk__in=ids).values_list("id", "tokens"))
@@ -181,10 +174,14 @@ def fact_coverages(
     out = {}
     for i in ids:
         held = set((tokens.get(i) or "").split())
-        credit = {w: 1.0 if w in held else sum(g in held for g in known[w]) / len(known[w]) if known[w] else 0.0
-                  for w in qwords}
+        credit = {w: 1.0 if w in held else _share_held(known[w], held) for w in qwords}
         out[i] = (mass.credited(credit), mass.holds_rarest([w for w, c in credit.items() if c >= 1.0]))
     return out
+
+
+def _share_held(grams: Sequence[str], held: set[str]) -> float:
+    """The share of a word's bigrams (those some memory holds) that a fact's tokens hold."""
+    return sum(g in held for g in grams) / len(grams) if grams else 0.0
 
 
 class Cosines(dict):

@@ -275,8 +275,8 @@ def user_message_ids(message_ids: Sequence[int]) -> list[int]:
     """The user messages among ``message_ids``, in that order (unknown ids and other roles left
     out) — from :func:`message_vectors_read`, so a confirm that read the vectors ahead reads
     nothing more."""
-    roles = {int(mid): role for mid, _content, _raw, role in read_ahead.read(message_vectors_read(message_ids))}
-    return [mid for mid in map(int, message_ids) if roles.get(mid) == "user"]
+    texts = user_message_texts(message_ids)
+    return [mid for mid in map(int, message_ids) if mid in texts]
 
 
 def user_message_texts(message_ids: Sequence[int]) -> dict[int, str]:
