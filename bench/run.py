@@ -199,7 +199,7 @@ def conversation_paths(counts: dict, n: int, streams: list, q: Callable[[], str]
         ctx = prepared[next(picks) % len(prepared)]
         query = recall.conversation_query(qvec(), ctx.context, ctx.overrides)
         return recall.rank_pool(pool=ctx.pool, query_vector=query, person_ids=ctx.present_person_ids, text=q(),
-                                stream_kind=ctx.stream.kind, now=now, limit=6, overrides=ctx.overrides)
+                                stream_kind=ctx.stream.kind, now=now, limit=6, overrides=ctx.overrides, shown=ctx.shown)
 
     out["turn confirm ranking (rank_pool, turn + context vectors)"] = timed(confirm_ranking, n)
     out["turn confirm ranking (rank_pool, turn + context vectors)"].update(

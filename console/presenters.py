@@ -571,7 +571,7 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
         pool=ctx.pool, query_vector=recall.conversation_query(
             vector, ctx.context, ctx.overrides, whole=recall.read_whole(data["text"], ctx.line, ctx.context, ctx.overrides)),
         person_ids=ctx.present_person_ids, text=ctx.line,
-        stream_kind=ctx.stream.kind, now=ctx.now, limit=limit, overrides=ctx.overrides,
+        stream_kind=ctx.stream.kind, now=ctx.now, limit=limit, overrides=ctx.overrides, shown=ctx.shown,
     )
     prompt = recall.complete_conflicts(ranking.prompt, now=ctx.now)
     in_prompt = {f.id for f in ranking.prompt}

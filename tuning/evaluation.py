@@ -281,15 +281,17 @@ def _default_replay(**kwargs: Any) -> Sequence[Any]:
 
 
 def production_rank(
-    sample: TraceSample, replayed: Sequence[Any], vector: Any, limit: int, overrides: Mapping[str, Any]
+    sample: TraceSample, replayed: Sequence[Any], vector: Any, limit: int, overrides: Mapping[str, Any],
+    shown: frozenset[str] = frozenset(),
 ) -> recall.PromptRanking:
     """The confirm step of production (``memory.recall.confirm_turn``) on a replayed pool:
-    with a query vector the dense candidates join the pool, facts no longer valid leave it,
-    then the fused re-rank cuts at ``limit`` (``.prompt``). Read-only (nothing is reinforced)."""
+    with a query vector the dense candidates join the pool, facts no longer valid leave it
+    (and those whose text is a line the conversation ``shown``), then the fused re-rank cuts at
+    ``limit`` (``.prompt``). Read-only (nothing is reinforced)."""
     return recall.rank_pool(
         pool=replayed, query_vector=vector, person_ids=list(sample.person_ids),
         text=recall.read_turn(sample.text, (), overrides)[0],
-        stream_kind=sample.stream_kind, now=sample.at, limit=limit, overrides=overrides,
+        stream_kind=sample.stream_kind, now=sample.at, limit=limit, overrides=overrides, shown=shown,
     )
 
 
@@ -334,6 +336,7 @@ class Evaluator:
         with overrides_scope(self.overrides), kept:
             # the turn's conversation as it recorded it, weighed by the evaluated profile
             line, context = recall.read_turn(sample.text, recall.context_from_ids(sample.context_message_ids), params)
+            shown = recall.shown_in_conversation(context, params)
             replayed = list(
                 self.replay(
                     person_ids=list(sample.person_ids),
@@ -343,12 +346,13 @@ class Evaluator:
                     stream_kind=sample.stream_kind,
                     overrides=params,
                     context=recall.conversation_lines(context, params, whole=recall.whole_text(sample.text, line)),
+                    shown=shown,
                 )
             )
             text_vector = self.vectors(line)
             whole = recall.read_whole(sample.text, line, context, params)
             vector = recall.conversation_query(text_vector, context, params, whole=whole) if text_vector is not None else None
-            ranked = self.rank(sample, replayed, vector, self.limit, params)
+            ranked = self.rank(sample, replayed, vector, self.limit, params, shown=shown)
         return replayed, ranked, vector
 
     def turn(self, sample: TraceSample) -> dict[str, Any]:

@@ -222,10 +222,11 @@ def inspect_turn(turn: Turn, *, query_vector: Any = None, embed: bool = True) ->
     vector = query_vector
     if vector is None and embed:
         vector = recall.embed_query(line)
-    # the positions the confirm gave them, and the text whole when it was read as a chat
-    query = recall.conversation_query(vector, context, params, whole=recall.whole_text(turn.text, line))
+    # the positions the confirm gave them, and the conversation read whole as the confirm reads it
+    query = recall.conversation_query(vector, context, params, whole=recall.read_whole(turn.text, line, context, params))
     ranking = recall.rank_pool(pool=pool, query_vector=query, person_ids=person_ids, text=line,
-                               stream_kind=turn.stream_kind, now=int(turn.at), limit=limit, overrides=params)
+                               stream_kind=turn.stream_kind, now=int(turn.at), limit=limit, overrides=params,
+                               shown=recall.shown_in_conversation(context, params))
     confirmed = turn.confirmed_at is not None
     in_prompt = set(turn.prompt_fact_ids or []) if confirmed else {f.id for f in ranking.prompt}
     held = set(turn.held_back_fact_ids or []) if confirmed else {f.id for f in ranking.held_back}

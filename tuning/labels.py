@@ -34,6 +34,7 @@ PARAM_LABELS = {
     "context_text_lines": gettext_lazy("对话上下文：多行的发言按对话读（1 = 是）"),
     "context_whole_weight": gettext_lazy("对话上下文：整段对话的向量的权重"),
     "context_whole_lexical": gettext_lazy("对话上下文：多行发言整段作词面查询的权重"),
+    "context_shown_out": gettext_lazy("对话上下文：对话里已有的原话不作记忆召回（1 = 是）"),
 }
 #: What turning each parameter changes (the "meaning" column of the parameter table).
 PARAM_HELP = {
@@ -67,6 +68,7 @@ PARAM_HELP = {
     "context_text_lines": gettext_lazy("一轮的文字有好几行（或一段里三句以上）时，最后一行当这一句，前面几行当刚说过的对话（0 = 整段当一句）"),
     "context_whole_weight": gettext_lazy("多行的发言，或对话里用户最近的几句连同这一句，整段读成一个向量也参与比较，权重为此（0 = 不用）"),
     "context_whole_lexical": gettext_lazy("多行的发言按对话读时，整段文字也作一条词面查询，权重为此（0 = 不用）"),
+    "context_shown_out": gettext_lazy("一条记忆的原文就是这轮对话里已有的一句（上下文消息，或多行发言里前面的一行）时，不再召回它：机器人已经看得到这句（0 = 照常排序）"),
 }
 PARAM_KINDS = {"float": gettext_lazy("小数"), "int": gettext_lazy("整数")}
 GROUP_LABELS = {"all": gettext_lazy("全部"), "group": gettext_lazy("群聊"), "direct": gettext_lazy("私聊"),

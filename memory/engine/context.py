@@ -28,7 +28,7 @@ the chattiest row's background.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_GAP_MINUTES",
     "DEFAULT_HALF_LIFE",
     "DEFAULT_LEXICAL_LINES",
+    "DEFAULT_SHOWN_OUT",
     "DEFAULT_TEXT_LINES",
     "DEFAULT_WHOLE_LEXICAL",
     "DEFAULT_WHOLE_WEIGHT",
@@ -45,6 +46,8 @@ __all__ = [
     "TURN_TEXT_MAX_CHARS",
     "ConversationQuery",
     "recency_weights",
+    "shown_key",
+    "shown_keys",
     "split_turn",
     "text_lines",
     "weighted_max",
@@ -77,6 +80,10 @@ DEFAULT_WHOLE_WEIGHT: float = 1.0
 DEFAULT_WHOLE_LEXICAL: float = 0.0
 #: minutes of silence that end a conversation: older messages do not join the turn's query.
 DEFAULT_GAP_MINUTES: float = 60.0
+#: 1 = a memory whose text is a line the conversation shows already (a message of the turn's context,
+#: a line of its text before its own) is no candidate of the turn: the bot reads that line in its
+#: prompt, a slot of the memories would repeat it. 0 = such memories are ranked as any other.
+DEFAULT_SHOWN_OUT: int = 1
 
 
 #: the longest text a turn may carry (the API's bound) — and so the longest conversation a turn's
@@ -142,6 +149,17 @@ def text_lines(text: str) -> list[str]:
     if len(lines) == 1 and len(sentences := _sentences(lines[0])) >= PARAGRAPH_SENTENCES:
         lines = sentences
     return [line for line in lines if _says_something(line)]
+
+
+def shown_key(text: str) -> str:
+    """What a memory's text and a line of the conversation are compared by (:data:`DEFAULT_SHOWN_OUT`):
+    the text casefolded, its runs of white space one space, trimmed."""
+    return " ".join(text.split()).casefold()
+
+
+def shown_keys(lines: Iterable[str]) -> frozenset[str]:
+    """:func:`shown_key` of each of ``lines`` that says something (a line of punctuation shows nothing)."""
+    return frozenset(shown_key(line) for line in lines if _says_something(line))
 
 
 def split_turn(text: str) -> tuple[str, list[str]]:

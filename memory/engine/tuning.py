@@ -18,6 +18,7 @@ from .context import (
     DEFAULT_GAP_MINUTES,
     DEFAULT_HALF_LIFE,
     DEFAULT_LEXICAL_LINES,
+    DEFAULT_SHOWN_OUT,
     DEFAULT_TEXT_LINES,
     DEFAULT_WHOLE_LEXICAL,
     DEFAULT_WHOLE_WEIGHT,
@@ -100,6 +101,7 @@ WHITELIST: dict[str, ParamSpec] = {
     "context_text_lines": ParamSpec("int", 0, 1, DEFAULT_TEXT_LINES, "对话上下文：多行的发言按对话读（1 = 是）"),
     "context_whole_weight": ParamSpec("float", 0.0, 1.0, DEFAULT_WHOLE_WEIGHT, "对话上下文：整段对话的向量的权重"),
     "context_whole_lexical": ParamSpec("float", 0.0, 1.0, DEFAULT_WHOLE_LEXICAL, "对话上下文：多行发言整段作词面查询的权重"),
+    "context_shown_out": ParamSpec("int", 0, 1, DEFAULT_SHOWN_OUT, "对话上下文：对话里已有的原话不作记忆召回（1 = 是）"),
 }
 
 #: Whitelisted parameters a fit to relevance labels (``tuning.fit``) leaves alone: they set how many

@@ -100,6 +100,8 @@ def replay_turn_pool(
     events: bool = False,
     blocked_counts: list[int] | None = None,
     context: Sequence[tuple[str, float]] = (),
+    shown: frozenset[str] = frozenset(),
+    shown_out: list[int] | None = None,
 ) -> list[ScopedFact]:
     """The lexical candidate pool of a turn — the same code path production runs.
 
@@ -115,6 +117,10 @@ def replay_turn_pool(
     each line is a query of its own; what it finds joins the pool with its relevance and
     coverage multiplied by the line's recency weight (a fact already found keeps its own
     relevance and the better coverage).
+
+    ``shown`` — the lines the conversation shows already (:func:`shown_in_conversation`): a fact
+    whose text is one of them is no candidate (its id appended to ``shown_out`` when given), and
+    the union is ranked without it.
     """
     limit = fact_recall_limit(overrides)
     pool: dict[int, ScopedFact] = {}
@@ -150,9 +156,44 @@ def replay_turn_pool(
     # its best coverage — and one line's pool is not the turn's. The confirm ranks a third time
     # (rank_pool), with what the prepare does not have: the query's vector (embedded only once
     # the bot decided to reply), the candidates' cosines and the dense channel's candidates.
-    ordered = selectors.rank_facts(list(pool.values()), overrides, window=selectors.query_window(text, now))
+    candidates = _not_shown(list(pool.values()), shown, shown_out)
+    ordered = selectors.rank_facts(candidates, overrides, window=selectors.query_window(text, now))
     kept = apply_pool_percentile([f.score for f in ordered], float(overrides.get("pool_score_percentile", 0.0)))
     return ordered[:kept]
+
+
+def shown_in_conversation(
+    context: Sequence[ContextLine], overrides: Mapping[str, Any], texts: Mapping[int, str] | None = None,
+) -> frozenset[str]:
+    """The lines a turn's conversation shows the bot already (``context_shown_out``,
+    :data:`memory.engine.context.DEFAULT_SHOWN_OUT`), as :func:`memory.engine.context.shown_keys`:
+    every line of ``context`` as :func:`read_turn` gives it — a text's lines before its own, the
+    stream's recent messages, the assistant's too — a stored message's text taken from ``texts``
+    when the line was recorded without it (a confirm's context is message ids). The turn's own
+    line is not among them: a memory the user says again is still recalled (and reinforced).
+    Empty when the knob is 0 and under the reference ranking (its turns replay as recorded).
+
+    Why: a memory that is word for word a line of the conversation (a chat imported as memories,
+    a fact extracted from a message that is still in the window) fills a slot of the prompt with
+    what the prompt shows already (docs/ARCHITECTURE.md, "Ranking")."""
+    if int(overrides.get("context_shown_out", conversation.DEFAULT_SHOWN_OUT)) <= 0 or is_reference_profile(overrides):
+        return frozenset()
+    found = texts or {}
+    return conversation.shown_keys(c.content or found.get(c.message_id, "") for c in context)
+
+
+def _not_shown(facts: list[ScopedFact], shown: frozenset[str], out: list[int] | None = None) -> list[ScopedFact]:
+    """``facts`` without those whose text is a line the conversation shows (their ids appended to ``out``)."""
+    if not shown:
+        return facts
+    kept = []
+    for f in facts:
+        if conversation.shown_key(f.content) in shown:
+            if out is not None:
+                out.append(f.id)
+        else:
+            kept.append(f)
+    return kept
 
 
 def _episodes(recalled: Sequence[RecalledEpisode], recent: Sequence[RecalledEpisode]) -> list[RecalledEpisode]:
@@ -535,6 +576,8 @@ class TurnContext:
     overrides: Mapping[str, Any] = field(default_factory=dict)
     context: list[ContextLine] = field(default_factory=list)
     line: str = ""  # the turn's line (read_turn): its text, or the last line of a text of several
+    shown: frozenset[str] = frozenset()  # the lines the conversation shows already (shown_in_conversation)
+    shown_out: list[int] = field(default_factory=list)  # the facts left out for it
 
 
 def _record_turn(
@@ -601,10 +644,11 @@ def prepare_turn(
         context = recent_context(stream_id=stream_id, upto_id=before, text=text, overrides=overrides, at=now)
         line, context = read_turn(text, context, overrides)
         blocked: list[int] = []  # what visibility held back, recorded with the turn (_record_turn)
+        shown, shown_out = shown_in_conversation(context, overrides), []
         pool = replay_turn_pool(
             person_ids=persons, text=line, impression=impression, now=now, stream_kind=stream.kind,
             overrides=overrides, blocked_counts=blocked,
-            context=conversation_lines(context, overrides, whole=whole_text(text, line)),
+            context=conversation_lines(context, overrides, whole=whole_text(text, line)), shown=shown, shown_out=shown_out,
         )
         limit = fact_recall_limit(overrides)
         prompt = prompt_facts(pool, limit)
@@ -634,6 +678,7 @@ def prepare_turn(
                 "promptFactIds": [f.id for f in prompt], "presentPersonIds": persons,
                 "streamKind": stream.kind, "heldBackFactIds": [f.id for f in held_back_facts(pool, limit)],
                 "contextMessageIds": [c.message_id for c in context if c.message_id],
+                "shownFactIds": shown_out,
             },
             blocked,
             also=recalled,
@@ -644,7 +689,7 @@ def prepare_turn(
     return TurnContext(
         turn_id=turn_id, stream=stream, speaker_id=speaker_id, now=now, working_memory=working,
         present_person_ids=persons, pool=pool, facts=facts, episodes=episodes, blocked=sum(blocked),
-        overrides=overrides, context=context, line=line,
+        overrides=overrides, context=context, line=line, shown=shown, shown_out=shown_out,
     )
 
 
@@ -749,6 +794,7 @@ class PromptRanking:
     held_back: list[ScopedFact]
     ranked: list[ScopedFact]
     verdicts: dict[int, str] = field(default_factory=dict)
+    shown_out: list[int] = field(default_factory=list)  # candidates the conversation shows already, left out
 
 
 def rank_pool(
@@ -761,6 +807,7 @@ def rank_pool(
     now: int,
     limit: int,
     overrides: Mapping[str, Any],
+    shown: frozenset[str] = frozenset(),
 ) -> PromptRanking:
     """The confirm step on a lexical pool, read-only (turn confirm, ``/actions/recall``,
     the console playground and trace-replay evaluation all call it).
@@ -769,14 +816,17 @@ def rank_pool(
     (no percentile cut for them); facts invalidated since the pool was built
     leave it; every candidate gets its cosine (one read of the persons' valid facts,
     ``selectors.dense_scope``; ``selectors.valid_fact_cosines`` for the rest) and is
-    ranked by the engine's ``rank``; the eligible top ``limit`` is the prompt.
+    ranked by the engine's ``rank``; the eligible top ``limit`` is the prompt. A fact whose text is
+    one of the lines the conversation ``shown`` (:func:`shown_in_conversation`) is no candidate,
+    neither of the pool nor of the dense channel (which takes its top among the others).
     """
-    pool = list(pool)
+    shown_out: list[int] = []
+    pool = _not_shown(list(pool), shown, shown_out)
     scope = None
     if query_vector is not None:
         scope = selectors.dense_scope(
             person_ids=person_ids, query_vector=query_vector, limit=limit, now=now, stream_kind=stream_kind,
-            overrides=overrides,
+            overrides=overrides, shown=shown, shown_out=shown_out,
         )
     if scope is None:
         still_valid, cosines = selectors.valid_fact_cosines([f.id for f in pool], query_vector)
@@ -794,7 +844,8 @@ def rank_pool(
     pool = [f for f in pool if f.id in still_valid]
     ranked = selectors.rank_facts(pool, overrides, cosines=cosines, window=selectors.query_window(text, now))
     prompt, held = prompt_facts(ranked, limit), held_back_facts(ranked, limit)
-    return PromptRanking(prompt=prompt, held_back=held, ranked=ranked, verdicts=fact_verdicts(ranked, prompt, held))
+    return PromptRanking(prompt=prompt, held_back=held, ranked=ranked, verdicts=fact_verdicts(ranked, prompt, held),
+                         shown_out=list(dict.fromkeys(shown_out)))
 
 
 def fact_verdicts(ranked: Sequence[ScopedFact], prompt: Sequence[ScopedFact], held: Sequence[ScopedFact]) -> dict[int, str]:
@@ -843,13 +894,18 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
             window = [c.message_id for c in _dense_window(context, overrides) if c.message_id]
             read_ahead.serve_from(ahead[0], selectors.dense_scope_read(turn.present_person_ids))
             read_ahead.serve_from(ahead[1], selectors.message_vectors_read(window), keep=lambda row: row[0] in window)
+        shown = frozenset[str]()
+        if ahead:  # the dense channel will run: none of its candidates may be a line the conversation shows
+            stored = [int(m) for m in turn.context_message_ids]
+            read_ahead.serve_from(ahead[1], selectors.message_vectors_read(stored))
+            shown = shown_in_conversation(context, overrides, selectors.message_texts(stored) if stored else {})
         whole = read_whole(turn.text, line, context, overrides)
         vector = query_embedding if query_embedding is not None else _turn_vector(line, context, overrides, whole)
         query = conversation_query(vector, context, overrides, whole=whole)
         # the prepare's lexical pool ranked again, now with the vector (why: replay_turn_pool)
         ranking = rank_pool(
             pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=line,
-            stream_kind=turn.stream_kind, now=turn.at, limit=limit, overrides=overrides,
+            stream_kind=turn.stream_kind, now=turn.at, limit=limit, overrides=overrides, shown=shown,
         )
     ranked = ranking.prompt
     held = [f.id for f in ranking.held_back]
@@ -860,6 +916,7 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
             "turnId": turn_id, "promptFactIds": prompt_ids, "usedVector": vector is not None,
             "heldBackFactIds": held, "promptTerms": [f.terms() for f in ranked],
             "gatedFactIds": [fid for fid, v in ranking.verdicts.items() if v == Verdict.GATE],
+            "shownFactIds": ranking.shown_out,
         },
     }
     # the slot-conflict groups of the prompt are read with the write (PostgreSQL: in its round trip)

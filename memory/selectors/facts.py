@@ -13,7 +13,7 @@ from django.db.models import Q, QuerySet
 from memory import backends
 from memory.engine import decay, tokenize, when
 from memory.engine.background import background_of, generic_words
-from memory.engine.context import ConversationQuery, weighted_max_at
+from memory.engine.context import ConversationQuery, shown_key, weighted_max_at
 from memory.engine.quantize import cosine_q8_many, cosine_q8_matrix, quantize_vector
 from memory.engine.scope import SCOPE_ALL, fact_visible_in_stream
 from memory.engine.scoring import (
@@ -477,6 +477,8 @@ def dense_scope(
     stream_kind: str,
     private_in_group: bool | None = None,
     overrides: Mapping[str, Any] | None = None,
+    shown: frozenset[str] = frozenset(),
+    shown_out: list[int] | None = None,
 ) -> DenseScope | None:
     """The dense channel with what the confirm needs beside it, from one read of the persons' valid facts.
 
@@ -484,7 +486,9 @@ def dense_scope(
     candidates are :func:`dense_fact_candidates`'; ``valid``, ``cosines`` and ``tokens``
     cover every valid fact of the persons, so a pool drawn from the same persons is checked
     and ranked without reading its rows again (:func:`memory.recall.rank_pool`). ``None``
-    without a query vector or persons.
+    without a query vector or persons. A fact whose text is one of the lines the conversation
+    ``shown`` (:func:`memory.engine.context.shown_keys`) is no candidate: the top is taken among
+    the others (the id of one that ranked above the cut appended to ``shown_out``).
     """
     persons = list(dict.fromkeys(person_ids))
     if _query_q8(query_vector) is None or not persons:
@@ -500,7 +504,15 @@ def dense_scope(
         r for r in rows
         if r[0] in cosines and (stream_kind == SCOPE_ALL or fact_visible_in_stream(r[5], stream_kind, private_in_group=pig))
     ]
-    ranked = sorted(((cosines[r[0]], r[:10]) for r in visible), key=lambda x: -x[0])[: limit * 3]
+    ranked = []
+    for cos, row in sorted(((cosines[r[0]], r) for r in visible), key=lambda x: -x[0]):
+        if shown and shown_key(row[3]) in shown:  # (only the rows down to the cut are compared)
+            if shown_out is not None:
+                shown_out.append(row[0])
+            continue
+        ranked.append((cos, row[:10]))
+        if len(ranked) == limit * 3:
+            break
     out = []
     for cos, (fid, pid, kind, content, slot, origin, strength, half_life, updated_at, active) in ranked:
         ret = decay.retention(strength, updated_at, half_life, now)

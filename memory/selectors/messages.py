@@ -286,6 +286,12 @@ def user_message_texts(message_ids: Sequence[int]) -> dict[int, str]:
     return {int(mid): content for mid, content, _raw, role in rows if role == "user"}
 
 
+def message_texts(message_ids: Sequence[int]) -> dict[int, str]:
+    """``{message id: text}`` of ``message_ids`` (every role; unknown ids left out) — the same read as
+    :func:`user_message_texts`."""
+    return {int(mid): content for mid, content, _raw, _role in read_ahead.read(message_vectors_read(message_ids))}
+
+
 def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = None) -> dict[int, np.ndarray]:
     """float32 vectors of messages, each computed at most once.
 

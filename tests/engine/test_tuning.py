@@ -52,6 +52,7 @@ def test_whitelist_table() -> None:
         "context_text_lines": ParamSpec("int", 0, 1, 1, "对话上下文：多行的发言按对话读（1 = 是）"),
         "context_whole_weight": ParamSpec("float", 0.0, 1.0, 1.0, "对话上下文：整段对话的向量的权重"),
         "context_whole_lexical": ParamSpec("float", 0.0, 1.0, 0.0, "对话上下文：多行发言整段作词面查询的权重"),
+        "context_shown_out": ParamSpec("int", 0, 1, 1, "对话上下文：对话里已有的原话不作记忆召回（1 = 是）"),
     }
 
 
