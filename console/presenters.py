@@ -559,7 +559,8 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
     it with the query vector of the configured embedder — the numbers the bot would get.
     Every ranked candidate gets the ranking's verdict (in the prompt, held back by forgetting, out
     of places, held back by the relevance gate) with its reason in words (:class:`Verdict`);
-    visibility's count comes from the pool.
+    visibility's count comes from the pool; ``shown`` lists the facts left out because the
+    conversation holds their words already (``recall.shown_in_conversation``).
     """
     ctx = recall.prepare_turn(
         stream_id=data["stream"].pk, speaker_id=data["speaker"].pk, text=data["text"],
@@ -585,9 +586,11 @@ def preview_turn(data: dict[str, Any]) -> dict[str, Any]:
     counts: dict[str, int] = defaultdict(int)
     for row in pool:
         counts[row["verdict"].code] += 1
+    shown = Fact.objects.in_bulk(list(dict.fromkeys([*ctx.shown_out, *ranking.shown_out])))
     return {
         "ctx": ctx,
         "pool": pool,
+        "shown": sorted(shown.values(), key=lambda f: f.pk),  # left out: the conversation shows their words
         "summary": [(code, label, counts[code]) for code, label in VERDICT_LABELS.items() if counts.get(code)],
         "limit": limit,
         "prompt": prompt,

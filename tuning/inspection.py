@@ -27,7 +27,7 @@ from django.utils.translation import gettext as _
 from memory import recall, selectors
 from memory.engine.scoring import Gate
 from memory.engine.scoring import Verdict as Verdict_
-from memory.models import Episode, Fact, Message, Person, Turn
+from memory.models import Episode, Fact, Message, Person, PipelineEvent, Turn
 from tuning import evaluation, relevance, services
 from tuning.labels import VERDICT_LABELS
 
@@ -180,10 +180,15 @@ class Inspection:
     labels: Mapping[int, Any] = field(default_factory=dict)
     previous: int | None = None
     next: int | None = None
+    shown: list[Fact] = field(default_factory=list)  # no candidates: the conversation holds their words
 
     @property
     def label_count(self) -> int:
         return len(self.labels)
+
+
+#: the turn's events that list the facts left out because the conversation shows them (``shownFactIds``)
+SHOWN_EVENTS = ("memory_retrieval_trace", "memory_retrieval_confirmed")
 
 
 def _names(ids: Sequence[int]) -> dict[int, str]:
@@ -236,7 +241,14 @@ def inspect_turn(turn: Turn, *, query_vector: Any = None, embed: bool = True) ->
     recorded = {int(e["factId"]): e for e in turn.pool or [] if isinstance(e, dict) and "factId" in e}
     ranked_ids = {f.id for f in ranking.ranked}
     extra_ids = [i for i in [*in_prompt, *held, *recorded, *labels] if i not in ranked_ids]
-    rows = Fact.objects.in_bulk([*ranked_ids, *extra_ids])
+    # left out because the conversation holds their words: as the turn recorded it, and as today's ranking does
+    recorded_shown = [
+        int(fid)
+        for payload in PipelineEvent.objects.filter(turn_id=turn.pk, kind__in=SHOWN_EVENTS).values_list("payload", flat=True)
+        for fid in (payload or {}).get("shownFactIds") or []
+    ]
+    shown_ids = list(dict.fromkeys([*recorded_shown, *ranking.shown_out]))
+    rows = Fact.objects.in_bulk([*ranked_ids, *extra_ids, *shown_ids])
     now = int(turn.at)
     names = _names(sorted({*person_ids, int(turn.speaker_id), *(r.person_id for r in rows.values())}))
 
@@ -256,6 +268,8 @@ def inspect_turn(turn: Turn, *, query_vector: Any = None, embed: bool = True) ->
         code = "prompt" if fid in in_prompt else "forgetting" if fid in held else "gone"
         reason = _("当时的记录如此；这条事实之后已失效或被取代，今天的记忆里排不到它。") if row is not None else _(
             "这条事实已被遗忘。")
+        if fid in shown_ids:
+            reason = _("当时的记录如此；它的原文就是这段对话里已有的一句，现在不再进候选。")
         candidates.append(Candidate(fact, None, Verdict(code, str(VERDICT_LABELS[code]), reason),
                                     names.get(fact.person_id, ""), entry, labels.get(fid), _state(row)))
     listed = {c.fact.id for c in candidates}
@@ -292,6 +306,7 @@ def inspect_turn(turn: Turn, *, query_vector: Any = None, embed: bool = True) ->
         drift=drift,
         summary=[(code, str(label), counts[code]) for code, label in VERDICT_LABELS.items() if counts.get(code)],
         labels=labels,
+        shown=[rows[fid] for fid in shown_ids if fid in rows],
     )
 
 

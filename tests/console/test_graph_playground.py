@@ -107,6 +107,20 @@ def test_playground_counts_visibility_blocks_in_a_group(staff, memory_set, froze
     assert all(row["fact"].origin_kind != "direct" for row in result["pool"])
 
 
+def test_playground_names_the_facts_the_conversation_shows(staff, memory_set, frozen_now):
+    """A fact whose words the conversation holds already is no candidate: the playground says so and which."""
+    alice, direct = memory_set["alice"], memory_set["direct"]
+    said = Fact.objects.get(content="小林喜欢猫")
+    services.append_message(stream_id=direct.pk, role="user", content="小林喜欢猫", sender_person_id=alice.pk,
+                            at=NOW - 60_000)
+    response = staff.get(reverse("console:playground"), {"stream": direct.pk, "speaker": alice.pk, "text": "猫"})
+    result = response.context["result"]
+    assert [f.pk for f in result["shown"]] == [said.pk]
+    assert said.pk not in {row["fact"].id for row in result["pool"]}
+    html = response.content.decode()
+    assert 'id="shown-note"' in html and "机器人已经看得到" in html and f"#{said.pk}" in html
+
+
 def test_playground_shows_conflict_completion(staff, memory_set, frozen_now):
     alice, direct = memory_set["alice"], memory_set["direct"]
     response = staff.get(reverse("console:playground"), {"stream": direct.pk, "speaker": alice.pk, "text": "杭州"})

@@ -173,3 +173,20 @@ def test_the_rows_speak_the_page_language_and_escape_who_labelled(world, reviewe
     assert 'name="csrfmiddlewaretoken"' in row and "&lt;b&gt;rev&lt;/b&gt;" in row and "<b>rev</b>" not in row
     assert "标为" not in row and 'class="label-form"' not in operator.get(
         reverse("console:turn", args=[turn_id])).content.decode()  # an operator sees labels, no form
+
+
+def test_the_inspector_names_the_facts_the_conversation_shows(db, operator):
+    from memory import recall
+
+    at = 1_800_000_000_000
+    person = memory_services.resolve_person(platform="qq", external_id="cat", name="阿喵", at=at)
+    stream = memory_services.resolve_stream(platform="qq", kind="direct", external_id="cat", name="私聊")
+    said = memory_services.add_fact(person_id=person.pk, content="我家的猫叫咪咪", kind="偏好", at=at - 86_400_000).fact_id
+    memory_services.append_message(stream_id=stream.pk, role="user", content="我家的猫叫咪咪", sender_person_id=person.pk,
+                                   at=at)
+    ctx = recall.prepare_turn(stream_id=stream.pk, speaker_id=person.pk, text="猫几岁了", at=at + 1000)
+    recall.confirm_turn(turn_id=ctx.turn_id, at=at + 1001)
+    response = operator.get(reverse("console:turn", args=[ctx.turn_id]))
+    assert [f.pk for f in response.context["v"].shown] == [said]
+    html = response.content.decode()
+    assert 'id="shown-note"' in html and "我家的猫叫咪咪" in html and "机器人已经看得到" in html
