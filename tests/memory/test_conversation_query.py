@@ -109,12 +109,17 @@ class CountingEmbedder:
         return out
 
 
-def test_the_dense_channel_reads_the_recent_messages_vectors_once(person, direct_stream, monkeypatch):
+def serving(monkeypatch, embedder):
+    """``embedder`` as the server's, the gate's background bank embedded afresh by it."""
     from memory.providers import config
 
-    embedder = CountingEmbedder()
     monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
     background.reset()
+    return embedder
+
+
+def test_the_dense_channel_reads_the_recent_messages_vectors_once(person, direct_stream, monkeypatch):
+    embedder = serving(monkeypatch, CountingEmbedder())
     sport = services.add_fact(person_id=person.pk, content="玩家热爱运动", kind="偏好", at=NOW - 30 * DAY).fact_id
     other = services.add_fact(person_id=person.pk, content="玩家养了一条狗", kind="身份", at=NOW).fact_id
     services.store_fact_vector(fact_id=sport, vector=[1.0, 0.0, 0.0, 0.0])
@@ -141,11 +146,7 @@ def test_the_dense_channel_reads_the_recent_messages_vectors_once(person, direct
 def test_a_chat_is_also_read_whole_as_if_its_user_lines_were_pasted(person, direct_stream, monkeypatch):
     """The user lines of the window and the turn's line, one text, one more row of the dense query
     (weight ``context_whole_weight``): embedded in the call that embeds the turn's line."""
-    from memory.providers import config
-
-    embedder = CountingEmbedder()
-    monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
-    background.reset()
+    embedder = serving(monkeypatch, CountingEmbedder())
     sport = services.add_fact(person_id=person.pk, content="玩家热爱运动", kind="偏好", at=NOW - 30 * DAY).fact_id
     services.store_fact_vector(fact_id=sport, vector=[1.0, 0.0, 0.0, 0.0])
     first = _say(direct_stream, person, "下午一起去打篮球吗", NOW)
@@ -178,11 +179,7 @@ def test_a_chat_read_whole_is_never_longer_than_a_turns_text(person, direct_stre
 
 def test_a_confirmed_turns_vector_is_its_lines_and_no_one_embeds_the_line_again(person, direct_stream, monkeypatch):
     from memory.engine.quantize import unpack_float32
-    from memory.providers import config
-
-    embedder = CountingEmbedder()
-    monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
-    background.reset()
+    embedder = serving(monkeypatch, CountingEmbedder())
 
     def turn_at(text, at, vector):
         line = _say(direct_stream, person, text, at)
@@ -324,12 +321,8 @@ def test_the_window_is_the_centroid_of_the_turn_and_the_recent_user_lines(person
     """The window's vector joins the turn's query with weight ``context_window_weight``: the centroid
     of the turn's vector and the vectors of the user lines of the dense window; the bot's lines stay
     out, and no text is embedded for it (the chat read whole, another row, is off here: recall.read_whole)."""
-    from memory.providers import config
-
     monkeypatch.setattr(recall, "_whole_weights", lambda overrides: (0.0, 0.0))
-    embedder = TopicEmbedder()
-    monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
-    background.reset()
+    embedder = serving(monkeypatch, TopicEmbedder())
     both = services.add_fact(person_id=person.pk, content="玩家常带狗去打篮球", kind="偏好", at=NOW - 30 * DAY).fact_id
     services.store_fact_vector(fact_id=both, vector=[0.7071, 0.7071, 0.0, 0.0])
     _say(direct_stream, person, "我家的狗今天很乖", NOW)
@@ -353,11 +346,7 @@ def test_the_window_is_the_centroid_of_the_turn_and_the_recent_user_lines(person
 
 
 def test_no_window_without_earlier_user_lines_or_in_the_reference_profile(person, direct_stream, monkeypatch):
-    from memory.providers import config
-
-    embedder = TopicEmbedder()
-    monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
-    background.reset()
+    serving(monkeypatch, TopicEmbedder())
     hello = _say(direct_stream, person, "你好呀，打篮球吗", NOW, role="assistant")
     ball = _say(direct_stream, person, "下午一起去打篮球吗", NOW + 1000)
     turn = np.array([0.0, 0.0, 1.0, 0.0], dtype=np.float32)
@@ -379,11 +368,7 @@ def test_a_whole_text_ranks_as_the_same_lines_sent_as_a_chat(person, direct_stre
     """A turn whose text is several lines is read as the chat it would have been: its last line is
     the turn's line and the lines before it the conversation's newest user lines (lexical queries with
     their recency weights, and in the window), so it brings what the chat brings, ranked alike."""
-    from memory.providers import config
-
-    embedder = TopicEmbedder()
-    monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
-    background.reset()
+    embedder = serving(monkeypatch, TopicEmbedder())
     basketball = services.add_fact(person_id=person.pk, content="玩家周末喜欢打篮球", kind="偏好", at=NOW - 30 * DAY).fact_id
     dog = services.add_fact(person_id=person.pk, content="玩家家里养了一只狗", kind="身份", at=NOW - 30 * DAY).fact_id
     services.store_fact_vector(fact_id=basketball, vector=[1.0, 0.0, 0.0, 0.0])
@@ -413,11 +398,7 @@ def test_a_whole_text_ranks_as_the_same_lines_sent_as_a_chat(person, direct_stre
 def _dog_and_basketball(person, monkeypatch):
     """A topic embedder, a fact naming both topics and a text of three lines naming one each (the last
     line, 几点, neither): ``(embedder, fact id, text)``."""
-    from memory.providers import config
-
-    embedder = TopicEmbedder()
-    monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
-    background.reset()
+    embedder = serving(monkeypatch, TopicEmbedder())
     both = services.add_fact(person_id=person.pk, content="玩家常带狗去打篮球", kind="偏好", at=NOW - 30 * DAY).fact_id
     services.store_fact_vector(fact_id=both, vector=[0.7071, 0.7071, 0.0, 0.0])
     return embedder, both, "我家的狗今天很乖\n下午一起去打篮球吗\n几点"

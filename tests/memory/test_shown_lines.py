@@ -13,9 +13,8 @@ import pytest
 from memory import recall, services
 from memory.engine.context import shown_key, shown_keys
 from memory.overrides import builtin_params, overrides_scope
-from memory.search import background
 from tests.memory.conftest import DAY, NOW, events
-from tests.memory.test_conversation_query import CountingEmbedder, _say
+from tests.memory.test_conversation_query import CountingEmbedder, _say, serving
 
 
 def test_a_line_is_compared_by_its_words_not_its_spacing_or_case():
@@ -62,11 +61,7 @@ def test_a_pasted_texts_earlier_lines_are_shown_too(person, direct_stream):
 def test_the_dense_channel_takes_its_top_among_the_memories_not_shown(person, direct_stream, monkeypatch):
     """With one prompt place the dense channel would have given it to the shown line's copy
     (cosine 1); it goes to the next memory, and the confirmed event names what was left out."""
-    from memory.providers import config
-
-    embedder = CountingEmbedder()
-    monkeypatch.setattr(config, "get_embedder", lambda **_: embedder)
-    background.reset()
+    serving(monkeypatch, CountingEmbedder())
     copy = services.add_fact(person_id=person.pk, content="我下午要去打篮球", kind="偏好", at=NOW - 30 * DAY).fact_id
     sport = services.add_fact(person_id=person.pk, content="玩家热爱运动", kind="偏好", at=NOW - 30 * DAY).fact_id
     services.store_fact_vector(fact_id=copy, vector=[1.0, 0.0, 0.0, 0.0])
