@@ -167,10 +167,12 @@ def shown_in_conversation(
 ) -> frozenset[str]:
     """The lines a turn's conversation shows the bot already (``context_shown_out``,
     :data:`memory.engine.context.DEFAULT_SHOWN_OUT`), as :func:`memory.engine.context.shown_keys`:
-    every line of ``context`` as :func:`read_turn` gives it — a text's lines before its own, the
-    stream's recent messages, the assistant's too — a stored message's text taken from ``texts``
-    when the line was recorded without it (a confirm's context is message ids). The turn's own
-    line is not among them: a memory the user says again is still recalled (and reinforced).
+    the lines of ``context`` as :func:`read_turn` gives it — a text's lines before its own, the
+    stream's recent messages, the assistant's too — within the conversation's window (the newest
+    ``max(context_lexical_lines, context_dense_messages)``, 12: a long pasted history's older lines
+    are memories the turn may well ask about), a stored message's text taken from ``texts`` when the
+    line was recorded without it (a confirm's context is message ids). The turn's own line is not
+    among them: a memory the user says again is still recalled (and reinforced).
     Empty when the knob is 0 and under the reference ranking (its turns replay as recorded).
 
     Why: a memory that is word for word a line of the conversation (a chat imported as memories,
@@ -178,8 +180,8 @@ def shown_in_conversation(
     what the prompt shows already (docs/ARCHITECTURE.md, "Ranking")."""
     if int(overrides.get("context_shown_out", conversation.DEFAULT_SHOWN_OUT)) <= 0 or is_reference_profile(overrides):
         return frozenset()
-    found = texts or {}
-    return conversation.shown_keys(c.content or found.get(c.message_id, "") for c in context)
+    found, size = texts or {}, _context_size(overrides)
+    return conversation.shown_keys(c.content or found.get(c.message_id, "") for c in context if c.position <= size)
 
 
 def _not_shown(facts: list[ScopedFact], shown: frozenset[str], out: list[int] | None = None) -> list[ScopedFact]:

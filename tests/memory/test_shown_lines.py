@@ -58,6 +58,19 @@ def test_a_pasted_texts_earlier_lines_are_shown_too(person, direct_stream):
     assert ctx.line == "猫几岁了" and ctx.shown_out == [said] and age in {f.id for f in ctx.pool}
 
 
+def test_only_the_conversations_window_is_shown_not_a_long_pasted_historys_older_lines(person, direct_stream):
+    """The window is the newest 12 lines (``context_dense_messages``): a pasted history's older lines are
+    memories the question may well be about, and stay candidates."""
+    old = services.add_fact(person_id=person.pk, content="我家的猫叫咪咪", kind="偏好", at=NOW - 30 * DAY).fact_id
+    recent = services.add_fact(person_id=person.pk, content="玩家的猫今年三岁", kind="身份", at=NOW - 30 * DAY).fact_id
+    history = ["我家的猫叫咪咪", *(f"第{k}句闲话" for k in range(12)), "玩家的猫今年三岁", "猫叫什么名字"]
+    ctx = recall.prepare_turn(stream_id=direct_stream.pk, speaker_id=person.pk, text="\n".join(history), at=NOW)
+    assert ctx.shown_out == [recent] and old in {f.id for f in ctx.pool}
+    with overrides_scope({"context_dense_messages": 14}):
+        ctx = recall.prepare_turn(stream_id=direct_stream.pk, speaker_id=person.pk, text="\n".join(history), at=NOW)
+    assert sorted(ctx.shown_out) == sorted([old, recent])
+
+
 def test_the_dense_channel_takes_its_top_among_the_memories_not_shown(person, direct_stream, monkeypatch):
     """With one prompt place the dense channel would have given it to the shown line's copy
     (cosine 1); it goes to the next memory, and the confirmed event names what was left out."""
