@@ -81,8 +81,9 @@ DEFAULT_WHOLE_LEXICAL: float = 0.0
 #: minutes of silence that end a conversation: older messages do not join the turn's query.
 DEFAULT_GAP_MINUTES: float = 60.0
 #: 1 = a memory whose text is a line the conversation shows already (a message of the turn's context,
-#: a line of its text before its own) is no candidate of the turn: the bot reads that line in its
-#: prompt, a slot of the memories would repeat it. 0 = such memories are ranked as any other.
+#: a line of its text before its own; among the conversation's newest lines, its window) is no
+#: candidate of the turn: the bot reads that line in its prompt, a slot of the memories would repeat
+#: it. 0 = such memories are ranked as any other.
 DEFAULT_SHOWN_OUT: int = 1
 
 

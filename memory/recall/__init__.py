@@ -896,7 +896,7 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
             window = [c.message_id for c in _dense_window(context, overrides) if c.message_id]
             read_ahead.serve_from(ahead[0], selectors.dense_scope_read(turn.present_person_ids))
             read_ahead.serve_from(ahead[1], selectors.message_vectors_read(window), keep=lambda row: row[0] in window)
-        shown = frozenset[str]()
+        shown: frozenset[str] = frozenset()
         if ahead:  # the dense channel will run: none of its candidates may be a line the conversation shows
             stored = [int(m) for m in turn.context_message_ids]
             read_ahead.serve_from(ahead[1], selectors.message_vectors_read(stored))

@@ -9,6 +9,8 @@ import pytest
 from memory.engine.context import (
     ConversationQuery,
     recency_weights,
+    shown_key,
+    shown_keys,
     split_turn,
     text_lines,
     weighted_max,
@@ -111,3 +113,9 @@ def test_abbreviations_quotations_and_runs_of_punctuation_do_not_end_a_sentence(
 
 def test_latin_marks_end_a_chinese_sentence_without_a_space():
     assert text_lines("太好了!我们去吧?你定时间.好") == ["太好了!", "我们去吧?", "你定时间.好"]
+
+
+def test_a_shown_line_is_compared_by_its_words_not_its_spacing_or_case():
+    assert shown_key("  I  love\tcats ") == shown_key("i love cats") == "i love cats"
+    assert shown_key("我家的猫 叫咪咪") != shown_key("我家的猫叫咪咪")  # a space between words is kept, as one
+    assert shown_keys(["我家的猫叫咪咪", "……", " ", "OK"]) == frozenset({"我家的猫叫咪咪", "ok"})  # no words: nothing shown

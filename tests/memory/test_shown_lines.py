@@ -11,15 +11,9 @@ import numpy as np
 import pytest
 
 from memory import recall, services
-from memory.engine.context import shown_key, shown_keys
 from memory.overrides import builtin_params, overrides_scope
 from tests.memory.conftest import DAY, NOW, events
 from tests.memory.test_conversation_query import CountingEmbedder, _say, serving
-
-
-def test_a_line_is_compared_by_its_words_not_its_spacing_or_case():
-    assert shown_key("  I  love\tcats ") == shown_key("i love cats") == "i love cats"
-    assert shown_keys(["我家的猫叫咪咪", "……", " ", "OK"]) == frozenset({"我家的猫叫咪咪", "ok"})  # no words, nothing shown
 
 
 def test_a_memory_the_conversation_shows_leaves_the_pool_and_the_next_one_is_recalled(person, direct_stream):
