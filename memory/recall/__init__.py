@@ -390,7 +390,7 @@ def read_whole(text: str, line: str, context: Sequence[ContextLine], overrides: 
     if all(c.role for c in stored):
         texts = {c.message_id: c.content for c in stored if c.role == "user"}
     else:
-        texts = selectors.user_message_texts([c.message_id for c in stored])
+        texts = selectors.message_texts([c.message_id for c in stored], role="user")
     users, room = [], conversation.TURN_TEXT_MAX_CHARS - len(line)
     for c in sorted(stored, key=lambda c: c.position):  # newest first, while the text stays within a turn's bound
         content = texts.get(c.message_id, "")
@@ -892,15 +892,18 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
         if turn.confirmed_at is not None:
             raise TurnStateError(f"turn {turn_id} was already confirmed")
         line, context = read_turn(turn.text, context_positions(turn.context_message_ids), overrides)
-        if ahead:  # what was read ahead is what the dense channel reads (nothing when it was not sent)
-            window = [c.message_id for c in _dense_window(context, overrides) if c.message_id]
-            read_ahead.serve_from(ahead[0], selectors.dense_scope_read(turn.present_person_ids))
-            read_ahead.serve_from(ahead[1], selectors.message_vectors_read(window), keep=lambda row: row[0] in window)
         shown: frozenset[str] = frozenset()
-        if ahead:  # the dense channel will run: none of its candidates may be a line the conversation shows
-            stored = [int(m) for m in turn.context_message_ids]
-            read_ahead.serve_from(ahead[1], selectors.message_vectors_read(stored))
-            shown = shown_in_conversation(context, overrides, selectors.message_texts(stored) if stored else {})
+        if ahead:  # what was read ahead is what the dense channel reads (nothing when it was not sent)
+            read_ahead.serve_from(ahead[0], selectors.dense_scope_read(turn.present_person_ids))
+            if stored := [int(m) for m in turn.context_message_ids]:
+                # the context's rows, once (read ahead on PostgreSQL, here on SQLite): the window's vectors
+                # and the lines the conversation shows, none of which the dense channel may bring
+                every = selectors.message_vectors_read(stored)
+                read_ahead.serve_from(ahead[1], every)
+                texts = selectors.message_texts(stored)
+                window = [c.message_id for c in _dense_window(context, overrides) if c.message_id]
+                read_ahead.serve_from(every, selectors.message_vectors_read(window), keep=lambda row: row[0] in window)
+                shown = shown_in_conversation(context, overrides, texts)
         whole = read_whole(turn.text, line, context, overrides)
         vector = query_embedding if query_embedding is not None else _turn_vector(line, context, overrides, whole)
         query = conversation_query(vector, context, overrides, whole=whole)

@@ -111,7 +111,6 @@ from memory.selectors.messages import (
     stream_speakers,
     turn_context_vectors_read,
     user_message_ids,
-    user_message_texts,
     working_memory,
     working_memory_read,
 )
@@ -186,7 +185,6 @@ __all__ = [
     "message_vectors",
     "message_vectors_read",
     "user_message_ids",
-    "user_message_texts",
     "messages_after",
     "node_edges",
     "node_of",

@@ -275,21 +275,15 @@ def user_message_ids(message_ids: Sequence[int]) -> list[int]:
     """The user messages among ``message_ids``, in that order (unknown ids and other roles left
     out) — from :func:`message_vectors_read`, so a confirm that read the vectors ahead reads
     nothing more."""
-    texts = user_message_texts(message_ids)
+    texts = message_texts(message_ids, role="user")
     return [mid for mid in map(int, message_ids) if mid in texts]
 
 
-def user_message_texts(message_ids: Sequence[int]) -> dict[int, str]:
-    """``{message id: text}`` of the user messages among ``message_ids`` — from the same read as
-    :func:`user_message_ids` (a confirm that read the vectors ahead reads nothing more)."""
+def message_texts(message_ids: Sequence[int], *, role: str | None = None) -> dict[int, str]:
+    """``{message id: text}`` of ``message_ids`` (of ``role`` only when given; unknown ids left out) —
+    from :func:`message_vectors_read`, so a confirm that read the vectors ahead reads nothing more."""
     rows = read_ahead.read(message_vectors_read(message_ids))
-    return {int(mid): content for mid, content, _raw, role in rows if role == "user"}
-
-
-def message_texts(message_ids: Sequence[int]) -> dict[int, str]:
-    """``{message id: text}`` of ``message_ids`` (every role; unknown ids left out) — the same read as
-    :func:`user_message_texts`."""
-    return {int(mid): content for mid, content, _raw, _role in read_ahead.read(message_vectors_read(message_ids))}
+    return {int(mid): content for mid, content, _raw, kind in rows if role is None or kind == role}
 
 
 def message_vectors(message_ids: Iterable[int], *, embedder: Embedder | None = None) -> dict[int, np.ndarray]:
