@@ -206,6 +206,20 @@ def refs(db: Path | str, counts: dict) -> tuple[list[tuple[str, str]], list[str]
     return streams, persons, int(counts.get("now") or 1_800_000_000_000)
 
 
+def speakers(db: Path | str, streams: list[tuple[str, str]]) -> dict[tuple[str, str], list[str]]:
+    """Each of ``streams``' senders so far (external ids): who posts in it when the ingest's traffic comes."""
+    from bench import backends
+
+    keys = ", ".join("'" + ext.replace("'", "''") + "'" for _, ext in streams) or "''"
+    rows = backends.query(db, "SELECT DISTINCT s.kind, s.external_id, i.external_id FROM streams s"
+                              " JOIN messages m ON m.stream_id = s.id JOIN identities i ON i.person_id = m.sender_person_id"
+                              f" WHERE s.platform = 'bench' AND i.platform = 'bench' AND s.external_id IN ({keys})")
+    out: dict[tuple[str, str], list[str]] = {}
+    for kind, ext, person in sorted(rows):
+        out.setdefault((kind, ext), []).append(person)
+    return out
+
+
 def spread(items: list, count: int) -> list:
     """``count`` of ``items`` evenly spaced from the first (all of them for 0 or more than there are)."""
     if count <= 0 or count >= len(items):
@@ -217,7 +231,9 @@ def spread(items: list, count: int) -> list:
 
 
 def http_ingest(server: Server, token: str, streams, persons, n: int, threads: int, now: int, run: str,
-                worker: Worker | None = None) -> dict:
+                worker: Worker | None = None, members: dict | None = None) -> dict:
+    """``n`` messages posted by ``threads`` clients into ``streams``, each by one of its ``members``
+    (the stream's senders so far; any of ``persons`` for a stream with none, or without ``members``)."""
     import httpx
 
     base = server.base
@@ -234,7 +250,8 @@ def http_ingest(server: Server, token: str, streams, persons, n: int, threads: i
             for k in range(count):
                 kind, ext = rng.choice(streams)
                 body = {"stream": {"platform": "bench", "kind": kind, "external_id": ext},
-                        "sender": {"platform": "bench", "external_id": rng.choice(persons)},
+                        "sender": {"platform": "bench",
+                                   "external_id": rng.choice((members or {}).get((kind, ext)) or persons)},
                         "role": "user", "content": rng.choice(CHAT), "external_message_id": f"{run}-{idx}-{k}",
                         "at": now + k}
                 t = time.perf_counter()
@@ -580,6 +597,7 @@ def main(argv: list[str] | None = None) -> dict:
             raise SystemExit(f"{src} has no 'bench' streams/identities (build it with python -m bench.build_db)")
         now = now + 3_600_000  # later than anything in the store
         ingest_streams = spread(streams, args.ingest_streams)
+        members = speakers(db, ingest_streams)
 
         setup_django(db)
         from django.conf import settings as dj_settings
@@ -600,7 +618,8 @@ def main(argv: list[str] | None = None) -> dict:
         try:
             warm_up = first_answered_turn(server, token, inputs[0])
             warm_up["settled"] = wait_settled(server)  # what follows measures a warmed server
-            ingest = http_ingest(server, token, ingest_streams, persons, args.messages, args.threads, now, "http", worker)
+            ingest = http_ingest(server, token, ingest_streams, persons, args.messages, args.threads, now, "http", worker,
+                                 members)
             ingest["streams"] = len(ingest_streams)
             if worker is not None:  # as deployed: the worker embeds the stored lines (MESSAGE_VECTOR_DELAY)
                 backfilled = {"by": "worker", **wait_for_worker_vectors()}

@@ -111,7 +111,10 @@ def measure_writes(target: Path | str, counts: dict) -> dict:
 
 #: The ingest is posted into this many streams at every scale (the 1× store has 200): a larger store
 #: is measured under the same traffic, not under messages spread ten times thinner over its streams
-#: (which changes what the worker has to do beside the web, not what the store costs).
+#: (which changes what the worker has to do beside the web, not what the store costs). Each message is
+#: posted by one of its stream's speakers (bench.api_bench.speakers), as a chat's messages are, not by
+#: any of the store's persons (ten times more of them at 10×: each sender's rows in the sender index
+#: and its person row would be written a first time since the checkpoint, cold).
 INGEST_STREAMS = 200
 
 

@@ -93,6 +93,28 @@ def test_the_ingest_streams_are_spread_evenly_over_the_store():
     assert spread(list(range(10)), 3) == [0, 3, 6]
 
 
+def test_the_ingest_posts_each_message_as_one_of_its_streams_speakers(tmp_path):
+    """The same traffic at every scale: a stream's messages come from the people who talk in it, not from
+    any of the store's persons (ten times more of them at 10×, each page of the sender index written cold)."""
+    import sqlite3
+
+    from bench.api_bench import speakers
+
+    db = tmp_path / "store.sqlite3"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(
+            "CREATE TABLE streams (id INTEGER PRIMARY KEY, platform TEXT, kind TEXT, external_id TEXT);"
+            "CREATE TABLE identities (person_id INTEGER, platform TEXT, external_id TEXT);"
+            "CREATE TABLE messages (id INTEGER PRIMARY KEY, stream_id INTEGER, sender_person_id INTEGER);"
+            "INSERT INTO streams VALUES (1, 'bench', 'group', 'g1'), (2, 'bench', 'direct', 'd1'), (3, 'bench', 'group', 'g2');"
+            "INSERT INTO identities VALUES (10, 'bench', 'u10'), (11, 'bench', 'u11'), (12, 'bench', 'u12');"
+            "INSERT INTO messages (stream_id, sender_person_id) VALUES (1, 10), (1, 11), (1, 10), (2, 12), (2, NULL),"
+            " (3, 12);"
+        )
+    found = speakers(db, [("group", "g1"), ("direct", "d1")])
+    assert found == {("group", "g1"): ["u10", "u11"], ("direct", "d1"): ["u12"]}  # g2 not asked for
+
+
 def _fake_scale(s: float, backend_names: tuple[str, ...]) -> dict:
     """Results of one scale as measure_scale writes them, each figure growing with the scale."""
     read = {key: {"median_ms": s, "p95_ms": 2 * s, "cpu_p95_ms": s} for _, key in scale.READ_ROWS}
