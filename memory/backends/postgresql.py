@@ -769,6 +769,20 @@ def similar_facts(match: str, *, person_id: int, limit: int) -> list[tuple[int, 
     return [(fid, content) for fid, _, content in rows]
 
 
+def fact_matches(match: str, *, person_id: int, limit: int) -> list[tuple[int, str]] | None:
+    """The person's postings only: no document frequencies, no statistics (see :func:`_score`)."""
+    phrases = [toks for toks in (fts_tokens(t) for t in terms_of(match)) if toks]
+    if not phrases:
+        return []
+    docs = _postings(SOURCES["facts_fts"].code, sorted({t for p in phrases for t in p}), " AND scope = ANY(%s)",
+                     [[int(person_id)]])
+    ids = sorted(d for d, (_, positions) in docs.items() if any(_phrase_hits(p, positions) for p in phrases))
+    if len(ids) > limit:
+        return None
+    rows = ranked_fact_rows([[(i, 0.0) for i in ids]], include_invalid=False, limit=limit, columns="f.id, {bm25}, f.content")
+    return [(fid, content) for fid, _, content in rows]
+
+
 def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tuple[int, int, float]]:
     """Every matching cue of one stream (``None``: all streams), best first (ties: lower id), until
     ``limit`` of summarised episodes are found."""

@@ -350,6 +350,18 @@ def similar_facts(match: str, *, person_id: int, limit: int) -> list[tuple[int, 
         return cur.fetchall()
 
 
+def fact_matches(match: str, *, person_id: int, limit: int) -> list[tuple[int, str]] | None:
+    """Without ``bm25()``, whose document frequencies read each term's whole doclist."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT f.id, f.content FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid"
+            " WHERE facts_fts MATCH %s AND f.superseded_by IS NULL LIMIT %s",
+            [_fact_expression(match, [person_id]), limit + 1],
+        )
+        rows = cur.fetchall()
+    return None if len(rows) > limit else sorted(rows)
+
+
 def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[tuple[int, int, float]]:
     if stream_id is None:
         match = _pruned("cues_fts", match)

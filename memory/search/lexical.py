@@ -478,6 +478,17 @@ def similar_fact_candidates(match: str, *, person_id: int, limit: int = 8) -> li
     return _statements().similar_facts(match, person_id=person_id, limit=limit)
 
 
+def fact_matches(match: str, *, person_id: int, limit: int) -> list[tuple[int, str]] | None:
+    """The valid facts of one person matching ``match``, ``(id, content)`` in id order, when there are at
+    most ``limit`` of them; ``None`` when there are more (then their bm25 order decides which are
+    :func:`similar_fact_candidates`). Scored by nothing, so it never reads a term's document frequency,
+    which on either backend counts every row of the table holding the term: cost that grows with the
+    store, for an order that does not matter while all of the matches fit."""
+    if not match:
+        return []
+    return _statements().fact_matches(match, person_id=person_id, limit=limit)
+
+
 def cue_candidates(match: str, *, stream_id: int | None, limit: int) -> list[CueHit]:
     """Cue hits ordered by bm25 (:class:`CueHit`: ``episode_id, cue_id, bm25``); placeholders have no cues.
 

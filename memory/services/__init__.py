@@ -399,12 +399,23 @@ class FactWrite:
     operation_id: int = 0
 
 
+SIMILAR_CANDIDATES = 8  # the person's best-matching facts (bm25) a new fact is compared with
+
+
 def _find_similar(person_id: int, content: str, key: str) -> Fact | None:
     exact = Fact.objects.filter(person_id=person_id, content_key=key).first()
     if exact is not None:
         return exact
     match = lexical.match_for("facts_fts", content)
-    for fact_id, other in lexical.similar_fact_candidates(match, person_id=person_id, limit=8):
+    # When every match fits among the candidates, the candidates are all of them and their bm25 order only
+    # decides between two that are both the same fact: the answer is known without ranking (and without
+    # the document frequencies ranking reads, whose cost grows with the store) unless two are.
+    matches = lexical.fact_matches(match, person_id=person_id, limit=SIMILAR_CANDIDATES)
+    if matches is not None:
+        same = [fact_id for fact_id, other in matches if is_same_fact(content, other)]
+        if len(same) < 2:
+            return Fact.objects.get(pk=same[0]) if same else None
+    for fact_id, other in lexical.similar_fact_candidates(match, person_id=person_id, limit=SIMILAR_CANDIDATES):
         if is_same_fact(content, other):
             return Fact.objects.get(pk=fact_id)
     return None
