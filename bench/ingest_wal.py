@@ -40,10 +40,11 @@ _BLOCK = re.compile(r"rel \d+/\d+/(\d+)")
 
 def _counters(cur) -> dict:
     # a backend hands its counters to the shared statistics at most once a second unless asked to: ask,
-    # and let it go idle once (a statement of its own) so that it does
+    # and let it go idle once (a statement of its own) so that it does. The log position is the flushed
+    # one (every commit of this process is flushed; pg_walinspect reads no further).
     cur.execute("SELECT pg_stat_force_next_flush()")
     cur.execute("SELECT 1")
-    cur.execute("SELECT pg_current_wal_insert_lsn()::text, blks_read, blks_hit FROM pg_stat_database"
+    cur.execute("SELECT pg_current_wal_flush_lsn()::text, blks_read, blks_hit FROM pg_stat_database"
                 " WHERE datname = current_database()")
     lsn, read, hit = cur.fetchone()
     return {"lsn": lsn, "read": int(read), "hit": int(hit)}
@@ -156,7 +157,9 @@ def main(argv: list[str] | None = None) -> dict:
                "calibration": calibration(), "scales": []}
     for scale in (float(s) for s in args.scales.split(",") if s.strip()):
         done = subprocess.run([sys.executable, "-m", "bench.ingest_wal", "--one", str(scale), "--dir", str(args.dir),
-                               "--messages", str(args.messages)], cwd=ROOT, check=True, capture_output=True, text=True)
+                               "--messages", str(args.messages)], cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{scale:g}× failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
         one = json.loads([x for x in done.stdout.splitlines() if x.startswith("@@")][-1][2:])
         results["scales"].append(one)
         for step in ("insert", "vector_update", "vector_insert_own_table"):

@@ -2,22 +2,38 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
-from bench import backends, ingest_wal, scale
+from bench import backends
 
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not backends.postgres_available(), reason="needs the PostgreSQL server")
 
 
-def test_the_insert_and_both_vector_writes_are_measured_and_the_clone_dropped(tmp_path, monkeypatch):
-    prefix = f"mc_wal_{uuid.uuid4().hex[:8]}"
-    monkeypatch.setenv("BENCH_PG_PREFIX", prefix)  # every database this run creates starts with it
-    scale.ensure_store(scale.store_path(tmp_path, 0.01), 0.01, False)
+def _databases(prefix: str) -> list[str]:
+    rows = backends.query(f"{backends.server()}/postgres", f"SELECT datname FROM pg_database WHERE datname LIKE '{prefix}%'")
+    return sorted(name for (name,) in rows)
+
+
+def test_the_insert_and_both_vector_writes_are_measured_and_the_clone_dropped(tmp_path):
+    prefix = f"mc_wal_{uuid.uuid4().hex[:8]}"  # every database this run creates starts with it
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "MEMORY_DB", "DJANGO_SETTINGS_MODULE")}
+    env.update(BENCH_PG_PREFIX=prefix, LOG_LEVEL="WARNING")
+    build = ("import sys; from pathlib import Path; from bench import scale;"
+             " scale.ensure_store(scale.store_path(Path(sys.argv[1]), 0.01), 0.01, False)")
     try:
-        ingest_wal.main(["--scales", "0.01", "--dir", str(tmp_path), "--messages", "30",
-                         "--output", str(tmp_path / "wal.json")])
+        subprocess.run([sys.executable, "-c", build, str(tmp_path)], cwd=REPO, env=env, check=True, capture_output=True,
+                       timeout=300)
+        done = subprocess.run([sys.executable, "-m", "bench.ingest_wal", "--scales", "0.01", "--dir", str(tmp_path),
+                               "--messages", "30", "--output", str(tmp_path / "wal.json")],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
         one = json.loads((tmp_path / "wal.json").read_text())["scales"][0]
         assert one["messages"] == 30 and one["streams"] >= 1
         for step in ("insert", "vector_update", "vector_insert_own_table"):
@@ -26,10 +42,7 @@ def test_the_insert_and_both_vector_writes_are_measured_and_the_clone_dropped(tm
         assert "probe_message_vectors" in one["vector_insert_own_table"]["wal_by_relation"]
         # the UPDATE writes a new version of the whole row into each of the messages' indexes
         assert one["vector_insert_own_table"]["wal_bytes"] < one["vector_update"]["wal_bytes"]
-        left = backends.query(f"{backends.server()}/postgres",
-                              f"SELECT datname FROM pg_database WHERE datname LIKE '{prefix}%'")
-        assert left == [(f"{prefix}_scale_0_01",)]  # the kept copy; the measured clone is gone
+        assert _databases(prefix) == [f"{prefix}_scale_0_01"]  # the kept copy; the measured clone is gone
     finally:
-        for (name,) in backends.query(f"{backends.server()}/postgres",
-                                      f"SELECT datname FROM pg_database WHERE datname LIKE '{prefix}%'"):
+        for name in _databases(prefix):
             backends.drop(name)
