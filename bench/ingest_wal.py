@@ -34,7 +34,6 @@ from bench.common import calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-STREAMS = 200  # as bench/scale.py's INGEST_STREAMS
 _BLOCK = re.compile(r"rel \d+/\d+/(\d+)")
 
 
@@ -73,7 +72,7 @@ def measure(scale: float, folder: Path, messages: int) -> dict:
     """This process: Django on a fresh clone of the scale's PostgreSQL copy (dropped afterwards)."""
     from bench import backends
     from bench.api_bench import CHAT, DIM, refs, speakers, spread
-    from bench.scale import store_path
+    from bench.scale import INGEST_STREAMS, store_path
 
     store = store_path(folder, scale)
     if not store.exists():
@@ -82,7 +81,7 @@ def measure(scale: float, folder: Path, messages: int) -> dict:
     clone = backends.clone(backends.scale_copy(store)["url"], "wal")
     try:
         streams, _, now = refs(clone, counts)
-        streams = spread(streams, STREAMS)
+        streams = spread(streams, INGEST_STREAMS)
         members = speakers(clone, streams)
         from bench.run import setup_django
 

@@ -666,12 +666,17 @@ def _postings(code: int, tokens: Sequence[str], where: str = "", params: Sequenc
     return docs
 
 
+def _phrases(terms: Sequence[str]) -> list[list[str]]:
+    """A query's phrases as FTS5 reads them: one per term (its tokens), duplicates kept, empty ones dropped."""
+    return [toks for toks in (fts_tokens(t) for t in terms) if toks]
+
+
 def _score(
     table: str, terms: Sequence[str], *, scopes: Sequence[int] | None = None, before_id: int | None = None,
     ids: Sequence[int] | None = None, id_range: tuple[int, int] | None = None,
 ) -> dict[int, float]:
     """FTS5's bm25 (negative, lower is better) of the matching documents; see the module docstring."""
-    phrases = [toks for toks in (fts_tokens(t) for t in terms) if toks]  # one phrase per term, duplicates kept
+    phrases = _phrases(terms)
     if not phrases:
         return {}
     code = SOURCES[table].code
@@ -771,7 +776,7 @@ def similar_facts(match: str, *, person_id: int, limit: int) -> list[tuple[int, 
 
 def fact_matches(match: str, *, person_id: int, limit: int) -> list[tuple[int, str]] | None:
     """The person's postings only: no document frequencies, no statistics (see :func:`_score`)."""
-    phrases = [toks for toks in (fts_tokens(t) for t in terms_of(match)) if toks]
+    phrases = _phrases(terms_of(match))
     if not phrases:
         return []
     docs = _postings(SOURCES["facts_fts"].code, sorted({t for p in phrases for t in p}), " AND scope = ANY(%s)",
