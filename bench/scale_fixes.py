@@ -11,13 +11,24 @@ former ``Int8Matrix.top_k``, kept here as the reference); *after*: ``Int8Matrix.
 on the same matrix and the same SQ8 queries, alternating; the ids, order and cosines of the
 two are compared for every query (``agreement`` = share of identical lists).
 
-    python -m bench.scale_fixes [--scales 1,3,10] [--calls 60]
+``spread node joins``: ``selectors.spread`` (2 hops, 4 hits, as ``bench.run`` calls it) on the
+scale stores ``make bench-scale`` keeps (``bench/.cache``; a scale whose store is missing is
+skipped) and on their PostgreSQL copies. *Before*: a memory node joined to its row by
+``n.ref_kind = 'fact' AND f.id = n.ref_id`` (and so for episodes and knowledge), *after*: the
+current join (``graph._NODE_JOINS``), swapped in the same process. The two alternate call by
+call, each on its own random seeds (a seed one arm read is not cached for the other); then on
+PostgreSQL both run once more over the same seeds to count the pages they touch
+(``pg_statio_user_tables``: heap and index blocks, hit or read) and compare their hits.
+
+    python -m bench.scale_fixes [--scales 1,3,10] [--calls 60] [--parts knowledge,spread]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -111,16 +122,123 @@ def knowledge_top_k(scale: float, calls: int, k: int = 15) -> dict:
                          "cpu_median": round(statistics.median(cpu_after), 2), "cpu_p95": _p(cpu_after, 0.95)}}
 
 
+#: How a memory node was joined to its row before: the other two tables were looked up too, then filtered.
+FORMER_NODE_JOINS = (
+    " LEFT JOIN facts f ON n.ref_kind = 'fact' AND f.id = n.ref_id"
+    " LEFT JOIN episodes e ON n.ref_kind = 'episode' AND e.id = n.ref_id"
+    " LEFT JOIN knowledge k ON n.ref_kind = 'knowledge' AND k.id = n.ref_id"
+)
+_STATIO = ("SELECT relname, heap_blks_read + heap_blks_hit, coalesce(idx_blks_read, 0) + coalesce(idx_blks_hit, 0)"
+           " FROM pg_statio_user_tables")
+
+
+def _statio() -> dict[str, tuple[int, int]]:
+    """This database's heap and index blocks touched per table, this backend's counts flushed first."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_stat_force_next_flush()")
+    time.sleep(1.2)  # flushed when the backend next goes idle
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_stat_clear_snapshot()")
+        cur.execute(_STATIO)
+        return {name: (heap, index) for name, heap, index in cur.fetchall()}
+
+
+def spread_arms(target: str, counts: dict, calls: int) -> dict:
+    """Both joins' spreads on one store (a process of its own: Django is set up on ``target``)."""
+    from bench import backends, run
+
+    run.setup_django(target)
+    from memory import selectors
+    from memory.selectors import graph
+
+    current = graph._NODE_JOINS
+    joins = {"before": FORMER_NODE_JOINS, "after": current}
+
+    def seeds(rng: random.Random) -> list:
+        return [("fact", rng.randrange(1, counts["facts"]), 1.0), ("knowledge", rng.randrange(1, counts["knowledge"]), 0.8)]
+
+    def spread(arm: str, seed: list):
+        graph._NODE_JOINS = joins[arm]
+        try:
+            return selectors.spread(seeds=seed, now=counts["now"], hops=2, limit=4, events=False)
+        finally:
+            graph._NODE_JOINS = current
+
+    rngs = {"before": random.Random(11), "after": random.Random(12)}
+    for arm in joins:  # the resident node texts and concept graph, read once for both
+        spread(arm, seeds(random.Random(3)))
+    wall: dict[str, list[float]] = {arm: [] for arm in joins}
+    for i in range(2 * calls):
+        arm = ("before", "after")[i % 2]
+        seed = seeds(rngs[arm])
+        t = time.perf_counter()
+        spread(arm, seed)
+        wall[arm].append((time.perf_counter() - t) * 1000)
+    out: dict = {arm: {"median": round(statistics.median(v), 2), "p95": _p(v, 0.95)} for arm, v in wall.items()}
+    shared = [seeds(random.Random(100 + i)) for i in range(min(calls, 100))]
+    hits = {arm: [[(h.node_id, round(h.score, 12)) for h in spread(arm, seed).hits] for seed in shared]
+            for arm in joins}
+    out["agreement"] = sum(a == b for a, b in zip(hits["before"], hits["after"], strict=True)) / len(shared)
+    if backends.is_pg(target):
+        for arm in joins:
+            first = _statio()
+            for seed in shared:
+                spread(arm, seed)
+            last = _statio()
+            tables = ("memory_nodes", "memory_edges", "facts", "episodes", "knowledge")
+            out[arm]["heap_blocks"] = round(sum(last[t][0] - first[t][0] for t in tables) / len(shared), 1)
+            out[arm]["index_blocks"] = round(sum(last[t][1] - first[t][1] for t in tables) / len(shared), 1)
+    return out
+
+
+def spread_node_joins(scale: float, calls: int) -> dict:
+    """:func:`spread_arms` on the kept store of ``scale`` and its PostgreSQL copy (each one present)."""
+    from bench import scale as scale_bench
+
+    store = scale_bench.store_path(ROOT / "bench" / ".cache", scale)
+    meta, copy = store.with_suffix(".json"), store.with_suffix(".postgresql.json")
+    if not (store.exists() and meta.exists()):
+        return {"skipped": f"no store at {store.name} (make bench-scale builds it)"}
+    counts = json.loads(meta.read_text())
+    targets = {"sqlite": str(store)}
+    if copy.exists():
+        targets["postgresql"] = json.loads(copy.read_text())["url"]
+    code = ("import json, sys; from bench.scale_fixes import spread_arms;"
+            "print('@@' + json.dumps(spread_arms(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]))))")
+    out = {}
+    for backend, target in targets.items():
+        done = subprocess.run([sys.executable, "-c", code, target, json.dumps(counts), str(calls)], cwd=ROOT,
+                              check=True, capture_output=True, text=True)
+        out[backend] = json.loads([x for x in done.stdout.splitlines() if x.startswith("@@")][-1][2:])
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", default="1,3,10")
     parser.add_argument("--calls", type=int, default=60)
+    parser.add_argument("--parts", default="knowledge,spread")
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "scale_fixes.json")
     args = parser.parse_args(argv)
+    parts = {p.strip() for p in args.parts.split(",")}
     cal = {"before": calibration()}
-    out: dict = {"command": f"python -m bench.scale_fixes --scales {args.scales} --calls {args.calls}",
-                 "knowledge_top_k": {}}
-    for scale in [float(s) for s in args.scales.split(",") if s.strip()]:
+    out: dict = {"command": f"python -m bench.scale_fixes --scales {args.scales} --calls {args.calls} --parts {args.parts}",
+                 "knowledge_top_k": {}, "spread_node_joins": {}}
+    scales = [float(s) for s in args.scales.split(",") if s.strip()]
+    for scale in scales if "spread" in parts else []:
+        row = out["spread_node_joins"][f"{scale:g}×"] = spread_node_joins(scale, args.calls)
+        for backend, r in row.items():
+            if backend == "skipped":
+                print(f"spread node joins {scale:g}×: skipped, {r}", flush=True)
+                continue
+            pages = "".join(f"; {arm} {r[arm]['heap_blocks']} heap + {r[arm]['index_blocks']} index blocks a spread"
+                            for arm in ("before", "after") if "heap_blocks" in r[arm])
+            print(f"spread (2 hops) {scale:g}× {backend}, p50 / p95 ms: before {r['before']['median']} / "
+                  f"{r['before']['p95']}, after {r['after']['median']} / {r['after']['p95']}; same hits "
+                  f"{r['agreement']:.0%}{pages}", flush=True)
+    for scale in scales if "knowledge" in parts else []:
         row = knowledge_top_k(scale, args.calls)
         out["knowledge_top_k"][f"{scale:g}×"] = row
         b, a = row["before_ms"], row["after_ms"]

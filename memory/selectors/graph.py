@@ -62,12 +62,16 @@ def _expand(frontier: set[int]) -> list[tuple[int, int, float]]:
         return cur.fetchall()
 
 
-# The columns a spread reads of a memory node's row: its retention inputs and its text.
+# A memory node joined to the row it points at (missing rows give NULLs). The key is NULL for the other two
+# kinds, so each node reads one table: with ``n.ref_kind = 'fact' AND f.id = n.ref_id`` both backends looked
+# the node's ref id up in all three (PostgreSQL filters the kind after the join), reading three rows' pages
+# to keep one — most of a spread's reads in a store larger than memory.
 _NODE_JOINS = (
-    " LEFT JOIN facts f ON n.ref_kind = 'fact' AND f.id = n.ref_id"
-    " LEFT JOIN episodes e ON n.ref_kind = 'episode' AND e.id = n.ref_id"
-    " LEFT JOIN knowledge k ON n.ref_kind = 'knowledge' AND k.id = n.ref_id"
+    " LEFT JOIN facts f ON f.id = CASE WHEN n.ref_kind = 'fact' THEN n.ref_id END"
+    " LEFT JOIN episodes e ON e.id = CASE WHEN n.ref_kind = 'episode' THEN n.ref_id END"
+    " LEFT JOIN knowledge k ON k.id = CASE WHEN n.ref_kind = 'knowledge' THEN n.ref_id END"
 )
+# The columns a spread reads of a memory node's row: its retention inputs and its text.
 _NODE_COLUMNS = "n.id, n.ref_kind, n.ref_id, f.strength, f.updated_at, f.half_life_hours, f.active, e.id, k.id," \
                 " f.content, e.summary, k.content"
 
@@ -163,10 +167,7 @@ def _node_rows(nodes: Iterable[int], columns: str) -> list[tuple]:
         return []
     with connection.cursor() as cur:
         cur.execute(
-            f"SELECT n.id, n.ref_kind, n.ref_id, {columns} FROM memory_nodes n"
-            " LEFT JOIN facts f ON n.ref_kind = 'fact' AND f.id = n.ref_id"
-            " LEFT JOIN episodes e ON n.ref_kind = 'episode' AND e.id = n.ref_id"
-            " LEFT JOIN knowledge k ON n.ref_kind = 'knowledge' AND k.id = n.ref_id"
+            f"SELECT n.id, n.ref_kind, n.ref_id, {columns} FROM memory_nodes n{_NODE_JOINS}"
             f" WHERE n.id IN ({backends.in_placeholders(ids)})",
             ids,
         )
@@ -216,11 +217,7 @@ def _all_node_texts(ids: Sequence[int] | None = None) -> list[tuple[int, str]]:
         where, params = f" WHERE n.id IN ({backends.in_placeholders(ids)})", list(ids)
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT n.id, coalesce(f.content, e.summary, k.content) FROM memory_nodes n"
-            " LEFT JOIN facts f ON n.ref_kind = 'fact' AND f.id = n.ref_id"
-            " LEFT JOIN episodes e ON n.ref_kind = 'episode' AND e.id = n.ref_id"
-            " LEFT JOIN knowledge k ON n.ref_kind = 'knowledge' AND k.id = n.ref_id"
-            f"{where} ORDER BY n.id",
+            f"SELECT n.id, coalesce(f.content, e.summary, k.content) FROM memory_nodes n{_NODE_JOINS}{where} ORDER BY n.id",
             params,
         )
         return [(node, _fold_for_scan(text)) for node, text in cur.fetchall() if text]
