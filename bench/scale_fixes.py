@@ -167,7 +167,8 @@ def spread_arms(target: str, counts: dict, calls: int) -> dict:
             graph._NODE_JOINS = current
 
     rngs = {"before": random.Random(11), "after": random.Random(12)}
-    for arm in joins:  # the resident node texts and concept graph, read once for both
+    graph.resident_node_texts()  # read once for both (a spread whose seeds hold no concept reads neither)
+    for arm in joins:
         spread(arm, seeds(random.Random(3)))
     wall: dict[str, list[float]] = {arm: [] for arm in joins}
     for i in range(2 * calls):
