@@ -13,9 +13,12 @@ two are compared for every query (``agreement`` = share of identical lists).
 
 ``spread node joins``: ``selectors.spread`` (2 hops, 4 hits, as ``bench.run`` calls it) on the
 scale stores ``make bench-scale`` keeps (``bench/.cache``; a scale whose store is missing is
-skipped) and on their PostgreSQL copies. *Before*: a memory node joined to its row by
-``n.ref_kind = 'fact' AND f.id = n.ref_id`` (and so for episodes and knowledge), *after*: the
-current join (``graph._NODE_JOINS``), swapped in the same process. The two alternate call by
+skipped) and on their PostgreSQL copies. *Before*: the node reads as they were — a memory node
+joined to its row by ``n.ref_kind = 'fact' AND f.id = n.ref_id`` (and so for episodes and
+knowledge), the texts of every node met read with its retention; *after*: the current reads
+(``graph._NODE_JOINS``, texts of the hits alone), swapped in the same process. Both run on the
+current schema (on PostgreSQL the node and edge reads of migration 0034 are index-only in both
+arms: that migration's own before/after is in its docstring). The two alternate call by
 call, each on its own random seeds (a seed one arm read is not cached for the other); then on
 PostgreSQL both run once more over the same seeds to count the pages they touch
 (``pg_statio_user_tables``: heap and index blocks, hit or read) and compare their hits.
@@ -128,6 +131,38 @@ FORMER_NODE_JOINS = (
     " LEFT JOIN episodes e ON n.ref_kind = 'episode' AND e.id = n.ref_id"
     " LEFT JOIN knowledge k ON n.ref_kind = 'knowledge' AND k.id = n.ref_id"
 )
+FORMER_NODE_COLUMNS = "n.id, n.ref_kind, n.ref_id, f.strength, f.updated_at, f.half_life_hours, f.active, e.id, k.id," \
+                      " f.content, e.summary, k.content"
+
+
+def _former_rows(graph):
+    """``graph._SpreadRows`` as it read before: every node met with its text."""
+
+    class FormerRows(graph._SpreadRows):
+        def _keep(self, row: tuple) -> None:
+            super()._keep(row[:10])
+            node, kind, ref, *_rest, fact_text, summary, content = row
+            self.texts[node] = (kind, ref, fact_text or summary or content or "")
+
+        def seeds(self, seeds):
+            by_kind: dict[str, set[int]] = {}
+            for kind, ref, _rel in seeds:
+                by_kind.setdefault(kind, set()).add(int(ref))
+            where = " OR ".join(f"(n.ref_kind = %s AND n.ref_id IN ({', '.join(['%s'] * len(ids))}))" for ids in by_kind.values())
+            params = [p for kind, ids in by_kind.items() for p in (kind, *ids)]
+            from django.db import connection
+
+            with connection.cursor() as cur:
+                cur.execute(f"SELECT {graph._NODE_COLUMNS} FROM memory_nodes n{graph._NODE_JOINS} WHERE {where} ORDER BY n.id",
+                            params)
+                rows = cur.fetchall()
+            for row in rows:
+                self._keep(row)
+            return {(kind, ref): node for node, kind, ref, *_rest in rows}
+
+    return FormerRows
+
+
 _STATIO = ("SELECT relname, heap_blks_read + heap_blks_hit, coalesce(idx_blks_read, 0) + coalesce(idx_blks_hit, 0)"
            " FROM pg_statio_user_tables")
 
@@ -153,18 +188,18 @@ def spread_arms(target: str, counts: dict, calls: int) -> dict:
     from memory import selectors
     from memory.selectors import graph
 
-    current = graph._NODE_JOINS
-    joins = {"before": FORMER_NODE_JOINS, "after": current}
+    current = (graph._NODE_JOINS, graph._NODE_COLUMNS, graph._SpreadRows)
+    joins = {"before": (FORMER_NODE_JOINS, FORMER_NODE_COLUMNS, _former_rows(graph)), "after": current}
 
     def seeds(rng: random.Random) -> list:
         return [("fact", rng.randrange(1, counts["facts"]), 1.0), ("knowledge", rng.randrange(1, counts["knowledge"]), 0.8)]
 
     def spread(arm: str, seed: list):
-        graph._NODE_JOINS = joins[arm]
+        graph._NODE_JOINS, graph._NODE_COLUMNS, graph._SpreadRows = joins[arm]
         try:
             return selectors.spread(seeds=seed, now=counts["now"], hops=2, limit=4, events=False)
         finally:
-            graph._NODE_JOINS = current
+            graph._NODE_JOINS, graph._NODE_COLUMNS, graph._SpreadRows = current
 
     rngs = {"before": random.Random(11), "after": random.Random(12)}
     graph.resident_node_texts()  # read once for both (a spread whose seeds hold no concept reads neither)
@@ -179,7 +214,7 @@ def spread_arms(target: str, counts: dict, calls: int) -> dict:
         wall[arm].append((time.perf_counter() - t) * 1000)
     out: dict = {arm: {"median": round(statistics.median(v), 2), "p95": _p(v, 0.95)} for arm, v in wall.items()}
     shared = [seeds(random.Random(100 + i)) for i in range(min(calls, 100))]
-    hits = {arm: [[(h.node_id, round(h.score, 12)) for h in spread(arm, seed).hits] for seed in shared]
+    hits = {arm: [[(h.node_id, h.content, round(h.score, 12)) for h in spread(arm, seed).hits] for seed in shared]
             for arm in joins}
     out["agreement"] = sum(a == b for a, b in zip(hits["before"], hits["after"], strict=True)) / len(shared)
     if backends.is_pg(target):

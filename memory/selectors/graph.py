@@ -71,17 +71,21 @@ _NODE_JOINS = (
     " LEFT JOIN episodes e ON e.id = CASE WHEN n.ref_kind = 'episode' THEN n.ref_id END"
     " LEFT JOIN knowledge k ON k.id = CASE WHEN n.ref_kind = 'knowledge' THEN n.ref_id END"
 )
-# The columns a spread reads of a memory node's row: its retention inputs and its text.
-_NODE_COLUMNS = "n.id, n.ref_kind, n.ref_id, f.strength, f.updated_at, f.half_life_hours, f.active, e.id, k.id," \
-                " f.content, e.summary, k.content"
+# The columns a spread reads of the nodes it meets: their retention inputs and a fact's text (on the row
+# the retention reads). An episode or a knowledge row is only checked to exist — its primary key answers,
+# not its row (PostgreSQL: an index-only scan) — and its text is read for the hits alone
+# (:meth:`_SpreadRows.fill_texts`): a spread meets tens to hundreds of nodes, mostly knowledge rows a
+# concept reached, and keeps four.
+_NODE_COLUMNS = "n.id, n.ref_kind, n.ref_id, f.strength, f.updated_at, f.half_life_hours, f.active, e.id, k.id, f.content"
+_TEXT_COLUMNS = "n.id, n.ref_kind, n.ref_id, coalesce(f.content, e.summary, k.content)"
 
 
 class _SpreadRows:
     """What one spread has read of the memory nodes it met: retention and ``(kind, ref id, text)``.
 
     One query finds the seeds' nodes with their texts (was three); a retention query
-    (same joins as :func:`node_retentions`) reads the texts too, so the hits' texts
-    cost no query of their own. (Reading the far ends' rows in the edge query too
+    (same joins as :func:`node_retentions`) reads a fact's text with it, and one more reads the
+    texts of the hits that are episodes or knowledge. (Reading the far ends' rows in the edge query too
     was measured slower on both backends: it joins once per edge, not per node. On
     PostgreSQL :meth:`expand` sends them as a second statement of the same round trip.)
     """
@@ -92,14 +96,26 @@ class _SpreadRows:
         self.texts: dict[int, tuple[str, int, str]] = {}
 
     def _keep(self, row: tuple) -> None:
-        node, kind, ref, strength, updated_at, half_life, active, episode, knowledge, fc, es, kc = row
+        node, kind, ref, strength, updated_at, half_life, active, episode, knowledge, fact_text = row
         value = None
         if kind == "fact" and strength is not None and active:
             value = decay.retention(strength, updated_at, half_life, self.now)
         elif (kind == "episode" and episode is not None) or (kind == "knowledge" and knowledge is not None):
             value = 1.0
         self.retention[node] = value
-        self.texts[node] = (kind, ref, fc or es or kc or "")
+        if kind == "fact":
+            self.texts[node] = (kind, ref, fact_text or "")
+
+    def fill_texts(self, nodes: Iterable[int]) -> None:
+        """Read the texts of ``nodes`` not known yet (one query; a node whose row is gone gets ``""``)."""
+        ids = [n for n in dict.fromkeys(nodes) if n not in self.texts]
+        if not ids:
+            return
+        with connection.cursor() as cur:
+            cur.execute(f"SELECT {_TEXT_COLUMNS} FROM memory_nodes n{_NODE_JOINS}"
+                        f" WHERE n.id IN ({backends.in_placeholders(ids)})", ids)
+            for node, kind, ref, text in cur.fetchall():
+                self.texts[node] = (kind, ref, text or "")
 
     def expand(self, frontier: set[int]) -> list[tuple[int, int, float]]:
         """:func:`_expand`; on PostgreSQL the rows of the nodes at the edges' ends come in the same
@@ -152,11 +168,13 @@ class _SpreadRows:
         if not where:
             return {}
         with connection.cursor() as cur:
-            cur.execute(f"SELECT {_NODE_COLUMNS} FROM memory_nodes n{_NODE_JOINS} WHERE {' OR '.join(where)}"
-                        " ORDER BY n.id", params)
+            cur.execute(f"SELECT {_NODE_COLUMNS}, e.summary, k.content FROM memory_nodes n{_NODE_JOINS}"
+                        f" WHERE {' OR '.join(where)} ORDER BY n.id", params)
             rows = cur.fetchall()
-        for row in rows:
-            self._keep(row)
+        for *row, summary, content in rows:
+            self._keep(tuple(row))
+            node, kind, ref, fact_text = row[0], row[1], row[2], row[-1]
+            self.texts[node] = (kind, ref, fact_text or summary or content or "")
         return {(kind, ref): node for node, kind, ref, *_rest in rows}
 
 
@@ -556,6 +574,7 @@ def spread(
         **({"timeout_seconds": timeout_seconds} if timeout_seconds else {}),
     )
     rows.load(h.node_id for h in result.hits)  # read already unless the PPR timed out
+    rows.fill_texts(h.node_id for h in result.hits)
     texts = rows.texts
     hits = [
         SpreadItem(h.node_id, texts[h.node_id][0], texts[h.node_id][1], texts[h.node_id][2], h.score, h.hops)

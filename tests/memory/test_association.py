@@ -355,9 +355,10 @@ def test_spread_reads_each_node_once_and_answers_like_the_row_readers(person, gr
 
     with CaptureQueriesContext(connection) as ctx:
         got = selectors.spread(seeds=seeds, now=NOW + H, hops=2, limit=4, events=False, use_concepts=False)
-    # seeds (1), two levels of edges and far ends (2 + 2); the hits' texts were read with them
+    # seeds (1), two levels of edges and far ends (2 + 2), the texts of the hits that are not facts (1)
     graph_reads = [q["sql"] for q in ctx.captured_queries if "memory_" in q["sql"]]
-    assert len(graph_reads) == 5 and "memory_edges" in graph_reads[1] and "memory_edges" in graph_reads[3]
+    assert len(graph_reads) == 6 and "memory_edges" in graph_reads[1] and "memory_edges" in graph_reads[3]
+    assert "e.summary" in graph_reads[5] and "memory_edges" not in graph_reads[5]
 
     node = dict(MemoryNode.objects.values_list("ref_id", "id").filter(ref_kind="fact"))
     weights = {graph_selectors.node_of("knowledge", seed_knowledge): 0.8, node[seed_fact]: 1.0}
