@@ -390,6 +390,8 @@ class MemoryEdge(models.Model):
             models.UniqueConstraint(fields=["source", "target"], name="memory_edge_pair"),
             models.CheckConstraint(condition=models.Q(source__lt=models.F("target")), name="memory_edge_ordered"),
         ]
+        # on PostgreSQL they also carry the far end and the strength, so a spread reads no edge rows
+        # (migration 0034, which gives memory_nodes an (id) INCLUDE (ref_kind, ref_id) index for the same reason)
         indexes = [
             models.Index(fields=["active", "source"], name="idx_memory_edges_source"),
             models.Index(fields=["active", "target"], name="idx_memory_edges_target"),
