@@ -7,6 +7,23 @@ from pytest_django.fixtures import validate_django_db
 from tests.providers.conftest import FakeOpenAI
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite's own Redis database is the test one (``tests/redis_url.py``), for the whole run.
+
+    What a test publishes or stores without saying where — a task sent after a commit, the shared
+    activation — went to ``REDIS_URL``'s default, database 0: a deployment's broker on this machine
+    (an evaluate task of the API fuzzing run was found waiting there for a worker to pick it up).
+    ``os.environ`` is left alone: the processes a test starts are given their URL by the test, and
+    the isolation checks read the deployment's default from there."""
+    from django.conf import settings
+
+    from config.celery import app
+    from tests.redis_url import TEST_REDIS_URL
+
+    settings.REDIS_URL = settings.CELERY_BROKER_URL = TEST_REDIS_URL
+    app.conf.broker_url = TEST_REDIS_URL
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Every transactional test must also roll back serialized: ``django_db(transaction=True, serialized_rollback=True)``.
