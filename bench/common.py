@@ -31,10 +31,14 @@ RESULTS_DIR = REPO_DIR / "bench" / "results"
 BENCHMARKS_MD = REPO_DIR / "BENCHMARKS.md"
 KS = (1, 3, 5, 10)
 NDCG_KS = (5, 10)
+#: The Redis database a benchmark's own processes use: never a deployment's (``REDIS_URL`` defaults to
+#: database 0). An in-process evaluation or read-path run lights the short-term activation there.
+BENCH_REDIS_URL = os.environ.get("MEMORY_BENCH_REDIS_URL") or "redis://127.0.0.1:6379/13"
 
 
 class DataMissingError(FileNotFoundError):
     """The shared data folder (or one of its data sets) is not where the evaluation expects it."""
+
 
 
 def data_dir() -> Path:
@@ -99,6 +103,7 @@ def setup_store(*, keep: bool = False) -> Path:
     os.environ["MEMORY_DB"] = str(db)
     os.environ.pop("DATABASE_URL", None)  # the evaluation's store is a throwaway SQLite file
     os.environ["MEMORY_ENQUEUE_TASKS"] = "False"
+    os.environ["REDIS_URL"] = BENCH_REDIS_URL
     os.environ["EMBEDDING_PROVIDER"] = "none"  # the evaluation embeds explicitly with the local model
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     os.environ.setdefault("JIEBA_CACHE", str(Path(tempfile.gettempdir()) / "memory-console-jieba.cache"))

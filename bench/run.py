@@ -104,12 +104,13 @@ def ensure_db(path: Path, scale: float, rebuild: bool) -> dict:
 
 def setup_django(db: Path | str) -> None:
     """Django on the SQLite file ``db``, or on PostgreSQL when ``db`` is a ``postgres://`` URL (bench/backends.py)."""
-    from bench import backends
+    from bench import backends, common
 
     os.environ.update(backends.env_for(db))
     os.environ.pop("MEMORY_DB" if backends.is_pg(db) else "DATABASE_URL", None)
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     os.environ["MEMORY_ENQUEUE_TASKS"] = "False"
+    os.environ["REDIS_URL"] = common.BENCH_REDIS_URL  # what the read paths light stays out of a deployment's db 0
     sys.path.insert(0, str(ROOT))
     import django
 

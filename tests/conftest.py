@@ -12,14 +12,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
     What a test publishes or stores without saying where — a task sent after a commit, the shared
     activation — went to ``REDIS_URL``'s default, database 0: a deployment's broker on this machine
-    (an evaluate task of the API fuzzing run was found waiting there for a worker to pick it up).
-    ``os.environ`` is left alone: the processes a test starts are given their URL by the test, and
-    the isolation checks read the deployment's default from there."""
+    (an evaluate task of the API fuzzing run was found waiting there for a worker to pick it up, and
+    the processes integration tests start lit its short-term activation). This process's settings
+    and Celery app, and the environment the processes a test starts inherit, now name the test
+    database; ``tests.redis_url.DEPLOYMENT_REDIS_URL`` keeps what the run was started with."""
+    import os
+
     from django.conf import settings
 
     from config.celery import app
     from tests.redis_url import TEST_REDIS_URL
 
+    os.environ["REDIS_URL"] = TEST_REDIS_URL
     settings.REDIS_URL = settings.CELERY_BROKER_URL = TEST_REDIS_URL
     app.conf.broker_url = TEST_REDIS_URL
 

@@ -10,3 +10,6 @@ from __future__ import annotations
 import os
 
 TEST_REDIS_URL = os.environ.get("MEMORY_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+#: The ``REDIS_URL`` this run was started with (``None``: the deployment default, database 0), kept
+#: before tests/conftest.py points ``REDIS_URL`` at :data:`TEST_REDIS_URL` for the run.
+DEPLOYMENT_REDIS_URL = os.environ.get("REDIS_URL")

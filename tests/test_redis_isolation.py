@@ -10,7 +10,6 @@ fails here.
 from __future__ import annotations
 
 import ast
-import os
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -119,7 +118,7 @@ def test_the_default_test_database_is_not_the_deployment_default():
 
 def test_this_run_does_not_flush_the_configured_deployment_database():
     """With ``REDIS_URL`` and ``MEMORY_TEST_REDIS_URL`` both set, they must still differ."""
-    deployment = os.environ.get("REDIS_URL") or _env_default(ROOT / "config" / "settings.py", "REDIS_URL")
+    deployment = redis_url.DEPLOYMENT_REDIS_URL or _env_default(ROOT / "config" / "settings.py", "REDIS_URL")
     assert _address(redis_url.TEST_REDIS_URL) != _address(deployment), (
         f"MEMORY_TEST_REDIS_URL={redis_url.TEST_REDIS_URL} is the deployment's REDIS_URL: the tests would flush it"
     )
