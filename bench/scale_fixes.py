@@ -138,6 +138,8 @@ FORMER_NODE_COLUMNS = "n.id, n.ref_kind, n.ref_id, f.strength, f.updated_at, f.h
 def _former_rows(graph):
     """``graph._SpreadRows`` as it read before: every node met with its text."""
 
+    from memory.backends import in_placeholders
+
     class FormerRows(graph._SpreadRows):
         def _keep(self, row: tuple) -> None:
             super()._keep(row[:10])
@@ -148,7 +150,7 @@ def _former_rows(graph):
             by_kind: dict[str, set[int]] = {}
             for kind, ref, _rel in seeds:
                 by_kind.setdefault(kind, set()).add(int(ref))
-            where = " OR ".join(f"(n.ref_kind = %s AND n.ref_id IN ({', '.join(['%s'] * len(ids))}))" for ids in by_kind.values())
+            where = " OR ".join(f"(n.ref_kind = %s AND n.ref_id IN ({in_placeholders(ids)}))" for ids in by_kind.values())
             params = [p for kind, ids in by_kind.items() for p in (kind, *ids)]
             from django.db import connection
 
