@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 from bench.common import (
+    BENCH_REDIS_URL,
     Server,
     child_pids,
     latency_stats,
@@ -558,7 +559,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--worker", action="store_true",
                         help="as deployed: task enqueueing on, a real Celery worker (2 processes) and Redis")
     parser.add_argument("--skip-direct", action="store_true", help="only the HTTP part (no direct calls after it)")
-    parser.add_argument("--redis-url", default=os.environ.get("MEMORY_BENCH_REDIS_URL") or "redis://127.0.0.1:6379/13",
+    parser.add_argument("--redis-url", default=BENCH_REDIS_URL,
                         help="--worker's Redis database (flushed before and after)")
     args = parser.parse_args(argv)
     if args.worker:

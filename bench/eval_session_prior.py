@@ -72,6 +72,8 @@ def questions(embed) -> list[dict]:
         fact_vectors = embed([t for _s, t, _e in facts])
         session_vectors = embed([summaries[s] for s in sessions])
         of_session = np.array([sessions.index(s) if s in summaries else -1 for s, _t, _e in facts])
+        fact_session_cos = fact_vectors @ session_vectors.T  # the conversation's, shared by its questions
+        evidence = [e for _s, _t, e in facts]
         asked = [q for q in conv["qa"] if q.get("evidence")]
         for q, qvec in zip(asked, embed([q["question"] for q in asked]), strict=True):
             qt = tokens([q["question"]])
@@ -79,8 +81,8 @@ def questions(embed) -> list[dict]:
                 "split": "dev" if position % 2 == 0 else "test",
                 "fact_bm25": bm25(fact_index, len(facts), qt), "fact_cos": fact_vectors @ qvec,
                 "session_bm25": bm25(session_index, len(sessions), qt), "session_cos": session_vectors @ qvec,
-                "of_session": of_session, "fact_session_cos": fact_vectors @ session_vectors.T,
-                "evidence": [e for _s, _t, e in facts], "gold": set(q["evidence"]),
+                "of_session": of_session, "fact_session_cos": fact_session_cos,
+                "evidence": evidence, "gold": set(q["evidence"]),
             })
     return rows
 

@@ -49,6 +49,7 @@ from pathlib import Path
 
 from bench import backends
 from bench.common import (
+    BENCH_REDIS_URL,
     BENCHMARKS_MD,
     RESULTS_DIR,
     Server,
@@ -502,7 +503,7 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--second-on-host", action="store_true",
                    help="a diagnostic: start the second catch-up worker on this host (no namespace, no relay)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds a catch-up may take")
-    p.add_argument("--redis-url", default=os.environ.get("MEMORY_BENCH_REDIS_URL") or "redis://127.0.0.1:6379/13",
+    p.add_argument("--redis-url", default=BENCH_REDIS_URL,
                    help="a Redis database of this run's own (flushed before each trial and at the end)")
     p.add_argument("--out", default=str(OUT))
     p.add_argument("--keep-logs", default="", help="copy the workers' and web servers' logs here")

@@ -25,7 +25,16 @@ import time
 from pathlib import Path
 
 from bench import api_bench
-from bench.common import BENCHMARKS_MD, Server, calibration, latency_stats, measured, replace_section, shown
+from bench.common import (
+    BENCH_REDIS_URL,
+    BENCHMARKS_MD,
+    Server,
+    calibration,
+    latency_stats,
+    measured,
+    replace_section,
+    shown,
+)
 
 CHATS = 3
 REPLY = "好的，我记下了：{}"
@@ -111,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--turns", type=int, default=45)
     parser.add_argument("--pace", type=float, default=1.0, help="seconds between turns")
     parser.add_argument("--backend", choices=["sqlite", "postgresql"], default="postgresql")
-    parser.add_argument("--redis-url", default=os.environ.get("MEMORY_BENCH_REDIS_URL") or "redis://127.0.0.1:6379/13",
+    parser.add_argument("--redis-url", default=BENCH_REDIS_URL,
                         help="the worker's Redis database (flushed before and after)")
     parser.add_argument("--out", default=str(api_bench.RESULTS / "live_chat.json"))
     parser.add_argument("--no-markdown", action="store_true", help="do not touch BENCHMARKS.md")

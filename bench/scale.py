@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from bench import backends
-from bench.common import BENCHMARKS_MD, calibration, calibration_text, replace_section, shown
+from bench.common import BENCH_REDIS_URL, BENCHMARKS_MD, calibration, calibration_text, replace_section, shown
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -495,7 +495,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--calls", type=int, default=100, help="calls of each read path")
     parser.add_argument("--messages", type=int, default=3000, help="messages ingested over HTTP")
     parser.add_argument("--turns", type=int, default=100, help="turns (prepare + confirm) over HTTP")
-    parser.add_argument("--redis-url", default=os.environ.get("MEMORY_BENCH_REDIS_URL") or "redis://127.0.0.1:6379/13",
+    parser.add_argument("--redis-url", default=BENCH_REDIS_URL,
                         help="the API part's broker database (flushed before and after)")
     parser.add_argument("--no-api", action="store_true", help="skip the API part (no gunicorn, no worker)")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the stores")

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from bench import api_bench, backends, scale
-from bench.common import BENCHMARKS_MD, Server, calibration, child_pids, replace_section, rss_mb, shown
+from bench.common import BENCH_REDIS_URL, BENCHMARKS_MD, Server, calibration, child_pids, replace_section, rss_mb, shown
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "bench" / "results" / "warm_up.json"
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--turns", type=int, default=20, help="turns sent after the first answered one")
     parser.add_argument("--dir", type=Path, default=Path(os.environ.get("BENCH_SCALE_DIR", ROOT / "bench" / ".cache")))
-    parser.add_argument("--redis-url", default=os.environ.get("MEMORY_BENCH_REDIS_URL") or "redis://127.0.0.1:6379/13",
+    parser.add_argument("--redis-url", default=BENCH_REDIS_URL,
                         help="where the deployed settings enqueue the turns' tasks (flushed before and after)")
     parser.add_argument("--output", type=Path, default=OUTPUT)
     parser.add_argument("--no-markdown", action="store_true", help="do not touch BENCHMARKS.md")

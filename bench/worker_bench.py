@@ -34,7 +34,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 # the worker run flushes this Redis database: a shared machine gives each user its own (MEMORY_BENCH_REDIS_URL)
-WORKER_REDIS = os.environ.get("MEMORY_BENCH_REDIS_URL") or "redis://127.0.0.1:6379/13"
+from bench.common import BENCH_REDIS_URL as WORKER_REDIS  # noqa: E402
 
 CITIES = ["杭州", "上海", "成都", "北京", "广州", "南京", "西安", "武汉", "苏州", "重庆", "厦门", "青岛"]
 JOBS = ["产品经理", "程序员", "老师", "护士", "设计师", "会计", "律师", "厨师", "摄影师", "记者"]
