@@ -13,7 +13,7 @@ database to know when the worker is idle, and computes the baselines.
 * LoCoMo: one ``direct`` stream per conversation; its turns posted in order as messages
   (``POST /api/v1/messages``) at their session's date, ``TURN_GAP_MS`` apart; each
   session's observations posted as facts of their speaker (``POST /api/v1/facts``, kind
-  事件, heard in a direct stream) dated at the session's end. After the worker is idle,
+  事件, heard in a direct stream, ``source_message_id`` its first evidence turn) dated at the session's end. After the worker is idle,
   every question with evidence is a turn (``POST /api/v1/turns`` then ``…/confirm`` with
   no embedding: the server embeds) one day after the last session, asked by one of the
   two speakers, default profile. A confirmed prompt fact covers the evidence ids of the
@@ -313,21 +313,26 @@ def post_locomo(raw: dict, client: Client, max_questions: int | None, max_sessio
     last_end = 0
     for s, start in times.items():
         turns = conv[f"session_{s}"]
+        heard: dict[str, int] = {}  # the session's dialog ids → their messages (where its observations were heard)
         for j, turn in enumerate(turns):
             name = turn["speaker"]
             sender = persons.get(name) or {"platform": "locomo", "external_id": f"{sid}:{name}", "name": name}
-            client.post("messages", "/api/v1/messages", {
+            message = client.post("messages", "/api/v1/messages", {
                 "stream": stream, "sender": sender, "role": "user", "content": turn["text"],
                 "external_message_id": f"{sid}:{turn['dia_id']}:{j}", "at": start + j * TURN_GAP_MS,
             })
+            if message:
+                heard.setdefault(turn["dia_id"], message["id"])
             out.turns += 1
         end = start + len(turns) * TURN_GAP_MS
         last_end = max(last_end, end)
         for name, text, evidence in session_observations(raw, s, persons):
             out.observations += 1
-            written = client.post("facts", "/api/v1/facts", {
-                "person": persons[name], "kind": "事件", "content": text, "stream_kind": "direct", "at": end,
-            })
+            body = {"person": persons[name], "kind": "事件", "content": text, "stream_kind": "direct", "at": end}
+            source = next((heard[e] for e in evidence if e in heard), None)  # its first evidence turn
+            if source is not None:
+                body["source_message_id"] = source
+            written = client.post("facts", "/api/v1/facts", body)
             if not written:
                 continue
             fid = written["fact_id"]

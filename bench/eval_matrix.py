@@ -9,9 +9,11 @@ model's cosine ("dense only").
 Datasets (from ``../shared/data``; one that is missing is skipped with a line saying so). Each
 person's memories are posted as facts dated as they happened; a fact covers its gold labels.
 
-* **LoCoMo** (English): a conversation's observations are facts of its two speakers; every
-  question with evidence is a turn one day after the last session. Forms: ``line`` only (its
-  questions come with no dialogue of their own).
+* **LoCoMo** (English): the conversation's turns are messages of its stream, dated as they
+  happened (5 s apart); its observations are facts of its two speakers, each heard in its first
+  evidence turn (``source_message_id``); every question with evidence is a turn in that stream
+  one day after the last session. Forms: ``line`` only (its questions come with no dialogue of
+  their own).
 * **MemDaily** (Chinese): a haystack = one trajectory of each of the 26 type files, every
   message a fact of one user. The ``06_noisy`` questions wrap the question in chit-chat:
   ``line`` = its last sentence, ``whole`` = the whole text, ``chat`` = its sentences as user
@@ -86,6 +88,8 @@ SMALL_TALK = {
            "awesome", "yo"],
 }
 TOP = 5
+#: The session whose stream holds a unit's dialogue (LoCoMo: its questions are asked there, a day later).
+DIALOGUE_SESSION = "conversation"
 
 
 @dataclass
@@ -111,6 +115,11 @@ class Unit:
     ask_at: int = 0
     #: messages already in the streams of its sessions (person, text, at): who is present there
     preamble: list[tuple[str, str, int]] = field(default_factory=list)
+    #: the conversation the memories were heard in (person, text, at, ref), posted before them in the
+    #: stream its cases are asked in; ``sources`` maps a fact's position in ``facts`` to the ref of
+    #: the message it was heard in (``POST /facts``' ``source_message_id``)
+    dialogue: list[tuple[str, str, int, str]] = field(default_factory=list)
+    sources: dict[int, str] = field(default_factory=dict)
 
 
 # --- datasets ------------------------------------------------------------------------------------
@@ -128,18 +137,22 @@ def locomo_units(limit: int | None) -> list[Unit]:
         unit = Unit("LoCoMo", raw["sample_id"], "dev" if n % 2 == 0 else "test", "en", speakers, [])
         last = 0
         for s, start in times.items():
-            end = start + len(conv[f"session_{s}"]) * 5_000
+            turns = conv[f"session_{s}"]
+            end = start + len(turns) * 5_000
             last = max(last, end)
+            told = {t["dia_id"] for t in turns if t.get("dia_id")}
+            for k, t in enumerate(turns):  # the dialogue as it happened, 5 s a turn (its speakers are present)
+                if t.get("dia_id") and (t.get("text") or "").strip():
+                    unit.dialogue.append((t["speaker"], t["text"], start + k * 5_000, t["dia_id"]))
             for name, text, evidence in session_observations(raw, s, speakers):
+                heard = next((e for e in evidence if e in told), None)  # the first evidence turn of its session
+                if heard is not None:
+                    unit.sources[len(unit.facts)] = heard
                 unit.facts.append((name, text, set(evidence), end))
         unit.ask_at = last + DAY_MS
-        final = conv[f"session_{max(times)}"]
-        for name in speakers:  # each speaker's last line of the conversation: both are present in its stream
-            said = [t for t in final if t["speaker"] == name] or [{"text": "…"}]
-            unit.preamble.append((name, said[-1]["text"], last - 5_000 * (speakers.index(name) + 1)))
         for i, q in enumerate(questions_with_evidence(raw)):
             unit.cases.append(Case("line", q["question"], set(dia_ids(q["evidence"])), unit.ask_at + i * 10_000,
-                                   session="conversation", speaker=_asker(q["question"], speakers)))
+                                   session=DIALOGUE_SESSION, speaker=_asker(q["question"], speakers)))
         units.append(unit)
     return units
 
@@ -311,12 +324,21 @@ def _stream(unit: Unit, name: str) -> dict:
 
 
 def post_memories(unit: Unit, client) -> dict[int, set[str]]:
-    """Every fact of the unit through ``POST /facts``; ``{fact id: labels}``."""
-    persons, labels = _refs(unit), {}
-    for person, text, gold, at in unit.facts:
-        written = client.post("facts", "/api/v1/facts", {
-            "person": persons[person], "kind": "事件", "content": text, "stream_kind": "direct", "at": at,
-        })
+    """The unit's dialogue through ``POST /messages``, then every fact through ``POST /facts`` (with the
+    message it was heard in, when known); ``{fact id: labels}``."""
+    persons, labels, posted = _refs(unit), {}, {}
+    stream = _stream(unit, f"chat-{DIALOGUE_SESSION}")
+    for person, text, at, ref in unit.dialogue:
+        message = client.post("messages", "/api/v1/messages", {
+            "stream": stream, "sender": persons[person], "role": "user", "content": text, "at": at,
+            "external_message_id": f"{unit.key}:{ref}"})
+        if message:
+            posted[ref] = message["id"]
+    for n, (person, text, gold, at) in enumerate(unit.facts):
+        body = {"person": persons[person], "kind": "事件", "content": text, "stream_kind": "direct", "at": at}
+        if unit.sources.get(n) in posted:
+            body["source_message_id"] = posted[unit.sources[n]]
+        written = client.post("facts", "/api/v1/facts", body)
         if written:
             labels.setdefault(written["fact_id"], set()).update(gold)
     return labels
@@ -371,10 +393,15 @@ def live(units: Sequence[Unit], args: argparse.Namespace, log: Log, *, embedder:
     from bench.eval_api import Client, Deployment, warm_up
 
     folder = Path(tempfile.mkdtemp(prefix="memory-eval-matrix-"))
-    dep = Deployment(folder, args.redis_url, log=log, embedding_provider=embedder)
+    dep = Deployment(folder, args.redis_url, log=log, embedding_provider=embedder, profile=args.profile)
     try:
         dep.start()
         client = Client(dep.server.base, dep.token)
+        if args.profile:  # a diagnostic (--profile)
+            client.post("tuning", "/api/v1/tuning/profiles", {"name": "eval-diagnostic", "params": args.profile})
+            if client.post("tuning", "/api/v1/tuning/apply", {"name": "eval-diagnostic"}) is None:
+                raise SystemExit(f"could not apply the profile {args.profile}: {client.errors[-2:]}")
+            log(f"[{embedder or 'default'}] applied the diagnostic profile {args.profile}")
         warm_up(client)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(4) as pool:
@@ -539,6 +566,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--redis-url", default=DEFAULT_REDIS, help="Redis database of the deployed worker (flushed)")
     p.add_argument("--idle-timeout", type=float, default=900.0)
     p.add_argument("--no-lexical", action="store_true", help="skip the lexical-only deployment")
+    p.add_argument("--profile", type=json.loads, default=None, metavar="JSON",
+                   help="a diagnostic: apply this retrieval profile in both deployments, e.g. '{\"told_gain\": 0.5}' "
+                        "(how a constant is chosen on the dev units); BENCHMARKS.md is left alone")
     p.add_argument("--cases", type=Path, default=None, metavar="JSON",
                    help="also write every case's top labels per method there (to read the failures)")
     add_evaluation_arguments(p, output=RESULTS_DIR / "eval_matrix.json", keep_db="leave each deployment's folder behind (its store, to replay)")
@@ -548,6 +578,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def skipped_datasets(args: argparse.Namespace) -> dict[str, bool]:
     """``{data set: skipped}``; with ``--datasets`` the run is partial: it must not replace the full matrix,
     neither in BENCHMARKS.md nor in its results file (``args`` is changed so)."""
+    if args.profile:  # a diagnostic: the product's matrix is the default profile's
+        args.no_markdown = True
+        if args.output == RESULTS_DIR / "eval_matrix.json":
+            args.output = Path(tempfile.gettempdir()) / "eval_matrix-profile.json"
     if args.datasets is None:
         return {"LoCoMo": args.skip_locomo, "MemDaily": args.skip_memdaily}
     args.no_markdown = True

@@ -417,6 +417,7 @@ SCORE_TERMS = (
     (gettext_lazy("校准相关度"), "calibrated", 3),
     (gettext_lazy("留存度"), "retention", 3),
     (gettext_lazy("留存项"), "prior", 3),
+    (gettext_lazy("出处对话相符"), "told", 3),
     (gettext_lazy("得分"), "score", 4),
 )
 

@@ -283,6 +283,8 @@ def post_fact(request: HttpRequest, payload: FactIn):
     with transaction.atomic():
         if payload.supersedes is not None:
             _require(Fact, payload.supersedes, "fact")
+        if payload.source_message_id is not None:
+            _require(Message, payload.source_message_id, "message")
         person = _person(payload.person, at)
         write = services.add_fact(
             person_id=person.pk,
@@ -295,6 +297,7 @@ def post_fact(request: HttpRequest, payload: FactIn):
             source="api",
             user=api_user(request),
             at=at,
+            source_message_id=payload.source_message_id,
         )
     out = {
         "fact_id": write.fact_id,

@@ -369,6 +369,10 @@ class FactIn(In):
     stream_kind: StreamKindName | None = Field(
         None, description="where the fact was heard (group → group origin, else direct); absent → legacy"
     )
+    source_message_id: Id | None = Field(
+        None, description="the stored message it was heard in (404 if there is none): a turn that asks about "
+        "what was said around that message ranks the fact higher",
+    )
     at: EpochMs | None = None
 
 

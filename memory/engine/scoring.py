@@ -38,6 +38,8 @@ __all__ = [
     "DENSE_WEIGHT",
     "DEFAULT_BM25_WEIGHT",
     "DEFAULT_RETENTION_WEIGHT_FLOOR",
+    "DEFAULT_TOLD_GAIN",
+    "DEFAULT_TOLD_WINDOW",
     "blend_score",
     "fused_relevance",
     "apply_pool_percentile",
@@ -137,6 +139,15 @@ DEFAULT_POOL_SHARE: float = 0.5
 #: (:func:`memory.engine.when.query_window`: "in October 2023", "2023年10月13日"). Chosen on LoCoMo's dev
 #: conversations (0.05, 0.1, 0.2, 0.5 tried; 0.2 the smallest with the best R@5).
 DEFAULT_TIME_BOOST: float = 0.2
+#: Added, times the candidate's ``told`` (the share of the query's informative IDF mass that the
+#: conversation around the message the fact was heard in holds: memory/selectors/told.py), to its
+#: score. A fact is a paraphrase; the words of the question are often in what was said around it.
+#: Chosen on LoCoMo's dev conversations through the API (BENCHMARKS.md, the recall matrix).
+DEFAULT_TOLD_GAIN: float = 0.3
+#: How many messages before and after the one a fact was heard in make up "where it was told"
+#: (within one conversation: a silence of ``context_gap_minutes`` ends it). Chosen offline on LoCoMo's
+#: dev conversations (``python -m bench.eval_session_prior``: 0, 1, 2, 4, 8 tried; 2 best at every gain).
+DEFAULT_TOLD_WINDOW: int = 2
 
 
 @dataclass(frozen=True)
@@ -150,7 +161,9 @@ class RankCandidate:
     ``cosine`` the query/fact cosine (``None`` = no vector on either side); ``margin`` that
     cosine minus the query's background (``None`` = no background known: the dense side of
     the gate does not apply); ``active`` False for a frozen fact; ``timed`` True when the fact is
-    dated inside the window the query names (:mod:`memory.engine.when`).
+    dated inside the window the query names (:mod:`memory.engine.when`); ``told`` in ``[0, 1]`` how
+    well the query matches the conversation the fact was heard in, as a share of the pool's best
+    (0: not known).
     """
 
     id: Hashable
@@ -162,6 +175,7 @@ class RankCandidate:
     rarest: bool = False
     margin: float | None = None
     timed: bool = False
+    told: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -191,12 +205,14 @@ class RankedCandidate:
     margin: float | None = None
     gate: str = ""  # why the gate let it pass, or why it held it back (:class:`Gate`)
     timed: bool = False  # dated inside the window the query names: ``time_boost`` added to the score
+    told: float = 0.0  # where it was told matches the query: ``told_gain * told`` added to the score
 
     def terms(self) -> dict[str, Any]:
         return {
             "relevance": self.relevance, "calibrated": self.calibrated, "prior": self.prior, "score": self.score,
             "retention": self.retention, "eligible": self.eligible, "coverage": self.coverage,
             "cosine": self.cosine, "mode": self.mode, "margin": self.margin, "gate": self.gate, "timed": self.timed,
+            "told": self.told,
         }
 
 
@@ -387,7 +403,8 @@ def rank(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | Non
     DENSE_WEIGHT * dense`` when there is a cosine; ``calibrated =
     relevance ** w / max(eligible relevance ** w)``; ``score = calibrated +
     retention_prior * retention`` (frozen: prior 0), plus ``time_boost`` for a candidate dated
-    inside the window the query names (``timed``). A candidate more relevant by more
+    inside the window the query names (``timed``), plus ``told_gain * told`` (where it was told
+    matches the query; the gate does not read it). A candidate more relevant by more
     than ``retention_prior`` (as a share of the pool's best) wins whatever its age; within
     that margin the fresher / stronger one wins.
 
@@ -416,6 +433,7 @@ def rank(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | Non
         return out
     beta = _param(opts, "retention_prior", DEFAULT_RETENTION_PRIOR)
     boost = _param(opts, "time_boost", DEFAULT_TIME_BOOST)
+    told_gain = _param(opts, "told_gain", DEFAULT_TOLD_GAIN)
     share = _param(opts, "pool_share", DEFAULT_POOL_SHARE)
     best_strength = max((lexical_strength(c.lexical) for c in candidates), default=0.0)
     best_cosine = max((c.cosine for c in candidates if c.cosine is not None), default=0.0)
@@ -433,12 +451,12 @@ def rank(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | Non
     for c, rel, p, ok, why in zip(candidates, rels, powered, eligible, reasons, strict=True):
         calibrated = p / best if best > 0 else 0.0
         prior = beta * c.retention if c.active else 0.0
-        score = calibrated + prior + (boost if c.timed else 0.0)
+        score = calibrated + prior + (boost if c.timed else 0.0) + told_gain * c.told
         out.append(
             RankedCandidate(
                 id=c.id, relevance=rel, calibrated=calibrated, prior=prior, score=score,
                 retention=c.retention, eligible=ok, coverage=c.coverage, cosine=c.cosine, margin=c.margin, gate=why,
-                timed=c.timed,
+                timed=c.timed, told=c.told,
             )
         )
     out.sort(key=lambda r: (not r.eligible, -r.score))

@@ -35,6 +35,8 @@ from .scoring import (
     DEFAULT_QUERY_MARGIN,
     DEFAULT_RETENTION_PRIOR,
     DEFAULT_TIME_BOOST,
+    DEFAULT_TOLD_GAIN,
+    DEFAULT_TOLD_WINDOW,
     apply_pool_percentile,
 )
 
@@ -92,6 +94,8 @@ WHITELIST: dict[str, ParamSpec] = {
     "lead_ratio": ParamSpec("float", 1.0, 100.0, DEFAULT_LEAD_RATIO, "相关门：BM25 是第二名几倍算明显领先"),
     "pool_share": ParamSpec("float", 0.0, 1.0, DEFAULT_POOL_SHARE, "相关度的池内占比权重"),
     "time_boost": ParamSpec("float", 0.0, 1.0, DEFAULT_TIME_BOOST, "问题点明日期时，该时段内事实的加分"),
+    "told_gain": ParamSpec("float", 0.0, 1.0, DEFAULT_TOLD_GAIN, "事实出处的对话与这一句相符时的加分（0 = 不看出处）"),
+    "told_window": ParamSpec("int", 0, 10, DEFAULT_TOLD_WINDOW, "事实出处：前后各看几条消息"),
     # the conversation as the query (memory/engine/context.py); 0 turns a channel off
     "context_lexical_lines": ParamSpec("int", 0, 10, DEFAULT_LEXICAL_LINES, "对话上下文：词面查询的用户行数"),
     "context_dense_messages": ParamSpec("int", 0, 20, DEFAULT_DENSE_MESSAGES, "对话上下文：向量查询的消息条数"),

@@ -32,6 +32,7 @@ from django.db import DatabaseError, connection, transaction
 from memory import backends, broker, selectors, services
 from memory.dispatch import enqueue, jobs, triggers
 from memory.dispatch.triggers import EXTRACT, SUMMARIZE, extract_due, read_cursor, summarize_due
+from memory.engine import tokenize
 from memory.engine.scope import SCOPE_ALL, origin_kind_for_stream
 from memory.meta import meta_set
 from memory.models import (
@@ -429,7 +430,8 @@ def extract_stream(*, stream_id: int, extractor: Extractor | None = None, at: in
     with transaction.atomic():
         if cursor_moved(stream_id, cursor):
             return BatchOutcome("raced", stream_id, more=extract_due(stream_id))
-        fact_ids = _persist_facts(extraction.facts, by_ref, origin=origin, stream_id=stream_id, at=now, emit=emit)
+        fact_ids = _persist_facts(extraction.facts, by_ref, origin=origin, stream_id=stream_id, at=now, emit=emit,
+                                  batch=batch)
         knowledge_ids = _persist_knowledge(extraction.knowledge, at=now, emit=emit)
         refs = [("fact", i) for i in fact_ids] + [("knowledge", i) for i in knowledge_ids]
         edges = services.link_together(refs=refs, at=now)
@@ -447,9 +449,27 @@ def extract_stream(*, stream_id: int, extractor: Extractor | None = None, at: in
     )
 
 
+def heard_in(content: str, batch: Sequence[Message], person_id: int) -> int | None:
+    """The message of ``batch`` a fact about ``person_id`` was most likely heard in: the one sharing
+    most words and CJK character pairs with it, the person's own messages first (a fact about a
+    speaker is mostly what they said); ``None`` when no message shares any (nothing to go by)."""
+    want_words, want_pairs = set(tokenize.words(content)), set(tokenize.bigrams(content))
+
+    def shared(message: Message) -> int:
+        return len(want_words & set(tokenize.words(message.content))) + len(
+            want_pairs & set(tokenize.bigrams(message.content)))
+
+    for group in ([m for m in batch if m.sender_person_id == person_id], list(batch)):
+        scored = [(shared(m), m.pk) for m in group]
+        best = max(scored, default=(0, 0))
+        if best[0] > 0:
+            return best[1]
+    return None
+
+
 def _persist_facts(
     facts: Sequence[Any], by_ref: dict[str, Participant], *, origin: str, stream_id: int, at: int,
-    emit: Emit,
+    emit: Emit, batch: Sequence[Message] = (),
 ) -> list[int]:
     written: list[int] = []
     for fact in facts:
@@ -460,6 +480,7 @@ def _persist_facts(
         result = services.add_fact(
             person_id=person.person_id, content=fact.content, kind=fact.kind, slot=fact.slot,
             supersedes=fact.supersedes, origin_kind=origin, actor="auto", source=f"extract:stream{stream_id}", at=at,
+            source_message_id=heard_in(fact.content, batch, person.person_id),
         )
         if not result.fact_id:
             continue

@@ -10,8 +10,9 @@ when, counts — never the text) and cannot be undone.
 
 What counts as holding the forgotten text:
 
-- **links**: a message's episode; facts of the sender whose text is contained in
-  the message (what extraction keeps of it); for a stream the facts extracted in it
+- **links**: a message's episode; facts heard in it (``Fact.source_message``: the extractor
+  records it, a bot may pass it), whoever they are about; facts of the sender whose text is
+  contained in the message (what extraction keeps of it); for a stream the facts extracted in it
   (``source = extract:stream<id>``); journal rows, graph nodes and turn-pool entries
   of forgotten facts; events naming a forgotten fact;
 - **quotes**: anything containing one of the forgotten messages' *fragments* — the
@@ -33,8 +34,8 @@ table and text column of the schema for the forgotten words and their index toke
 - **the admin's history** (``django_admin_log``): entries about deleted rows, or quoting the text, go;
 - **Redis**: the shared short-term activation forgets the deleted graph nodes (after the commit).
 
-Facts a model paraphrased cannot be linked to one message; forget the fact itself or
-the person. An episode that loses only some of its messages keeps its row (the
+A fact that records no source message and paraphrases the text cannot be linked to it; forget the
+fact itself or the person. An episode that loses only some of its messages keeps its row (the
 remaining messages stay archived in it) but its summary is replaced by
 ``REDACTED_SUMMARY``, it becomes a placeholder (hidden from recall) and loses all its
 cues. Every FTS row goes through :mod:`memory.search.lexical`, whose ``purge_deleted`` then
@@ -273,6 +274,10 @@ def plan_forget(*, target: str, target_id: int) -> ForgetPlan:
             text = content.strip()
             if len(text) >= MIN_EXTRACTED and any(text in said for said in by_sender[pid]):
                 facts.add(fid)
+
+    # Facts heard in a forgotten message (the extractor's or the bot's source_message_id), whoever they are about.
+    for chunk in _chunks(sorted(messages)):
+        facts.update(Fact.objects.filter(source_message_id__in=chunk).values_list("id", flat=True))
 
     # Episodes of forgotten messages: deleted when every message goes, else redacted.
     redacted_episodes: set[int] = set()

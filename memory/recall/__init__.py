@@ -157,7 +157,7 @@ def replay_turn_pool(
     # (rank_pool), with what the prepare does not have: the query's vector (embedded only once
     # the bot decided to reply), the candidates' cosines and the dense channel's candidates.
     candidates = _not_shown(list(pool.values()), shown, shown_out)
-    ordered = selectors.rank_facts(candidates, overrides, window=selectors.query_window(text, now))
+    ordered = selectors.rank_facts(candidates, overrides, window=selectors.query_window(text, now), query=text)
     kept = apply_pool_percentile([f.score for f in ordered], float(overrides.get("pool_score_percentile", 0.0)))
     return ordered[:kept]
 
@@ -844,7 +844,7 @@ def rank_pool(
             still_valid |= valid_others
             cosines = cosines.merged(other_cosines)
     pool = [f for f in pool if f.id in still_valid]
-    ranked = selectors.rank_facts(pool, overrides, cosines=cosines, window=selectors.query_window(text, now))
+    ranked = selectors.rank_facts(pool, overrides, cosines=cosines, window=selectors.query_window(text, now), query=text)
     prompt, held = prompt_facts(ranked, limit), held_back_facts(ranked, limit)
     return PromptRanking(prompt=prompt, held_back=held, ranked=ranked, verdicts=fact_verdicts(ranked, prompt, held),
                          shown_out=list(dict.fromkeys(shown_out)))

@@ -226,6 +226,17 @@ def document_frequencies(table: str, terms: Sequence[str]) -> dict[str, int]:
     return _statements().document_frequencies(_check(table), terms)
 
 
+def message_statistics(terms: Sequence[str]) -> tuple[dict[str, int], int]:
+    """``({term: messages holding it}, messages)`` over every stream: the resident message statistics
+    when they can answer, else the backend's (FTS5's vocabulary, PostgreSQL's postings)."""
+    terms = [t for t in dict.fromkeys(terms) if t]
+    index = resident_messages()
+    if index is not None and not any(_SCOPE_TOKEN.fullmatch(t) for t in terms):
+        return index.statistics(terms)
+    dfs = document_frequencies("messages_fts", terms) if terms else {}
+    return {t: n for t, n in dfs.items() if n > 0}, document_count("messages_fts")
+
+
 def match_for(table: str, text: str) -> str:
     """The MATCH expression for a user text ('' when it has no searchable term)."""
     _check(table)
@@ -254,6 +265,7 @@ class FactRow(NamedTuple):
     active: bool
     has_vector: bool
     tokens: str | None = None  # the stored index tokens, when the read had them (the turn's scoped reads)
+    source_message_id: int | None = None  # the message it was heard in, when the read had it (the scoped reads)
 
 
 class CueHit(NamedTuple):
@@ -372,7 +384,7 @@ def fact_scope(person_ids: Sequence[int]) -> FactScope:
 
     def build() -> FactScope:
         rows = read(scope_read(person_ids))
-        return FactScope({fid: row[-1] for fid, row in rows.items()}, rows)
+        return FactScope({fid: row[_SCOPE_TOKENS] for fid, row in rows.items()}, rows)
 
     return once(("fact_scope", _scope_key(person_ids, False)), build)
 
@@ -386,7 +398,8 @@ def scoped_fact_candidates(match: str, *, scope: FactScope, limit: int) -> list[
     return [FactRow(fid, b, *scope.rows[fid][2:]) for fid, b in ranked]
 
 
-_SCOPE_SQL = f"SELECT {FACT_COLUMNS.format(bm25='0')}, f.tokens FROM facts f WHERE {{persons}}{{valid}}"
+_SCOPE_SQL = f"SELECT {FACT_COLUMNS.format(bm25='0')}, f.tokens, f.source_message_id FROM facts f WHERE {{persons}}{{valid}}"
+_SCOPE_TOKENS = 12  # the stored tokens' place in a row of _SCOPE_SQL (the message it was heard in: the next)
 
 
 def scope_read(person_ids: Sequence[int], *, include_invalid: bool = False) -> Read:

@@ -1037,6 +1037,12 @@ class ResidentMessages:
         self._streams[stream_id] = cached
         return cached
 
+    def statistics(self, terms: Sequence[str]) -> tuple[dict[str, int], int]:
+        """``({term: rows holding it}, rows)`` of the whole table — FTS5's numbers (terms no row holds
+        are absent)."""
+        with self._lock:
+            return {t: self._df[t] for t in dict.fromkeys(terms) if self._df.get(t, 0)}, self._rows
+
     def scores(
         self, stream_id: int, terms: Sequence[str], *, before_id: int | None = None, rowids: Sequence[int] | None = None
     ) -> tuple[np.ndarray, np.ndarray] | None:

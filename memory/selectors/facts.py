@@ -26,6 +26,7 @@ from memory.engine.tokenize import bigrams, words
 from memory.models import Fact, FactState
 from memory.search import background, lexical, read_ahead
 from memory.selectors._common import _overrides, _private_in_group, _query_q8
+from memory.selectors.told import told_for
 from memory.services import emit_event
 
 
@@ -54,6 +55,8 @@ class ScopedFact:
     margin: float | None = None  # cosine minus the query's background (the gate's dense side)
     gate: str = ""  # why the gate let it pass or held it back (memory.engine.scoring.Gate)
     timed: bool = False  # told inside the window the query names (the ranking's time_boost)
+    told: float = 0.0  # how much of the query where it was told holds (the ranking's told_gain)
+    source_message_id: int | None = None  # the message it was heard in (memory/selectors/told.py)
 
     def as_dict(self) -> dict[str, Any]:
         """The candidate as a turn records it in its pool (``Turn.pool``); :meth:`from_dict` reads it back.
@@ -77,6 +80,7 @@ class ScopedFact:
             "coverage": self.coverage,
             "rarest": self.rarest,
             "eligible": self.eligible,
+            "heardIn": self.source_message_id,
         }
 
     @classmethod
@@ -89,7 +93,7 @@ class ScopedFact:
             score=item["score"], lexical_relevance=item["lexical"], bm25=item.get("bm25"),
             half_life_hours=item["halfLife"], active=item.get("active", True), cosine=item.get("cosine"),
             source=item.get("source", "lexical"), coverage=item.get("coverage"), rarest=item.get("rarest", False),
-            eligible=item.get("eligible", True),
+            eligible=item.get("eligible", True), source_message_id=item.get("heardIn"),
         )
 
     def copy_with(self, **changes: Any) -> ScopedFact:
@@ -110,7 +114,7 @@ class ScopedFact:
             "cosine": self.cosine, "relevance": self.relevance, "calibrated": self.calibrated,
             "retention": self.retention, "prior": self.prior, "score": self.score, "eligible": self.eligible,
             "active": self.active, "source": self.source, "margin": self.margin, "gate": self.gate,
-            "timed": self.timed,
+            "timed": self.timed, "told": self.told,
         }
 
 
@@ -285,12 +289,15 @@ def rank_facts(
     *,
     cosines: Mapping[int, float] | None = None,
     window: tuple[int, int] | None = None,
+    query: str = "",
 ) -> list[ScopedFact]:
     """Re-scored copies of ``candidates`` in :func:`memory.engine.scoring.rank` order.
 
     ``cosines`` (from :func:`fact_cosines`) replaces each candidate's cosine and margin when
     given; otherwise the ones it carries (if any) are used. ``window`` — the time the query names
     (:func:`query_window`): candidates told inside it are ``timed`` (the ranking's ``time_boost``).
+    ``query`` — the text asked: candidates heard in a message whose neighbourhood matches it are
+    ``told`` (:mod:`memory.selectors.told`; the ranking's ``told_gain``); "" leaves it out.
     Every term of the score is kept on the copy; eligible candidates come first.
     """
     ov = _overrides(overrides)
@@ -300,10 +307,11 @@ def rank_facts(
     else:
         cos_of, margin_of = (lambda c: c.cosine), (lambda c: c.margin)
     timed = facts_dated_in([c.id for c in candidates], window) if not is_reference_profile(ov) else frozenset()
+    told = told_for({c.id: c.source_message_id for c in candidates if c.source_message_id}, query, ov) if query else {}
     inputs = [
         RankCandidate(
             id=i, lexical=c.lexical_relevance, retention=c.retention, cosine=cos_of(c), coverage=c.coverage,
-            active=c.active, rarest=c.rarest, margin=margin_of(c), timed=c.id in timed,
+            active=c.active, rarest=c.rarest, margin=margin_of(c), timed=c.id in timed, told=told.get(c.id, 0.0),
         )
         for i, c in enumerate(candidates)
     ]
@@ -312,14 +320,14 @@ def rank_facts(
         c = candidates[r.id]
         out.append(
             c.copy_with(cosine=r.cosine, relevance=r.relevance, score=r.score, calibrated=r.calibrated, prior=r.prior,
-                        eligible=r.eligible, margin=r.margin, gate=r.gate, timed=r.timed)
+                        eligible=r.eligible, margin=r.margin, gate=r.gate, timed=r.timed, told=r.told)
         )
     return out
 
 
 def _score_rows(
     rows: Iterable[lexical.FactRow], now: int, overrides: Mapping[str, Any],
-    coverages: Mapping[int, tuple[float, bool]] | None = None,
+    coverages: Mapping[int, tuple[float, bool]] | None = None, query: str = "",
 ) -> list[ScopedFact]:
     facts = []
     for r in rows:
@@ -332,9 +340,10 @@ def _score_rows(
                 retention=ret, score=0.0, lexical_relevance=lex, bm25=b, half_life_hours=r.half_life_hours,
                 active=bool(r.active), coverage=None if coverages is None else coverages.get(fid, (0.0, False))[0],
                 rarest=False if coverages is None else coverages.get(fid, (0.0, False))[1],
+                source_message_id=r.source_message_id,
             )
         )
-    return rank_facts(facts, overrides)  # stable: bm25 order breaks ties
+    return rank_facts(facts, overrides, query=query)  # stable: bm25 order breaks ties
 
 
 def _recall(
@@ -365,7 +374,8 @@ def _recall(
     coverages = None if is_reference_profile(ov) else fact_coverages(
         [r.id for r in rows], query, tokens=known, scope=scope,
     )
-    pool = _score_rows(rows, now, ov, coverages)
+    # a pool for a caller that ranks it again (a turn's union of queries) leaves where it was told to that ranking
+    pool = _score_rows(rows, now, ov, coverages, query="" if return_candidates else query)
     return pool if return_candidates else [f for f in pool if f.eligible][:limit]
 
 
@@ -447,7 +457,7 @@ class DenseScope:
 
 _DENSE_SCOPE_SQL = (  # the turn's hottest read: plain SQL (no ORM compile per call), vectors in binary
     "SELECT id, person_id, kind, content, slot, origin_kind, strength, half_life_hours, updated_at, active,"
-    " embedding_q8, tokens FROM facts WHERE superseded_by IS NULL AND {persons}"
+    " embedding_q8, tokens, source_message_id FROM facts WHERE superseded_by IS NULL AND {persons}"
 )
 
 
@@ -510,17 +520,18 @@ def dense_scope(
             if shown_out is not None:
                 shown_out.append(row[0])
             continue
-        ranked.append((cos, row[:10]))
+        ranked.append((cos, row[:10], row[12]))
         if len(ranked) == limit * 3:
             break
     out = []
-    for cos, (fid, pid, kind, content, slot, origin, strength, half_life, updated_at, active) in ranked:
+    for cos, (fid, pid, kind, content, slot, origin, strength, half_life, updated_at, active), heard in ranked:
         ret = decay.retention(strength, updated_at, half_life, now)
         out.append(
             ScopedFact(
                 id=fid, person_id=pid, kind=kind, content=content, slot=slot, origin_kind=origin, retention=ret,
                 score=0.0, lexical_relevance=0.0, bm25=None, half_life_hours=half_life,
                 active=bool(active), cosine=float(cos), source="dense", margin=cosines.margins.get(fid),
+                source_message_id=heard,
             )
         )
     scored = {f.id: f for f in rank_facts(out, overrides)}

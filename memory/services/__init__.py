@@ -479,8 +479,13 @@ def add_fact(
     source: str = "",
     user: str = "",
     at: int | None = None,
+    source_message_id: int | None = None,
 ) -> FactWrite:
     """Remember a fact about a person (one transaction).
+
+    ``source_message_id`` — the message it was heard in (the ranking's "where it was told",
+    memory/selectors/told.py): a new fact records it; a reinforced one keeps the message it was
+    first heard in, or takes this one when it had none.
 
     1. A similar fact of the same person (exact key, then FTS + char/bigram
        Jaccard) is reinforced instead of duplicated; its origin may only be
@@ -512,6 +517,8 @@ def add_fact(
                 active=True,
                 hit_count=existing.hit_count + 1,
                 origin_kind=promoted,
+                **({"source_message_id": source_message_id}
+                   if source_message_id and existing.source_message_id is None else {}),
             )
             write = FactWrite(fact_id=existing.pk, origin_promoted=promoted != existing.origin_kind)
             if supersedes:
@@ -537,6 +544,7 @@ def add_fact(
             slot=slot,
             origin_kind=origin_kind,
             source=source[:120],
+            source_message_id=source_message_id or None,
         )
         lexical.index_fact(fact.pk, content, person_id)
         enqueue.vector_backfill_on_commit()  # text first, vector soon after

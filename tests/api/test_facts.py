@@ -5,7 +5,7 @@ import pytest
 
 from memory.models import Fact, Person
 
-from .conftest import T0, person
+from .conftest import T0, person, stream
 
 pytestmark = pytest.mark.django_db
 
@@ -108,3 +108,16 @@ def test_person_facts_hides_invalid_unless_asked(api):
 def test_person_facts_unknown_person_is_404(api):
     r = api.get("persons/999999/facts")
     assert r.status_code == 404 and "999999" in r.json()["detail"]
+
+
+def test_source_message_is_recorded_and_an_unknown_one_is_404(api):
+    posted = api.post("messages", {"stream": stream(), "sender": person(), "role": "user", "at": T0,
+                                   "content": "我上周末去西湖边跑了十公里"}).json()
+    r = add(api, "周末在西湖跑步", kind="事件", source_message_id=posted["id"])
+    assert r.status_code == 201, r.content
+    assert Fact.objects.get(pk=r.json()["fact_id"]).source_message_id == posted["id"]
+    persons = Person.objects.count()
+    missing = add(api, "另一件事", source_message_id=987654)
+    assert missing.status_code == 404 and "message 987654" in missing.json()["detail"]
+    assert Fact.objects.count() == 1 and Person.objects.count() == persons
+    assert add(api, "还有一件事", source_message_id=0).status_code == 422

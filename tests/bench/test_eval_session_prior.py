@@ -29,3 +29,16 @@ def test_each_split_is_scored_on_its_own_rows():
     rows = [_row("dev"), {**_row("test"), "gold": {"D1:1"}}]
     assert recall_at_5(rows, "dev", 0.5, 0.5, "provenance") == 1.0
     assert recall_at_5(rows, "test", 0.5, 0.0, "provenance") == 1.0
+
+
+def test_the_neighbourhood_rule_lifts_the_fact_whose_turns_match_within_its_window_and_session():
+    row = {**_row(),
+           # turns 0-5 in session 0, 6-8 in session 1; fact i was heard in turn i (fact 5: turn 7); only turn 6
+           # holds the question's word
+           "turn_terms": [set()] * 6 + [{"sunris"}, set(), set()], "q_idf": {"sunris": 2.0},
+           "turn_session": np.array([0] * 6 + [1] * 3), "fact_turn": np.array([0, 1, 2, 3, 4, 7])}
+    assert recall_at_5([row], "dev", 0.5, 0.5, "neighbourhood", 0) == 0.0  # its own turn does not match
+    assert recall_at_5([row], "dev", 0.5, 0.5, "neighbourhood", 1) == 1.0  # the turn before it does
+    # fact 4 (turn 4) is two turns from the match but in the other session: never lifted
+    assert recall_at_5([{**row, "gold": {"D1:5"}, "fact_bm25": np.array([3.0, 2.9, 2.8, 2.7, 2.0, 2.9])}],
+                       "dev", 0.5, 0.5, "neighbourhood", 2) == 0.0

@@ -10,6 +10,7 @@ import pytest
 
 from memory.engine import decay
 from memory.engine.scoring import (
+    DEFAULT_TOLD_GAIN,
     Gate,
     QueryMass,
     RankCandidate,
@@ -292,7 +293,7 @@ def test_terms_are_exposed() -> None:
     assert r.terms() == {
         "relevance": 0.4 * (0.5 * 0.4 + 0.5) + 0.6 * (0.5 * 0.8 + 0.5), "calibrated": 1.0, "prior": 0.01, "score": 1.01,
         "retention": 0.5, "eligible": True, "coverage": 0.7, "cosine": 0.6, "mode": "relevance", "margin": None,
-        "gate": Gate.DENSE, "timed": False,
+        "gate": Gate.DENSE, "timed": False, "told": 0.0,
     }
 
 
@@ -320,3 +321,18 @@ def test_a_line_that_asks_for_no_memory_passes_nothing_lexically() -> None:
     assert gate(chat) == [Gate.HELD, Gate.HELD]
     lexical_only = [_c("a", coverage=1.0, lexical=0.6), _c("b", coverage=1.0, lexical=0.6)]
     assert gate(lexical_only) == [Gate.LEXICAL, Gate.LEXICAL]
+
+
+def test_where_it_was_told_lifts_by_told_gain_and_never_opens_the_gate() -> None:
+    pool = [
+        RankCandidate(id="said", lexical=0.5, retention=1.0, coverage=0.4, told=1.0),
+        RankCandidate(id="plain", lexical=0.6, retention=1.0, coverage=0.5),
+        RankCandidate(id="held", lexical=0.0, retention=1.0, coverage=0.0, told=1.0),
+    ]
+    by_id = {r.id: r for r in rank(pool)}
+    assert by_id["said"].score == pytest.approx(by_id["said"].calibrated + by_id["said"].prior + DEFAULT_TOLD_GAIN)
+    assert by_id["said"].told == 1.0 and by_id["plain"].told == 0.0
+    assert _ids(prompt_cut(rank(pool), 1)) == ["said"]  # 0.3 of lift beats a slightly better match
+    assert _ids(prompt_cut(rank(pool, {"told_gain": 0.0}), 1)) == ["plain"]
+    assert not by_id["held"].eligible  # the gate does not read it
+    assert _ids(prompt_cut(rank(pool, REFERENCE), 1)) == ["plain"]  # the reference ranking has no such term

@@ -1,0 +1,127 @@
+"""Where a fact was told: how much of a query the conversation around the message a fact was heard in holds.
+
+A fact is a paraphrase ("Caroline went to an LGBTQ support group") of something said ("I went to
+a LGBTQ support group yesterday, it was so powerful"); a question is often asked in the words of
+what was said, and of the lines around it, more than in the fact's. A fact that records its
+message (``Fact.source_message``: the extractor's, or the bot's ``source_message_id``) is lifted
+by how much of the query that message's neighbourhood holds — the ``told_window`` messages before
+and after it in its stream, cut where a silence of ``context_gap_minutes`` ends the conversation:
+the share of the query's informative IDF mass (its words less the generic chat words of the gate's
+bank, IDF over every stored message) that the neighbourhood's words hold, a word held in part by
+the share of its CJK pairs held (as the gate reads a fact's coverage). The share is the query's own
+measure, not relative to other candidates: a neighbourhood that holds only a common word of the
+question lifts little. The ranking adds ``told_gain`` times it (:func:`memory.engine.scoring.rank`);
+it never lets a candidate past the gate.
+
+Measured offline on LoCoMo before it was built (``python -m bench.eval_session_prior``, rule
+"neighbourhood"): the turns around the evidence turn carry more than the session's summary.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.db import connection
+
+from memory.engine.background import generic_words
+from memory.engine.context import DEFAULT_GAP_MINUTES
+from memory.engine.scoring import DEFAULT_TOLD_GAIN, DEFAULT_TOLD_WINDOW, QueryMass, is_reference_profile
+from memory.engine.tokenize import bigrams, words
+from memory.search import lexical
+
+#: How many sources one statement looks the neighbours of up (each is two sub-selects).
+_SOURCES_A_STATEMENT = 200
+
+
+def told_knobs(overrides: Mapping[str, Any]) -> tuple[float, int, int]:
+    """``(told_gain, told_window, the conversation's silence in ms)`` of a profile."""
+    gain = float(overrides.get("told_gain", DEFAULT_TOLD_GAIN))
+    window = int(overrides.get("told_window", DEFAULT_TOLD_WINDOW))
+    gap = int(float(overrides.get("context_gap_minutes", DEFAULT_GAP_MINUTES)) * 60_000)
+    return gain, window, gap
+
+
+def told_for(sources: Mapping[int, int], query: str, overrides: Mapping[str, Any]) -> dict[int, float]:
+    """:func:`told_shares` under a profile: nothing under the reference ranking or with ``told_gain`` 0."""
+    gain, window, gap = told_knobs(overrides)
+    if gain <= 0 or not query or not sources or is_reference_profile(overrides):
+        return {}
+    return told_shares(sources, query, window=window, gap_ms=gap)
+
+
+def told_shares(sources: Mapping[int, int], query: str, *, window: int, gap_ms: int) -> dict[int, float]:
+    """``{fact id: share}`` for the facts of ``sources`` (``{fact id: the message it was heard in}``)
+    whose message's neighbourhood holds some of ``query``'s informative words: the share of their
+    IDF mass it holds, in ``(0, 1]``.
+
+    Reads: the messages and their neighbours' tokens (one statement a :data:`_SOURCES_A_STATEMENT`
+    messages; the candidates' rows carried their source ids already) and the query words' document
+    frequencies among all messages (:func:`memory.search.lexical.message_statistics`).
+    """
+    generic = generic_words()
+    qwords = [w for w in dict.fromkeys(words(query)) if w not in generic]
+    if not sources or not qwords:
+        return {}
+    grams = {w: list(dict.fromkeys(bigrams(w))) for w in qwords}
+    raw, n_docs = lexical.message_statistics([*qwords, *(g for gs in grams.values() for g in gs)])
+    # a word's document frequency is its own, else the rarest of its pairs when memory holds them all
+    dfs = {w: raw.get(w) or (min(raw[g] for g in grams[w]) if grams[w] and all(g in raw for g in grams[w]) else 0)
+           for w in qwords}
+    mass = QueryMass.of(dfs, n_docs)
+    if mass.total <= 0:
+        return {}
+    held_near = neighbourhoods(sorted(set(sources.values())), window, gap_ms)
+    out: dict[int, float] = {}
+    for fid, message_id in sources.items():
+        held = held_near.get(message_id)
+        if held is None:
+            continue  # the message is gone
+        credit = {w: 1.0 if w in held else _share_held([g for g in grams[w] if g in raw], held) for w in qwords}
+        share = mass.credited(credit)
+        if share > 0:
+            out[fid] = share
+    return out
+
+
+def _share_held(grams: Sequence[str], held: set[str]) -> float:
+    return sum(g in held for g in grams) / len(grams) if grams else 0.0
+
+
+def neighbourhoods(message_ids: Sequence[int], window: int, gap_ms: int) -> dict[int, set[str]]:
+    """``{message id: the tokens of its neighbourhood}`` of the messages still stored: its own and those
+    of up to ``window`` messages of its stream before and after it, stopping at a silence longer than
+    ``gap_ms``. One statement a :data:`_SOURCES_A_STATEMENT` messages (each finds its stream itself)."""
+    rows: dict[int, list[tuple[int, int, str]]] = defaultdict(list)  # message → itself and its neighbours
+    for start in range(0, len(message_ids), _SOURCES_A_STATEMENT):
+        parts, params = [], []
+        for message_id in message_ids[start:start + _SOURCES_A_STATEMENT]:
+            for op, order, limit in (("<=", "DESC", window + 1), (">", "ASC", window)):
+                if limit < 1:
+                    continue
+                parts.append(
+                    "SELECT * FROM (SELECT CAST(%s AS BIGINT) AS source, id, created_at, tokens FROM messages"
+                    " WHERE stream_id = (SELECT stream_id FROM messages WHERE id = %s)"
+                    f" AND id {op} %s ORDER BY id {order} LIMIT %s) AS n{len(parts)}"
+                )
+                params += [message_id, message_id, message_id, limit]
+        with connection.cursor() as cur:
+            cur.execute(" UNION ALL ".join(parts), params)
+            for source, message_id, created_at, tokens in cur.fetchall():
+                rows[source].append((message_id, created_at, tokens or ""))
+    out: dict[int, set[str]] = {}
+    for source, near in rows.items():
+        near.sort()
+        own = next((r for r in near if r[0] == source), None)
+        if own is None:
+            continue
+        held = set(own[2].split())
+        for side in ([r for r in near if r[0] < source][::-1], [r for r in near if r[0] > source]):  # nearest first
+            last = own[1]
+            for _message_id, created_at, tokens in side:
+                if abs(created_at - last) > gap_ms:
+                    break
+                held.update(tokens.split())
+                last = created_at
+        out[source] = held
+    return out
