@@ -257,6 +257,19 @@ def build(out: Path, scale: float = 1.0, seed: int = 7, dim: int = 512, real_tex
                 [(*row, pack_float32(v), quantize_vector(v)) for row, v in zip(chunk, m_vecs, strict=True)],
             )
         lexical.index_messages([(r[0], r[2], r[5]) for r in msg_rows])
+        # a fact about a person who speaks in some stream was heard in one of their messages, as the
+        # extractor records it (the others came through the API without one): the ranking reads the
+        # conversation around it (memory/selectors/told.py). Its own generator: the rest of the store
+        # is the one it was before facts had sources.
+        said: dict[int, list[int]] = {}
+        for row in msg_rows:
+            if row[6] is not None:
+                said.setdefault(row[6], []).append(row[0])
+        heard = random.Random(seed + 1)
+        cur.executemany(
+            "UPDATE facts SET source_message_id = %s WHERE id = %s",
+            [(heard.choice(said[r[1]]), r[0]) for r in fact_rows if r[1] in said],
+        )
         meta_set(EXTRACT_CURSOR_KEY, cursors)
         # association graph: nodes for facts, episodes, knowledge; edges mostly local (same person / neighbours)
         node_rows = [("fact", i) for i in range(1, n_facts + 1)]

@@ -4,7 +4,7 @@ Import (the real write path, one store for all conversations): per conversation 
 ``direct`` stream and its two speakers as persons; every turn a message
 (``append_message``, ``created_at`` = session date + 1 min per turn index); every
 ``observation`` item a fact of its speaker (``add_fact``, kind 事件, origin direct, at the
-end of its session) remembering its evidence dia_ids (a fact merged into an earlier
+end of its session, heard in its first evidence turn) remembering its evidence dia_ids (a fact merged into an earlier
 similar one adds its ids to that fact); every ``session_summary`` an episode of its
 session (cues = its sentences); fact vectors from the local USE model in batches of 20
 (``store_fact_vector``).
@@ -155,8 +155,10 @@ def rerank(candidates: Sequence[Candidate], overrides: dict) -> list[int]:
     return [r.id for r in prompt_cut(rank(candidates, overrides), TOP)]
 
 
-def rank_inputs(facts: Sequence[Any], cosines: dict[int, float] | None = None) -> list[Candidate]:
-    """``ScopedFact`` → the engine's ``RankCandidate`` (with the cosine from ``fact_cosines``, if given)."""
+def rank_inputs(facts: Sequence[Any], cosines: dict[int, float] | None = None,
+                told: dict[int, float] | None = None) -> list[Candidate]:
+    """``ScopedFact`` → the engine's ``RankCandidate`` (with the cosine from ``fact_cosines``, if given;
+    where it was told from ``told`` when given, else as the fact's last ranking read it)."""
     from memory.engine.scoring import RankCandidate
 
     return [
@@ -164,6 +166,7 @@ def rank_inputs(facts: Sequence[Any], cosines: dict[int, float] | None = None) -
             id=f.id, lexical=f.lexical_relevance, retention=f.retention,
             cosine=None if cosines is None else cosines.get(f.id), coverage=f.coverage, active=f.active,
             rarest=f.rarest, margin=None if cosines is None else getattr(cosines, "margins", {}).get(f.id),
+            timed=f.timed, told=f.told if told is None else told.get(f.id, 0.0),
         )
         for f in facts
     ]
@@ -219,7 +222,7 @@ def import_conversation(raw: dict, embedder: Embedder, *, max_questions: int | N
         end = start + len(turns) * MINUTE_MS
         last_end = max(last_end, end)
         with transaction.atomic():
-            message_ids = []
+            message_ids, heard = [], {}
             for j, turn in enumerate(turns):
                 speaker = turn["speaker"]
                 if speaker not in persons:  # never happens in locomo10, but stay on the write path
@@ -231,12 +234,14 @@ def import_conversation(raw: dict, embedder: Embedder, *, max_questions: int | N
                     external_message_id=f"{sid}:{turn['dia_id']}:{j}", at=start + j * MINUTE_MS,
                 )
                 message_ids.append(message.pk)
+                heard.setdefault(turn["dia_id"], message.pk)
                 out.turns.append((turn["dia_id"], turn["text"]))
             for speaker, text, evidence in session_observations(raw, s, persons):
                 out.observations += 1
                 write = services.add_fact(
                     person_id=persons[speaker].pk, content=text, kind="事件", origin_kind="direct",
                     source=f"locomo:{sid}", at=end,
+                    source_message_id=next((heard[e] for e in evidence if e in heard), None),  # its first evidence turn
                 )
                 if not write.fact_id:
                     continue
@@ -344,6 +349,7 @@ def evaluate(conversations: Sequence[Conversation], embedder: Embedder, *, log: 
     from memory.overrides import active_overrides
     from memory.recall import prompt_facts, rank_pool, replay_turn_pool
     from memory.search import lexical
+    from memory.selectors.told import told_for
 
     base = dict(active_overrides())
     ov = {**base, "fact_recall_limit": TOP}
@@ -405,9 +411,10 @@ def evaluate(conversations: Sequence[Conversation], embedder: Embedder, *, log: 
                 )
                 merged = selectors.merge_dense_candidates(lexical_pool, scope.candidates, query=text,
                                                           tokens=scope.tokens, overrides=overrides)
+                told = told_for({f.id: f.source_message_id for f in merged if f.source_message_id}, text, overrides)
                 return Replay(
                     conv.sample_id, cat, gold, ev, lexical=rank_inputs(lexical_pool),
-                    fused=rank_inputs(merged, selectors.fact_cosines([f.id for f in merged], qvec)),
+                    fused=rank_inputs(merged, selectors.fact_cosines([f.id for f in merged], qvec), told),
                 )
 
             # the reference profile's bm25 reads the whole table (the default's the persons' facts): its own candidates

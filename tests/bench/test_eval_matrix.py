@@ -19,9 +19,18 @@ def test_the_datasets_become_units_with_splits_and_forms():
     # the facts are the user's persona lines, dated before the dialogue
     assert all(at < dulemon[0].ask_at for _p, _t, _g, at in dulemon[0].facts)
     locomo = eval_matrix.locomo_units(1)[0]
-    assert {c.form for c in locomo.cases} == {"line"} and len(locomo.preamble) == 2
+    assert {c.form for c in locomo.cases} == {"line"} and locomo.preamble == []
     assert all(c.speaker in locomo.persons for c in locomo.cases)
     assert all(at < locomo.ask_at for _p, _t, _g, at in locomo.facts)
+    # the dialogue is posted as it happened, before the questions, in the stream they are asked in
+    times = [at for _p, _t, at, _r in locomo.dialogue]
+    assert times == sorted(times) and times[-1] < locomo.ask_at
+    assert {c.session for c in locomo.cases} == {eval_matrix.DIALOGUE_SESSION}
+    assert {p for p, _t, _a, _r in locomo.dialogue} == set(locomo.persons)
+    # each observation was heard in one of its own evidence turns (most have one)
+    refs = {r for _p, _t, _a, r in locomo.dialogue}
+    assert len(locomo.sources) > 0.9 * len(locomo.facts)
+    assert all(ref in refs and ref in locomo.facts[n][2] for n, ref in locomo.sources.items())
 
 
 def test_small_talk_lines_are_not_the_gates_bank():
@@ -85,6 +94,11 @@ def test_memorybank_units_are_test_only_with_the_three_forms():
     assert {r for r, _t, _a in chat.context} == {"user", "assistant"}
     labelled = {g for _p, _t, gs, _a in unit.facts for g in gs}
     assert all(c.gold <= labelled for c in unit.cases)
+    # the ten days are posted as the chat they were: each memory heard in its own line
+    said = {ref: (person, text) for person, text, _a, ref in unit.dialogue}
+    assert len(said) == len(unit.facts) == len(unit.sources)
+    assert all(said[unit.sources[n]][1] == text for n, (_p, text, _g, _a) in enumerate(unit.facts))
+    assert {person for person, _t in said.values()} == {"user", ""}  # "": the companion's lines
 
 
 def test_a_partial_matrix_leaves_the_full_report_alone():
@@ -99,6 +113,10 @@ def test_a_partial_matrix_leaves_the_full_report_alone():
     assert args.no_markdown and args.output == RESULTS_DIR / "eval_matrix-memorybank.json"
     with pytest.raises(SystemExit):
         eval_matrix.parse_args(["--datasets", "Nope"])
+    # a diagnostic profile: nothing it measures replaces the product's matrix
+    tuned = eval_matrix.parse_args(["--profile", '{"told_gain": 0.5}'])
+    eval_matrix.skipped_datasets(tuned)
+    assert tuned.profile == {"told_gain": 0.5} and tuned.no_markdown and tuned.output != RESULTS_DIR / "eval_matrix.json"
 
 
 def test_case_rows_keep_each_methods_top_labels_in_rank_order():

@@ -332,7 +332,7 @@ def test_where_it_was_told_lifts_by_told_gain_and_never_opens_the_gate() -> None
     by_id = {r.id: r for r in rank(pool)}
     assert by_id["said"].score == pytest.approx(by_id["said"].calibrated + by_id["said"].prior + DEFAULT_TOLD_GAIN)
     assert by_id["said"].told == 1.0 and by_id["plain"].told == 0.0
-    assert _ids(prompt_cut(rank(pool), 1)) == ["said"]  # 0.3 of lift beats a slightly better match
+    assert _ids(prompt_cut(rank(pool), 1)) == ["said"]  # the lift beats a slightly better match
     assert _ids(prompt_cut(rank(pool, {"told_gain": 0.0}), 1)) == ["plain"]
     assert not by_id["held"].eligible  # the gate does not read it
     assert _ids(prompt_cut(rank(pool, REFERENCE), 1)) == ["plain"]  # the reference ranking has no such term

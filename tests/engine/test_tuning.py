@@ -44,7 +44,7 @@ def test_whitelist_table() -> None:
         "lead_ratio": ParamSpec("float", 1.0, 100.0, 2.0, "相关门：BM25 是第二名几倍算明显领先"),
         "pool_share": ParamSpec("float", 0.0, 1.0, 0.5, "相关度的池内占比权重"),
         "time_boost": ParamSpec("float", 0.0, 1.0, 0.2, "问题点明日期时，该时段内事实的加分"),
-        "told_gain": ParamSpec("float", 0.0, 1.0, 0.3, "事实出处的对话与这一句相符时的加分（0 = 不看出处）"),
+        "told_gain": ParamSpec("float", 0.0, 1.0, 0.7, "事实出处的对话与这一句相符时的加分（0 = 不看出处）"),
         "told_window": ParamSpec("int", 0, 10, 2, "事实出处：前后各看几条消息"),
         "context_lexical_lines": ParamSpec("int", 0, 10, 3, "对话上下文：词面查询的用户行数"),
         "context_dense_messages": ParamSpec("int", 0, 20, 12, "对话上下文：向量查询的消息条数"),

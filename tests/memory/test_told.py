@@ -8,6 +8,7 @@ from memory import selectors, services
 from memory.models import Fact, Message
 from memory.pipeline import heard_in
 from memory.privacy import forget
+from memory.engine.scoring import DEFAULT_TOLD_GAIN
 from memory.selectors.told import told_shares
 from tests.memory.conftest import NOW
 
@@ -85,7 +86,7 @@ def test_recall_lifts_the_fact_heard_in_the_matching_conversation(told, person):
     ranked = selectors.rank_facts(list(plain.values()), {}, query=query)
     by_id = {f.id: f for f in ranked}
     assert by_id[told["a"]].told == 1.0 and by_id[told["plain"]].told == 0.0
-    assert by_id[told["a"]].score == pytest.approx(plain[told["a"]].score + 0.3)
+    assert by_id[told["a"]].score == pytest.approx(plain[told["a"]].score + DEFAULT_TOLD_GAIN)
     assert by_id[told["a"]].terms()["told"] == 1.0
     # the reference ranking and told_gain 0 leave it out
     assert all(f.told == 0.0 for f in selectors.rank_facts(list(plain.values()), {"reference_blend": 1}, query=query))
