@@ -227,7 +227,7 @@ class Fact(models.Model):
         db_column="superseded_by",
     )
     source = models.CharField(max_length=120, default="", blank=True)  # where it was heard (extraction, api …)
-    # the message it was heard in (the extractor's, or the bot's sourceMessageId): the conversation around
+    # the message it was heard in (the extractor's, or the bot's source_message_id): the conversation around
     # it lifts the fact when a turn asks about what was said there (memory/selectors/told.py)
     source_message = models.ForeignKey(
         "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False,

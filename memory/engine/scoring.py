@@ -164,9 +164,9 @@ class RankCandidate:
     ``cosine`` the query/fact cosine (``None`` = no vector on either side); ``margin`` that
     cosine minus the query's background (``None`` = no background known: the dense side of
     the gate does not apply); ``active`` False for a frozen fact; ``timed`` True when the fact is
-    dated inside the window the query names (:mod:`memory.engine.when`); ``told`` in ``[0, 1]`` how
-    well the query matches the conversation the fact was heard in, as a share of the pool's best
-    (0: not known).
+    dated inside the window the query names (:mod:`memory.engine.when`); ``told`` in ``[0, 1]`` the
+    share of the query's informative IDF mass that the conversation the fact was heard in holds
+    (:mod:`memory.selectors.told`; 0: none, or not known).
     """
 
     id: Hashable

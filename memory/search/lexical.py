@@ -44,7 +44,7 @@ from memory import backends
 from memory.backends.portable import FACT_COLUMNS, cue_rows, ranked_fact_rows
 from memory.engine.bm25 import fts_tokens, scope_bm25
 from memory.engine.tokenize import match_expression, query_terms, terms_of
-from memory.search.lexical_index import SOURCES, resident, resident_messages
+from memory.search.lexical_index import SOURCES, message_weights, resident, resident_messages
 from memory.search.read_ahead import Read, has, once, read
 
 TABLES = ("facts_fts", "cues_fts", "knowledge_fts", "messages_fts")
@@ -227,10 +227,12 @@ def document_frequencies(table: str, terms: Sequence[str]) -> dict[str, int]:
 
 
 def message_statistics(terms: Sequence[str]) -> tuple[dict[str, int], int]:
-    """``({term: messages holding it}, messages)`` over every stream: the resident message statistics
-    when they can answer, else the backend's (FTS5's vocabulary, PostgreSQL's postings)."""
+    """``({term: messages holding it}, messages)`` over every stream, to weigh words by: the resident
+    message statistics when they can answer (up to ``MESSAGE_WEIGHTS_MAX_AGE_S`` old:
+    :func:`~memory.search.lexical_index.message_weights`), else the backend's (FTS5's vocabulary,
+    PostgreSQL's postings)."""
     terms = [t for t in dict.fromkeys(terms) if t]
-    index = resident_messages()
+    index = message_weights()
     if index is not None and not any(_SCOPE_TOKEN.fullmatch(t) for t in terms):
         return index.statistics(terms)
     dfs = document_frequencies("messages_fts", terms) if terms else {}

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress
@@ -544,6 +545,7 @@ def reset_all() -> None:
     for index in list(_indexes.values()):
         index.reset()
     _messages.reset()
+    _messages_polled[0] = 0.0
 
 
 # --- messages: one stream at a time, with the whole table's statistics ---------------------------
@@ -1090,7 +1092,24 @@ def resident_messages() -> ResidentMessages | None:
     if not resident_enabled() or _building(_messages):
         return None
     _refresh_once("messages", _messages.refresh)
+    _messages_polled[0] = time.monotonic()
     return _messages
+
+
+#: When this process last brought its message statistics up to date (monotonic seconds).
+_messages_polled = [0.0]
+#: How old the message statistics may be for a reader that only weighs words by them.
+MESSAGE_WEIGHTS_MAX_AGE_S = 10.0
+
+
+def message_weights() -> ResidentMessages | None:
+    """The resident message statistics for a reader that only weighs words by their document
+    frequencies (where a fact was told, memory/selectors/told.py): as they stand when brought up to
+    date less than :data:`MESSAGE_WEIGHTS_MAX_AGE_S` ago — no poll of the change log, a round trip
+    on PostgreSQL — else as :func:`resident_messages`."""
+    if resident_enabled() and _messages.loaded and time.monotonic() - _messages_polled[0] < MESSAGE_WEIGHTS_MAX_AGE_S:
+        return _messages
+    return resident_messages()
 
 
 # --- warm-up: the resident structures a turn reads, built beside the first requests ----------------------

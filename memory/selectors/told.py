@@ -24,13 +24,14 @@ from typing import Any
 
 from django.db import connection
 
+from memory.backends import in_placeholders
 from memory.engine.background import generic_words
 from memory.engine.context import DEFAULT_GAP_MINUTES
 from memory.engine.scoring import DEFAULT_TOLD_GAIN, DEFAULT_TOLD_WINDOW, QueryMass, is_reference_profile
 from memory.engine.tokenize import bigrams, words
 from memory.search import lexical
 
-#: How many sources one statement looks the neighbours of up (each is two sub-selects).
+#: How many messages one statement looks the neighbours of up.
 _SOURCES_A_STATEMENT = 200
 
 
@@ -55,8 +56,8 @@ def told_shares(sources: Mapping[int, int], query: str, *, window: int, gap_ms: 
     whose message's neighbourhood holds some of ``query``'s informative words: the share of their
     IDF mass it holds, in ``(0, 1]``.
 
-    Reads: the messages and their neighbours' tokens (one statement a :data:`_SOURCES_A_STATEMENT`
-    messages; the candidates' rows carried their source ids already) and the query words' document
+    Reads: the messages and their neighbours' tokens (:func:`neighbourhoods`; the candidates' rows
+    carried their source ids already) and the query words' document
     frequencies among all messages (:func:`memory.search.lexical.message_statistics`).
     """
     generic = generic_words()
@@ -88,25 +89,31 @@ def _share_held(grams: Sequence[str], held: set[str]) -> float:
     return sum(g in held for g in grams) / len(grams) if grams else 0.0
 
 
+#: The messages of a stream within ``window`` of each of the given ones (both ends' ids found in the
+#: (stream, id) index; a side with fewer than ``window`` messages reaches the stream's end).
+_NEIGHBOURS_SQL = (
+    "SELECT s.id, m.id, m.created_at, m.tokens FROM messages s JOIN messages m ON m.stream_id = s.stream_id"
+    " AND m.id >= COALESCE((SELECT x.id FROM messages x WHERE x.stream_id = s.stream_id AND x.id < s.id"
+    " ORDER BY x.id DESC LIMIT 1 OFFSET %s), 0)"
+    " AND m.id <= COALESCE((SELECT x.id FROM messages x WHERE x.stream_id = s.stream_id AND x.id > s.id"
+    " ORDER BY x.id LIMIT 1 OFFSET %s), 9223372036854775807)"
+    " WHERE s.id IN ({ids})"
+)
+
+
 def neighbourhoods(message_ids: Sequence[int], window: int, gap_ms: int) -> dict[int, set[str]]:
     """``{message id: the tokens of its neighbourhood}`` of the messages still stored: its own and those
     of up to ``window`` messages of its stream before and after it, stopping at a silence longer than
-    ``gap_ms``. One statement a :data:`_SOURCES_A_STATEMENT` messages (each finds its stream itself)."""
+    ``gap_ms``. One statement (:data:`_NEIGHBOURS_SQL`) a :data:`_SOURCES_A_STATEMENT` messages."""
     rows: dict[int, list[tuple[int, int, str]]] = defaultdict(list)  # message → itself and its neighbours
     for start in range(0, len(message_ids), _SOURCES_A_STATEMENT):
-        parts, params = [], []
-        for message_id in message_ids[start:start + _SOURCES_A_STATEMENT]:
-            for op, order, limit in (("<=", "DESC", window + 1), (">", "ASC", window)):
-                if limit < 1:
-                    continue
-                parts.append(
-                    "SELECT * FROM (SELECT CAST(%s AS BIGINT) AS source, id, created_at, tokens FROM messages"
-                    " WHERE stream_id = (SELECT stream_id FROM messages WHERE id = %s)"
-                    f" AND id {op} %s ORDER BY id {order} LIMIT %s) AS n{len(parts)}"
-                )
-                params += [message_id, message_id, message_id, limit]
+        chunk = [int(m) for m in message_ids[start:start + _SOURCES_A_STATEMENT]]
         with connection.cursor() as cur:
-            cur.execute(" UNION ALL ".join(parts), params)
+            if window < 1:
+                cur.execute(f"SELECT id, id, created_at, tokens FROM messages WHERE id IN ({in_placeholders(chunk)})",
+                            chunk)
+            else:
+                cur.execute(_NEIGHBOURS_SQL.format(ids=in_placeholders(chunk)), [window - 1, window - 1, *chunk])
             for source, message_id, created_at, tokens in cur.fetchall():
                 rows[source].append((message_id, created_at, tokens or ""))
     out: dict[int, set[str]] = {}
