@@ -72,17 +72,12 @@ def told_shares(sources: Mapping[int, int], query: str, *, window: int, gap_ms: 
     mass = QueryMass.of(dfs, n_docs)
     if mass.total <= 0:
         return {}
-    held_near = neighbourhoods(sorted(set(sources.values())), window, gap_ms)
-    out: dict[int, float] = {}
-    for fid, message_id in sources.items():
-        held = held_near.get(message_id)
-        if held is None:
-            continue  # the message is gone
-        credit = {w: 1.0 if w in held else _share_held([g for g in grams[w] if g in raw], held) for w in qwords}
-        share = mass.credited(credit)
-        if share > 0:
-            out[fid] = share
-    return out
+    known = {w: [g for g in grams[w] if g in raw] for w in qwords}  # a word's pairs that some message holds
+    shares: dict[int, float] = {}
+    for message_id, held in neighbourhoods(sorted(set(sources.values())), window, gap_ms).items():
+        shares[message_id] = mass.credited({w: 1.0 if w in held else _share_held(known[w], held) for w in qwords})
+    # a message that is gone lifts nothing
+    return {fid: shares[m] for fid, m in sources.items() if shares.get(m, 0.0) > 0}
 
 
 def _share_held(grams: Sequence[str], held: set[str]) -> float:

@@ -229,3 +229,20 @@ def test_a_random_run_of_appends_edits_and_deletes_ends_where_a_fresh_load_is(st
             _same_as_a_fresh_load(index, (a, b))
     _same_as_a_fresh_load(index, (a, b))
     assert index.rebuilds == rebuilds
+
+
+def test_word_weights_take_the_statistics_as_they_stood_for_a_few_seconds(streams, monkeypatch):
+    """Where a fact was told only weighs words by their document frequency: a reader takes the statistics
+    as last brought up to date (no poll of the change log) while they are young, and brings them up to
+    date once they are older than MESSAGE_WEIGHTS_MAX_AGE_S — the same numbers FTS5 / the postings give."""
+    a, _b, say, _ = streams
+    say(streams[3]["a"], CHAT[:4])
+    fresh = lexical_index.resident_messages()
+    assert fresh is not None and lexical.message_statistics(["乌龙茶", "月球"]) == ({"乌龙茶": 1, "月球": 1}, 4)
+    say(streams[3]["a"], ["乌龙茶真好喝"], at=NOW + 100)
+    assert lexical.message_statistics(["乌龙茶"]) == ({"乌龙茶": 1}, 4)  # young: as they stood
+    clock = time.monotonic() + lexical_index.MESSAGE_WEIGHTS_MAX_AGE_S + 1
+    monkeypatch.setattr(lexical_index.time, "monotonic", lambda: clock)
+    assert lexical.message_statistics(["乌龙茶"]) == ({"乌龙茶": 2}, 5)  # old: brought up to date
+    with override_settings(LEXICAL_RESIDENT_INDEX=False):  # no resident index: the backend's numbers
+        assert lexical.message_statistics(["乌龙茶", "普洱"]) == ({"乌龙茶": 2}, 5)
