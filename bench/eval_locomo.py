@@ -166,7 +166,7 @@ def rank_inputs(facts: Sequence[Any], cosines: dict[int, float] | None = None,
             id=f.id, lexical=f.lexical_relevance, retention=f.retention,
             cosine=None if cosines is None else cosines.get(f.id), coverage=f.coverage, active=f.active,
             rarest=f.rarest, margin=None if cosines is None else getattr(cosines, "margins", {}).get(f.id),
-            timed=f.timed, told=f.told if told is None else told.get(f.id, 0.0),
+            timed=f.timed, told=(f.told or 0.0) if told is None else told.get(f.id, 0.0),
         )
         for f in facts
     ]

@@ -43,6 +43,7 @@ from memory.models import (
     Fact,
     FactQuerySet,
     FactState,
+    Message,
 )
 from tuning.inspection import VERDICT_LABELS, verdict_of
 
@@ -166,12 +167,21 @@ def _local_midnight_ms(day: dt.date) -> int:
     return int(timezone.make_aware(dt.datetime.combine(day, dt.time.min)).timestamp() * 1000)
 
 
+def heard_in(fact: Fact) -> Any | None:
+    """The message the fact was heard in, as recorded (``Fact.source_message``: the extractor's, or the bot's
+    ``source_message_id``), with its sender's name; ``None`` when none is recorded or it is gone."""
+    if not fact.source_message_id:
+        return None
+    message = Message.objects.filter(pk=fact.source_message_id).defer("embedding", "embedding_q8").first()
+    return attach_senders([message])[0] if message is not None else None
+
+
 def likely_sources(fact: Fact, *, limit: int = 2) -> list[Any]:
     """The messages a fact was most likely extracted from: its source stream's messages up to the moment it was
     learnt, searched with the fact's text as the bot's ``inspect`` searches (the speaker's own lines first).
 
-    Extraction records the stream, not the line (a model reads a batch of lines and may paraphrase), so this is
-    a best match by text and meaning, and the page says so. Empty for facts that were not extracted.
+    For a fact that did not record its message (:func:`heard_in`: those extracted before facts recorded it), so
+    this is a best match by text and meaning, and the page says so. Empty for facts that were not extracted.
     """
     match = re.fullmatch(r"extract:stream(\d+)", fact.source or "")
     if match is None:

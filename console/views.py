@@ -218,6 +218,15 @@ def facts(request: HttpRequest) -> HttpResponse:
     return render(request, _partial(request, "console/facts.html", "fact-results"), context)
 
 
+def _where_heard(request: HttpRequest, fact: Fact) -> dict[str, Any]:
+    """The message the fact was heard in when it is recorded, else the likeliest ones of its stream (messages are
+    shown to those who may read them)."""
+    if not request.user.has_perm("memory.view_message"):
+        return {"heard_in": None, "sources": []}
+    message = presenters.heard_in(fact)
+    return {"heard_in": message, "sources": [] if message is not None else presenters.likely_sources(fact)}
+
+
 @login_required
 @permission_required(VIEW, raise_exception=True)
 @require_GET
@@ -231,7 +240,7 @@ def fact(request: HttpRequest, pk: int) -> HttpResponse:
         "chain": selectors.supersede_chain(obj),
         "operations": journal.operations(touching=obj.pk)[:50],
         "neighbours": presenters.neighbours("fact", obj.pk, now=now),
-        "sources": presenters.likely_sources(obj) if request.user.has_perm("memory.view_message") else [],
+        **_where_heard(request, obj),
         "now": now,
         "next_url": request.get_full_path(),
     }

@@ -735,6 +735,7 @@ class _TurnToConfirm:
     present_person_ids: list[int]
     pool: list[dict]
     context_message_ids: list[int]
+    profile: dict = field(default_factory=dict)  # the profile the prepare ranked with ({"name", "params"})
 
 
 def _keep_as_line_vector(turn: _TurnToConfirm, line: str, vector: Any, *, given: bool) -> LineVector | None:
@@ -764,7 +765,7 @@ def _turn_read(turn_id: int) -> read_ahead.Read:
     return read_ahead.Read(
         ("turn_to_confirm", int(turn_id)),
         "SELECT id, stream_id, at, text, stream_kind, confirmed_at, watermark_message_id, present_person_ids, pool,"
-        " context_message_ids FROM turns WHERE id = %s",
+        " context_message_ids, profile FROM turns WHERE id = %s",
         [int(turn_id)],
         _turn_to_confirm,
     )
@@ -810,6 +811,7 @@ def rank_pool(
     limit: int,
     overrides: Mapping[str, Any],
     shown: frozenset[str] = frozenset(),
+    told_known: Mapping[int, float] | None = None,
 ) -> PromptRanking:
     """The confirm step on a lexical pool, read-only (turn confirm, ``/actions/recall``,
     the console playground and trace-replay evaluation all call it).
@@ -821,6 +823,7 @@ def rank_pool(
     ranked by the engine's ``rank``; the eligible top ``limit`` is the prompt. A fact whose text is
     one of the lines the conversation ``shown`` (:func:`shown_in_conversation`) is no candidate,
     neither of the pool nor of the dense channel (which takes its top among the others).
+    ``told_known`` — where-it-was-told shares read for this text already (:func:`selectors.rank_facts`).
     """
     shown_out: list[int] = []
     pool = _not_shown(list(pool), shown, shown_out)
@@ -844,7 +847,8 @@ def rank_pool(
             still_valid |= valid_others
             cosines = cosines.merged(other_cosines)
     pool = [f for f in pool if f.id in still_valid]
-    ranked = selectors.rank_facts(pool, overrides, cosines=cosines, window=selectors.query_window(text, now), query=text)
+    ranked = selectors.rank_facts(pool, overrides, cosines=cosines, window=selectors.query_window(text, now), query=text,
+                                  told_known=told_known)
     prompt, held = prompt_facts(ranked, limit), held_back_facts(ranked, limit)
     return PromptRanking(prompt=prompt, held_back=held, ranked=ranked, verdicts=fact_verdicts(ranked, prompt, held),
                          shown_out=list(dict.fromkeys(shown_out)))
@@ -907,10 +911,14 @@ def confirm_turn(*, turn_id: int, query_embedding: Any = None, at: int | None = 
         whole = read_whole(turn.text, line, context, overrides)
         vector = query_embedding if query_embedding is not None else _turn_vector(line, context, overrides, whole)
         query = conversation_query(vector, context, overrides, whole=whole)
-        # the prepare's lexical pool ranked again, now with the vector (why: replay_turn_pool)
+        # the prepare's lexical pool ranked again, now with the vector (why: replay_turn_pool); where its
+        # candidates were told was read by the prepare for this line, under the same profile unless it changed
+        pool = _pool_facts(turn)
+        same_profile = (turn.profile or {}).get("params") == dict(overrides)
         ranking = rank_pool(
-            pool=_pool_facts(turn), query_vector=query, person_ids=turn.present_person_ids, text=line,
+            pool=pool, query_vector=query, person_ids=turn.present_person_ids, text=line,
             stream_kind=turn.stream_kind, now=turn.at, limit=limit, overrides=overrides, shown=shown,
+            told_known={f.id: f.told for f in pool if f.told is not None} if same_profile else None,
         )
     ranked = ranking.prompt
     held = [f.id for f in ranking.held_back]

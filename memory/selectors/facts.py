@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -17,8 +17,10 @@ from memory.engine.context import ConversationQuery, shown_key, weighted_max_at
 from memory.engine.quantize import cosine_q8_many, cosine_q8_matrix, quantize_vector
 from memory.engine.scope import SCOPE_ALL, fact_visible_in_stream
 from memory.engine.scoring import (
+    Gate,
     QueryMass,
     RankCandidate,
+    gate,
     is_reference_profile,
     rank,
 )
@@ -26,7 +28,7 @@ from memory.engine.tokenize import bigrams, words
 from memory.models import Fact, FactState
 from memory.search import background, lexical, read_ahead
 from memory.selectors._common import _overrides, _private_in_group, _query_q8
-from memory.selectors.told import told_for
+from memory.selectors.told import told_for, told_knobs
 from memory.services import emit_event
 
 
@@ -55,7 +57,7 @@ class ScopedFact:
     margin: float | None = None  # cosine minus the query's background (the gate's dense side)
     gate: str = ""  # why the gate let it pass or held it back (memory.engine.scoring.Gate)
     timed: bool = False  # told inside the window the query names (the ranking's time_boost)
-    told: float = 0.0  # how much of the query where it was told holds (the ranking's told_gain)
+    told: float | None = None  # how much of the query where it was told holds (told_gain); None: not read
     source_message_id: int | None = None  # the message it was heard in (memory/selectors/told.py)
 
     def as_dict(self) -> dict[str, Any]:
@@ -81,6 +83,7 @@ class ScopedFact:
             "rarest": self.rarest,
             "eligible": self.eligible,
             "heardIn": self.source_message_id,
+            "told": self.told,
         }
 
     @classmethod
@@ -93,7 +96,7 @@ class ScopedFact:
             score=item["score"], lexical_relevance=item["lexical"], bm25=item.get("bm25"),
             half_life_hours=item["halfLife"], active=item.get("active", True), cosine=item.get("cosine"),
             source=item.get("source", "lexical"), coverage=item.get("coverage"), rarest=item.get("rarest", False),
-            eligible=item.get("eligible", True), source_message_id=item.get("heardIn"),
+            eligible=item.get("eligible", True), source_message_id=item.get("heardIn"), told=item.get("told"),
         )
 
     def copy_with(self, **changes: Any) -> ScopedFact:
@@ -290,6 +293,7 @@ def rank_facts(
     cosines: Mapping[int, float] | None = None,
     window: tuple[int, int] | None = None,
     query: str = "",
+    told_known: Mapping[int, float] | None = None,
 ) -> list[ScopedFact]:
     """Re-scored copies of ``candidates`` in :func:`memory.engine.scoring.rank` order.
 
@@ -297,7 +301,10 @@ def rank_facts(
     given; otherwise the ones it carries (if any) are used. ``window`` — the time the query names
     (:func:`query_window`): candidates told inside it are ``timed`` (the ranking's ``time_boost``).
     ``query`` — the text asked: candidates heard in a message whose neighbourhood matches it are
-    ``told`` (:mod:`memory.selectors.told`; the ranking's ``told_gain``); "" leaves it out.
+    ``told`` (:mod:`memory.selectors.told`; the ranking's ``told_gain``); "" leaves it out. Only the
+    candidates the relevance gate lets pass are read for it (the term orders, it never admits: a held
+    candidate's ``told`` stays ``None``); ``told_known`` — shares read already for this query (a turn's
+    confirm takes its prepare's), read again for none of them.
     Every term of the score is kept on the copy; eligible candidates come first.
     """
     ov = _overrides(overrides)
@@ -307,22 +314,41 @@ def rank_facts(
     else:
         cos_of, margin_of = (lambda c: c.cosine), (lambda c: c.margin)
     timed = facts_dated_in([c.id for c in candidates], window) if not is_reference_profile(ov) else frozenset()
-    told = told_for({c.id: c.source_message_id for c in candidates if c.source_message_id}, query, ov) if query else {}
     inputs = [
         RankCandidate(
             id=i, lexical=c.lexical_relevance, retention=c.retention, cosine=cos_of(c), coverage=c.coverage,
-            active=c.active, rarest=c.rarest, margin=margin_of(c), timed=c.id in timed, told=told.get(c.id, 0.0),
+            active=c.active, rarest=c.rarest, margin=margin_of(c), timed=c.id in timed,
         )
         for i, c in enumerate(candidates)
     ]
+    told = _told_of(candidates, inputs, query, ov, told_known or {}) if query else {}
+    if told:
+        inputs = [replace(r, told=told[c.id]) if told.get(c.id) else r for r, c in zip(inputs, candidates, strict=True)]
     out = []
     for r in rank(inputs, ov):
         c = candidates[r.id]
         out.append(
             c.copy_with(cosine=r.cosine, relevance=r.relevance, score=r.score, calibrated=r.calibrated, prior=r.prior,
-                        eligible=r.eligible, margin=r.margin, gate=r.gate, timed=r.timed, told=r.told)
+                        eligible=r.eligible, margin=r.margin, gate=r.gate, timed=r.timed, told=told.get(c.id))
         )
     return out
+
+
+def _told_of(
+    candidates: Sequence[ScopedFact], inputs: Sequence[RankCandidate], query: str, overrides: Mapping[str, Any],
+    known: Mapping[int, float],
+) -> dict[int, float]:
+    """``{fact id: told share}`` of the candidates the gate lets pass that were heard in a message (0.0 when
+    their neighbourhood holds none of the query); ``known`` ones are not read again."""
+    if told_knobs(overrides)[0] <= 0 or is_reference_profile(overrides) or not any(c.source_message_id for c in candidates):
+        return {}
+    heard = {
+        c.id: c.source_message_id
+        for c, why in zip(candidates, gate(inputs, overrides), strict=True)
+        if c.source_message_id and why in Gate.PASSING
+    }
+    fresh = told_for({fid: m for fid, m in heard.items() if fid not in known}, query, overrides)
+    return {fid: known[fid] if fid in known else fresh.get(fid, 0.0) for fid in heard}
 
 
 def _score_rows(

@@ -24,7 +24,7 @@ from typing import Any
 
 from django.db import connection
 
-from memory.backends import in_placeholders
+from memory.backends import in_placeholders, is_postgresql
 from memory.engine.background import generic_words
 from memory.engine.context import DEFAULT_GAP_MINUTES
 from memory.engine.scoring import DEFAULT_TOLD_GAIN, DEFAULT_TOLD_WINDOW, QueryMass, is_reference_profile
@@ -92,7 +92,7 @@ _NEIGHBOURS_SQL = (
     " ORDER BY x.id DESC LIMIT 1 OFFSET %s), 0)"
     " AND m.id <= COALESCE((SELECT x.id FROM messages x WHERE x.stream_id = s.stream_id AND x.id > s.id"
     " ORDER BY x.id LIMIT 1 OFFSET %s), 9223372036854775807)"
-    " WHERE s.id IN ({ids})"
+    " WHERE s.id {ids}"
 )
 
 
@@ -103,12 +103,13 @@ def neighbourhoods(message_ids: Sequence[int], window: int, gap_ms: int) -> dict
     rows: dict[int, list[tuple[int, int, str]]] = defaultdict(list)  # message → itself and its neighbours
     for start in range(0, len(message_ids), _SOURCES_A_STATEMENT):
         chunk = [int(m) for m in message_ids[start:start + _SOURCES_A_STATEMENT]]
+        # PostgreSQL: one array parameter, so the statement's text is the same whatever the count (prepared once)
+        ids, params = ("= ANY(%s)", [chunk]) if is_postgresql() else (f"IN ({in_placeholders(chunk)})", chunk)
         with connection.cursor() as cur:
             if window < 1:
-                cur.execute(f"SELECT id, id, created_at, tokens FROM messages WHERE id IN ({in_placeholders(chunk)})",
-                            chunk)
+                cur.execute(f"SELECT id, id, created_at, tokens FROM messages WHERE id {ids}", params)
             else:
-                cur.execute(_NEIGHBOURS_SQL.format(ids=in_placeholders(chunk)), [window - 1, window - 1, *chunk])
+                cur.execute(_NEIGHBOURS_SQL.format(ids=ids), [window - 1, window - 1, *params])
             for source, message_id, created_at, tokens in cur.fetchall():
                 rows[source].append((message_id, created_at, tokens or ""))
     out: dict[int, set[str]] = {}

@@ -417,6 +417,23 @@ def test_a_fact_says_where_it_was_heard_and_links_its_likely_source_message(oper
     assert 'id="fact-sources"' in html and "最可能的原话" in html
 
 
+def test_a_fact_that_recorded_its_message_shows_that_message_and_no_guess(operator, memory_set, frozen_now):
+    from memory.models import Message
+
+    direct = memory_set["direct"]
+    said = Message.objects.get(stream=direct, content="我对花生过敏")
+    fact = services.add_fact(person_id=memory_set["alice"].pk, content="小林对花生过敏", kind="身份",
+                             source=f"extract:stream{direct.pk}", at=NOW - HOUR, source_message_id=said.pk).fact_id
+    response = operator.get(reverse("console:fact", args=[fact]))
+    html = response.content.decode()
+    assert response.context["heard_in"].pk == said.pk and response.context["sources"] == []
+    assert 'id="fact-heard-in"' in html and "听到这条的消息" in html and f"#{said.pk}" in html
+    assert 'id="fact-sources"' not in html
+    said.delete()  # the message is forgotten: back to the best guess, which finds nothing of it
+    html = operator.get(reverse("console:fact", args=[fact])).content.decode()
+    assert 'id="fact-heard-in"' not in html
+
+
 def test_an_episode_labels_its_cues_and_links_the_facts_of_its_time(operator, memory_set):
     episode = memory_set["episode"]
     html = operator.get(reverse("console:episode", args=[episode.pk])).content.decode()

@@ -81,16 +81,16 @@ def test_recall_lifts_the_fact_heard_in_the_matching_conversation(told, person):
     options = {"person_ids": [person.pk], "now": NOW, "stream_kind": "direct", "return_candidates": True}
     query = "凌白 云海 黄山"
     plain = {f.id: f for f in selectors.recall_facts_in_scope(query=query, overrides={"told_gain": 0.0}, **options)}
-    assert told["a"] in plain and all(f.told == 0.0 for f in plain.values())
+    assert told["a"] in plain and all(not f.told for f in plain.values())
     # a caller's final ranking (no return_candidates) reads where each candidate was told
     ranked = selectors.rank_facts(list(plain.values()), {}, query=query)
     by_id = {f.id: f for f in ranked}
-    assert by_id[told["a"]].told == 1.0 and by_id[told["plain"]].told == 0.0
+    assert by_id[told["a"]].told == 1.0 and by_id[told["plain"]].told is None  # no message: nothing read
     assert by_id[told["a"]].score == pytest.approx(plain[told["a"]].score + DEFAULT_TOLD_GAIN)
     assert by_id[told["a"]].terms()["told"] == 1.0
     # the reference ranking and told_gain 0 leave it out
-    assert all(f.told == 0.0 for f in selectors.rank_facts(list(plain.values()), {"reference_blend": 1}, query=query))
-    assert all(f.told == 0.0 for f in selectors.rank_facts(list(plain.values()), {"told_gain": 0.0}, query=query))
+    assert all(f.told is None for f in selectors.rank_facts(list(plain.values()), {"reference_blend": 1}, query=query))
+    assert all(f.told is None for f in selectors.rank_facts(list(plain.values()), {"told_gain": 0.0}, query=query))
 
 
 def test_a_reinforced_fact_keeps_the_message_it_was_first_heard_in(told, person):
@@ -122,16 +122,45 @@ def test_forgetting_a_message_forgets_the_facts_heard_in_it(told):
     assert not Fact.objects.filter(pk=told["a"]).exists() and Fact.objects.filter(pk=told["b"]).exists()
 
 
+NEIGHBOURS = "JOIN messages m ON m.stream_id = s.stream_id"  # the neighbourhood statement
+
+
 def test_a_turn_records_where_each_candidate_was_heard_and_its_confirm_lifts_by_it(told, person, direct_stream):
-    from memory import recall
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memory import overrides, recall
 
     ctx = recall.prepare_turn(stream_id=direct_stream.pk, speaker_id=person.pk, text="凌白去过黄山看云海吗", at=NOW)
     pool = {f.id: f for f in ctx.pool}
     assert pool[told["a"]].source_message_id == told["hike"][1].pk and pool[told["a"]].told > 0
-    assert pool[told["plain"]].source_message_id is None and pool[told["plain"]].told == 0.0
-    result = recall.confirm_turn(turn_id=ctx.turn_id, at=NOW + 1)
+    assert pool[told["plain"]].source_message_id is None and pool[told["plain"]].told is None
+    with CaptureQueriesContext(connection) as confirm:
+        result = recall.confirm_turn(turn_id=ctx.turn_id, at=NOW + 1)
     confirmed = {p.fact.id: p.fact for p in result.facts}
-    assert confirmed[told["a"]].told == pool[told["a"]].told  # the recorded pool keeps the message (heardIn)
+    assert confirmed[told["a"]].told == pool[told["a"]].told  # the recorded pool keeps the message and the share
+    assert not [q for q in confirm.captured_queries if NEIGHBOURS in q["sql"]]  # read by the prepare, not again
+    # a profile changed between prepare and confirm: the shares are read again under it
+    again = recall.prepare_turn(stream_id=direct_stream.pk, speaker_id=person.pk, text="凌白去过黄山看云海吗", at=NOW + 2)
+    with overrides.overrides_scope({"told_window": 0}), CaptureQueriesContext(connection) as confirm:
+        result = recall.confirm_turn(turn_id=again.turn_id, at=NOW + 3)
+    assert [q for q in confirm.captured_queries if "SELECT id, id, created_at, tokens FROM messages" in q["sql"]]
+    assert told["a"] not in {p.fact.id: p.fact for p in result.facts if p.fact.told}  # its own line holds nothing
+
+
+def test_only_candidates_the_gate_lets_pass_are_read(told, person):
+    from memory.engine.scoring import Gate
+
+    services.add_fact(person_id=person.pk, content="凌白拍的云海照片很美", kind="事件", at=NOW - 46 * 3_600_000,
+                      source_message_id=told["hike"][2].pk)
+    query = "凌白 云海 照片"  # 凌白 alone (in every fact) covers too little of it: those facts are held
+    pool = selectors.recall_facts_in_scope(person_ids=[person.pk], query=query, now=NOW, stream_kind="direct",
+                                           return_candidates=True, overrides={})
+    ranked = {f.id: f for f in selectors.rank_facts(pool, {}, query=query)}
+    held = [f for f in ranked.values() if f.gate not in Gate.PASSING and f.source_message_id]
+    passing = [f for f in ranked.values() if f.gate in Gate.PASSING and f.source_message_id]
+    assert passing and all(f.told is not None for f in passing)
+    assert held and all(f.told is None for f in held)
 
 
 def test_a_deleted_message_lifts_nothing(told):
