@@ -45,6 +45,17 @@ BANK: tuple[str, ...] = (
 )
 
 
+#: Chinese words that ask or point but name nothing — question words, pronouns, demonstratives,
+#: connectives (the one-character ones never reach an index: ``tokenize.STOP_CHARS``). A conversation
+#: that holds them says nothing about what a question is about, so where a fact was told is not read
+#: by them (memory/selectors/told.py); English ones are the analyser's stop words already.
+FUNCTION_WORDS: frozenset[str] = frozenset(
+    "什么 怎么 怎么样 怎样 为什么 为啥 干嘛 干什么 哪里 哪儿 哪个 哪些 什么样 多少 如何 是否 有没有 是不是"
+    " 我们 你们 他们 她们 它们 咱们 大家 自己 这个 那个 这些 那些 这样 那样 这里 那里 这儿 那儿"
+    " 这么 那么 一下 一些 一点 一个 还是 或者 然后 因为 所以 但是 可是 如果 就是 还有 已经".split()
+)
+
+
 @functools.cache
 def generic_words() -> frozenset[str]:
     """The words of the bank (as :func:`memory.engine.tokenize.words` analyses them)."""

@@ -7,7 +7,8 @@ message (``Fact.source_message``: the extractor's, or the bot's ``source_message
 by how much of the query that message's neighbourhood holds — the ``told_window`` messages before
 and after it in its stream, cut where a silence of ``context_gap_minutes`` ends the conversation:
 the share of the query's informative IDF mass (its words less the generic chat words of the gate's
-bank, IDF over every stored message) that the neighbourhood's words hold, a word held in part by
+bank and the Chinese function words — 什么, 我们, 这个 … — that name nothing, IDF over every stored
+message) that the neighbourhood's words hold, a word held in part by
 the share of its CJK pairs held (as the gate reads a fact's coverage). The share is the query's own
 measure, not relative to other candidates: a neighbourhood that holds only a common word of the
 question lifts little. The ranking adds ``told_gain`` times it (:func:`memory.engine.scoring.rank`);
@@ -25,7 +26,7 @@ from typing import Any
 from django.db import connection
 
 from memory.backends import in_placeholders, is_postgresql
-from memory.engine.background import generic_words
+from memory.engine.background import FUNCTION_WORDS, generic_words
 from memory.engine.context import DEFAULT_GAP_MINUTES
 from memory.engine.scoring import DEFAULT_TOLD_GAIN, DEFAULT_TOLD_WINDOW, QueryMass, is_reference_profile
 from memory.engine.tokenize import bigrams, words
@@ -61,7 +62,7 @@ def told_shares(sources: Mapping[int, int], query: str, *, window: int, gap_ms: 
     frequencies among all messages (:func:`memory.search.lexical.message_statistics`).
     """
     generic = generic_words()
-    qwords = [w for w in dict.fromkeys(words(query)) if w not in generic]
+    qwords = [w for w in dict.fromkeys(words(query)) if w not in generic and w not in FUNCTION_WORDS]
     if not sources or not qwords:
         return {}
     grams = {w: list(dict.fromkeys(bigrams(w))) for w in qwords}

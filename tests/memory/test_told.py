@@ -30,7 +30,7 @@ def _conversation(stream, person, lines, start):
 def told(person, direct_stream):
     """Two conversations a day apart, a fact heard in each, in words the questions do not use."""
     hike = _conversation(direct_stream, person, ["周六我们去爬了黄山", "对，就是那个", "山顶的云海特别壮观"], NOW - 48 * 3_600_000)
-    music = _conversation(direct_stream, person, ["昨晚去听了一场演唱会", "嗯", "乐队唱了很多老歌"], NOW - 24 * 3_600_000)
+    music = _conversation(direct_stream, person, ["昨晚去听了一场演唱会", "嗯，你猜他们唱了什么", "乐队唱了很多老歌"], NOW - 24 * 3_600_000)
     a = services.add_fact(person_id=person.pk, content="凌白去过那里", kind="事件", at=NOW - 47 * 3_600_000,
                           source_message_id=hike[1].pk).fact_id
     b = services.add_fact(person_id=person.pk, content="凌白喜欢现场", kind="偏好", at=NOW - 23 * 3_600_000,
@@ -73,6 +73,8 @@ def test_the_share_is_the_querys_informative_mass_held(told):
     # a generic chat word weighs nothing (the gate's bank): 最近 is in neither the mass nor the match
     assert _shares([told["a"]], "黄山 最近") == {told["a"]: 1.0}
     assert _shares([told["a"], told["b"]], "最近怎么样") == {}
+    # nor a function word: 什么 in what was said says nothing about what the question asks
+    assert _shares([told["a"], told["b"]], "什么") == {}
     # a word no message holds is no part of the mass either (凌白 is only the facts' name for the person)
     assert _shares([told["a"]], "凌白 黄山") == {told["a"]: 1.0}
 
