@@ -29,7 +29,7 @@ rows (lexical relevance, IDF coverage, cosine, retention — never vectors) and 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Container, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,7 @@ __all__ = [
     "idf",
     "QueryMass",
     "idf_coverage",
+    "share_held",
     "holds_rarest",
     "Gate",
     "gate",
@@ -272,6 +273,12 @@ class QueryMass:
         """True iff ``matched`` holds a query word of the smallest positive document frequency —
         the most specific thing the query asks that memory could answer."""
         return self.rarest is not None and any(self.dfs.get(t, 0) == self.rarest for t in set(matched))
+
+
+def share_held(grams: Sequence[str], held: Container[str]) -> float:
+    """The share of a word's CJK pairs (``grams``: those some memory holds) that ``held`` holds — the
+    credit of a word held in part (:meth:`QueryMass.credited`); 0 without pairs."""
+    return sum(g in held for g in grams) / len(grams) if grams else 0.0
 
 
 def idf_coverage(matched: Iterable[str], dfs: Mapping[str, int], n_docs: int) -> float:

@@ -23,6 +23,7 @@ from memory.engine.scoring import (
     gate,
     is_reference_profile,
     rank,
+    share_held,
 )
 from memory.engine.tokenize import bigrams, words
 from memory.models import Fact, FactState
@@ -181,14 +182,9 @@ def fact_coverages(
     out = {}
     for i in ids:
         held = set((tokens.get(i) or "").split())
-        credit = {w: 1.0 if w in held else _share_held(known[w], held) for w in qwords}
+        credit = {w: 1.0 if w in held else share_held(known[w], held) for w in qwords}
         out[i] = (mass.credited(credit), mass.holds_rarest([w for w, c in credit.items() if c >= 1.0]))
     return out
-
-
-def _share_held(grams: Sequence[str], held: set[str]) -> float:
-    """The share of a word's bigrams (those some memory holds) that a fact's tokens hold."""
-    return sum(g in held for g in grams) / len(grams) if grams else 0.0
 
 
 class Cosines(dict):

@@ -7,11 +7,10 @@ message (``Fact.source_message``: the extractor's, or the bot's ``source_message
 by how much of the query that message's neighbourhood holds — the ``told_window`` messages before
 and after it in its stream, cut where a silence of ``context_gap_minutes`` ends the conversation:
 the share of the query's informative IDF mass (its words less the generic chat words of the gate's
-bank and the Chinese function words — 什么, 我们, 这个 … — that name nothing, IDF over every stored
-message) that the neighbourhood's words hold, a word held in part by
-the share of its CJK pairs held (as the gate reads a fact's coverage). The share is the query's own
-measure, not relative to other candidates: a neighbourhood that holds only a common word of the
-question lifts little. The ranking adds ``told_gain`` times it (:func:`memory.engine.scoring.rank`);
+bank and the Chinese function words — 什么, 我们, 这个 … — that name nothing; IDF over every stored
+message) that the neighbourhood's words hold, a word held in part by the share of its CJK pairs held
+(as the gate reads a fact's coverage). The share is the query's own measure, not relative to other
+candidates: a neighbourhood that holds only a common word of the question lifts little. The ranking adds ``told_gain`` times it (:func:`memory.engine.scoring.rank`);
 it never lets a candidate past the gate.
 
 Measured offline on LoCoMo before it was built (``python -m bench.eval_session_prior``, rule
@@ -28,7 +27,7 @@ from django.db import connection
 from memory.backends import in_placeholders, is_postgresql
 from memory.engine.background import FUNCTION_WORDS, generic_words
 from memory.engine.context import DEFAULT_GAP_MINUTES
-from memory.engine.scoring import DEFAULT_TOLD_GAIN, DEFAULT_TOLD_WINDOW, QueryMass, is_reference_profile
+from memory.engine.scoring import DEFAULT_TOLD_GAIN, DEFAULT_TOLD_WINDOW, QueryMass, is_reference_profile, share_held
 from memory.engine.tokenize import bigrams, words
 from memory.search import lexical
 
@@ -76,13 +75,9 @@ def told_shares(sources: Mapping[int, int], query: str, *, window: int, gap_ms: 
     known = {w: [g for g in grams[w] if g in raw] for w in qwords}  # a word's pairs that some message holds
     shares: dict[int, float] = {}
     for message_id, held in neighbourhoods(sorted(set(sources.values())), window, gap_ms).items():
-        shares[message_id] = mass.credited({w: 1.0 if w in held else _share_held(known[w], held) for w in qwords})
+        shares[message_id] = mass.credited({w: 1.0 if w in held else share_held(known[w], held) for w in qwords})
     # a message that is gone lifts nothing
     return {fid: shares[m] for fid, m in sources.items() if shares.get(m, 0.0) > 0}
-
-
-def _share_held(grams: Sequence[str], held: set[str]) -> float:
-    return sum(g in held for g in grams) / len(grams) if grams else 0.0
 
 
 #: The messages of a stream within ``window`` of each of the given ones (both ends' ids found in the

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from memory import selectors, services
+from memory.engine.scoring import DEFAULT_TOLD_GAIN
 from memory.models import Fact, Message
 from memory.pipeline import heard_in
 from memory.privacy import forget
-from memory.engine.scoring import DEFAULT_TOLD_GAIN
 from memory.selectors.told import told_shares
 from tests.memory.conftest import NOW
 
