@@ -26,6 +26,8 @@ PARAM_LABELS = {
     "lead_ratio": gettext_lazy("相关门：BM25 是第二名几倍算明显领先"),
     "pool_share": gettext_lazy("相关度的池内占比权重"),
     "time_boost": gettext_lazy("问题点明日期时，该时段内事实的加分"),
+    "told_gain": gettext_lazy("事实出处的对话与这一句相符时的加分（0 = 不看出处）"),
+    "told_window": gettext_lazy("事实出处：前后各看几条消息"),
     "context_lexical_lines": gettext_lazy("对话上下文：词面查询的用户行数"),
     "context_dense_messages": gettext_lazy("对话上下文：向量查询的消息条数"),
     "context_half_life": gettext_lazy("对话上下文：权重半衰（条）"),
@@ -60,6 +62,10 @@ PARAM_HELP = {
         "词面（BM25）和向量余弦各有多少按「占候选池最强者的比例」计（0 = 只用绝对值：BM25 饱和，强弱命中差不多）"
     ),
     "time_boost": gettext_lazy("问题写明了年月日（如 2023年10月、2023-10-13）时，那段时间里记下的事实加多少分（0 = 不看日期）"),
+    "told_gain": gettext_lazy(
+        "事实记下了是在哪条消息里听到的时：那条消息前后的对话含有这一句的信息词越多，加分越多，最多加这么多（0 = 不看出处）"
+    ),
+    "told_window": gettext_lazy("「事实出处」看那条消息前后各几条（对话中途沉默太久则到此为止）"),
     "context_lexical_lines": gettext_lazy("最近几条用户发言也用来检索（0 = 只看这一句）"),
     "context_dense_messages": gettext_lazy("最近几条消息的向量也参与比较（0 = 只看这一句）"),
     "context_half_life": gettext_lazy("越早的发言权重越低：每隔这么多条减半"),

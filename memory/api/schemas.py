@@ -292,6 +292,11 @@ class RankTermsOut(Out):
     prior: float | None = Field(None, description="the retention term of the score")
     score: float
     eligible: bool = Field(True, description="False: under both relevance floors, never recalled")
+    timed: bool = Field(False, description="told inside the time the question names: time_boost added to the score")
+    told: float | None = Field(
+        None, description="share of the question's informative words that the conversation the fact was heard in "
+        "holds (told_gain times it added to the score); null: not read (no message recorded, or held by the gate)",
+    )
 
 
 class SpreadHitOut(Out):

@@ -51,7 +51,7 @@ def person_export(*, person_id: int, now: int) -> dict[str, Any]:
              "external_message_id": m["external_message_id"]}
             for m in messages
         ],
-        "facts": [fact_row(f, now) | {"source": f.source} for f in facts],
+        "facts": [fact_row(f, now) | {"source": f.source, "source_message_id": f.source_message_id} for f in facts],
         "episodes": episodes,
         "operations": operations,
     }

@@ -117,3 +117,15 @@ def test_recall_returns_the_confirmed_ranking_with_its_terms_and_what_forgetting
     [held] = body["held_back"]
     assert held["id"] == old and held["calibrated"] == 1.0 and held["cosine"] == pytest.approx(1.0, abs=0.01)
     assert held["score"] < min(t["score"] for t in body["fact_terms"])
+
+
+def test_recall_terms_say_where_a_fact_was_told(api):
+    said = [api.post("messages", {"stream": stream(), "sender": person(), "role": "user", "content": text,
+                                  "at": T0 - 3_600_000 + k * 60_000}).json()["id"]
+            for k, text in enumerate(["周六我们去爬了黄山", "对，就是那个", "山顶的云海特别壮观"])]
+    fact = api.post("facts", {"person": person(), "kind": "事件", "content": "去过那里", "stream_kind": "group",
+                              "source_message_id": said[1], "at": T0 - 3_000_000}).json()["fact_id"]
+    body = api.post("actions/recall", {"stream": stream(), "speaker": person(), "query": "那里 黄山 云海",
+                                       "at": T0}).json()
+    terms = {t["id"]: t for t in body["fact_terms"]}
+    assert terms[fact]["told"] == 1.0 and terms[fact]["timed"] is False  # the lines around it hold 黄山 and 云海

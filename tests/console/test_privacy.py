@@ -38,6 +38,7 @@ def test_export_page_is_escaped_and_json_downloads(operator, alice):
     r = operator.get(f"/persons/{alice.pk}/export/", {"format": "json"})
     doc = json.loads(r.content)
     assert r["Content-Disposition"].startswith("attachment") and doc["facts"][0]["content"] == "门牌号是九号院"
+    assert "source_message_id" in doc["facts"][0]  # the message it was heard in (null: none recorded)
 
 
 def test_forget_preview_then_confirm_removes_the_person(operator, alice):
