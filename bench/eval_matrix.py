@@ -36,8 +36,8 @@ the gate's bank is other text), each a turn of the dataset's persons in a fresh 
 facts a turn brings, averaged.
 
 **Splits**: the units at even positions are *dev* (the gate's constants and ``time_boost`` were
-chosen on them, offline; ``told_gain`` on LoCoMo's through the API, ``--profile``), the odd ones *test*; the report gives test with dev beside it. MemoryBank's
-units are all *test*.
+chosen on them, offline; ``told_gain`` on LoCoMo's through the API, ``--profile``), the odd ones
+*test*; the report gives test with dev beside it. MemoryBank's units are all *test*.
 
     python -m bench.eval_matrix                       # everything
     python -m bench.eval_matrix --quick               # a few units of each dataset
