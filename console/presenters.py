@@ -180,8 +180,8 @@ def likely_sources(fact: Fact, *, limit: int = 2) -> list[Any]:
     """The messages a fact was most likely extracted from: its source stream's messages up to the moment it was
     learnt, searched with the fact's text as the bot's ``inspect`` searches (the speaker's own lines first).
 
-    For a fact that did not record its message (:func:`heard_in`: those extracted before facts recorded it), so
-    this is a best match by text and meaning, and the page says so. Empty for facts that were not extracted.
+    Shown for a fact that did not record its message (:func:`heard_in`; those extracted before facts recorded
+    it): a best match by text and meaning, and the page says so. Empty for facts that were not extracted.
     """
     match = re.fullmatch(r"extract:stream(\d+)", fact.source or "")
     if match is None:
