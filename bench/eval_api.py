@@ -552,6 +552,14 @@ def score_memdaily(stacks: Sequence[MemdailyStack], answers: dict[int, list], em
     }
 
 
+def apply_profile(client: Client, params: dict) -> None:
+    """Save ``params`` as the retrieval profile ``eval-diagnostic`` and apply it (a diagnostic run's
+    ``--profile``: the product's result is the default profile's); exits when the server refuses it."""
+    client.post("tuning", "/api/v1/tuning/profiles", {"name": "eval-diagnostic", "params": params})
+    if client.post("tuning", "/api/v1/tuning/apply", {"name": "eval-diagnostic"}) is None:
+        raise SystemExit(f"could not apply the profile {params}: {client.errors[-2:]}")
+
+
 def warm_up(client: Client) -> None:
     """A few turns on a stream of their own, from 2 threads, so that both gunicorn workers have loaded
     jieba and the embedding model before anything is timed (a live deployment is warm); then forget
@@ -595,10 +603,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict:
 
         client = Client(dep.server.base, dep.token)
         if args.profile:  # a diagnostic: the product's result is the default profile's
-            client.post("tuning", "/api/v1/tuning/profiles", {"name": "eval-diagnostic", "params": args.profile})
-            applied = client.post("tuning", "/api/v1/tuning/apply", {"name": "eval-diagnostic"})
-            if applied is None:
-                raise SystemExit(f"could not apply the profile {args.profile}: {client.errors[-2:]}")
+            apply_profile(client, args.profile)
             result["profile"] = args.profile
             log(f"applied the diagnostic profile {args.profile}")
         warm_up(client)

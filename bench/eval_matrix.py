@@ -396,7 +396,7 @@ def _turn(client, stream: dict, speaker: dict, text: str, at: int, labels: dict[
 
 def live(units: Sequence[Unit], args: argparse.Namespace, log: Log, *, embedder: str) -> dict:
     """One deployment (``embedder`` "" = the default, "none" = lexical only): post, wait, ask."""
-    from bench.eval_api import Client, Deployment, warm_up
+    from bench.eval_api import Client, Deployment, apply_profile, warm_up
 
     folder = Path(tempfile.mkdtemp(prefix="memory-eval-matrix-"))
     dep = Deployment(folder, args.redis_url, log=log, embedding_provider=embedder, profile=args.profile)
@@ -404,9 +404,7 @@ def live(units: Sequence[Unit], args: argparse.Namespace, log: Log, *, embedder:
         dep.start()
         client = Client(dep.server.base, dep.token)
         if args.profile:  # a diagnostic (--profile)
-            client.post("tuning", "/api/v1/tuning/profiles", {"name": "eval-diagnostic", "params": args.profile})
-            if client.post("tuning", "/api/v1/tuning/apply", {"name": "eval-diagnostic"}) is None:
-                raise SystemExit(f"could not apply the profile {args.profile}: {client.errors[-2:]}")
+            apply_profile(client, args.profile)
             log(f"[{embedder or 'default'}] applied the diagnostic profile {args.profile}")
         warm_up(client)
         t0 = time.perf_counter()

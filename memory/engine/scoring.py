@@ -403,8 +403,14 @@ def gate(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | Non
     return reasons
 
 
-def rank(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | None = None) -> list[RankedCandidate]:
+def rank(
+    candidates: Sequence[RankCandidate], profile: Mapping[str, float] | None = None, *,
+    reasons: Sequence[str] | None = None,
+) -> list[RankedCandidate]:
     """Score and order a candidate pool — the one ranking every recall path calls.
+
+    ``reasons`` — :func:`gate` of these candidates under this profile, when the caller has it already
+    (it reads no term the gate does not: ``told`` and ``timed`` may change after it).
 
     Default ("relevance leads, forgetting is a prior"): candidates the relevance gate holds
     back (:func:`gate`) are not eligible; the lexical side is
@@ -455,7 +461,7 @@ def rank(candidates: Sequence[RankCandidate], profile: Mapping[str, float] | Non
         else:
             rels.append(LEXICAL_WEIGHT * lx + DENSE_WEIGHT * dense_term(c.cosine, best_cosine, share))
     powered = [max(0.0, r) ** weight if weight != 1.0 else max(0.0, r) for r in rels]
-    reasons = gate(candidates, opts)
+    reasons = gate(candidates, opts) if reasons is None else reasons
     eligible = [r in Gate.PASSING for r in reasons]
     best = max((p for p, e in zip(powered, eligible, strict=True) if e), default=0.0)
     for c, rel, p, ok, why in zip(candidates, rels, powered, eligible, reasons, strict=True):

@@ -19,6 +19,7 @@ cursor past the batch (extraction).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -449,15 +450,21 @@ def extract_stream(*, stream_id: int, extractor: Extractor | None = None, at: in
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _terms(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The words and CJK pairs of a text (:func:`heard_in` compares a batch's lines with each of its facts)."""
+    return frozenset(tokenize.words(text)), frozenset(tokenize.bigrams(text))
+
+
 def heard_in(content: str, batch: Sequence[Message], person_id: int) -> int | None:
     """The message of ``batch`` a fact about ``person_id`` was most likely heard in: the one sharing
     most words and CJK character pairs with it, the person's own messages first (a fact about a
     speaker is mostly what they said); ``None`` when no message shares any (nothing to go by)."""
-    want_words, want_pairs = set(tokenize.words(content)), set(tokenize.bigrams(content))
+    want_words, want_pairs = _terms(content)
 
     def shared(message: Message) -> int:
-        return len(want_words & set(tokenize.words(message.content))) + len(
-            want_pairs & set(tokenize.bigrams(message.content)))
+        said_words, said_pairs = _terms(message.content)  # a batch's lines are read once for all its facts
+        return len(want_words & said_words) + len(want_pairs & said_pairs)
 
     for group in ([m for m in batch if m.sender_person_id == person_id], list(batch)):
         scored = [(shared(m), m.pk) for m in group]

@@ -317,11 +317,15 @@ def rank_facts(
         )
         for i, c in enumerate(candidates)
     ]
-    told = _told_of(candidates, inputs, query, ov, told_known or {}) if query else {}
+    reasons = None
+    told: dict[int, float] = {}
+    if query and _told_wanted(candidates, ov):
+        reasons = gate(inputs, ov)  # only the candidates it lets pass are read; rank reuses it
+        told = _told_of(candidates, reasons, query, ov, told_known or {})
     if told:
         inputs = [replace(r, told=told[c.id]) if told.get(c.id) else r for r, c in zip(inputs, candidates, strict=True)]
     out = []
-    for r in rank(inputs, ov):
+    for r in rank(inputs, ov, reasons=reasons):
         c = candidates[r.id]
         out.append(
             c.copy_with(cosine=r.cosine, relevance=r.relevance, score=r.score, calibrated=r.calibrated, prior=r.prior,
@@ -330,17 +334,21 @@ def rank_facts(
     return out
 
 
+def _told_wanted(candidates: Sequence[ScopedFact], overrides: Mapping[str, Any]) -> bool:
+    """Whether where a candidate was told can count: the profile weighs it and some candidate recorded it."""
+    return (told_knobs(overrides)[0] > 0 and not is_reference_profile(overrides)
+            and any(c.source_message_id for c in candidates))
+
+
 def _told_of(
-    candidates: Sequence[ScopedFact], inputs: Sequence[RankCandidate], query: str, overrides: Mapping[str, Any],
+    candidates: Sequence[ScopedFact], reasons: Sequence[str], query: str, overrides: Mapping[str, Any],
     known: Mapping[int, float],
 ) -> dict[int, float]:
-    """``{fact id: told share}`` of the candidates the gate lets pass that were heard in a message (0.0 when
-    their neighbourhood holds none of the query); ``known`` ones are not read again."""
-    if told_knobs(overrides)[0] <= 0 or is_reference_profile(overrides) or not any(c.source_message_id for c in candidates):
-        return {}
+    """``{fact id: told share}`` of the candidates the gate lets pass (``reasons``: :func:`gate`'s) that were
+    heard in a message (0.0 when their neighbourhood holds none of the query); ``known`` ones are not read again."""
     heard = {
         c.id: c.source_message_id
-        for c, why in zip(candidates, gate(inputs, overrides), strict=True)
+        for c, why in zip(candidates, reasons, strict=True)
         if c.source_message_id and why in Gate.PASSING
     }
     fresh = told_for({fid: m for fid, m in heard.items() if fid not in known}, query, overrides)
